@@ -1,0 +1,65 @@
+"""Driving a built optimizer with numpy gradients: the part of a conformance worker
+that touches a framework. Each backend subclasses :class:`Driver` in its
+``driver.py`` with the handful of framework calls it needs."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from unified_opt.build import build, record_of
+
+
+class Driver:
+    backend = ""
+
+    def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
+                 options: Mapping | None = None, total_steps: int | None = None):
+        self.spec = spec
+        self.names = list(arrays)
+        self.total_steps = total_steps
+        self.params = {name: self.make_param(name, np.ascontiguousarray(a))
+                       for name, a in arrays.items()}
+        self.optimizer = build(spec, list(self.params.items()), path=path,
+                               options=self.build_options(options))
+        self.record = record_of(self.optimizer)
+
+    @property
+    def decision(self):
+        return self.record.decision
+
+    def build_options(self, options):
+        return options
+
+    # -- framework calls (overridden) ---------------------------------------------
+    def make_param(self, name: str, array: np.ndarray):
+        raise NotImplementedError
+
+    def current_lr(self) -> float:
+        """The lr the next ``optimizer`` step will use."""
+        raise NotImplementedError
+
+    def apply(self, grads: Mapping[str, np.ndarray]) -> None:
+        """Set the gradients, take one optimizer step the framework's usual way, clear."""
+        raise NotImplementedError
+
+    def to_numpy(self, tensor) -> np.ndarray:
+        raise NotImplementedError
+
+    def spec_state(self, name: str) -> dict:
+        """The optimizer state of parameter ``name`` under the spec's state names."""
+        raise NotImplementedError
+
+    # -- the loop -----------------------------------------------------------------
+    def step(self, grads: Mapping[str, np.ndarray]) -> float:
+        lr = float(self.current_lr())
+        self.apply(grads)
+        return lr
+
+    def params_numpy(self) -> dict[str, np.ndarray]:
+        return {n: self.to_numpy(p).copy() for n, p in self.params.items()}
+
+    def state_numpy(self) -> dict[str, dict[str, np.ndarray]]:
+        return {n: {k: self.to_numpy(v).copy() for k, v in self.spec_state(n).items()}
+                for n in self.names}

@@ -1,0 +1,19 @@
+"""unified-opt: one definition per optimizer algorithm, lowered into native PyTorch,
+PaddlePaddle and MindSpore optimizers, with a conformance suite that proves it.
+
+The core is numpy only; a framework is imported when a call needs it.
+"""
+
+from . import schedules
+from .algorithms import SGD, Adam, AdamW
+from .build import backends, build, explain, lr_scheduler
+from .lowering import Decision
+from .presets import preset, presets
+from .reference import Reference, reference
+from .spec import Spec, algorithms, get, spec_from_dict
+
+__version__ = "0.1.0"
+
+__all__ = ["SGD", "Adam", "AdamW", "Decision", "Reference", "Spec", "algorithms", "backends",
+           "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
+           "schedules", "spec_from_dict", "__version__"]

@@ -1,0 +1,107 @@
+"""Argument checks shared by specs, schedules and presets.
+
+Every check names the argument and the offending value: ``TypeError`` for a wrong
+type, ``ValueError`` for a wrong value. Nothing is coerced silently: ``True`` is not
+a number, ``"0.1"`` is not a float, and a list of betas becomes a tuple only after
+each element has been checked.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Iterable
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_real(owner: str, name: str, value: Any) -> float:
+    """A finite real number (int or float, not bool); returned as a Python float."""
+    if not _is_real(value):
+        raise TypeError(f"{owner}: {name} must be a real number, got {value!r} "
+                        f"of type {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}: {name} must be finite, got {value!r}")
+    return value
+
+
+def check_range(owner: str, name: str, value: Any, *, low: float | None = None,
+                high: float | None = None, low_open: bool = False,
+                high_open: bool = False) -> float:
+    """A finite real number inside [low, high]; ``*_open`` makes that end exclusive."""
+    value = check_real(owner, name, value)
+    too_low = low is not None and (value <= low if low_open else value < low)
+    too_high = high is not None and (value >= high if high_open else value > high)
+    if too_low or too_high:
+        parts = []
+        if low is not None:
+            parts.append(f"{'>' if low_open else '>='} {low:g}")
+        if high is not None:
+            parts.append(f"{'<' if high_open else '<='} {high:g}")
+        raise ValueError(f"{owner}: {name} must be {' and '.join(parts)}, got {value!r}")
+    return value
+
+
+def check_bool(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: {name} must be a bool, got {value!r} "
+                        f"of type {type(value).__name__}")
+    return value
+
+
+def check_int(owner: str, name: str, value: Any, *, low: int | None = None) -> int:
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        raise TypeError(f"{owner}: {name} must be an int, got {value!r} "
+                        f"of type {type(value).__name__}")
+    value = int(value)
+    if low is not None and value < low:
+        raise ValueError(f"{owner}: {name} must be >= {low}, got {value!r}")
+    return value
+
+
+def check_choice(owner: str, name: str, value: Any, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{owner}: {name} must be one of {choices}, got {value!r} "
+                        f"of type {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{owner}: {name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_sequence(owner: str, name: str, value: Any, length: int) -> tuple:
+    """A list or tuple of exactly ``length`` items, returned as a tuple."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{owner}: {name} must be a list or tuple of {length} values, "
+                        f"got {value!r} of type {type(value).__name__}")
+    if len(value) != length:
+        raise ValueError(f"{owner}: {name} must have {length} values, got {value!r}")
+    return tuple(value)
+
+
+def check_betas(owner: str, name: str, value: Any, length: int = 2) -> tuple[float, ...]:
+    """Exponential-decay rates, each in [0, 1)."""
+    items = check_sequence(owner, name, value, length)
+    out = []
+    for i, beta in enumerate(items):
+        out.append(check_range(owner, f"{name}[{i}]", beta, low=0.0, high=1.0,
+                               high_open=True))
+    return tuple(out)
+
+
+def check_names(owner: str, name: str, value: Any) -> tuple[str, ...]:
+    """A list or tuple of non-empty strings (parameter-name substrings)."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"{owner}: {name} must be a list or tuple of strings, got "
+                        f"{value!r} of type {type(value).__name__}")
+    for item in value:
+        if not isinstance(item, str):
+            raise TypeError(f"{owner}: {name} must contain only strings, got {item!r} "
+                            f"in {value!r}")
+        if not item:
+            raise ValueError(f"{owner}: {name} must not contain an empty string, "
+                             f"got {value!r}")
+    return tuple(value)

@@ -1,0 +1,91 @@
+r"""AdamW (Loshchilov & Hutter, 2019): Adam with decoupled weight decay.
+
+The moments, bias correction and eps placement are Adam's
+(:mod:`unified_opt.algorithms.adam`, written once there); the gradient carries no
+L2 term. With :math:`\delta = \eta\lambda` (``decay_times_lr=True``) or
+:math:`\delta = \lambda`, and :math:`u_t` Adam's step
+(:math:`\theta_t = \theta_{t-1} - u_t`):
+
+.. math::
+
+    \text{before\_update:}\quad \theta_t &= (1-\delta)\,\theta_{t-1} - u_t(\theta)
+        \quad\text{(the decay is applied first, as torch/Paddle do)}\\
+    \text{in\_update:}\quad \theta_t &= \theta_{t-1} - (u_t + \delta\,\theta_{t-1})
+
+The two forms agree in exact arithmetic and differ only by rounding.
+
+Differences between frameworks
+------------------------------
+* ``torch.optim.AdamW``, ``paddle.optimizer.AdamW`` and
+  ``mindspore.experimental.optim.AdamW``: ``before_update``, ``decay_times_lr``,
+  bias correction, eps outside :math:`\sqrt{\hat v}`. Paddle decays only parameters
+  for which ``apply_decay_param_fun(name)`` is true.
+* ``mindspore.nn.AdamWeightDecay``: **no bias correction** (``bias_correction=False``),
+  eps 1e-6, decay inside the lr-scaled update (``in_update``), and no decay for
+  parameters named ``*beta*`` / ``*gamma*``.
+* Some libraries (TF-Addons) do not multiply the decay by the lr:
+  ``decay_times_lr=False``.
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import decay_for_parameter
+from .adam import adam_alternatives, adam_moments, adam_state_names, check_adam_fields
+
+DECAY_FORMS = ("before_update", "in_update")
+
+
+@register
+@spec_dataclass
+class AdamW(Spec):
+    __doc__ = __doc__
+    name = "adamw"
+
+    lr: float | Schedule = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 1e-2
+    amsgrad: bool = False
+    maximize: bool = False
+    eps_placement: str = "outside"
+    bias_correction: bool = True
+    nesterov: bool = False
+    decay_form: str = "before_update"
+    decay_times_lr: bool = True
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        return {**check_adam_fields(self, owner),
+                "decay_form": v.check_choice(owner, "decay_form", self.decay_form,
+                                             DECAY_FORMS),
+                "decay_times_lr": v.check_bool(owner, "decay_times_lr", self.decay_times_lr)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return adam_state_names(self)
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        g = -grad if self.maximize else grad
+        decay = self.weight_decay * (lr if self.decay_times_lr else 1.0)
+        if self.decay_form == "before_update" and decay != 0.0:
+            param = param * (1.0 - decay)
+        new_state, step_size, numerator, denom = adam_moments(self, g, state, step, ops)
+        change = numerator / denom * (lr * step_size)
+        if self.decay_form == "in_update" and decay != 0.0:
+            change = change + param * decay
+        return param - change, new_state
+
+    def alternatives(self):
+        from .adam import Adam
+
+        fields = {k: val for k, val in self.hyperparameters().items()
+                  if k not in ("decay_form", "decay_times_lr")}
+        return adam_alternatives(self) + [
+            ("coupled L2 weight decay (Adam)", Adam(**fields)),
+            (f"decay_times_lr={not self.decay_times_lr}",
+             self.replace(decay_times_lr=not self.decay_times_lr))]

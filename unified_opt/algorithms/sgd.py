@@ -1,0 +1,108 @@
+r"""Stochastic gradient descent with momentum, dampening and Nesterov.
+
+Gradient :math:`g` (negated when ``maximize``) with L2 decay
+:math:`g \leftarrow g + \lambda\theta_{t-1}`. Without momentum
+:math:`\theta_t = \theta_{t-1} - \eta g`. With momentum :math:`\mu` and dampening
+:math:`d`, ``lr_placement="outside"`` (torch, Paddle, MindSpore):
+
+.. math::
+
+    b_t &= \begin{cases} g & t = 1 \text{ and } \texttt{momentum\_init="grad"} \\
+                         \mu b_{t-1} + (1-d)\, g & \text{otherwise } (b_0 = 0)\end{cases}\\
+    \theta_t &= \theta_{t-1} - \eta\,(g + \mu b_t \text{ if nesterov else } b_t)
+
+``lr_placement="inside"`` (Sutskever et al., Keras, Paddle LARS) puts the lr in the
+buffer: :math:`b_t = \mu b_{t-1} + (1-d)\,\eta_t g` (or :math:`\eta_t g` at the first
+step with ``momentum_init="grad"``) and
+:math:`\theta_t = \theta_{t-1} - (\eta_t g + \mu b_t \text{ if nesterov else } b_t)`.
+The two placements agree while the lr is constant and differ once it changes.
+
+Differences between frameworks
+------------------------------
+* ``torch.optim.SGD`` and ``mindspore.nn.SGD``: the first step sets :math:`b_1 = g`
+  (``momentum_init="grad"``), so dampening does not act on it.
+* ``paddle.optimizer.Momentum`` and ``mindspore.nn.Momentum`` start the buffer at 0
+  and have no dampening: with :math:`d=0` both first-step rules coincide.
+* ``mindspore.nn.Momentum(use_nesterov=True)`` runs plain momentum on CPU (measured);
+  ``mindspore.nn.SGD(nesterov=True)`` is correct.
+* Paddle's Nesterov is :math:`\theta - \eta(g + \mu b_t)`, the same as torch's.
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+
+LR_PLACEMENTS = ("outside", "inside")
+MOMENTUM_INITS = ("grad", "zeros")
+
+
+@register
+@spec_dataclass
+class SGD(Spec):
+    __doc__ = __doc__
+    name = "sgd"
+
+    lr: float | Schedule = 1e-3
+    momentum: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    weight_decay: float = 0.0
+    maximize: bool = False
+    lr_placement: str = "outside"
+    momentum_init: str = "grad"
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        out = {"momentum": v.check_range(owner, "momentum", self.momentum, low=0.0),
+               "dampening": v.check_range(owner, "dampening", self.dampening, low=0.0,
+                                          high=1.0),
+               "nesterov": v.check_bool(owner, "nesterov", self.nesterov),
+               "maximize": v.check_bool(owner, "maximize", self.maximize),
+               "lr_placement": v.check_choice(owner, "lr_placement", self.lr_placement,
+                                              LR_PLACEMENTS),
+               "momentum_init": v.check_choice(owner, "momentum_init", self.momentum_init,
+                                               MOMENTUM_INITS),
+               **check_decay(self, owner)}
+        if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
+            raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening = 0, "
+                             f"got momentum={self.momentum!r}, dampening={self.dampening!r}")
+        return out
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return ("momentum_buffer",) if self.momentum != 0.0 else ()
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            g = g + param * self.weight_decay
+        if self.momentum == 0.0:
+            return param - g * lr, {}
+        inside = self.lr_placement == "inside"
+        scaled = g * lr if inside else g
+        if step == 1 and self.momentum_init == "grad":
+            buf = scaled
+        else:
+            buf = state["momentum_buffer"] * self.momentum + scaled * (1.0 - self.dampening)
+        direction = scaled + buf * self.momentum if self.nesterov else buf
+        new_param = param - direction if inside else param - direction * lr
+        return new_param, {"momentum_buffer": buf}
+
+    def alternatives(self):
+        out = []
+        if self.momentum != 0.0:
+            other = "zeros" if self.momentum_init == "grad" else "grad"
+            out.append((f"momentum_init={other!r} (first-step rule)",
+                        self.replace(momentum_init=other)))
+            other = "inside" if self.lr_placement == "outside" else "outside"
+            out.append((f"lr_placement={other!r} (lr {other} the momentum buffer)",
+                        self.replace(lr_placement=other)))
+            if self.dampening == 0.0:
+                out.append((f"nesterov={not self.nesterov}",
+                            self.replace(nesterov=not self.nesterov)))
+        return out

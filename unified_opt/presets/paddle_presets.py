@@ -1,0 +1,83 @@
+"""Presets for ``paddle.optimizer`` (Paddle 3.3 signatures and defaults)."""
+
+from __future__ import annotations
+
+from ..algorithms import SGD, Adam, AdamW
+from ._registry import native_preset, require_float, unsupported
+
+
+def _l2_coefficient(qualified_name: str, weight_decay) -> float:
+    """Paddle's ``weight_decay``: None, a float (L2Decay) or an ``L2Decay`` object."""
+    if weight_decay is None:
+        return 0.0
+    kind = type(weight_decay).__name__
+    if kind == "L2Decay":
+        return float(weight_decay._coeff)
+    if kind == "L1Decay":
+        raise unsupported(qualified_name, "weight_decay", weight_decay,
+                          "L1 regularisation has no spec knob")
+    if isinstance(weight_decay, int) and not isinstance(weight_decay, bool):
+        # Paddle accepts an int at construction and fails inside step() (paddle.md §12).
+        raise TypeError(f"{qualified_name}: weight_decay must be a float or L2Decay, got "
+                        f"the int {weight_decay!r}")
+    return weight_decay
+
+
+def _no_grad_clip(qualified_name: str, grad_clip) -> None:
+    if grad_clip is not None:
+        raise unsupported(qualified_name, "grad_clip", grad_clip,
+                          "gradient clipping is not part of these specs yet")
+
+
+@native_preset("paddle.optimizer.SGD")
+def sgd(learning_rate=0.001, weight_decay=None, grad_clip=None, multi_precision=False,
+        name=None):
+    q = "paddle.optimizer.SGD"
+    _no_grad_clip(q, grad_clip)
+    return SGD(lr=require_float(q, "learning_rate", learning_rate),
+               weight_decay=_l2_coefficient(q, weight_decay))
+
+
+@native_preset("paddle.optimizer.Momentum")
+def momentum(learning_rate=0.001, momentum=0.9, use_nesterov=False, weight_decay=None,
+             grad_clip=None, multi_precision=False, rescale_grad=1.0, use_multi_tensor=False,
+             name=None):
+    q = "paddle.optimizer.Momentum"
+    _no_grad_clip(q, grad_clip)
+    if rescale_grad != 1.0:
+        raise unsupported(q, "rescale_grad", rescale_grad,
+                          "the CPU kernel ignores it (paddle.md §2) and no spec knob scales "
+                          "the gradient; scale the loss instead")
+    return SGD(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
+               nesterov=use_nesterov, weight_decay=_l2_coefficient(q, weight_decay),
+               momentum_init="zeros")
+
+
+@native_preset("paddle.optimizer.Adam")
+def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None,
+         grad_clip=None, lazy_mode=False, multi_precision=False, use_multi_tensor=False,
+         amsgrad=False, name=None):
+    q = "paddle.optimizer.Adam"
+    _no_grad_clip(q, grad_clip)
+    # lazy_mode only changes sparse (SelectedRows) gradients; dense ones are identical.
+    return Adam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                eps=epsilon, weight_decay=_l2_coefficient(q, weight_decay), amsgrad=amsgrad,
+                eps_placement="outside", bias_correction=True)
+
+
+@native_preset("paddle.optimizer.AdamW")
+def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.01,
+          lr_ratio=None, apply_decay_param_fun=None, grad_clip=None, lazy_mode=False,
+          multi_precision=False, amsgrad=False, name=None):
+    q = "paddle.optimizer.AdamW"
+    _no_grad_clip(q, grad_clip)
+    if lr_ratio is not None:
+        raise unsupported(q, "lr_ratio", lr_ratio,
+                          "Paddle raises NotImplementedError for it on CPU")
+    if apply_decay_param_fun is not None:
+        raise unsupported(q, "apply_decay_param_fun", apply_decay_param_fun,
+                          "a callable cannot be part of a serialisable spec; give the "
+                          "excluded name parts as uo.AdamW(no_decay_names=(...))")
+    return AdamW(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                 eps=epsilon, weight_decay=weight_decay, amsgrad=amsgrad,
+                 eps_placement="outside", bias_correction=True, decay_form="before_update")
