@@ -1,0 +1,81 @@
+"""The Paddle lowering table (imports no framework)."""
+
+from __future__ import annotations
+
+from unified_opt.lowering import NativeLowering, decide, when
+
+OWN_CLASS = "unified_opt.backends.paddle.SpecOptimizer (a paddle.optimizer.Optimizer)"
+
+_NOT_MAXIMIZE = when("maximize=False (Paddle optimizers have no maximize flag)",
+                     lambda s: not s.maximize)
+
+# Paddle's SGD/Momentum/Adam take one coupled weight_decay for every parameter. Giving
+# some parameters another value needs param groups, and those write `regularizer` and
+# `optimize_attr` onto the Parameter objects, where they outlive the optimizer and
+# silently change later optimizers (paddle.md §3); such specs run the own update.
+_ONE_COUPLED_DECAY = when(
+    "weight_decay=0 or no_decay_names=() (Paddle applies one coupled weight_decay to "
+    "every parameter; per-parameter values would need param groups, which leave "
+    "`regularizer` behind on the Parameter objects)",
+    lambda s: s.weight_decay == 0.0 or not s.no_decay_names)
+
+_ADAM_FORM = (
+    when("eps_placement='outside' (Paddle's eps*sqrt(1-beta2^t) in the denominator is eps "
+         "outside the bias-corrected sqrt)", lambda s: s.eps_placement == "outside"),
+    when("bias_correction=True (Paddle always corrects both moments)",
+         lambda s: s.bias_correction),
+    when("nesterov=False (Paddle Adam has no TF-style Nesterov numerator)",
+         lambda s: not s.nesterov),
+    _NOT_MAXIMIZE,
+)
+
+
+def _coupled_decay(s):
+    # None, not L2Decay(0.0): a zero L2 term still adds 0*p, which is NaN where p is inf.
+    return float(s.weight_decay) if s.weight_decay != 0.0 else None
+
+
+def _adam_arguments(s, weight_decay):
+    return {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "epsilon": float(s.eps),
+            "weight_decay": weight_decay, "amsgrad": s.amsgrad}
+
+
+_ADAM_STATE = {"exp_avg": "moment1", "exp_avg_sq": "moment2",
+               "max_exp_avg_sq": "moment2_max"}
+
+TABLE = (
+    NativeLowering(
+        "sgd", "paddle.optimizer.SGD",
+        (when("momentum=0 (paddle.optimizer.SGD keeps no momentum buffer)",
+              lambda s: s.momentum == 0.0),
+         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {"weight_decay": _coupled_decay(s)}),
+    NativeLowering(
+        "sgd", "paddle.optimizer.Momentum",
+        (when("momentum>0", lambda s: s.momentum > 0.0),
+         when("dampening=0 (Paddle's buffer v = mu*v + g has no dampening; it starts at 0, "
+              "which matches either first-step rule only without dampening)",
+              lambda s: s.dampening == 0.0),
+         when("lr_placement='outside' (Paddle keeps the lr out of the velocity)",
+              lambda s: s.lr_placement == "outside"),
+         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {"momentum": float(s.momentum), "use_nesterov": s.nesterov,
+                   "weight_decay": _coupled_decay(s)},
+        {"momentum_buffer": "velocity"}),
+    NativeLowering(
+        "adam", "paddle.optimizer.Adam", _ADAM_FORM + (_ONE_COUPLED_DECAY,),
+        lambda s: _adam_arguments(s, _coupled_decay(s)), _ADAM_STATE),
+    NativeLowering(
+        "adamw", "paddle.optimizer.AdamW",
+        _ADAM_FORM + (
+            when("decay_form='before_update' (Paddle multiplies p by 1 - lr*wd first)",
+                 lambda s: s.decay_form == "before_update"),
+            when("decay_times_lr=True (Paddle scales the decay by the lr)",
+                 lambda s: s.decay_times_lr)),
+        lambda s: _adam_arguments(s, float(s.weight_decay)), _ADAM_STATE,
+        note="no_decay_names become apply_decay_param_fun"),
+)
+
+
+def decide_for(spec, path: str = "auto"):
+    return decide("paddle", TABLE, spec, path, OWN_CLASS)

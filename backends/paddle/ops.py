@@ -1,0 +1,22 @@
+"""Paddle binding of the spec ops interface."""
+
+import paddle
+
+from unified_opt.ops import Ops
+
+
+class PaddleOps(Ops):
+    name = "paddle"
+
+    def zeros_like(self, x): return paddle.zeros_like(x)
+    def full_like(self, x, value): return paddle.full_like(x, value)
+    def sqrt(self, x): return paddle.sqrt(x)
+    def abs(self, x): return paddle.abs(x)
+    def sign(self, x): return paddle.sign(x)
+    def maximum(self, x, y): return paddle.maximum(x, y)
+    def minimum(self, x, y): return paddle.minimum(x, y)
+    def where(self, condition, x, y): return paddle.where(condition, x, y)
+    def norm(self, x): return paddle.linalg.vector_norm(x)
+
+
+paddle_ops = PaddleOps()

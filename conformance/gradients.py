@@ -1,0 +1,77 @@
+"""A deterministic, seeded gradient stream with adversarial magnitudes (numpy only).
+
+Every parameter gets, at every step, a float32 gradient of one *kind*. The kinds
+cycle per parameter (offset by the parameter's position), so within any ten steps
+each parameter sees every kind, and different parameters see different kinds at the
+same step. The first step is always ``normal``: a zero first gradient would hide the
+momentum first-step rule and the bias correction of the first step.
+
+The values depend only on ``(seed, step, parameter position)``, so the worker
+process and the comparing parent produce bit-identical gradients independently.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+KINDS = ("normal", "zeros", "tiny", "huge", "mixed", "zero_rows")
+
+#: The kind cycle: ``normal`` most often, so trajectories move, every kind within 10 steps.
+CYCLE = ("normal", "mixed", "zeros", "normal", "tiny", "zero_rows", "normal", "huge",
+         "mixed", "normal")
+
+TINY = 1e-30      # below float32 sqrt range: g*g underflows in float32, not in float64
+HUGE = 500.0
+#: magnitudes mixed within one ``mixed`` tensor, each with a random sign
+MIXED_MAGNITUDES = (TINY, 1e-6, 1.0, HUGE)
+
+
+def kind_at(step: int, position: int) -> str:
+    """The gradient kind of the parameter at ``position`` for 0-based ``step``."""
+    if step == 0:
+        return "normal"
+    return CYCLE[(step + 3 * position) % len(CYCLE)]
+
+
+def gradient(kind: str, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    """One float32 gradient of ``kind``."""
+    shape = tuple(shape)
+    if kind == "normal":
+        out = rng.standard_normal(shape)
+    elif kind == "zeros":
+        out = np.zeros(shape)
+    elif kind == "tiny":
+        out = rng.standard_normal(shape) * TINY
+    elif kind == "huge":
+        out = rng.standard_normal(shape) * HUGE
+    elif kind == "mixed":
+        magnitudes = rng.choice(np.array(MIXED_MAGNITUDES), size=shape)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=shape)
+        out = magnitudes * signs * (1.0 + rng.random(shape))
+    elif kind == "zero_rows":
+        out = rng.standard_normal(shape)
+        if out.size:
+            # rows along the first axis (single elements of a 1-D tensor), at least one
+            rows = rng.random(shape[0]) < 0.4
+            rows[rng.integers(shape[0])] = True
+            out[rows] = 0.0
+    else:
+        raise ValueError(f"gradient kind must be one of {KINDS}, got {kind!r}")
+    return out.astype(np.float32)
+
+
+def gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]]) -> dict:
+    """The gradients of every parameter for 0-based ``step``: name -> float32 array."""
+    out = {}
+    for position, (name, shape) in enumerate(shapes.items()):
+        rng = np.random.default_rng([seed, step, position])
+        out[name] = gradient(kind_at(step, position), shape, rng)
+    return out
+
+
+def stream(seed: int, steps: int, shapes: Mapping[str, Sequence[int]]):
+    """Yield the gradients of steps ``0 .. steps-1``."""
+    for step in range(steps):
+        yield gradients_at(seed, step, shapes)
