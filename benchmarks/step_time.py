@@ -1,0 +1,193 @@
+"""Step time of optimizers built by ``uo.build`` against the same native optimizer built
+by hand, and of the own-implementation path against the native one.
+
+    python benchmarks/step_time.py [--backends torch,paddle,mindspore] [--repeats 15]
+                                   [--out benchmarks/results]
+
+Each backend runs in its own process (never two frameworks in one). Two parameter
+sets: "model" (4 x 1024x1024 + 4 x 1024, like a few layers) and "big" (one 4096x4096).
+Reports medians in ms and the ratios ``uo/hand`` (the adapter's overhead: 1.0 is
+free) and ``own/hand`` (the generic own path against the native kernel) as
+``OUT/step_time.json`` and a Markdown table ``OUT/step_time.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+PARAMETER_SETS = {
+    "model": [(1024, 1024)] * 4 + [(1024,)] * 4,
+    "big": [(4096, 4096)],
+}
+
+# spec registry name, spec kwargs, and per backend the hand-built class and kwargs.
+OPTIMIZERS = [
+    ("sgd", {"lr": 0.01, "momentum": 0.9}, {
+        "torch": ("torch.optim.SGD", {"lr": 0.01, "momentum": 0.9}),
+        "paddle": ("paddle.optimizer.Momentum", {"learning_rate": 0.01, "momentum": 0.9}),
+        "mindspore": ("mindspore.nn.SGD", {"learning_rate": 0.01, "momentum": 0.9})}),
+    ("adam", {"lr": 1e-3}, {
+        "torch": ("torch.optim.Adam", {"lr": 1e-3}),
+        "paddle": ("paddle.optimizer.Adam", {"learning_rate": 1e-3}),
+        "mindspore": ("mindspore.experimental.optim.AdamW", {"lr": 1e-3, "weight_decay": 0.0})}),
+    ("adamw", {"lr": 1e-3, "weight_decay": 0.01}, {
+        "torch": ("torch.optim.AdamW", {"lr": 1e-3, "weight_decay": 0.01}),
+        "paddle": ("paddle.optimizer.AdamW", {"learning_rate": 1e-3, "weight_decay": 0.01}),
+        "mindspore": ("mindspore.experimental.optim.AdamW",
+                      {"lr": 1e-3, "weight_decay": 0.01})}),
+]
+
+
+def _class(qualified):
+    import importlib
+
+    module, _, name = qualified.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+class Harness:
+    """Framework calls for one backend: parameters, gradients, one step."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.counter = 0
+        if backend == "torch":
+            import torch
+            self.fw = torch
+        elif backend == "paddle":
+            import paddle
+            self.fw = paddle
+        else:
+            import mindspore
+            self.fw = mindspore
+
+    def params(self, shapes):
+        rng = np.random.default_rng(0)
+        out = []
+        for shape in shapes:
+            a = rng.standard_normal(shape, dtype=np.float32)
+            self.counter += 1
+            name = f"p{self.counter}"
+            if self.backend == "torch":
+                out.append((name, self.fw.nn.Parameter(self.fw.from_numpy(a))))
+            elif self.backend == "paddle":
+                out.append((name, self.fw.create_parameter(
+                    shape=list(shape), dtype="float32", name=name,
+                    default_initializer=self.fw.nn.initializer.Assign(a))))
+            else:
+                out.append((name, self.fw.Parameter(self.fw.Tensor(a), name=name)))
+        return out
+
+    def grads(self, named):
+        rng = np.random.default_rng(1)
+        arrays = [rng.standard_normal(tuple(p.shape), dtype=np.float32) for _, p in named]
+        if self.backend == "torch":
+            for (_, p), g in zip(named, arrays):
+                p.grad = self.fw.from_numpy(g)
+            return None
+        if self.backend == "paddle":
+            tensors = [self.fw.to_tensor(g) for g in arrays]
+            for (_, p), g in zip(named, tensors):
+                p.grad = g
+            return None
+        return tuple(self.fw.Tensor(g) for g in arrays)
+
+    def hand_built(self, qualified, kwargs, named):
+        params = [p for _, p in named]
+        if self.backend == "paddle":
+            return _class(qualified)(parameters=params, **kwargs)
+        return _class(qualified)(params, **kwargs)
+
+    def step(self, optimizer, grads):
+        if self.backend == "mindspore":
+            optimizer(grads)
+            self.fw.runtime.synchronize()
+        else:
+            optimizer.step()   # gradients stay set: every timed step sees the same ones
+
+
+def median_ms(harness, optimizer, grads, repeats, warmup=3):
+    for _ in range(warmup):
+        harness.step(optimizer, grads)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        harness.step(optimizer, grads)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def run_backend(backend, repeats):
+    import unified_opt as uo
+
+    harness = Harness(backend)
+    rows = []
+    for set_name, shapes in PARAMETER_SETS.items():
+        for algorithm, spec_kwargs, hand in OPTIMIZERS:
+            spec = uo.get(algorithm, **spec_kwargs)
+            row = {"backend": backend, "parameters": set_name, "algorithm": algorithm,
+                   "native": hand[backend][0]}
+            for variant in ("hand", "uo", "own"):
+                named = harness.params(shapes)
+                grads = harness.grads(named)
+                if variant == "hand":
+                    optimizer = harness.hand_built(*hand[backend], named)
+                else:
+                    optimizer = uo.build(spec, named, path="auto" if variant == "uo" else "own")
+                    if variant == "uo":
+                        row["uo_path"] = uo.explain(optimizer).native
+                row[f"{variant}_ms"] = round(median_ms(harness, optimizer, grads, repeats), 3)
+                del optimizer, named, grads
+            row["uo_over_hand"] = round(row["uo_ms"] / row["hand_ms"], 3)
+            row["own_over_hand"] = round(row["own_ms"] / row["hand_ms"], 3)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def table(rows):
+    lines = ["| backend | parameters | algorithm | native | hand ms | uo ms | own ms | uo/hand "
+             "| own/hand |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['backend']} | {r['parameters']} | {r['algorithm']} | {r['native']} "
+                     f"| {r['hand_ms']} | {r['uo_ms']} | {r['own_ms']} | {r['uo_over_hand']} "
+                     f"| {r['own_over_hand']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", default="torch,paddle,mindspore")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(run_backend(args.worker, args.repeats)))
+        return
+    rows = []
+    for backend in args.backends.split(","):
+        if importlib.util.find_spec(backend) is None:
+            print(f"{backend}: not installed, skipped", file=sys.stderr)
+            continue
+        done = subprocess.run([sys.executable, __file__, "--worker", backend, "--repeats",
+                               str(args.repeats)], stdout=subprocess.PIPE, check=True, text=True)
+        rows += json.loads(done.stdout.strip().splitlines()[-1])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_time.json").write_text(json.dumps({"rows": rows}, indent=1))
+    (out / "step_time.md").write_text(table(rows))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
