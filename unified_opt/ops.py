@@ -19,12 +19,20 @@ class Ops:
 
     def zeros_like(self, x): raise NotImplementedError
     def full_like(self, x, value: float): raise NotImplementedError
+
+    def scalar_like(self, x, value: float):
+        """A 0-d tensor holding ``value`` in ``x``'s dtype (scalar optimizer state)."""
+        raise NotImplementedError
     def sqrt(self, x): raise NotImplementedError
     def abs(self, x): raise NotImplementedError
     def sign(self, x): raise NotImplementedError
     def maximum(self, x, y): raise NotImplementedError
     def minimum(self, x, y): raise NotImplementedError
     def where(self, condition, x, y): raise NotImplementedError
+
+    def clip(self, x, low: float, high: float):
+        """Elementwise clamp of ``x`` to [low, high] (Python float bounds)."""
+        raise NotImplementedError
 
     def norm(self, x):
         """Euclidean norm over every element, as a 0-d tensor."""
@@ -36,12 +44,14 @@ class NumpyOps(Ops):
 
     def zeros_like(self, x): return np.zeros_like(x)
     def full_like(self, x, value): return np.full_like(x, value)
+    def scalar_like(self, x, value): return np.array(value, dtype=x.dtype)
     def sqrt(self, x): return np.sqrt(x)
     def abs(self, x): return np.abs(x)
     def sign(self, x): return np.sign(x)
     def maximum(self, x, y): return np.maximum(x, y)
     def minimum(self, x, y): return np.minimum(x, y)
     def where(self, condition, x, y): return np.where(condition, x, y)
+    def clip(self, x, low, high): return np.clip(x, low, high)
     def norm(self, x): return np.sqrt(np.sum(x * x, dtype=x.dtype))
 
 

@@ -1,0 +1,65 @@
+r"""Adagrad (Duchi et al., 2011).
+
+.. math::
+
+    g &\leftarrow g + \lambda\theta_{t-1}\\
+    s_t &= s_{t-1} + g^2 \qquad (s_0 = \texttt{initial_accumulator_value})\\
+    \theta_t &= \theta_{t-1} - \frac{\eta}{1 + (t-1)\,\delta}\,\frac{g}{\sqrt{s_t} + \epsilon}
+
+with :math:`\delta` = ``lr_decay``.
+
+Differences between frameworks
+------------------------------
+* torch ``Adagrad`` and ``mindspore.experimental.optim.Adagrad``: eps 1e-10, ``lr_decay``,
+  :math:`s_0 = 0`. MindSpore's experimental class does nothing on float64 parameters.
+* ``paddle.optimizer.Adagrad``: eps 1e-6, no ``lr_decay``, no default lr.
+* ``mindspore.nn.Adagrad``: **no eps** (``eps=0``) and :math:`s_0 = 0.1`.
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+
+
+@register
+@spec_dataclass
+class Adagrad(Spec):
+    __doc__ = __doc__
+    name = "adagrad"
+
+    lr: float | Schedule = 1e-2
+    lr_decay: float = 0.0
+    weight_decay: float = 0.0
+    initial_accumulator_value: float = 0.0
+    eps: float = 1e-10
+    maximize: bool = False
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        return {"lr_decay": v.check_range(owner, "lr_decay", self.lr_decay, low=0.0),
+                "initial_accumulator_value": v.check_range(
+                    owner, "initial_accumulator_value", self.initial_accumulator_value, low=0.0),
+                # eps = 0 is MindSpore nn.Adagrad's form (it starts the sum at 0.1)
+                "eps": v.check_range(owner, "eps", self.eps, low=0.0),
+                "maximize": v.check_bool(owner, "maximize", self.maximize),
+                **check_decay(self, owner)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return ("sum",)
+
+    def init(self, param, ops):
+        return {"sum": ops.full_like(param, self.initial_accumulator_value)}
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            g = g + param * self.weight_decay
+        total = state["sum"] + g * g
+        clr = lr / (1.0 + (step - 1) * self.lr_decay)
+        return param - g / (ops.sqrt(total) + self.eps) * clr, {"sum": total}

@@ -1,0 +1,81 @@
+r"""Adamax (Kingma & Ba, 2015, §7): Adam with the infinity norm.
+
+.. math::
+
+    m_t &= \beta_1 m_{t-1} + (1-\beta_1) g\\
+    u_t &= \begin{cases}
+        \max(\beta_2 u_{t-1},\ |g| + \epsilon) & \texttt{eps\_placement="on_grad"}\\
+        \max(|g|,\ \beta_2 u_{t-1} + \epsilon) & \texttt{"on_decayed_norm"}\\
+        \max(\beta_2 u_{t-1},\ |g|) & \texttt{"outside_max"}\end{cases}\\
+    \theta_t &= \theta_{t-1} - \frac{\eta}{1-\beta_1^t}\,\frac{m_t}{u_t}
+        \quad(\text{``outside_max'': } m_t / (u_t + \epsilon))
+
+with L2 weight decay :math:`g \leftarrow g + \lambda\theta_{t-1}`.
+
+Differences between frameworks
+------------------------------
+* torch ``Adamax`` and ``mindspore.experimental.optim.Adamax``: ``"on_grad"``.
+* ``paddle.optimizer.Adamax``: ``"on_decayed_norm"``; it matches torch only when eps = 0.
+* ``mindspore.nn.AdaMax``: ``"outside_max"``.
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+
+EPS_PLACEMENTS = ("on_grad", "on_decayed_norm", "outside_max")
+
+
+@register
+@spec_dataclass
+class Adamax(Spec):
+    __doc__ = __doc__
+    name = "adamax"
+
+    lr: float | Schedule = 2e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    maximize: bool = False
+    eps_placement: str = "on_grad"
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        return {"betas": v.check_betas(owner, "betas", self.betas),
+                "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
+                "maximize": v.check_bool(owner, "maximize", self.maximize),
+                "eps_placement": v.check_choice(owner, "eps_placement", self.eps_placement,
+                                                EPS_PLACEMENTS),
+                **check_decay(self, owner)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return ("exp_avg", "exp_inf")
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        beta1, beta2 = self.betas
+        g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            g = g + param * self.weight_decay
+        exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
+        decayed = state["exp_inf"] * beta2
+        if self.eps_placement == "on_grad":
+            exp_inf = ops.maximum(decayed, ops.abs(g) + self.eps)
+            denom = exp_inf
+        elif self.eps_placement == "on_decayed_norm":
+            exp_inf = ops.maximum(ops.abs(g), decayed + self.eps)
+            denom = exp_inf
+        else:
+            exp_inf = ops.maximum(decayed, ops.abs(g))
+            denom = exp_inf + self.eps
+        param = param - exp_avg / denom * (lr / (1.0 - beta1 ** step))
+        return param, {"exp_avg": exp_avg, "exp_inf": exp_inf}
+
+    def alternatives(self):
+        return [(f"eps_placement={p!r}", self.replace(eps_placement=p))
+                for p in EPS_PLACEMENTS if p != self.eps_placement]

@@ -1,0 +1,54 @@
+r"""Lion (Chen et al., 2023): the sign of an interpolated momentum.
+
+.. math::
+
+    \theta &\leftarrow \theta\,(1 - \eta\lambda)\\
+    c_t &= \beta_1 m_{t-1} + (1-\beta_1)\, g\\
+    \theta_t &= \theta - \eta\,\mathrm{sign}(c_t) \qquad (\mathrm{sign}(0) = 0)\\
+    m_t &= \beta_2 m_{t-1} + (1-\beta_2)\, g
+
+Differences between frameworks
+------------------------------
+* No framework ships Lion: every backend runs this update (own implementation).
+  ``pytorch-optimizer``'s ``Lion`` computes the same (decoupled decay times lr).
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+
+
+@register
+@spec_dataclass
+class Lion(Spec):
+    __doc__ = __doc__
+    name = "lion"
+
+    lr: float | Schedule = 1e-4
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = 0.0
+    maximize: bool = False
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        return {"betas": v.check_betas(owner, "betas", self.betas),
+                "maximize": v.check_bool(owner, "maximize", self.maximize),
+                **check_decay(self, owner)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return ("exp_avg",)
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        beta1, beta2 = self.betas
+        g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            param = param * (1.0 - lr * self.weight_decay)
+        interpolated = state["exp_avg"] * beta1 + g * (1.0 - beta1)
+        param = param - ops.sign(interpolated) * lr
+        return param, {"exp_avg": state["exp_avg"] * beta2 + g * (1.0 - beta2)}

@@ -1,0 +1,101 @@
+r"""RAdam (Liu et al., 2020): Adam with the variance rectification term.
+
+With :math:`\rho_\infty = 2/(1-\beta_2) - 1` and
+:math:`\rho_t = \rho_\infty - 2t\beta_2^t/(1-\beta_2^t)`:
+
+.. math::
+
+    m_t &= \beta_1 m_{t-1} + (1-\beta_1) g, \qquad v_t = \beta_2 v_{t-1} + (1-\beta_2) g^2,
+    \qquad \hat m_t = m_t / (1-\beta_1^t)\\
+    r_t &= \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}}\\
+    \theta_t &= \theta_{t-1} - \eta\,\hat m_t\, r_t\, \frac{\sqrt{1-\beta_2^t}}{\sqrt{v_t}+\epsilon}
+        \quad\text{if } \rho_t > \text{threshold, else}\quad \theta_{t-1} - \eta\,\hat m_t
+
+Weight decay is L2 in the gradient, or :math:`\theta \leftarrow (1-\eta\lambda)\theta`
+first with ``decoupled_weight_decay`` (torch's RAdamW form).
+
+Differences between frameworks
+------------------------------
+* torch ``RAdam``, ``paddle.optimizer.RAdam`` and ``mindspore.experimental.optim.RAdam``:
+  threshold 5 with a strict ``>`` (``rectify_when="greater"``) and eps on
+  :math:`\sqrt{v_t}` *before* the bias correction (the "eps-hat" placement). With
+  :math:`\beta_2 = 0.999` the rectified branch starts at step 6.
+* Some implementations use ``>= 5`` (``rectify_when="greater_equal"``) or a threshold of
+  4; ``rectify_threshold`` covers both.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+
+
+@register
+@spec_dataclass
+class RAdam(Spec):
+    __doc__ = __doc__
+    name = "radam"
+
+    lr: float | Schedule = 1e-3
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    decoupled_weight_decay: bool = False
+    maximize: bool = False
+    rectify_threshold: float = 5.0
+    rectify_when: str = "greater"
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        return {"betas": v.check_betas(owner, "betas", self.betas),
+                "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
+                "decoupled_weight_decay": v.check_bool(owner, "decoupled_weight_decay",
+                                                       self.decoupled_weight_decay),
+                "maximize": v.check_bool(owner, "maximize", self.maximize),
+                "rectify_threshold": v.check_range(owner, "rectify_threshold",
+                                                   self.rectify_threshold, low=4.0,
+                                                   low_open=True),
+                "rectify_when": v.check_choice(owner, "rectify_when", self.rectify_when,
+                                               ("greater", "greater_equal")),
+                **check_decay(self, owner)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return ("exp_avg", "exp_avg_sq")
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        beta1, beta2 = self.betas
+        g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            if self.decoupled_weight_decay:
+                param = param * (1.0 - lr * self.weight_decay)
+            else:
+                g = g + param * self.weight_decay
+        exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
+        exp_avg_sq = state["exp_avg_sq"] * beta2 + g * g * (1.0 - beta2)
+        bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+        corrected = exp_avg / bc1
+        rho_inf = 2.0 / (1.0 - beta2) - 1.0
+        rho_t = rho_inf - 2.0 * step * beta2 ** step / bc2
+        rectify = (rho_t > self.rectify_threshold if self.rectify_when == "greater"
+                   else rho_t >= self.rectify_threshold)
+        if rectify:
+            rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
+                             ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+            adaptive = math.sqrt(bc2) / (ops.sqrt(exp_avg_sq) + self.eps)
+            param = param - corrected * adaptive * (lr * rect)
+        else:
+            param = param - corrected * lr
+        return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+
+    def alternatives(self):
+        other = "greater_equal" if self.rectify_when == "greater" else "greater"
+        return [(f"rectify_when={other!r}", self.replace(rectify_when=other)),
+                (f"decoupled_weight_decay={not self.decoupled_weight_decay}",
+                 self.replace(decoupled_weight_decay=not self.decoupled_weight_decay))]

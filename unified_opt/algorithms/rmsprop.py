@@ -1,0 +1,116 @@
+r"""RMSProp (Hinton, 2012), optionally centered, with momentum.
+
+.. math::
+
+    g &\leftarrow g + \lambda\theta_{t-1}\\
+    s_t &= \alpha s_{t-1} + (1-\alpha) g^2 \qquad (s_0 = \texttt{initial_square_avg})\\
+    c_t &= s_t - a_t^2,\ a_t = \alpha a_{t-1} + (1-\alpha) g \text{ if centered, else } c_t = s_t\\
+    d_t &= \sqrt{c_t} + \epsilon \ (\texttt{eps_placement="outside"}) \quad\text{or}\quad
+        \sqrt{c_t + \epsilon}\ (\texttt{"inside"})
+
+Without momentum :math:`\theta_t = \theta_{t-1} - \eta\, g/d_t`. With momentum
+:math:`\mu`: ``lr_placement="outside"``: :math:`b_t = \mu b_{t-1} + g/d_t`,
+:math:`\theta_t = \theta_{t-1} - \eta b_t`; ``"inside"``:
+:math:`b_t = \mu b_{t-1} + \eta g/d_t`, :math:`\theta_t = \theta_{t-1} - b_t` (equal
+while the lr is constant).
+
+Differences between frameworks
+------------------------------
+* torch ``RMSprop`` and ``mindspore.experimental.optim.RMSprop``: eps outside, lr
+  outside, :math:`s_0 = 0`, alpha 0.99, eps 1e-8.
+* ``paddle.optimizer.RMSProp``: eps **inside** the sqrt, lr **inside** the buffer,
+  rho 0.95, eps 1e-6, no default lr.
+* ``mindspore.nn.RMSProp``: eps inside, lr inside, and :math:`s_0 = 1`; lr 0.1,
+  decay 0.9, eps 1e-10.
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+
+PLACEMENTS = ("outside", "inside")
+
+
+@register
+@spec_dataclass
+class RMSprop(Spec):
+    __doc__ = __doc__
+    name = "rmsprop"
+
+    lr: float | Schedule = 1e-2
+    alpha: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    centered: bool = False
+    maximize: bool = False
+    eps_placement: str = "outside"
+    lr_placement: str = "outside"
+    initial_square_avg: float = 0.0
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        return {"alpha": v.check_range(owner, "alpha", self.alpha, low=0.0, high=1.0),
+                "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
+                "momentum": v.check_range(owner, "momentum", self.momentum, low=0.0),
+                "centered": v.check_bool(owner, "centered", self.centered),
+                "maximize": v.check_bool(owner, "maximize", self.maximize),
+                "eps_placement": v.check_choice(owner, "eps_placement", self.eps_placement,
+                                                PLACEMENTS),
+                "lr_placement": v.check_choice(owner, "lr_placement", self.lr_placement,
+                                               PLACEMENTS),
+                "initial_square_avg": v.check_range(owner, "initial_square_avg",
+                                                    self.initial_square_avg, low=0.0),
+                **check_decay(self, owner)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
+
+    def state_names(self):
+        return (("square_avg",) + (("momentum_buffer",) if self.momentum else ()) +
+                (("grad_avg",) if self.centered else ()))
+
+    def init(self, param, ops):
+        state = {k: ops.zeros_like(param) for k in self.state_names()}
+        state["square_avg"] = ops.full_like(param, self.initial_square_avg)
+        return state
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            g = g + param * self.weight_decay
+        alpha = self.alpha
+        square_avg = state["square_avg"] * alpha + g * g * (1.0 - alpha)
+        new_state = {"square_avg": square_avg}
+        second = square_avg
+        if self.centered:
+            grad_avg = state["grad_avg"] + (g - state["grad_avg"]) * (1.0 - alpha)
+            new_state["grad_avg"] = grad_avg
+            second = square_avg - grad_avg * grad_avg
+        if self.eps_placement == "outside":
+            denom = ops.sqrt(second) + self.eps
+        else:
+            denom = ops.sqrt(second + self.eps)
+        if not self.momentum:
+            return param - g / denom * lr, new_state
+        if self.lr_placement == "outside":
+            buf = state["momentum_buffer"] * self.momentum + g / denom
+            param = param - buf * lr
+        else:
+            buf = state["momentum_buffer"] * self.momentum + g / denom * lr
+            param = param - buf
+        new_state["momentum_buffer"] = buf
+        return param, new_state
+
+    def alternatives(self):
+        out = []
+        for knob, value in (("eps_placement", self.eps_placement),
+                            ("lr_placement", self.lr_placement)):
+            other = "inside" if value == "outside" else "outside"
+            out.append((f"{knob}={other!r}", self.replace(**{knob: other})))
+        other = 1.0 if self.initial_square_avg == 0.0 else 0.0
+        out.append((f"initial_square_avg={other}", self.replace(initial_square_avg=other)))
+        return out

@@ -1,0 +1,69 @@
+r"""Rprop (Riedmiller & Braun, 1993), the variant without weight backtracking.
+
+Per element, with :math:`s = g_t\, g_{t-1}` (the previous *stored* gradient):
+
+.. math::
+
+    \eta_t &= \mathrm{clip}\big(\eta_{t-1}\cdot(\eta^+ \text{ if } s>0,\ \eta^- \text{ if }
+        s<0,\ 1 \text{ otherwise}),\ \eta_{\min},\ \eta_{\max}\big), \quad \eta_0 = \text{lr}\\
+    g_t &\leftarrow 0 \text{ where } s < 0\\
+    \theta_t &= \theta_{t-1} - \mathrm{sign}(g_t)\,\eta_t
+
+The lr only seeds the per-element step sizes at the first step; a schedule after that
+has no effect.
+
+Differences between frameworks
+------------------------------
+* torch ``Rprop``, ``paddle.optimizer.Rprop``, ``mindspore.nn.Rprop`` and
+  ``mindspore.experimental.optim.Rprop`` compute the same update.
+* The default step-size range differs: torch and MindSpore (1e-6, 50), Paddle (1e-5, 50).
+  Paddle requires lr_min <= lr <= lr_max and takes no schedule.
+"""
+
+from __future__ import annotations
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+
+
+@register
+@spec_dataclass
+class Rprop(Spec):
+    __doc__ = __doc__
+    name = "rprop"
+
+    lr: float | Schedule = 1e-2
+    etas: tuple[float, float] = (0.5, 1.2)
+    step_sizes: tuple[float, float] = (1e-6, 50.0)
+    maximize: bool = False
+
+    def _check(self, owner):
+        etas = tuple(v.check_range(owner, f"etas[{i}]", e, low=0.0, low_open=True)
+                     for i, e in enumerate(v.check_sequence(owner, "etas", self.etas, 2)))
+        if not etas[0] < 1.0 < etas[1]:
+            raise ValueError(f"{owner}: etas must satisfy 0 < etaminus < 1 < etaplus, "
+                             f"got {self.etas!r}")
+        sizes = tuple(v.check_range(owner, f"step_sizes[{i}]", s, low=0.0)
+                      for i, s in enumerate(v.check_sequence(owner, "step_sizes",
+                                                             self.step_sizes, 2)))
+        if sizes[0] > sizes[1]:
+            raise ValueError(f"{owner}: step_sizes must be (min, max) with min <= max, "
+                             f"got {self.step_sizes!r}")
+        return {"etas": etas, "step_sizes": sizes,
+                "maximize": v.check_bool(owner, "maximize", self.maximize)}
+
+    def state_names(self):
+        return ("prev", "step_size")
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        g = -grad if self.maximize else grad
+        etaminus, etaplus = self.etas
+        step_size = ops.full_like(param, lr) if step == 1 else state["step_size"]
+        product = g * state["prev"]
+        factor = ops.where(product > 0, ops.full_like(param, etaplus),
+                           ops.where(product < 0, ops.full_like(param, etaminus),
+                                     ops.full_like(param, 1.0)))
+        step_size = ops.clip(step_size * factor, *self.step_sizes)
+        g = ops.where(product < 0, ops.zeros_like(g), g)
+        return param - ops.sign(g) * step_size, {"prev": g, "step_size": step_size}
