@@ -16,6 +16,8 @@ Differences between frameworks
 ------------------------------
 * torch ``Rprop``, ``paddle.optimizer.Rprop``, ``mindspore.nn.Rprop`` and
   ``mindspore.experimental.optim.Rprop`` compute the same update.
+* Only ``mindspore.nn.Rprop`` has weight decay (L2 in the gradient, skipping
+  ``*beta*``/``*gamma*`` parameters); torch and Paddle have none.
 * The default step-size range differs: torch and MindSpore (1e-6, 50), Paddle (1e-5, 50).
   Paddle requires lr_min <= lr <= lr_max and takes no schedule.
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
 
 
 @register
@@ -36,7 +39,9 @@ class Rprop(Spec):
     lr: float | Schedule = 1e-2
     etas: tuple[float, float] = (0.5, 1.2)
     step_sizes: tuple[float, float] = (1e-6, 50.0)
+    weight_decay: float = 0.0
     maximize: bool = False
+    no_decay_names: tuple[str, ...] = ()
 
     def _check(self, owner):
         etas = tuple(v.check_range(owner, f"etas[{i}]", e, low=0.0, low_open=True)
@@ -51,13 +56,19 @@ class Rprop(Spec):
             raise ValueError(f"{owner}: step_sizes must be (min, max) with min <= max, "
                              f"got {self.step_sizes!r}")
         return {"etas": etas, "step_sizes": sizes,
-                "maximize": v.check_bool(owner, "maximize", self.maximize)}
+                "maximize": v.check_bool(owner, "maximize", self.maximize),
+                **check_decay(self, owner)}
+
+    def for_parameter(self, name):
+        return decay_for_parameter(self, name)
 
     def state_names(self):
         return ("prev", "step_size")
 
     def update(self, param, grad, state, *, lr, step, ops):
         g = -grad if self.maximize else grad
+        if self.weight_decay != 0.0:
+            g = g + param * self.weight_decay
         etaminus, etaplus = self.etas
         step_size = ops.full_like(param, lr) if step == 1 else state["step_size"]
         product = g * state["prev"]

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from ..spec import Spec
 
 _PRESETS: dict[str, Callable[..., Spec]] = {}
+_REFUSED: dict[str, str] = {}
 
 #: Arguments that choose an implementation, not the math. A preset accepts them so
 #: a native call ports unchanged, and warns that the spec does not carry them.
@@ -29,15 +30,24 @@ def native_preset(qualified_name: str):
     return deco
 
 
-def presets() -> list[str]:
-    """Qualified names of every native class that has a preset."""
-    return sorted(_PRESETS)
+def refuse(qualified_name: str, why: str) -> None:
+    """Register a native class whose preset raises ``NotImplementedError(why)``."""
+    _REFUSED[qualified_name] = why
+
+
+def presets(refused: bool = False) -> list[str]:
+    """Qualified names of every native class that has a preset; with ``refused=True``,
+    those whose preset is refused (it raises NotImplementedError saying what is missing)."""
+    return sorted(_REFUSED if refused else _PRESETS)
 
 
 def preset(qualified_name: str, **native_kwargs: Any) -> Spec:
     """The spec computing what ``qualified_name(**native_kwargs)`` computes."""
     if not isinstance(qualified_name, str):
         raise TypeError(f"preset: qualified_name must be a str, got {qualified_name!r}")
+    if qualified_name in _REFUSED:
+        raise NotImplementedError(f"preset {qualified_name!r} is refused: "
+                                  f"{_REFUSED[qualified_name]}")
     if qualified_name not in _PRESETS:
         raise ValueError(f"preset: no preset for {qualified_name!r}; available: {presets()}")
     fn = _PRESETS[qualified_name]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..algorithms import SGD, Adam, AdamW
-from ._registry import native_preset, require_float, unsupported
+from ..algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop,
+                          Rprop)
+from ._registry import native_preset, refuse, require_float, unsupported
 
 
 def _l2_coefficient(qualified_name: str, weight_decay) -> float:
@@ -67,10 +68,14 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay
 
 @native_preset("paddle.optimizer.AdamW")
 def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.01,
-          lr_ratio=None, apply_decay_param_fun=None, grad_clip=None, lazy_mode=False,
+          use_lowprecision_moment=False, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None, lazy_mode=False,
           multi_precision=False, amsgrad=False, name=None):
     q = "paddle.optimizer.AdamW"
     _no_grad_clip(q, grad_clip)
+    if use_lowprecision_moment:
+        raise unsupported(q, "use_lowprecision_moment", use_lowprecision_moment,
+                          "low-precision moments only exist for fp16/bf16 parameters, which "
+                          "no Paddle CPU kernel takes")
     if lr_ratio is not None:
         raise unsupported(q, "lr_ratio", lr_ratio,
                           "Paddle raises NotImplementedError for it on CPU")
@@ -81,3 +86,81 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_deca
     return AdamW(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                  eps=epsilon, weight_decay=weight_decay, amsgrad=amsgrad,
                  eps_placement="outside", bias_correction=True, decay_form="before_update")
+
+
+@native_preset("paddle.optimizer.Adadelta")
+def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, weight_decay=None, grad_clip=None,
+             name=None):
+    q = "paddle.optimizer.Adadelta"
+    _no_grad_clip(q, grad_clip)
+    return Adadelta(lr=require_float(q, "learning_rate", learning_rate), rho=rho, eps=epsilon,
+                    weight_decay=_l2_coefficient(q, weight_decay))
+
+
+@native_preset("paddle.optimizer.Adagrad")
+def adagrad(learning_rate, epsilon=1e-6, weight_decay=None, grad_clip=None, name=None,
+            initial_accumulator_value=0.0):
+    q = "paddle.optimizer.Adagrad"
+    _no_grad_clip(q, grad_clip)
+    return Adagrad(lr=require_float(q, "learning_rate", learning_rate), eps=epsilon,
+                   initial_accumulator_value=initial_accumulator_value,
+                   weight_decay=_l2_coefficient(q, weight_decay))
+
+
+@native_preset("paddle.optimizer.Adamax")
+def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None,
+           grad_clip=None, name=None):
+    q = "paddle.optimizer.Adamax"
+    _no_grad_clip(q, grad_clip)
+    return Adamax(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                  eps=epsilon, weight_decay=_l2_coefficient(q, weight_decay),
+                  eps_placement="on_decayed_norm")
+
+
+@native_preset("paddle.optimizer.NAdam")
+def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_decay=0.004,
+          weight_decay=None, grad_clip=None, name=None):
+    q = "paddle.optimizer.NAdam"
+    _no_grad_clip(q, grad_clip)
+    return NAdam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                 eps=epsilon, momentum_decay=momentum_decay,
+                 weight_decay=_l2_coefficient(q, weight_decay))
+
+
+@native_preset("paddle.optimizer.RAdam")
+def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None,
+          grad_clip=None, name=None):
+    q = "paddle.optimizer.RAdam"
+    _no_grad_clip(q, grad_clip)
+    return RAdam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                 eps=epsilon, weight_decay=_l2_coefficient(q, weight_decay))
+
+
+@native_preset("paddle.optimizer.RMSProp")
+def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
+            weight_decay=None, grad_clip=None, name=None):
+    q = "paddle.optimizer.RMSProp"
+    _no_grad_clip(q, grad_clip)
+    return RMSprop(lr=require_float(q, "learning_rate", learning_rate), alpha=rho, eps=epsilon,
+                   momentum=momentum, centered=centered,
+                   weight_decay=_l2_coefficient(q, weight_decay), eps_placement="inside",
+                   lr_placement="inside")
+
+
+@native_preset("paddle.optimizer.Rprop")
+def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), etas=(0.5, 1.2), grad_clip=None,
+          multi_precision=False, name=None):
+    q = "paddle.optimizer.Rprop"
+    _no_grad_clip(q, grad_clip)
+    lr = require_float(q, "learning_rate", learning_rate)
+    spec = Rprop(lr=lr, etas=etas, step_sizes=learning_rate_range)
+    low, high = spec.step_sizes
+    if not low <= lr <= high:   # Paddle's own constructor check
+        raise ValueError(f"{q}: learning_rate must lie in learning_rate_range "
+                         f"{learning_rate_range!r}, got {lr!r}")
+    return spec
+
+
+refuse("paddle.optimizer.ASGD", "Paddle's ASGD is SAG (stochastic average gradient, a "
+                                "table of the last batch_num gradients), which is not a "
+                                "registered algorithm")

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..algorithms import SGD, Adam, AdamW
-from ._registry import native_preset, require_float
+from ..algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop,
+                          Rprop)
+from ._registry import native_preset, refuse, require_float
 
 
 @native_preset("torch.optim.SGD")
@@ -33,3 +34,61 @@ def adamw(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, amsgrad=Fals
           maximize=False, foreach=None, capturable=False, differentiable=False, fused=None):
     return _adam_like(AdamW, "torch.optim.AdamW", lr, betas, eps, weight_decay, amsgrad,
                       maximize)
+
+
+@native_preset("torch.optim.Adadelta")
+def adadelta(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0, foreach=None, *, capturable=False,
+             maximize=False, differentiable=False):
+    return Adadelta(lr=require_float("torch.optim.Adadelta", "lr", lr), rho=rho, eps=eps,
+                    weight_decay=weight_decay, maximize=maximize)
+
+
+@native_preset("torch.optim.Adagrad")
+def adagrad(lr=1e-2, lr_decay=0, weight_decay=0, initial_accumulator_value=0, eps=1e-10,
+            foreach=None, *, maximize=False, differentiable=False, fused=None):
+    return Adagrad(lr=require_float("torch.optim.Adagrad", "lr", lr), lr_decay=lr_decay,
+                   weight_decay=weight_decay, initial_accumulator_value=initial_accumulator_value,
+                   eps=eps, maximize=maximize)
+
+
+@native_preset("torch.optim.Adamax")
+def adamax(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, foreach=None, *,
+           maximize=False, differentiable=False, capturable=False):
+    return Adamax(lr=require_float("torch.optim.Adamax", "lr", lr), betas=betas, eps=eps,
+                  weight_decay=weight_decay, maximize=maximize, eps_placement="on_grad")
+
+
+@native_preset("torch.optim.NAdam")
+def nadam(lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, momentum_decay=4e-3,
+          decoupled_weight_decay=False, *, foreach=None, maximize=False, capturable=False,
+          differentiable=False):
+    return NAdam(lr=require_float("torch.optim.NAdam", "lr", lr), betas=betas, eps=eps,
+                 weight_decay=weight_decay, momentum_decay=momentum_decay,
+                 decoupled_weight_decay=decoupled_weight_decay, maximize=maximize)
+
+
+@native_preset("torch.optim.RAdam")
+def radam(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0, decoupled_weight_decay=False,
+          *, foreach=None, maximize=False, capturable=False, differentiable=False):
+    return RAdam(lr=require_float("torch.optim.RAdam", "lr", lr), betas=betas, eps=eps,
+                 weight_decay=weight_decay, decoupled_weight_decay=decoupled_weight_decay,
+                 maximize=maximize)
+
+
+@native_preset("torch.optim.RMSprop")
+def rmsprop(lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0, momentum=0, centered=False,
+            capturable=False, foreach=None, maximize=False, differentiable=False):
+    return RMSprop(lr=require_float("torch.optim.RMSprop", "lr", lr), alpha=alpha, eps=eps,
+                   weight_decay=weight_decay, momentum=momentum, centered=centered,
+                   maximize=maximize, eps_placement="outside", lr_placement="outside")
+
+
+@native_preset("torch.optim.Rprop")
+def rprop(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, capturable=False, foreach=None,
+          maximize=False, differentiable=False):
+    return Rprop(lr=require_float("torch.optim.Rprop", "lr", lr), etas=etas,
+                 step_sizes=step_sizes, maximize=maximize)
+
+
+refuse("torch.optim.ASGD", "averaged SGD (the ax average, eta and mu schedules) is not a "
+                           "registered algorithm")
