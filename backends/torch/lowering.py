@@ -43,6 +43,55 @@ TABLE = (
             when("decay_times_lr=True (torch scales the decay by the lr)",
                  lambda s: s.decay_times_lr)),
         _adam_arguments, _ADAM_STATE),
+    NativeLowering(
+        "nadam", "torch.optim.NAdam", (),
+        lambda s: {"betas": s.betas, "eps": s.eps, "weight_decay": s.weight_decay,
+                   "momentum_decay": s.momentum_decay,
+                   "decoupled_weight_decay": s.decoupled_weight_decay, "maximize": s.maximize},
+        {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "mu_product": "mu_product"}),
+    NativeLowering(
+        "radam", "torch.optim.RAdam",
+        (when("rectify_threshold=5 with rectify_when='greater' (torch rectifies when rho_t > 5)",
+              lambda s: s.rectify_threshold == 5.0 and s.rectify_when == "greater"),),
+        lambda s: {"betas": s.betas, "eps": s.eps, "weight_decay": s.weight_decay,
+                   "decoupled_weight_decay": s.decoupled_weight_decay, "maximize": s.maximize},
+        {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
+    NativeLowering(
+        "adamax", "torch.optim.Adamax",
+        (when("eps_placement='on_grad' (torch takes max(beta2*u, |g| + eps))",
+              lambda s: s.eps_placement == "on_grad"),),
+        lambda s: {"betas": s.betas, "eps": s.eps, "weight_decay": s.weight_decay,
+                   "maximize": s.maximize},
+        {"exp_avg": "exp_avg", "exp_inf": "exp_inf"}),
+    NativeLowering(
+        "adagrad", "torch.optim.Adagrad", (),
+        lambda s: {"lr_decay": s.lr_decay, "weight_decay": s.weight_decay, "eps": s.eps,
+                   "initial_accumulator_value": s.initial_accumulator_value,
+                   "maximize": s.maximize},
+        {"sum": "sum"}),
+    NativeLowering(
+        "adadelta", "torch.optim.Adadelta", (),
+        lambda s: {"rho": s.rho, "eps": s.eps, "weight_decay": s.weight_decay,
+                   "maximize": s.maximize},
+        {"square_avg": "square_avg", "acc_delta": "acc_delta"}),
+    NativeLowering(
+        "rmsprop", "torch.optim.RMSprop",
+        (when("eps_placement='outside' (torch adds eps to the sqrt)",
+              lambda s: s.eps_placement == "outside"),
+         when("lr_placement='outside' or momentum=0 (torch keeps the lr out of the buffer)",
+              lambda s: s.lr_placement == "outside" or s.momentum == 0.0),
+         when("initial_square_avg=0 (torch starts the mean square at 0)",
+              lambda s: s.initial_square_avg == 0.0)),
+        lambda s: {"alpha": s.alpha, "eps": s.eps, "weight_decay": s.weight_decay,
+                   "momentum": s.momentum, "centered": s.centered, "maximize": s.maximize},
+        {"square_avg": "square_avg", "momentum_buffer": "momentum_buffer",
+         "grad_avg": "grad_avg"}),
+    NativeLowering(
+        "rprop", "torch.optim.Rprop",
+        (when("weight_decay=0 (torch Rprop has no weight decay)",
+              lambda s: s.weight_decay == 0.0),),
+        lambda s: {"etas": s.etas, "step_sizes": s.step_sizes, "maximize": s.maximize},
+        {"prev": "prev", "step_size": "step_size"}),
 )
 
 
