@@ -59,10 +59,12 @@ def framework_of(obj: Any) -> str | None:
 
 def _named(params: Any) -> list[tuple[str | None, Any]]:
     if framework_of(params) is not None:
-        for method in ("named_parameters", "parameters_and_names"):
-            if hasattr(params, method):   # torch/paddle module, mindspore Cell
-                return [(n, p) for n, p in getattr(params, method)()]
-        return [(None, params)]            # a single parameter
+        if hasattr(params, "named_parameters"):      # torch Module, paddle Layer
+            return list(params.named_parameters())
+        if hasattr(params, "parameters_and_names"):  # mindspore Cell: its trainable ones
+            # (the others, e.g. BatchNorm moving statistics, are not the optimizer's)
+            return [(n, p) for n, p in params.parameters_and_names() if p.requires_grad]
+        return [(None, params)]                      # a single parameter
     if isinstance(params, Mapping):
         return list(params.items())
     if isinstance(params, (str, bytes)) or not isinstance(params, Iterable):

@@ -88,10 +88,12 @@ def _explain(args) -> int:
 
 def _plan(args):
     """The (cases, backends) of a conformance command line; ValueError when it is wrong."""
-    import unified_opt as uo
+    # not uo.backends(): importing unified_opt.backends.<name> rebinds that attribute
+    # to the subpackage
+    from unified_opt.build import backends as installed_backends
     from unified_opt.conformance.cases import default_cases, select
 
-    installed = uo.backends()
+    installed = installed_backends()
     backends = args.backends if args.backends is not None else installed
     missing = [b for b in backends if b not in installed]
     if missing:

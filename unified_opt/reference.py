@@ -68,3 +68,20 @@ def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "floa
         raise ValueError(f"reference: workers={workers!r} is only for data-parallel "
                          f"algorithms; {spec.name!r} is not one")
     return Reference(spec, params, dtype)
+
+
+def with_float32_hyperparameters(spec: Spec) -> Spec:
+    """``spec`` with every float hyperparameter rounded to float32.
+
+    Most framework kernels take their hyperparameters as float32 attributes (Paddle's
+    Adam rounds the betas, so its ``1 - beta2`` is ``1 - float32(0.999)``, 1.3e-5 away
+    from ``float32(1 - 0.999)``). Running the float32 reference on this spec as well
+    puts that storage rounding inside the float32 noise floor, where it belongs.
+    """
+    changes = {}
+    for key, value in spec.hyperparameters().items():
+        if isinstance(value, float):
+            changes[key] = float(np.float32(value))
+        elif isinstance(value, tuple) and value and all(isinstance(x, float) for x in value):
+            changes[key] = tuple(float(np.float32(x)) for x in value)
+    return spec.replace(**changes)

@@ -1,0 +1,50 @@
+"""Conformance driver for MindSpore: the gradients go in as a tuple of Tensors in
+parameter order, with the parameter's dtype: ``opt(grads)``. The optimizer steps its
+own lr, so a scheduled spec is built with ``total_steps``."""
+
+from __future__ import annotations
+
+import numpy as np
+from mindspore import Parameter, Tensor, dtype_to_nptype
+
+from unified_opt.conformance.driver import Driver
+from unified_opt.schedules import Schedule
+
+from .native import native_state
+
+
+class MindSporeDriver(Driver):
+    backend = "mindspore"
+
+    def build_options(self, options):
+        options = dict(options or {})
+        if isinstance(self.spec.lr, Schedule) and self.total_steps is not None:
+            options.setdefault("total_steps", self.total_steps)
+        return options
+
+    def make_param(self, name, array):
+        return Parameter(Tensor(array.copy()), name=name)
+
+    def current_lr(self):
+        if self.decision.path == "own":
+            return self.optimizer.next_lr()
+        if self.decision.native.startswith("mindspore.experimental."):
+            return float(self.optimizer.param_groups[0]["lr"].asnumpy())
+        return float(self.optimizer.get_lr().asnumpy())
+
+    def apply(self, grads):
+        # the optimizer's parameters, in its order (a native one leaves zero-size ones out)
+        names = {id(p): name for name, p in self.params.items()}
+        self.optimizer(tuple(Tensor(np.asarray(grads[names[id(p)]],
+                                               dtype=dtype_to_nptype(p.dtype)))
+                             for p in self.optimizer.parameters))
+
+    def to_numpy(self, tensor):
+        return tensor.asnumpy()
+
+    def spec_state(self, name):
+        p = self.params[name]
+        if self.decision.path == "native":
+            return native_state(self.decision.lowering, self.optimizer, p,
+                                self.spec.for_parameter(name))
+        return self.optimizer.spec_state(p)

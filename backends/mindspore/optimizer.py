@@ -1,0 +1,97 @@
+"""A MindSpore optimizer that runs a spec's own update (written once, in the spec).
+
+GRAPH mode does not work: the step reads its counter as a Python int and the spec's
+update is Python code over tensors, which MindSpore cannot compile. ``build`` refuses
+GRAPH_MODE; a call under GRAPH_MODE or ``@ms.jit`` (also inside a compiled
+TrainOneStepCell) fails to compile ("'asnumpy' is not supported in 'construct'") before
+changing anything (tested). In PyNative mode it works in ``ms.Model(net, loss_fn,
+optimizer=opt).train(...)``, ``nn.TrainOneStepCell`` and ``value_and_grad`` then
+``opt(grads)`` (tested).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
+from mindspore import dtype as mstype
+
+from .ops import mindspore_ops
+
+
+class SpecOptimizer(nn.Optimizer):
+    """``mindspore.nn.Optimizer`` driving ``spec.update`` per parameter.
+
+    State: the spec's arrays as Parameters named ``<state name>.<parameter name>``
+    (``spec_state``), the base class's ``global_step`` and ``learning_rate`` (the lr of
+    the next step, kept for ``get_lr()``), so ``ms.save_checkpoint(opt, ...)`` holds it
+    all. The lr is the spec's, ``spec.lr_at(global_step)`` in double precision; with
+    ``total_steps`` the optimizer refuses to step past it, like the native classes given
+    a per-step lr list. A ``learning_rate`` written from outside is refused at the next
+    step rather than ignored: build with ``lr=<a Schedule>`` to change the lr.
+    """
+
+    def __init__(self, params, spec, param_specs, total_steps: int | None = None):
+        super().__init__(float(spec.lr_at(0)), list(params))
+        self.spec = spec
+        self.total_steps = total_steps
+        self._param_specs = list(param_specs)   # one spec per parameter (name rules applied)
+        self._slots = []                        # per parameter: state name -> Parameter
+        flat = []
+        for p, p_spec in zip(self._parameters, self._param_specs):
+            initial = p_spec.init(p, mindspore_ops)
+            slots = {key: Parameter(initial[key], name=f"{key}.{p.name}",
+                                    requires_grad=False)
+                     for key in p_spec.state_names()}
+            self._slots.append(slots)
+            flat.extend(slots.values())
+        self.spec_state_parameters = ParameterTuple(flat)
+        self._one = Tensor([1], mstype.int32)
+
+    def next_lr(self) -> float:
+        """The lr the next call will use."""
+        return float(self.spec.lr_at(int(self.global_step.asnumpy()[0])))
+
+    def construct(self, gradients):
+        self._check(gradients)
+        step0 = int(self.global_step.asnumpy()[0])
+        if self.total_steps is not None and step0 >= self.total_steps:
+            raise RuntimeError(f"SpecOptimizer: total_steps={self.total_steps} steps are done; "
+                               "build with a larger total_steps to train longer")
+        lr = float(self.spec.lr_at(step0))
+        stored = self.learning_rate.asnumpy()
+        if stored != np.float32(lr):
+            raise RuntimeError(f"SpecOptimizer: learning_rate was set to {float(stored)} from "
+                               f"outside; the own implementation takes the lr from the spec "
+                               f"({lr} at step {step0}): build with lr=<a Schedule>")
+        for p, grad, p_spec, slots in zip(self._parameters, gradients, self._param_specs,
+                                          self._slots):
+            new_p, new_state = p_spec.update(p, grad, dict(slots), lr=lr, step=step0 + 1,
+                                             ops=mindspore_ops)
+            ops.assign(p, new_p)
+            for key, value in new_state.items():
+                ops.assign(slots[key], value)
+        ops.assign_add(self.global_step, self._one)
+        ops.assign(self.learning_rate, Tensor(self.spec.lr_at(step0 + 1), mstype.float32))
+        return True
+
+    def _check(self, gradients) -> None:
+        if not isinstance(gradients, tuple):
+            raise TypeError(f"SpecOptimizer: gradients must be a tuple of Tensors in parameter "
+                            f"order, got {type(gradients).__name__}")
+        if len(gradients) != len(self._parameters):
+            raise ValueError(f"SpecOptimizer: got {len(gradients)} gradients for "
+                             f"{len(self._parameters)} parameters")
+        for p, grad in zip(self._parameters, gradients):
+            if not isinstance(grad, Tensor):
+                raise TypeError(f"SpecOptimizer: the gradient of {p.name} must be a Tensor, "
+                                f"got {type(grad).__name__}")
+            if grad.dtype != p.dtype:
+                raise TypeError(f"SpecOptimizer: the gradient of {p.name} is {grad.dtype}, "
+                                f"the parameter is {p.dtype}")
+            if grad.shape != p.shape:
+                raise ValueError(f"SpecOptimizer: the gradient of {p.name} has shape "
+                                 f"{grad.shape}, the parameter {p.shape}")
+
+    def spec_state(self, p) -> dict:
+        index = next(i for i, q in enumerate(self._parameters) if q is p)
+        return dict(self._slots[index])

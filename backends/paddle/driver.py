@@ -1,0 +1,58 @@
+"""Conformance driver for Paddle: ``p.grad = paddle.to_tensor(g)``, ``step``,
+``clear_grad(set_to_zero=False)``, then the lr scheduler's ``step()``."""
+
+from __future__ import annotations
+
+import numpy as np
+import paddle
+
+from unified_opt.build import lr_scheduler
+from unified_opt.conformance.driver import Driver
+
+from .native import native_state
+
+
+class PaddleDriver(Driver):
+    backend = "paddle"
+
+    def make_param(self, name, array):
+        # Paddle names parameters process-wide; the auto name keeps repeated drivers
+        # apart, and build gets ``name`` through the (name, parameter) pairs.
+        p = paddle.create_parameter(shape=list(array.shape), dtype=str(array.dtype),
+                                    default_initializer=paddle.nn.initializer.Constant(0.0))
+        p.set_value(array)
+        return p
+
+    def current_lr(self):
+        return self.optimizer.get_lr()
+
+    def apply(self, grads):
+        tensors = {}
+        for name, p in self.params.items():
+            g = np.asarray(grads[name])
+            # Paddle accepts a wrong shape of the same size, and a wrong dtype fails
+            # only inside step() (paddle.md §4): check here, before anything changes.
+            if g.shape != tuple(p.shape) or g.dtype != array_dtype(p):
+                raise ValueError(f"grads[{name!r}] has shape {g.shape} and dtype {g.dtype}; "
+                                 f"the parameter has {tuple(p.shape)} and {array_dtype(p)}")
+            tensors[name] = paddle.to_tensor(g)
+        for name, p in self.params.items():
+            p.grad = tensors[name]
+        self.optimizer.step()
+        self.optimizer.clear_grad(set_to_zero=False)
+        scheduler = lr_scheduler(self.optimizer)
+        if scheduler is not None:
+            scheduler.step()
+
+    def to_numpy(self, tensor):
+        return tensor.numpy()
+
+    def spec_state(self, name):
+        p = self.params[name]
+        if self.decision.path == "native":
+            return native_state(self.decision.lowering, self.optimizer, p)
+        return self.optimizer.spec_state(p)
+
+
+def array_dtype(p) -> np.dtype:
+    return np.dtype(str(p.dtype).removeprefix("paddle."))

@@ -1,0 +1,103 @@
+"""Building paddle.optimizer classes from a lowering row, and reading their state."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import paddle
+from paddle.utils import unique_name
+
+# Constructor arguments that are not implementation flags: build sets them, or they
+# change the numbers the optimizer computes.
+_NOT_OPTIONS = {
+    "learning_rate": "build sets it from spec.lr",
+    "parameters": "build sets it",
+    "weight_decay": "it comes from the spec",
+    "apply_decay_param_fun": "build derives it from the spec's no_decay_names",
+    "grad_clip": "gradient clipping is not part of the spec",
+    "lr_ratio": "it scales the lr per parameter",
+    "rescale_grad": "it scales the gradient (and the CPU kernel ignores it)",
+    "lazy_mode": "it updates only the touched rows of sparse gradients",
+}
+_MULTI_TENSOR_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
+
+
+def native_class(qualified_name: str):
+    module, _, name = qualified_name.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def check_options(cls, options: dict, hyperparameters: dict, params) -> None:
+    qualified = f"{cls.__module__}.{cls.__name__}"
+    signature = inspect.signature(cls.__init__).parameters
+    flags = sorted(set(signature) - {"self"} - set(hyperparameters) - set(_NOT_OPTIONS))
+    for key, value in options.items():
+        if key in _NOT_OPTIONS or key in hyperparameters:
+            why = _NOT_OPTIONS.get(key, "it is set from the spec")
+            raise ValueError(f"build: option {key!r} of {qualified} is not an implementation "
+                             f"flag ({why}); allowed: {flags}")
+        if key not in flags:
+            raise ValueError(f"build: options [{key!r}] are not implementation flags of "
+                             f"{qualified}; allowed: {flags}")
+        if isinstance(signature[key].default, bool) and not isinstance(value, bool):
+            raise TypeError(f"build: option {key!r} must be a bool, got {value!r}")
+    if options.get("use_multi_tensor"):
+        wrong = sorted({str(p.dtype) for p in params} - {str(d) for d in _MULTI_TENSOR_DTYPES})
+        if wrong:
+            raise ValueError(f"build: use_multi_tensor=True needs float32/float16/bfloat16 "
+                             f"parameters (Paddle's multi-tensor kernels), got {wrong}")
+
+
+def _decay_only(param_names):
+    names = frozenset(param_names)
+
+    def apply_decay_param_fun(name: str) -> bool:
+        return name in names
+
+    return apply_decay_param_fun
+
+
+def _per_parameter_decay(row, params, per_param: list[dict]) -> dict:
+    """One argument set for all parameters, where they differ only by weight_decay 0
+    (``no_decay_names``): AdamW's ``apply_decay_param_fun`` then names the decayed ones."""
+    def rest(a):
+        return {k: v for k, v in a.items() if k != "weight_decay"}
+
+    decays = {a["weight_decay"] for a in per_param} - {0.0}
+    if len(decays) != 1 or any(rest(a) != rest(per_param[0]) for a in per_param) or \
+            "apply_decay_param_fun" not in inspect.signature(native_class(row.native)).parameters:
+        raise ValueError(f"build: {row.native} takes one argument set for all parameters, "
+                         f"but the spec gives them different ones: {per_param}")
+    decayed = [p.name for p, a in zip(params, per_param) if a["weight_decay"] != 0.0]
+    return {**per_param[0], "weight_decay": decays.pop(),
+            "apply_decay_param_fun": _decay_only(decayed)}
+
+
+def native_optimizer(row, params, param_specs, learning_rate, options):
+    """``row.native`` over ``params``, its accumulators created now inside
+    ``unique_name.guard()`` so that their names (the state_dict keys) end in ``_0`` in
+    every build, as they do for the own optimizer."""
+    cls = native_class(row.native)
+    per_param = [row.arguments(s) for s in param_specs]
+    arguments = per_param[0]
+    if any(a != arguments for a in per_param):
+        arguments = _per_parameter_decay(row, params, per_param)
+    check_options(cls, options, arguments, params)
+    with unique_name.guard():
+        optimizer = cls(learning_rate=learning_rate, parameters=params, **arguments,
+                        **options)
+        block = paddle.static.default_main_program().global_block()
+        optimizer._create_accumulators(block, [p for p in params if not p.stop_gradient])
+    return optimizer
+
+
+def native_state(row, optimizer, p) -> dict:
+    out = {}
+    for ours, theirs in row.state.items():
+        # Paddle prefixes accumulator names with the optimizer's name= when given.
+        key = theirs if optimizer._name is None else f"{optimizer._name}_{theirs}"
+        accumulator = optimizer._accumulators.get(key, {}).get(p.name)
+        if accumulator is not None:
+            out[ours] = accumulator
+    return out

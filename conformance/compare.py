@@ -1,0 +1,119 @@
+"""Comparing a backend's trajectory with the float64 oracle, against the float32 noise floor.
+
+Per step and per quantity (the lr, each parameter, each spec state array):
+
+* ``error`` = max |backend - oracle| over the elements finite in both;
+* ``floor`` = max(error of the plain numpy float32 reference against the oracle,
+  ``ULPS`` float32 ulps of the quantity's magnitude (max |oracle|), ``TINY``);
+* ``ratio`` = error / floor; the step passes when ``ratio <= K``.
+
+NaN/Inf must sit at exactly the oracle's positions with the same value (NaN, +Inf or
+-Inf); nothing is ``nan_to_num``-ed. A missing quantity or a wrong shape fails.
+
+K and ULPS were set from measurements of correct backends (``ratio`` <= ~2 over the
+default suite on torch, native and own paths) and of planted one-knob deviations
+(ratios >= ~1e2): see the conformance tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .trajectory import Trajectory
+
+K = 8.0
+ULPS = 2.0
+TINY = float(np.finfo(np.float32).tiny)   # below it, flush-to-zero differences do not count
+
+
+@dataclass
+class Comparison:
+    passed: bool
+    worst_ratio: float = 0.0
+    worst_quantity: str | None = None
+    worst_step: int | None = None               # 1-based
+    first_failing_step: int | None = None       # 1-based
+    failing_quantity: str | None = None
+    failure: str | None = None                  # "ratio", "nonfinite", "missing", "shape", "steps"
+    detail: str = ""
+    per_quantity: dict[str, float] = field(default_factory=dict)   # worst ratio per quantity
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _nonfinite_mismatch(b: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Per step: do the NaN/+Inf/-Inf positions of ``b`` and ``o`` differ?"""
+    same = ((np.isnan(b) == np.isnan(o)) & (np.isposinf(b) == np.isposinf(o))
+            & (np.isneginf(b) == np.isneginf(o)))
+    return ~same.all(axis=1)
+
+
+def _max_abs(diff: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, np.abs(diff), 0.0).max(axis=1, initial=0.0)
+
+
+def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32: np.ndarray, *,
+                ulps: float = ULPS):
+    """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity."""
+    steps = oracle.shape[0]
+    b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
+    o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
+    r = np.asarray(float32, dtype=np.float64).reshape(steps, -1)
+    finite_o = np.isfinite(o)
+    with np.errstate(invalid="ignore", over="ignore"):
+        error = _max_abs(b - o, finite_o & np.isfinite(b))
+        floor32 = _max_abs(r - o, finite_o & np.isfinite(r))
+    magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
+    ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
+    floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
+    return error / floor, _nonfinite_mismatch(b, o), error, floor
+
+
+def compare(backend: Trajectory, oracle: Trajectory, float32: Trajectory, *,
+            k: float = K, ulps: float = ULPS) -> Comparison:
+    """Does ``backend`` follow ``oracle`` within ``k`` times the float32 noise floor?"""
+    if backend.steps != oracle.steps:
+        return Comparison(False, float("inf"), failure="steps", first_failing_step=
+                          backend.steps + 1 if backend.steps < oracle.steps else None,
+                          detail=f"{backend.steps} steps recorded, {oracle.steps} expected")
+    got = backend.quantities()
+    reference32 = float32.quantities()
+    out = Comparison(True)
+    first = (np.inf, "", "", "")               # (step, quantity, failure, detail)
+    for name, expected in oracle.quantities().items():
+        if name not in got:
+            first = min(first, (1, name, "missing", f"{name} not reported by the backend"))
+            continue
+        if got[name].shape != expected.shape:
+            first = min(first, (1, name, "shape", f"{name} has shape {got[name].shape[1:]}, "
+                                                  f"expected {expected.shape[1:]}"))
+            continue
+        if expected.shape[0] == 0:
+            continue
+        ratio, nonfinite, error, floor = step_ratios(got[name], expected, reference32[name],
+                                                     ulps=ulps)
+        worst = int(np.argmax(ratio))
+        out.per_quantity[name] = float(ratio[worst])
+        if ratio[worst] > out.worst_ratio or out.worst_quantity is None:
+            out.worst_ratio, out.worst_quantity, out.worst_step = (float(ratio[worst]), name,
+                                                                   worst + 1)
+        bad_ratio = np.flatnonzero(ratio > k)
+        if bad_ratio.size:
+            s = int(bad_ratio[0])
+            first = min(first, (s + 1, name, "ratio",
+                                f"{name} at step {s + 1}: error {error[s]:.3g} = "
+                                f"{ratio[s]:.3g} x floor {floor[s]:.3g}"))
+        bad_nonfinite = np.flatnonzero(nonfinite)
+        if bad_nonfinite.size:
+            s = int(bad_nonfinite[0])
+            first = min(first, (s + 1, name, "nonfinite",
+                                f"{name} at step {s + 1}: NaN/Inf positions differ from "
+                                "the oracle's"))
+    if first[0] != np.inf:
+        out.passed = False
+        out.first_failing_step, out.failing_quantity, out.failure, out.detail = (
+            int(first[0]), first[1], first[2], first[3])
+    return out

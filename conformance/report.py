@@ -1,0 +1,209 @@
+"""The conformance reports: ``report.json`` (everything, for machines), ``report.md``
+(the matrix of cases x backend/path, counts, failures with their explanation) and
+``junit.xml`` (one testcase per case x backend x path, for CI)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import platform
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import numpy as np
+
+import unified_opt as uo
+
+from .cases import SUITE_VERSION
+from .compare import K, TINY, ULPS
+
+FORMAT_VERSION = 1
+PATH_ORDER = ("auto", "own", "native")
+STATUSES = ("pass", "fail", "error")
+
+RULE = ("per step and quantity: max|backend - oracle(float64)| <= K * max(float32 "
+        "reference error, ULPS float32 ulps of max|oracle|, TINY); NaN/Inf positions equal")
+
+
+def _finite_or_none(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _clean(obj):
+    """Non-finite floats become None, so the JSON is standard (no Infinity/NaN)."""
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return _finite_or_none(obj)
+
+
+def unexercised_rows(backend: str, results: list[dict]) -> list[str]:
+    """Rows of ``backend``'s lowering table that no run of ``results`` built with."""
+    import importlib
+
+    try:
+        table = importlib.import_module(f"unified_opt.backends.{backend}.lowering").TABLE
+    except Exception as error:  # a backend without a lowering table yet
+        return [f"(lowering table unavailable: {error})"]
+    used = {(r["algorithm"], r["lowering"]["native"]) for r in results
+            if r["backend"] == backend and r["lowering"] and r["lowering"]["path"] == "native"}
+    algorithms = {r["algorithm"] for r in results}
+    return [f"{row.algorithm} -> {row.native}" for row in table
+            if row.algorithm in algorithms and (row.algorithm, row.native) not in used]
+
+
+def build_report(cases, backends, workers: dict, results: list[dict], *,
+                 unstable_cases=()) -> dict:
+    counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
+    uncovered = {b: unexercised_rows(b, results) for b in backends}
+    report = {
+        "format_version": FORMAT_VERSION,
+        "suite_version": SUITE_VERSION,
+        "unified_opt_version": uo.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "tolerance": {"k": K, "ulps": ULPS, "tiny": TINY, "rule": RULE},
+        "backends": {b: {**workers[b]} for b in backends},
+        "cases": [{**c.to_dict(), "algorithm": c.spec.name} for c in cases],
+        "unstable_cases": list(unstable_cases),
+        "unexercised_lowering_rows": uncovered,
+        "results": results,
+        "summary": {"total": len(results), **counts},
+    }
+    return _clean(report)
+
+
+# -- the matrix ---------------------------------------------------------------------
+
+def columns(report: dict) -> list[tuple[str, str]]:
+    present = {(r["backend"], r["path"]) for r in report["results"]}
+    return [(b, p) for b in report["backends"] for p in PATH_ORDER if (b, p) in present]
+
+
+def cell(result: dict | None) -> str:
+    if result is None:
+        return "-"
+    if result["status"] == "error":
+        return "ERROR"
+    ratio = result["comparison"]["worst_ratio"]
+    ratio = "inf" if ratio is None else f"{ratio:.3g}"
+    lowering = result.get("lowering") or {}
+    kind = "native" if lowering.get("path") == "native" else "own"
+    return f"{'pass' if result['status'] == 'pass' else 'FAIL'} {ratio} ({kind})"
+
+
+def matrix(report: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: one row per case, one column per backend/path."""
+    cols = columns(report)
+    by_key = {(r["case"], r["backend"], r["path"]): r for r in report["results"]}
+    header = ["case"] + [f"{b} {p}" for b, p in cols]
+    rows = [[c["id"]] + [cell(by_key.get((c["id"], b, p))) for b, p in cols]
+            for c in report["cases"]]
+    return header, rows
+
+
+def summary_line(report: dict) -> str:
+    s = report["summary"]
+    return f"{s['total']} results: {s['pass']} pass, {s['fail']} fail, {s['error']} error"
+
+
+def text_matrix(report: dict) -> str:
+    header, rows = matrix(report)
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip()
+             for row in [header] + rows]
+    return "\n".join(lines + ["", summary_line(report)])
+
+
+def _problems(report: dict):
+    for r in report["results"]:
+        if r["status"] != "pass":
+            yield r
+
+
+def _problem_text(r: dict) -> str:
+    if r["status"] == "error":
+        lines = (r["error"] or "").strip().splitlines()
+        return lines[-1] if lines else "error"
+    c = r["comparison"]
+    text = c["detail"]
+    if r.get("explanation"):
+        text += "; " + r["explanation"]["text"]
+    return text
+
+
+def markdown(report: dict) -> str:
+    header, rows = matrix(report)
+    versions = ", ".join(f"{b} {w.get('framework_version') or '?'}"
+                         for b, w in report["backends"].items())
+    out = ["# unified-opt conformance report", "",
+           f"Suite {report['suite_version']}, unified-opt {report['unified_opt_version']}, "
+           f"{versions}; Python {report['python']}, numpy {report['numpy']}, "
+           f"{report['platform']}; {report['created']}.", "",
+           f"Rule: {report['tolerance']['rule']}; K = {report['tolerance']['k']:g}, "
+           f"ULPS = {report['tolerance']['ulps']:g}. A cell shows the worst ratio "
+           "error/floor over all steps and quantities, and whether the build used the "
+           "framework's native class or the spec's own update; `-`: not run (the "
+           "`auto` build already took the own implementation).", "",
+           f"**{summary_line(report)}**", "",
+           "| " + " | ".join(header) + " |",
+           "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    problems = list(_problems(report))
+    if problems:
+        out += ["", "## Failures and errors", ""]
+        for r in problems:
+            out.append(f"- `{r['case']}` on {r['backend']} ({r['path']}): "
+                       f"**{r['status']}**: {_problem_text(r)}")
+    notes = [f"- {b}: lowering rows no run built with: {', '.join(rows)}"
+             for b, rows in report["unexercised_lowering_rows"].items() if rows]
+    if report["unstable_cases"]:
+        notes.append("- cases whose float32 reference has NaN/Inf where the oracle has "
+                     f"none: {', '.join(report['unstable_cases'])}")
+    for b, w in report["backends"].items():
+        if w.get("error"):
+            notes.append(f"- {b} worker: {w['error'].splitlines()[0]}")
+    if notes:
+        out += ["", "## Notes", ""] + notes
+    return "\n".join(out) + "\n"
+
+
+def junit(report: dict) -> str:
+    root = ET.Element("testsuites", name="unified-opt conformance",
+                      tests=str(report["summary"]["total"]),
+                      failures=str(report["summary"]["fail"]),
+                      errors=str(report["summary"]["error"]))
+    for backend in report["backends"]:
+        mine = [r for r in report["results"] if r["backend"] == backend]
+        suite = ET.SubElement(root, "testsuite", name=f"conformance.{backend}",
+                              tests=str(len(mine)),
+                              failures=str(sum(r["status"] == "fail" for r in mine)),
+                              errors=str(sum(r["status"] == "error" for r in mine)),
+                              time=f"{sum(r['seconds'] or 0.0 for r in mine):.3f}")
+        for r in mine:
+            case = ET.SubElement(suite, "testcase", classname=f"conformance.{backend}."
+                                 f"{r['path']}", name=r["case"],
+                                 time=f"{r['seconds'] or 0.0:.3f}")
+            if r["status"] == "fail":
+                node = ET.SubElement(case, "failure", type=r["comparison"]["failure"],
+                                     message=_problem_text(r))
+                node.text = json.dumps(r["comparison"], indent=1)
+            elif r["status"] == "error":
+                node = ET.SubElement(case, "error", message=_problem_text(r))
+                node.text = r["error"]
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def write_reports(report: dict, out: Path | str) -> None:
+    out = Path(out)
+    (out / "report.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    (out / "junit.xml").write_text(junit(report))

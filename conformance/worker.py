@@ -1,0 +1,140 @@
+"""One backend's conformance runs, in a process of its own.
+
+``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR``
+
+Imports exactly one framework (through ``unified_opt.backends.<NAME>.driver``), runs
+every case on every path it lists through that backend's :class:`Driver`, and writes
+per (case, path) ``<case>__<path>.npz`` (the trajectory) and ``<case>__<path>.json``
+(framework version, lowering decision or error text). A path whose lowering repeats
+one already run for the case (``own`` when ``auto`` took the own implementation, which
+only the build knows: MindSpore's depends on the parameters) is skipped. Prints
+``progress DONE/TOTAL CASE PATH STATUS [detail]`` lines, flushed, for the runner to
+relay; ``worker.json`` lists what ran and what was skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .cases import Case
+from .driver import Driver
+from .trajectory import Recorder
+
+FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
+
+
+def driver_class(backend: str) -> type[Driver]:
+    """The single :class:`Driver` subclass defined in ``unified_opt.backends.<backend>.driver``."""
+    module = importlib.import_module(f"unified_opt.backends.{backend}.driver")
+    found = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
+             if issubclass(obj, Driver) and obj is not Driver
+             and obj.__module__ == module.__name__]
+    if len(found) != 1:
+        raise RuntimeError(f"{module.__name__} must define exactly one Driver subclass, "
+                           f"found {[c.__name__ for c in found]}")
+    return found[0]
+
+
+def framework_version(backend: str) -> str:
+    module = importlib.import_module(FRAMEWORK_MODULES.get(backend, backend))
+    return str(getattr(module, "__version__", "unknown"))
+
+
+def decision_dict(decision) -> dict:
+    return {"path": decision.path, "native": decision.native, "reason": decision.reason,
+            "own_class": decision.own_class}
+
+
+def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
+    """Run ``case`` (with ``spec`` in place of ``case.spec`` if given) through a driver.
+
+    Returns ``(trajectory, decision, error)``: on an exception, the trajectory holds
+    the steps completed before it, and ``error`` is the traceback text.
+    """
+    spec = case.spec if spec is None else spec
+    recorder = Recorder()
+    decision = None
+    try:
+        driver = driver_cls(spec, case.initial_params(), path=path, total_steps=case.steps)
+        decision = driver.decision
+        for t in range(case.steps):
+            lr = driver.step(case.gradients(t))
+            recorder.add(lr, driver.params_numpy(), driver.state_numpy())
+    except Exception:  # the report carries the text; the next case still runs
+        return recorder.trajectory(), decision, traceback.format_exc()
+    return recorder.trajectory(), decision, None
+
+
+def result_stem(case_id: str, path: str) -> str:
+    return f"{case_id}__{path}"
+
+
+def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path,
+            say=print) -> dict:
+    """Run every case on its paths, writing the result files into ``out``; return the
+    worker summary (also written as ``worker.json``).
+
+    A path is skipped when an earlier path of the same case already ran the lowering it
+    asks for (``own`` after an ``auto`` that took the own implementation).
+    """
+    version = framework_version(backend)
+    total = sum(len(c.paths) for c in cases)
+    say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")
+    ran, skipped, index = [], [], 0
+    for case in cases:
+        lowered = set()                      # decision paths this case already ran
+        for path in case.paths:
+            index += 1
+            stem = result_stem(case.id, path)
+            if path in lowered:
+                skipped.append(stem)
+                say(f"progress {index}/{total} {case.id} {path} skipped (same as auto)")
+                continue
+            started = time.perf_counter()
+            trajectory, decision, error = run_case(driver_cls, case, path)
+            if decision is not None:
+                lowered.add(decision.path)
+            if trajectory.steps:
+                trajectory.save(out / f"{stem}.npz")
+            info = {"backend": backend, "case": case.id, "path": path,
+                    "framework_version": version,
+                    "decision": None if decision is None else decision_dict(decision),
+                    "error": error, "steps_done": trajectory.steps,
+                    "trajectory": f"{stem}.npz" if trajectory.steps else None,
+                    "seconds": round(time.perf_counter() - started, 4)}
+            (out / f"{stem}.json").write_text(json.dumps(info, indent=1))
+            ran.append(stem)
+            detail = (error.strip().splitlines()[-1] if error else
+                      decision.native if decision.path == "native" else "own")
+            say(f"progress {index}/{total} {case.id} {path} {'error' if error else 'ok'} "
+                f"{detail}")
+    summary = {"backend": backend, "framework_version": version,
+               "python": sys.version.split()[0], "platform": platform.platform(),
+               "runs": ran, "skipped": skipped}
+    (out / "worker.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m unified_opt.conformance.worker")
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--cases", required=True, type=Path, help="JSON list of cases")
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    cases = [Case.from_dict(d) for d in json.loads(args.cases.read_text())]
+    args.out.mkdir(parents=True, exist_ok=True)
+    run_all(driver_class(args.backend), args.backend, cases, args.out,
+            say=lambda line: print(line, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""End to end: ``unified-opt conformance`` on torch writes the three reports and exits
+with the right status; failures and errors reach the reports; ``unified-opt explain``."""
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+from conftest import require
+
+import unified_opt as uo
+from unified_opt import cli
+from unified_opt.conformance import cases as cases_module
+from unified_opt.conformance.cases import Case
+from unified_opt.conformance.report import build_report, junit, markdown
+from unified_opt.conformance.runner import References, _result
+from unified_opt.conformance.trajectory import reference_trajectory
+
+E2E_CASES = ["sgd_momentum", "sgd_lr_inside_cosine", "adam_eps_hat",
+             "preset_mindspore_nn_adamweightdecay", "adamw_default"]
+RESULT_KEYS = {"case", "algorithm", "backend", "path", "status", "lowering", "comparison",
+               "explanation", "error", "seconds"}
+REPORT_KEYS = {"format_version", "suite_version", "unified_opt_version", "created", "python",
+               "platform", "numpy", "tolerance", "backends", "cases", "unstable_cases",
+               "unexercised_lowering_rows", "results", "summary"}
+
+
+@require("torch")
+def test_cli_conformance_on_torch_writes_passing_reports(tmp_path):
+    out = tmp_path / "report"
+    run = subprocess.run([sys.executable, "-m", "unified_opt.cli", "conformance",
+                          "--backends", "torch", "--cases", ",".join(E2E_CASES),
+                          "--steps", "60", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    # progress relayed: every (case, path) counted, the repeated own path skipped
+    assert "[torch] 9/10 preset_mindspore_nn_adamweightdecay auto ok own" in run.stdout
+    assert "[torch] 10/10 preset_mindspore_nn_adamweightdecay own skipped" in run.stdout
+    assert "7 results: 7 pass, 0 fail, 0 error" in run.stdout      # the matrix's counts
+
+    report = json.loads((out / "report.json").read_text())
+    assert set(report) == REPORT_KEYS
+    assert report["backends"]["torch"]["framework_version"].startswith("2.")
+    assert sorted(c["id"] for c in report["cases"]) == sorted(E2E_CASES)
+    assert all(c["steps"] == 60 for c in report["cases"])
+    assert report["summary"] == {"total": 7, "pass": 7, "fail": 0, "error": 0}
+    runs = {(r["case"], r["path"]): r for r in report["results"]}
+    # own-only specs run once; native ones on both paths
+    # specs torch runs natively run on both paths; own-only ones once
+    assert set(runs) == {(c, "auto") for c in E2E_CASES} | {("sgd_momentum", "own"),
+                                                              ("adamw_default", "own")}
+    for r in report["results"]:
+        assert set(r) == RESULT_KEYS and r["status"] == "pass"
+        assert 0.0 <= r["comparison"]["worst_ratio"] <= report["tolerance"]["k"]
+    assert runs[("adamw_default", "auto")]["lowering"]["native"] == "torch.optim.AdamW"
+    assert runs[("adam_eps_hat", "auto")]["lowering"]["path"] == "own"
+
+    suite = ET.parse(out / "junit.xml").getroot()
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("7", "0", "0")
+    assert len(suite.findall(".//testcase")) == 7
+    md = (out / "report.md").read_text()
+    assert "| case | torch auto | torch own |" in md
+    assert "| adam_eps_hat | pass" in md
+
+
+def test_failures_and_errors_reach_the_reports(tmp_path):
+    """A planted trajectory (bias correction off) in a worker's output directory fails
+    with an explanation; a missing run is an error; junit counts both."""
+    case = Case(id="planted", spec=uo.Adam(lr=0.01, eps=1e-3))
+    planted = reference_trajectory(case.spec.replace(bias_correction=False), case, "float32")
+    planted.save(tmp_path / "planted__auto.npz")
+    (tmp_path / "planted__auto.json").write_text(json.dumps({
+        "decision": {"path": "own", "native": None, "reason": "test", "own_class": "x"},
+        "error": None, "trajectory": "planted__auto.npz", "seconds": 0.1}))
+    worker = {"exit_code": 0, "seconds": 1.0, "framework_version": "0", "error": None}
+    references = References()
+    failed = _result(case, "torch", "auto", tmp_path, worker, references)
+    missing = _result(case, "torch", "own", tmp_path, worker, references)
+    assert failed["status"] == "fail"
+    assert "bias_correction=False" in failed["explanation"]["text"]
+    assert failed["comparison"]["first_failing_step"] == 1
+    assert missing["status"] == "error"
+
+    report = build_report([case], ["torch"], {"torch": worker}, [failed, missing])
+    assert report["summary"] == {"total": 2, "pass": 0, "fail": 1, "error": 1}
+    root = ET.fromstring(junit(report))
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "1", "1")
+    assert root.find(".//failure").get("message").endswith("matches with bias_correction=False")
+    md = markdown(report)
+    assert "| planted | FAIL" in md and "matches with bias_correction=False" in md
+    json.dumps(report, allow_nan=False)
+
+
+@require("torch")
+def test_cli_exit_status_is_nonzero_on_an_error(tmp_path, monkeypatch, capsys):
+    """path='native' for a spec no torch class computes: the worker reports the build
+    error, the run is an error, the command exits 1."""
+    broken = Case(id="no_native", spec=uo.Adam(lr=0.01, eps_placement="eps_hat"),
+                  paths=("native",))
+    monkeypatch.setattr(cases_module, "default_cases", lambda algorithms=None: [broken])
+    code = cli.main(["conformance", "--backends", "torch", "--out", str(tmp_path)])
+    assert code == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["summary"]["error"] == 1
+    assert "path='native'" in report["results"][0]["error"]
+    assert "0 pass, 0 fail, 1 error" in capsys.readouterr().out
+
+
+def test_cli_rejects_bad_arguments(tmp_path, capsys):
+    assert cli.main(["conformance", "--backends", "jax", "--out", str(tmp_path)]) == 2
+    assert "['jax'] not installed" in capsys.readouterr().err
+    assert cli.main(["conformance", "--algorithms", "adamm", "--out", str(tmp_path)]) == 2
+    assert "unknown algorithm(s) ['adamm']" in capsys.readouterr().err
+    assert cli.main(["conformance", "--steps", "5", "--out", str(tmp_path)]) == 2
+    assert "steps must be >= 50, got 5" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_cli_explain_prints_the_decision(capsys):
+    assert cli.main(["explain", "adam", "--backend", "torch", "lr=0.01",
+                     "eps_placement=eps_hat", "betas=[0.8,0.99]"]) == 0
+    out = capsys.readouterr().out
+    assert '"betas": [0.8, 0.99]' in out
+    assert "torch: adam -> own implementation" in out
+    assert "needs eps_placement='outside'" in out
+    assert cli.main(["explain", "mindspore.nn.AdamWeightDecay", "--backend", "torch",
+                     "learning_rate=0.001", "weight_decay=0.1"]) == 0
+    assert "needs bias_correction=True" in capsys.readouterr().out
+    assert cli.main(["explain", "adam", "--backend", "torch", "eps=-1"]) == 2
+    assert "eps must be > 0, got -1.0" in capsys.readouterr().err
+    assert cli.main(["explain", "adam", "--backend", "torch", "amsgrad"]) == 2
+    assert "expected key=value, got 'amsgrad'" in capsys.readouterr().err
+
+
+@require("torch")
+def test_worker_skips_a_path_that_repeats_auto(tmp_path):
+    from unified_opt.conformance.trajectory import Trajectory
+    from unified_opt.conformance.worker import driver_class, run_all
+
+    own_only = Case(id="own_only", spec=uo.Adam(eps_placement="eps_hat"))
+    native = Case(id="native", spec=uo.Adam())
+    lines = []
+    summary = run_all(driver_class("torch"), "torch", [own_only, native], tmp_path,
+                      say=lines.append)
+    assert summary["runs"] == ["own_only__auto", "native__auto", "native__own"]
+    assert summary["skipped"] == ["own_only__own"]
+    assert lines[-1] == "progress 4/4 native own ok own"
+    info = json.loads((tmp_path / "native__auto.json").read_text())
+    assert info["decision"]["native"] == "torch.optim.Adam" and info["error"] is None
+    trajectory = Trajectory.load(tmp_path / info["trajectory"])
+    assert trajectory.steps == 50 and trajectory.params["w"].shape == (50, 8, 6)
+    assert sorted(trajectory.state["empty"]) == ["exp_avg", "exp_avg_sq"]

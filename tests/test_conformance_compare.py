@@ -1,0 +1,208 @@
+"""The comparison rule, the gradient stream, the cases and the trajectory files."""
+
+import numpy as np
+import pytest
+
+import unified_opt as uo
+from unified_opt.conformance import gradients
+from unified_opt.conformance.cases import PARAMS, Case, default_cases, select, uncovered_rows
+from unified_opt.conformance.compare import K, TINY, ULPS, compare
+from unified_opt.conformance.explainer import knob_variants
+from unified_opt.conformance.trajectory import Trajectory, reference_trajectory
+
+STEPS = 4
+
+
+def _trajectory(values, lrs=None, state=None):
+    values = np.asarray(values, dtype=np.float64)
+    lrs = np.full(values.shape[0], 0.1) if lrs is None else np.asarray(lrs, dtype=np.float64)
+    return Trajectory(lrs, {"w": values}, state or {})
+
+
+def _base():
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((STEPS, 5))
+
+
+def test_error_within_k_floors_passes_and_beyond_fails():
+    oracle = _base()
+    floor32 = oracle + 1e-4                      # float32 reference error 1e-4 everywhere
+    ok = compare(_trajectory(oracle + 0.99 * K * 1e-4), _trajectory(oracle),
+                 _trajectory(floor32))
+    assert ok.passed and ok.worst_ratio == pytest.approx(0.99 * K)
+    bad = oracle.copy()
+    bad[2, 3] += 1.01 * K * 1e-4
+    result = compare(_trajectory(bad), _trajectory(oracle), _trajectory(floor32))
+    assert not result.passed
+    assert (result.first_failing_step, result.failing_quantity, result.failure) == (
+        3, "param:w", "ratio")
+    assert result.worst_ratio == pytest.approx(1.01 * K, rel=1e-6)
+
+
+def test_floor_is_a_few_ulps_when_the_float32_reference_is_exact():
+    oracle = np.full((STEPS, 3), 3.0)            # float32 holds 3.0 exactly: no reference error
+    ulp = float(np.spacing(np.float32(3.0)))
+    near = compare(_trajectory(oracle + K * ULPS * ulp * 0.9), _trajectory(oracle),
+                   _trajectory(oracle))
+    far = compare(_trajectory(oracle + K * ULPS * ulp * 1.1), _trajectory(oracle),
+                  _trajectory(oracle))
+    assert near.passed and not far.passed
+
+
+def test_float32_rounded_lr_passes_and_a_wrong_lr_fails():
+    oracle = _base()
+    lrs = np.array([0.1, 0.07, 0.05, 0.03])
+    as_float32 = lrs.astype(np.float32).astype(np.float64)
+    assert compare(_trajectory(oracle, as_float32), _trajectory(oracle, lrs),
+                   _trajectory(oracle, lrs)).passed
+    wrong = lrs * (1 + 1e-5)
+    result = compare(_trajectory(oracle, wrong), _trajectory(oracle, lrs),
+                     _trajectory(oracle, lrs))
+    assert not result.passed and result.failing_quantity == "lr"
+
+
+def test_zero_tensors_use_the_tiny_floor():
+    oracle = np.zeros((STEPS, 3))
+    assert compare(_trajectory(oracle + TINY), _trajectory(oracle), _trajectory(oracle)).passed
+    assert not compare(_trajectory(oracle + 1e-30), _trajectory(oracle),
+                       _trajectory(oracle)).passed
+
+
+@pytest.mark.parametrize("planted", [np.nan, np.inf, -np.inf])
+def test_nonfinite_where_the_oracle_is_finite_fails(planted):
+    oracle = _base()
+    bad = oracle.copy()
+    bad[1, 0] = planted
+    result = compare(_trajectory(bad), _trajectory(oracle), _trajectory(oracle))
+    assert not result.passed
+    assert (result.failure, result.first_failing_step) == ("nonfinite", 2)
+
+
+def test_nonfinite_positions_and_values_must_match_the_oracle():
+    oracle = _base()
+    oracle[2:, 1] = np.nan
+    oracle[3, 2] = np.inf
+    same = compare(_trajectory(oracle.copy()), _trajectory(oracle), _trajectory(oracle))
+    assert same.passed
+    finite_instead = oracle.copy()
+    finite_instead[3, 1] = 0.0                   # the oracle has NaN there
+    assert compare(_trajectory(finite_instead), _trajectory(oracle),
+                   _trajectory(oracle)).failure == "nonfinite"
+    sign = oracle.copy()
+    sign[3, 2] = -np.inf
+    assert compare(_trajectory(sign), _trajectory(oracle), _trajectory(oracle)).failure == \
+        "nonfinite"
+    nan_for_inf = oracle.copy()
+    nan_for_inf[3, 2] = np.nan
+    assert compare(_trajectory(nan_for_inf), _trajectory(oracle),
+                   _trajectory(oracle)).failure == "nonfinite"
+
+
+def test_missing_state_wrong_shape_and_short_runs_fail():
+    oracle = _base()
+    with_state = _trajectory(oracle, state={"w": {"exp_avg": oracle * 0.5}})
+    missing = compare(_trajectory(oracle), with_state, with_state)
+    assert (missing.failure, missing.failing_quantity) == ("missing", "state:w:exp_avg")
+    shape = compare(_trajectory(oracle[:, :4]), _trajectory(oracle), _trajectory(oracle))
+    assert shape.failure == "shape"
+    short = compare(_trajectory(oracle[:2]), _trajectory(oracle), _trajectory(oracle))
+    assert (short.passed, short.failure, short.first_failing_step) == (False, "steps", 3)
+
+
+def test_trajectory_npz_round_trip_without_pickle(tmp_path):
+    case = Case(id="round_trip", spec=uo.Adam(lr=0.01, amsgrad=True))
+    trajectory = reference_trajectory(case.spec, case, "float32")
+    trajectory.save(tmp_path / "t.npz")
+    loaded = Trajectory.load(tmp_path / "t.npz")
+    for name, values in trajectory.quantities().items():
+        np.testing.assert_array_equal(loaded.quantities()[name], values)
+    assert sorted(loaded.state["ln.gamma"]) == ["exp_avg", "exp_avg_sq", "max_exp_avg_sq"]
+
+
+# -- the gradient stream -------------------------------------------------------------
+
+def test_gradient_stream_is_deterministic_float32_and_adversarial():
+    shapes = dict(PARAMS)
+    first = [gradients.gradients_at(7, t, shapes) for t in range(10)]
+    again = [gradients.gradients_at(7, t, shapes) for t in range(10)]
+    for a, b in zip(first, again):
+        for name in shapes:
+            assert a[name].dtype == np.float32 and a[name].shape == shapes[name]
+            np.testing.assert_array_equal(a[name], b[name])
+    for position, name in enumerate(shapes):
+        kinds = [gradients.kind_at(t, position) for t in range(1, 11)]
+        assert set(kinds) == set(gradients.KINDS)   # every kind within ten steps
+        assert gradients.kind_at(0, position) == "normal"
+    w = {gradients.kind_at(t, 0): first[t]["w"] for t in range(10)}
+    assert not w["zeros"].any()
+    assert 0 < np.abs(w["tiny"]).max() < 1e-28
+    assert np.abs(w["huge"]).max() > 100
+    magnitudes = np.abs(w["mixed"])
+    assert magnitudes.min() < 1e-28 and magnitudes.max() > 100 and (w["mixed"] < 0).any()
+    rows = np.abs(w["zero_rows"]).sum(axis=1)
+    assert (rows == 0).any() and (rows > 0).any()
+
+
+# -- the cases -----------------------------------------------------------------------
+
+def test_default_cases_are_valid_and_serialisable():
+    cases = default_cases()
+    assert len({c.id for c in cases}) == len(cases)
+    assert {c.spec.name for c in cases} == {"sgd", "adam", "adamw"}
+    for case in cases:
+        assert case.steps >= 50 and "auto" in case.paths
+        # a 0-size parameter everywhere but in the presets (ported networks)
+        assert ((0,) in case.params.values()) == (not case.id.startswith("preset_"))
+        assert Case.from_dict(case.to_dict()) == case
+        params = case.initial_params()
+        assert all(p.dtype == np.float32 for p in params.values())
+    assert [c.spec.name for c in default_cases(["adamw"])] == ["adamw"] * len(
+        default_cases(["adamw"]))
+    assert [c.id for c in select(cases, ["adam_eps_*"])] == ["adam_eps_hat", "adam_eps_inside"]
+
+
+def test_bad_cases_and_selections_are_rejected():
+    with pytest.raises(ValueError, match="steps"):
+        Case(id="short", spec=uo.SGD(), steps=10)
+    with pytest.raises(ValueError, match="id"):
+        Case(id="a b", spec=uo.SGD())
+    with pytest.raises(TypeError, match="spec"):
+        Case(id="x", spec={"lr": 0.1})
+    with pytest.raises(ValueError, match="paths"):
+        Case(id="x", spec=uo.SGD(), paths=("fast",))
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        default_cases(["adamm"])
+    with pytest.raises(TypeError, match="list of names"):
+        default_cases("adam")
+    with pytest.raises(ValueError, match="no case id matches"):
+        select(default_cases(), ["nothing*"])
+
+
+def test_default_cases_select_every_torch_lowering_row():
+    assert uncovered_rows(default_cases(), "torch") == []
+
+
+def _equivalent(case, description):
+    """Variants that equal the spec in exact arithmetic for this case's hyperparameters."""
+    spec = case.spec
+    return (("momentum_init" in description and spec.dampening == 0.0)
+            or ("decoupled weight decay" in description and spec.weight_decay == 0.0)
+            or (description == "eps_placement='eps_hat'" and not spec.bias_correction
+                and spec.eps_placement == "outside"))
+
+
+def test_every_knob_of_every_default_case_changes_the_numbers():
+    """Each case's hyperparameters make each of its knobs matter far beyond float32
+    noise, so a backend that gets a knob wrong fails that case."""
+    weakest = np.inf
+    for case in default_cases():
+        oracle = reference_trajectory(case.spec, case)
+        floor = reference_trajectory(case.spec, case, "float32")
+        for description, variant in knob_variants(case.spec):
+            result = compare(reference_trajectory(variant, case, "float32"), oracle, floor)
+            if _equivalent(case, description):
+                assert result.passed, (case.id, description)
+            else:
+                assert not result.passed, (case.id, description)
+                weakest = min(weakest, result.worst_ratio)
+    assert weakest > 10 * K
