@@ -11,3 +11,19 @@ Each subpackage has the same shape:
 ``__init__.py``   ``build(spec, named_params, path=, options=)``; imports the framework
                   only when called.
 """
+
+import sys
+import types
+
+
+class _CallablePackage(types.ModuleType):
+    """``uo.backends()`` is public API, and importing this package sets the attribute
+    ``unified_opt.backends`` to it; calling the package keeps ``uo.backends()`` working."""
+
+    def __call__(self) -> list[str]:
+        from unified_opt.build import backends
+
+        return backends()
+
+
+sys.modules[__name__].__class__ = _CallablePackage

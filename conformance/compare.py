@@ -3,16 +3,23 @@
 Per step and per quantity (the lr, each parameter, each spec state array):
 
 * ``error`` = max |backend - oracle| over the elements finite in both;
-* ``floor`` = max(error of the plain numpy float32 reference against the oracle,
-  ``ULPS`` float32 ulps of the quantity's magnitude (max |oracle|), ``TINY``);
+* ``floor`` = max(error of the numpy float32 references against the oracle,
+  ``ULPS`` float32 ulps of the quantity's magnitude (max |oracle|), ``TINY``). The
+  float32 references are the plain one and the one whose float hyperparameters are
+  held in float32 (:func:`unified_opt.reference.with_float32_hyperparameters`): kernels
+  that take betas as float32 attributes (Paddle's and MindSpore's Adam family) compute
+  ``1 - float32(0.999)``, 1.3e-5 away from ``float32(1 - 0.999)``, and that storage
+  rounding is float32 noise, not a divergence;
 * ``ratio`` = error / floor; the step passes when ``ratio <= K``.
 
 NaN/Inf must sit at exactly the oracle's positions with the same value (NaN, +Inf or
 -Inf); nothing is ``nan_to_num``-ed. A missing quantity or a wrong shape fails.
 
-K and ULPS were set from measurements of correct backends (``ratio`` <= ~2 over the
-default suite on torch, native and own paths) and of planted one-knob deviations
-(ratios >= ~1e2): see the conformance tests.
+K and ULPS come from measurements over the default suite (57 cases, 50 steps): correct
+runs reach a worst ratio of 1.99 (torch native), 1.42 (Paddle native), 1.0 (MindSpore)
+and 1.14 (own paths); every wrong knob value of every case reaches >= 274 (amsgrad is
+the weakest). Against the plain float32 floor alone, betas held in float32 (Paddle's
+and MindSpore's Adam kernels) reach 56-107, hence the second float32 reference.
 """
 
 from __future__ import annotations
@@ -55,32 +62,36 @@ def _max_abs(diff: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, np.abs(diff), 0.0).max(axis=1, initial=0.0)
 
 
-def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32: np.ndarray, *,
-                ulps: float = ULPS):
-    """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity."""
+def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float = ULPS):
+    """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity;
+    ``float32`` is one float32 reference trajectory or a list of them."""
     steps = oracle.shape[0]
     b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
-    r = np.asarray(float32, dtype=np.float64).reshape(steps, -1)
     finite_o = np.isfinite(o)
+    floor32 = np.zeros(steps)
     with np.errstate(invalid="ignore", over="ignore"):
         error = _max_abs(b - o, finite_o & np.isfinite(b))
-        floor32 = _max_abs(r - o, finite_o & np.isfinite(r))
+        for reference32 in (float32 if isinstance(float32, list) else [float32]):
+            r = np.asarray(reference32, dtype=np.float64).reshape(steps, -1)
+            floor32 = np.maximum(floor32, _max_abs(r - o, finite_o & np.isfinite(r)))
     magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
     ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
     floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
     return error / floor, _nonfinite_mismatch(b, o), error, floor
 
 
-def compare(backend: Trajectory, oracle: Trajectory, float32: Trajectory, *,
+def compare(backend: Trajectory, oracle: Trajectory, float32, *,
             k: float = K, ulps: float = ULPS) -> Comparison:
-    """Does ``backend`` follow ``oracle`` within ``k`` times the float32 noise floor?"""
+    """Does ``backend`` follow ``oracle`` within ``k`` times the float32 noise floor?
+    ``float32``: the float32 reference trajectory, or a list of them (see the module)."""
     if backend.steps != oracle.steps:
         return Comparison(False, float("inf"), failure="steps", first_failing_step=
                           backend.steps + 1 if backend.steps < oracle.steps else None,
                           detail=f"{backend.steps} steps recorded, {oracle.steps} expected")
     got = backend.quantities()
-    reference32 = float32.quantities()
+    references32 = [t.quantities() for t in (float32 if isinstance(float32, list)
+                                               else [float32])]
     out = Comparison(True)
     first = (np.inf, "", "", "")               # (step, quantity, failure, detail)
     for name, expected in oracle.quantities().items():
@@ -93,8 +104,8 @@ def compare(backend: Trajectory, oracle: Trajectory, float32: Trajectory, *,
             continue
         if expected.shape[0] == 0:
             continue
-        ratio, nonfinite, error, floor = step_ratios(got[name], expected, reference32[name],
-                                                     ulps=ulps)
+        ratio, nonfinite, error, floor = step_ratios(
+            got[name], expected, [r[name] for r in references32], ulps=ulps)
         worst = int(np.argmax(ratio))
         out.per_quantity[name] = float(ratio[worst])
         if ratio[worst] > out.worst_ratio or out.worst_quantity is None:

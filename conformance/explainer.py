@@ -2,23 +2,19 @@
 (``spec.alternatives()``: other frameworks' conventions) and with the lr schedule
 shifted by one step either way, and name the variants the trajectory passes against.
 
-It also tries the hyperparameters as a float32 kernel attribute holds them (the
-betas of Paddle's and MindSpore's Adam kernels). Single variants are tried first;
-only when none matches, pairs of them (e.g. no bias correction *and* no lr in the
-decay). The comparison rule is the suite's own (:func:`compare.compare`),
-with the floor measured on the variant's float32 reference.
+Single variants are tried first; only when none matches, pairs of them (e.g. no bias
+correction *and* no lr in the decay). The comparison rule is the suite's own
+(:func:`compare.compare`), with the floor measured on the variant's float32 references.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from unified_opt.schedules import Schedule
 
 from .compare import K, ULPS, compare
-from .trajectory import Trajectory, reference_trajectory
+from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,38 +40,6 @@ def shifted(spec, shift: int):
     return spec.replace(lr=ShiftedSchedule(base=spec.lr, shift=shift))
 
 
-def _float32(value):
-    """``value`` (a float or a tuple of floats) as float32 holds it; other values: None."""
-    if isinstance(value, float):
-        return float(np.float32(value))
-    if isinstance(value, tuple) and value and all(isinstance(x, float) for x in value):
-        return tuple(float(np.float32(x)) for x in value)
-    return None
-
-
-def float32_variants(spec) -> list[tuple[str, object]]:
-    """``spec`` with hyperparameters as a float32 kernel attribute holds them: each field
-    alone, then all together (Paddle's and MindSpore's kernels take betas as float32)."""
-    rounded = {}
-    for key, value in spec.hyperparameters().items():
-        held = _float32(value)
-        if held is not None and held != value:
-            rounded[key] = held
-    out = []
-    for key, held in rounded.items():
-        try:
-            out.append((f"{key} rounded to float32 ({held})", spec.replace(**{key: held})))
-        except (TypeError, ValueError):
-            pass
-    if len(rounded) > 1:
-        try:
-            out.append(("every float hyperparameter rounded to float32",
-                        spec.replace(**rounded)))
-        except (TypeError, ValueError):
-            pass
-    return out
-
-
 def knob_variants(spec) -> list[tuple[str, object]]:
     """``spec``'s alternatives (other frameworks' knob values) and shifted schedules."""
     try:
@@ -90,8 +54,8 @@ def knob_variants(spec) -> list[tuple[str, object]]:
 
 
 def variants(spec) -> list[tuple[str, object]]:
-    """Every one-step variant the explainer tries: knobs, then float32-held values."""
-    return knob_variants(spec) + float32_variants(spec)
+    """Every one-step variant the explainer tries."""
+    return knob_variants(spec)
 
 
 def _pairs(spec) -> list[tuple[str, object]]:
@@ -113,8 +77,8 @@ def matching(trajectory: Trajectory, case, candidates, *, k: float = K, ulps: fl
     found = []
     for description, spec in candidates:
         oracle = reference(spec, case, "float64")
-        float32 = reference(spec, case, "float32")
-        if compare(trajectory, oracle, float32, k=k, ulps=ulps).passed:
+        floors = floor_trajectories(spec, case, reference)
+        if compare(trajectory, oracle, floors, k=k, ulps=ulps).passed:
             found.append(description)
     return found
 

@@ -22,7 +22,7 @@ from .cases import Case
 from .compare import K, ULPS, compare
 from .explainer import explain_failure
 from .report import build_report, write_reports
-from .trajectory import Trajectory, reference_trajectory
+from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 from .worker import result_stem
 
 STDERR_TAIL = 2000
@@ -37,6 +37,10 @@ class References:
 
     def get(self, case: Case, dtype: str) -> Trajectory:
         return self.of(case.spec, case, dtype)
+
+    def floors(self, spec, case: Case) -> list[Trajectory]:
+        """The float32 references whose error against the oracle is the noise floor."""
+        return floor_trajectories(spec, case, self.of)
 
     def of(self, spec, case: Case, dtype: str) -> Trajectory:
         key = (case.id, case.seed, case.steps, spec, dtype)
@@ -100,8 +104,8 @@ def _result(case: Case, backend: str, path: str, run_dir: Path, worker: dict,
     if info["error"]:
         return {**base, "status": "error", "error": info["error"]}
     trajectory = Trajectory.load(run_dir / info["trajectory"])
-    oracle, float32 = references.get(case, "float64"), references.get(case, "float32")
-    comparison = compare(trajectory, oracle, float32)
+    oracle = references.get(case, "float64")
+    comparison = compare(trajectory, oracle, references.floors(case.spec, case))
     base["comparison"] = comparison.to_dict()
     if comparison.passed:
         return {**base, "status": "pass"}

@@ -13,6 +13,7 @@ from typing import Callable, Mapping
 import numpy as np
 
 import unified_opt as uo
+from unified_opt.reference import with_float32_hyperparameters
 
 
 @dataclass
@@ -100,3 +101,11 @@ def reference_trajectory(spec, case, dtype: str = "float64") -> Trajectory:
     """The numpy reference's trajectory for ``spec`` on ``case``'s params and gradients."""
     ref = uo.reference(spec, case.initial_params(), dtype=dtype)
     return run(ref.step, lambda: (ref.params, ref.state), case)
+
+
+def floor_trajectories(spec, case, reference=reference_trajectory) -> list[Trajectory]:
+    """The float32 references whose error against the oracle makes the noise floor:
+    the plain one, and the one with float hyperparameters held in float32 (kernels take
+    them as float32 attributes; see :mod:`.compare`)."""
+    return [reference(spec, case, "float32"),
+            reference(with_float32_hyperparameters(spec), case, "float32")]

@@ -177,3 +177,11 @@ def test_reference_rejects_mismatched_gradients():
         ref.step({"b": np.ones(3)})
     with pytest.raises(ValueError, match="dtype must be one of"):
         uo.reference(uo.SGD(), {"w": np.ones(1)}, dtype="float16")
+
+
+def test_backends_stays_callable_after_a_backend_package_is_imported():
+    import importlib
+
+    before = uo.backends()
+    importlib.import_module("unified_opt.backends.torch.lowering")
+    assert uo.backends() == before
