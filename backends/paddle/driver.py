@@ -50,7 +50,8 @@ class PaddleDriver(Driver):
     def spec_state(self, name):
         p = self.params[name]
         if self.decision.path == "native":
-            return native_state(self.decision.lowering, self.optimizer, p)
+            return native_state(self.decision.lowering, self.optimizer, p,
+                                self.spec.for_parameter(name))
         return self.optimizer.spec_state(p)
 
 

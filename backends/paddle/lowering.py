@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from unified_opt.lowering import NativeLowering, decide, when
+from unified_opt.schedules import Schedule
 
 OWN_CLASS = "unified_opt.backends.paddle.SpecOptimizer (a paddle.optimizer.Optimizer)"
 
@@ -80,6 +81,90 @@ TABLE = (
                  lambda s: s.decay_times_lr)),
         lambda s: _adam_arguments(s, float(s.weight_decay)), _ADAM_STATE,
         "no_decay_names become apply_decay_param_fun; " + _ADAM_NOTE),
+)
+
+
+_L2_ONLY = when("decoupled_weight_decay=False (Paddle adds weight_decay to the gradient as "
+                "L2; it has no decoupled form of this class)",
+                lambda s: not s.decoupled_weight_decay)
+_CONSTANT_LR = when("a constant lr (paddle.optimizer.Rprop takes no LRScheduler: its "
+                    "constructor compares the lr with learning_rate_range)",
+                    lambda s: not isinstance(s.lr, Schedule))
+
+# Kernels that take their hyperparameters as float32 attributes (paddle.md §1): what the
+# conformance floor's float32-hyperparameter reference covers.
+_FLOAT32_ATTRIBUTES = "its kernel holds the hyperparameters in float32"
+
+
+def _betas(s):
+    return {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "epsilon": float(s.eps)}
+
+
+TABLE += (
+    NativeLowering(
+        "nadam", "paddle.optimizer.NAdam", (_L2_ONLY, _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {**_betas(s), "momentum_decay": float(s.momentum_decay),
+                   "weight_decay": _coupled_decay(s)},
+        {"exp_avg": "moment1", "exp_avg_sq": "moment2", "mu_product": "mu_product"},
+        "Paddle keeps mu_product parameter-shaped, every element the spec's 0-d value; "
+        + _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "radam", "paddle.optimizer.RAdam",
+        (when("rectify_threshold=5 with rectify_when='greater' (Paddle rectifies when "
+              "rho_t > 5)", lambda s: s.rectify_threshold == 5.0 and
+              s.rectify_when == "greater"),
+         _L2_ONLY, _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {**_betas(s), "weight_decay": _coupled_decay(s)},
+        {"exp_avg": "moment1", "exp_avg_sq": "moment2"}, _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "adamax", "paddle.optimizer.Adamax",
+        (when("eps_placement='on_decayed_norm' (Paddle takes max(|g|, beta2*u + eps))",
+              lambda s: s.eps_placement == "on_decayed_norm"),
+         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {**_betas(s), "weight_decay": _coupled_decay(s)},
+        {"exp_avg": "moment", "exp_inf": "inf_norm"}, _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "adagrad", "paddle.optimizer.Adagrad",
+        (when("lr_decay=0 (paddle.optimizer.Adagrad has no lr_decay)",
+              lambda s: s.lr_decay == 0.0),
+         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {"epsilon": float(s.eps),
+                   "initial_accumulator_value": float(s.initial_accumulator_value),
+                   "weight_decay": _coupled_decay(s)},
+        {"sum": "moment"}),
+    NativeLowering(
+        "adadelta", "paddle.optimizer.Adadelta", (_NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {"rho": float(s.rho), "epsilon": float(s.eps),
+                   "weight_decay": _coupled_decay(s)},
+        {"square_avg": "_avg_squared_grad", "acc_delta": "_avg_squared_update"},
+        _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "rmsprop", "paddle.optimizer.RMSProp",
+        (when("eps_placement='inside' (Paddle divides by sqrt(mean_square + eps))",
+              lambda s: s.eps_placement == "inside"),
+         when("lr_placement='inside' or momentum=0 (Paddle puts the lr into the momentum "
+              "buffer)", lambda s: s.lr_placement == "inside" or s.momentum == 0.0),
+         when("initial_square_avg=0 (Paddle starts mean_square at 0)",
+              lambda s: s.initial_square_avg == 0.0),
+         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        lambda s: {"rho": float(s.alpha), "epsilon": float(s.eps),
+                   "momentum": float(s.momentum), "centered": s.centered,
+                   "weight_decay": _coupled_decay(s)},
+        {"square_avg": "mean_square", "momentum_buffer": "momentum", "grad_avg": "mean_grad"},
+        _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "rprop", "paddle.optimizer.Rprop",
+        (when("weight_decay=0 (paddle.optimizer.Rprop has no weight decay)",
+              lambda s: s.weight_decay == 0.0),
+         _NOT_MAXIMIZE, _CONSTANT_LR,
+         when("0 < step_sizes[0] <= lr <= step_sizes[1] (Paddle's constructor requires the "
+              "lr inside learning_rate_range, with a positive minimum)",
+              lambda s: not isinstance(s.lr, Schedule) and
+              0.0 < s.step_sizes[0] <= s.lr <= s.step_sizes[1])),
+        lambda s: {"learning_rate_range": tuple(float(x) for x in s.step_sizes),
+                   "etas": tuple(float(x) for x in s.etas)},
+        {"prev": "prevs", "step_size": "learning_rates"},
+        "step_sizes become learning_rate_range"),
 )
 
 

@@ -92,12 +92,33 @@ def native_optimizer(row, params, param_specs, learning_rate, options):
     return optimizer
 
 
-def native_state(row, optimizer, p) -> dict:
+#: Spec states that are one 0-d value per parameter, which Paddle keeps as an accumulator
+#: of the parameter's shape with every element equal (NAdam's running product of the
+#: momentum schedule): the spec's value is one element. It depends only on the step and
+#: on hyperparameters every parameter of the optimizer shares, so a zero-size parameter
+#: (which has no element, and which Paddle's step skips) reads it from a non-empty one.
+PARAMETER_SHAPED_SCALARS = {"paddle.optimizer.NAdam": ("mu_product",)}
+
+
+def _accumulator(optimizer, theirs, p):
+    # Paddle prefixes accumulator names with the optimizer's name= when given.
+    key = theirs if optimizer._name is None else f"{optimizer._name}_{theirs}"
+    return optimizer._accumulators.get(key, {}).get(p.name)
+
+
+def native_state(row, optimizer, p, spec) -> dict:
+    """The native state of parameter ``p`` under ``spec``'s state names (the native
+    classes create some accumulators, e.g. RMSProp's ``momentum``, that the spec has
+    only for some settings)."""
     out = {}
+    scalars = PARAMETER_SHAPED_SCALARS.get(row.native, ())
     for ours, theirs in row.state.items():
-        # Paddle prefixes accumulator names with the optimizer's name= when given.
-        key = theirs if optimizer._name is None else f"{optimizer._name}_{theirs}"
-        accumulator = optimizer._accumulators.get(key, {}).get(p.name)
+        if ours not in spec.state_names():
+            continue
+        accumulator = _accumulator(optimizer, theirs, p)
+        if ours in scalars:
+            holder = p if p.size else next(q for q in optimizer._parameter_list if q.size)
+            accumulator = _accumulator(optimizer, theirs, holder).flatten()[0]
         if accumulator is not None:
             out[ours] = accumulator
     return out

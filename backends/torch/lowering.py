@@ -51,8 +51,8 @@ TABLE = (
         {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "mu_product": "mu_product"}),
     NativeLowering(
         "radam", "torch.optim.RAdam",
-        (when("rectify_threshold=5 with rectify_when='greater' (torch rectifies when rho_t > 5)",
-              lambda s: s.rectify_threshold == 5.0 and s.rectify_when == "greater"),),
+        (when("rectify_threshold=5 (torch rectifies when rho_t > 5)",
+              lambda s: s.rectify_threshold == 5.0),),
         lambda s: {"betas": s.betas, "eps": s.eps, "weight_decay": s.weight_decay,
                    "decoupled_weight_decay": s.decoupled_weight_decay, "maximize": s.maximize},
         {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),

@@ -36,9 +36,16 @@ def native_optimizer(row, params, param_specs, lr, options):
         else:
             groups.append({"arguments": arguments, "params": [p]})
     check_options(cls, options, groups[0]["arguments"])
+    # Arguments every group shares go to the constructor, only the differing ones into
+    # the groups: some classes read constructor arguments where a group value should
+    # win (torch Adagrad seeds every state sum from its initial_accumulator_value).
+    shared = {k: v for k, v in groups[0]["arguments"].items()
+              if all(g["arguments"].get(k) == v for g in groups)}
     if len(groups) == 1:
-        return cls(params, lr=lr, **groups[0]["arguments"], **options)
-    return cls([{"params": g["params"], **g["arguments"]} for g in groups], lr=lr, **options)
+        return cls(params, lr=lr, **shared, **options)
+    return cls([{"params": g["params"],
+                 **{k: v for k, v in g["arguments"].items() if k not in shared}}
+                for g in groups], lr=lr, **shared, **options)
 
 
 def native_state(row, optimizer, p) -> dict:

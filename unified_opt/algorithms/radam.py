@@ -9,7 +9,7 @@ With :math:`\rho_\infty = 2/(1-\beta_2) - 1` and
     \qquad \hat m_t = m_t / (1-\beta_1^t)\\
     r_t &= \sqrt{\frac{(\rho_t-4)(\rho_t-2)\rho_\infty}{(\rho_\infty-4)(\rho_\infty-2)\rho_t}}\\
     \theta_t &= \theta_{t-1} - \eta\,\hat m_t\, r_t\, \frac{\sqrt{1-\beta_2^t}}{\sqrt{v_t}+\epsilon}
-        \quad\text{if } \rho_t > \text{threshold, else}\quad \theta_{t-1} - \eta\,\hat m_t
+        \quad\text{if } \rho_t > \text{rectify_threshold, else}\quad \theta_{t-1} - \eta\,\hat m_t
 
 Weight decay is L2 in the gradient, or :math:`\theta \leftarrow (1-\eta\lambda)\theta`
 first with ``decoupled_weight_decay`` (torch's RAdamW form).
@@ -17,11 +17,10 @@ first with ``decoupled_weight_decay`` (torch's RAdamW form).
 Differences between frameworks
 ------------------------------
 * torch ``RAdam``, ``paddle.optimizer.RAdam`` and ``mindspore.experimental.optim.RAdam``:
-  threshold 5 with a strict ``>`` (``rectify_when="greater"``) and eps on
-  :math:`\sqrt{v_t}` *before* the bias correction (the "eps-hat" placement). With
-  :math:`\beta_2 = 0.999` the rectified branch starts at step 6.
-* Some implementations use ``>= 5`` (``rectify_when="greater_equal"``) or a threshold of
-  4; ``rectify_threshold`` covers both.
+  threshold 5 and eps on :math:`\sqrt{v_t}` *before* the bias correction (the "eps-hat"
+  placement). With :math:`\beta_2 = 0.999` the rectified branch starts at step 6.
+* Other implementations rectify from another threshold (the paper's 4, or 5 with
+  ``>=``, which differs only if :math:`\rho_t` hits 5 exactly): ``rectify_threshold``.
 """
 
 from __future__ import annotations
@@ -47,7 +46,6 @@ class RAdam(Spec):
     decoupled_weight_decay: bool = False
     maximize: bool = False
     rectify_threshold: float = 5.0
-    rectify_when: str = "greater"
     no_decay_names: tuple[str, ...] = ()
 
     def _check(self, owner):
@@ -57,10 +55,7 @@ class RAdam(Spec):
                                                        self.decoupled_weight_decay),
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 "rectify_threshold": v.check_range(owner, "rectify_threshold",
-                                                   self.rectify_threshold, low=4.0,
-                                                   low_open=True),
-                "rectify_when": v.check_choice(owner, "rectify_when", self.rectify_when,
-                                               ("greater", "greater_equal")),
+                                                   self.rectify_threshold, low=4.0),
                 **check_decay(self, owner)}
 
     def for_parameter(self, name):
@@ -83,9 +78,7 @@ class RAdam(Spec):
         corrected = exp_avg / bc1
         rho_inf = 2.0 / (1.0 - beta2) - 1.0
         rho_t = rho_inf - 2.0 * step * beta2 ** step / bc2
-        rectify = (rho_t > self.rectify_threshold if self.rectify_when == "greater"
-                   else rho_t >= self.rectify_threshold)
-        if rectify:
+        if rho_t > self.rectify_threshold:
             rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
                              ((rho_inf - 4) * (rho_inf - 2) * rho_t))
             adaptive = math.sqrt(bc2) / (ops.sqrt(exp_avg_sq) + self.eps)
@@ -95,7 +88,7 @@ class RAdam(Spec):
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
     def alternatives(self):
-        other = "greater_equal" if self.rectify_when == "greater" else "greater"
-        return [(f"rectify_when={other!r}", self.replace(rectify_when=other)),
+        other = 4.0 if self.rectify_threshold != 4.0 else 5.0
+        return [(f"rectify_threshold={other:g}", self.replace(rectify_threshold=other)),
                 (f"decoupled_weight_decay={not self.decoupled_weight_decay}",
                  self.replace(decoupled_weight_decay=not self.decoupled_weight_decay))]

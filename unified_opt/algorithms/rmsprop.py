@@ -107,8 +107,10 @@ class RMSprop(Spec):
 
     def alternatives(self):
         out = []
-        for knob, value in (("eps_placement", self.eps_placement),
-                            ("lr_placement", self.lr_placement)):
+        knobs = [("eps_placement", self.eps_placement)]
+        if self.momentum:   # without a buffer the lr placement changes nothing
+            knobs.append(("lr_placement", self.lr_placement))
+        for knob, value in knobs:
             other = "inside" if value == "outside" else "outside"
             out.append((f"{knob}={other!r}", self.replace(**{knob: other})))
         other = 1.0 if self.initial_square_avg == 0.0 else 0.0

@@ -1,0 +1,72 @@
+"""Conformance cases: a spec, named parameter shapes, a seed, a number of steps, paths.
+
+:func:`default_cases` exercises every knob of every algorithm with hyperparameters
+chosen so that the knob changes the numbers far beyond float32 rounding (eps 1e-3 so
+its placement shows, changing learning rates so the lr placement and schedule step
+semantics show), and every native lowering row: the frameworks' own classes appear
+through their presets. One module per algorithm family.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Iterable
+
+import unified_opt as uo
+
+from . import adam, catalogue, sgd
+from .case import (DEFAULT_PATHS, DEFAULT_STEPS, DENSE_PARAMS, MIN_STEPS, PARAMS,
+                   SUITE_VERSION, Case, dense)
+
+__all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "MIN_STEPS", "PARAMS",
+           "SUITE_VERSION", "default_cases", "dense", "select", "uncovered_rows"]
+
+_FAMILIES = (sgd, adam, catalogue)
+
+
+def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:
+    """The default suite, optionally only the cases of the given algorithm names."""
+    cases = [case for family in _FAMILIES for case in family.cases()]
+    if algorithms is None:
+        return cases
+    if isinstance(algorithms, str) or not isinstance(algorithms, Iterable):
+        raise TypeError(f"default_cases: algorithms must be a list of names, got "
+                        f"{algorithms!r}")
+    names = list(algorithms)
+    unknown = [n for n in names if n not in uo.algorithms()]
+    if unknown:
+        raise ValueError(f"default_cases: unknown algorithm(s) {unknown}; registered: "
+                         f"{uo.algorithms()}")
+    covered = sorted({c.spec.name for c in cases})
+    missing = [n for n in names if n not in covered]
+    if missing:
+        raise ValueError(f"default_cases: no conformance cases yet for {missing}; cases "
+                         f"exist for {covered}")
+    return [c for c in cases if c.spec.name in names]
+
+
+def select(cases: list[Case], patterns: Iterable[str]) -> list[Case]:
+    """The cases whose id matches one of the shell-style ``patterns``."""
+    patterns = list(patterns)
+    chosen = [c for c in cases if any(fnmatch.fnmatchcase(c.id, p) for p in patterns)]
+    if not chosen:
+        raise ValueError(f"no case id matches {patterns}; ids: {[c.id for c in cases]}")
+    return chosen
+
+
+def uncovered_rows(cases: list[Case], backend: str) -> list[str]:
+    """Native lowering rows of ``backend`` (for the algorithms of ``cases``) that no
+    case's "auto" build selects, judged
+    from the spec alone (conditions on the parameters, such as MindSpore's "no 0-size
+    parameter", are the report's business: it lists the rows no run built with)."""
+    import importlib
+
+    lowering = importlib.import_module(f"unified_opt.backends.{backend}.lowering")
+    chosen = set()
+    for case in cases:
+        decision = lowering.decide_for(case.spec)
+        if decision.path == "native":
+            chosen.add((decision.algorithm, decision.native))
+    algorithms = {case.spec.name for case in cases}
+    return [f"{row.algorithm} -> {row.native}" for row in lowering.TABLE
+            if row.algorithm in algorithms and (row.algorithm, row.native) not in chosen]

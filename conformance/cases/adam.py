@@ -1,0 +1,88 @@
+"""Conformance cases of adam and adamw: every knob and the presets."""
+
+from __future__ import annotations
+
+import unified_opt as uo
+from unified_opt.schedules import Cosine
+
+from .case import Case, dense
+
+def adam_cases() -> list[Case]:
+    a = {"lr": 0.01, "eps": 1e-3}
+    cosine = Cosine(lr=0.02, T_max=50, eta_min=0.001)
+    return [
+        Case(id="adam_default", spec=uo.Adam(**a)),
+        Case(id="adam_eps_hat", spec=uo.Adam(**a, eps_placement="eps_hat")),
+        Case(id="adam_eps_inside", spec=uo.Adam(**a, eps_placement="inside")),
+        Case(id="adam_no_bias_correction", spec=uo.Adam(**a, bias_correction=False)),
+        Case(id="adam_amsgrad", spec=uo.Adam(**a, amsgrad=True)),
+        Case(id="adam_amsgrad_eps_hat",
+             spec=uo.Adam(**a, amsgrad=True, eps_placement="eps_hat")),
+        Case(id="adam_nesterov", spec=uo.Adam(**a, nesterov=True)),
+        Case(id="adam_nesterov_eps_hat",
+             spec=uo.Adam(**a, nesterov=True, eps_placement="eps_hat")),
+        Case(id="adam_weight_decay", spec=uo.Adam(**a, weight_decay=0.1)),
+        Case(id="adam_maximize", spec=uo.Adam(**a, maximize=True, betas=(0.8, 0.99))),
+        Case(id="adam_no_decay_names",
+             spec=uo.Adam(**a, weight_decay=0.1, no_decay_names=("beta", "gamma"))),
+        Case(id="adam_cosine", spec=uo.Adam(lr=cosine, eps=1e-3, weight_decay=0.05)),
+        dense(id="preset_torch_adam",
+             spec=uo.preset("torch.optim.Adam", lr=0.01, eps=1e-3, weight_decay=0.01)),
+        dense(id="preset_paddle_adam",
+             spec=uo.preset("paddle.optimizer.Adam", learning_rate=0.01, epsilon=1e-3,
+                            weight_decay=0.01)),
+        dense(id="preset_paddle_adam_amsgrad",
+             spec=uo.preset("paddle.optimizer.Adam", learning_rate=0.01, epsilon=1e-3,
+                            amsgrad=True)),
+        dense(id="preset_mindspore_nn_adam",
+             spec=uo.preset("mindspore.nn.Adam", learning_rate=0.01, eps=1e-3,
+                            weight_decay=0.1)),
+        dense(id="preset_mindspore_nn_adam_nesterov",
+             spec=uo.preset("mindspore.nn.Adam", learning_rate=0.01, eps=1e-3,
+                            use_nesterov=True)),
+        dense(id="preset_mindspore_nn_adam_amsgrad",
+             spec=uo.preset("mindspore.nn.Adam", learning_rate=0.01, eps=1e-3,
+                            use_amsgrad=True)),
+        dense(id="preset_mindspore_experimental_adam",
+             spec=uo.preset("mindspore.experimental.optim.Adam", lr=0.01, eps=1e-3,
+                            weight_decay=0.01, maximize=True)),
+        dense(id="preset_mindspore_experimental_adam_amsgrad",
+             spec=uo.preset("mindspore.experimental.optim.Adam", lr=0.01, eps=1e-3,
+                            amsgrad=True)),
+    ]
+
+
+def adamw_cases() -> list[Case]:
+    a = {"lr": 0.01, "eps": 1e-3, "weight_decay": 0.1}
+    cosine = Cosine(lr=0.02, T_max=50, eta_min=0.001)
+    return [
+        Case(id="adamw_default", spec=uo.AdamW(**a)),
+        Case(id="adamw_decay_not_times_lr",
+             spec=uo.AdamW(**{**a, "weight_decay": 0.005}, decay_times_lr=False)),
+        Case(id="adamw_in_update", spec=uo.AdamW(**a, decay_form="in_update")),
+        Case(id="adamw_no_decay_names", spec=uo.AdamW(**a, no_decay_names=("beta", "gamma"))),
+        Case(id="adamw_amsgrad", spec=uo.AdamW(**a, amsgrad=True)),
+        Case(id="adamw_maximize", spec=uo.AdamW(**a, maximize=True)),
+        Case(id="adamw_eps_hat", spec=uo.AdamW(**a, eps_placement="eps_hat")),
+        Case(id="adamw_no_bias_correction", spec=uo.AdamW(**a, bias_correction=False)),
+        Case(id="adamw_cosine", spec=uo.AdamW(**{**a, "lr": cosine})),
+        dense(id="preset_torch_adamw",
+             spec=uo.preset("torch.optim.AdamW", lr=0.01, eps=1e-3, weight_decay=0.1)),
+        dense(id="preset_paddle_adamw",
+             spec=uo.preset("paddle.optimizer.AdamW", learning_rate=0.01, epsilon=1e-3,
+                            weight_decay=0.1)),
+        dense(id="preset_paddle_adamw_amsgrad",
+             spec=uo.preset("paddle.optimizer.AdamW", learning_rate=0.01, epsilon=1e-3,
+                            weight_decay=0.1, amsgrad=True)),
+        dense(id="preset_mindspore_nn_adamweightdecay",
+             spec=uo.preset("mindspore.nn.AdamWeightDecay", learning_rate=0.01, eps=1e-3,
+                            weight_decay=0.1),
+             description="no bias correction, decay inside the update, beta/gamma not decayed"),
+        dense(id="preset_mindspore_experimental_adamw",
+             spec=uo.preset("mindspore.experimental.optim.AdamW", lr=0.01, eps=1e-3,
+                            weight_decay=0.1, maximize=True)),
+    ]
+
+
+def cases() -> list[Case]:
+    return adam_cases() + adamw_cases()

@@ -1,0 +1,115 @@
+"""Conformance cases: a spec, named parameter shapes, a seed, a number of steps, paths.
+
+Parameter names matter: name rules (``no_decay_names``, MindSpore's
+``("beta", "gamma")``) pick parameters by name, so the standard set has a ``ln.gamma``
+and a ``ln.beta`` next to ``w`` and ``bias``. It also holds odd sizes (22), 1-D, 2-D,
+3-D and, except in the preset cases, a 0-size tensor: a backend must hold one (by its
+own implementation if its native class cannot) or fail the case, visibly.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+import unified_opt as uo
+from unified_opt import _validation as v
+from unified_opt.lowering import PATHS
+
+from ..gradients import gradients_at
+
+#: Bump when the default cases, the gradient stream or the comparison rule change.
+SUITE_VERSION = "1"
+MIN_STEPS = 50
+DEFAULT_STEPS = 50
+
+#: the standard parameter set: name -> shape
+PARAMS = {"w": (8, 6), "bias": (6,), "ln.gamma": (6,), "ln.beta": (6,), "v22": (22,),
+          "w3d": (3, 4, 5), "empty": (0,)}
+
+#: the preset cases model a network being ported: no 0-size parameter, so that native
+#: classes which cannot hold one (MindSpore's) run natively there; every other case
+#: keeps it
+DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
+
+#: "own" runs only when "auto" lowered to a native class (else it would repeat "auto")
+DEFAULT_PATHS = ("auto", "own")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One conformance case. ``paths`` are build paths ("auto", "own", "native"); a
+    worker skips a path whose lowering repeats one it already ran."""
+
+    id: str
+    spec: uo.Spec
+    params: Mapping[str, tuple[int, ...]] = field(default_factory=lambda: dict(PARAMS))
+    steps: int = DEFAULT_STEPS
+    seed: int | None = None            # None: derived from the id (stable across edits)
+    paths: tuple[str, ...] = DEFAULT_PATHS
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"Case {self.id!r}"
+        if not isinstance(self.id, str) or not self.id or any(c in self.id for c in " /:"):
+            raise ValueError(f"Case: id must be a non-empty str without spaces, '/' or ':', "
+                             f"got {self.id!r}")
+        if not isinstance(self.spec, uo.Spec):
+            raise TypeError(f"{owner}: spec must be a unified_opt spec, got {self.spec!r}")
+        if not isinstance(self.params, Mapping) or not self.params:
+            raise TypeError(f"{owner}: params must be a non-empty mapping name -> shape, "
+                            f"got {self.params!r}")
+        shapes = {}
+        for name, shape in self.params.items():
+            if not isinstance(name, str) or not name or ":" in name:
+                raise ValueError(f"{owner}: parameter names must be non-empty str without "
+                                 f"':', got {name!r}")
+            if not isinstance(shape, (tuple, list)):
+                raise TypeError(f"{owner}: shape of {name!r} must be a tuple, got {shape!r}")
+            shapes[name] = tuple(v.check_int(owner, f"shape of {name!r}", d, low=0)
+                                 for d in shape)
+        object.__setattr__(self, "params", shapes)
+        object.__setattr__(self, "steps", v.check_int(owner, "steps", self.steps,
+                                                      low=MIN_STEPS))
+        seed = zlib.crc32(self.id.encode()) if self.seed is None else self.seed
+        object.__setattr__(self, "seed", v.check_int(owner, "seed", seed, low=0))
+        paths = tuple(self.paths) if isinstance(self.paths, (list, tuple)) else self.paths
+        if not isinstance(paths, tuple) or not paths or any(p not in PATHS for p in paths):
+            raise ValueError(f"{owner}: paths must be a non-empty sequence of {PATHS}, "
+                             f"got {self.paths!r}")
+        object.__setattr__(self, "paths", paths)
+
+    # -- data the worker and the parent both derive from the case ---------------------
+    def initial_params(self) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng(self.seed)
+        return {name: rng.standard_normal(shape).astype(np.float32)
+                for name, shape in self.params.items()}
+
+    def gradients(self, step: int) -> dict[str, np.ndarray]:
+        """The float32 gradients of 0-based ``step``."""
+        return gradients_at(self.seed, step, self.params)
+
+    def with_steps(self, steps: int) -> "Case":
+        return Case(id=self.id, spec=self.spec, params=self.params, steps=steps,
+                    seed=self.seed, paths=self.paths, description=self.description)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "spec": self.spec.to_dict(),
+                "params": {n: list(s) for n, s in self.params.items()},
+                "steps": self.steps, "seed": self.seed, "paths": list(self.paths),
+                "description": self.description}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Case":
+        return cls(id=data["id"], spec=uo.spec_from_dict(data["spec"]),
+                   params={n: tuple(s) for n, s in data["params"].items()},
+                   steps=data["steps"], seed=data["seed"], paths=tuple(data["paths"]),
+                   description=data.get("description", ""))
+
+
+def dense(**fields) -> Case:
+    """A case over :data:`DENSE_PARAMS` (the preset cases: a network being ported)."""
+    return Case(params=DENSE_PARAMS, **fields)
