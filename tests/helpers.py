@@ -62,3 +62,81 @@ def assert_follows_reference(run_step, read_params, spec, params, grads, factor=
                         4 * np.finfo(np.float32).eps * np.abs(want).max(), 1e-37)
             assert error <= factor * floor, (
                 f"{what} at step {t}: error {error:.3e} > {factor} x floor {floor:.3e}")
+
+
+# -- cross-framework runs: one worker process per framework ----------------------------
+
+FRAMEWORKS = ("torch", "paddle", "mindspore")
+
+
+def installed_frameworks() -> list[str]:
+    import importlib.util
+
+    return [f for f in FRAMEWORKS if importlib.util.find_spec(f) is not None]
+
+
+def run_framework_jobs(jobs: dict, out_dir) -> None:
+    """Run ``jobs`` (framework -> list of job dicts, see ``workers/run_jobs.py``), one
+    worker process per framework, at most two at a time; trajectories land in
+    ``out_dir/<job id>.npz`` (or ``.error``)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).parent / "workers" / "run_jobs.py"
+    pending = [(fw, j) for fw, j in jobs.items() if j]
+    running = []
+    while pending or running:
+        while pending and len(running) < 2:
+            fw, fw_jobs = pending.pop(0)
+            path = Path(out_dir) / f"{fw}.jobs.json"
+            path.write_text(json.dumps(fw_jobs))
+            running.append(subprocess.Popen(
+                [sys.executable, str(worker), fw, str(path), str(out_dir)],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        proc = running.pop(0)
+        output = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
+
+
+def load_trajectory(path) -> dict:
+    error = path.with_suffix(".error")
+    assert not error.exists(), error.read_text()
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
+
+
+def reference_trajectories(spec, shapes, steps):
+    """(float64 oracle, float32 floor references) parameter trajectories over the
+    ``gradient_stream`` of ``shapes``; the floor includes float32-held hyperparameters."""
+    from unified_opt.reference import with_float32_hyperparameters
+
+    arrays = initial_params(shapes=shapes)
+    runs = [uo.reference(spec, arrays, "float64"), uo.reference(spec, arrays, "float32"),
+            uo.reference(with_float32_hyperparameters(spec), arrays, "float32")]
+    traces = [{n: [] for n in arrays} for _ in runs]
+    for g in gradient_stream(shapes=shapes, steps=steps):
+        for ref, trace in zip(runs, traces):
+            ref.step(g)
+            for n in arrays:
+                trace[n].append(ref.params[n].copy())
+    stacked = [{n: np.stack(v) for n, v in t.items()} for t in traces]
+    return stacked[0], stacked[1:]
+
+
+def worst_ratio(got, oracle, floors) -> float:
+    """Largest error / float32 noise floor over steps and parameters (the conformance
+    rule: floor = max(float32 references' error, 4 float32 ulps of the values))."""
+    worst = 0.0
+    for n, want in oracle.items():
+        steps = want.shape[0]
+        if not want[0].size:
+            continue
+        flat = want.reshape(steps, -1)
+        error = np.abs(got[n].astype(np.float64).reshape(steps, -1) - flat).max(axis=1)
+        floor = 4 * np.finfo(np.float32).eps * np.abs(flat).max(axis=1)
+        for f in floors:
+            floor = np.maximum(floor, np.abs(f[n].reshape(steps, -1) - flat).max(axis=1))
+        worst = max(worst, float((error / np.maximum(floor, 1e-37)).max()))
+    return worst

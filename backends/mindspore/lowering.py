@@ -59,6 +59,21 @@ _BETAS_NOTE = ("with the betas rounded to float32: the kernel's 1 - beta2 for 0.
 _EXPERIMENTAL_ADAM_STATE = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq",
                             "max_exp_avg_sq": "max_exp_avg_sq"}
 
+_L2_ONLY = when("decoupled_weight_decay=False (the decay is L2 in the gradient; MindSpore "
+                "has no decoupled form of this class)", lambda s: not s.decoupled_weight_decay)
+_FLOAT32_ATTRIBUTES = "its kernel holds the hyperparameters in float32"
+
+
+def _experimental_betas(s):
+    return {"betas": tuple(float(b) for b in s.betas), "eps": float(s.eps),
+            "weight_decay": float(s.weight_decay)}
+
+
+def _step_sizes(s):
+    return {"etas": tuple(float(e) for e in s.etas),
+            "step_sizes": tuple(float(x) for x in s.step_sizes)}
+
+
 # Rows are tried in order; `state` maps spec state names to the native optimizer's
 # ParameterTuple attributes.
 TABLE = (
@@ -125,6 +140,92 @@ TABLE = (
         lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
                    "weight_decay": float(s.weight_decay)},
         {"exp_avg": "moments1", "exp_avg_sq": "moments2"}, note=_BETAS_NOTE),
+    NativeLowering(
+        "nadam", "mindspore.experimental.optim.NAdam", (_L2_ONLY, _NOT_MAXIMIZE, _CONSTANT_LR),
+        lambda s: {**_experimental_betas(s), "momentum_decay": float(s.momentum_decay)},
+        {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "mu_product": "mu_product"},
+        note="its mu_product lives in an unregistered list, which checkpoints leave out"),
+    NativeLowering(
+        "radam", "mindspore.experimental.optim.RAdam",
+        (when("rectify_threshold=5 (experimental.optim.RAdam rectifies when rho_t > 5)",
+              lambda s: s.rectify_threshold == 5.0),
+         _L2_ONLY, _NOT_MAXIMIZE, _CONSTANT_LR),
+        _experimental_betas, {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
+    NativeLowering(
+        "adamax", "mindspore.nn.AdaMax",
+        (when("eps_placement='outside_max' (nn.AdaMax divides by max(beta2*u, |g|) + eps)",
+              lambda s: s.eps_placement == "outside_max"), _NOT_MAXIMIZE),
+        lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
+                   "weight_decay": float(s.weight_decay)},
+        {"exp_avg": "moment1", "exp_inf": "moment2"}, note=_FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "adamax", "mindspore.experimental.optim.Adamax",
+        (when("eps_placement='on_grad' (experimental.optim.Adamax takes max(beta2*u, |g| + eps))",
+              lambda s: s.eps_placement == "on_grad"), _CONSTANT_LR),
+        lambda s: {**_experimental_betas(s), "maximize": s.maximize},
+        {"exp_avg": "exp_avg", "exp_inf": "exp_inf"}),
+    NativeLowering(
+        "adagrad", "mindspore.nn.Adagrad",
+        (when("eps=0 (nn.Adagrad divides by sqrt(sum) with no eps)", lambda s: s.eps == 0.0),
+         when("lr_decay=0 (nn.Adagrad has no lr_decay)", lambda s: s.lr_decay == 0.0),
+         _NOT_MAXIMIZE),
+        lambda s: {"accum": float(s.initial_accumulator_value),
+                   "weight_decay": float(s.weight_decay)},
+        {"sum": "accum"}),
+    NativeLowering(
+        "adagrad", "mindspore.experimental.optim.Adagrad", (_CONSTANT_LR,),
+        lambda s: {"lr_decay": float(s.lr_decay), "weight_decay": float(s.weight_decay),
+                   "initial_accumulator_value": float(s.initial_accumulator_value),
+                   "eps": float(s.eps), "maximize": s.maximize},
+        {"sum": "accum"},
+        note="on float32 parameters, the only ones the backend takes (on float64 it does "
+             "nothing)"),
+    NativeLowering(
+        "adadelta", "mindspore.nn.Adadelta", (_NOT_MAXIMIZE,),
+        lambda s: {"rho": float(s.rho), "epsilon": float(s.eps),
+                   "weight_decay": float(s.weight_decay)},
+        {"square_avg": "accum", "acc_delta": "accum_update"}),
+    NativeLowering(
+        "adadelta", "mindspore.experimental.optim.Adadelta", (_CONSTANT_LR,),
+        lambda s: {"rho": float(s.rho), "eps": float(s.eps),
+                   "weight_decay": float(s.weight_decay), "maximize": s.maximize},
+        {"square_avg": "accum", "acc_delta": "accum_update"}),
+    NativeLowering(
+        "rmsprop", "mindspore.nn.RMSProp",
+        (when("eps_placement='inside' (nn.RMSProp divides by sqrt(mean_square + eps))",
+              lambda s: s.eps_placement == "inside"),
+         when("lr_placement='inside' or momentum=0 (nn.RMSProp puts the lr into the momentum "
+              "buffer)", lambda s: s.lr_placement == "inside" or s.momentum == 0.0),
+         when("initial_square_avg=1 (nn.RMSProp starts mean_square at 1)",
+              lambda s: s.initial_square_avg == 1.0),
+         _NOT_MAXIMIZE),
+        lambda s: {"decay": float(s.alpha), "momentum": float(s.momentum),
+                   "epsilon": float(s.eps), "centered": s.centered,
+                   "weight_decay": float(s.weight_decay)},
+        {"square_avg": "ms", "momentum_buffer": "moment", "grad_avg": "mg"}),
+    NativeLowering(
+        "rmsprop", "mindspore.experimental.optim.RMSprop",
+        (when("eps_placement='outside' (experimental.optim.RMSprop adds eps to the sqrt)",
+              lambda s: s.eps_placement == "outside"),
+         when("lr_placement='outside' or momentum=0 (experimental.optim.RMSprop keeps the lr "
+              "out of the buffer)", lambda s: s.lr_placement == "outside" or s.momentum == 0.0),
+         when("initial_square_avg=0 (experimental.optim.RMSprop starts mean_square at 0)",
+              lambda s: s.initial_square_avg == 0.0),
+         _CONSTANT_LR),
+        lambda s: {"alpha": float(s.alpha), "eps": float(s.eps),
+                   "weight_decay": float(s.weight_decay), "momentum": float(s.momentum),
+                   "centered": s.centered, "maximize": s.maximize},
+        {"square_avg": "mean_square", "momentum_buffer": "moment", "grad_avg": "mean_grad"}),
+    NativeLowering(
+        "rprop", "mindspore.nn.Rprop", (_NOT_MAXIMIZE,),
+        lambda s: {**_step_sizes(s), "weight_decay": float(s.weight_decay)},
+        {"prev": "prev", "step_size": "step_size"}),
+    NativeLowering(
+        "rprop", "mindspore.experimental.optim.Rprop",
+        (when("weight_decay=0 (experimental.optim.Rprop has no weight decay)",
+              lambda s: s.weight_decay == 0.0), _CONSTANT_LR),
+        lambda s: {**_step_sizes(s), "maximize": s.maximize},
+        {"prev": "prev", "step_size": "step_size"}),
 )
 
 

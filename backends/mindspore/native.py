@@ -53,6 +53,10 @@ def native_optimizer(row, params, param_specs, lr, options):
             raise ValueError(f"build: {row.native} needs the same hyperparameters for every "
                              f"parameter except weight_decay, got {shared} and {args}")
     check_options(row, options)
+    if "weight_decay" not in arguments[0]:
+        # a class without weight decay (experimental.optim.Rprop)
+        keyword = "lr" if row.native.startswith(_EXPERIMENTAL) else "learning_rate"
+        return cls(params, **{keyword: lr}, **shared, **options)
     decays = [args["weight_decay"] for args in arguments]
     if row.native.startswith(_EXPERIMENTAL):
         runs: list[dict] = []
@@ -73,11 +77,21 @@ def native_optimizer(row, params, param_specs, lr, options):
                **options)
 
 
+#: Spec states that are one 0-d value per parameter, the same for every parameter of the
+#: optimizer (they depend only on the step and on hyperparameters all parameters share):
+#: a left-out zero-size parameter reads them from the first held parameter, since the
+#: spec advances them for it too.
+SHARED_SCALARS = {"mindspore.experimental.optim.NAdam": ("mu_product",)}
+
+
 def native_state(row, optimizer, p, spec) -> dict:
     """The native state of parameter ``p`` under ``spec``'s state names."""
     index = next((i for i, q in enumerate(optimizer.parameters) if q is p), None)
     if index is None:   # a zero-size parameter, left out
         from .ops import mindspore_ops
-        return spec.init(p, mindspore_ops)
+        state = spec.init(p, mindspore_ops)
+        for ours in SHARED_SCALARS.get(row.native, ()):
+            state[ours] = getattr(optimizer, row.state[ours])[0]
+        return state
     return {ours: getattr(optimizer, theirs)[index] for ours, theirs in row.state.items()
             if ours in spec.state_names()}

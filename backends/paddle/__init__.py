@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from unified_opt.schedules import Schedule
 
 NAME = "paddle"
@@ -33,7 +35,7 @@ def build(spec, named, *, path, options):
     from unified_opt.build import BuildRecord
 
     from .lowering import decide_for
-    from .native import native_optimizer
+    from .native import PARAMETER_SHAPED_SCALARS, native_optimizer
     from .optimizer import ScheduleLR, SpecOptimizer
 
     for name, p in named:
@@ -44,6 +46,18 @@ def build(spec, named, *, path, options):
         raise ValueError(f"build: parameters and their names must be unique, got names "
                          f"{names} for Paddle parameters {[p.name for p in params]}")
     decision = decide_for(spec, path)
+    if decision.path == "native" and decision.native in PARAMETER_SHAPED_SCALARS and \
+            all(p.size == 0 for p in params):
+        # Paddle's step skips zero-size parameters, so their per-parameter scalar state
+        # (NAdam's mu_product, read from a non-empty parameter) would never advance.
+        if path == "native":
+            raise ValueError(f"build: path='native': every parameter has zero size, and "
+                             f"{decision.native} keeps no advancing "
+                             f"{'/'.join(PARAMETER_SHAPED_SCALARS[decision.native])} for them")
+        decision = dataclasses.replace(
+            decision, path="own", native=None, lowering=None,
+            reason=f"every parameter has zero size ({decision.native} skips them and keeps "
+                   f"no advancing {'/'.join(PARAMETER_SHAPED_SCALARS[decision.native])})")
     param_specs = [spec.for_parameter(n) for n in names]
     if decision.path == "own" and options:
         raise ValueError(f"build: options {sorted(options)} apply to native classes; "

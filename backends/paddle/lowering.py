@@ -50,6 +50,22 @@ _ADAM_NOTE = ("its float32 kernel forms 1-beta from float32(beta): with beta2=0.
 _ADAM_STATE = {"exp_avg": "moment1", "exp_avg_sq": "moment2",
                "max_exp_avg_sq": "moment2_max"}
 
+_L2_ONLY = when("decoupled_weight_decay=False (Paddle adds weight_decay to the gradient as "
+                "L2; it has no decoupled form of this class)",
+                lambda s: not s.decoupled_weight_decay)
+_CONSTANT_LR = when("a constant lr (paddle.optimizer.Rprop takes no LRScheduler: its "
+                    "constructor compares the lr with learning_rate_range)",
+                    lambda s: not isinstance(s.lr, Schedule))
+
+# Kernels that take their hyperparameters as float32 attributes (paddle.md §1): what the
+# conformance floor's float32-hyperparameter reference covers.
+_FLOAT32_ATTRIBUTES = "its kernel holds the hyperparameters in float32"
+
+
+def _betas(s):
+    return {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "epsilon": float(s.eps)}
+
+
 TABLE = (
     NativeLowering(
         "sgd", "paddle.optimizer.SGD",
@@ -81,26 +97,7 @@ TABLE = (
                  lambda s: s.decay_times_lr)),
         lambda s: _adam_arguments(s, float(s.weight_decay)), _ADAM_STATE,
         "no_decay_names become apply_decay_param_fun; " + _ADAM_NOTE),
-)
 
-
-_L2_ONLY = when("decoupled_weight_decay=False (Paddle adds weight_decay to the gradient as "
-                "L2; it has no decoupled form of this class)",
-                lambda s: not s.decoupled_weight_decay)
-_CONSTANT_LR = when("a constant lr (paddle.optimizer.Rprop takes no LRScheduler: its "
-                    "constructor compares the lr with learning_rate_range)",
-                    lambda s: not isinstance(s.lr, Schedule))
-
-# Kernels that take their hyperparameters as float32 attributes (paddle.md §1): what the
-# conformance floor's float32-hyperparameter reference covers.
-_FLOAT32_ATTRIBUTES = "its kernel holds the hyperparameters in float32"
-
-
-def _betas(s):
-    return {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "epsilon": float(s.eps)}
-
-
-TABLE += (
     NativeLowering(
         "nadam", "paddle.optimizer.NAdam", (_L2_ONLY, _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
         lambda s: {**_betas(s), "momentum_decay": float(s.momentum_decay),
@@ -110,9 +107,8 @@ TABLE += (
         + _FLOAT32_ATTRIBUTES),
     NativeLowering(
         "radam", "paddle.optimizer.RAdam",
-        (when("rectify_threshold=5 with rectify_when='greater' (Paddle rectifies when "
-              "rho_t > 5)", lambda s: s.rectify_threshold == 5.0 and
-              s.rectify_when == "greater"),
+        (when("rectify_threshold=5 (Paddle rectifies when rho_t > 5)",
+              lambda s: s.rectify_threshold == 5.0),
          _L2_ONLY, _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
         lambda s: {**_betas(s), "weight_decay": _coupled_decay(s)},
         {"exp_avg": "moment1", "exp_avg_sq": "moment2"}, _FLOAT32_ATTRIBUTES),
