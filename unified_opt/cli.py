@@ -11,6 +11,9 @@ fails or errors, 2 for a bad command line).
 class's qualified name (``mindspore.nn.AdamWeightDecay``, read through its preset
 with the native argument names). Values are JSON (``betas=[0.9,0.99]``,
 ``amsgrad=true``); anything that is not JSON is a string (``eps_placement=eps_hat``).
+
+``unified-opt matrix [--out docs/compatibility.md]`` writes the compatibility matrix
+(algorithm x backend x path, preset x backend) generated from the lowering tables.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("algorithm")
     explain.add_argument("--backend", required=True)
     explain.add_argument("hyperparameters", nargs="*", metavar="key=value")
+    matrix = commands.add_parser("matrix", help="write the compatibility matrix")
+    matrix.add_argument("--out", default="docs/compatibility.md")
     return parser
 
 
@@ -128,6 +133,16 @@ def _conformance(args) -> int:
     return 0 if summary["fail"] == 0 and summary["error"] == 0 else 1
 
 
+def _matrix(args) -> int:
+    from pathlib import Path
+
+    from unified_opt.compatibility import markdown
+
+    Path(args.out).write_text(markdown())
+    print(f"wrote {args.out}")
+    return 0
+
+
 def _usage_error(args, error: Exception) -> int:
     print(f"unified-opt {args.command}: error: {error}", file=sys.stderr)
     return USAGE_ERROR
@@ -137,10 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     # key=value pairs may follow --backend, which argparse does not give to a positional
     args, extra = parser.parse_known_args(argv)
+    if args.command in ("conformance", "matrix") and extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "conformance":
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         return _conformance(args)
+    if args.command == "matrix":
+        return _matrix(args)
     args.hyperparameters += extra
     return _explain(args)
 
