@@ -23,3 +23,22 @@ def decay_for_parameter(spec, name: str | None):
     if any(part in name for part in spec.no_decay_names):
         return dataclasses.replace(spec, weight_decay=0.0, no_decay_names=())
     return spec
+
+
+def l2_gradient(spec, param, grad):
+    """The gradient the update sees: negated with ``maximize``, plus the coupled L2 term
+    ``weight_decay * param`` (torch's ``weight_decay`` for every non-W optimizer)."""
+    g = -grad if spec.maximize else grad
+    if spec.weight_decay != 0.0:
+        g = g + param * spec.weight_decay
+    return g
+
+
+def apply_weight_decay(spec, param, grad, lr: float):
+    """``(param, gradient)`` after weight decay: decoupled ``param * (1 - lr * wd)`` when
+    ``spec.decoupled_weight_decay`` (torch's NAdamW/RAdamW forms), else L2 in the gradient."""
+    if not spec.decoupled_weight_decay:
+        return param, l2_gradient(spec, param, grad)
+    if spec.weight_decay != 0.0:
+        param = param * (1.0 - lr * spec.weight_decay)
+    return param, (-grad if spec.maximize else grad)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 
 @register
@@ -49,9 +49,7 @@ class Adadelta(Spec):
         return ("square_avg", "acc_delta")
 
     def update(self, param, grad, state, *, lr, step, ops):
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         rho = self.rho
         square_avg = state["square_avg"] * rho + g * g * (1.0 - rho)
         delta = ops.sqrt(state["acc_delta"] + self.eps) / ops.sqrt(square_avg + self.eps) * g

@@ -21,7 +21,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 
 @register
@@ -57,9 +57,7 @@ class Adagrad(Spec):
         return {"sum": ops.full_like(param, self.initial_accumulator_value)}
 
     def update(self, param, grad, state, *, lr, step, ops):
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         total = state["sum"] + g * g
         clr = lr / (1.0 + (step - 1) * self.lr_decay)
         return param - g / (ops.sqrt(total) + self.eps) * clr, {"sum": total}

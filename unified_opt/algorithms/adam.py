@@ -45,7 +45,7 @@ import math
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 EPS_PLACEMENTS = ("outside", "eps_hat", "inside")
 
@@ -132,9 +132,7 @@ class Adam(Spec):
         return adam_state_names(self)
 
     def update(self, param, grad, state, *, lr, step, ops):
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         new_state, step_size, numerator, denom = adam_moments(self, g, state, step, ops)
         return param - numerator / denom * (lr * step_size), new_state
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 EPS_PLACEMENTS = ("on_grad", "on_decayed_norm", "outside_max")
 
@@ -59,9 +59,7 @@ class Adamax(Spec):
 
     def update(self, param, grad, state, *, lr, step, ops):
         beta1, beta2 = self.betas
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
         decayed = state["exp_inf"] * beta2
         if self.eps_placement == "on_grad":

@@ -28,7 +28,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import apply_weight_decay, check_decay, decay_for_parameter
 
 
 def _mu(beta1: float, psi: float, t: int) -> float:
@@ -72,12 +72,7 @@ class NAdam(Spec):
 
     def update(self, param, grad, state, *, lr, step, ops):
         beta1, beta2 = self.betas
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            if self.decoupled_weight_decay:
-                param = param * (1.0 - lr * self.weight_decay)
-            else:
-                g = g + param * self.weight_decay
+        param, g = apply_weight_decay(self, param, grad, lr)
         mu = _mu(beta1, self.momentum_decay, step)
         mu_next = _mu(beta1, self.momentum_decay, step + 1)
         mu_product = state["mu_product"] * mu

@@ -30,7 +30,7 @@ import math
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import apply_weight_decay, check_decay, decay_for_parameter
 
 
 @register
@@ -66,12 +66,7 @@ class RAdam(Spec):
 
     def update(self, param, grad, state, *, lr, step, ops):
         beta1, beta2 = self.betas
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            if self.decoupled_weight_decay:
-                param = param * (1.0 - lr * self.weight_decay)
-            else:
-                g = g + param * self.weight_decay
+        param, g = apply_weight_decay(self, param, grad, lr)
         exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
         exp_avg_sq = state["exp_avg_sq"] * beta2 + g * g * (1.0 - beta2)
         bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step

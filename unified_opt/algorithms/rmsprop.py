@@ -29,7 +29,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 PLACEMENTS = ("outside", "inside")
 
@@ -79,9 +79,7 @@ class RMSprop(Spec):
         return state
 
     def update(self, param, grad, state, *, lr, step, ops):
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         alpha = self.alpha
         square_avg = state["square_avg"] * alpha + g * g * (1.0 - alpha)
         new_state = {"square_avg": square_avg}

@@ -27,7 +27,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 
 @register
@@ -66,9 +66,7 @@ class Rprop(Spec):
         return ("prev", "step_size")
 
     def update(self, param, grad, state, *, lr, step, ops):
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         etaminus, etaplus = self.etas
         step_size = ops.full_like(param, lr) if step == 1 else state["step_size"]
         product = g * state["prev"]

@@ -33,7 +33,7 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 LR_PLACEMENTS = ("outside", "inside")
 MOMENTUM_INITS = ("grad", "zeros")
@@ -78,9 +78,7 @@ class SGD(Spec):
         return ("momentum_buffer",) if self.momentum != 0.0 else ()
 
     def update(self, param, grad, state, *, lr, step, ops):
-        g = -grad if self.maximize else grad
-        if self.weight_decay != 0.0:
-            g = g + param * self.weight_decay
+        g = l2_gradient(self, param, grad)
         if self.momentum == 0.0:
             return param - g * lr, {}
         inside = self.lr_placement == "inside"
