@@ -9,6 +9,8 @@ from conftest import require
 
 import unified_opt as uo
 from unified_opt import schedules
+from unified_opt.conformance.compare import K, step_ratios
+from unified_opt.reference import with_float32_hyperparameters
 
 pytestmark = require("paddle")
 
@@ -42,34 +44,42 @@ def driver(spec, arrays, **kwargs):
     return PaddleDriver(spec, arrays, **kwargs)
 
 
-def assert_close(name, got, oracle, float32_ref):
-    """Within 10x the float32 reference's own error (or 1e-7 of the values' scale)."""
+def assert_close(name, got, oracle, float32_refs):
+    """The conformance suite's rule (conformance/compare.py): the error against the
+    float64 oracle is at most K times the float32 floor, and NaN/Inf sit where the
+    oracle's do. ``float32_refs``: the float32 reference values making the floor."""
     assert got.shape == oracle.shape, name
-    assert np.array_equal(np.isnan(got), np.isnan(oracle)), name
-    error = np.abs(got - oracle).max(initial=0.0)
-    floor = max(np.abs(float32_ref - oracle).max(initial=0.0),
-                1e-7 * np.abs(oracle).max(initial=0.0))
-    assert error <= 10 * floor, f"{name}: error {error:.3g} > 10 x floor {floor:.3g}"
+    ratio, nonfinite, error, floor = step_ratios(got[None], oracle[None],
+                                                 [r[None] for r in float32_refs])
+    assert not nonfinite[0], f"{name}: NaN/Inf positions differ from the oracle's"
+    assert ratio[0] <= K, f"{name}: error {error[0]:.3g} = {ratio[0]:.3g} x floor {floor[0]:.3g}"
 
 
-def run_against_reference(spec, path="auto", reference_spec=None):
-    """100 steps through the driver; every step's lr, parameters and states checked."""
+def run_against_reference(spec, path="auto", reference_spec=None, hyperparameters32=True):
+    """100 steps through the driver; every step's lr, parameters and states checked.
+    The floor comes from the float32 reference and, with ``hyperparameters32``, the
+    float32 reference with float32-held hyperparameters (as the conformance suite's)."""
     arrays = initial_arrays()
     d = driver(spec, arrays, path=path)
-    oracle = uo.reference(reference_spec or spec, arrays, dtype="float64")
-    float32_ref = uo.reference(reference_spec or spec, arrays, dtype="float32")
+    reference_spec = reference_spec or spec
+    oracle = uo.reference(reference_spec, arrays, dtype="float64")
+    float32_refs = [uo.reference(reference_spec, arrays, dtype="float32")]
+    if hyperparameters32:
+        float32_refs.append(uo.reference(with_float32_hyperparameters(reference_spec), arrays,
+                                         dtype="float32"))
     for t, grads in enumerate(gradient_stream(arrays)):
         lr = d.step(grads)
         assert lr == oracle.step(grads), f"lr of step {t}"
-        float32_ref.step(grads)
+        for r in float32_refs:
+            r.step(grads)
         params, state = d.params_numpy(), d.state_numpy()
         for name in arrays:
             assert_close(f"step {t} {name}", params[name], oracle.params[name],
-                         float32_ref.params[name])
+                         [r.params[name] for r in float32_refs])
             assert sorted(state[name]) == sorted(oracle.state[name]), name
             for key, value in state[name].items():
                 assert_close(f"step {t} {name}.{key}", value, oracle.state[name][key],
-                             float32_ref.state[name][key])
+                             [r.state[name][key] for r in float32_refs])
     return d
 
 
@@ -97,6 +107,32 @@ CASES = [  # (spec, path, native class or None for the own implementation)
      "paddle.optimizer.AdamW"),
     (uo.preset("mindspore.nn.AdamWeightDecay", learning_rate=1e-2, weight_decay=0.1),
      "auto", None),
+    # the rest of the catalogue
+    (uo.NAdam(lr=1e-2, weight_decay=0.01, momentum_decay=0.01), "auto", "paddle.optimizer.NAdam"),
+    (uo.NAdam(lr=COSINE), "auto", "paddle.optimizer.NAdam"),
+    (uo.NAdam(lr=1e-2, weight_decay=0.01, decoupled_weight_decay=True), "auto", None),
+    (uo.RAdam(lr=1e-2, betas=(0.8, 0.99), weight_decay=0.01), "auto", "paddle.optimizer.RAdam"),
+    (uo.RAdam(lr=1e-2, rectify_threshold=4.0), "auto", None),
+    (uo.preset("paddle.optimizer.Adamax", learning_rate=1e-2, epsilon=0.1, weight_decay=0.01),
+     "auto", "paddle.optimizer.Adamax"),
+    (uo.Adamax(lr=1e-2, eps=0.1), "auto", None),
+    (uo.preset("paddle.optimizer.Adagrad", learning_rate=1e-2, initial_accumulator_value=0.1,
+               weight_decay=0.01), "auto", "paddle.optimizer.Adagrad"),
+    (uo.Adagrad(lr=COSINE, eps=0.0, initial_accumulator_value=0.1), "auto",
+     "paddle.optimizer.Adagrad"),
+    (uo.Adagrad(lr=1e-2, lr_decay=0.01), "auto", None),
+    (uo.Adadelta(lr=COSINE, rho=0.95, weight_decay=0.01), "auto", "paddle.optimizer.Adadelta"),
+    (uo.Adadelta(lr=0.5, maximize=True), "auto", None),
+    (uo.preset("paddle.optimizer.RMSProp", learning_rate=1e-2, epsilon=0.1, momentum=0.9,
+               centered=True, weight_decay=0.01), "auto", "paddle.optimizer.RMSProp"),
+    (uo.RMSprop(lr=COSINE, eps=0.1, eps_placement="inside", lr_placement="inside",
+                momentum=0.9), "auto", "paddle.optimizer.RMSProp"),
+    (uo.RMSprop(lr=1e-2, eps=0.1), "auto", None),
+    (uo.preset("paddle.optimizer.Rprop", learning_rate=1e-2, learning_rate_range=(1e-4, 0.05),
+               etas=(0.3, 1.5)), "auto", "paddle.optimizer.Rprop"),
+    (uo.Rprop(lr=COSINE), "auto", None),
+    (uo.Rprop(lr=1e-2, step_sizes=(0.02, 50.0)), "auto", None),   # lr outside the range
+    (uo.Lion(lr=1e-3, weight_decay=0.1), "auto", None),
 ]
 
 
@@ -120,6 +156,17 @@ def test_matches_reference(spec, path, native):
     (uo.SGD(lr=0.01, momentum=0.9, nesterov=True), {"nesterov": False}),
     (uo.SGD(lr=COSINE, momentum=0.9), {"lr": schedules.Cosine(lr=0.05, T_max=31,
                                                                eta_min=0.001)}),
+    # each native row of the rest of the catalogue against its nearest other knob value
+    (uo.NAdam(lr=1e-2, weight_decay=0.1), {"decoupled_weight_decay": True}),
+    (uo.RAdam(lr=1e-2, betas=(0.8, 0.99)), {"rectify_threshold": 4.0}),
+    (uo.Adamax(lr=1e-2, eps=0.1, eps_placement="on_decayed_norm"), {"eps_placement": "on_grad"}),
+    (uo.Adagrad(lr=1e-2, eps=1e-6), {"lr_decay": 1e-3}),
+    (uo.Adadelta(lr=0.5), {"rho": 0.91}),
+    (uo.RMSprop(lr=1e-2, eps=0.1, eps_placement="inside", lr_placement="inside"),
+     {"eps_placement": "outside"}),
+    (uo.RMSprop(lr=COSINE, eps_placement="inside", lr_placement="inside", momentum=0.9),
+     {"lr_placement": "outside"}),
+    (uo.Rprop(lr=1e-2, step_sizes=(1e-4, 0.05)), {"step_sizes": (1e-4, 0.04)}),
 ])
 def test_comparison_flags_a_planted_deviation(spec, wrong):
     with pytest.raises(AssertionError, match="x floor|lr of step"):
@@ -152,9 +199,10 @@ def test_native_adam_rounds_betas_to_float32():
     the spec's with float32(beta) (within the floor), not the spec's (far outside)."""
     spec = uo.Adam(lr=1e-2)
     rounded = spec.replace(betas=tuple(float(np.float32(b)) for b in spec.betas))
-    run_against_reference(spec, reference_spec=rounded)
+    run_against_reference(spec, reference_spec=rounded, hyperparameters32=False)
     with pytest.raises(AssertionError, match=r"exp_avg_sq: error"):
-        run_against_reference(spec)
+        run_against_reference(spec, hyperparameters32=False)
+    run_against_reference(spec)   # the conformance floor holds the betas in float32 too
 
 
 # -- the native path is Paddle's own optimizer, bit for bit -----------------------------
@@ -198,6 +246,21 @@ NATIVE_CASES = [  # (spec, options, hand-built class, its arguments but paramete
     (uo.AdamW(lr=1e-2, weight_decay=0.1, no_decay_names=("gamma",)), {}, "AdamW",
      {"learning_rate": 1e-2, "weight_decay": 0.1}),
     (uo.SGD(lr=COSINE, momentum=0.9), {}, "Momentum", {"momentum": 0.9}),
+    (uo.NAdam(lr=1e-2, weight_decay=0.01, momentum_decay=0.01), {}, "NAdam",
+     {"learning_rate": 1e-2, "weight_decay": 0.01, "momentum_decay": 0.01}),
+    (uo.RAdam(lr=1e-2, betas=(0.8, 0.99), eps=1e-6), {}, "RAdam",
+     {"learning_rate": 1e-2, "beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6}),
+    (uo.Adamax(lr=1e-2, eps=0.1, weight_decay=0.01, eps_placement="on_decayed_norm"), {},
+     "Adamax", {"learning_rate": 1e-2, "epsilon": 0.1, "weight_decay": 0.01}),
+    (uo.Adagrad(lr=COSINE, eps=1e-6, initial_accumulator_value=0.1), {}, "Adagrad",
+     {"epsilon": 1e-6, "initial_accumulator_value": 0.1}),
+    (uo.Adadelta(lr=0.5, rho=0.95, weight_decay=0.01), {}, "Adadelta",
+     {"learning_rate": 0.5, "rho": 0.95, "weight_decay": 0.01}),
+    (uo.RMSprop(lr=COSINE, eps=0.1, eps_placement="inside", lr_placement="inside",
+                momentum=0.9, centered=True, weight_decay=0.01), {}, "RMSProp",
+     {"rho": 0.99, "epsilon": 0.1, "momentum": 0.9, "centered": True, "weight_decay": 0.01}),
+    (uo.Rprop(lr=1e-2, etas=(0.3, 1.5), step_sizes=(1e-4, 0.05)), {"multi_precision": False},
+     "Rprop", {"learning_rate": 1e-2, "learning_rate_range": (1e-4, 0.05), "etas": (0.3, 1.5)}),
 ]
 
 
@@ -229,6 +292,36 @@ def test_native_path_is_bit_identical_to_hand_built(spec, options, name, argumen
                                   per_param[b.name].numpy()), accumulator
 
 
+def test_nadam_mu_product_is_read_from_a_parameter_shaped_accumulator():
+    """The note on the NAdam row: Paddle keeps mu_product with the parameter's shape, every
+    element equal; the spec's 0-d value is one element, and a zero-size parameter (which
+    Paddle's step skips) reads it from a non-empty one. With no non-empty parameter at
+    all, the build runs the own update."""
+    from unified_opt.backends.paddle.native import native_state
+
+    arrays = {"w": np.ones((2, 3), "float32"), "empty": np.ones((0,), "float32")}
+    params = make_params(arrays)
+    optimizer = uo.build(uo.NAdam(lr=0.1), list(zip(arrays, params)))
+    run_paddle(optimizer, params, ({"w": np.ones((2, 3), "float32"),
+                                    "empty": np.ones((0,), "float32")} for _ in range(3)))
+    accumulator = optimizer._accumulators["mu_product"][params[0].name].numpy()
+    assert accumulator.shape == (2, 3) and (accumulator == accumulator.flat[0]).all()
+    oracle = uo.reference(uo.NAdam(lr=0.1), {"w": arrays["w"]}, dtype="float32")
+    for _ in range(3):
+        oracle.step({"w": np.ones((2, 3), "float32")})
+    row = uo.explain(optimizer).lowering
+    for p in params:
+        value = native_state(row, optimizer, p, uo.NAdam(lr=0.1))["mu_product"].numpy()
+        assert value.shape == () and value == accumulator.flat[0]
+        assert value == pytest.approx(oracle.state["w"]["mu_product"], rel=1e-6)
+
+    empty, = make_params({"empty": np.ones((0,), "float32")})
+    decision = uo.explain(uo.build(uo.NAdam(lr=0.1), [("empty", empty)]))
+    assert decision.path == "own" and "every parameter has zero size" in decision.reason
+    with pytest.raises(ValueError, match="every parameter has zero size"):
+        uo.build(uo.NAdam(lr=0.1), [("empty", empty)], path="native")
+
+
 @pytest.mark.parametrize("path", ["native", "own"])
 def test_step_is_skipped_when_grad_scaler_found_inf(path):
     p, = make_params({"w": np.ones(3, "float32")})
@@ -253,6 +346,21 @@ def test_step_is_skipped_when_grad_scaler_found_inf(path):
     (uo.Adam(maximize=True), None, "maximize=False"),
     (uo.preset("mindspore.nn.AdamWeightDecay", weight_decay=0.1), None,
      "decay_form='before_update'"),
+    (uo.NAdam(), "paddle.optimizer.NAdam", "mu_product parameter-shaped"),
+    (uo.NAdam(weight_decay=0.1, decoupled_weight_decay=True), None,
+     "decoupled_weight_decay=False"),
+    (uo.RAdam(rectify_threshold=4.0), None, "rectify_threshold=5"),
+    (uo.Adamax(), None, "eps_placement='on_decayed_norm'"),
+    (uo.Adagrad(lr_decay=0.1), None, "lr_decay=0 (paddle.optimizer.Adagrad has no lr_decay)"),
+    (uo.Adadelta(maximize=True), None, "maximize=False"),
+    (uo.RMSprop(), None, "eps_placement='inside'"),
+    (uo.RMSprop(eps_placement="inside", momentum=0.9), None,
+     "lr_placement='inside' or momentum=0"),
+    (uo.RMSprop(eps_placement="inside", initial_square_avg=1.0), None, "initial_square_avg=0"),
+    (uo.Rprop(lr=COSINE), None, "a constant lr (paddle.optimizer.Rprop takes no LRScheduler"),
+    (uo.Rprop(lr=1e-2, step_sizes=(0.0, 50.0)), None, "0 < step_sizes[0] <= lr <= step_sizes[1]"),
+    (uo.Rprop(weight_decay=0.1), None, "weight_decay=0 (paddle.optimizer.Rprop has no weight"),
+    (uo.Lion(), None, "paddle has no native optimizer for 'lion'"),
 ])
 def test_explain_names_path_and_reason(spec, native, phrase):
     decision = uo.explain(spec, "paddle")
@@ -290,7 +398,7 @@ def test_layer_pairs_and_bare_parameters():
             oracle.step(renamed)
             float32_ref.step(renamed)
         for name, p in zip(names, (layer.weight, layer.bias)):
-            assert_close(name, p.numpy(), oracle.params[name], float32_ref.params[name])
+            assert_close(name, p.numpy(), oracle.params[name], [float32_ref.params[name]])
 
     check(lambda layer: layer, lambda layer: ["weight", "bias"])
     check(lambda layer: list(layer.named_parameters()), lambda layer: ["weight", "bias"])

@@ -59,6 +59,12 @@ _BETAS_NOTE = ("with the betas rounded to float32: the kernel's 1 - beta2 for 0.
 _EXPERIMENTAL_ADAM_STATE = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq",
                             "max_exp_avg_sq": "max_exp_avg_sq"}
 
+_POSITIVE_LR = when(
+    "lr > 0 (the constructors of experimental.optim NAdam, RAdam, Adamax, Adagrad, "
+    "Adadelta, RMSprop and Rprop refuse lr=0)",
+    lambda s: isinstance(s.lr, Schedule) or s.lr > 0.0)
+_POSITIVE_BETAS = when("betas > 0 (the nn constructor refuses beta1=0 or beta2=0)",
+                       lambda s: min(s.betas) > 0.0)
 _L2_ONLY = when("decoupled_weight_decay=False (the decay is L2 in the gradient; MindSpore "
                 "has no decoupled form of this class)", lambda s: not s.decoupled_weight_decay)
 _FLOAT32_ATTRIBUTES = "its kernel holds the hyperparameters in float32"
@@ -98,7 +104,8 @@ TABLE = (
         "adam", "mindspore.nn.Adam",
         (_EPS_HAT, _BIAS_CORRECTION, _NOT_MAXIMIZE,
          when("not both amsgrad and nesterov (nn.Adam(use_amsgrad=True) ignores "
-              "use_nesterov, measured)", lambda s: not (s.amsgrad and s.nesterov))),
+              "use_nesterov, measured)", lambda s: not (s.amsgrad and s.nesterov)),
+         _POSITIVE_BETAS),
         lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
                    "use_amsgrad": s.amsgrad, "use_nesterov": s.nesterov,
                    "weight_decay": float(s.weight_decay)},
@@ -136,12 +143,13 @@ TABLE = (
          when("decay_times_lr=True (the decay is scaled by the lr)",
               lambda s: s.decay_times_lr),
          when("amsgrad=False (nn.AdamWeightDecay has no amsgrad)", lambda s: not s.amsgrad),
-         _NOT_NESTEROV, _NOT_MAXIMIZE),
+         _NOT_NESTEROV, _NOT_MAXIMIZE, _POSITIVE_BETAS),
         lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
                    "weight_decay": float(s.weight_decay)},
         {"exp_avg": "moments1", "exp_avg_sq": "moments2"}, note=_BETAS_NOTE),
     NativeLowering(
-        "nadam", "mindspore.experimental.optim.NAdam", (_L2_ONLY, _NOT_MAXIMIZE, _CONSTANT_LR),
+        "nadam", "mindspore.experimental.optim.NAdam",
+        (_L2_ONLY, _NOT_MAXIMIZE, _CONSTANT_LR, _POSITIVE_LR),
         lambda s: {**_experimental_betas(s), "momentum_decay": float(s.momentum_decay)},
         {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq", "mu_product": "mu_product"},
         note="its mu_product lives in an unregistered list, which checkpoints leave out"),
@@ -149,31 +157,37 @@ TABLE = (
         "radam", "mindspore.experimental.optim.RAdam",
         (when("rectify_threshold=5 (experimental.optim.RAdam rectifies when rho_t > 5)",
               lambda s: s.rectify_threshold == 5.0),
-         _L2_ONLY, _NOT_MAXIMIZE, _CONSTANT_LR),
+         _L2_ONLY, _NOT_MAXIMIZE, _CONSTANT_LR, _POSITIVE_LR),
         _experimental_betas, {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
     NativeLowering(
         "adamax", "mindspore.nn.AdaMax",
         (when("eps_placement='outside_max' (nn.AdaMax divides by max(beta2*u, |g|) + eps)",
-              lambda s: s.eps_placement == "outside_max"), _NOT_MAXIMIZE),
+              lambda s: s.eps_placement == "outside_max"), _NOT_MAXIMIZE, _POSITIVE_BETAS),
         lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
                    "weight_decay": float(s.weight_decay)},
         {"exp_avg": "moment1", "exp_inf": "moment2"}, note=_FLOAT32_ATTRIBUTES),
     NativeLowering(
         "adamax", "mindspore.experimental.optim.Adamax",
         (when("eps_placement='on_grad' (experimental.optim.Adamax takes max(beta2*u, |g| + eps))",
-              lambda s: s.eps_placement == "on_grad"), _CONSTANT_LR),
+              lambda s: s.eps_placement == "on_grad"), _CONSTANT_LR, _POSITIVE_LR),
         lambda s: {**_experimental_betas(s), "maximize": s.maximize},
         {"exp_avg": "exp_avg", "exp_inf": "exp_inf"}),
     NativeLowering(
         "adagrad", "mindspore.nn.Adagrad",
         (when("eps=0 (nn.Adagrad divides by sqrt(sum) with no eps)", lambda s: s.eps == 0.0),
          when("lr_decay=0 (nn.Adagrad has no lr_decay)", lambda s: s.lr_decay == 0.0),
+         when("initial_accumulator_value >= 2**-126, float32's smallest normal number "
+              "(nn.Adagrad leaves an element unchanged where its sum is 0 and flushes "
+              "subnormal sums to 0, measured; the spec divides by zero there)",
+              lambda s: s.initial_accumulator_value >= 2.0 ** -126),
          _NOT_MAXIMIZE),
         lambda s: {"accum": float(s.initial_accumulator_value),
                    "weight_decay": float(s.weight_decay)},
         {"sum": "accum"}),
     NativeLowering(
-        "adagrad", "mindspore.experimental.optim.Adagrad", (_CONSTANT_LR,),
+        "adagrad", "mindspore.experimental.optim.Adagrad",
+        (when("eps > 0 (experimental.optim.Adagrad's constructor refuses eps=0)",
+              lambda s: s.eps > 0.0), _CONSTANT_LR, _POSITIVE_LR),
         lambda s: {"lr_decay": float(s.lr_decay), "weight_decay": float(s.weight_decay),
                    "initial_accumulator_value": float(s.initial_accumulator_value),
                    "eps": float(s.eps), "maximize": s.maximize},
@@ -186,7 +200,7 @@ TABLE = (
                    "weight_decay": float(s.weight_decay)},
         {"square_avg": "accum", "acc_delta": "accum_update"}),
     NativeLowering(
-        "adadelta", "mindspore.experimental.optim.Adadelta", (_CONSTANT_LR,),
+        "adadelta", "mindspore.experimental.optim.Adadelta", (_CONSTANT_LR, _POSITIVE_LR),
         lambda s: {"rho": float(s.rho), "eps": float(s.eps),
                    "weight_decay": float(s.weight_decay), "maximize": s.maximize},
         {"square_avg": "accum", "acc_delta": "accum_update"}),
@@ -211,7 +225,7 @@ TABLE = (
               "out of the buffer)", lambda s: s.lr_placement == "outside" or s.momentum == 0.0),
          when("initial_square_avg=0 (experimental.optim.RMSprop starts mean_square at 0)",
               lambda s: s.initial_square_avg == 0.0),
-         _CONSTANT_LR),
+         _CONSTANT_LR, _POSITIVE_LR),
         lambda s: {"alpha": float(s.alpha), "eps": float(s.eps),
                    "weight_decay": float(s.weight_decay), "momentum": float(s.momentum),
                    "centered": s.centered, "maximize": s.maximize},
@@ -223,7 +237,7 @@ TABLE = (
     NativeLowering(
         "rprop", "mindspore.experimental.optim.Rprop",
         (when("weight_decay=0 (experimental.optim.Rprop has no weight decay)",
-              lambda s: s.weight_decay == 0.0), _CONSTANT_LR),
+              lambda s: s.weight_decay == 0.0), _CONSTANT_LR, _POSITIVE_LR),
         lambda s: {**_step_sizes(s), "maximize": s.maximize},
         {"prev": "prev", "step_size": "step_size"}),
 )
