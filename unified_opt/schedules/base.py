@@ -1,9 +1,11 @@
-"""Schedule base class and registry."""
+"""Schedule base class, registry, JSON encoding and the argument checks schedules share."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, ClassVar, Mapping
+
+from .. import _validation as v
 
 _SCHEDULES: dict[str, type["Schedule"]] = {}
 
@@ -18,13 +20,18 @@ def schedule_dataclass(cls: type) -> type:
     from ..spec import _checked_init  # shared keyword checking
 
     cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    if "schedule" in {f.name for f in dataclasses.fields(cls)}:
+        raise TypeError(f"{cls.__name__}: a field named 'schedule' clashes with to_dict's key")
     cls.__init__ = _checked_init(cls, cls.__init__)
     _SCHEDULES[cls.name] = cls
     return cls
 
 
 class Schedule:
-    """Base of every schedule: ``schedule(step)`` is the lr of 0-based step ``step``."""
+    """Base of every schedule: ``schedule(step)`` is the lr of 0-based step ``step``.
+
+    ``value(step)`` is the pure formula; ``__call__`` checks the step first.
+    """
 
     name: ClassVar[str] = ""
 
@@ -43,16 +50,37 @@ class Schedule:
     def value(self, step: int) -> float:
         raise NotImplementedError
 
+    def momentum(self, step: int) -> float | None:
+        """The momentum (SGD) or beta1 (Adam family) this schedule sets for ``step``;
+        None when it leaves them alone (every schedule but cycling OneCycle / Cyclic)."""
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"schedule": self.name}
         for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Schedule):
-                value = value.to_dict()
-            elif isinstance(value, tuple):
-                value = list(value)
-            out[f.name] = value
+            out[f.name] = _encode(self, f.name, getattr(self, f.name))
         return out
+
+
+def _encode(owner: Schedule, field: str, value: Any) -> Any:
+    if isinstance(value, Schedule):
+        return value.to_dict()
+    if isinstance(value, (tuple, list)):
+        return [_encode(owner, field, item) for item in value]
+    if callable(value):
+        raise TypeError(f"{type(owner).__name__}: {field}={value!r} is a Python callable and "
+                        "cannot be serialised to JSON; rebuild the schedule in the receiving "
+                        "process, or express it with a registered schedule "
+                        f"({', '.join(schedules())})")
+    return value
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return schedule_from_dict(value)
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value
 
 
 def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
@@ -63,6 +91,43 @@ def schedule_from_dict(data: Mapping[str, Any]) -> Schedule:
     name = data["schedule"]
     if name not in _SCHEDULES:
         raise ValueError(f"unknown schedule {name!r}; registered: {schedules()}")
-    kwargs = {k: (schedule_from_dict(v) if isinstance(v, Mapping) else v)
-              for k, v in data.items() if k != "schedule"}
+    kwargs = {k: _decode(value) for k, value in data.items() if k != "schedule"}
     return _SCHEDULES[name](**kwargs)
+
+
+# -- checks shared by the schedule modules (each names the argument and the value) --------
+
+def check_lr(owner: str, name: str, value: Any) -> float:
+    return v.check_range(owner, name, value, low=0.0)
+
+
+def check_schedule(owner: str, name: str, value: Any) -> Schedule:
+    if not isinstance(value, Schedule):
+        raise TypeError(f"{owner}: {name} must be a Schedule, got {value!r} "
+                        f"of type {type(value).__name__}")
+    return value
+
+
+def check_callable(owner: str, name: str, value: Any) -> Any:
+    if isinstance(value, Schedule) or not callable(value):
+        raise TypeError(f"{owner}: {name} must be a Python callable (function of the step), "
+                        f"got {value!r} of type {type(value).__name__}")
+    return value
+
+
+def check_list(owner: str, name: str, value: Any) -> tuple:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{owner}: {name} must be a list or tuple, got {value!r} "
+                        f"of type {type(value).__name__}")
+    return tuple(value)
+
+
+def check_steps(owner: str, name: str, value: Any, *, strictly: bool = False) -> tuple[int, ...]:
+    """A list of step indices >= 0, non-decreasing (``strictly``: increasing)."""
+    items = check_list(owner, name, value)
+    out = tuple(v.check_int(owner, f"{name}[{i}]", item, low=0) for i, item in enumerate(items))
+    for i in range(1, len(out)):
+        if out[i] < out[i - 1] or (strictly and out[i] == out[i - 1]):
+            raise ValueError(f"{owner}: {name} must be {'increasing' if strictly else 'sorted'},"
+                             f" got {list(out)!r}")
+    return out

@@ -1,0 +1,132 @@
+"""Scheduler presets: qualified native scheduler name -> function of its native kwargs.
+
+A preset function has the native constructor's signature (without the optimizer; torch
+and MindSpore-experimental presets add ``base_lr``, the optimizer lr they scale) with the
+native defaults, and returns the :class:`Schedule` giving the native lr at every step.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Callable
+
+from .base import Schedule
+
+_PRESETS: dict[str, Callable[..., Schedule]] = {}
+_REFUSED: dict[str, str] = {}
+
+#: What a metric-driven scheduler's preset says (they have no lr(step)).
+PLATEAU = ("it is metric-driven: the lr depends on the values passed to step(metrics), so "
+           "it has no lr(step) a spec could hold. Use the framework's own scheduler on the "
+           "optimizer uo.build returns for a constant-lr spec: torch "
+           "torch.optim.lr_scheduler.ReduceLROnPlateau(opt); Paddle "
+           "opt.set_lr_scheduler(paddle.optimizer.lr.ReduceOnPlateau(...)); MindSpore the "
+           "mindspore.train.ReduceLROnPlateau callback (native optimizer classes only: the "
+           "own implementation takes its lr from the spec)")
+
+
+def schedule_preset(qualified_name: str):
+    """Decorator: register ``fn(**native_kwargs) -> Schedule`` under ``qualified_name``."""
+    def deco(fn):
+        _PRESETS[qualified_name] = fn
+        fn.qualified_name = qualified_name
+        return fn
+    return deco
+
+
+def refuse(qualified_name: str, why: str) -> None:
+    """Register a native scheduler whose preset raises ``NotImplementedError(why)``."""
+    _REFUSED[qualified_name] = why
+
+
+def presets(refused: bool = False) -> list[str]:
+    """Qualified names of every native scheduler with a preset; with ``refused=True``,
+    those whose preset raises NotImplementedError saying why."""
+    return sorted(_REFUSED if refused else _PRESETS)
+
+
+def refusal(qualified_name: str) -> str:
+    """Why ``qualified_name`` has no preset (for a refused name; KeyError otherwise)."""
+    return _REFUSED[qualified_name]
+
+
+def preset(qualified_name: str, **native_kwargs: Any) -> Schedule:
+    """The schedule giving, at every step, the lr ``qualified_name(**native_kwargs)`` gives."""
+    if not isinstance(qualified_name, str):
+        raise TypeError(f"preset: qualified_name must be a str, got {qualified_name!r}")
+    if qualified_name in _REFUSED:
+        raise NotImplementedError(f"{qualified_name} has no schedule preset: "
+                                  f"{_REFUSED[qualified_name]}")
+    if qualified_name not in _PRESETS:
+        raise ValueError(f"preset: no schedule preset for {qualified_name!r}; available: "
+                         f"{presets()}")
+    fn = _PRESETS[qualified_name]
+    params = inspect.signature(fn).parameters
+    unknown = sorted(set(native_kwargs) - set(params))
+    if unknown:
+        raise TypeError(f"{qualified_name} got unexpected keyword argument(s) {unknown}; "
+                        f"valid: {list(params)}")
+    missing = [n for n, p in params.items()
+               if p.default is inspect.Parameter.empty and n not in native_kwargs]
+    if missing:
+        raise TypeError(f"{qualified_name} is missing required argument(s) {missing}")
+    try:
+        return fn(**native_kwargs)
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(qualified_name):
+            raise
+        # The schedule's message names its own field; the prefix names the native call.
+        raise type(exc)(f"{qualified_name}: {exc}") from exc
+
+
+# -- helpers for the preset modules -------------------------------------------------------
+
+def no_resume(qualified_name: str, last_epoch: Any) -> None:
+    if last_epoch != -1:
+        raise NotImplementedError(f"{qualified_name}: last_epoch={last_epoch!r} (resuming) is "
+                                  "not supported: the preset describes a run from step 0; "
+                                  "resume by starting the run at that step")
+
+
+def quiet(qualified_name: str, verbose: Any) -> None:
+    if verbose:
+        warnings.warn(f"{qualified_name}: verbose={verbose!r} only prints; the schedule does "
+                      "not carry it", stacklevel=3)
+
+
+def one_group(qualified_name: str, argument: str, value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        raise NotImplementedError(f"{qualified_name}: {argument}={value!r} gives one value per "
+                                  "parameter group; a schedule preset takes one value (build "
+                                  "one schedule per group)")
+    return value
+
+
+def sub_presets(qualified_name: str, namespace: str, schedulers: Any,
+                refuse_inside: dict[str, str], **shared: Any) -> list[tuple[str, Schedule]]:
+    """``schedulers`` given as ``[(name, native_kwargs), ...]`` (the name bare or qualified
+    in ``namespace``), each read with ``shared`` (``base_lr``) added."""
+    if not isinstance(schedulers, (list, tuple)) or not schedulers:
+        raise TypeError(f"{qualified_name}: schedulers must be a non-empty list of (name, "
+                        f"native_kwargs) pairs, got {schedulers!r}")
+    out = []
+    for i, item in enumerate(schedulers):
+        if (not isinstance(item, (list, tuple)) or len(item) != 2
+                or not isinstance(item[0], str) or not isinstance(item[1], dict)):
+            raise TypeError(f"{qualified_name}: schedulers[{i}] must be a (name, native_kwargs)"
+                            f" pair, e.g. ('LinearLR', {{'total_iters': 5}}), got {item!r}")
+        if set(shared) & set(item[1]):
+            raise TypeError(f"{qualified_name}: schedulers[{i}] must not set "
+                            f"{sorted(set(shared) & set(item[1]))}: the schedulers share the "
+                            f"optimizer's lr, given once to {qualified_name}")
+        name = item[0] if "." in item[0] else f"{namespace}.{item[0]}"
+        bare = name.rpartition(".")[2]
+        if not name.startswith(namespace + "."):
+            raise ValueError(f"{qualified_name}: schedulers[{i}] must be a {namespace} "
+                             f"scheduler, got {item[0]!r}")
+        if bare in refuse_inside:
+            raise NotImplementedError(f"{qualified_name}: schedulers[{i}]={bare} is not "
+                                      f"supported here: {refuse_inside[bare]}")
+        out.append((bare, preset(name, **shared, **item[1])))
+    return out
