@@ -176,3 +176,14 @@ def test_own_optimizer_state_dict_round_trip():
     rest = _drive(again, resumed, grads[3:])
     for n in arrays:
         np.testing.assert_array_equal(rest[n], full[n])
+
+
+def test_momentum_cycling_schedules_are_refused_not_ignored():
+    cycling = uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=0.1,
+                                  total_steps=10)
+    with pytest.raises(NotImplementedError, match="cycle_momentum=True"):
+        uo.build(uo.SGD(lr=cycling, momentum=0.9), [torch.nn.Parameter(torch.zeros(1))])
+    plain = uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=0.1,
+                                total_steps=10, cycle_momentum=False)
+    assert isinstance(uo.build(uo.SGD(lr=plain, momentum=0.9),
+                               [torch.nn.Parameter(torch.zeros(1))]), torch.optim.SGD)
