@@ -115,15 +115,20 @@ class Harness:
             optimizer.step()   # gradients stay set: every timed step sees the same ones
 
 
-def median_ms(harness, optimizer, grads, repeats, warmup=3):
-    for _ in range(warmup):
-        harness.step(optimizer, grads)
-    times = []
+def interleaved_medians(harness, runs, repeats, warmup=3):
+    """Median step time (ms) of each ``(optimizer, grads)`` in ``runs``, timed in
+    interleaved rounds (each round steps every optimizer once) so that load from other
+    processes and cache effects fall on all of them alike."""
+    for optimizer, grads in runs:
+        for _ in range(warmup):
+            harness.step(optimizer, grads)
+    times = [[] for _ in runs]
     for _ in range(repeats):
-        start = time.perf_counter()
-        harness.step(optimizer, grads)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for (optimizer, grads), out in zip(runs, times):
+            start = time.perf_counter()
+            harness.step(optimizer, grads)
+            out.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(t) for t in times]
 
 
 def run_backend(backend, repeats):
@@ -136,6 +141,7 @@ def run_backend(backend, repeats):
             spec = uo.get(algorithm, **spec_kwargs)
             row = {"backend": backend, "parameters": set_name, "algorithm": algorithm,
                    "native": hand[backend][0]}
+            runs = []
             for variant in ("hand", "uo", "own"):
                 named = harness.params(shapes)
                 grads = harness.grads(named)
@@ -145,8 +151,11 @@ def run_backend(backend, repeats):
                     optimizer = uo.build(spec, named, path="auto" if variant == "uo" else "own")
                     if variant == "uo":
                         row["uo_path"] = uo.explain(optimizer).native
-                row[f"{variant}_ms"] = round(median_ms(harness, optimizer, grads, repeats), 3)
-                del optimizer, named, grads
+                runs.append((optimizer, grads))
+            for variant, ms in zip(("hand", "uo", "own"),
+                                   interleaved_medians(harness, runs, repeats)):
+                row[f"{variant}_ms"] = round(ms, 3)
+            del runs
             row["uo_over_hand"] = round(row["uo_ms"] / row["hand_ms"], 3)
             row["own_over_hand"] = round(row["own_ms"] / row["hand_ms"], 3)
             rows.append(row)

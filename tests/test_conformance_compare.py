@@ -182,27 +182,28 @@ def test_default_cases_select_every_torch_lowering_row():
     assert uncovered_rows(default_cases(), "torch") == []
 
 
-def _equivalent(case, description):
-    """Variants that equal the spec in exact arithmetic for this case's hyperparameters."""
-    spec = case.spec
-    return (("momentum_init" in description and spec.dampening == 0.0)
-            or ("decoupled" in description and spec.weight_decay == 0.0)
-            or (description == "eps_placement='eps_hat'" and not spec.bias_correction
-                and spec.eps_placement == "outside"))
+def _knob(description):
+    return description.split("=")[0].split(" (")[0]
 
 
 def test_every_knob_of_every_default_case_changes_the_numbers():
-    """Each case's hyperparameters make each of its knobs matter far beyond float32
-    noise, so a backend that gets a knob wrong fails that case."""
-    weakest = np.inf
+    """Each knob that changes a case's float64 trajectory changes it far beyond float32
+    noise (so a backend that gets it wrong fails the case), and every knob changes the
+    numbers in at least one case. A knob can be inert for a case in exact arithmetic
+    (momentum_init without dampening, always_adapt with decay, a clamp that never
+    bites): such variants are not required to fail."""
+    weakest, seen, detected = np.inf, set(), set()
     for case in default_cases():
         oracle = reference_trajectory(case.spec, case)
-        floor = floor_trajectories(case.spec, case)
+        floors = floor_trajectories(case.spec, case)
         for description, variant in knob_variants(case.spec):
-            result = compare(reference_trajectory(variant, case, "float32"), oracle, floor)
-            if _equivalent(case, description):
-                assert result.passed, (case.id, description)
-            else:
-                assert not result.passed, (case.id, description)
-                weakest = min(weakest, result.worst_ratio)
+            seen.add(_knob(description))
+            exact = compare(reference_trajectory(variant, case), oracle, floors)
+            planted = compare(reference_trajectory(variant, case, "float32"), oracle, floors)
+            if exact.worst_ratio <= 2 * K:   # inert here, or within noise of it
+                continue
+            assert not planted.passed, (case.id, description)
+            detected.add(_knob(description))
+            weakest = min(weakest, planted.worst_ratio)
+    assert seen == detected, f"knobs never exercised by any case: {sorted(seen - detected)}"
     assert weakest > 10 * K

@@ -5,8 +5,8 @@ The core is numpy only; a framework is imported when a call needs it.
 """
 
 from . import schedules
-from .algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, Lion, NAdam, RAdam,
-                         RMSprop, Rprop)
+from .algorithms import (CAME, LARS, SGD, Adadelta, Adafactor, Adagrad, Adam, AdamOffload,
+                         Adamax, AdamW, DGCMomentum, Lamb, Lion, NAdam, RAdam, RMSprop, Rprop)
 from .build import backends, build, explain, lr_scheduler
 from .lowering import Decision
 from .presets import preset, presets
@@ -15,7 +15,8 @@ from .spec import Spec, algorithms, get, spec_from_dict
 
 __version__ = "0.1.0"
 
-__all__ = ["SGD", "Adadelta", "Adagrad", "Adam", "Adamax", "AdamW", "Lion", "NAdam", "RAdam",
-           "RMSprop", "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
+__all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
+           "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
+           "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
            "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
            "schedules", "spec_from_dict", "__version__"]

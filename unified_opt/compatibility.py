@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
+from . import schedules
 from .build import BACKENDS
 from .presets import preset, presets
 from .presets._registry import _PRESETS, _REFUSED
@@ -32,10 +33,24 @@ def _cell(decision) -> str:
     return f"native `{decision.native}`" if decision.path == "native" else "own"
 
 
+#: native arguments the matrix gives where the defaults alone cannot build the class
+_EXAMPLES = {
+    "mindspore.nn.LARS": lambda: {"optimizer": preset("mindspore.nn.Momentum",
+                                                      learning_rate=0.01, momentum=0.9)},
+    "paddle.distributed.fleet.DGCMomentumOptimizer": lambda: {"rampup_begin_step": 0},
+    "paddle.fluid.optimizer.DGCMomentumOptimizer": lambda: {"rampup_begin_step": 0},
+    "mindformers.core.Came": lambda: {"learning_rate": 0.01},   # its defaults raise
+}
+
+
 def _preset_spec(qualified: str):
+    """The preset with its native defaults; arguments without a default get
+    ``_REQUIRED`` and the classes in ``_EXAMPLES`` their example arguments."""
     params = inspect.signature(_PRESETS[qualified]).parameters
-    required = {n: _REQUIRED[n] for n, p in params.items() if p.default is inspect._empty}
-    return preset(qualified, **required)
+    chosen = {n: _REQUIRED[n] for n, p in params.items()
+              if p.default is inspect.Parameter.empty and n in _REQUIRED}
+    chosen.update(_EXAMPLES.get(qualified, dict)())
+    return preset(qualified, **chosen)
 
 
 def markdown() -> str:
@@ -78,4 +93,13 @@ def markdown() -> str:
     lines += ["", "## Refused presets", "", "| native class | why |", "|---|---|"]
     for qualified in presets(refused=True):
         lines.append(f"| `{qualified}` | {_REFUSED[qualified]} |")
+    lines += ["", "## Learning-rate schedulers", "",
+              "Every native scheduler read by `uo.schedules.preset(name, **native_kwargs)` as "
+              "the schedule giving its lr at every step; each backend lowers a schedule to its "
+              "own mechanism (torch `LambdaLR`, a Paddle `LRScheduler`, a MindSpore per-step "
+              "list or the own optimizer).", "", "| native scheduler | schedule |", "|---|---|"]
+    for qualified in schedules.presets():
+        lines.append(f"| `{qualified}` | preset |")
+    for qualified in schedules.presets(refused=True):
+        lines.append(f"| `{qualified}` | refused: {_escape(schedules.refusal(qualified))} |")
     return "\n".join(lines) + "\n"

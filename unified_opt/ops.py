@@ -38,6 +38,25 @@ class Ops:
         """Euclidean norm over every element, as a 0-d tensor."""
         raise NotImplementedError
 
+    def mean(self, x, axis: int | None = None, keepdims: bool = False):
+        """Arithmetic mean over ``axis`` (every element when None), in ``x``'s dtype;
+        ``keepdims`` keeps the reduced axis with length 1 (factored moments)."""
+        raise NotImplementedError
+
+    def numel(self, x) -> int:
+        """The number of elements of ``x``, as a Python int."""
+        raise NotImplementedError
+
+    def machine_eps(self, x) -> float:
+        """The machine epsilon of ``x``'s dtype, as a Python float (``finfo(dtype).eps``)."""
+        raise NotImplementedError
+
+    def topk_mask(self, x, k: int):
+        """A bool tensor of ``x``'s shape, True at the ``k`` largest elements of ``x``
+        (compared over the flattened tensor). Ties go to the lower flat index, so every
+        binding selects the same elements: a stable descending sort, first ``k``."""
+        raise NotImplementedError
+
 
 class NumpyOps(Ops):
     name = "numpy"
@@ -53,6 +72,20 @@ class NumpyOps(Ops):
     def where(self, condition, x, y): return np.where(condition, x, y)
     def clip(self, x, low, high): return np.clip(x, low, high)
     def norm(self, x): return np.sqrt(np.sum(x * x, dtype=x.dtype))
+
+    def mean(self, x, axis=None, keepdims=False):
+        # np.mean's sum / count, without its "Mean of empty slice" warning: the NaN of an
+        # empty mean is the frameworks' too, and the reference runs under np.errstate
+        count = np.size(x) if axis is None else np.shape(x)[axis]
+        return np.sum(x, axis=axis, keepdims=keepdims) / x.dtype.type(count)
+    def numel(self, x): return int(np.size(x))
+    def machine_eps(self, x): return float(np.finfo(x.dtype).eps)
+
+    def topk_mask(self, x, k):
+        flat = np.asarray(x).reshape(-1)
+        mask = np.zeros(flat.shape, dtype=bool)
+        mask[np.argsort(-flat, kind="stable")[:k]] = True
+        return mask.reshape(np.shape(x))
 
 
 numpy_ops = NumpyOps()

@@ -6,6 +6,7 @@ from typing import Mapping
 
 import numpy as np
 
+from .exchange import Exchange, SimulatedExchange
 from .ops import numpy_ops
 from .spec import Spec
 
@@ -18,9 +19,16 @@ class Reference:
     ``step(grads)`` takes one gradient per parameter (same names, shapes) and returns
     the lr it used. ``params``, ``state`` (name -> {state name -> array}) and
     ``lrs`` (the lr of every step so far) are public.
+
+    With ``workers=N`` (data-parallel specs only, e.g. ``dgc_momentum``) it simulates N
+    workers: ``step([grads_worker_0, ..., grads_worker_N-1])``, each worker keeps its
+    own state (``states[r]``; ``state`` is worker 0's), and the spec's sums over
+    workers go through ``exchange`` (:class:`unified_opt.exchange.SimulatedExchange`
+    by default; any :class:`~unified_opt.exchange.Exchange` over N workers).
     """
 
-    def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64"):
+    def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
+                 workers: int | None = None, exchange: Exchange | None = None):
         if not isinstance(spec, Spec):
             raise TypeError(f"reference: spec must be a unified_opt spec, got {spec!r}")
         if not isinstance(params, Mapping) or not params:
@@ -28,46 +36,97 @@ class Reference:
                             f"got {type(params).__name__}")
         if dtype not in DTYPES:
             raise ValueError(f"reference: dtype must be one of {DTYPES}, got {dtype!r}")
+        self.workers = _check_workers(spec, workers, exchange)
+        self.exchange = exchange if exchange is not None else (
+            SimulatedExchange(self.workers) if self.workers is not None else None)
         self.spec = spec
         self.dtype = np.dtype(dtype)
         self.params = {name: np.array(value, dtype=self.dtype, copy=True)
                        for name, value in params.items()}
         self._specs = {name: spec.for_parameter(name) for name in self.params}
-        self.state = {name: self._specs[name].init(p, numpy_ops)
-                      for name, p in self.params.items()}
+        self.states = [{name: self._specs[name].init(p, numpy_ops)
+                        for name, p in self.params.items()}
+                       for _ in range(self.workers or 1)]
         self.step_count = 0
         self.lrs: list[float] = []
 
-    def step(self, grads: Mapping[str, "np.ndarray"]) -> float:
+    @property
+    def state(self) -> dict:
+        """name -> {state name -> array} (worker 0's with ``workers``)."""
+        return self.states[0]
+
+    def step(self, grads) -> float:
+        if self.workers is None:
+            per_worker = [self._checked(grads, "grads")]
+        else:
+            if not isinstance(grads, (list, tuple)) or len(grads) != self.workers:
+                raise ValueError(f"reference.step: with workers={self.workers}, grads must be "
+                                 f"a list of {self.workers} mappings (one per worker), got "
+                                 f"{type(grads).__name__}"
+                                 + (f" of length {len(grads)}" if isinstance(grads, (list, tuple))
+                                    else ""))
+            per_worker = [self._checked(g, f"grads[{r}]") for r, g in enumerate(grads)]
+        lr = self.spec.lr_at(self.step_count)
+        self.step_count += 1
+        with np.errstate(all="ignore"):  # NaN/Inf propagate as in the frameworks
+            for name in self.params:
+                spec = self._specs[name]
+                if self.workers is None:
+                    self.params[name], self.states[0][name] = spec.update(
+                        self.params[name], per_worker[0][name], self.states[0][name], lr=lr,
+                        step=self.step_count, ops=numpy_ops)
+                    continue
+                self.params[name], states = spec.exchange_step(
+                    self.params[name], [g[name] for g in per_worker],
+                    [s[name] for s in self.states], lr=lr, step=self.step_count,
+                    ops=numpy_ops, exchange=self.exchange)
+                for worker_states, new in zip(self.states, states):
+                    worker_states[name] = new
+        self.lrs.append(lr)
+        return lr
+
+    def _checked(self, grads, what: str) -> dict:
         if not isinstance(grads, Mapping) or set(grads) != set(self.params):
             got = sorted(grads) if isinstance(grads, Mapping) else type(grads).__name__
-            raise ValueError(f"reference.step: grads must have exactly the parameter names "
+            raise ValueError(f"reference.step: {what} must have exactly the parameter names "
                              f"{sorted(self.params)}, got {got}")
         arrays = {}
         for name, grad in grads.items():
             grad = np.asarray(grad)
             if grad.shape != self.params[name].shape:
-                raise ValueError(f"reference.step: grads[{name!r}] has shape {grad.shape}, "
+                raise ValueError(f"reference.step: {what}[{name!r}] has shape {grad.shape}, "
                                  f"parameter has {self.params[name].shape}")
             arrays[name] = grad.astype(self.dtype)
-        lr = self.spec.lr_at(self.step_count)
-        self.step_count += 1
-        with np.errstate(all="ignore"):  # NaN/Inf propagate as in the frameworks
-            for name, grad in arrays.items():
-                self.params[name], self.state[name] = self._specs[name].update(
-                    self.params[name], grad, self.state[name], lr=lr,
-                    step=self.step_count, ops=numpy_ops)
-        self.lrs.append(lr)
-        return lr
+        return arrays
+
+
+def _check_workers(spec: Spec, workers, exchange) -> int | None:
+    if workers is None:
+        if exchange is not None:
+            raise ValueError("reference: exchange= needs workers=N")
+        return None
+    if not getattr(spec, "data_parallel", False):
+        raise ValueError(f"reference: workers={workers!r} is only for data-parallel "
+                         f"algorithms; {spec.name!r} is not one")
+    if not isinstance(workers, int) or isinstance(workers, bool):
+        raise TypeError(f"reference: workers must be an int, got {workers!r} of type "
+                        f"{type(workers).__name__}")
+    if workers < 1:
+        raise ValueError(f"reference: workers must be >= 1, got {workers!r}")
+    if exchange is not None:
+        if not isinstance(exchange, Exchange):
+            raise TypeError(f"reference: exchange must be a unified_opt.exchange.Exchange, "
+                            f"got {type(exchange).__name__}")
+        if exchange.world_size != workers:
+            raise ValueError(f"reference: exchange.world_size={exchange.world_size} but "
+                             f"workers={workers}")
+    return workers
 
 
 def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
-              workers: int | None = None) -> Reference:
+              workers: int | None = None, exchange: Exchange | None = None) -> Reference:
     """The numpy oracle for ``spec`` (see :class:`Reference`)."""
-    if workers is not None:
-        raise ValueError(f"reference: workers={workers!r} is only for data-parallel "
-                         f"algorithms; {spec.name!r} is not one")
-    return Reference(spec, params, dtype)
+    return Reference(spec, params, dtype, workers, exchange)
 
 
 def with_float32_hyperparameters(spec: Spec) -> Spec:
@@ -82,6 +141,8 @@ def with_float32_hyperparameters(spec: Spec) -> Spec:
     for key, value in spec.hyperparameters().items():
         if isinstance(value, float):
             changes[key] = float(np.float32(value))
-        elif isinstance(value, tuple) and value and all(isinstance(x, float) for x in value):
-            changes[key] = tuple(float(np.float32(x)) for x in value)
+        elif isinstance(value, tuple) and any(isinstance(x, float) for x in value):
+            # floats only: a None inside (Adafactor's eps[0], CAME's betas[1]) stays None
+            changes[key] = tuple(float(np.float32(x)) if isinstance(x, float) else x
+                                 for x in value)
     return spec.replace(**changes)

@@ -3,6 +3,8 @@ otherwise. The lr schedule becomes a ``LambdaLR`` (exact: ``1.0 * schedule(t)``)
 
 from __future__ import annotations
 
+import dataclasses
+
 from unified_opt.schedules import Schedule
 
 NAME = "torch"
@@ -13,7 +15,7 @@ def build(spec, named, *, path, options):
 
     from unified_opt.build import BuildRecord
 
-    from .lowering import decide_for
+    from .lowering import NO_ZERO_SIZE, decide_for
     from .native import native_optimizer
     from .optimizer import SpecOptimizer
 
@@ -24,6 +26,15 @@ def build(spec, named, *, path, options):
             raise TypeError(f"build: torch parameters must be leaf tensors, got {name or ''} "
                             f"{type(p).__name__}")
     decision = decide_for(spec, path)
+    empty = [name or f"#{i}" for i, (name, p) in enumerate(named) if p.numel() == 0]
+    if decision.path == "native" and empty and decision.native in NO_ZERO_SIZE:
+        if path == "native":
+            raise ValueError(f"build: path='native': {decision.native} cannot take the "
+                             f"zero-size parameters {empty} ({NO_ZERO_SIZE[decision.native]})")
+        decision = dataclasses.replace(
+            decision, path="own", native=None, lowering=None,
+            reason=f"zero-size parameters {empty}: {decision.native} "
+                   f"{NO_ZERO_SIZE[decision.native]}")
     scheduled = isinstance(spec.lr, Schedule)
     lr = 1.0 if scheduled else spec.lr
     param_specs = [spec.for_parameter(n) for n in names]
@@ -33,7 +44,9 @@ def build(spec, named, *, path, options):
         if options:
             raise ValueError(f"build: options {sorted(options)} apply to native classes; "
                              f"this spec runs the own implementation ({decision.reason})")
-        optimizer = SpecOptimizer(params, spec, param_specs, lr)
+        # a spec whose state belongs on the host (adam_offload) keeps it there
+        offload = getattr(spec, "state_device", None) == "host"
+        optimizer = SpecOptimizer(params, spec, param_specs, lr, offload=offload)
     scheduler = None
     if scheduled:
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, spec.lr)

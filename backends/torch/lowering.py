@@ -92,7 +92,38 @@ TABLE = (
               lambda s: s.weight_decay == 0.0),),
         lambda s: {"etas": s.etas, "step_sizes": s.step_sizes, "maximize": s.maximize},
         {"prev": "prev", "step_size": "step_size"}),
+    NativeLowering(
+        "adafactor", "torch.optim.Adafactor",
+        (when("relative_step=True with warmup_init=False (torch's step size is "
+              "min(lr, 1/sqrt(t)))", lambda s: s.relative_step and not s.warmup_init),
+         when("scale_parameter=True (torch always scales by the parameter's RMS)",
+              lambda s: s.scale_parameter),
+         when("eps_mode='clamp' (torch clamps by eps[0] instead of adding it)",
+              lambda s: s.eps_mode == "clamp"),
+         when("decay_rate set, beta2=None (torch's beta2 is the 1 - t^-decay_rate schedule)",
+              lambda s: s.beta2 is None),
+         when("beta1=None (torch keeps no first moment)", lambda s: s.beta1 is None),
+         when("decay_lr='raw' (torch decays by lr * weight_decay)",
+              lambda s: s.decay_lr == "raw"),
+         when("clip_threshold >= 1 (torch's d must be at least 1)",
+              lambda s: s.clip_threshold >= 1.0)),
+        lambda s: {"beta2_decay": -s.decay_rate, "eps": s.eps, "d": s.clip_threshold,
+                   "weight_decay": s.weight_decay, "maximize": s.maximize},
+        {"exp_avg_sq_row": "row_var", "exp_avg_sq_col": "col_var", "exp_avg_sq": "variance"}),
+    NativeLowering(
+        "adam_offload", "unified_opt.backends.torch.offload.OffloadAdam", _ADAM_FORM,
+        _adam_arguments, _ADAM_STATE,
+        note="torch's fused CPU Adam kernel over state in host memory; only the new "
+             "parameters go back to their device"),
 )
+
+
+#: native classes that cannot take a zero-size parameter (the build runs the own
+#: implementation then), with the reason
+NO_ZERO_SIZE = {
+    "torch.optim.Adafactor": "divides by the element count (ZeroDivisionError at the first "
+                             "step, measured on torch 2.13)",
+}
 
 
 def decide_for(spec, path: str = "auto"):

@@ -20,5 +20,18 @@ class TorchOps(Ops):
     def clip(self, x, low, high): return torch.clamp(x, low, high)
     def norm(self, x): return torch.linalg.vector_norm(x)
 
+    def mean(self, x, axis=None, keepdims=False): return torch.mean(x, dim=axis, keepdim=keepdims)
+
+    def numel(self, x): return x.numel()
+    def machine_eps(self, x): return float(torch.finfo(x.dtype).eps)
+
+    def topk_mask(self, x, k):
+        flat = x.reshape(-1)
+        # a stable descending sort: ties keep the lower index first, as numpy's binding
+        order = torch.sort(flat, descending=True, stable=True).indices[:k]
+        mask = torch.zeros(flat.shape, dtype=torch.bool, device=x.device)
+        mask[order] = True
+        return mask.reshape(x.shape)
+
 
 torch_ops = TorchOps()

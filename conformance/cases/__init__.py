@@ -14,14 +14,14 @@ from typing import Iterable
 
 import unified_opt as uo
 
-from . import adam, catalogue, sgd
+from . import adam, catalogue, seeds, sgd
 from .case import (DEFAULT_PATHS, DEFAULT_STEPS, DENSE_PARAMS, MIN_STEPS, PARAMS,
                    SUITE_VERSION, Case, dense)
 
 __all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "MIN_STEPS", "PARAMS",
            "SUITE_VERSION", "default_cases", "dense", "select", "uncovered_rows"]
 
-_FAMILIES = (sgd, adam, catalogue)
+_FAMILIES = (sgd, adam, catalogue, seeds)
 
 
 def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:

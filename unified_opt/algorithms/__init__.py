@@ -2,9 +2,15 @@
 
 from .adadelta import Adadelta
 from .adagrad import Adagrad
+from .adafactor import Adafactor
 from .adam import Adam
+from .adam_offload import AdamOffload
 from .adamax import Adamax
 from .adamw import AdamW
+from .came import CAME
+from .dgc_momentum import DGCMomentum
+from .lamb import Lamb
+from .lars import LARS
 from .lion import Lion
 from .nadam import NAdam
 from .radam import RAdam
@@ -12,5 +18,6 @@ from .rmsprop import RMSprop
 from .rprop import Rprop
 from .sgd import SGD
 
-__all__ = ["Adadelta", "Adagrad", "Adam", "Adamax", "AdamW", "Lion", "NAdam", "RAdam",
-           "RMSprop", "Rprop", "SGD"]
+__all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
+           "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
+           "Rprop"]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from ..algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop,
-                          Rprop)
+from .. import _validation as v
+from ..algorithms import (CAME, LARS, SGD, Adadelta, Adafactor, Adagrad, Adam, Adamax,
+                          AdamOffload, AdamW, Lamb, NAdam, RAdam, RMSprop, Rprop)
+from ..spec import Spec
 from ._registry import native_preset, refuse, require_float, unsupported
 
 #: ``mindspore.nn`` optimizers given a flat parameter list decay every parameter whose
@@ -51,9 +53,13 @@ def nn_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=Fa
             use_lazy=False, use_offload=False):
     q = "mindspore.nn.Adam"
     _loss_scale(q, loss_scale)
+    if use_offload and (use_lazy or use_amsgrad):
+        # MindSpore's own constructor checks (mindspore/nn/optim/adam.py)
+        raise ValueError(f"{q}: use_offload=True excludes use_lazy and use_amsgrad, got "
+                         f"use_lazy={use_lazy!r}, use_amsgrad={use_amsgrad!r}")
     if use_offload:
-        raise unsupported(q, "use_offload", use_offload,
-                          "host offload is the adam_offload algorithm, not yet registered")
+        return nn_adam_offload(learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                               use_nesterov=use_nesterov, weight_decay=weight_decay)
     # use_lazy only changes sparse (RowTensor) gradients; dense ones are identical.
     return Adam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                 eps=eps, amsgrad=use_amsgrad, nesterov=use_nesterov, eps_placement="eps_hat",
@@ -203,6 +209,126 @@ def exp_rprop(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, maximize=False
     q = "mindspore.experimental.optim.Rprop"
     return Rprop(lr=require_float(q, "lr", lr), etas=etas, step_sizes=step_sizes,
                  maximize=maximize)
+
+
+# -- the seed algorithms ---------------------------------------------------------------
+
+@native_preset("mindspore.nn.AdamOffload")
+def nn_adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False,
+                    use_nesterov=False, weight_decay=0.0, loss_scale=1.0):
+    # nn.Adam's math (eps-hat, L2 with the beta/gamma filter) with the state on the host
+    # (mindspore.md §7)
+    q = "mindspore.nn.AdamOffload"
+    _loss_scale(q, loss_scale)
+    return AdamOffload(lr=require_float(q, "learning_rate", learning_rate),
+                       betas=(beta1, beta2), eps=eps, nesterov=use_nesterov,
+                       eps_placement="eps_hat", bias_correction=True,
+                       **_nn_decay(q, weight_decay))
+
+
+@native_preset("mindspore.nn.Lamb")
+def nn_lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
+    # The documented formula (and the GPU kernel): the trust ratio on every parameter,
+    # also those the beta/gamma filter keeps from decaying. No CPU kernel (mindspore.md §2).
+    q = "mindspore.nn.Lamb"
+    return Lamb(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                eps=eps, bias_correction="moments", always_adapt=True,
+                **_nn_decay(q, weight_decay))
+
+
+#: mindspore.nn.LARS's default lars_filter: no LARS (and no decay) for these names
+LARS_EXCLUDED = ("LayerNorm", "bias")
+
+
+@native_preset("mindspore.nn.LARS")
+def nn_lars(optimizer, epsilon=1e-05, coefficient=0.001, use_clip=False, lars_filter=None):
+    """``optimizer`` is the wrapped ``nn`` optimizer as a spec: ``uo.preset(
+    "mindspore.nn.Momentum", ...)`` or ``uo.preset("mindspore.nn.SGD", ...)``.
+    ``lars_filter=None`` is MindSpore's default filter (names without ``LayerNorm`` and
+    ``bias``); a callable cannot be serialised: give ``exclude_names`` instead."""
+    q = "mindspore.nn.LARS"
+    if not isinstance(optimizer, SGD):
+        kind = optimizer.name if isinstance(optimizer, Spec) else type(optimizer).__name__
+        raise unsupported(q, "optimizer", kind,
+                          "LARS wraps a momentum optimizer here: pass the spec of the inner "
+                          "optimizer, uo.preset('mindspore.nn.Momentum', ...) or "
+                          "uo.preset('mindspore.nn.SGD', ...)")
+    if lars_filter is not None:
+        raise unsupported(q, "lars_filter", lars_filter,
+                          "a callable cannot be part of a serialisable spec; give the names "
+                          "it leaves out as uo.preset('mindspore.nn.LARS', ...).replace("
+                          "exclude_names=(...))")
+    # LARSUpdate on the gradient, then the inner optimizer with its decay switched off
+    # (mindspore/nn/optim/lars.py): excluded names get neither ratio nor decay.
+    return LARS(lr=optimizer.lr, momentum=optimizer.momentum, dampening=optimizer.dampening,
+                nesterov=optimizer.nesterov, lr_placement=optimizer.lr_placement,
+                momentum_init=optimizer.momentum_init, weight_decay=optimizer.weight_decay,
+                no_decay_names=optimizer.no_decay_names, trust_coefficient=coefficient,
+                eps=epsilon, clip=use_clip, always_adapt=True, zero_norm_rule="none",
+                exclude_names=LARS_EXCLUDED)
+
+
+@native_preset("mindspore.nn.AdaFactor")
+def nn_adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=0.8,
+                 beta1=0.9, weight_decay=0.0, scale_parameter=True, relative_step=True,
+                 warmup_init=False, compression=False, loss_scale=1.0):
+    # The Hugging Face form (mindspore.md §4): eps added, first moment after the lr
+    # scaling, decay with the scaled lr on every parameter.
+    q = "mindspore.nn.AdaFactor"
+    _loss_scale(q, loss_scale)
+    lr = _relative_step_lr(q, learning_rate, relative_step, warmup_init)
+    if compression:
+        raise unsupported(q, "compression", compression,
+                          "float16 running averages are not a spec knob")
+    v.check_range(q, "decay_rate", decay_rate, low=0.0, high=1.0, low_open=True,
+                  high_open=True)
+    v.check_range(q, "weight_decay", weight_decay, low=0.0, high=1.0, high_open=True)
+    return Adafactor(lr=lr, eps=eps, eps_mode="add", clip_threshold=clip_threshold,
+                     decay_rate=decay_rate, beta2=None,
+                     beta1=None if beta1 is None or beta1 == 0 else beta1,
+                     weight_decay=weight_decay, decay_lr="scaled", relative_step=relative_step,
+                     warmup_init=warmup_init, scale_parameter=scale_parameter)
+
+
+def _relative_step_lr(q: str, learning_rate, relative_step, warmup_init) -> float:
+    """The spec lr for AdaFactor-style classes: with relative_step, the cap of
+    min(cap, 1/sqrt(t)) (1e-2, or 1e-6 per step with warmup_init); else the lr."""
+    if learning_rate is not None and relative_step:
+        raise ValueError(f"{q}: cannot combine a manual learning_rate={learning_rate!r} with "
+                         "relative_step=True")
+    if warmup_init and not relative_step:
+        raise ValueError(f"{q}: warmup_init=True requires relative_step=True")
+    if learning_rate is None and not relative_step:
+        raise ValueError(f"{q}: learning_rate=None requires relative_step=True")
+    if relative_step:
+        return 1e-6 if warmup_init else 1e-2
+    return require_float(q, "learning_rate", learning_rate)
+
+
+@native_preset("mindformers.core.Came")
+def mindformers_came(learning_rate=None, eps=(1e-30, 1e-3, 1e-16), clip_threshold=1.0,
+                     decay_rate=0.8, beta1=0.9, beta3=0.99, weight_decay=0.0,
+                     scale_parameter=False, relative_step=False, warmup_init=False,
+                     compression=False, loss_scale=1):
+    # The documented algorithm (mindspore.md §8): its CPU fused path crashes, and its
+    # relative_step and beta1=0 never move the parameters; the spec does what the
+    # documentation says.
+    q = "mindformers.core.Came"
+    if compression:
+        raise ValueError(f"{q}: Currently, came only supports compression equals False, got "
+                         f"compression={compression!r}")
+    if isinstance(loss_scale, bool) or not isinstance(loss_scale, int):
+        raise TypeError(f"{q}: loss_scale must be an int, got {loss_scale!r}")
+    _loss_scale(q, loss_scale)
+    for name, value in (("decay_rate", decay_rate), ("beta1", beta1), ("beta3", beta3),
+                        ("weight_decay", weight_decay)):
+        v.check_range(q, name, value, low=0.0, high=1.0)
+    eps = v.check_sequence(q, "eps", eps, 3)
+    return CAME(lr=_relative_step_lr(q, learning_rate, relative_step, warmup_init),
+                betas=(beta1, None, beta3), eps=(eps[0], eps[2]), eps_scale=eps[1],
+                decay_rate=decay_rate, clip_threshold=clip_threshold,
+                weight_decay=weight_decay, scale_parameter=scale_parameter,
+                relative_step=relative_step, warmup_init=warmup_init)
 
 
 _ASGD = "averaged SGD (the ax average, eta and mu schedules) is not a registered algorithm"

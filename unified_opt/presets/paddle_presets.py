@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop,
-                          Rprop)
+from ..algorithms import (LARS, SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, DGCMomentum, Lamb,
+                          NAdam, RAdam, RMSprop, Rprop)
 from ._registry import native_preset, refuse, require_float, unsupported
 
 
@@ -164,3 +164,95 @@ def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), etas=(0.5, 1.2), 
 refuse("paddle.optimizer.ASGD", "Paddle's ASGD is SAG (stochastic average gradient, a "
                                 "table of the last batch_num gradients), which is not a "
                                 "registered algorithm")
+
+
+# -- the seed algorithms ---------------------------------------------------------------
+
+def _no_callable(qualified_name: str, argument: str, value, rule: str) -> None:
+    if value is not None:
+        raise unsupported(qualified_name, argument, value,
+                          "a callable cannot be part of a serialisable spec; give the "
+                          f"parameters it selects by name instead: {rule}")
+
+
+@native_preset("paddle.optimizer.Lamb")
+def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6,
+         grad_clip=None, exclude_from_weight_decay_fn=None, multi_precision=False,
+         always_adapt=False, name=None):
+    # The paper's Algorithm 2 (paddle.md §2): bias-corrected moments, no clamp, and no
+    # trust ratio where the decay is 0 unless always_adapt.
+    q = "paddle.optimizer.Lamb"
+    _no_grad_clip(q, grad_clip)
+    # Paddle calls the function with the parameter tensor; the spec's rule is by name.
+    _no_callable(q, "exclude_from_weight_decay_fn", exclude_from_weight_decay_fn,
+                 "uo.preset('paddle.optimizer.Lamb', ...).replace(no_decay_names=(...)) "
+                 "drops the decay, and with it the trust ratio, of those parameters")
+    return Lamb(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                eps=epsilon, weight_decay=lamb_weight_decay, bias_correction="moments",
+                always_adapt=always_adapt)
+
+
+@native_preset("paddle.incubate.optimizer.LarsMomentumOptimizer")
+def lars_momentum(learning_rate, momentum, lars_coeff=0.001, lars_weight_decay=0.0005,
+                  regularization=None, grad_clip=None, name=None,
+                  exclude_from_weight_decay=None, epsilon=0, multi_precision=False,
+                  rescale_grad=1.0):
+    # paddle.md §2 (cpu/lars_momentum_kernel.cc): lr inside the velocity, no trust ratio
+    # where the decay is 0 or a norm is 0.
+    q = "paddle.incubate.optimizer.LarsMomentumOptimizer"
+    _no_grad_clip(q, grad_clip)
+    if regularization is not None:
+        raise unsupported(q, "regularization", regularization,
+                          "a coupled regularizer inside the LARS gradient norm has no knob")
+    if rescale_grad != 1.0:
+        raise unsupported(q, "rescale_grad", rescale_grad,
+                          "no spec knob scales the gradient; scale the loss instead")
+    names = () if exclude_from_weight_decay is None else exclude_from_weight_decay
+    return LARS(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
+                trust_coefficient=lars_coeff, weight_decay=lars_weight_decay, eps=epsilon,
+                lr_placement="inside", momentum_init="zeros", always_adapt=False,
+                zero_norm_rule="one_if_norm_zero", no_decay_names=names)
+
+
+def _dgc(q, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, use_nesterov,
+         num_trainers, regularization, local_clip, dense_clip):
+    if isinstance(sparsity, list):
+        sparsity = tuple(sparsity)
+    return DGCMomentum(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
+                       rampup_begin_step=rampup_begin_step, rampup_step=rampup_step,
+                       sparsity=sparsity, use_nesterov=use_nesterov,
+                       local_grad_clip_norm=local_clip, num_trainers=num_trainers,
+                       dense_clip_norm=dense_clip, weight_decay=_l2_coefficient(q, regularization),
+                       min_numel=16384)
+
+
+def _clip_norm(q: str, grad_clip):
+    """``ClipGradByNorm(c)`` -> c (the only clip DGC takes; Paddle raises TypeError else)."""
+    if grad_clip is None:
+        return None
+    if type(grad_clip).__name__ not in ("ClipGradByNorm", "GradientClipByNorm"):
+        raise TypeError(f"{q}: grad_clip must be ClipGradByNorm, got {grad_clip!r}")
+    return float(grad_clip.clip_norm)
+
+
+@native_preset("paddle.distributed.fleet.DGCMomentumOptimizer")
+def dgc_momentum(learning_rate, momentum, rampup_begin_step, rampup_step=1, sparsity=[0.999],
+                 use_nesterov=False, num_trainers=None, regularization=None, grad_clip=None,
+                 name=None):
+    # paddle.md §9: grad_clip=ClipGradByNorm(c) clips the compressed parameters locally
+    # with c * num_trainers**-0.5 and the others with c on the averaged gradient.
+    q = "paddle.distributed.fleet.DGCMomentumOptimizer"
+    clip = _clip_norm(q, grad_clip)
+    return _dgc(q, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
+                use_nesterov, num_trainers, regularization, clip, clip)
+
+
+@native_preset("paddle.fluid.optimizer.DGCMomentumOptimizer")
+def fluid_dgc_momentum(learning_rate, momentum, rampup_begin_step, rampup_step=1,
+                       sparsity=[0.999], use_nesterov=False, local_grad_clip_norm=None,
+                       num_trainers=None, regularization=None, grad_clip=None, name=None):
+    # The seed document's (Paddle 1.x) signature: the local clip norm is its own argument.
+    q = "paddle.fluid.optimizer.DGCMomentumOptimizer"
+    return _dgc(q, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
+                use_nesterov, num_trainers, regularization, local_grad_clip_norm,
+                _clip_norm(q, grad_clip))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ..algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam, RMSprop,
-                          Rprop)
+from .. import _validation as v
+from ..algorithms import (SGD, Adadelta, Adafactor, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam,
+                          RMSprop, Rprop)
 from ._registry import native_preset, refuse, require_float
 
 
@@ -88,6 +89,20 @@ def rprop(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, capturable=False, 
           maximize=False, differentiable=False):
     return Rprop(lr=require_float("torch.optim.Rprop", "lr", lr), etas=etas,
                  step_sizes=step_sizes, maximize=maximize)
+
+
+@native_preset("torch.optim.Adafactor")
+def adafactor(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0.0, *,
+              foreach=None, maximize=False):
+    # torch's form: relative step capped by lr, parameter scaling, eps as clamps, no
+    # first moment, decay with the raw lr (torch_peers.md §2.3)
+    q = "torch.optim.Adafactor"
+    beta2_decay = v.check_range(q, "beta2_decay", beta2_decay, high=0.0)
+    d = v.check_range(q, "d", d, low=1.0)
+    return Adafactor(lr=require_float(q, "lr", lr), decay_rate=-beta2_decay, eps=eps,
+                     clip_threshold=d, weight_decay=weight_decay, maximize=maximize,
+                     relative_step=True, warmup_init=False, scale_parameter=True,
+                     eps_mode="clamp", beta1=None, beta2=None, decay_lr="raw")
 
 
 refuse("torch.optim.ASGD", "averaged SGD (the ax average, eta and mu schedules) is not a "

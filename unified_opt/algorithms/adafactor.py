@@ -1,0 +1,240 @@
+r"""Adafactor (Shazeer & Stern, 2018): a factored second moment, update clipping.
+
+Step :math:`t` (1-based), gradient :math:`g` (negated when ``maximize``):
+
+.. math::
+
+    \rho_t &= \eta_t, \text{ or with } \texttt{relative\_step}:\ \min(\eta_t, t^{-1/2})
+        \ (\min(\eta_t\, t, t^{-1/2}) \text{ with } \texttt{warmup\_init}) \\
+    \alpha_t &= \rho_t \max(\epsilon_2, \mathrm{RMS}(\theta_{t-1}))
+        \text{ with } \texttt{scale\_parameter}, \text{ else } \rho_t \\
+    \hat\beta_{2t} &= 1 - t^{-\texttt{decay\_rate}} \text{ (or the constant } \texttt{beta2}) \\
+    G &= g^2 + \epsilon_1 \ (\texttt{eps\_mode="add"}) \text{ or } g^2 \ (\texttt{"clamp"})
+
+For parameters of two or more dimensions, over the last two (rows :math:`i`, columns
+:math:`j`), with means taken along one axis:
+
+.. math::
+
+    R_t &= \hat\beta_{2t} R_{t-1} + (1-\hat\beta_{2t})\,\mathrm{mean}_j G, \qquad
+    C_t = \hat\beta_{2t} C_{t-1} + (1-\hat\beta_{2t})\,\mathrm{mean}_i G \\
+    V_t &= \frac{R_t C_t}{\mathrm{mean}_i R_t}
+        \quad\text{("clamp": } V_t = \max\big(\tfrac{R_t C_t}{\max(\mathrm{mean}_i R_t,\, \epsilon_1)},\,
+        \epsilon_1^2\big))
+
+and for fewer dimensions :math:`V_t = \hat\beta_{2t} V_{t-1} + (1-\hat\beta_{2t}) G`
+(``"clamp"``: :math:`\max(V_t, \epsilon_1^2)` in the division). Then
+
+.. math::
+
+    U_t &= \frac{g}{\sqrt{V_t}}, \qquad
+    \hat U_t = \alpha_t\,\frac{U_t}{\max(1, \mathrm{RMS}(U_t)/d)} \\
+    m_t &= \beta_1 m_{t-1} + (1-\beta_1)\hat U_t \ \text{(only when } \beta_1 \text{ is not None;
+        the step is then } m_t) \\
+    \theta_t &= \theta_{t-1} - \delta\,\theta_{t-1} - \hat U_t \text{ (or } m_t),
+        \qquad \delta = \lambda\eta_t \ (\texttt{decay\_lr="raw"}) \text{ or } \lambda\alpha_t \ (\texttt{"scaled"})
+
+:math:`\epsilon_1 = ` ``eps[0]`` (None: the machine epsilon of the parameter's dtype),
+:math:`\epsilon_2 = ` ``eps[1]``, :math:`d = ` ``clip_threshold``.
+
+Differences between frameworks
+------------------------------
+* ``torch.optim.Adafactor`` (this spec's defaults): always ``relative_step`` with the lr
+  as the cap and ``scale_parameter``; eps ``(None, 1e-3)`` as **clamps**; no first
+  moment; decay with the raw lr; ``beta2_decay=-0.8`` is ``decay_rate=0.8``.
+* ``mindspore.nn.AdaFactor`` (the Hugging Face form): ``eps_mode="add"`` with
+  ``eps=(1e-30, 1e-3)``, first moment ``beta1=0.9`` by default (after the lr scaling),
+  decay with the scaled lr ``decay_lr="scaled"`` on every parameter, relative step
+  ``min(1e-2, t^-1/2)`` (here ``lr=1e-2``) unless a manual lr is given.
+* ``torch_optimizer.Adafactor``: the Hugging Face form, no first moment by default;
+  it fails on parameters of three or more dimensions (measured).
+* ``pytorch_optimizer.AdaFactor`` caps :math:`\hat\beta_{2t}` at 0.999 and keeps a
+  bfloat16 first moment by default: neither is a knob here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+
+EPS_MODES = ("clamp", "add")
+DECAY_LRS = ("raw", "scaled")
+
+
+def factored(shape) -> bool:
+    """Adafactor and CAME factor the second moment of parameters with >= 2 dims."""
+    return len(shape) >= 2
+
+
+def rms(x, ops):
+    return ops.sqrt(ops.mean(x * x))
+
+
+def check_optional(owner, name, value, **bounds):
+    return None if value is None else v.check_range(owner, name, value, **bounds)
+
+
+def check_schedule_fields(spec, owner) -> dict:
+    """The step-size and beta2 knobs Adafactor and CAME share."""
+    out = {"relative_step": v.check_bool(owner, "relative_step", spec.relative_step),
+           "warmup_init": v.check_bool(owner, "warmup_init", spec.warmup_init),
+           "scale_parameter": v.check_bool(owner, "scale_parameter", spec.scale_parameter),
+           "decay_rate": check_optional(owner, "decay_rate", spec.decay_rate, low=0.0),
+           "clip_threshold": v.check_range(owner, "clip_threshold", spec.clip_threshold,
+                                           low=0.0, low_open=True)}
+    if out["warmup_init"] and not out["relative_step"]:
+        raise ValueError(f"{owner}: warmup_init=True requires relative_step=True")
+    return out
+
+
+def step_size(spec, lr: float, step: int) -> float:
+    """:math:`\\rho_t`: the lr, or the relative step capped by it."""
+    if not spec.relative_step:
+        return lr
+    cap = lr * step if spec.warmup_init else lr
+    return min(cap, 1.0 / math.sqrt(step))
+
+
+def scaled_step_size(spec, rho: float, param, eps_scale: float, ops):
+    """:math:`\\alpha_t`: :math:`\\rho_t`, times :math:`\\max(\\epsilon_2, RMS(\\theta))`
+    with ``scale_parameter``."""
+    if not spec.scale_parameter:
+        return rho
+    scale = rms(param, ops)
+    return ops.maximum(scale, ops.full_like(scale, eps_scale)) * rho
+
+
+def beta2_at(beta2, decay_rate, step: int) -> float:
+    return beta2 if beta2 is not None else 1.0 - step ** (-decay_rate)
+
+
+def ema(average, value, beta: float):
+    return average * beta + value * (1.0 - beta)
+
+
+def factored_ema(row, col, square, beta: float, ops):
+    """New row and column means (keepdims: shapes (..., R, 1) and (..., 1, C))."""
+    return (ema(row, ops.mean(square, axis=-1, keepdims=True), beta),
+            ema(col, ops.mean(square, axis=-2, keepdims=True), beta))
+
+
+def factored_inverse_sqrt(row, col, ops, eps1=None):
+    """:math:`1/\\sqrt{R C / \\mathrm{mean}_i R}`; ``eps1`` clamps as torch does."""
+    row_mean = ops.mean(row, axis=-2, keepdims=True)
+    if eps1 is None:
+        return 1.0 / ops.sqrt(row / row_mean * col)
+    row_mean = ops.maximum(row_mean, ops.full_like(row_mean, eps1))
+    variance = row / row_mean * col
+    return 1.0 / ops.sqrt(ops.maximum(variance, ops.full_like(variance, eps1 * eps1)))
+
+
+def clipped(update, threshold: float, ops):
+    """:math:`U / \\max(1, \\mathrm{RMS}(U)/d)`."""
+    ratio = rms(update, ops) / threshold
+    return update / ops.maximum(ratio, ops.full_like(ratio, 1.0))
+
+
+@register
+@spec_dataclass
+class Adafactor(Spec):
+    __doc__ = __doc__
+    name = "adafactor"
+
+    lr: float | Schedule = 1e-2
+    eps: tuple[float | None, float] = (None, 1e-3)
+    eps_mode: str = "clamp"
+    clip_threshold: float = 1.0
+    decay_rate: float | None = 0.8
+    beta2: float | None = None
+    beta1: float | None = None
+    weight_decay: float = 0.0
+    decay_lr: str = "raw"
+    relative_step: bool = True
+    warmup_init: bool = False
+    scale_parameter: bool = True
+    maximize: bool = False
+
+    def _check(self, owner):
+        eps = v.check_sequence(owner, "eps", self.eps, 2)
+        eps = (check_optional(owner, "eps[0]", eps[0], low=0.0),
+               v.check_range(owner, "eps[1]", eps[1], low=0.0))
+        out = {"eps": eps,
+               "eps_mode": v.check_choice(owner, "eps_mode", self.eps_mode, EPS_MODES),
+               "beta2": check_optional(owner, "beta2", self.beta2, low=0.0, high=1.0,
+                                       high_open=True),
+               "beta1": check_optional(owner, "beta1", self.beta1, low=0.0, high=1.0,
+                                       high_open=True),
+               "weight_decay": v.check_range(owner, "weight_decay", self.weight_decay, low=0.0),
+               "decay_lr": v.check_choice(owner, "decay_lr", self.decay_lr, DECAY_LRS),
+               "maximize": v.check_bool(owner, "maximize", self.maximize),
+               **check_schedule_fields(self, owner)}
+        if (out["beta2"] is None) == (out["decay_rate"] is None):
+            raise ValueError(f"{owner}: give exactly one of beta2 (a constant) and decay_rate "
+                             f"(beta2_t = 1 - t^-decay_rate), got beta2={self.beta2!r}, "
+                             f"decay_rate={self.decay_rate!r}")
+        return out
+
+    def state_names(self, shape=None):
+        if shape is None:
+            raise ValueError("Adafactor.state_names needs the parameter's shape: the second "
+                             "moment is factored for parameters of two or more dimensions")
+        second = ("exp_avg_sq_row", "exp_avg_sq_col") if factored(shape) else ("exp_avg_sq",)
+        return second + (("exp_avg",) if self.beta1 is not None else ())
+
+    def init(self, param, ops):
+        state = {}
+        if factored(param.shape):
+            state["exp_avg_sq_row"] = ops.zeros_like(ops.mean(param, axis=-1, keepdims=True))
+            state["exp_avg_sq_col"] = ops.zeros_like(ops.mean(param, axis=-2, keepdims=True))
+        else:
+            state["exp_avg_sq"] = ops.zeros_like(param)
+        if self.beta1 is not None:
+            state["exp_avg"] = ops.zeros_like(param)
+        return state
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        g = -grad if self.maximize else grad
+        eps1, eps2 = self.eps
+        if eps1 is None:
+            eps1 = ops.machine_eps(param)
+        alpha = scaled_step_size(self, step_size(self, lr, step), param, eps2, ops)
+        beta2 = beta2_at(self.beta2, self.decay_rate, step)
+        square = g * g + eps1 if self.eps_mode == "add" else g * g
+        clamp = eps1 if self.eps_mode == "clamp" else None
+        new_state = {}
+        if factored(param.shape):
+            row, col = factored_ema(state["exp_avg_sq_row"], state["exp_avg_sq_col"], square,
+                                    beta2, ops)
+            new_state.update(exp_avg_sq_row=row, exp_avg_sq_col=col)
+            update = g * factored_inverse_sqrt(row, col, ops, clamp)
+        else:
+            variance = ema(state["exp_avg_sq"], square, beta2)
+            new_state["exp_avg_sq"] = variance
+            if clamp is not None:
+                variance = ops.maximum(variance, ops.full_like(variance, clamp * clamp))
+            update = g / ops.sqrt(variance)
+        update = clipped(update, self.clip_threshold, ops) * alpha
+        if self.beta1 is not None:
+            update = ema(state["exp_avg"], update, self.beta1)
+            new_state["exp_avg"] = update
+        if self.weight_decay != 0.0:
+            param = param - param * (self.weight_decay * (lr if self.decay_lr == "raw"
+                                                           else alpha))
+        return param - update, new_state
+
+    def alternatives(self):
+        other_mode = "add" if self.eps_mode == "clamp" else "clamp"
+        out = [(f"eps_mode={other_mode!r}", self.replace(eps_mode=other_mode)),
+               (f"relative_step={not self.relative_step}",
+                self.replace(relative_step=not self.relative_step, warmup_init=False)),
+               (f"scale_parameter={not self.scale_parameter}",
+                self.replace(scale_parameter=not self.scale_parameter))]
+        if self.weight_decay != 0.0:
+            other = "scaled" if self.decay_lr == "raw" else "raw"
+            out.append((f"decay_lr={other!r}", self.replace(decay_lr=other)))
+        if self.beta2 is None:
+            out.append(("constant beta2=0.999", self.replace(beta2=0.999, decay_rate=None)))
+        return out

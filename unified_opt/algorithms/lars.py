@@ -1,0 +1,168 @@
+r"""LARS (You, Gitman & Ginsburg, 2017): momentum SGD on a gradient rescaled per tensor.
+
+Gradient :math:`g`, decay :math:`\lambda`, trust coefficient :math:`\eta_{tc}`:
+
+.. math::
+
+    \rho &= \frac{\eta_{tc}\,\lVert\theta\rVert}{\lVert g\rVert + \lambda\lVert\theta\rVert + \epsilon}
+        \qquad(\text{with } \texttt{clip}: \rho \leftarrow \min(\max(\rho/\eta_t, 0), 1)) \\
+    d &= \rho\,(g + \lambda\theta)
+
+applied when :math:`\lambda > 0` or ``always_adapt`` (else :math:`d = g`). Then the
+momentum step of :mod:`unified_opt.algorithms.sgd` on :math:`d` (written once there):
+``lr_placement="inside"`` keeps the lr in the buffer, :math:`b_t = \mu b_{t-1} + \eta_t d`,
+:math:`\theta_t = \theta_{t-1} - b_t`; ``"outside"`` is :math:`b_t = \mu b_{t-1} + d`,
+:math:`\theta_t = \theta_{t-1} - \eta_t b_t`; with dampening, Nesterov and the
+first-step rule (``momentum_init``) as in SGD.
+
+``zero_norm_rule`` says what happens when a norm is 0:
+
+* ``"one_if_norm_zero"``: :math:`\rho = 1` when :math:`\lVert\theta\rVert = 0` or
+  :math:`\lVert g\rVert = 0` (the decay stays in :math:`d`);
+* ``"raw_if_norm_zero"``: :math:`d = g` then (no ratio, no decay);
+* ``"one_if_denominator_zero"``: :math:`\rho = 1` when :math:`\lVert\theta\rVert = 0` or the
+  denominator is 0;
+* ``"none"``: the formula as written (:math:`\lVert\theta\rVert = 0` gives :math:`\rho = 0`).
+
+Which parameters: names containing one of ``exclude_names`` (and, with ``exclude_1d``,
+every parameter of at most one dimension) take the plain momentum step on :math:`g`,
+without ratio or decay. Names containing one of ``no_decay_names`` get :math:`\lambda = 0`
+(so also no ratio unless ``always_adapt``).
+
+Differences between frameworks
+------------------------------
+* ``paddle.incubate.optimizer.LarsMomentumOptimizer`` (this spec's defaults): lr inside
+  the buffer, buffer from 0, eps 0, ``one_if_norm_zero``, no ratio when
+  :math:`\lambda = 0`; ``exclude_from_weight_decay`` names get :math:`\lambda = 0`.
+* ``mindspore.nn.LARS`` wraps an ``nn`` optimizer (``Momentum``: lr outside the buffer,
+  from 0; ``SGD``: torch's first step): the ratio on every parameter except names with
+  ``LayerNorm``/``bias`` (``exclude_names``; they also lose the inner optimizer's decay),
+  eps 1e-5, ``zero_norm_rule="none"``, ``clip`` for ``use_clip``. No CPU kernel.
+* ``torch_optimizer.LARS``: torch-SGD momentum (first buffer = :math:`d`), eps 1e-8,
+  ``raw_if_norm_zero``, no ratio when :math:`\lambda = 0`.
+* ``pytorch_optimizer.LARS``: eps 0, ``one_if_denominator_zero``, ``always_adapt``,
+  ``exclude_1d`` (1-D parameters: plain momentum, no decay), buffer from 0, lr outside.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .. import _validation as v
+from ..schedules import Schedule
+from ..spec import Spec, register, spec_dataclass
+from ._decay import check_decay, decay_for_parameter
+from .sgd import LR_PLACEMENTS, MOMENTUM_INITS, SGD
+
+ZERO_NORM_RULES = ("one_if_norm_zero", "raw_if_norm_zero", "one_if_denominator_zero", "none")
+
+
+@register
+@spec_dataclass
+class LARS(Spec):
+    __doc__ = __doc__
+    name = "lars"
+
+    lr: float | Schedule = 1e-3
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    trust_coefficient: float = 1e-3
+    eps: float = 0.0
+    dampening: float = 0.0
+    nesterov: bool = False
+    lr_placement: str = "inside"
+    momentum_init: str = "zeros"
+    always_adapt: bool = False
+    zero_norm_rule: str = "one_if_norm_zero"
+    clip: bool = False
+    exclude_1d: bool = False
+    exclude_names: tuple[str, ...] = ()
+    no_decay_names: tuple[str, ...] = ()
+
+    def _check(self, owner):
+        out = {"trust_coefficient": v.check_range(owner, "trust_coefficient",
+                                                  self.trust_coefficient, low=0.0),
+               "eps": v.check_range(owner, "eps", self.eps, low=0.0),
+               "always_adapt": v.check_bool(owner, "always_adapt", self.always_adapt),
+               "zero_norm_rule": v.check_choice(owner, "zero_norm_rule", self.zero_norm_rule,
+                                                ZERO_NORM_RULES),
+               "clip": v.check_bool(owner, "clip", self.clip),
+               "exclude_1d": v.check_bool(owner, "exclude_1d", self.exclude_1d),
+               "exclude_names": v.check_names(owner, "exclude_names", self.exclude_names),
+               "momentum": v.check_range(owner, "momentum", self.momentum, low=0.0),
+               "dampening": v.check_range(owner, "dampening", self.dampening, low=0.0,
+                                          high=1.0),
+               "nesterov": v.check_bool(owner, "nesterov", self.nesterov),
+               "lr_placement": v.check_choice(owner, "lr_placement", self.lr_placement,
+                                              LR_PLACEMENTS),
+               "momentum_init": v.check_choice(owner, "momentum_init", self.momentum_init,
+                                               MOMENTUM_INITS),
+               **check_decay(self, owner)}
+        if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
+            raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening = 0, "
+                             f"got momentum={self.momentum!r}, dampening={self.dampening!r}")
+        return out
+
+    @functools.cached_property
+    def _momentum_step(self) -> SGD:
+        return SGD(momentum=self.momentum, dampening=self.dampening, nesterov=self.nesterov,
+                   lr_placement=self.lr_placement, momentum_init=self.momentum_init)
+
+    def for_parameter(self, name):
+        if self.exclude_names:
+            if name is None:
+                raise ValueError(f"LARS: exclude_names={self.exclude_names!r} needs parameter "
+                                 "names; pass a module or (name, parameter) pairs")
+            if any(part in name for part in self.exclude_names):
+                return self.replace(weight_decay=0.0, always_adapt=False, exclude_names=(),
+                                    no_decay_names=())
+        return decay_for_parameter(self, name)
+
+    def state_names(self, shape=None):
+        return self._momentum_step.state_names()
+
+    def init(self, param, ops):
+        return self._momentum_step.init(param, ops)
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        direction = grad
+        plain = self.exclude_1d and len(param.shape) <= 1
+        if not plain and (self.weight_decay > 0.0 or self.always_adapt):
+            direction = self._scaled(param, grad, lr, ops)
+        return self._momentum_step.update(param, direction, state, lr=lr, step=step, ops=ops)
+
+    def _scaled(self, param, grad, lr, ops):
+        """:math:`\\rho (g + \\lambda\\theta)` with the zero-norm rule."""
+        param_norm = ops.norm(param)
+        grad_norm = ops.norm(grad)
+        decayed = grad + param * self.weight_decay if self.weight_decay != 0.0 else grad
+        denominator = grad_norm + param_norm * self.weight_decay + self.eps
+        ratio = param_norm * self.trust_coefficient / denominator
+        if self.clip:
+            ratio = ops.clip(ratio / lr, 0.0, 1.0) if lr > 0.0 else ops.full_like(ratio, 1.0)
+        one = ops.full_like(ratio, 1.0)
+        rule = self.zero_norm_rule
+        if rule == "none":
+            return decayed * ratio
+        if rule == "one_if_denominator_zero":
+            ratio = ops.where(param_norm > 0.0, ops.where(denominator > 0.0, ratio, one), one)
+            return decayed * ratio
+        if rule == "one_if_norm_zero":
+            return decayed * ops.where(param_norm > 0.0,
+                                       ops.where(grad_norm > 0.0, ratio, one), one)
+        scaled = decayed * ratio                            # raw_if_norm_zero
+        return ops.where(param_norm > 0.0, ops.where(grad_norm > 0.0, scaled, grad), grad)
+
+    def alternatives(self):
+        out = [(f"zero_norm_rule={rule!r}", self.replace(zero_norm_rule=rule))
+               for rule in ZERO_NORM_RULES if rule != self.zero_norm_rule]
+        out.append((f"always_adapt={not self.always_adapt}",
+                    self.replace(always_adapt=not self.always_adapt)))
+        other = "outside" if self.lr_placement == "inside" else "inside"
+        out.append((f"lr_placement={other!r}", self.replace(lr_placement=other)))
+        if self.momentum != 0.0:
+            other = "grad" if self.momentum_init == "zeros" else "zeros"
+            out.append((f"momentum_init={other!r}", self.replace(momentum_init=other)))
+        out.append((f"exclude_1d={not self.exclude_1d}",
+                    self.replace(exclude_1d=not self.exclude_1d)))
+        return out
