@@ -309,13 +309,13 @@ def test_momentum_cycling_is_the_native_one(native_runs):
 def test_presets_take_the_native_arguments_and_defaults(native_runs):
     """Same names, order and defaults as the native constructor (without the optimizer);
     torch / MindSpore-experimental presets add ``base_lr`` first where the native has none."""
-    from unified_opt.schedules._preset_registry import _PRESETS
+    from unified_opt.schedules._preset_registry import REGISTRY
     for fw, run in native_runs.items():
         for qualified, native_params in run["__signatures__"].items():
-            if qualified not in _PRESETS:
+            if qualified not in REGISTRY.names():
                 continue
             ours = [[p.name, "<required>" if p.default is p.empty else p.default]
-                    for p in inspect.signature(_PRESETS[qualified]).parameters.values()]
+                    for p in REGISTRY.signature(qualified).parameters.values()]
             if ours[0][0] == "base_lr" and native_params[:1] != [["base_lr", "<required>"]]:
                 ours = ours[1:]
             assert ours == native_params, qualified

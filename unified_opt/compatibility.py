@@ -14,7 +14,7 @@ import inspect
 from . import schedules
 from .build import BACKENDS
 from .presets import preset, presets
-from .presets._registry import _PRESETS, _REFUSED
+from .presets._registry import REGISTRY
 from .spec import algorithms, get
 
 #: values for native arguments that have no default (the matrix builds each preset once)
@@ -46,7 +46,7 @@ _EXAMPLES = {
 def _preset_spec(qualified: str):
     """The preset with its native defaults; arguments without a default get
     ``_REQUIRED`` and the classes in ``_EXAMPLES`` their example arguments."""
-    params = inspect.signature(_PRESETS[qualified]).parameters
+    params = REGISTRY.signature(qualified).parameters
     chosen = {n: _REQUIRED[n] for n, p in params.items()
               if p.default is inspect.Parameter.empty and n in _REQUIRED}
     chosen.update(_EXAMPLES.get(qualified, dict)())
@@ -92,7 +92,7 @@ def markdown() -> str:
             _cell(_table(b).decide_for(spec)) for b in BACKENDS) + " |")
     lines += ["", "## Refused presets", "", "| native class | why |", "|---|---|"]
     for qualified in presets(refused=True):
-        lines.append(f"| `{qualified}` | {_REFUSED[qualified]} |")
+        lines.append(f"| `{qualified}` | {REGISTRY.refusal(qualified)} |")
     lines += ["", "## Learning-rate schedulers", "",
               "Every native scheduler read by `uo.schedules.preset(name, **native_kwargs)` as "
               "the schedule giving its lr at every step; each backend lowers a schedule to its "

@@ -7,14 +7,16 @@ native defaults, and returns the :class:`Schedule` giving the native lr at every
 
 from __future__ import annotations
 
-import inspect
 import warnings
-from typing import Any, Callable
+from typing import Any
 
+from .._native_registry import NativeRegistry
 from .base import Schedule
 
-_PRESETS: dict[str, Callable[..., Schedule]] = {}
-_REFUSED: dict[str, str] = {}
+REGISTRY = NativeRegistry("schedule preset")
+schedule_preset = REGISTRY.register
+refuse = REGISTRY.refuse
+refusal = REGISTRY.refusal
 
 #: What a metric-driven scheduler's preset says (they have no lr(step)).
 PLATEAU = ("it is metric-driven: the lr depends on the values passed to step(metrics), so "
@@ -26,51 +28,15 @@ PLATEAU = ("it is metric-driven: the lr depends on the values passed to step(met
            "own implementation takes its lr from the spec)")
 
 
-def schedule_preset(qualified_name: str):
-    """Decorator: register ``fn(**native_kwargs) -> Schedule`` under ``qualified_name``."""
-    def deco(fn):
-        _PRESETS[qualified_name] = fn
-        fn.qualified_name = qualified_name
-        return fn
-    return deco
-
-
-def refuse(qualified_name: str, why: str) -> None:
-    """Register a native scheduler whose preset raises ``NotImplementedError(why)``."""
-    _REFUSED[qualified_name] = why
-
-
 def presets(refused: bool = False) -> list[str]:
     """Qualified names of every native scheduler with a preset; with ``refused=True``,
     those whose preset raises NotImplementedError saying why."""
-    return sorted(_REFUSED if refused else _PRESETS)
-
-
-def refusal(qualified_name: str) -> str:
-    """Why ``qualified_name`` has no preset (for a refused name; KeyError otherwise)."""
-    return _REFUSED[qualified_name]
+    return REGISTRY.names(refused)
 
 
 def preset(qualified_name: str, **native_kwargs: Any) -> Schedule:
     """The schedule giving, at every step, the lr ``qualified_name(**native_kwargs)`` gives."""
-    if not isinstance(qualified_name, str):
-        raise TypeError(f"preset: qualified_name must be a str, got {qualified_name!r}")
-    if qualified_name in _REFUSED:
-        raise NotImplementedError(f"{qualified_name} has no schedule preset: "
-                                  f"{_REFUSED[qualified_name]}")
-    if qualified_name not in _PRESETS:
-        raise ValueError(f"preset: no schedule preset for {qualified_name!r}; available: "
-                         f"{presets()}")
-    fn = _PRESETS[qualified_name]
-    params = inspect.signature(fn).parameters
-    unknown = sorted(set(native_kwargs) - set(params))
-    if unknown:
-        raise TypeError(f"{qualified_name} got unexpected keyword argument(s) {unknown}; "
-                        f"valid: {list(params)}")
-    missing = [n for n, p in params.items()
-               if p.default is inspect.Parameter.empty and n not in native_kwargs]
-    if missing:
-        raise TypeError(f"{qualified_name} is missing required argument(s) {missing}")
+    fn = REGISTRY.checked(qualified_name, native_kwargs)
     try:
         return fn(**native_kwargs)
     except (TypeError, ValueError) as exc:
