@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from .lowering import PATHS, Decision
-from .schedules import Schedule
-from .spec import Spec
+from .spec import Spec, refuse_momentum_cycling
 
 BACKENDS = ("torch", "paddle", "mindspore")
 _DISTRIBUTIONS = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
@@ -98,11 +97,7 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
         raise ValueError(f"build: path must be one of {PATHS}, got {path!r}")
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"build: options must be a mapping, got {options!r}")
-    if isinstance(spec.lr, Schedule) and spec.lr.momentum(0) is not None:
-        raise NotImplementedError(
-            f"build: {type(spec.lr).__name__}(cycle_momentum=True) cycles the momentum/beta1 "
-            "as well as the lr, which no backend lowers yet; build with "
-            "cycle_momentum=False")
+    refuse_momentum_cycling(spec, "build")
     named = _named(params)
     if not named:
         raise ValueError("build: params is empty")

@@ -8,7 +8,7 @@ import numpy as np
 
 from .exchange import Exchange, SimulatedExchange
 from .ops import numpy_ops
-from .spec import Spec
+from .spec import Spec, refuse_momentum_cycling
 
 DTYPES = ("float64", "float32")
 
@@ -36,6 +36,7 @@ class Reference:
                             f"got {type(params).__name__}")
         if dtype not in DTYPES:
             raise ValueError(f"reference: dtype must be one of {DTYPES}, got {dtype!r}")
+        refuse_momentum_cycling(spec, "reference")
         self.workers = _check_workers(spec, workers, exchange)
         self.exchange = exchange if exchange is not None else (
             SimulatedExchange(self.workers) if self.workers is not None else None)

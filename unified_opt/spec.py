@@ -137,6 +137,16 @@ class Spec:
         return []
 
 
+def refuse_momentum_cycling(spec: "Spec", caller: str) -> None:
+    """Momentum-cycling schedules (torch's OneCycleLR / CyclicLR default) set the
+    momentum or beta1 each step too; nothing runs that part yet, so say so rather than
+    silently cycle only the lr."""
+    if isinstance(spec.lr, Schedule) and spec.lr.momentum(0) is not None:
+        raise NotImplementedError(
+            f"{caller}: {type(spec.lr).__name__}(cycle_momentum=True) cycles the momentum/"
+            "beta1 as well as the lr, which is not supported yet; use cycle_momentum=False")
+
+
 def _checked_init(cls: type, original):
     @functools.wraps(original)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
