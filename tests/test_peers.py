@@ -5,6 +5,9 @@ Mapping written down:
 * ``pytorch_optimizer.Lion(lr, betas, weight_decay)`` (decoupled decay times lr, the
   defaults ``weight_decouple=True, fixed_decay=False``) = ``uo.Lion(lr, betas,
   weight_decay)``.
+* ``came_pytorch.CAME(lr, betas, eps, clip_threshold, weight_decay)`` (the CAME authors'
+  code: constant beta2, no bias correction, 1-D parameters without the confidence term)
+  = ``uo.get("came", ...)`` with the same arguments.
 """
 
 import importlib.util
@@ -24,10 +27,16 @@ PEERS = [
      uo.Lion(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)),
     ("lion-betas", "pytorch_optimizer.Lion", dict(lr=3e-3, betas=(0.95, 0.98)),
      uo.Lion(lr=3e-3, betas=(0.95, 0.98))),
+    ("came", "came_pytorch.CAME", dict(lr=0.01, weight_decay=0.1),
+     uo.get("came", lr=0.01, weight_decay=0.1)),
+    ("came-betas", "came_pytorch.CAME",
+     dict(lr=0.02, betas=(0.8, 0.99, 0.999), clip_threshold=0.5),
+     uo.get("came", lr=0.02, betas=(0.8, 0.99, 0.999), clip_threshold=0.5)),
 ]
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("pytorch_optimizer") is None or
+    importlib.util.find_spec("came_pytorch") is None or
     importlib.util.find_spec("torch") is None, reason="needs torch and pytorch-optimizer")
 
 

@@ -99,6 +99,21 @@ CASES = [
     ("ms-exp-rmsprop", "mindspore.experimental.optim.RMSprop",
      dict(lr=0.01, eps=1e-3, momentum=0.9, centered=True), None),
     ("ms-exp-rprop", "mindspore.experimental.optim.Rprop", dict(lr=0.01), None),
+    # the seed algorithms (MindSpore nn.Lamb / nn.LARS have no CPU kernel to run)
+    ("paddle-lamb", "paddle.optimizer.Lamb", dict(learning_rate=0.01, lamb_weight_decay=0.01),
+     None),
+    ("paddle-lamb-always-adapt", "paddle.optimizer.Lamb",
+     dict(learning_rate=0.01, lamb_weight_decay=0.0, always_adapt=True), None),
+    ("paddle-lars", "paddle.incubate.optimizer.LarsMomentumOptimizer",
+     dict(learning_rate=0.1, momentum=0.9, lars_weight_decay=0.0005), None),
+    ("torch-adafactor", "torch.optim.Adafactor", dict(lr=0.01, weight_decay=0.01), None),
+    ("ms-nn-adafactor", "mindspore.nn.AdaFactor", dict(), None),
+    ("ms-nn-adafactor-manual-lr", "mindspore.nn.AdaFactor",
+     dict(learning_rate=0.01, relative_step=False, weight_decay=0.01), None),
+    ("ms-nn-adamoffload", "mindspore.nn.AdamOffload",
+     dict(learning_rate=0.01, eps=1e-3, weight_decay=0.01), None),
+    ("ms-nn-adam-use-offload", "mindspore.nn.Adam",
+     dict(learning_rate=0.01, eps=1e-3, use_offload=True), None),
 ]
 
 

@@ -12,6 +12,7 @@ holds every parameter after every step (``np.savez``; read without pickle).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -50,8 +51,11 @@ class NativePaddle:
         self.params = {n: paddle.create_parameter(
             shape=list(a.shape), dtype="float32", name=f"{job['id']}.{n}",
             default_initializer=paddle.nn.initializer.Assign(a)) for n, a in arrays.items()}
-        self.opt = native_class(job["qualified"])(parameters=list(self.params.values()),
-                                                  **job["kwargs"])
+        cls = native_class(job["qualified"])
+        # incubate classes still take the old-style parameter_list=
+        keyword = ("parameter_list" if "parameter_list" in inspect.signature(cls).parameters
+                   else "parameters")
+        self.opt = cls(**{keyword: list(self.params.values())}, **job["kwargs"])
 
     def step(self, grads):
         for n, p in self.params.items():
