@@ -17,6 +17,12 @@ OWN_CLASS = "unified_opt.backends.mindspore.SpecOptimizer (a mindspore.nn.Optimi
 
 #: Devices where a row's native class was measured exact; rows not listed: CPU only.
 MEASURED_DEVICES: dict[str, tuple[str, ...]] = {}
+#: Rows whose native class has no CPU kernel: the devices it has kernels on, and why the
+#: row is not measured here (their arguments follow the documented formula)
+NO_CPU_KERNEL: dict[str, tuple[str, ...]] = {
+    "mindspore.nn.Lamb": ("GPU", "Ascend"),
+    "mindspore.nn.LARS": ("GPU", "Ascend"),
+}
 
 _CONSTANT_LR = when(
     "a constant lr (experimental.optim classes change their lr only through an "
@@ -240,10 +246,84 @@ TABLE = (
               lambda s: s.weight_decay == 0.0), _CONSTANT_LR, _POSITIVE_LR),
         lambda s: {**_step_sizes(s), "maximize": s.maximize},
         {"prev": "prev", "step_size": "step_size"}),
+
+    # -- the seed algorithms (mindspore.md §4, §7); no native CAME (MindFormers is not
+    # installable beside mindspore 2.10) and no DGC
+    NativeLowering(
+        "adam_offload", "mindspore.nn.Adam",
+        (_EPS_HAT, _BIAS_CORRECTION, _NOT_MAXIMIZE,
+         when("amsgrad=False (the offload kernel AdamNoUpdateParam has no amsgrad)",
+              lambda s: not s.amsgrad),
+         _POSITIVE_BETAS),
+        lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
+                   "use_nesterov": s.nesterov, "weight_decay": float(s.weight_decay),
+                   "use_offload": True},
+        {"exp_avg": "moment1", "exp_avg_sq": "moment2"},
+        note="nn.Adam(use_offload=True), the successor of the deprecated nn.AdamOffload: "
+             "AdamNoUpdateParam on the host returns the step, added to the parameter; "
+             + _BETAS_NOTE),
+    NativeLowering(
+        "adafactor", "mindspore.nn.AdaFactor",
+        (when("eps_mode='add' (nn.AdaFactor adds eps[0] to g^2)",
+              lambda s: s.eps_mode == "add"),
+         when("eps[0] given (nn.AdaFactor takes a float, not the dtype's machine eps)",
+              lambda s: s.eps[0] is not None),
+         when("beta2=None with 0 < decay_rate < 1 (nn.AdaFactor's beta2 is 1 - t^-decay_rate)",
+              lambda s: s.beta2 is None and 0.0 < s.decay_rate < 1.0),
+         when("decay_lr='scaled' (nn.AdaFactor decays by weight_decay * the scaled lr)",
+              lambda s: s.decay_lr == "scaled"),
+         when("weight_decay < 1 (the constructor's range)", lambda s: s.weight_decay < 1.0),
+         when("lr=1e-2 with relative_step (1e-6 with warmup_init): nn.AdaFactor's fixed caps; "
+              "any constant lr without relative_step",
+              lambda s: not s.relative_step or s.lr == (1e-6 if s.warmup_init else 1e-2)),
+         when("a constant lr (nn.AdaFactor skips the relative step and parameter scaling "
+              "for a per-step lr list)", lambda s: not isinstance(s.lr, Schedule)),
+         _NOT_MAXIMIZE),
+        lambda s: {"learning_rate": None if s.relative_step else float(s.lr),
+                   "eps": tuple(float(e) for e in s.eps),
+                   "clip_threshold": float(s.clip_threshold),
+                   "decay_rate": float(s.decay_rate),
+                   "beta1": 0.0 if s.beta1 is None else float(s.beta1),
+                   "weight_decay": float(s.weight_decay), "scale_parameter": s.scale_parameter,
+                   "relative_step": s.relative_step, "warmup_init": s.warmup_init},
+        {"exp_avg": "exp_avg", "exp_avg_sq_row": "exp_avg_sq_row",
+         "exp_avg_sq_col": "exp_avg_sq_col", "exp_avg_sq": "exp_avg_sq"},
+        note="the fused CPU kernel FusedAdaFactor; it keeps the row and column moments "
+             "without the reduced axis (read back in the spec's keepdims shapes); "
+             + _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "lamb", "mindspore.nn.Lamb",
+        (when("bias_correction='moments' (nn.Lamb corrects both moments)",
+              lambda s: s.bias_correction == "moments"),
+         when("always_adapt=True (nn.Lamb applies the trust ratio to every parameter)",
+              lambda s: s.always_adapt),
+         when("weight_norm_clamp=None and trust_eps=0 (nn.Lamb's ratio is ||p||/||r||)",
+              lambda s: s.weight_norm_clamp is None and s.trust_eps == 0.0),
+         _POSITIVE_BETAS),
+        lambda s: {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
+                   "weight_decay": float(s.weight_decay)},
+        {"exp_avg": "moments1", "exp_avg_sq": "moments2"}),
+    NativeLowering(
+        "lars", "mindspore.nn.LARS",
+        (when("lr_placement='outside' and momentum_init='zeros' and dampening=0 (LARS wraps "
+              "nn.Momentum here)", lambda s: s.lr_placement == "outside" and
+              s.momentum_init == "zeros" and s.dampening == 0.0 and not s.nesterov),
+         when("always_adapt=True and zero_norm_rule='none' (LARSUpdate scales every "
+              "gradient by the raw ratio)",
+              lambda s: s.always_adapt and s.zero_norm_rule == "none"),
+         when("exclude_1d=False", lambda s: not s.exclude_1d)),
+        lambda s: {"momentum": float(s.momentum), "weight_decay": float(s.weight_decay),
+                   "epsilon": float(s.eps), "coefficient": float(s.trust_coefficient),
+                   "use_clip": s.clip, "exclude_names": s.exclude_names},
+        {"momentum_buffer": "moments"}),
 )
 
 
 def _on_device(row, device: str):
+    if row.native in NO_CPU_KERNEL:
+        devices = NO_CPU_KERNEL[row.native]
+        return when(f"device in {devices} ({row.native} has no CPU kernel, mindspore.md §2; "
+                    f"this is {device})", lambda s: device in devices)
     devices = MEASURED_DEVICES.get(row.native, ("CPU",))
     return when(f"device in {devices} (where {row.native} was measured exact; this is "
                 f"{device})", lambda s: device in devices)

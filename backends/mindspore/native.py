@@ -40,9 +40,26 @@ def check_options(row, options: dict) -> None:
                          "scheduled lr)")
 
 
+#: nn classes that keep one scalar weight_decay of their own and ignore the group decay
+#: (mindspore.md §4): the decay goes to the constructor and must be one value
+SCALAR_DECAY = ("mindspore.nn.AdaFactor",)
+
+
+def _lars(params, lr, shared, decays):
+    """``nn.LARS`` over ``nn.Momentum`` (its documented use); LARS takes the decay off
+    the inner optimizer and applies it in LARSUpdate, except to ``exclude_names``."""
+    from mindspore import nn
+
+    excluded = shared.pop("exclude_names")
+    momentum = nn.Momentum(params, learning_rate=lr, momentum=shared.pop("momentum"),
+                           weight_decay=max(decays))
+    return nn.LARS(momentum, **shared,
+                   lars_filter=lambda p: not any(name in p.name for name in excluded))
+
+
 def native_optimizer(row, params, param_specs, lr, options):
     """``row.native`` over the non-empty ``params``; ``lr`` is a float or the per-step
-    list."""
+    list (a row's own ``learning_rate`` argument replaces it: nn.AdaFactor's None)."""
     cls = native_class(row.native)
     held = [(p, spec) for p, spec in zip(params, param_specs) if p.size > 0]
     params, param_specs = [p for p, _ in held], [spec for _, spec in held]
@@ -53,6 +70,15 @@ def native_optimizer(row, params, param_specs, lr, options):
             raise ValueError(f"build: {row.native} needs the same hyperparameters for every "
                              f"parameter except weight_decay, got {shared} and {args}")
     check_options(row, options)
+    lr = shared.pop("learning_rate", lr)
+    if row.native == "mindspore.nn.LARS":
+        return _lars(params, lr, shared, [args["weight_decay"] for args in arguments])
+    if row.native in SCALAR_DECAY:
+        decays = {args["weight_decay"] for args in arguments}
+        if len(decays) != 1:
+            raise ValueError(f"build: {row.native} decays every parameter by one "
+                             f"weight_decay, got {sorted(decays)}")
+        return cls(params, learning_rate=lr, **shared, weight_decay=decays.pop(), **options)
     if "weight_decay" not in arguments[0]:
         # a class without weight decay (experimental.optim.Rprop)
         keyword = "lr" if row.native.startswith(_EXPERIMENTAL) else "learning_rate"
@@ -86,12 +112,16 @@ SHARED_SCALARS = {"mindspore.experimental.optim.NAdam": ("mu_product",)}
 
 def native_state(row, optimizer, p, spec) -> dict:
     """The native state of parameter ``p`` under ``spec``'s state names."""
+    from .ops import mindspore_ops
+
+    # the spec's state for this parameter's shape (factored specs: it depends on it)
+    state = spec.init(p, mindspore_ops)
     index = next((i for i, q in enumerate(optimizer.parameters) if q is p), None)
     if index is None:   # a zero-size parameter, left out
-        from .ops import mindspore_ops
-        state = spec.init(p, mindspore_ops)
         for ours in SHARED_SCALARS.get(row.native, ()):
             state[ours] = getattr(optimizer, row.state[ours])[0]
         return state
-    return {ours: getattr(optimizer, theirs)[index] for ours, theirs in row.state.items()
-            if ours in spec.state_names()}
+    # nn.AdaFactor keeps its row/column moments without the reduced axis: the spec's
+    # keepdims shapes hold the same elements in the same order
+    return {ours: getattr(optimizer, theirs)[index].reshape(state[ours].shape)
+            for ours, theirs in row.state.items() if ours in state}

@@ -1,8 +1,26 @@
 """MindSpore binding of the spec ops interface (PyNative tensors)."""
 
-from mindspore import ops
+import numpy as np
+from mindspore import Tensor, ops
+from mindspore import dtype as mstype
 
-from unified_opt.ops import Ops
+from unified_opt.ops import Ops, numpy_ops
+
+
+_NUMPY_DTYPES = {mstype.float16: np.float16, mstype.float32: np.float32,
+                 mstype.float64: np.float64}
+
+
+def _reduced_shape(x, axis, keepdims) -> tuple:
+    return np.sum(np.empty(x.shape, dtype=np.bool_), axis=axis, keepdims=keepdims).shape
+
+
+def _sum(x, axis=None, keepdims=False):
+    # ReduceSum/ReduceMean of an empty tensor return uninitialised memory on CPU
+    # (measured on 2.10): the empty sum is 0, as numpy's
+    if x.size == 0:
+        return ops.zeros(_reduced_shape(x, axis, keepdims), dtype=x.dtype)
+    return ops.sum(x, dim=axis, keepdim=keepdims)
 
 
 class MindSporeOps(Ops):
@@ -19,7 +37,20 @@ class MindSporeOps(Ops):
     def where(self, condition, x, y): return ops.where(condition, x, y)
     def clip(self, x, low, high): return ops.clamp(x, low, high)
     # sqrt of the sum of squares, as the numpy binding computes it (0 for an empty tensor)
-    def norm(self, x): return ops.sqrt(ops.sum(x * x))
+    def norm(self, x): return ops.sqrt(_sum(x * x))
+
+    def mean(self, x, axis=None, keepdims=False):
+        count = x.size if axis is None else x.shape[axis]
+        return _sum(x, axis, keepdims) / float(count) if count else \
+            ops.full(_reduced_shape(x, axis, keepdims), float("nan"), dtype=x.dtype)
+
+    def numel(self, x): return int(x.size)
+    def machine_eps(self, x): return float(np.finfo(_NUMPY_DTYPES[x.dtype]).eps)
+
+    # MindSpore's sort/topk have no stable order for ties: select on the host with the
+    # numpy binding (a stable descending sort, first k), the selection every binding makes
+    def topk_mask(self, x, k): return Tensor(numpy_ops.topk_mask(x.asnumpy(), k))
 
 
 mindspore_ops = MindSporeOps()
+

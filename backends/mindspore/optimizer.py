@@ -41,7 +41,7 @@ class SpecOptimizer(nn.Optimizer):
             initial = p_spec.init(p, mindspore_ops)
             slots = {key: Parameter(initial[key], name=f"{key}.{p.name}",
                                     requires_grad=False)
-                     for key in p_spec.state_names()}
+                     for key in initial}
             self._slots.append(slots)
             flat.extend(slots.values())
         self.spec_state_parameters = ParameterTuple(flat)

@@ -161,6 +161,44 @@ TABLE = (
                    "etas": tuple(float(x) for x in s.etas)},
         {"prev": "prevs", "step_size": "learning_rates"},
         "step_sizes become learning_rate_range"),
+
+    # -- the seed algorithms (paddle.md §2); torch, MindSpore and Paddle's GPU-only
+    # DGCMomentumOptimizer give no native row for adafactor, came, adam_offload, dgc
+    NativeLowering(
+        "lamb", "paddle.optimizer.Lamb",
+        (when("bias_correction='moments' (Paddle's kernel divides m and v by 1-beta^t)",
+              lambda s: s.bias_correction == "moments"),
+         when("weight_norm_clamp=None (Paddle does not clamp ||p|| in the trust ratio)",
+              lambda s: s.weight_norm_clamp is None),
+         when("trust_eps=0 (Paddle's trust ratio is ||p||/||r||, no eps)",
+              lambda s: s.trust_eps == 0.0)),
+        lambda s: {"lamb_weight_decay": float(s.weight_decay), **_betas(s),
+                   "always_adapt": s.always_adapt},
+        {"exp_avg": "moment1", "exp_avg_sq": "moment2"},
+        "no_decay_names become exclude_from_weight_decay_fn, which drops the decay and, "
+        "unless always_adapt, the trust ratio as the spec does; " + _FLOAT32_ATTRIBUTES),
+    NativeLowering(
+        "lars", "paddle.incubate.optimizer.LarsMomentumOptimizer",
+        (when("lr_placement='inside' (Paddle's velocity is mu*v + local_lr*(g + wd*p))",
+              lambda s: s.lr_placement == "inside"),
+         when("dampening=0 (Paddle's velocity starts at 0 and has no dampening)",
+              lambda s: s.dampening == 0.0),
+         when("nesterov=False (LarsMomentumOptimizer has no Nesterov form)",
+              lambda s: not s.nesterov),
+         when("zero_norm_rule='one_if_norm_zero' (Paddle uses the plain lr, decay kept, when "
+              "||p|| or ||g|| is 0)", lambda s: s.zero_norm_rule == "one_if_norm_zero"),
+         when("clip=False (Paddle does not clip the local lr)", lambda s: not s.clip),
+         when("exclude_1d=False (Paddle treats 1-D parameters like the others)",
+              lambda s: not s.exclude_1d),
+         when("always_adapt=False, or every parameter decays (Paddle applies the trust ratio "
+              "only where lars_weight_decay > 0)",
+              lambda s: not s.always_adapt or (s.weight_decay > 0.0 and not s.no_decay_names))),
+        lambda s: {"momentum": float(s.momentum), "lars_coeff": float(s.trust_coefficient),
+                   "lars_weight_decay": float(s.weight_decay), "epsilon": float(s.eps)},
+        {"momentum_buffer": "velocity"},
+        "no_decay_names and exclude_names (the same without always_adapt: no decay, no "
+        "ratio) become exclude_from_weight_decay, the excluded parameters' Paddle names; "
+        + _FLOAT32_ATTRIBUTES),
 )
 
 

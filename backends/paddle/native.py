@@ -15,6 +15,10 @@ _NOT_OPTIONS = {
     "parameters": "build sets it",
     "weight_decay": "it comes from the spec",
     "apply_decay_param_fun": "build derives it from the spec's no_decay_names",
+    "exclude_from_weight_decay_fn": "build derives it from the spec's no_decay_names",
+    "exclude_from_weight_decay": "build derives it from the spec's names",
+    "parameter_list": "build sets it",
+    "regularization": "the decay comes from the spec",
     "grad_clip": "gradient clipping is not part of the spec",
     "lr_ratio": "it scales the lr per parameter",
     "rescale_grad": "it scales the gradient (and the CPU kernel ignores it)",
@@ -58,20 +62,64 @@ def _decay_only(param_names):
     return apply_decay_param_fun
 
 
-def _per_parameter_decay(row, params, per_param: list[dict]) -> dict:
-    """One argument set for all parameters, where they differ only by weight_decay 0
-    (``no_decay_names``): AdamW's ``apply_decay_param_fun`` then names the decayed ones."""
-    def rest(a):
-        return {k: v for k, v in a.items() if k != "weight_decay"}
+def _excluded(param_names):
+    names = frozenset(param_names)
 
-    decays = {a["weight_decay"] for a in per_param} - {0.0}
-    if len(decays) != 1 or any(rest(a) != rest(per_param[0]) for a in per_param) or \
-            "apply_decay_param_fun" not in inspect.signature(native_class(row.native)).parameters:
+    def exclude_from_weight_decay_fn(param) -> bool:   # Paddle passes the parameter
+        return param.name in names
+
+    return exclude_from_weight_decay_fn
+
+
+def _excluded_substrings(params, excluded):
+    """LarsMomentumOptimizer excludes every parameter whose name contains one of the
+    strings: the excluded parameters' names, checked to pick out no other parameter."""
+    names = [p.name for p in excluded]
+    for p in params:
+        if p.name not in names and any(n in p.name for n in names):
+            raise ValueError(f"build: Paddle parameter {p.name} contains the name of an "
+                             f"excluded parameter ({names}); LarsMomentumOptimizer would "
+                             "drop its decay too")
+    return names
+
+
+#: Classes whose per-parameter weight decay (0 for ``no_decay_names``) is one value plus
+#: a selector: (decay keyword, selector keyword, selector from (params, decayed, excluded))
+DECAY_SELECTORS = {
+    "paddle.optimizer.AdamW": ("weight_decay", "apply_decay_param_fun",
+                               lambda params, decayed, excluded: _decay_only(
+                                   [p.name for p in decayed])),
+    "paddle.optimizer.Lamb": ("lamb_weight_decay", "exclude_from_weight_decay_fn",
+                              lambda params, decayed, excluded: _excluded(
+                                  [p.name for p in excluded])),
+    "paddle.incubate.optimizer.LarsMomentumOptimizer": (
+        "lars_weight_decay", "exclude_from_weight_decay",
+        lambda params, decayed, excluded: _excluded_substrings(params, excluded)),
+}
+#: the constructor keyword of the parameter list, where it is not ``parameters``
+PARAMETERS_KEYWORD = {"paddle.incubate.optimizer.LarsMomentumOptimizer": "parameter_list"}
+
+
+def _per_parameter_decay(row, params, per_param: list[dict]) -> dict:
+    """One argument set for all parameters, where they differ only by a decay of 0
+    (``no_decay_names``): the class's selector (:data:`DECAY_SELECTORS`) then names the
+    decayed or the excluded ones."""
+    if row.native not in DECAY_SELECTORS:
         raise ValueError(f"build: {row.native} takes one argument set for all parameters, "
                          f"but the spec gives them different ones: {per_param}")
-    decayed = [p.name for p, a in zip(params, per_param) if a["weight_decay"] != 0.0]
-    return {**per_param[0], "weight_decay": decays.pop(),
-            "apply_decay_param_fun": _decay_only(decayed)}
+    keyword, selector_keyword, selector = DECAY_SELECTORS[row.native]
+
+    def rest(a):
+        return {k: v for k, v in a.items() if k != keyword}
+
+    decays = {a[keyword] for a in per_param} - {0.0}
+    if len(decays) != 1 or any(rest(a) != rest(per_param[0]) for a in per_param):
+        raise ValueError(f"build: {row.native} takes one argument set for all parameters, "
+                         f"but the spec gives them different ones: {per_param}")
+    decayed = [p for p, a in zip(params, per_param) if a[keyword] != 0.0]
+    excluded = [p for p, a in zip(params, per_param) if a[keyword] == 0.0]
+    return {**per_param[0], keyword: decays.pop(),
+            selector_keyword: selector(params, decayed, excluded)}
 
 
 def native_optimizer(row, params, param_specs, learning_rate, options):
@@ -85,7 +133,8 @@ def native_optimizer(row, params, param_specs, learning_rate, options):
         arguments = _per_parameter_decay(row, params, per_param)
     check_options(cls, options, arguments, params)
     with unique_name.guard():
-        optimizer = cls(learning_rate=learning_rate, parameters=params, **arguments,
+        keyword = PARAMETERS_KEYWORD.get(row.native, "parameters")
+        optimizer = cls(learning_rate=learning_rate, **{keyword: params}, **arguments,
                         **options)
         block = paddle.static.default_main_program().global_block()
         optimizer._create_accumulators(block, [p for p in params if not p.stop_gradient])
@@ -110,10 +159,13 @@ def native_state(row, optimizer, p, spec) -> dict:
     """The native state of parameter ``p`` under ``spec``'s state names (the native
     classes create some accumulators, e.g. RMSProp's ``momentum``, that the spec has
     only for some settings)."""
+    from .ops import paddle_ops
+
     out = {}
     scalars = PARAMETER_SHAPED_SCALARS.get(row.native, ())
+    names = spec.init(p.detach(), paddle_ops)   # the spec's state for this parameter's shape
     for ours, theirs in row.state.items():
-        if ours not in spec.state_names():
+        if ours not in names:
             continue
         accumulator = _accumulator(optimizer, theirs, p)
         if ours in scalars:

@@ -19,6 +19,19 @@ class PaddleOps(Ops):
     def where(self, condition, x, y): return paddle.where(condition, x, y)
     def clip(self, x, low, high): return paddle.clip(x, low, high)
     def norm(self, x): return paddle.linalg.vector_norm(x)
+    def mean(self, x, axis=None, keepdims=False): return paddle.mean(x, axis=axis, keepdim=keepdims)
+    def numel(self, x): return int(x.size)
+    def machine_eps(self, x): return float(paddle.finfo(x.dtype).eps)
+
+    def topk_mask(self, x, k):
+        flat = x.reshape([-1])
+        chosen = paddle.zeros(flat.shape, dtype=paddle.float32)
+        if k > 0:
+            # a stable descending sort: ties keep the lower index first, as numpy's binding
+            order = paddle.argsort(flat, descending=True, stable=True)[:k]
+            # scatter into float32 and compare: Paddle has no CPU kernel to scatter bools
+            chosen = paddle.scatter(chosen, order, paddle.ones([order.shape[0]], "float32"))
+        return (chosen > 0).reshape(x.shape)
 
 
 paddle_ops = PaddleOps()

@@ -39,13 +39,18 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         super().__init__(learning_rate=learning_rate, parameters=params)
         self.spec = spec
         self._param_specs = {p.name: s for p, s in zip(params, param_specs)}
+        # per parameter, the state names its spec.init made (factored specs: they
+        # depend on the parameter's shape)
+        self._state_names: dict[str, tuple[str, ...]] = {}
         with unique_name.guard():
             for p, s in zip(params, param_specs):
-                if STEP in s.state_names():
+                initial = s.init(p.detach(), paddle_ops)
+                if STEP in initial:
                     raise ValueError(f"SpecOptimizer: {s.name} has a state named {STEP!r}, "
                                      "which is the step counter's accumulator")
+                self._state_names[p.name] = tuple(initial)
                 self._add_accumulator(STEP, p, dtype=paddle.int64, shape=[1])
-                for key, value in s.init(p.detach(), paddle_ops).items():
+                for key, value in initial.items():
                     self._add_accumulator(key, p, dtype=value.dtype,
                                           shape=value.shape).set_value(value)
 
@@ -74,7 +79,8 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         param, grad = param_and_grad
         spec = self._param_specs[param.name]
         counter = self._get_accumulator(STEP, param)
-        state = {key: self._get_accumulator(key, param) for key in spec.state_names()}
+        state = {key: self._get_accumulator(key, param)
+                 for key in self._state_names[param.name]}
         new_param, new_state = spec.update(param.detach(), grad, state, lr=self.get_lr(),
                                            step=int(counter.item()) + 1, ops=paddle_ops)
         paddle.assign(new_param, output=param)
@@ -83,5 +89,4 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         paddle.assign(counter + 1, output=counter)
 
     def spec_state(self, p) -> dict:
-        spec = self._param_specs[p.name]
-        return {key: self._get_accumulator(key, p) for key in spec.state_names()}
+        return {key: self._get_accumulator(key, p) for key in self._state_names[p.name]}
