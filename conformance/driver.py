@@ -47,9 +47,16 @@ class Driver:
     def to_numpy(self, tensor) -> np.ndarray:
         raise NotImplementedError
 
+    def native_state(self, param, spec) -> dict:
+        """A native optimizer's state of ``param`` under ``spec``'s state names."""
+        raise NotImplementedError
+
     def spec_state(self, name: str) -> dict:
         """The optimizer state of parameter ``name`` under the spec's state names."""
-        raise NotImplementedError
+        p = self.params[name]
+        if self.decision.path == "native":
+            return self.native_state(p, self.spec.for_parameter(name))
+        return self.optimizer.spec_state(p)
 
     # -- the loop -----------------------------------------------------------------
     def step(self, grads: Mapping[str, np.ndarray]) -> float:

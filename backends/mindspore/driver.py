@@ -46,9 +46,5 @@ class MindSporeDriver(Driver):
     def to_numpy(self, tensor):
         return tensor.asnumpy()
 
-    def spec_state(self, name):
-        p = self.params[name]
-        if self.decision.path == "native":
-            return native_state(self.decision.lowering, self.optimizer, p,
-                                self.spec.for_parameter(name))
-        return self.optimizer.spec_state(p)
+    def native_state(self, p, spec):
+        return native_state(self.decision.lowering, self.optimizer, p, spec)

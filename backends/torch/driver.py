@@ -31,11 +31,8 @@ class TorchDriver(Driver):
     def to_numpy(self, tensor):
         return tensor.detach().cpu().numpy()
 
-    def spec_state(self, name):
-        p = self.params[name]
-        if self.decision.path == "native":
-            return native_state(self.decision.lowering, self.optimizer, p)
-        return self.optimizer.spec_state(p)
+    def native_state(self, p, spec):
+        return native_state(self.decision.lowering, self.optimizer, p)
 
 
 def array_dtype(p) -> np.dtype:

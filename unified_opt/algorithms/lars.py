@@ -52,7 +52,7 @@ from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter
-from .sgd import LR_PLACEMENTS, MOMENTUM_INITS, SGD
+from .sgd import SGD, check_momentum_fields
 
 ZERO_NORM_RULES = ("one_if_norm_zero", "raw_if_norm_zero", "one_if_denominator_zero", "none")
 
@@ -89,18 +89,7 @@ class LARS(Spec):
                "clip": v.check_bool(owner, "clip", self.clip),
                "exclude_1d": v.check_bool(owner, "exclude_1d", self.exclude_1d),
                "exclude_names": v.check_names(owner, "exclude_names", self.exclude_names),
-               "momentum": v.check_range(owner, "momentum", self.momentum, low=0.0),
-               "dampening": v.check_range(owner, "dampening", self.dampening, low=0.0,
-                                          high=1.0),
-               "nesterov": v.check_bool(owner, "nesterov", self.nesterov),
-               "lr_placement": v.check_choice(owner, "lr_placement", self.lr_placement,
-                                              LR_PLACEMENTS),
-               "momentum_init": v.check_choice(owner, "momentum_init", self.momentum_init,
-                                               MOMENTUM_INITS),
-               **check_decay(self, owner)}
-        if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
-            raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening = 0, "
-                             f"got momentum={self.momentum!r}, dampening={self.dampening!r}")
+               **check_momentum_fields(self, owner), **check_decay(self, owner)}
         return out
 
     @functools.cached_property

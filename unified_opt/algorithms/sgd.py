@@ -39,6 +39,21 @@ LR_PLACEMENTS = ("outside", "inside")
 MOMENTUM_INITS = ("grad", "zeros")
 
 
+def check_momentum_fields(spec, owner: str) -> dict:
+    """Checks of the momentum knobs (shared with LARS, whose step is SGD's)."""
+    out = {"momentum": v.check_range(owner, "momentum", spec.momentum, low=0.0),
+           "dampening": v.check_range(owner, "dampening", spec.dampening, low=0.0, high=1.0),
+           "nesterov": v.check_bool(owner, "nesterov", spec.nesterov),
+           "lr_placement": v.check_choice(owner, "lr_placement", spec.lr_placement,
+                                          LR_PLACEMENTS),
+           "momentum_init": v.check_choice(owner, "momentum_init", spec.momentum_init,
+                                           MOMENTUM_INITS)}
+    if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
+        raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening = 0, "
+                         f"got momentum={spec.momentum!r}, dampening={spec.dampening!r}")
+    return out
+
+
 @register
 @spec_dataclass
 class SGD(Spec):
@@ -56,20 +71,8 @@ class SGD(Spec):
     no_decay_names: tuple[str, ...] = ()
 
     def _check(self, owner):
-        out = {"momentum": v.check_range(owner, "momentum", self.momentum, low=0.0),
-               "dampening": v.check_range(owner, "dampening", self.dampening, low=0.0,
-                                          high=1.0),
-               "nesterov": v.check_bool(owner, "nesterov", self.nesterov),
-               "maximize": v.check_bool(owner, "maximize", self.maximize),
-               "lr_placement": v.check_choice(owner, "lr_placement", self.lr_placement,
-                                              LR_PLACEMENTS),
-               "momentum_init": v.check_choice(owner, "momentum_init", self.momentum_init,
-                                               MOMENTUM_INITS),
-               **check_decay(self, owner)}
-        if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
-            raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening = 0, "
-                             f"got momentum={self.momentum!r}, dampening={self.dampening!r}")
-        return out
+        return {"maximize": v.check_bool(owner, "maximize", self.maximize),
+                **check_momentum_fields(self, owner), **check_decay(self, owner)}
 
     def for_parameter(self, name):
         return decay_for_parameter(self, name)
