@@ -132,7 +132,7 @@ def test_adam_offload_state_lives_on_the_host_and_survives_a_state_dict(spec):
     torch.save(optimizer.state_dict(), buffer)
     again = uo.build(spec, _params(arrays).items())
     buffer.seek(0)
-    again.load_state_dict(torch.load(buffer))
+    again.load_state_dict(torch.load(buffer, weights_only=True))
     assert _host_only(again)
 
 
