@@ -15,14 +15,15 @@ class Driver:
     backend = ""
 
     def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
-                 options: Mapping | None = None, total_steps: int | None = None):
+                 options: Mapping | None = None, total_steps: int | None = None,
+                 groups=None):
         self.spec = spec
         self.names = list(arrays)
         self.total_steps = total_steps
         self.params = {name: self.make_param(name, np.ascontiguousarray(a))
                        for name, a in arrays.items()}
         self.optimizer = build(spec, list(self.params.items()), path=path,
-                               options=self.build_options(options))
+                               options=self.build_options(options), groups=groups)
         self.record = record_of(self.optimizer)
 
     @property
@@ -37,7 +38,8 @@ class Driver:
         raise NotImplementedError
 
     def current_lr(self) -> float:
-        """The lr the next ``optimizer`` step will use."""
+        """The spec's lr for the next ``optimizer`` step (before any group's factor:
+        the lr of a parameter whose group leaves the lr alone)."""
         raise NotImplementedError
 
     def apply(self, grads: Mapping[str, np.ndarray]) -> None:
@@ -55,7 +57,8 @@ class Driver:
         """The optimizer state of parameter ``name`` under the spec's state names."""
         p = self.params[name]
         if self.decision.path == "native":
-            return self.native_state(p, self.spec.for_parameter(name))
+            plan = self.record.plans[self.names.index(name)]
+            return self.native_state(p, plan.spec)
         return self.optimizer.spec_state(p)
 
     # -- the loop -----------------------------------------------------------------

@@ -99,7 +99,7 @@ def run(step: Callable[[dict], float], read: Callable[[], tuple], case) -> Traje
 
 def reference_trajectory(spec, case, dtype: str = "float64") -> Trajectory:
     """The numpy reference's trajectory for ``spec`` on ``case``'s params and gradients."""
-    ref = uo.reference(spec, case.initial_params(), dtype=dtype)
+    ref = uo.reference(spec, case.initial_params(), dtype=dtype, groups=case.groups or None)
     return run(ref.step, lambda: (ref.params, ref.state), case)
 
 

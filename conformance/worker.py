@@ -63,7 +63,8 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
     recorder = Recorder()
     decision = None
     try:
-        driver = driver_cls(spec, case.initial_params(), path=path, total_steps=case.steps)
+        driver = driver_cls(spec, case.initial_params(), path=path, total_steps=case.steps,
+                            groups=case.groups or None)
         decision = driver.decision
         for t in range(case.steps):
             lr = driver.step(case.gradients(t))

@@ -7,7 +7,9 @@ The core is numpy only; a framework is imported when a call needs it.
 from . import schedules
 from .algorithms import (CAME, LARS, SGD, Adadelta, Adafactor, Adagrad, Adam, AdamOffload,
                          Adamax, AdamW, DGCMomentum, Lamb, Lion, NAdam, RAdam, RMSprop, Rprop)
-from .build import backends, build, explain, lr_scheduler
+from .build import backends, build, explain, lr_scheduler, skipped_steps
+from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+from .groups import Group
 from .lowering import Decision
 from .presets import preset, presets
 from .reference import Reference, reference
@@ -19,4 +21,5 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
            "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
            "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
-           "schedules", "spec_from_dict", "__version__"]
+           "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
+           "ClipByValue", "Group", "skipped_steps"]

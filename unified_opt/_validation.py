@@ -8,6 +8,8 @@ each element has been checked.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import numbers
 from typing import Any, Iterable
@@ -105,3 +107,22 @@ def check_names(owner: str, name: str, value: Any) -> tuple[str, ...]:
             raise ValueError(f"{owner}: {name} must not contain an empty string, "
                              f"got {value!r}")
     return tuple(value)
+
+
+def checked_keyword_init(cls: type, original):
+    """``original`` (a dataclass __init__) taking keyword arguments only, and naming the
+    valid ones when given others."""
+    @functools.wraps(original)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        owner = type(self).__name__
+        if args:
+            raise TypeError(f"{owner} takes keyword arguments only, got {len(args)} "
+                            f"positional argument(s) {args!r}")
+        valid = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(kwargs) - set(valid))
+        if unknown:
+            raise TypeError(f"{owner} got unexpected keyword argument(s) {unknown}; "
+                            f"valid: {valid}")
+        original(self, **kwargs)
+
+    return __init__

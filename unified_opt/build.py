@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import weakref
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from .groups import ParameterPlan, plan_parameters
 from .lowering import PATHS, Decision
-from .spec import Spec, refuse_momentum_cycling
+from .spec import Spec, check_momentum_cycling
 
 BACKENDS = ("torch", "paddle", "mindspore")
 _DISTRIBUTIONS = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
@@ -29,6 +31,9 @@ class BuildRecord:
     names: list[str | None]
     params: list[Any]
     lr_scheduler: Any = None
+    plans: list[ParameterPlan] | None = None
+    #: one bool per optimizer step call: True where ``skip_nonfinite`` skipped it
+    skipped: list[bool] = dataclasses.field(default_factory=list)
 
 
 _RECORDS: "weakref.WeakKeyDictionary[Any, BuildRecord]" = weakref.WeakKeyDictionary()
@@ -83,6 +88,10 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
           path: str = "auto", options: Mapping[str, Any] | None = None):
     """The framework's own optimizer computing ``spec`` over ``params``.
 
+    ``groups``: a list of :class:`unified_opt.Group` (name rules setting per-parameter lr
+    factors, weight decay and clipping exclusions), lowered to the framework's own
+    parameter groups.
+
     ``path``: "auto" (native where exact, else own), "native" (error if no native class
     is exact) or "own" (always the spec's own update). ``options``: implementation
     flags passed to the native class (e.g. ``{"foreach": True}``), checked against
@@ -90,14 +99,11 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     """
     if not isinstance(spec, Spec):
         raise TypeError(f"build: spec must be a unified_opt spec, got {spec!r}")
-    if groups is not None:
-        raise NotImplementedError("build: groups= is not supported yet; use the spec's "
-                                  "no_decay_names for name-based weight decay")
     if path not in PATHS:
         raise ValueError(f"build: path must be one of {PATHS}, got {path!r}")
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"build: options must be a mapping, got {options!r}")
-    refuse_momentum_cycling(spec, "build")
+    check_momentum_cycling(spec, "build")
     named = _named(params)
     if not named:
         raise ValueError("build: params is empty")
@@ -112,8 +118,11 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     names = [n for n, _ in named]
     if len(set(n for n in names if n is not None)) != len([n for n in names if n is not None]):
         raise ValueError(f"build: parameter names must be unique, got {names}")
+    plans = plan_parameters(spec, names, groups, "build")
     module = backend_module(inferred)
-    optimizer, record = module.build(spec, named, path=path, options=dict(options or {}))
+    optimizer, record = module.build(spec, named, path=path, options=dict(options or {}),
+                                     plans=plans)
+    record.plans = plans
     _RECORDS[optimizer] = record
     return optimizer
 
@@ -131,6 +140,13 @@ def lr_scheduler(optimizer: Any):
     usual way (torch and paddle: ``scheduler.step()`` after ``optimizer.step()``);
     ``None`` for a constant lr and on MindSpore (its optimizers step the lr themselves)."""
     return record_of(optimizer).lr_scheduler
+
+
+def skipped_steps(optimizer: Any) -> list[bool]:
+    """One bool per step call of an optimizer made by ``build``: True where the spec's
+    ``skip_nonfinite`` skipped it (non-finite unscaled gradients). With a dynamic loss
+    scale, read the last entry after each step to lower the scale."""
+    return record_of(optimizer).skipped
 
 
 def explain(spec: Any, backend: str | None = None) -> Decision:

@@ -68,14 +68,21 @@ class Decision:
 
 
 def decide(backend: str, table: Sequence[NativeLowering], spec: Spec, path: str = "auto",
-           own_class: str = "") -> Decision:
-    """Choose the lowering of ``spec`` on ``backend`` from its ``table``."""
+           own_class: str = "",
+           extra: Callable[[NativeLowering], Sequence[Condition]] | None = None) -> Decision:
+    """Choose the lowering of ``spec`` on ``backend`` from its ``table``.
+
+    ``extra(row)``: conditions the backend adds to every row, for what lies outside the
+    algorithm (the gradient pre-step, per-step hyperparameters): which of them the
+    backend can run around that native class."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     rows = [row for row in table if row.algorithm == spec.name]
     rejected = []
     for row in rows:
         unmet = row.unmet(spec)
+        if extra is not None:
+            unmet += [c.text for c in extra(row) if not c.holds(spec)]
         if not unmet:
             if path == "own":
                 return Decision(backend, spec.name, "own", None,
@@ -99,3 +106,19 @@ def decide(backend: str, table: Sequence[NativeLowering], spec: Spec, path: str 
     else:
         reason = f"{backend} has no native optimizer for {spec.name!r}"
     return Decision(backend, spec.name, "own", None, reason, tuple(rejected), None, own_class)
+
+
+def _no_pre_step(spec: Spec) -> bool:
+    from .pre_step import has_pre_step
+
+    return not has_pre_step(spec)
+
+
+#: conditions for a native class that runs nothing around its own step
+NO_PRE_STEP = when("no gradient pre-step: grad_clip=None, loss_scale=1, skip_nonfinite=False, "
+                   "grad_centralization=False (the native class would not do it)",
+                   _no_pre_step)
+CONSTANT_HYPERPARAMETERS = when(
+    "constant weight decay and momentum (no weight-decay schedule, no momentum-cycling lr "
+    "schedule: the native class would not change them per step)",
+    lambda s: not s.varies_per_step())

@@ -51,6 +51,10 @@ class Ops:
         """The machine epsilon of ``x``'s dtype, as a Python float (``finfo(dtype).eps``)."""
         raise NotImplementedError
 
+    def all_finite(self, x) -> bool:
+        """Whether every element of ``x`` is finite, as a Python bool."""
+        raise NotImplementedError
+
     def topk_mask(self, x, k: int):
         """A bool tensor of ``x``'s shape, True at the ``k`` largest elements of ``x``
         (compared over the flattened tensor). Ties go to the lower flat index, so every
@@ -80,6 +84,7 @@ class NumpyOps(Ops):
         return np.sum(x, axis=axis, keepdims=keepdims) / x.dtype.type(count)
     def numel(self, x): return int(np.size(x))
     def machine_eps(self, x): return float(np.finfo(x.dtype).eps)
+    def all_finite(self, x): return bool(np.isfinite(x).all())
 
     def topk_mask(self, x, k):
         flat = np.asarray(x).reshape(-1)

@@ -7,8 +7,10 @@ from typing import Mapping
 import numpy as np
 
 from .exchange import Exchange, SimulatedExchange
+from .groups import plan_parameters
 from .ops import numpy_ops
-from .spec import Spec, refuse_momentum_cycling
+from .pre_step import has_pre_step, prepare_gradients
+from .spec import Spec, check_momentum_cycling
 
 DTYPES = ("float64", "float32")
 
@@ -20,6 +22,11 @@ class Reference:
     the lr it used. ``params``, ``state`` (name -> {state name -> array}) and
     ``lrs`` (the lr of every step so far) are public.
 
+    ``groups`` (a list of :class:`unified_opt.Group`) set per-parameter lr factors and
+    weight decay by name, as in ``uo.build``; ``plans`` holds what each parameter got.
+    ``skipped`` has one bool per ``step`` call: True where ``skip_nonfinite`` skipped it
+    (then nothing changed, and the schedule position did not advance either).
+
     With ``workers=N`` (data-parallel specs only, e.g. ``dgc_momentum``) it simulates N
     workers: ``step([grads_worker_0, ..., grads_worker_N-1])``, each worker keeps its
     own state (``states[r]``; ``state`` is worker 0's), and the spec's sums over
@@ -28,7 +35,8 @@ class Reference:
     """
 
     def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
-                 workers: int | None = None, exchange: Exchange | None = None):
+                 workers: int | None = None, exchange: Exchange | None = None,
+                 groups=None):
         if not isinstance(spec, Spec):
             raise TypeError(f"reference: spec must be a unified_opt spec, got {spec!r}")
         if not isinstance(params, Mapping) or not params:
@@ -36,20 +44,26 @@ class Reference:
                             f"got {type(params).__name__}")
         if dtype not in DTYPES:
             raise ValueError(f"reference: dtype must be one of {DTYPES}, got {dtype!r}")
-        refuse_momentum_cycling(spec, "reference")
+        check_momentum_cycling(spec, "reference")
         self.workers = _check_workers(spec, workers, exchange)
+        if self.workers is not None and (has_pre_step(spec) or groups):
+            raise ValueError("reference: workers= does not combine with groups or the "
+                             "gradient pre-step (grad_clip, loss_scale, ...) yet")
         self.exchange = exchange if exchange is not None else (
             SimulatedExchange(self.workers) if self.workers is not None else None)
         self.spec = spec
         self.dtype = np.dtype(dtype)
         self.params = {name: np.array(value, dtype=self.dtype, copy=True)
                        for name, value in params.items()}
-        self._specs = {name: spec.for_parameter(name) for name in self.params}
+        self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
+                                                            "reference")))
+        self._specs = {name: plan.spec for name, plan in self.plans.items()}
         self.states = [{name: self._specs[name].init(p, numpy_ops)
                         for name, p in self.params.items()}
                        for _ in range(self.workers or 1)]
         self.step_count = 0
         self.lrs: list[float] = []
+        self.skipped: list[bool] = []
 
     @property
     def state(self) -> dict:
@@ -68,14 +82,23 @@ class Reference:
                                     else ""))
             per_worker = [self._checked(g, f"grads[{r}]") for r, g in enumerate(grads)]
         lr = self.spec.lr_at(self.step_count)
-        self.step_count += 1
         with np.errstate(all="ignore"):  # NaN/Inf propagate as in the frameworks
+            if self.workers is None:
+                names = list(self.params)
+                prepared = prepare_gradients(self.spec, [self.plans[n] for n in names],
+                                             [per_worker[0][n] for n in names], numpy_ops)
+                self.lrs.append(lr)
+                self.skipped.append(prepared is None)
+                if prepared is None:
+                    return lr
+                per_worker = [dict(zip(names, prepared))]
+            self.step_count += 1
             for name in self.params:
-                spec = self._specs[name]
+                spec = self._specs[name].at_step(self.step_count - 1)
                 if self.workers is None:
                     self.params[name], self.states[0][name] = spec.update(
-                        self.params[name], per_worker[0][name], self.states[0][name], lr=lr,
-                        step=self.step_count, ops=numpy_ops)
+                        self.params[name], per_worker[0][name], self.states[0][name],
+                        lr=self.plans[name].lr(lr), step=self.step_count, ops=numpy_ops)
                     continue
                 self.params[name], states = spec.exchange_step(
                     self.params[name], [g[name] for g in per_worker],
@@ -83,7 +106,9 @@ class Reference:
                     ops=numpy_ops, exchange=self.exchange)
                 for worker_states, new in zip(self.states, states):
                     worker_states[name] = new
-        self.lrs.append(lr)
+        if self.workers is not None:
+            self.lrs.append(lr)
+            self.skipped.append(False)
         return lr
 
     def _checked(self, grads, what: str) -> dict:
@@ -125,9 +150,10 @@ def _check_workers(spec: Spec, workers, exchange) -> int | None:
 
 
 def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
-              workers: int | None = None, exchange: Exchange | None = None) -> Reference:
+              workers: int | None = None, exchange: Exchange | None = None,
+              groups=None) -> Reference:
     """The numpy oracle for ``spec`` (see :class:`Reference`)."""
-    return Reference(spec, params, dtype, workers, exchange)
+    return Reference(spec, params, dtype, workers, exchange, groups)
 
 
 def with_float32_hyperparameters(spec: Spec) -> Spec:

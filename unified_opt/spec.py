@@ -10,11 +10,11 @@ fields, a ``_check`` method that validates and normalises them, and ``init`` /
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from typing import Any, ClassVar, Mapping
 
 from . import _validation as v
+from .clipping import Clip, clip_from_dict
 from .schedules import Schedule, schedule_from_dict
 
 FORMAT_VERSION = 1
@@ -61,21 +61,51 @@ def spec_from_dict(data: Mapping[str, Any]) -> "Spec":
         raise ValueError(f"spec_from_dict: format_version {version!r} is not supported "
                          f"(this library writes {FORMAT_VERSION})")
     hyper = dict(data["hyperparameters"])
-    if isinstance(hyper.get("lr"), Mapping):
-        hyper["lr"] = schedule_from_dict(hyper["lr"])
+    for key in SCHEDULABLE:
+        if isinstance(hyper.get(key), Mapping):
+            hyper[key] = schedule_from_dict(hyper[key])
+    if isinstance(hyper.get("grad_clip"), Mapping):
+        hyper["grad_clip"] = clip_from_dict(hyper["grad_clip"])
     return get(data["algorithm"], **hyper)
 
 
+#: hyperparameters that may be a Schedule (evaluated per step by :meth:`Spec.at_step`)
+SCHEDULABLE = ("lr", "weight_decay")
+#: the fields every spec has (:mod:`unified_opt.pre_step`), with their defaults
+PRE_STEP_DEFAULTS = {"grad_clip": None, "loss_scale": 1.0, "skip_nonfinite": False,
+                     "grad_centralization": False}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Spec:
-    """Base of every algorithm spec (subclasses are frozen keyword-only dataclasses)."""
+    """Base of every algorithm spec (subclasses are frozen keyword-only dataclasses).
+
+    Every spec has the gradient pre-step fields of :mod:`unified_opt.pre_step`:
+    ``grad_clip`` (a :mod:`unified_opt.clipping` clip or None), ``loss_scale`` (the
+    gradients arrive multiplied by it), ``skip_nonfinite`` (skip a step whose unscaled
+    gradients hold inf/NaN) and ``grad_centralization``.
+    """
 
     name: ClassVar[str] = ""
+
+    grad_clip: Clip | None = None
+    loss_scale: float = 1.0
+    skip_nonfinite: bool = False
+    grad_centralization: bool = False
 
     # -- construction -----------------------------------------------------------
     def __post_init__(self) -> None:
         owner = type(self).__name__
         if not isinstance(self.lr, Schedule):
             object.__setattr__(self, "lr", v.check_range(owner, "lr", self.lr, low=0.0))
+        if self.grad_clip is not None and not isinstance(self.grad_clip, Clip):
+            raise TypeError(f"{owner}: grad_clip must be None or a unified_opt.clipping "
+                            f"clip (ClipByGlobalNorm, ClipByNorm, ClipByValue), got "
+                            f"{self.grad_clip!r}")
+        object.__setattr__(self, "loss_scale", v.check_range(
+            owner, "loss_scale", self.loss_scale, low=0.0, low_open=True))
+        v.check_bool(owner, "skip_nonfinite", self.skip_nonfinite)
+        v.check_bool(owner, "grad_centralization", self.grad_centralization)
         for key, value in self._check(owner).items():
             object.__setattr__(self, key, value)
 
@@ -90,7 +120,9 @@ class Spec:
     def to_dict(self) -> dict[str, Any]:
         hyper = {}
         for key, value in self.hyperparameters().items():
-            if isinstance(value, Schedule):
+            if key in PRE_STEP_DEFAULTS and value == PRE_STEP_DEFAULTS[key]:
+                continue   # written only when set, so older documents stay current
+            if isinstance(value, (Schedule, Clip)):
                 value = value.to_dict()
             elif isinstance(value, tuple):
                 value = list(value)
@@ -108,6 +140,25 @@ class Spec:
     def lr_at(self, step: int) -> float:
         """The lr of 0-based optimizer step ``step``."""
         return self.lr(step) if isinstance(self.lr, Schedule) else self.lr
+
+    def varies_per_step(self) -> bool:
+        """Whether :meth:`at_step` changes hyperparameters other than the lr (a
+        weight-decay schedule, a momentum-cycling lr schedule)."""
+        return (isinstance(getattr(self, "weight_decay", None), Schedule)
+                or (isinstance(self.lr, Schedule) and self.lr.momentum(0) is not None))
+
+    def at_step(self, step: int) -> "Spec":
+        """The spec that 0-based step ``step`` runs: a weight-decay schedule evaluated,
+        and the momentum (``momentum``, or ``betas[0]``) a cycling lr schedule sets."""
+        if not self.varies_per_step():
+            return self
+        changes: dict[str, Any] = {}
+        if isinstance(getattr(self, "weight_decay", None), Schedule):
+            changes["weight_decay"] = self.weight_decay(step)
+        momentum = self.lr.momentum(step) if isinstance(self.lr, Schedule) else None
+        if momentum is not None:
+            changes.update(momentum_change(self, momentum, "at_step"))
+        return dataclasses.replace(self, **changes)
 
     def for_parameter(self, name: str | None) -> "Spec":
         """The spec that applies to the parameter called ``name``.
@@ -137,31 +188,25 @@ class Spec:
         return []
 
 
-def refuse_momentum_cycling(spec: "Spec", caller: str) -> None:
-    """Momentum-cycling schedules (torch's OneCycleLR / CyclicLR default) set the
-    momentum or beta1 each step too; nothing runs that part yet, so say so rather than
-    silently cycle only the lr."""
+def momentum_change(spec: "Spec", momentum: float, caller: str) -> dict[str, Any]:
+    """The field change that sets ``spec``'s momentum to ``momentum`` (torch's
+    ``cycle_momentum``: SGD-style ``momentum``, Adam-style ``betas[0]``)."""
+    fields = {f.name for f in dataclasses.fields(spec)}
+    if "momentum" in fields:
+        return {"momentum": momentum}
+    if "betas" in fields:
+        return {"betas": (momentum, *spec.betas[1:])}
+    raise ValueError(f"{caller}: {type(spec.lr).__name__}(cycle_momentum=True) cycles the "
+                     f"momentum, but {type(spec).__name__} has neither momentum nor betas")
+
+
+def check_momentum_cycling(spec: "Spec", caller: str) -> None:
+    """A momentum-cycling schedule needs a spec with a momentum (checked up front)."""
     if isinstance(spec.lr, Schedule) and spec.lr.momentum(0) is not None:
-        raise NotImplementedError(
-            f"{caller}: {type(spec.lr).__name__}(cycle_momentum=True) cycles the momentum/"
-            "beta1 as well as the lr, which is not supported yet; use cycle_momentum=False")
+        momentum_change(spec, spec.lr.momentum(0), caller)
 
 
-def _checked_init(cls: type, original):
-    @functools.wraps(original)
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        owner = type(self).__name__
-        if args:
-            raise TypeError(f"{owner} takes keyword arguments only, got {len(args)} "
-                            f"positional argument(s) {args!r}")
-        valid = [f.name for f in dataclasses.fields(self)]
-        unknown = sorted(set(kwargs) - set(valid))
-        if unknown:
-            raise TypeError(f"{owner} got unexpected keyword argument(s) {unknown}; "
-                            f"valid: {valid}")
-        original(self, **kwargs)
-
-    return __init__
+_checked_init = v.checked_keyword_init
 
 
 def spec_dataclass(cls: type) -> type:

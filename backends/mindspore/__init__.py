@@ -13,7 +13,7 @@ from unified_opt.schedules import Schedule
 NAME = "mindspore"
 
 
-def build(spec, named, *, path, options):
+def build(spec, named, *, path, options, plans):
     import mindspore as ms
 
     from unified_opt.build import BuildRecord
@@ -61,7 +61,8 @@ def build(spec, named, *, path, options):
         decision = dataclasses.replace(
             decision, reason=f"{decision.reason}; zero-size parameters {empty} are left out "
                              "of it (nothing to update)")
-    param_specs = [spec.for_parameter(n) for n in names]
+    param_specs = [plan.spec for plan in plans]
+    _refuse_unlowered(plans)
     if decision.path == "native":
         lr = spec.lr
         if scheduled:
@@ -89,3 +90,10 @@ def __getattr__(name):
         from .optimizer import SpecOptimizer
         return SpecOptimizer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _refuse_unlowered(plans) -> None:
+    scaled = [p.name for p in plans if p.lr_scale != 1.0 or p.fixed_lr is not None]
+    if scaled:
+        raise NotImplementedError(f"build: per-group lr for {scaled} is not lowered on "
+                                  f"{NAME} yet")

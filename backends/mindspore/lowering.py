@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from unified_opt.lowering import NativeLowering, decide, when
+from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, NativeLowering,
+                                  decide, when)
 from unified_opt.schedules import Schedule
 
 OWN_CLASS = "unified_opt.backends.mindspore.SpecOptimizer (a mindspore.nn.Optimizer)"
@@ -334,4 +335,5 @@ def decide_for(spec, path: str = "auto", *, device: str = "CPU"):
     table = tuple(dataclasses.replace(row, conditions=row.conditions +
                                       (_on_device(row, device),))
                   for row in TABLE)
-    return decide("mindspore", table, spec, path, OWN_CLASS)
+    return decide("mindspore", table, spec, path, OWN_CLASS,
+                  extra=lambda row: (NO_PRE_STEP, CONSTANT_HYPERPARAMETERS))

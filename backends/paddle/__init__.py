@@ -29,7 +29,7 @@ def _check_parameter(name, p, paddle) -> None:
                          "set it to 1.0")
 
 
-def build(spec, named, *, path, options):
+def build(spec, named, *, path, options, plans):
     import paddle
 
     from unified_opt.build import BuildRecord
@@ -58,7 +58,8 @@ def build(spec, named, *, path, options):
             decision, path="own", native=None, lowering=None,
             reason=f"every parameter has zero size ({decision.native} skips them and keeps "
                    f"no advancing {'/'.join(PARAMETER_SHAPED_SCALARS[decision.native])})")
-    param_specs = [spec.for_parameter(n) for n in names]
+    param_specs = [plan.spec for plan in plans]
+    _refuse_unlowered(plans)
     if decision.path == "own" and options:
         raise ValueError(f"build: options {sorted(options)} apply to native classes; "
                          f"this spec runs the own implementation ({decision.reason})")
@@ -71,3 +72,10 @@ def build(spec, named, *, path, options):
         optimizer = SpecOptimizer(params, spec, param_specs, learning_rate)
     record = BuildRecord(spec, decision, names, params, scheduler)
     return optimizer, record
+
+
+def _refuse_unlowered(plans) -> None:
+    scaled = [p.name for p in plans if p.lr_scale != 1.0 or p.fixed_lr is not None]
+    if scaled:
+        raise NotImplementedError(f"build: per-group lr for {scaled} is not lowered on "
+                                  f"{NAME} yet")

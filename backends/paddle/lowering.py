@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from unified_opt.lowering import NativeLowering, decide, when
+from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, NativeLowering,
+                                  decide, when)
 from unified_opt.schedules import Schedule
 
 OWN_CLASS = "unified_opt.backends.paddle.SpecOptimizer (a paddle.optimizer.Optimizer)"
@@ -203,4 +204,5 @@ TABLE = (
 
 
 def decide_for(spec, path: str = "auto"):
-    return decide("paddle", TABLE, spec, path, OWN_CLASS)
+    return decide("paddle", TABLE, spec, path, OWN_CLASS,
+                  extra=lambda row: (NO_PRE_STEP, CONSTANT_HYPERPARAMETERS))

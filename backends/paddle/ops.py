@@ -22,6 +22,7 @@ class PaddleOps(Ops):
     def mean(self, x, axis=None, keepdims=False): return paddle.mean(x, axis=axis, keepdim=keepdims)
     def numel(self, x): return int(x.size)
     def machine_eps(self, x): return float(paddle.finfo(x.dtype).eps)
+    def all_finite(self, x): return bool(paddle.isfinite(x).all())
 
     def topk_mask(self, x, k):
         flat = x.reshape([-1])

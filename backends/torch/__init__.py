@@ -10,7 +10,7 @@ from unified_opt.schedules import Schedule
 NAME = "torch"
 
 
-def build(spec, named, *, path, options):
+def build(spec, named, *, path, options, plans):
     import torch
 
     from unified_opt.build import BuildRecord
@@ -37,7 +37,8 @@ def build(spec, named, *, path, options):
                    f"{NO_ZERO_SIZE[decision.native]}")
     scheduled = isinstance(spec.lr, Schedule)
     lr = 1.0 if scheduled else spec.lr
-    param_specs = [spec.for_parameter(n) for n in names]
+    param_specs = [plan.spec for plan in plans]
+    _refuse_unlowered(plans)
     if decision.path == "native":
         optimizer = native_optimizer(decision.lowering, params, param_specs, lr, options)
     else:
@@ -52,3 +53,10 @@ def build(spec, named, *, path, options):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, spec.lr)
     record = BuildRecord(spec, decision, names, params, scheduler)
     return optimizer, record
+
+
+def _refuse_unlowered(plans) -> None:
+    scaled = [p.name for p in plans if p.lr_scale != 1.0 or p.fixed_lr is not None]
+    if scaled:
+        raise NotImplementedError(f"build: per-group lr for {scaled} is not lowered on "
+                                  f"{NAME} yet")

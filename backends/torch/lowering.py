@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from unified_opt.lowering import NativeLowering, decide, when
+from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, NativeLowering,
+                                  decide, when)
 
 OWN_CLASS = "unified_opt.backends.torch.SpecOptimizer (a torch.optim.Optimizer)"
 
@@ -127,4 +128,5 @@ NO_ZERO_SIZE = {
 
 
 def decide_for(spec, path: str = "auto"):
-    return decide("torch", TABLE, spec, path, OWN_CLASS)
+    return decide("torch", TABLE, spec, path, OWN_CLASS,
+                  extra=lambda row: (NO_PRE_STEP, CONSTANT_HYPERPARAMETERS))

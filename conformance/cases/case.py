@@ -9,6 +9,7 @@ own implementation if its native class cannot) or fail the case, visibly.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -51,6 +52,7 @@ class Case:
     seed: int | None = None            # None: derived from the id (stable across edits)
     paths: tuple[str, ...] = DEFAULT_PATHS
     description: str = ""
+    groups: tuple[uo.Group, ...] = ()   # name rules (patterns only: they travel as JSON)
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -81,6 +83,13 @@ class Case:
             raise ValueError(f"{owner}: paths must be a non-empty sequence of {PATHS}, "
                              f"got {self.paths!r}")
         object.__setattr__(self, "paths", paths)
+        groups = tuple(self.groups) if isinstance(self.groups, (list, tuple)) else self.groups
+        if not isinstance(groups, tuple) or not all(isinstance(g, uo.Group) for g in groups):
+            raise TypeError(f"{owner}: groups must be a sequence of uo.Group, got "
+                            f"{self.groups!r}")
+        for g in groups:
+            g.to_dict()   # a callable match cannot travel to a worker: say so now
+        object.__setattr__(self, "groups", groups)
 
     # -- data the worker and the parent both derive from the case ---------------------
     def initial_params(self) -> dict[str, np.ndarray]:
@@ -93,21 +102,22 @@ class Case:
         return gradients_at(self.seed, step, self.params)
 
     def with_steps(self, steps: int) -> "Case":
-        return Case(id=self.id, spec=self.spec, params=self.params, steps=steps,
-                    seed=self.seed, paths=self.paths, description=self.description)
+        return dataclasses.replace(self, steps=steps)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "spec": self.spec.to_dict(),
                 "params": {n: list(s) for n, s in self.params.items()},
                 "steps": self.steps, "seed": self.seed, "paths": list(self.paths),
-                "description": self.description}
+                "description": self.description,
+                "groups": [g.to_dict() for g in self.groups]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
         return cls(id=data["id"], spec=uo.spec_from_dict(data["spec"]),
                    params={n: tuple(s) for n, s in data["params"].items()},
                    steps=data["steps"], seed=data["seed"], paths=tuple(data["paths"]),
-                   description=data.get("description", ""))
+                   description=data.get("description", ""),
+                   groups=tuple(uo.Group.from_dict(g) for g in data.get("groups", ())))
 
 
 def dense(**fields) -> Case:

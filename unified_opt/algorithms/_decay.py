@@ -8,7 +8,14 @@ from .. import _validation as v
 
 
 def check_decay(spec, owner: str) -> dict:
-    return {"weight_decay": v.check_range(owner, "weight_decay", spec.weight_decay, low=0.0),
+    """``weight_decay`` is a float >= 0 or a Schedule (dynamic weight decay, MindSpore's
+    Cell form: step t decays by ``schedule(t)``)."""
+    from ..schedules import Schedule
+
+    decay = spec.weight_decay
+    if not isinstance(decay, Schedule):
+        decay = v.check_range(owner, "weight_decay", decay, low=0.0)
+    return {"weight_decay": decay,
             "no_decay_names": v.check_names(owner, "no_decay_names", spec.no_decay_names)}
 
 

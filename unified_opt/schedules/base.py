@@ -17,7 +17,7 @@ def schedules() -> list[str]:
 
 def schedule_dataclass(cls: type) -> type:
     """Decorator: frozen keyword-only dataclass, argument-checked, registered."""
-    from ..spec import _checked_init  # shared keyword checking
+    from .._validation import checked_keyword_init as _checked_init
 
     cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
     if "schedule" in {f.name for f in dataclasses.fields(cls)}:

@@ -1,0 +1,144 @@
+r"""Gradient clipping as data: the ``grad_clip`` field every spec has.
+
+With :math:`c` the clip threshold and :math:`\epsilon` the guard added to the norm:
+
+.. math::
+
+    \text{global norm:}\quad g_i &\leftarrow g_i\cdot\min\!\Big(1,
+        \frac{c}{\lVert(g_1,\dots,g_n)\rVert_2+\epsilon}\Big)\\
+    \text{per-tensor norm:}\quad g_i &\leftarrow g_i\cdot\min\!\Big(1,
+        \frac{c}{\lVert g_i\rVert_2+\epsilon}\Big)\\
+    \text{value:}\quad g_i &\leftarrow \operatorname{clip}(g_i, a, b)
+
+Clipping sees the unscaled gradient (after ``loss_scale``) and comes before any
+coupled L2 weight decay: the order of Paddle's ``step`` (clip, then regularizer) and of
+the usual torch loop (``clip_grad_norm_`` before ``optimizer.step()``, whose
+``weight_decay`` is added inside).
+
+Differences between frameworks
+------------------------------
+* ``torch.nn.utils.clip_grad_norm_``: global norm with :math:`\epsilon = 10^{-6}`
+  (``ClipByGlobalNorm(max_norm, eps=1e-6)``); a per-tensor clip is the same call per
+  parameter. ``clip_grad_value_``: value clip with :math:`a = -b`.
+* ``paddle.nn.ClipGradByGlobalNorm``: :math:`\epsilon = 0`, and with parameter groups
+  the "global" norm is taken **per group** (``per_group=True``); parameters with
+  ``need_clip=False`` are left out (``uo.Group(exclude_from=("grad_clip",))``).
+  ``ClipGradByNorm``: per tensor, :math:`\epsilon = 0`. ``ClipGradByValue(max, min)``.
+* ``mindspore.ops.clip_by_global_norm`` / ``nn.ClipByNorm``: :math:`\epsilon = 0`, done
+  by the user's train step before the optimizer (MindSpore optimizers take no clip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Mapping
+
+from . import _validation as v
+
+_CLIPS: dict[str, type["Clip"]] = {}
+
+
+def _clip_dataclass(cls):
+    from ._validation import checked_keyword_init as _checked_init
+
+    cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    cls.__init__ = _checked_init(cls, cls.__init__)
+    _CLIPS[cls.kind] = cls
+    return cls
+
+
+class Clip:
+    """Base of the gradient clips: ``apply(grads, ops)`` clips one set of gradients
+    (a list, clipped together for a global norm)."""
+
+    kind: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for key, value in self._check(type(self).__name__).items():
+            object.__setattr__(self, key, value)
+
+    def _check(self, owner: str) -> dict:
+        return {}
+
+    def apply(self, grads: list, ops) -> list:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clip": self.kind, **{f.name: getattr(self, f.name)
+                                      for f in dataclasses.fields(self)}}
+
+
+def _scaled(grad, norm, max_norm: float, eps: float, ops):
+    # min(1, c / (norm + eps)) as a 0-d tensor: c / 0 is inf, clipped to 1
+    coefficient = ops.clip(max_norm / (norm + eps), 0.0, 1.0)
+    return grad * coefficient
+
+
+@_clip_dataclass
+class ClipByGlobalNorm(Clip):
+    """Scale every gradient by ``min(1, max_norm / (global_norm + eps))``.
+
+    ``per_group``: with parameter groups, one norm per group (Paddle's rule) instead
+    of one over all clipped parameters."""
+
+    kind = "global_norm"
+    max_norm: float
+    eps: float = 0.0
+    per_group: bool = False
+
+    def _check(self, owner):
+        return {"max_norm": v.check_range(owner, "max_norm", self.max_norm, low=0.0,
+                                          low_open=True),
+                "eps": v.check_range(owner, "eps", self.eps, low=0.0),
+                "per_group": v.check_bool(owner, "per_group", self.per_group)}
+
+    def apply(self, grads, ops):
+        if not grads:
+            return grads
+        norms = [ops.norm(g) for g in grads]
+        total = ops.sqrt(sum(n * n for n in norms))
+        return [_scaled(g, total, self.max_norm, self.eps, ops) for g in grads]
+
+
+@_clip_dataclass
+class ClipByNorm(Clip):
+    """Scale each gradient by ``min(1, max_norm / (its norm + eps))``."""
+
+    kind = "norm"
+    max_norm: float
+    eps: float = 0.0
+
+    def _check(self, owner):
+        return {"max_norm": v.check_range(owner, "max_norm", self.max_norm, low=0.0,
+                                          low_open=True),
+                "eps": v.check_range(owner, "eps", self.eps, low=0.0)}
+
+    def apply(self, grads, ops):
+        return [_scaled(g, ops.norm(g), self.max_norm, self.eps, ops) for g in grads]
+
+
+@_clip_dataclass
+class ClipByValue(Clip):
+    """Clamp every gradient element to ``[min, max]``."""
+
+    kind = "value"
+    max: float
+    min: float | None = None   # None: -max (torch clip_grad_value_, Paddle's default)
+
+    def _check(self, owner):
+        high = v.check_real(owner, "max", self.max)
+        low = -high if self.min is None else v.check_real(owner, "min", self.min)
+        if low > high:
+            raise ValueError(f"{owner}: min must be <= max, got min={low!r}, max={high!r}")
+        return {"max": high, "min": low}
+
+    def apply(self, grads, ops):
+        return [ops.clip(g, self.min, self.max) for g in grads]
+
+
+def clip_from_dict(data: Mapping[str, Any]) -> Clip:
+    """Inverse of :meth:`Clip.to_dict`."""
+    if not isinstance(data, Mapping) or data.get("clip") not in _CLIPS:
+        raise ValueError(f"clip_from_dict: expected a mapping with 'clip' one of "
+                         f"{sorted(_CLIPS)}, got {data!r}")
+    return _CLIPS[data["clip"]](**{k: val for k, val in data.items() if k != "clip"})

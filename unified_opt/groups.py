@@ -1,0 +1,163 @@
+"""Parameter groups as rules over parameter names: ``uo.Group``.
+
+``uo.build(spec, params, groups=[uo.Group(match="*.bias", weight_decay=0.0), ...])``.
+Each parameter takes the first group whose rule matches its name (parameters no rule
+matches keep the spec's own hyperparameters). A group may set:
+
+* ``lr`` (an absolute lr; only with a constant ``spec.lr``) or ``lr_scale`` (a factor on
+  the spec's lr or schedule; torch group ``lr``, Paddle's ``learning_rate`` multiplier,
+  a scaled MindSpore group ``lr`` list);
+* ``weight_decay`` (replaces the spec's, and its name rule ``no_decay_names``, for the
+  group: MindSpore's rule inside groups, where a group decays exactly when its
+  ``weight_decay > 0``);
+* ``exclude_from``: ``"weight_decay"`` (the same as ``weight_decay=0``) and/or
+  ``"grad_clip"`` (left out of clipping and of the clipping norm: Paddle's
+  ``need_clip=False``).
+
+``match`` is a shell-style pattern (``fnmatch``, e.g. ``"*bias"``, ``"encoder.*.w"``), a
+tuple of them, or a Python callable ``name -> bool`` (which works, and cannot be
+serialised: say it with patterns to put it in a conformance case or a JSON file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from . import _validation as v
+
+EXCLUSIONS = ("weight_decay", "grad_clip")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Group:
+    match: str | tuple[str, ...] | Callable[[str], bool]
+    lr: float | None = None
+    lr_scale: float | None = None
+    weight_decay: float | None = None
+    exclude_from: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        owner = "Group"
+        match = self.match
+        if isinstance(match, list):
+            match = tuple(match)
+        if isinstance(match, tuple):
+            if not match or not all(isinstance(m, str) and m for m in match):
+                raise TypeError(f"{owner}: match must be a pattern, a non-empty tuple of "
+                                f"patterns or a callable, got {self.match!r}")
+        elif not isinstance(match, str) and not callable(match):
+            raise TypeError(f"{owner}: match must be a pattern, a non-empty tuple of "
+                            f"patterns or a callable, got {self.match!r} of type "
+                            f"{type(self.match).__name__}")
+        elif isinstance(match, str) and not match:
+            raise ValueError(f"{owner}: match must not be empty")
+        object.__setattr__(self, "match", match)
+        if self.lr is not None and self.lr_scale is not None:
+            raise ValueError(f"{owner}: give lr or lr_scale, not both (got lr={self.lr!r}, "
+                             f"lr_scale={self.lr_scale!r})")
+        for key in ("lr", "lr_scale", "weight_decay"):
+            value = getattr(self, key)
+            if value is not None:
+                object.__setattr__(self, key, v.check_range(owner, key, value, low=0.0))
+        exclude = self.exclude_from
+        if isinstance(exclude, str) or not isinstance(exclude, (tuple, list)):
+            raise TypeError(f"{owner}: exclude_from must be a tuple of {EXCLUSIONS}, got "
+                            f"{exclude!r}")
+        bad = [e for e in exclude if e not in EXCLUSIONS]
+        if bad:
+            raise ValueError(f"{owner}: exclude_from entries must be in {EXCLUSIONS}, got "
+                             f"{bad}")
+        if "weight_decay" in exclude and self.weight_decay not in (None, 0.0):
+            raise ValueError(f"{owner}: exclude_from=('weight_decay',) contradicts "
+                             f"weight_decay={self.weight_decay!r}")
+        object.__setattr__(self, "exclude_from", tuple(exclude))
+
+    def matches(self, name: str | None) -> bool:
+        if name is None:
+            raise ValueError("Group rules need parameter names; pass a module or "
+                             "(name, parameter) pairs")
+        if callable(self.match):
+            return bool(self.match(name))
+        patterns = (self.match,) if isinstance(self.match, str) else self.match
+        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+    def to_dict(self) -> dict[str, Any]:
+        if callable(self.match):
+            raise TypeError(f"Group: match={self.match!r} is a Python callable and cannot be "
+                            "serialised; use shell-style name patterns")
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["match"] = self.match if isinstance(self.match, str) else list(self.match)
+        out["exclude_from"] = list(self.exclude_from)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Group":
+        data = dict(data)
+        if isinstance(data.get("match"), list):
+            data["match"] = tuple(data["match"])
+        data["exclude_from"] = tuple(data.get("exclude_from", ()))
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ParameterPlan:
+    """How one parameter is optimised: its spec (name rules and group applied), its lr
+    factor, its group (index into the groups, None for the spec's defaults) and whether
+    clipping sees it."""
+
+    name: str | None
+    spec: Any
+    lr_scale: float = 1.0
+    fixed_lr: float | None = None   # a group's absolute lr (constant spec lr only)
+    group: int | None = None
+    clipped: bool = True
+
+    def lr(self, base_lr: float) -> float:
+        """This parameter's lr when the spec's lr is ``base_lr``."""
+        return self.fixed_lr if self.fixed_lr is not None else base_lr * self.lr_scale
+
+
+def check_groups(groups: Any, caller: str) -> tuple[Group, ...]:
+    if groups is None:
+        return ()
+    if isinstance(groups, Group) or not isinstance(groups, Sequence) or isinstance(groups, str):
+        raise TypeError(f"{caller}: groups must be a list of uo.Group, got {groups!r}")
+    for i, g in enumerate(groups):
+        if not isinstance(g, Group):
+            raise TypeError(f"{caller}: groups[{i}] must be a uo.Group, got {g!r}")
+    return tuple(groups)
+
+
+def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
+                    caller: str = "build") -> list[ParameterPlan]:
+    """One :class:`ParameterPlan` per name, in order."""
+    from .schedules import Schedule
+
+    groups = check_groups(groups, caller)
+    plans = []
+    for name in names:
+        index = next((i for i, g in enumerate(groups) if g.matches(name)), None)
+        if index is None:
+            plans.append(ParameterPlan(name, spec.for_parameter(name)))
+            continue
+        group = groups[index]
+        param_spec = spec.for_parameter(name)
+        decay = 0.0 if "weight_decay" in group.exclude_from else group.weight_decay
+        if decay is not None:
+            if not hasattr(spec, "weight_decay"):
+                raise ValueError(f"{caller}: groups[{index}] sets weight_decay, but "
+                                 f"{type(spec).__name__} has no weight decay")
+            changes = {"weight_decay": decay}
+            if hasattr(spec, "no_decay_names"):
+                changes["no_decay_names"] = ()
+            param_spec = spec.replace(**changes).for_parameter(name)
+        if group.lr is not None and isinstance(spec.lr, Schedule):
+            raise ValueError(f"{caller}: groups[{index}] sets lr={group.lr!r}, but the "
+                             "spec's lr is a schedule; give the group lr_scale= instead")
+        scale = 1.0 if group.lr_scale is None else group.lr_scale
+        plans.append(ParameterPlan(name, param_spec, scale, group.lr, index,
+                                   "grad_clip" not in group.exclude_from))
+    return plans
