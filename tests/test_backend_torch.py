@@ -178,11 +178,11 @@ def test_own_optimizer_state_dict_round_trip():
         np.testing.assert_array_equal(rest[n], full[n])
 
 
-def test_momentum_cycling_schedules_are_refused_not_ignored():
+def test_momentum_cycling_needs_a_momentum_to_cycle():
     cycling = uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=0.1,
                                   total_steps=10)
-    with pytest.raises(NotImplementedError, match="cycle_momentum=True"):
-        uo.build(uo.SGD(lr=cycling, momentum=0.9), [torch.nn.Parameter(torch.zeros(1))])
+    with pytest.raises(ValueError, match="Adagrad has neither momentum nor betas"):
+        uo.build(uo.Adagrad(lr=cycling), [torch.nn.Parameter(torch.zeros(1))])
     plain = uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=0.1,
                                 total_steps=10, cycle_momentum=False)
     assert isinstance(uo.build(uo.SGD(lr=plain, momentum=0.9),

@@ -185,10 +185,3 @@ def test_backends_stays_callable_after_a_backend_package_is_imported():
     before = uo.backends()
     importlib.import_module("unified_opt.backends.torch.lowering")
     assert uo.backends() == before
-
-
-def test_reference_refuses_momentum_cycling_schedules():
-    cycling = uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=0.1,
-                                  total_steps=10)
-    with pytest.raises(NotImplementedError, match="cycle_momentum=True"):
-        uo.reference(uo.SGD(lr=cycling, momentum=0.9), {"w": np.ones(2)})

@@ -118,7 +118,10 @@ def checked_keyword_init(cls: type, original):
         if args:
             raise TypeError(f"{owner} takes keyword arguments only, got {len(args)} "
                             f"positional argument(s) {args!r}")
-        valid = [f.name for f in dataclasses.fields(self)]
+        # the class's own fields first: they are what a caller usually means
+        fields = [f.name for f in dataclasses.fields(self)]
+        own = [n for n in fields if n in cls.__dict__.get("__annotations__", {})]
+        valid = own + [n for n in fields if n not in own]
         unknown = sorted(set(kwargs) - set(valid))
         if unknown:
             raise TypeError(f"{owner} got unexpected keyword argument(s) {unknown}; "

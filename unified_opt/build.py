@@ -118,8 +118,11 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     names = [n for n, _ in named]
     if len(set(n for n in names if n is not None)) != len([n for n in names if n is not None]):
         raise ValueError(f"build: parameter names must be unique, got {names}")
-    plans = plan_parameters(spec, names, groups, "build")
     module = backend_module(inferred)
+    # name rules see the framework's own name of an unnamed parameter where it has one
+    own_name = getattr(module, "parameter_name", None)
+    rule_names = [n if n is not None or own_name is None else own_name(p) for n, p in named]
+    plans = plan_parameters(spec, rule_names, groups, "build")
     optimizer, record = module.build(spec, named, path=path, options=dict(options or {}),
                                      plans=plans)
     record.plans = plans

@@ -79,3 +79,8 @@ def _refuse_unlowered(plans) -> None:
     if scaled:
         raise NotImplementedError(f"build: per-group lr for {scaled} is not lowered on "
                                   f"{NAME} yet")
+
+
+def parameter_name(p) -> str:
+    """The name rules see for a Paddle parameter passed without a name: its own."""
+    return p.name
