@@ -1,6 +1,9 @@
 """Why a trajectory fails: re-run the reference with the spec's known alternatives
-(``spec.alternatives()``: other frameworks' conventions) and with the lr schedule
-shifted by one step either way, and name the variants the trajectory passes against.
+(``spec.alternatives()``: other frameworks' conventions), with the lr schedule
+shifted by one step either way, and with the training-loop alternatives every spec has
+(:func:`loop_variants`: the clip's norm, eps and grouping, clip vs decay order, no
+unscaling, no centralisation, no skipping, a schedule advanced by skipped steps,
+groups ignored), and name the variants the trajectory passes against.
 
 Single variants are tried first; only when none matches, pairs of them (e.g. no bias
 correction *and* no lr in the decay). The comparison rule is the suite's own
@@ -9,11 +12,16 @@ correction *and* no lr in the decay). The comparison rule is the suite's own
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
+
+from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.schedules import Schedule
 
 from .compare import K, ULPS, compare
+from .deviations import Deviation, coupled_decay_sign
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 
 
@@ -32,6 +40,9 @@ class ShiftedSchedule(Schedule):
     def value(self, step):
         return self.base(max(step + self.shift, 0))
 
+    def momentum(self, step):
+        return self.base.momentum(max(step + self.shift, 0))
+
 
 def shifted(spec, shift: int):
     """``spec`` with its lr schedule shifted by ``shift`` steps (a constant lr: None)."""
@@ -40,8 +51,55 @@ def shifted(spec, shift: int):
     return spec.replace(lr=ShiftedSchedule(base=spec.lr, shift=shift))
 
 
-def knob_variants(spec) -> list[tuple[str, object]]:
-    """``spec``'s alternatives (other frameworks' knob values) and shifted schedules."""
+def _clip_variants(spec) -> list[tuple[str, object]]:
+    clip, out = spec.grad_clip, []
+    if isinstance(clip, ClipByGlobalNorm):
+        out.append((f"grad_clip per_group={not clip.per_group}",
+                    dataclasses.replace(clip, per_group=not clip.per_group)))
+        out.append(("grad_clip=ClipByNorm (per-tensor norm)",
+                    ClipByNorm(max_norm=clip.max_norm, eps=clip.eps)))
+    if isinstance(clip, ClipByNorm):
+        out.append(("grad_clip=ClipByGlobalNorm (one global norm)",
+                    ClipByGlobalNorm(max_norm=clip.max_norm, eps=clip.eps)))
+    if isinstance(clip, (ClipByGlobalNorm, ClipByNorm)):
+        eps = 1e-6 if clip.eps == 0.0 else 0.0
+        out.append((f"grad_clip eps={eps:g}", dataclasses.replace(clip, eps=eps)))
+    return [(text, spec.replace(grad_clip=c)) for text, c in out]
+
+
+def loop_variants(spec, case=None) -> list[tuple[str, object]]:
+    """The training-loop alternatives of ``spec`` (given ``case``: also those that need
+    its gradients or groups). Each is a spec, or a :class:`.deviations.Deviation`."""
+    out = _clip_variants(spec)
+    decay = getattr(spec, "weight_decay", 0.0)
+    if spec.grad_clip is not None and coupled_decay_sign(spec) is not None:
+        out.append(("weight decay before the clipping (clip, then decay expected)",
+                    Deviation(spec, "decay_before_clip")))
+    if spec.loss_scale != 1.0:
+        out.append(("loss_scale=1 (gradients not unscaled)", spec.replace(loss_scale=1.0)))
+        if isinstance(decay, float) and decay > 0.0:
+            out.append((f"weight_decay={decay / spec.loss_scale:g} (weight decay not scaled "
+                        "with loss_scale)", spec.replace(weight_decay=decay / spec.loss_scale)))
+    if spec.grad_centralization:
+        out.append(("grad_centralization=False", spec.replace(grad_centralization=False)))
+    if spec.skip_nonfinite:
+        out.append(("skip_nonfinite=False", spec.replace(skip_nonfinite=False)))
+    if case is not None and spec.skip_nonfinite and isinstance(spec.lr, Schedule):
+        skipped = tuple(t for t in range(case.steps) if not all(
+            np.isfinite(g).all() for g in case.gradients(t).values()))
+        if skipped:
+            out.append(("skipped steps advancing the lr schedule",
+                        Deviation(spec, "schedule_counts_skipped", skipped)))
+    if case is not None and case.groups:
+        out.append(("the parameter groups ignored", Deviation(spec, "without_groups")))
+    return out
+
+
+def knob_variants(spec, case=None) -> list[tuple[str, object]]:
+    """``spec``'s alternatives (other frameworks' knob values), shifted schedules and
+    training-loop alternatives (:func:`loop_variants`)."""
+    if isinstance(spec, Deviation):
+        return []      # deviations do not compose
     try:
         out = list(spec.alternatives())
     except (TypeError, ValueError):   # a variant that is not a valid spec is not a candidate
@@ -50,18 +108,18 @@ def knob_variants(spec) -> list[tuple[str, object]]:
         moved = shifted(spec, shift)
         if moved is not None:
             out.append((f"lr schedule shifted by {shift:+d} step", moved))
-    return out
+    return out + loop_variants(spec, case)
 
 
-def variants(spec) -> list[tuple[str, object]]:
+def variants(spec, case=None) -> list[tuple[str, object]]:
     """Every one-step variant the explainer tries."""
-    return knob_variants(spec)
+    return knob_variants(spec, case)
 
 
-def _pairs(spec) -> list[tuple[str, object]]:
+def _pairs(spec, case=None) -> list[tuple[str, object]]:
     out, seen = [], set()
-    for first, one in variants(spec):
-        for second, two in variants(one):
+    for first, one in variants(spec, case):
+        for second, two in variants(one, case):
             key = frozenset((first, second))
             if first == second or key in seen or two == spec:
                 continue
@@ -90,9 +148,11 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
     spec = case.spec if spec is None else spec
     if trajectory.steps != case.steps:
         return {"matches": [], "text": "incomplete trajectory: nothing to explain"}
-    found = matching(trajectory, case, variants(spec), k=k, ulps=ulps, reference=reference)
+    found = matching(trajectory, case, variants(spec, case), k=k, ulps=ulps,
+                     reference=reference)
     if not found:
-        found = matching(trajectory, case, _pairs(spec), k=k, ulps=ulps, reference=reference)
+        found = matching(trajectory, case, _pairs(spec, case), k=k, ulps=ulps,
+                         reference=reference)
     if found:
         text = "matches with " + "; or with ".join(found)
     else:

@@ -8,6 +8,9 @@ momentum first-step rule and the bias correction of the first step.
 
 The values depend only on ``(seed, step, parameter position)``, so the worker
 process and the comparing parent produce bit-identical gradients independently.
+
+Cases of ``skip_nonfinite`` name steps that get one non-finite element
+(:func:`with_nonfinite`): +inf, NaN and -inf in turn, in a different parameter each time.
 """
 
 from __future__ import annotations
@@ -60,6 +63,22 @@ def gradient(kind: str, shape: Sequence[int], rng: np.random.Generator) -> np.nd
     else:
         raise ValueError(f"gradient kind must be one of {KINDS}, got {kind!r}")
     return out.astype(np.float32)
+
+
+#: the non-finite values :func:`with_nonfinite` plants, in turn
+NONFINITE = (np.inf, np.nan, -np.inf)
+
+
+def with_nonfinite(grads: Mapping[str, np.ndarray], index: int) -> dict:
+    """A copy of ``grads`` with element 0 of one parameter set to ``NONFINITE[index % 3]``;
+    the ``index``-th planting picks the ``index``-th parameter with elements (cyclically)."""
+    names = [name for name, g in grads.items() if g.size]
+    if not names:
+        raise ValueError("with_nonfinite: no gradient has an element to make non-finite")
+    out = {name: np.array(g, copy=True) for name, g in grads.items()}
+    target = out[names[index % len(names)]]
+    target.reshape(-1)[0] = NONFINITE[index % len(NONFINITE)]
+    return out
 
 
 def gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]]) -> dict:

@@ -2,7 +2,9 @@
 every step, as arrays with the step as the first axis. Stored as ``.npz`` (no pickle).
 
 Quantity names (used by the comparison and the reports): ``lr``, ``param:<name>``,
-``state:<name>:<state name>``. Parameter names never contain ``':'`` (cases check it).
+``state:<name>:<state name>``, and ``skipped`` (1.0 where ``skip_nonfinite`` skipped the
+step, else 0.0; recorded only for specs with ``skip_nonfinite``). Parameter names never
+contain ``':'`` (cases check it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Trajectory:
     lrs: np.ndarray                                   # (steps,) float64
     params: dict[str, np.ndarray]                     # name -> (steps, *shape)
     state: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    skipped: np.ndarray | None = None                 # (steps,) 1.0 where skipped
 
     @property
     def steps(self) -> int:
@@ -28,6 +31,8 @@ class Trajectory:
 
     def quantities(self) -> dict[str, np.ndarray]:
         out = {"lr": self.lrs}
+        if self.skipped is not None:
+            out["skipped"] = self.skipped
         for name, values in self.params.items():
             out[f"param:{name}"] = values
         for name, arrays in self.state.items():
@@ -54,9 +59,11 @@ class Trajectory:
             elif kind == "state":
                 name, _, state_name = rest.rpartition(":")
                 state.setdefault(name, {})[state_name] = values
-            elif key != "lr":
+            elif key not in ("lr", "skipped"):
                 raise ValueError(f"trajectory: unknown quantity {key!r}")
-        return cls(np.asarray(quantities["lr"], dtype=np.float64), params, state)
+        skipped = quantities.get("skipped")
+        return cls(np.asarray(quantities["lr"], dtype=np.float64), params, state,
+                   None if skipped is None else np.asarray(skipped, dtype=np.float64))
 
 
 class Recorder:
@@ -66,8 +73,14 @@ class Recorder:
         self.lrs: list[float] = []
         self.params: list[dict[str, np.ndarray]] = []
         self.state: list[dict[str, dict[str, np.ndarray]]] = []
+        self.skipped: list[bool] = []
 
-    def add(self, lr: float, params: Mapping, state: Mapping) -> None:
+    def add(self, lr: float, params: Mapping, state: Mapping,
+            skipped: bool | None = None) -> None:
+        """One step; ``skipped`` (for ``skip_nonfinite`` specs): whether it was skipped.
+        Give it at every step or at none."""
+        if (skipped is None) != (not self.skipped) and self.lrs:
+            raise RuntimeError(f"skipped given at some steps only (step {len(self.lrs) + 1})")
         if self.state:
             before = {n: sorted(s) for n, s in self.state[0].items()}
             now = {n: sorted(s) for n, s in state.items()}
@@ -75,6 +88,8 @@ class Recorder:
                 raise RuntimeError(f"spec state names changed at step {len(self.lrs) + 1}: "
                                    f"{before} then {now}")
         self.lrs.append(float(lr))
+        if skipped is not None:
+            self.skipped.append(bool(skipped))
         self.params.append({n: np.array(a, copy=True) for n, a in params.items()})
         self.state.append({n: {k: np.array(a, copy=True) for k, a in s.items()}
                            for n, s in state.items()})
@@ -85,27 +100,42 @@ class Recorder:
         params = {n: np.stack([p[n] for p in self.params]) for n in self.params[0]}
         state = {n: {k: np.stack([s[n][k] for s in self.state]) for k in arrays}
                  for n, arrays in self.state[0].items()}
-        return Trajectory(np.array(self.lrs, dtype=np.float64), params, state)
+        skipped = np.array(self.skipped, dtype=np.float64) if self.skipped else None
+        return Trajectory(np.array(self.lrs, dtype=np.float64), params, state, skipped)
 
 
-def run(step: Callable[[dict], float], read: Callable[[], tuple], case) -> Trajectory:
-    """Drive ``case.steps`` steps: ``step(grads) -> lr``; ``read() -> (params, state)``."""
+def run(step: Callable[[dict], float], read: Callable[[], tuple], case,
+        skipped: Callable[[], bool] | None = None) -> Trajectory:
+    """Drive ``case.steps`` steps: ``step(grads) -> lr``; ``read() -> (params, state)``;
+    ``skipped() -> bool`` (given for ``skip_nonfinite`` specs): was the last step skipped."""
     recorder = Recorder()
     for t in range(case.steps):
         lr = step(case.gradients(t))
-        recorder.add(lr, *read())
+        recorder.add(lr, *read(), skipped=None if skipped is None else skipped())
     return recorder.trajectory()
 
 
 def reference_trajectory(spec, case, dtype: str = "float64") -> Trajectory:
-    """The numpy reference's trajectory for ``spec`` on ``case``'s params and gradients."""
+    """The numpy reference's trajectory for ``spec`` on ``case``'s params and gradients.
+
+    ``spec`` may also be a planted deviation (:class:`.deviations.Deviation`: a wrong way
+    of running a spec that no spec field describes), which makes its own trajectory."""
+    if not isinstance(spec, uo.Spec):
+        return spec.trajectory(case, dtype)
     ref = uo.reference(spec, case.initial_params(), dtype=dtype, groups=case.groups or None)
-    return run(ref.step, lambda: (ref.params, ref.state), case)
+    return run(ref.step, lambda: (ref.params, ref.state), case,
+               (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
+
+
+def float32_held(spec):
+    """``spec`` with its float hyperparameters held in float32 (a deviation: its spec)."""
+    if not isinstance(spec, uo.Spec):
+        return spec.float32_held()
+    return with_float32_hyperparameters(spec)
 
 
 def floor_trajectories(spec, case, reference=reference_trajectory) -> list[Trajectory]:
     """The float32 references whose error against the oracle makes the noise floor:
     the plain one, and the one with float hyperparameters held in float32 (kernels take
     them as float32 attributes; see :mod:`.compare`)."""
-    return [reference(spec, case, "float32"),
-            reference(with_float32_hyperparameters(spec), case, "float32")]
+    return [reference(spec, case, "float32"), reference(float32_held(spec), case, "float32")]

@@ -1,8 +1,16 @@
 """The MindSpore backend: ``mindspore.nn`` / ``mindspore.experimental.optim`` classes where
 exact, :class:`SpecOptimizer` otherwise. The optimizer steps its lr itself (MindSpore has
 no separate scheduler object to step): a scheduled lr becomes the native per-step list
-``[s(0), ..., s(N-1)]``, which needs ``options={"total_steps": N}``; the own
-implementation evaluates ``s(step)`` itself."""
+``[s(0), ..., s(N-1)]``, and a scheduled weight decay the Cell form reading
+``[wd(0), ..., wd(N-1)]``; both need ``options={"total_steps": N}``. The own
+implementation evaluates ``s(step)`` itself.
+
+Parameter groups (``uo.Group``) become MindSpore's: ``nn`` group dicts ``{"params",
+"lr", "weight_decay"}`` plus ``{"order_params": [...]}`` (a group lr is a float or, for
+a scheduled lr, the per-step list scaled by ``lr_scale``), ``experimental`` groups as
+runs of consecutive parameters. ``loss_scale`` goes to the ``nn`` classes that divide
+by it; clipping, overflow skipping and gradient centralization run in the own
+implementation (see ``lowering``)."""
 
 from __future__ import annotations
 
@@ -40,15 +48,18 @@ def build(spec, named, *, path, options, plans):
     options = dict(options)
     total_steps = options.pop("total_steps", None)
     scheduled = isinstance(spec.lr, Schedule)
+    decay_scheduled = any(isinstance(getattr(plan.spec, "weight_decay", None), Schedule)
+                          for plan in plans)
     if total_steps is not None:
         if isinstance(total_steps, bool) or not isinstance(total_steps, int):
             raise TypeError(f"build: options['total_steps'] must be an int, got {total_steps!r}")
         if total_steps < 1:
             raise ValueError(f"build: options['total_steps'] must be >= 1, got {total_steps}")
-        if not scheduled:
+        if not scheduled and not decay_scheduled:
             raise ValueError(f"build: options['total_steps']={total_steps} is for a scheduled "
-                             f"lr; this spec's lr is the constant {spec.lr!r}")
-    decision = decide_for(spec, path, device=ms.get_context("device_target"))
+                             f"lr or weight decay; this spec's lr is the constant {spec.lr!r} "
+                             "and its weight decay is constant")
+    decision = decide_for(spec, path, device=ms.get_context("device_target"), plans=plans)
     if decision.path == "native" and all(p.size == 0 for p in params):
         if path == "native":
             raise ValueError(f"build: path='native': every parameter has zero size and "
@@ -61,17 +72,15 @@ def build(spec, named, *, path, options, plans):
         decision = dataclasses.replace(
             decision, reason=f"{decision.reason}; zero-size parameters {empty} are left out "
                              "of it (nothing to update)")
-    param_specs = [plan.spec for plan in plans]
-    _refuse_unlowered(plans)
     if decision.path == "native":
-        lr = spec.lr
-        if scheduled:
-            if total_steps is None:
-                raise ValueError(f"build: a scheduled lr on {decision.native} needs "
-                                 "options={'total_steps': N} (it takes the per-step list "
-                                 "[s(0), ..., s(N-1)])")
-            lr = [spec.lr(t) for t in range(total_steps)]
-        optimizer = native_optimizer(decision.lowering, params, param_specs, lr, options)
+        if (scheduled or decay_scheduled) and total_steps is None:
+            what = "lr" if scheduled else "weight decay"
+            raise ValueError(f"build: a scheduled {what} on {decision.native} needs "
+                             "options={'total_steps': N} (it takes the per-step list "
+                             "[s(0), ..., s(N-1)])")
+        optimizer = native_optimizer(decision.lowering, params, plans, spec, total_steps,
+                                     options)
+        skipped = []   # a native class never skips: skip_nonfinite goes to SpecOptimizer
     else:
         if options:
             raise ValueError(f"build: options {sorted(options)} apply to native classes; "
@@ -79,8 +88,9 @@ def build(spec, named, *, path, options, plans):
         if ms.get_context("mode") == ms.GRAPH_MODE:
             raise ValueError(f"build: the own implementation ({decision.reason}) runs in "
                              "PyNative mode only; GRAPH_MODE is set")
-        optimizer = SpecOptimizer(params, spec, param_specs, total_steps)
-    record = BuildRecord(spec, decision, names, params, None)
+        optimizer = SpecOptimizer(params, spec, plans, total_steps)
+        skipped = optimizer.skipped
+    record = BuildRecord(spec, decision, names, params, None, skipped=skipped)
     return optimizer, record
 
 
@@ -91,9 +101,3 @@ def __getattr__(name):
         return SpecOptimizer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-
-def _refuse_unlowered(plans) -> None:
-    scaled = [p.name for p in plans if p.lr_scale != 1.0 or p.fixed_lr is not None]
-    if scaled:
-        raise NotImplementedError(f"build: per-group lr for {scaled} is not lowered on "
-                                  f"{NAME} yet")

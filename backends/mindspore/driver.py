@@ -1,6 +1,6 @@
 """Conformance driver for MindSpore: the gradients go in as a tuple of Tensors in
 parameter order, with the parameter's dtype: ``opt(grads)``. The optimizer steps its
-own lr, so a scheduled spec is built with ``total_steps``."""
+own lr, so a spec with a scheduled lr or weight decay is built with ``total_steps``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from mindspore import Parameter, Tensor, dtype_to_nptype
 from unified_opt.conformance.driver import Driver
 from unified_opt.schedules import Schedule
 
-from .native import native_state
+from .native import arguments_of, native_lr, native_state
 
 
 class MindSporeDriver(Driver):
@@ -18,7 +18,9 @@ class MindSporeDriver(Driver):
 
     def build_options(self, options):
         options = dict(options or {})
-        if isinstance(self.spec.lr, Schedule) and self.total_steps is not None:
+        decay = getattr(self.spec, "weight_decay", None)
+        if (isinstance(self.spec.lr, Schedule) or isinstance(decay, Schedule)) \
+                and self.total_steps is not None:
             options.setdefault("total_steps", self.total_steps)
         return options
 
@@ -26,15 +28,21 @@ class MindSporeDriver(Driver):
         return Parameter(Tensor(array.copy()), name=name)
 
     def current_lr(self):
+        """The spec's lr of the next step, read from the optimizer: the lr of a parameter
+        whose group keeps the spec's lr (or a scaled group's divided by its factor)."""
         if self.decision.path == "own":
             return self.optimizer.next_lr()
-        if self.decision.lowering.arguments(self.spec).get("learning_rate", 0.0) is None:
+        if arguments_of(self.decision.lowering, self.spec).get("learning_rate", 0.0) is None:
             # nn.AdaFactor's relative step: its lr is the built-in cap (get_lr() says 0.0),
             # which the row's condition made equal to the spec's constant lr
             return float(self.spec.lr)
-        if self.decision.native.startswith("mindspore.experimental."):
-            return float(self.optimizer.param_groups[0]["lr"].asnumpy())
-        return float(self.optimizer.get_lr().asnumpy())
+        held = [(p, plan) for p, plan in zip(self.params.values(), self.record.plans)
+                if p.size > 0 and plan.fixed_lr is None and plan.lr_scale != 0.0]
+        if not held:   # every parameter has a fixed group lr (a constant spec lr)
+            return float(self.spec.lr)
+        p, plan = next(((p, plan) for p, plan in held if plan.lr_scale == 1.0), held[0])
+        lr = native_lr(self.decision.lowering, self.optimizer, p)
+        return lr if plan.lr_scale == 1.0 else lr / plan.lr_scale
 
     def apply(self, grads):
         # the optimizer's parameters, in its order (a native one leaves zero-size ones out)

@@ -3,7 +3,19 @@
 Every claim was measured with MindSpore 2.10 on CPU (shared/research/mindspore.md), on
 float32 parameters (the only dtype the backend takes). A row also depends on the device
 (nn.Lamb and nn.LARS have no CPU kernel): :func:`decide_for` adds that condition to
-every row.
+every row, and the conditions on what lies around the algorithm:
+
+* ``loss_scale`` alone: the ``nn`` classes in :data:`LOSS_SCALE` take it, store the
+  decay as ``wd * loss_scale`` and multiply the decayed gradients by ``1 / loss_scale``
+  (``g / S + wd * p``). Clipping and overflow skipping belong to MindSpore's train step
+  (``TrainOneStepWithLossScaleCell``), and the CPU kernel cannot centralize
+  ("Unsupported op [Centralization] on CPU"): those go to the own implementation.
+* a weight-decay schedule: the ``nn`` classes in :data:`CELL_WEIGHT_DECAY` take a Cell
+  called with ``global_step`` (the 0-based step), which reads the per-step table
+  ``[wd(0), ..., wd(N-1)]`` (so it needs ``total_steps``, as a scheduled lr does).
+  A momentum-cycling lr schedule always goes to the own implementation.
+* parameter groups (``plans``): every group's hyperparameters must meet the row's
+  conditions too, and nn.AdaFactor / nn.LARS take no group lr or group decay here.
 """
 
 from __future__ import annotations
@@ -330,10 +342,61 @@ def _on_device(row, device: str):
                 f"{device})", lambda s: device in devices)
 
 
-def decide_for(spec, path: str = "auto", *, device: str = "CPU"):
-    """The decision for ``spec`` on ``device`` (``ms.get_context("device_target")``)."""
+#: nn classes that take ``loss_scale`` and divide the gradients by it (measured exact:
+#: tests/test_training_mindspore.py). nn.AdamWeightDecay and nn.Lamb take none,
+#: nn.AdaFactor takes one and does not divide, experimental.optim classes take none.
+LOSS_SCALE = ("mindspore.nn.SGD", "mindspore.nn.Momentum", "mindspore.nn.Adam",
+              "mindspore.nn.AdaMax", "mindspore.nn.Adagrad", "mindspore.nn.Adadelta",
+              "mindspore.nn.RMSProp")
+#: nn classes that take a weight-decay Cell (measured exact). nn.SGD refuses one
+#: ("dynamic weight decay is currently not supported"), nn.AdaFactor keeps a float.
+CELL_WEIGHT_DECAY = ("mindspore.nn.Momentum", "mindspore.nn.Adam",
+                     "mindspore.nn.AdamWeightDecay", "mindspore.nn.AdaMax",
+                     "mindspore.nn.Adagrad", "mindspore.nn.Adadelta", "mindspore.nn.RMSProp",
+                     "mindspore.nn.Rprop")
+#: nn classes built here over one flat parameter list: no group lr, one decay
+NO_GROUPS = ("mindspore.nn.AdaFactor", "mindspore.nn.LARS")
+
+_LOSS_SCALE_ONLY = when(
+    "no gradient pre-step but loss_scale: grad_clip=None, skip_nonfinite=False, "
+    "grad_centralization=False (the native class divides by loss_scale; clipping and "
+    "overflow skipping belong to the train step, and the CPU kernel cannot centralize)",
+    lambda s: s.grad_clip is None and not s.skip_nonfinite and not s.grad_centralization)
+_NO_MOMENTUM_CYCLING = when(
+    "no momentum-cycling lr schedule (the native class holds one momentum; a weight-decay "
+    "schedule becomes its Cell form)",
+    lambda s: not (isinstance(s.lr, Schedule) and s.lr.momentum(0) is not None))
+
+
+def _around(row, plans):
+    """The conditions on what lies around ``row``'s algorithm (see the module docstring)."""
+    conditions = [_LOSS_SCALE_ONLY if row.native in LOSS_SCALE else NO_PRE_STEP,
+                  _NO_MOMENTUM_CYCLING if row.native in CELL_WEIGHT_DECAY
+                  else CONSTANT_HYPERPARAMETERS]
+    if not plans:
+        return conditions
+    own_specs = []
+    for plan in plans:
+        if all(plan.spec is not s and plan.spec != s for s in own_specs):
+            own_specs.append(plan.spec)
+    conditions.append(when(
+        "every parameter group's hyperparameters meet these conditions too",
+        lambda s: not any(row.unmet(p) for p in own_specs)))
+    if row.native in NO_GROUPS:
+        conditions.append(when(
+            f"no group lr and one weight decay for every parameter ({row.native} is built "
+            "over one flat parameter list: nn.AdaFactor fails on group lrs and ignores "
+            "group decay; LARS wraps one nn.Momentum)",
+            lambda s: all(p.lr_scale == 1.0 and p.fixed_lr is None for p in plans)
+            and len({repr(p.spec.weight_decay) for p in plans}) == 1))
+    return conditions
+
+
+def decide_for(spec, path: str = "auto", *, device: str = "CPU", plans=None):
+    """The decision for ``spec`` on ``device`` (``ms.get_context("device_target")``);
+    ``plans`` (:func:`unified_opt.groups.plan_parameters`): the parameter groups."""
     table = tuple(dataclasses.replace(row, conditions=row.conditions +
                                       (_on_device(row, device),))
                   for row in TABLE)
     return decide("mindspore", table, spec, path, OWN_CLASS,
-                  extra=lambda row: (NO_PRE_STEP, CONSTANT_HYPERPARAMETERS))
+                  extra=lambda row: _around(row, plans))

@@ -1,9 +1,9 @@
 """Building MindSpore optimizers from a lowering row, and reading their state.
 
-Weight decay that differs by parameter (``no_decay_names``) becomes explicit parameter
-groups, and so does any decay at all on ``mindspore.nn`` classes: given a flat list they
-skip decay for names containing "beta"/"gamma", a rule the spec states itself when it
-wants it. ``nn`` groups keep the parameter order through ``order_params``;
+Weight decay and lr that differ by parameter (``no_decay_names``, ``uo.Group``) become
+explicit parameter groups, and so does any decay at all on ``mindspore.nn`` classes:
+given a flat list they skip decay for names containing "beta"/"gamma", a rule the spec
+states itself when it wants it. ``nn`` groups keep the parameter order through ``order_params``;
 ``experimental`` classes take the gradients in group order, so their groups are runs of
 consecutive parameters.
 
@@ -57,20 +57,58 @@ def _lars(params, lr, shared, decays):
                    lars_filter=lambda p: not any(name in p.name for name in excluded))
 
 
-def native_optimizer(row, params, param_specs, lr, options):
-    """``row.native`` over the non-empty ``params``; ``lr`` is a float or the per-step
-    list (a row's own ``learning_rate`` argument replaces it: nn.AdaFactor's None)."""
+def per_step(schedule, total_steps: int) -> list[float]:
+    """MindSpore's per-step list of a schedule: ``[s(0), ..., s(N-1)]``."""
+    return [schedule(t) for t in range(total_steps)]
+
+
+def _group_lr(plan, base):
+    """A parameter's native lr: None where it is the optimizer's (``base``, a float or the
+    per-step list), else its fixed lr or ``lr_scale`` times ``base`` (per entry)."""
+    if plan.fixed_lr is not None:
+        return plan.fixed_lr
+    if plan.lr_scale == 1.0:
+        return None
+    if isinstance(base, list):
+        return [plan.lr_scale * x for x in base]
+    return plan.lr_scale * base
+
+
+def arguments_of(row, spec) -> dict:
+    """``row.arguments`` with a weight-decay schedule kept as the schedule."""
+    from unified_opt.schedules import Schedule
+
+    decay = getattr(spec, "weight_decay", None)
+    if not isinstance(decay, Schedule):
+        return row.arguments(spec)
+    args = row.arguments(spec.replace(weight_decay=0.0))
+    args["weight_decay"] = decay
+    return args
+
+
+def native_optimizer(row, params, plans, spec, total_steps, options):
+    """``row.native`` over the non-empty ``params`` (one plan each, see
+    :mod:`unified_opt.groups`). The lr is ``spec.lr``, a scheduled one as the per-step
+    list of ``total_steps`` entries (a row's own ``learning_rate`` argument replaces it:
+    nn.AdaFactor's None); a group's lr is its fixed lr or its ``lr_scale`` times that, per
+    entry; a weight-decay schedule becomes a :class:`~.cells.PerStepTable` Cell; a
+    ``loss_scale`` goes to the class (``lowering.LOSS_SCALE``)."""
+    from unified_opt.schedules import Schedule
+
     cls = native_class(row.native)
-    held = [(p, spec) for p, spec in zip(params, param_specs) if p.size > 0]
-    params, param_specs = [p for p, _ in held], [spec for _, spec in held]
-    arguments = [row.arguments(spec) for spec in param_specs]
+    held = [(p, plan) for p, plan in zip(params, plans) if p.size > 0]
+    params, plans = [p for p, _ in held], [plan for _, plan in held]
+    arguments = [arguments_of(row, plan.spec) for plan in plans]
     shared = {k: v for k, v in arguments[0].items() if k != "weight_decay"}
     for args in arguments:
         if {k: v for k, v in args.items() if k != "weight_decay"} != shared:
             raise ValueError(f"build: {row.native} needs the same hyperparameters for every "
                              f"parameter except weight_decay, got {shared} and {args}")
     check_options(row, options)
-    lr = shared.pop("learning_rate", lr)
+    base = per_step(spec.lr, total_steps) if isinstance(spec.lr, Schedule) else spec.lr
+    lr = shared.pop("learning_rate", base)
+    if spec.loss_scale != 1.0:
+        shared["loss_scale"] = float(spec.loss_scale)
     if row.native == "mindspore.nn.LARS":
         return _lars(params, lr, shared, [args["weight_decay"] for args in arguments])
     if row.native in SCALAR_DECAY:
@@ -79,28 +117,46 @@ def native_optimizer(row, params, param_specs, lr, options):
             raise ValueError(f"build: {row.native} decays every parameter by one "
                              f"weight_decay, got {sorted(decays)}")
         return cls(params, learning_rate=lr, **shared, weight_decay=decays.pop(), **options)
-    if "weight_decay" not in arguments[0]:
-        # a class without weight decay (experimental.optim.Rprop)
-        keyword = "lr" if row.native.startswith(_EXPERIMENTAL) else "learning_rate"
-        return cls(params, **{keyword: lr}, **shared, **options)
-    decays = [args["weight_decay"] for args in arguments]
+    decays = [args.get("weight_decay") for args in arguments]
     if row.native.startswith(_EXPERIMENTAL):
-        runs: list[dict] = []
-        for p, decay in zip(params, decays):
-            if runs and runs[-1]["weight_decay"] == decay:
-                runs[-1]["params"].append(p)
-            else:
-                runs.append({"params": [p], "weight_decay": decay})
-        groups = params if len(runs) == 1 else runs
-        return cls(groups, lr=lr, **shared, weight_decay=decays[0], **options)
-    if not any(decays):
+        return _experimental(cls, params, plans, decays, base, shared, options)
+    lrs = [_group_lr(plan, base) for plan in plans]
+    if all(x is None for x in lrs) and not any(isinstance(d, Schedule) or d for d in decays):
         return cls(params, learning_rate=lr, **shared, **options)
-    by_decay: dict[float, list] = {}
-    for p, decay in zip(params, decays):
-        by_decay.setdefault(decay, []).append(p)
-    groups = [{"params": ps, "weight_decay": decay} for decay, ps in by_decay.items()]
-    return cls(groups + [{"order_params": list(params)}], learning_rate=lr, **shared,
-               **options)
+    groups: dict = {}   # (lr, decay) -> group dict, in order of first appearance
+    for p, plan, group_lr, decay in zip(params, plans, lrs, decays):
+        key = (group_lr is not None and (plan.fixed_lr, plan.lr_scale), repr(decay))
+        if key not in groups:
+            groups[key] = {"params": []}
+            if group_lr is not None:
+                groups[key]["lr"] = group_lr
+            if decay is not None:
+                groups[key]["weight_decay"] = decay
+        groups[key]["params"].append(p)
+    for group in groups.values():   # a Cell per group: MindSpore wraps each one
+        if isinstance(group.get("weight_decay"), Schedule):
+            from .cells import PerStepTable
+            group["weight_decay"] = PerStepTable(per_step(group["weight_decay"], total_steps))
+    return cls(list(groups.values()) + [{"order_params": list(params)}], learning_rate=lr,
+               **shared, **options)
+
+
+def _experimental(cls, params, plans, decays, base, shared, options):
+    """experimental.optim classes take the gradients in group order: their groups are
+    runs of consecutive parameters with the same lr and decay."""
+    runs: list[dict] = []
+    for p, plan, decay in zip(params, plans, decays):
+        group = {"lr": plan.lr(base)}
+        if decay is not None:
+            group["weight_decay"] = decay
+        if runs and {k: v for k, v in runs[-1].items() if k != "params"} == group:
+            runs[-1]["params"].append(p)
+        else:
+            runs.append({"params": [p], **group})
+    if len(runs) == 1:
+        run = runs[0]
+        return cls(run.pop("params"), **run, **shared, **options)
+    return cls(runs, lr=base, **shared, **options)
 
 
 #: Spec states that are one 0-d value per parameter, the same for every parameter of the
@@ -125,3 +181,14 @@ def native_state(row, optimizer, p, spec) -> dict:
     # keepdims shapes hold the same elements in the same order
     return {ours: getattr(optimizer, theirs)[index].reshape(state[ours].shape)
             for ours, theirs in row.state.items() if ours in state}
+
+
+def native_lr(row, optimizer, p) -> float:
+    """The lr ``optimizer`` uses for parameter ``p`` at its next step (its group's)."""
+    if row.native.startswith(_EXPERIMENTAL):
+        group = next(g for g in optimizer.param_groups if any(q is p for q in g["params"]))
+        return float(group["lr"].asnumpy())
+    lr = optimizer.get_lr()
+    if optimizer.is_group_lr:
+        lr = lr[next(i for i, q in enumerate(optimizer.parameters) if q is p)]
+    return float(lr.asnumpy())

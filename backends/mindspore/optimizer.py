@@ -15,6 +15,8 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 
+from unified_opt.pre_step import prepare_gradients
+
 from .ops import mindspore_ops
 
 
@@ -22,23 +24,31 @@ class SpecOptimizer(nn.Optimizer):
     """``mindspore.nn.Optimizer`` driving ``spec.update`` per parameter.
 
     State: the spec's arrays as Parameters named ``<state name>.<parameter name>``
-    (``spec_state``), the base class's ``global_step`` and ``learning_rate`` (the lr of
-    the next step, kept for ``get_lr()``), so ``ms.save_checkpoint(opt, ...)`` holds it
-    all. The lr is the spec's, ``spec.lr_at(global_step)`` in double precision; with
-    ``total_steps`` the optimizer refuses to step past it, like the native classes given
-    a per-step lr list. A ``learning_rate`` written from outside is refused at the next
-    step rather than ignored: build with ``lr=<a Schedule>`` to change the lr.
+    (``spec_state``), the base class's ``global_step`` and ``learning_rate`` (the spec's lr
+    of the next step, kept for ``get_lr()``), so ``ms.save_checkpoint(opt, ...)`` holds it
+    all. The lr is the spec's, ``spec.lr_at(global_step)`` in double precision, times each
+    parameter's group factor (``plans``: :func:`unified_opt.groups.plan_parameters`); with
+    ``total_steps`` the optimizer refuses to step past it, like the native classes given a
+    per-step lr list. A ``learning_rate`` written from outside is refused at the next step
+    rather than ignored: build with ``lr=<a Schedule>`` to change the lr.
+
+    Each call runs :func:`unified_opt.pre_step.prepare_gradients` once over all
+    parameters (loss scale, overflow skip, clipping, centralization), then each
+    parameter's ``plan.spec.at_step(step)`` update. A skipped call (``skip_nonfinite``
+    and non-finite unscaled gradients) changes nothing, not ``global_step`` either, and
+    returns False; ``skipped`` (``uo.skipped_steps``) gets one bool per call.
     """
 
-    def __init__(self, params, spec, param_specs, total_steps: int | None = None):
+    def __init__(self, params, spec, plans, total_steps: int | None = None):
         super().__init__(float(spec.lr_at(0)), list(params))
         self.spec = spec
         self.total_steps = total_steps
-        self._param_specs = list(param_specs)   # one spec per parameter (name rules applied)
+        self._plans = list(plans)               # one plan per parameter (groups applied)
         self._slots = []                        # per parameter: state name -> Parameter
+        self.skipped: list[bool] = []
         flat = []
-        for p, p_spec in zip(self._parameters, self._param_specs):
-            initial = p_spec.init(p, mindspore_ops)
+        for p, plan in zip(self._parameters, self._plans):
+            initial = plan.spec.init(p, mindspore_ops)
             slots = {key: Parameter(initial[key], name=f"{key}.{p.name}",
                                     requires_grad=False)
                      for key in initial}
@@ -48,7 +58,7 @@ class SpecOptimizer(nn.Optimizer):
         self._one = Tensor([1], mstype.int32)
 
     def next_lr(self) -> float:
-        """The lr the next call will use."""
+        """The spec's lr the next call will use (before any group's factor)."""
         return float(self.spec.lr_at(int(self.global_step.asnumpy()[0])))
 
     def construct(self, gradients):
@@ -63,10 +73,13 @@ class SpecOptimizer(nn.Optimizer):
             raise RuntimeError(f"SpecOptimizer: learning_rate was set to {float(stored)} from "
                                f"outside; the own implementation takes the lr from the spec "
                                f"({lr} at step {step0}): build with lr=<a Schedule>")
-        for p, grad, p_spec, slots in zip(self._parameters, gradients, self._param_specs,
-                                          self._slots):
-            new_p, new_state = p_spec.update(p, grad, dict(slots), lr=lr, step=step0 + 1,
-                                             ops=mindspore_ops)
+        prepared = prepare_gradients(self.spec, self._plans, list(gradients), mindspore_ops)
+        self.skipped.append(prepared is None)
+        if prepared is None:
+            return False
+        for p, grad, plan, slots in zip(self._parameters, prepared, self._plans, self._slots):
+            new_p, new_state = plan.spec.at_step(step0).update(
+                p, grad, dict(slots), lr=plan.lr(lr), step=step0 + 1, ops=mindspore_ops)
             ops.assign(p, new_p)
             for key, value in new_state.items():
                 ops.assign(slots[key], value)

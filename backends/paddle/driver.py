@@ -24,7 +24,10 @@ class PaddleDriver(Driver):
         return p
 
     def current_lr(self):
-        return self.optimizer.get_lr()
+        # Paddle's get_lr() is the optimizer's lr or LRScheduler value, before any
+        # group's learning_rate multiplier: the spec's lr (ScheduleLR: at the count of
+        # steps taken).
+        return float(self.optimizer.get_lr())
 
     def apply(self, grads):
         tensors = {}

@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, NativeLowering,
-                                  decide, when)
+from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
+from unified_opt.lowering import CONSTANT_HYPERPARAMETERS, NativeLowering, decide, when
 from unified_opt.schedules import Schedule
 
 OWN_CLASS = "unified_opt.backends.paddle.SpecOptimizer (a paddle.optimizer.Optimizer)"
 
 _NOT_MAXIMIZE = when("maximize=False (Paddle optimizers have no maximize flag)",
                      lambda s: not s.maximize)
-
-# Paddle's SGD/Momentum/Adam take one coupled weight_decay for every parameter. Giving
-# some parameters another value needs param groups, and those write `regularizer` and
-# `optimize_attr` onto the Parameter objects, where they outlive the optimizer and
-# silently change later optimizers (paddle.md §3); such specs run the own update.
-_ONE_COUPLED_DECAY = when(
-    "weight_decay=0 or no_decay_names=() (Paddle applies one coupled weight_decay to "
-    "every parameter; per-parameter values would need param groups, which leave "
-    "`regularizer` behind on the Parameter objects)",
-    lambda s: s.weight_decay == 0.0 or not s.no_decay_names)
 
 _ADAM_FORM = (
     when("eps_placement='outside' (Paddle's eps*sqrt(1-beta2^t) in the denominator is eps "
@@ -72,7 +62,7 @@ TABLE = (
         "sgd", "paddle.optimizer.SGD",
         (when("momentum=0 (paddle.optimizer.SGD keeps no momentum buffer)",
               lambda s: s.momentum == 0.0),
-         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+         _NOT_MAXIMIZE),
         lambda s: {"weight_decay": _coupled_decay(s)}),
     NativeLowering(
         "sgd", "paddle.optimizer.Momentum",
@@ -82,12 +72,12 @@ TABLE = (
               lambda s: s.dampening == 0.0),
          when("lr_placement='outside' (Paddle keeps the lr out of the velocity)",
               lambda s: s.lr_placement == "outside"),
-         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+         _NOT_MAXIMIZE),
         lambda s: {"momentum": float(s.momentum), "use_nesterov": s.nesterov,
                    "weight_decay": _coupled_decay(s)},
         {"momentum_buffer": "velocity"}),
     NativeLowering(
-        "adam", "paddle.optimizer.Adam", _ADAM_FORM + (_ONE_COUPLED_DECAY,),
+        "adam", "paddle.optimizer.Adam", _ADAM_FORM,
         lambda s: _adam_arguments(s, _coupled_decay(s)), _ADAM_STATE, _ADAM_NOTE),
     NativeLowering(
         "adamw", "paddle.optimizer.AdamW",
@@ -100,7 +90,7 @@ TABLE = (
         "no_decay_names become apply_decay_param_fun; " + _ADAM_NOTE),
 
     NativeLowering(
-        "nadam", "paddle.optimizer.NAdam", (_L2_ONLY, _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        "nadam", "paddle.optimizer.NAdam", (_L2_ONLY, _NOT_MAXIMIZE),
         lambda s: {**_betas(s), "momentum_decay": float(s.momentum_decay),
                    "weight_decay": _coupled_decay(s)},
         {"exp_avg": "moment1", "exp_avg_sq": "moment2", "mu_product": "mu_product"},
@@ -110,27 +100,27 @@ TABLE = (
         "radam", "paddle.optimizer.RAdam",
         (when("rectify_threshold=5 (Paddle rectifies when rho_t > 5)",
               lambda s: s.rectify_threshold == 5.0),
-         _L2_ONLY, _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+         _L2_ONLY, _NOT_MAXIMIZE),
         lambda s: {**_betas(s), "weight_decay": _coupled_decay(s)},
         {"exp_avg": "moment1", "exp_avg_sq": "moment2"}, _FLOAT32_ATTRIBUTES),
     NativeLowering(
         "adamax", "paddle.optimizer.Adamax",
         (when("eps_placement='on_decayed_norm' (Paddle takes max(|g|, beta2*u + eps))",
               lambda s: s.eps_placement == "on_decayed_norm"),
-         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+         _NOT_MAXIMIZE),
         lambda s: {**_betas(s), "weight_decay": _coupled_decay(s)},
         {"exp_avg": "moment", "exp_inf": "inf_norm"}, _FLOAT32_ATTRIBUTES),
     NativeLowering(
         "adagrad", "paddle.optimizer.Adagrad",
         (when("lr_decay=0 (paddle.optimizer.Adagrad has no lr_decay)",
               lambda s: s.lr_decay == 0.0),
-         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+         _NOT_MAXIMIZE),
         lambda s: {"epsilon": float(s.eps),
                    "initial_accumulator_value": float(s.initial_accumulator_value),
                    "weight_decay": _coupled_decay(s)},
         {"sum": "moment"}),
     NativeLowering(
-        "adadelta", "paddle.optimizer.Adadelta", (_NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+        "adadelta", "paddle.optimizer.Adadelta", (_NOT_MAXIMIZE,),
         lambda s: {"rho": float(s.rho), "epsilon": float(s.eps),
                    "weight_decay": _coupled_decay(s)},
         {"square_avg": "_avg_squared_grad", "acc_delta": "_avg_squared_update"},
@@ -143,7 +133,7 @@ TABLE = (
               "buffer)", lambda s: s.lr_placement == "inside" or s.momentum == 0.0),
          when("initial_square_avg=0 (Paddle starts mean_square at 0)",
               lambda s: s.initial_square_avg == 0.0),
-         _NOT_MAXIMIZE, _ONE_COUPLED_DECAY),
+         _NOT_MAXIMIZE),
         lambda s: {"rho": float(s.alpha), "epsilon": float(s.eps),
                    "momentum": float(s.momentum), "centered": s.centered,
                    "weight_decay": _coupled_decay(s)},
@@ -203,6 +193,36 @@ TABLE = (
 )
 
 
-def decide_for(spec, path: str = "auto"):
+def _native_pre_step(s) -> bool:
+    clip = s.grad_clip
+    return (s.loss_scale == 1.0 and not s.skip_nonfinite and not s.grad_centralization
+            and (not isinstance(clip, (ClipByGlobalNorm, ClipByNorm)) or clip.eps == 0.0))
+
+
+#: What Paddle's optimizers run around their update themselves: ``grad_clip`` (clip,
+#: then the coupled regularizer, as the spec); the rest of the pre-step is the own path's.
+NATIVE_PRE_STEP = when(
+    "loss_scale=1, skip_nonfinite=False, grad_centralization=False and a grad_clip with "
+    "eps=0 (Paddle's optimizers run only paddle.nn.ClipGradByGlobalNorm/ByNorm/ByValue, "
+    "whose norms have no eps)", _native_pre_step)
+
+
+def _layout_condition(row, spec, plans, dtypes):
+    from .layout import name_free_plans, paddle_layout
+
+    if row.unmet(spec) or not (_native_pre_step(spec) and CONSTANT_HYPERPARAMETERS.holds(spec)):
+        return when("parameter groups", lambda s: True)   # refused already
+    layout = paddle_layout(row, spec, name_free_plans(spec) if plans is None else plans,
+                           dtypes)
+    if isinstance(layout, str):
+        return when(layout, lambda s: False)
+    return when("parameter groups Paddle computes", lambda s: True)
+
+
+def decide_for(spec, path: str = "auto", plans=None, dtypes=()):
+    """The lowering of ``spec`` on Paddle; with ``plans`` (one per parameter, from
+    ``uo.build``'s groups) and the parameters' ``dtypes`` it also checks that Paddle's
+    parameter groups and ``grad_clip`` compute them (:mod:`.layout`)."""
     return decide("paddle", TABLE, spec, path, OWN_CLASS,
-                  extra=lambda row: (NO_PRE_STEP, CONSTANT_HYPERPARAMETERS))
+                  extra=lambda row: (NATIVE_PRE_STEP, CONSTANT_HYPERPARAMETERS,
+                                     _layout_condition(row, spec, plans, dtypes)))

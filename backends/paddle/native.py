@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 
@@ -19,7 +20,7 @@ _NOT_OPTIONS = {
     "exclude_from_weight_decay": "build derives it from the spec's names",
     "parameter_list": "build sets it",
     "regularization": "the decay comes from the spec",
-    "grad_clip": "gradient clipping is not part of the spec",
+    "grad_clip": "it comes from the spec's grad_clip",
     "lr_ratio": "it scales the lr per parameter",
     "rescale_grad": "it scales the gradient (and the CPU kernel ignores it)",
     "lazy_mode": "it updates only the touched rows of sparse gradients",
@@ -100,42 +101,124 @@ DECAY_SELECTORS = {
 PARAMETERS_KEYWORD = {"paddle.incubate.optimizer.LarsMomentumOptimizer": "parameter_list"}
 
 
-def _per_parameter_decay(row, params, per_param: list[dict]) -> dict:
-    """One argument set for all parameters, where they differ only by a decay of 0
-    (``no_decay_names``): the class's selector (:data:`DECAY_SELECTORS`) then names the
-    decayed or the excluded ones."""
-    if row.native not in DECAY_SELECTORS:
-        raise ValueError(f"build: {row.native} takes one argument set for all parameters, "
-                         f"but the spec gives them different ones: {per_param}")
-    keyword, selector_keyword, selector = DECAY_SELECTORS[row.native]
+def native_clip(clip):
+    """The ``paddle.nn`` clip computing the spec's ``grad_clip`` (eps=0, which the
+    lowering checks)."""
+    from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 
-    def rest(a):
-        return {k: v for k, v in a.items() if k != keyword}
-
-    decays = {a[keyword] for a in per_param} - {0.0}
-    if len(decays) != 1 or any(rest(a) != rest(per_param[0]) for a in per_param):
-        raise ValueError(f"build: {row.native} takes one argument set for all parameters, "
-                         f"but the spec gives them different ones: {per_param}")
-    decayed = [p for p, a in zip(params, per_param) if a[keyword] != 0.0]
-    excluded = [p for p, a in zip(params, per_param) if a[keyword] == 0.0]
-    return {**per_param[0], keyword: decays.pop(),
-            selector_keyword: selector(params, decayed, excluded)}
+    if isinstance(clip, ClipByGlobalNorm):
+        return paddle.nn.ClipGradByGlobalNorm(clip_norm=clip.max_norm)
+    if isinstance(clip, ClipByNorm):
+        return paddle.nn.ClipGradByNorm(clip_norm=clip.max_norm)
+    if isinstance(clip, ClipByValue):
+        return paddle.nn.ClipGradByValue(max=clip.max, min=clip.min)
+    raise TypeError(f"build: no paddle.nn clip computes {clip!r}")
 
 
-def native_optimizer(row, params, param_specs, learning_rate, options):
-    """``row.native`` over ``params``, its accumulators created now inside
+class _HeldAttributes:
+    """Mixin for a Paddle optimizer class: what Paddle writes onto the Parameter objects
+    for parameter groups (``regularizer`` and ``optimize_attr['learning_rate']``, in
+    ``_add_param_group``) and for clip exclusions (``need_clip``) is kept here, and is
+    on the Parameters only while ``step``/``minimize`` runs, where Paddle's own code
+    reads it. Paddle would leave it there, and a later optimizer over the same
+    Parameters would silently apply it (paddle.md §3)."""
+
+    def _add_param_group(self, param_group):
+        params = param_group["params"]
+        params = [params] if isinstance(params, paddle.Tensor) else list(params)
+        before = [_attributes(p) for p in params]
+        super()._add_param_group(param_group)
+        for p, attributes in zip(params, before):
+            self._hold(p, regularizer=getattr(p, "regularizer", None),
+                       learning_rate=p.optimize_attr["learning_rate"])
+            _set_attributes(p, attributes)
+
+    def _hold(self, p, **attributes) -> None:
+        held = self.__dict__.setdefault("_held_attributes", {})
+        held.setdefault(p.name, (p, {}))[1].update(attributes)
+
+    @contextlib.contextmanager
+    def _attributes_on_parameters(self):
+        held = list(self.__dict__.get("_held_attributes", {}).values())
+        saved = [(p, _attributes(p)) for p, _ in held]
+        try:
+            for p, attributes in held:
+                _set_attributes(p, attributes)
+            yield
+        finally:
+            for p, attributes in saved:
+                _set_attributes(p, attributes)
+
+    def step(self):
+        with self._attributes_on_parameters():
+            return super().step()
+
+    def minimize(self, *args, **kwargs):
+        with self._attributes_on_parameters():
+            return super().minimize(*args, **kwargs)
+
+
+def _attributes(p) -> dict:
+    return {"regularizer": getattr(p, "regularizer", None),
+            "learning_rate": p.optimize_attr.get("learning_rate", 1.0),
+            "need_clip": getattr(p, "need_clip", True)}
+
+
+def _set_attributes(p, attributes: dict) -> None:
+    for key, value in attributes.items():
+        if key == "learning_rate":
+            p.optimize_attr["learning_rate"] = value
+        else:
+            setattr(p, key, value)
+
+
+_HOLDING: dict[type, type] = {}
+
+
+def holding_class(cls):
+    """``cls`` with :class:`_HeldAttributes`: one subclass per class, with its name, so
+    the optimizer is still an instance of ``cls``."""
+    if cls not in _HOLDING:
+        _HOLDING[cls] = type(cls.__name__, (_HeldAttributes, cls), {
+            "__module__": __name__, "__qualname__": cls.__name__,
+            "__doc__": f"{cls.__module__}.{cls.__name__}, keeping its per-parameter "
+                       "attributes off the Parameters between steps"})
+    return _HOLDING[cls]
+
+
+def native_optimizer(row, spec, params, plans, learning_rate, options, dtypes=()):
+    """``row.native`` over ``params`` with Paddle's own parameter groups and
+    ``grad_clip`` (:mod:`.layout`), its accumulators created now inside
     ``unique_name.guard()`` so that their names (the state_dict keys) end in ``_0`` in
     every build, as they do for the own optimizer."""
+    from .layout import paddle_layout
+
+    layout = paddle_layout(row, spec, plans, dtypes)
+    if isinstance(layout, str):   # decide_for has checked it
+        raise ValueError(f"build: {row.native} needs {layout}")
     cls = native_class(row.native)
-    per_param = [row.arguments(s) for s in param_specs]
-    arguments = per_param[0]
-    if any(a != arguments for a in per_param):
-        arguments = _per_parameter_decay(row, params, per_param)
+    arguments = dict(layout.arguments)
+    if layout.decayed is not None:
+        _, selector_keyword, selector = DECAY_SELECTORS[row.native]
+        chosen = set(layout.decayed)
+        arguments[selector_keyword] = selector(
+            params, [params[i] for i in sorted(chosen)],
+            [p for i, p in enumerate(params) if i not in chosen])
+    if layout.clip is not None:
+        arguments["grad_clip"] = native_clip(layout.clip)
     check_options(cls, options, arguments, params)
+    parameters = params
+    if layout.groups is not None:
+        parameters = [{"params": [params[i] for i in indices], **keys}
+                      for indices, keys in layout.groups]
+    if layout.holds_attributes:
+        cls = holding_class(cls)
     with unique_name.guard():
         keyword = PARAMETERS_KEYWORD.get(row.native, "parameters")
-        optimizer = cls(learning_rate=learning_rate, **{keyword: params}, **arguments,
+        optimizer = cls(learning_rate=learning_rate, **{keyword: parameters}, **arguments,
                         **options)
+        for i in layout.unclipped:
+            optimizer._hold(params[i], need_clip=False)
         block = paddle.static.default_main_program().global_block()
         optimizer._create_accumulators(block, [p for p in params if not p.stop_gradient])
     return optimizer

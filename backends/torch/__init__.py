@@ -1,5 +1,14 @@
 """The PyTorch backend: ``torch.optim`` classes where exact, :class:`SpecOptimizer`
-otherwise. The lr schedule becomes a ``LambdaLR`` (exact: ``1.0 * schedule(t)``)."""
+otherwise.
+
+* The lr schedule becomes a ``LambdaLR`` (exact: ``1.0 * schedule(t)``; a group's lr
+  factor is its initial lr, so its lr is ``factor * schedule(t)``). Step it after every
+  ``optimizer.step()``, as usual. With ``skip_nonfinite`` it reads the optimizer's count
+  of steps taken, so a skipped step keeps the schedule position.
+* ``uo.Group`` plans become param groups (one per distinct hyperparameters and lr).
+* On the native path the gradient pre-step and per-step weight decay / momentum run in
+  the optimizer's step hooks (:mod:`.steps`); the own path runs them in its ``step``.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +27,7 @@ def build(spec, named, *, path, options, plans):
     from .lowering import NO_ZERO_SIZE, decide_for
     from .native import native_optimizer
     from .optimizer import SpecOptimizer
+    from .steps import NativeStepHooks
 
     names = [n for n, _ in named]
     params = [p for _, p in named]
@@ -36,27 +46,36 @@ def build(spec, named, *, path, options, plans):
             reason=f"zero-size parameters {empty}: {decision.native} "
                    f"{NO_ZERO_SIZE[decision.native]}")
     scheduled = isinstance(spec.lr, Schedule)
-    lr = 1.0 if scheduled else spec.lr
-    param_specs = [plan.spec for plan in plans]
-    _refuse_unlowered(plans)
+    # each parameter's lr: with a schedule, the factor LambdaLR multiplies by schedule(t)
+    # (fixed_lr is refused upstream there); else the plan's lr for the spec's lr
+    lrs = [plan.lr(1.0 if scheduled else spec.lr) for plan in plans]
+    skipped: list[bool] = []
     if decision.path == "native":
-        optimizer = native_optimizer(decision.lowering, params, param_specs, lr, options)
+        optimizer, group_specs = native_optimizer(decision.lowering, params, plans, lrs,
+                                                  options)
+        NativeStepHooks(optimizer, spec, decision.lowering, params, plans, group_specs,
+                        skipped)
     else:
         if options:
             raise ValueError(f"build: options {sorted(options)} apply to native classes; "
                              f"this spec runs the own implementation ({decision.reason})")
         # a spec whose state belongs on the host (adam_offload) keeps it there
         offload = getattr(spec, "state_device", None) == "host"
-        optimizer = SpecOptimizer(params, spec, param_specs, lr, offload=offload)
+        optimizer = SpecOptimizer(params, spec, plans, lrs, offload=offload, skipped=skipped)
     scheduler = None
     if scheduled:
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, spec.lr)
-    record = BuildRecord(spec, decision, names, params, scheduler)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(spec, optimizer))
+    record = BuildRecord(spec, decision, names, params, scheduler, plans, skipped)
     return optimizer, record
 
 
-def _refuse_unlowered(plans) -> None:
-    scaled = [p.name for p in plans if p.lr_scale != 1.0 or p.fixed_lr is not None]
-    if scaled:
-        raise NotImplementedError(f"build: per-group lr for {scaled} is not lowered on "
-                                  f"{NAME} yet")
+def _lr_factor(spec, optimizer):
+    """LambdaLR's factor: ``schedule(t)`` of its own counter, or with ``skip_nonfinite``
+    of the optimizer's steps taken (a skipped step keeps the schedule position; step
+    the scheduler every iteration as usual)."""
+    if not spec.skip_nonfinite:
+        return spec.lr
+    from .steps import steps_taken
+
+    schedule = spec.lr
+    return lambda _epoch: schedule(steps_taken(optimizer))

@@ -18,7 +18,18 @@ class TorchDriver(Driver):
         return torch.nn.Parameter(torch.from_numpy(array.copy()))
 
     def current_lr(self):
-        return self.optimizer.param_groups[0]["lr"]
+        """The spec's lr for the next step, read from the optimizer: the lr of a param
+        group whose parameters' lr factor is 1, else LambdaLR's factor (base lr 1.0:
+        the schedule's value) or, for a constant lr, the spec's."""
+        plan_of = {id(p): plan for p, plan in zip(self.record.params, self.record.plans)}
+        for group in self.optimizer.param_groups:
+            plan = plan_of[id(group["params"][0])]
+            if plan.fixed_lr is None and plan.lr_scale == 1.0:
+                return group["lr"]
+        scheduler = self.record.lr_scheduler
+        if scheduler is not None:
+            return scheduler.lr_lambdas[0](scheduler.last_epoch)
+        return self.spec.lr
 
     def apply(self, grads):
         for name, p in self.params.items():

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, NativeLowering,
-                                  decide, when)
+import dataclasses
+
+from unified_opt.lowering import CONSTANT_HYPERPARAMETERS, NativeLowering, decide, when
+from unified_opt.pre_step import has_pre_step
+from unified_opt.schedules import Schedule
 
 OWN_CLASS = "unified_opt.backends.torch.SpecOptimizer (a torch.optim.Optimizer)"
 
@@ -127,6 +130,79 @@ NO_ZERO_SIZE = {
 }
 
 
+#: group values each native class reads from its param group at every step (verified
+#: on torch 2.13): the step pre-hook can change them per step. A row missing here, or a
+#: per-step change it does not read, keeps CONSTANT_HYPERPARAMETERS.
+READS_PER_STEP = {
+    "torch.optim.SGD": {"weight_decay", "momentum"},
+    "torch.optim.Adam": {"weight_decay", "betas"},
+    "torch.optim.AdamW": {"weight_decay", "betas"},
+    "torch.optim.NAdam": {"weight_decay", "betas"},
+    "torch.optim.RAdam": {"weight_decay", "betas"},
+    "torch.optim.Adamax": {"weight_decay", "betas"},
+    "torch.optim.Adagrad": {"weight_decay"},
+    "torch.optim.Adadelta": {"weight_decay"},
+    "torch.optim.RMSprop": {"weight_decay", "momentum"},
+    "torch.optim.Rprop": set(),
+    "torch.optim.Adafactor": {"weight_decay"},
+    "unified_opt.backends.torch.offload.OffloadAdam": {"weight_decay", "betas"},
+}
+
+
+def _cycles_momentum(spec) -> bool:
+    return isinstance(spec.lr, Schedule) and spec.lr.momentum(0) is not None
+
+
+def _per_step_lowered(row):
+    reads = READS_PER_STEP.get(row.native, set())
+
+    def holds(spec) -> bool:
+        if isinstance(getattr(spec, "weight_decay", None), Schedule) and \
+                "weight_decay" not in reads:
+            return False
+        return not _cycles_momentum(spec) or bool(reads & {"momentum", "betas"})
+
+    return when(CONSTANT_HYPERPARAMETERS.text + f"; {row.native} does not read the "
+                "changed value from its param group at every step", holds)
+
+
+#: RMSprop's row admits lr_placement='inside' when momentum=0; a cycled momentum is
+#: not 0, and torch makes the momentum buffer only when the first step's momentum > 0
+_RMSPROP_CYCLING = when(
+    "with a momentum-cycling lr schedule: lr_placement='outside' (the cycled momentum "
+    "is not 0, so the lr must stay out of the buffer)",
+    lambda s: not _cycles_momentum(s) or s.lr_placement == "outside")
+
+
+def _around(row):
+    """What torch runs around each native class (see ``steps.NativeStepHooks``): the
+    gradient pre-step always; per-step group values where the class reads them."""
+    extra = [_per_step_lowered(row)]
+    if row.native == "torch.optim.RMSprop":
+        extra.append(_RMSPROP_CYCLING)
+    return extra
+
+
+def around_text(spec) -> str:
+    """How a native build runs the spec's parts that lie outside the native class."""
+    parts = []
+    if has_pre_step(spec):
+        parts.append("the gradient pre-step (loss_scale, skip_nonfinite, grad_clip, "
+                     "grad_centralization: unified_opt.pre_step) runs in a step pre-hook "
+                     "(Optimizer.register_step_pre_hook) and writes p.grad")
+    if spec.varies_per_step():
+        parts.append("the step pre-hook writes each step's weight_decay / momentum / betas "
+                     "(spec.at_step) into the param groups")
+    if spec.skip_nonfinite:
+        parts.append("a skipped step sets every p.grad to None for the step (restored "
+                     "in a step post-hook), so torch changes nothing; the LambdaLR follows "
+                     "the steps taken")
+    return "; ".join(parts)
+
+
 def decide_for(spec, path: str = "auto"):
-    return decide("torch", TABLE, spec, path, OWN_CLASS,
-                  extra=lambda row: (NO_PRE_STEP, CONSTANT_HYPERPARAMETERS))
+    decision = decide("torch", TABLE, spec, path, OWN_CLASS, extra=_around)
+    text = around_text(spec)
+    if decision.path == "native" and text:
+        decision = dataclasses.replace(decision, reason=f"{decision.reason}; {text}")
+    return decision

@@ -4,30 +4,54 @@ from __future__ import annotations
 
 import torch
 
+from unified_opt.pre_step import prepare_gradients
+
 from .offload import HostStaging, keep_state_on_host
 from .ops import torch_ops
+from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
 
 STEP = "step"
 
 
 class SpecOptimizer(torch.optim.Optimizer):
-    """``torch.optim.Optimizer`` driving ``spec.update`` per parameter.
+    """``torch.optim.Optimizer`` driving each parameter's ``plan.spec.update``.
+
+    ``plans`` (:class:`unified_opt.groups.ParameterPlan`, one per parameter) and ``lrs``
+    (each parameter's lr for a spec lr of ``lr`` or, with a schedule, 1.0) make the param
+    groups: one per distinct (spec, lr), as on the native path. The lr is
+    ``param_groups[i]["lr"]``, so torch LR schedulers drive it as usual.
+
+    Each step runs ``unified_opt.pre_step.prepare_gradients`` once over every parameter
+    (loss scale, non-finite skip, clipping, centralisation; the prepared gradients are
+    left in ``p.grad``), then ``plan.spec.at_step(t)`` for each parameter, ``t`` the
+    steps taken so far (``param_groups[0]["steps_taken"]``). A skipped step changes
+    nothing and appends True to ``skipped`` (False otherwise).
 
     State per parameter: ``step`` (a float tensor, like torch's own optimizers) and the
     spec's state arrays under the spec's names (those ``spec.init`` made: for factored
-    specs they depend on the parameter's shape). The lr is ``param_groups[i]["lr"]``, so
-    torch LR schedulers drive it as usual.
+    specs they depend on the parameter's shape).
 
     With ``offload=True`` the state lives in host memory and the update runs there on
     host copies of the parameter and gradient; only the new value goes back to the
     parameter's device (see :mod:`.offload`).
     """
 
-    def __init__(self, params, spec, param_specs, lr: float, offload: bool = False):
-        super().__init__(params, {"lr": lr})
+    def __init__(self, params, spec, plans, lrs, offload: bool = False,
+                 skipped: list | None = None):
+        params, plans, lrs = list(params), list(plans), list(lrs)
+        parts = partition([(plan.spec, lr) for plan, lr in zip(plans, lrs)])
+        super().__init__([{"params": [params[i] for i in indices], "lr": lrs[indices[0]]}
+                          for indices in parts], {"lr": lrs[0]})
         self.spec = spec
         self.offload = offload
-        self._param_specs = param_specs   # one spec per parameter (name rules applied)
+        self.plans = plans                 # one plan per parameter, in build order
+        self.skipped = [] if skipped is None else skipped
+        self._params = params
+        self._group_of = [0] * len(params)
+        for g, indices in enumerate(parts):
+            for i in indices:
+                self._group_of[i] = g
+        self.param_groups[0][STEPS_TAKEN] = 0
         self._staging = HostStaging() if offload else None
         if offload:
             self.register_load_state_dict_post_hook(keep_state_on_host)
@@ -38,31 +62,36 @@ class SpecOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        index = 0
-        for group in self.param_groups:
-            for p in group["params"]:
-                spec = self._param_specs[index]
-                index += 1
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("SpecOptimizer does not support sparse gradients")
-                value, grad = self._staging.fetch(p) if self.offload else (p.detach(), p.grad)
-                state = self.state[p]
-                if not state:
-                    state[STEP] = torch.tensor(0.0)
-                    state.update(spec.init(value, torch_ops))
-                state[STEP] += 1
-                arrays = {k: t for k, t in state.items() if k != STEP}
-                new_p, new_state = spec.update(value, grad, arrays, lr=group["lr"],
-                                               step=int(state[STEP].item()), ops=torch_ops)
-                if self.offload and p.device.type != "cpu":
-                    value.copy_(new_p)
-                    HostStaging.write_back(p, value)
-                else:
-                    p.copy_(new_p)
-                for key, array in new_state.items():
-                    state[key] = array
+        grads = checked_gradients(self._params, "SpecOptimizer")
+        prepared = prepare_gradients(self.spec, self.plans, grads, torch_ops)
+        if prepared is None:
+            self.skipped.append(True)
+            return loss
+        t = steps_taken(self)
+        for p, grad, plan, g in zip(self._params, prepared, self.plans, self._group_of):
+            if grad is None:
+                continue
+            if grad is not p.grad:
+                p.grad = grad
+            spec = plan.spec.at_step(t)
+            value, grad = self._staging.fetch(p) if self.offload else (p.detach(), grad)
+            state = self.state[p]
+            if not state:
+                state[STEP] = torch.tensor(0.0)
+                state.update(plan.spec.init(value, torch_ops))
+            state[STEP] += 1
+            arrays = {k: a for k, a in state.items() if k != STEP}
+            new_p, new_state = spec.update(value, grad, arrays, lr=self.param_groups[g]["lr"],
+                                           step=int(state[STEP].item()), ops=torch_ops)
+            if self.offload and p.device.type != "cpu":
+                value.copy_(new_p)
+                HostStaging.write_back(p, value)
+            else:
+                p.copy_(new_p)
+            for key, array in new_state.items():
+                state[key] = array
+        self.param_groups[0][STEPS_TAKEN] = t + 1
+        self.skipped.append(False)
         return loss
 
     def spec_state(self, p) -> dict:

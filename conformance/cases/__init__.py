@@ -14,14 +14,15 @@ from typing import Iterable
 
 import unified_opt as uo
 
-from . import adam, catalogue, seeds, sgd
+from . import adam, catalogue, lr_schedules, seeds, sgd, training
 from .case import (DEFAULT_PATHS, DEFAULT_STEPS, DENSE_PARAMS, MIN_STEPS, PARAMS,
-                   SUITE_VERSION, Case, dense)
+                   SUITE_VERSION, TRAINING_DENSE_PARAMS, TRAINING_PARAMS, Case, dense)
 
 __all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "MIN_STEPS", "PARAMS",
-           "SUITE_VERSION", "default_cases", "dense", "select", "uncovered_rows"]
+           "SUITE_VERSION", "TRAINING_DENSE_PARAMS", "TRAINING_PARAMS", "default_cases",
+           "dense", "select", "uncovered_rows"]
 
-_FAMILIES = (sgd, adam, catalogue, seeds)
+_FAMILIES = (sgd, adam, catalogue, seeds, lr_schedules, training)
 
 
 def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:

@@ -20,7 +20,8 @@ import unified_opt as uo
 from unified_opt import _validation as v
 from unified_opt.lowering import PATHS
 
-from ..gradients import gradients_at
+from ..gradients import gradients_at, with_nonfinite
+from .functions import decode_spec, encode_spec
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
 SUITE_VERSION = "1"
@@ -35,6 +36,14 @@ PARAMS = {"w": (8, 6), "bias": (6,), "ln.gamma": (6,), "ln.beta": (6,), "v22": (
 #: classes which cannot hold one (MindSpore's) run natively there; every other case
 #: keeps it
 DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
+
+#: the training-loop cases (schedules, groups, clipping, loss scale): fewer, smaller
+#: tensors (MindSpore runs cost per operation), still 1-D, 2-D, 3-D, the name-rule names
+#: and a 0-size one; ``TRAINING_DENSE_PARAMS`` without it for the preset cases
+TRAINING_PARAMS = {"w": (4, 3), "bias": (3,), "ln.gamma": (3,), "ln.beta": (3,),
+                   "w3d": (2, 2, 3), "empty": (0,)}
+TRAINING_DENSE_PARAMS = {name: shape for name, shape in TRAINING_PARAMS.items()
+                         if 0 not in shape}
 
 #: "own" runs only when "auto" lowered to a native class (else it would repeat "auto")
 DEFAULT_PATHS = ("auto", "own")
@@ -53,6 +62,8 @@ class Case:
     paths: tuple[str, ...] = DEFAULT_PATHS
     description: str = ""
     groups: tuple[uo.Group, ...] = ()   # name rules (patterns only: they travel as JSON)
+    #: 0-based steps whose gradients get one non-finite element (see ``gradients``)
+    nonfinite_steps: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -90,6 +101,18 @@ class Case:
         for g in groups:
             g.to_dict()   # a callable match cannot travel to a worker: say so now
         object.__setattr__(self, "groups", groups)
+        steps = self.nonfinite_steps
+        if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)):
+            raise TypeError(f"{owner}: nonfinite_steps must be a sequence of step indices, "
+                            f"got {steps!r}")
+        steps = tuple(v.check_int(owner, f"nonfinite_steps[{i}]", s, low=0)
+                      for i, s in enumerate(steps))
+        if list(steps) != sorted(set(steps)):
+            raise ValueError(f"{owner}: nonfinite_steps must be increasing, got {list(steps)}")
+        if not any(0 not in shape for shape in shapes.values()) and steps:
+            raise ValueError(f"{owner}: nonfinite_steps needs a parameter with elements")
+        object.__setattr__(self, "nonfinite_steps", steps)
+        encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
 
     # -- data the worker and the parent both derive from the case ---------------------
     def initial_params(self) -> dict[str, np.ndarray]:
@@ -98,26 +121,32 @@ class Case:
                 for name, shape in self.params.items()}
 
     def gradients(self, step: int) -> dict[str, np.ndarray]:
-        """The float32 gradients of 0-based ``step``."""
-        return gradients_at(self.seed, step, self.params)
+        """The float32 gradients of 0-based ``step`` (with a non-finite element at the
+        ``nonfinite_steps``)."""
+        grads = gradients_at(self.seed, step, self.params)
+        if step in self.nonfinite_steps:
+            grads = with_nonfinite(grads, self.nonfinite_steps.index(step))
+        return grads
 
     def with_steps(self, steps: int) -> "Case":
         return dataclasses.replace(self, steps=steps)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "spec": self.spec.to_dict(),
+        return {"id": self.id, "spec": encode_spec(self.spec),
                 "params": {n: list(s) for n, s in self.params.items()},
                 "steps": self.steps, "seed": self.seed, "paths": list(self.paths),
                 "description": self.description,
-                "groups": [g.to_dict() for g in self.groups]}
+                "groups": [g.to_dict() for g in self.groups],
+                "nonfinite_steps": list(self.nonfinite_steps)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
-        return cls(id=data["id"], spec=uo.spec_from_dict(data["spec"]),
+        return cls(id=data["id"], spec=decode_spec(data["spec"]),
                    params={n: tuple(s) for n, s in data["params"].items()},
                    steps=data["steps"], seed=data["seed"], paths=tuple(data["paths"]),
                    description=data.get("description", ""),
-                   groups=tuple(uo.Group.from_dict(g) for g in data.get("groups", ())))
+                   groups=tuple(uo.Group.from_dict(g) for g in data.get("groups", ())),
+                   nonfinite_steps=tuple(data.get("nonfinite_steps", ())))
 
 
 def dense(**fields) -> Case:

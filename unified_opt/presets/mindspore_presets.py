@@ -1,10 +1,37 @@
-"""Presets for ``mindspore.nn`` and ``mindspore.experimental.optim`` (MindSpore 2.10)."""
+"""Presets for ``mindspore.nn`` and ``mindspore.experimental.optim`` (MindSpore 2.10).
+
+MindSpore's rules, as the presets state them:
+
+* **Default weight-decay rule (a preset knob).** Given a flat parameter list, every
+  ``mindspore.nn`` optimizer decays only the parameters whose *name* contains neither
+  ``"beta"`` nor ``"gamma"`` (so ``"bias"`` is decayed): the ``nn`` presets return specs
+  with ``no_decay_names=("beta", "gamma")`` (:data:`NN_NO_DECAY`) whenever the decay is
+  not 0. ``experimental.optim`` classes decay every parameter (``no_decay_names=()``).
+* **Parameter groups.** In groups the name rule is off: a group decays exactly when its
+  ``weight_decay > 0``, and a group without ``lr`` / ``weight_decay`` takes the
+  optimizer's. :func:`unified_opt.presets.mindspore_groups.mindspore_groups` turns
+  MindSpore group dicts (parameters by name, ``order_params``) into ``uo.Group`` rules
+  that reproduce this exactly.
+* **loss_scale.** The ``nn`` classes that take it (SGD, Momentum, Adam, LazyAdam,
+  AdamOffload, AdaMax, Adagrad, Adadelta, RMSProp) divide the gradients by it and scale
+  their stored decay by it: the spec's ``loss_scale``. nn.AdaFactor and MindFormers'
+  Came take the argument and do not divide: their specs keep ``loss_scale=1`` (they
+  compute on the gradients as given) and the preset warns.
+* **Dynamic lr and weight decay.** The ``nn`` presets take a ``uo.schedules`` schedule
+  as ``learning_rate`` (MindSpore's per-step list or LearningRateSchedule Cell: read it
+  with ``uo.schedules.preset("mindspore.nn.cosine_decay_lr", ...)``) and as
+  ``weight_decay`` (MindSpore's Cell form, ``weight_decay=<Cell>(global_step)``;
+  nn.SGD refuses one, as MindSpore does).
+"""
 
 from __future__ import annotations
+
+import warnings
 
 from .. import _validation as v
 from ..algorithms import (CAME, LARS, SGD, Adadelta, Adafactor, Adagrad, Adam, Adamax,
                           AdamOffload, AdamW, Lamb, NAdam, RAdam, RMSprop, Rprop)
+from ..schedules import Schedule
 from ..spec import Spec
 from ._registry import native_preset, refuse, require_float, unsupported
 
@@ -13,27 +40,56 @@ from ._registry import native_preset, refuse, require_float, unsupported
 NN_NO_DECAY = ("beta", "gamma")
 
 
-def _nn_decay(qualified_name: str, weight_decay) -> dict:
+def _nn_decay(qualified_name: str, weight_decay, dynamic: bool = True) -> dict:
+    """The spec's decay fields for an ``nn`` class given a flat parameter list;
+    ``dynamic``: whether the class takes MindSpore's dynamic weight decay (a schedule)."""
+    if isinstance(weight_decay, Schedule):
+        if not dynamic:
+            raise TypeError(f"{qualified_name}: weight_decay must be a float or int here (the "
+                            f"class refuses dynamic weight decay), got {weight_decay!r}")
+        return {"weight_decay": weight_decay, "no_decay_names": NN_NO_DECAY}
     if not isinstance(weight_decay, (int, float)) or isinstance(weight_decay, bool):
-        raise unsupported(qualified_name, "weight_decay", weight_decay,
-                          "dynamic weight decay (a Cell) has no spec form yet")
+        raise TypeError(f"{qualified_name}: weight_decay must be a float, an int or a "
+                        f"uo.schedules schedule (MindSpore's dynamic weight decay Cell), got "
+                        f"{weight_decay!r} of type {type(weight_decay).__name__}")
     return {"weight_decay": weight_decay, "no_decay_names": NN_NO_DECAY if weight_decay else ()}
 
 
-def _loss_scale(qualified_name: str, loss_scale) -> None:
-    if loss_scale != 1.0:
-        raise unsupported(qualified_name, "loss_scale", loss_scale,
-                          "loss scaling is not part of these specs yet")
+def _nn_lr(qualified_name: str, argument: str, value):
+    """An ``nn`` class's lr: a number, or a schedule (its per-step list or Cell)."""
+    if isinstance(value, Schedule):
+        return value
+    return require_float(qualified_name, argument, value)
+
+
+def _check_loss_scale(qualified_name: str, loss_scale) -> float:
+    if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)):
+        raise TypeError(f"{qualified_name}: loss_scale must be a float or an int, got "
+                        f"{loss_scale!r} of type {type(loss_scale).__name__}")
+    return v.check_range(qualified_name, "loss_scale", loss_scale, low=0.0, low_open=True)
+
+
+def _loss_scale(qualified_name: str, loss_scale) -> dict:
+    """The spec's ``loss_scale`` for a class that divides the gradients by it."""
+    return {"loss_scale": float(_check_loss_scale(qualified_name, loss_scale))}
+
+
+def _loss_scale_unused(qualified_name: str, loss_scale) -> None:
+    """Classes that take ``loss_scale`` and never divide by it (their spec keeps 1)."""
+    if _check_loss_scale(qualified_name, loss_scale) != 1.0:
+        warnings.warn(f"{qualified_name}: loss_scale={loss_scale!r} is not applied by the "
+                      "class (it does not divide the gradients by it); the spec computes "
+                      "what the class does, on the gradients as given (loss_scale=1)",
+                      stacklevel=3)
 
 
 @native_preset("mindspore.nn.SGD")
 def nn_sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
            loss_scale=1.0):
     q = "mindspore.nn.SGD"
-    _loss_scale(q, loss_scale)
-    return SGD(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
+    return SGD(lr=_nn_lr(q, "learning_rate", learning_rate), momentum=momentum,
                dampening=dampening, nesterov=nesterov, momentum_init="grad",
-               **_nn_decay(q, weight_decay))
+               **_nn_decay(q, weight_decay, dynamic=False), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.Momentum")
@@ -42,9 +98,9 @@ def nn_momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0,
     # Documented: Nesterov when use_nesterov. On CPU the kernel ignores the flag; the
     # MindSpore backend therefore runs use_nesterov=True through its own implementation.
     q = "mindspore.nn.Momentum"
-    _loss_scale(q, loss_scale)
-    return SGD(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
-               nesterov=use_nesterov, momentum_init="zeros", **_nn_decay(q, weight_decay))
+    return SGD(lr=_nn_lr(q, "learning_rate", learning_rate), momentum=momentum,
+               nesterov=use_nesterov, momentum_init="zeros",
+               **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.Adam")
@@ -52,25 +108,25 @@ def nn_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=Fa
             use_nesterov=False, weight_decay=0.0, loss_scale=1.0, use_amsgrad=False,
             use_lazy=False, use_offload=False):
     q = "mindspore.nn.Adam"
-    _loss_scale(q, loss_scale)
     if use_offload and (use_lazy or use_amsgrad):
         # MindSpore's own constructor checks (mindspore/nn/optim/adam.py)
         raise ValueError(f"{q}: use_offload=True excludes use_lazy and use_amsgrad, got "
                          f"use_lazy={use_lazy!r}, use_amsgrad={use_amsgrad!r}")
     if use_offload:
         return nn_adam_offload(learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
-                               use_nesterov=use_nesterov, weight_decay=weight_decay)
+                               use_nesterov=use_nesterov, weight_decay=weight_decay,
+                               loss_scale=loss_scale)
     # use_lazy only changes sparse (RowTensor) gradients; dense ones are identical.
-    return Adam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return Adam(lr=_nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                 eps=eps, amsgrad=use_amsgrad, nesterov=use_nesterov, eps_placement="eps_hat",
-                bias_correction=True, **_nn_decay(q, weight_decay))
+                bias_correction=True, **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.AdamWeightDecay")
 def nn_adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6,
                          weight_decay=0.0):
     q = "mindspore.nn.AdamWeightDecay"
-    return AdamW(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return AdamW(lr=_nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                  eps=eps, bias_correction=False, eps_placement="outside",
                  decay_form="in_update", decay_times_lr=True, **_nn_decay(q, weight_decay))
 
@@ -107,56 +163,54 @@ def nn_lazy_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locki
                  use_nesterov=False, weight_decay=0.0, loss_scale=1.0):
     # Lazy updates only differ for sparse (RowTensor) gradients; dense ones are nn.Adam's.
     q = "mindspore.nn.LazyAdam"
-    _loss_scale(q, loss_scale)
-    return Adam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return Adam(lr=_nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                 eps=eps, nesterov=use_nesterov, eps_placement="eps_hat", bias_correction=True,
-                **_nn_decay(q, weight_decay))
+                **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.AdaMax")
 def nn_adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
               loss_scale=1.0):
     q = "mindspore.nn.AdaMax"
-    _loss_scale(q, loss_scale)
-    return Adamax(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
-                  eps=eps, eps_placement="outside_max", **_nn_decay(q, weight_decay))
+    return Adamax(lr=_nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+                  eps=eps, eps_placement="outside_max",
+                  **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.Adadelta")
 def nn_adadelta(learning_rate=1.0, rho=0.9, epsilon=1e-6, loss_scale=1.0, weight_decay=0.0):
     q = "mindspore.nn.Adadelta"
-    _loss_scale(q, loss_scale)
-    return Adadelta(lr=require_float(q, "learning_rate", learning_rate), rho=rho, eps=epsilon,
-                    **_nn_decay(q, weight_decay))
+    return Adadelta(lr=_nn_lr(q, "learning_rate", learning_rate), rho=rho, eps=epsilon,
+                    **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.Adagrad")
 def nn_adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0,
                weight_decay=0.0):
     q = "mindspore.nn.Adagrad"
-    _loss_scale(q, loss_scale)
     if not update_slots:
         raise unsupported(q, "update_slots", update_slots,
                           "a frozen accumulator has no spec knob")
     # No eps at all; the accumulator starts at accum (0.1).
-    return Adagrad(lr=require_float(q, "learning_rate", learning_rate), eps=0.0,
-                   initial_accumulator_value=accum, **_nn_decay(q, weight_decay))
+    return Adagrad(lr=_nn_lr(q, "learning_rate", learning_rate), eps=0.0,
+                   initial_accumulator_value=accum,
+                   **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.RMSProp")
 def nn_rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False,
                centered=False, loss_scale=1.0, weight_decay=0.0):
     q = "mindspore.nn.RMSProp"
-    _loss_scale(q, loss_scale)
-    return RMSprop(lr=require_float(q, "learning_rate", learning_rate), alpha=decay,
+    return RMSprop(lr=_nn_lr(q, "learning_rate", learning_rate), alpha=decay,
                    momentum=momentum, eps=epsilon, centered=centered, eps_placement="inside",
-                   lr_placement="inside", initial_square_avg=1.0, **_nn_decay(q, weight_decay))
+                   lr_placement="inside", initial_square_avg=1.0,
+                   **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.Rprop")
 def nn_rprop(learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), weight_decay=0.0):
     q = "mindspore.nn.Rprop"
-    return Rprop(lr=require_float(q, "learning_rate", learning_rate), etas=etas,
+    return Rprop(lr=_nn_lr(q, "learning_rate", learning_rate), etas=etas,
                  step_sizes=step_sizes, **_nn_decay(q, weight_decay))
 
 
@@ -219,11 +273,10 @@ def nn_adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_lo
     # nn.Adam's math (eps-hat, L2 with the beta/gamma filter) with the state on the host
     # (mindspore.md §7)
     q = "mindspore.nn.AdamOffload"
-    _loss_scale(q, loss_scale)
-    return AdamOffload(lr=require_float(q, "learning_rate", learning_rate),
+    return AdamOffload(lr=_nn_lr(q, "learning_rate", learning_rate),
                        betas=(beta1, beta2), eps=eps, nesterov=use_nesterov,
                        eps_placement="eps_hat", bias_correction=True,
-                       **_nn_decay(q, weight_decay))
+                       **_nn_decay(q, weight_decay), **_loss_scale(q, loss_scale))
 
 
 @native_preset("mindspore.nn.Lamb")
@@ -231,7 +284,7 @@ def nn_lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
     # The documented formula (and the GPU kernel): the trust ratio on every parameter,
     # also those the beta/gamma filter keeps from decaying. No CPU kernel (mindspore.md §2).
     q = "mindspore.nn.Lamb"
-    return Lamb(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return Lamb(lr=_nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                 eps=eps, bias_correction="moments", always_adapt=True,
                 **_nn_decay(q, weight_decay))
 
@@ -253,6 +306,10 @@ def nn_lars(optimizer, epsilon=1e-05, coefficient=0.001, use_clip=False, lars_fi
                           "LARS wraps a momentum optimizer here: pass the spec of the inner "
                           "optimizer, uo.preset('mindspore.nn.Momentum', ...) or "
                           "uo.preset('mindspore.nn.SGD', ...)")
+    if optimizer.loss_scale != 1.0:
+        raise unsupported(q, "optimizer", f"a spec with loss_scale={optimizer.loss_scale!r}",
+                          "LARS folds the loss scale into its trust ratio (the inner "
+                          "optimizer's reciprocal scale is reset to 1)")
     if lars_filter is not None:
         raise unsupported(q, "lars_filter", lars_filter,
                           "a callable cannot be part of a serialisable spec; give the names "
@@ -275,7 +332,7 @@ def nn_adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, deca
     # The Hugging Face form (mindspore.md §4): eps added, first moment after the lr
     # scaling, decay with the scaled lr on every parameter.
     q = "mindspore.nn.AdaFactor"
-    _loss_scale(q, loss_scale)
+    _loss_scale_unused(q, loss_scale)
     lr = _relative_step_lr(q, learning_rate, relative_step, warmup_init)
     if compression:
         raise unsupported(q, "compression", compression,
@@ -319,7 +376,7 @@ def mindformers_came(learning_rate=None, eps=(1e-30, 1e-3, 1e-16), clip_threshol
                          f"compression={compression!r}")
     if isinstance(loss_scale, bool) or not isinstance(loss_scale, int):
         raise TypeError(f"{q}: loss_scale must be an int, got {loss_scale!r}")
-    _loss_scale(q, loss_scale)
+    _loss_scale_unused(q, loss_scale)
     for name, value in (("decay_rate", decay_rate), ("beta1", beta1), ("beta3", beta3),
                         ("weight_decay", weight_decay)):
         v.check_range(q, name, value, low=0.0, high=1.0)

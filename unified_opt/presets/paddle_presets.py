@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..algorithms import (LARS, SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, DGCMomentum, Lamb,
                           NAdam, RAdam, RMSprop, Rprop)
+from ..clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+from ..schedules import Schedule
 from ._registry import native_preset, refuse, require_float, unsupported
 
 
@@ -24,18 +26,70 @@ def _l2_coefficient(qualified_name: str, weight_decay) -> float:
     return weight_decay
 
 
-def _no_grad_clip(qualified_name: str, grad_clip) -> None:
-    if grad_clip is not None:
-        raise unsupported(qualified_name, "grad_clip", grad_clip,
-                          "gradient clipping is not part of these specs yet")
+_CLIP_NAMES = {"ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue",
+               "GradientClipByGlobalNorm", "GradientClipByNorm", "GradientClipByValue"}
+
+
+def _is_paddle(value, class_name: str) -> bool:
+    """Whether ``value`` is an instance of Paddle's ``class_name`` (read from its class
+    hierarchy: presets never import paddle)."""
+    return any(k.__name__ == class_name and (k.__module__ or "").startswith("paddle")
+               for k in type(value).__mro__)
+
+
+def _grad_clip(qualified_name: str, grad_clip):
+    """Paddle's ``grad_clip`` as the spec's: ``ClipGradByGlobalNorm(c)`` is
+    ``ClipByGlobalNorm(c, per_group=True)`` (Paddle takes one norm per parameter group;
+    ``auto_skip_clip`` and ``group_name`` give the same numbers in dygraph),
+    ``ClipGradByNorm(c)`` ``ClipByNorm(c)``, ``ClipGradByValue(max, min)``
+    ``ClipByValue(max, min)``; no eps (Paddle's norms have none)."""
+    if grad_clip is None:
+        return None
+    kind = type(grad_clip).__name__
+    if not _is_paddle(grad_clip, "ClipGradBase"):
+        raise TypeError(f"{qualified_name}: grad_clip must be None or a paddle.nn "
+                        f"ClipGradByGlobalNorm, ClipGradByNorm or ClipGradByValue, got "
+                        f"{grad_clip!r} of type {kind}")
+    if kind not in _CLIP_NAMES or (type(grad_clip).__module__ or "").split(".")[0] != "paddle":
+        raise NotImplementedError(f"{qualified_name}: grad_clip={grad_clip!r} of type {kind} "
+                                  "has no spec clip (known: paddle.nn.ClipGradByGlobalNorm, "
+                                  "ClipGradByNorm, ClipGradByValue)")
+    if kind.endswith("ByGlobalNorm"):
+        return ClipByGlobalNorm(max_norm=float(grad_clip.clip_norm), per_group=True)
+    if kind.endswith("ByNorm"):
+        return ClipByNorm(max_norm=float(grad_clip.clip_norm))
+    return ClipByValue(max=float(grad_clip.max), min=float(grad_clip.min))
+
+
+def _lr(qualified_name: str, learning_rate):
+    """Paddle's ``learning_rate``: a float, or a schedule (Paddle takes an LRScheduler;
+    here its spec, ``uo.schedules.preset('paddle.optimizer.lr.<Name>', ...)``)."""
+    if isinstance(learning_rate, Schedule):
+        return learning_rate
+    if _is_paddle(learning_rate, "LRScheduler"):
+        raise TypeError(f"{qualified_name}: learning_rate={learning_rate!r} is a Paddle "
+                        "LRScheduler; give its spec, uo.schedules.preset("
+                        f"'paddle.optimizer.lr.{type(learning_rate).__name__}', <its "
+                        "arguments>)")
+    return require_float(qualified_name, "learning_rate", learning_rate)
+
+
+def _no_decay_callable(qualified_name: str, argument: str, value, receives: str) -> None:
+    if value is not None:
+        raise NotImplementedError(
+            f"{qualified_name}: {argument}={value!r} is a Python callable (Paddle calls it "
+            f"with {receives}), which the preset cannot turn into a name rule; give the "
+            "parameters it leaves undecayed as a group, uo.build(spec, params, groups=["
+            "uo.Group(match=('*.bias', '*norm*'), exclude_from=('weight_decay',))]) "
+            "(shell patterns or a callable on the parameter name), or as name parts in "
+            "the spec, spec.replace(no_decay_names=('bias', 'norm'))")
 
 
 @native_preset("paddle.optimizer.SGD")
 def sgd(learning_rate=0.001, weight_decay=None, grad_clip=None, multi_precision=False,
         name=None):
     q = "paddle.optimizer.SGD"
-    _no_grad_clip(q, grad_clip)
-    return SGD(lr=require_float(q, "learning_rate", learning_rate),
+    return SGD(lr=_lr(q, learning_rate), grad_clip=_grad_clip(q, grad_clip),
                weight_decay=_l2_coefficient(q, weight_decay))
 
 
@@ -44,12 +98,12 @@ def momentum(learning_rate=0.001, momentum=0.9, use_nesterov=False, weight_decay
              grad_clip=None, multi_precision=False, rescale_grad=1.0, use_multi_tensor=False,
              name=None):
     q = "paddle.optimizer.Momentum"
-    _no_grad_clip(q, grad_clip)
     if rescale_grad != 1.0:
         raise unsupported(q, "rescale_grad", rescale_grad,
                           "the CPU kernel ignores it (paddle.md §2) and no spec knob scales "
                           "the gradient; scale the loss instead")
-    return SGD(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
+    return SGD(lr=_lr(q, learning_rate), momentum=momentum,
+               grad_clip=_grad_clip(q, grad_clip),
                nesterov=use_nesterov, weight_decay=_l2_coefficient(q, weight_decay),
                momentum_init="zeros")
 
@@ -59,19 +113,18 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay
          grad_clip=None, lazy_mode=False, multi_precision=False, use_multi_tensor=False,
          amsgrad=False, name=None):
     q = "paddle.optimizer.Adam"
-    _no_grad_clip(q, grad_clip)
     # lazy_mode only changes sparse (SelectedRows) gradients; dense ones are identical.
-    return Adam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return Adam(lr=_lr(q, learning_rate), betas=(beta1, beta2),
+                grad_clip=_grad_clip(q, grad_clip),
                 eps=epsilon, weight_decay=_l2_coefficient(q, weight_decay), amsgrad=amsgrad,
                 eps_placement="outside", bias_correction=True)
 
 
 @native_preset("paddle.optimizer.AdamW")
 def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=0.01,
-          use_lowprecision_moment=False, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None, lazy_mode=False,
-          multi_precision=False, amsgrad=False, name=None):
+          use_lowprecision_moment=False, lr_ratio=None, apply_decay_param_fun=None,
+          grad_clip=None, lazy_mode=False, multi_precision=False, amsgrad=False, name=None):
     q = "paddle.optimizer.AdamW"
-    _no_grad_clip(q, grad_clip)
     if use_lowprecision_moment:
         raise unsupported(q, "use_lowprecision_moment", use_lowprecision_moment,
                           "low-precision moments only exist for fp16/bf16 parameters, which "
@@ -79,11 +132,10 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_deca
     if lr_ratio is not None:
         raise unsupported(q, "lr_ratio", lr_ratio,
                           "Paddle raises NotImplementedError for it on CPU")
-    if apply_decay_param_fun is not None:
-        raise unsupported(q, "apply_decay_param_fun", apply_decay_param_fun,
-                          "a callable cannot be part of a serialisable spec; give the "
-                          "excluded name parts as uo.AdamW(no_decay_names=(...))")
-    return AdamW(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    _no_decay_callable(q, "apply_decay_param_fun", apply_decay_param_fun,
+                       "the parameter's name; it returns True for the decayed ones")
+    return AdamW(lr=_lr(q, learning_rate), betas=(beta1, beta2),
+                 grad_clip=_grad_clip(q, grad_clip),
                  eps=epsilon, weight_decay=weight_decay, amsgrad=amsgrad,
                  eps_placement="outside", bias_correction=True, decay_form="before_update")
 
@@ -92,8 +144,8 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_deca
 def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, weight_decay=None, grad_clip=None,
              name=None):
     q = "paddle.optimizer.Adadelta"
-    _no_grad_clip(q, grad_clip)
-    return Adadelta(lr=require_float(q, "learning_rate", learning_rate), rho=rho, eps=epsilon,
+    return Adadelta(lr=_lr(q, learning_rate), rho=rho, eps=epsilon,
+                    grad_clip=_grad_clip(q, grad_clip),
                     weight_decay=_l2_coefficient(q, weight_decay))
 
 
@@ -101,8 +153,8 @@ def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, weight_decay=None, gra
 def adagrad(learning_rate, epsilon=1e-6, weight_decay=None, grad_clip=None, name=None,
             initial_accumulator_value=0.0):
     q = "paddle.optimizer.Adagrad"
-    _no_grad_clip(q, grad_clip)
-    return Adagrad(lr=require_float(q, "learning_rate", learning_rate), eps=epsilon,
+    return Adagrad(lr=_lr(q, learning_rate), eps=epsilon,
+                   grad_clip=_grad_clip(q, grad_clip),
                    initial_accumulator_value=initial_accumulator_value,
                    weight_decay=_l2_coefficient(q, weight_decay))
 
@@ -111,8 +163,8 @@ def adagrad(learning_rate, epsilon=1e-6, weight_decay=None, grad_clip=None, name
 def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None,
            grad_clip=None, name=None):
     q = "paddle.optimizer.Adamax"
-    _no_grad_clip(q, grad_clip)
-    return Adamax(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return Adamax(lr=_lr(q, learning_rate), betas=(beta1, beta2),
+                  grad_clip=_grad_clip(q, grad_clip),
                   eps=epsilon, weight_decay=_l2_coefficient(q, weight_decay),
                   eps_placement="on_decayed_norm")
 
@@ -121,8 +173,8 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_dec
 def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_decay=0.004,
           weight_decay=None, grad_clip=None, name=None):
     q = "paddle.optimizer.NAdam"
-    _no_grad_clip(q, grad_clip)
-    return NAdam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return NAdam(lr=_lr(q, learning_rate), betas=(beta1, beta2),
+                 grad_clip=_grad_clip(q, grad_clip),
                  eps=epsilon, momentum_decay=momentum_decay,
                  weight_decay=_l2_coefficient(q, weight_decay))
 
@@ -131,8 +183,8 @@ def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_de
 def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_decay=None,
           grad_clip=None, name=None):
     q = "paddle.optimizer.RAdam"
-    _no_grad_clip(q, grad_clip)
-    return RAdam(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    return RAdam(lr=_lr(q, learning_rate), betas=(beta1, beta2),
+                 grad_clip=_grad_clip(q, grad_clip),
                  eps=epsilon, weight_decay=_l2_coefficient(q, weight_decay))
 
 
@@ -140,8 +192,8 @@ def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, weight_deca
 def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
             weight_decay=None, grad_clip=None, name=None):
     q = "paddle.optimizer.RMSProp"
-    _no_grad_clip(q, grad_clip)
-    return RMSprop(lr=require_float(q, "learning_rate", learning_rate), alpha=rho, eps=epsilon,
+    return RMSprop(lr=_lr(q, learning_rate), alpha=rho, eps=epsilon,
+                   grad_clip=_grad_clip(q, grad_clip),
                    momentum=momentum, centered=centered,
                    weight_decay=_l2_coefficient(q, weight_decay), eps_placement="inside",
                    lr_placement="inside")
@@ -151,9 +203,9 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
 def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), etas=(0.5, 1.2), grad_clip=None,
           multi_precision=False, name=None):
     q = "paddle.optimizer.Rprop"
-    _no_grad_clip(q, grad_clip)
     lr = require_float(q, "learning_rate", learning_rate)
-    spec = Rprop(lr=lr, etas=etas, step_sizes=learning_rate_range)
+    spec = Rprop(lr=lr, etas=etas, step_sizes=learning_rate_range,
+                 grad_clip=_grad_clip(q, grad_clip))
     low, high = spec.step_sizes
     if not low <= lr <= high:   # Paddle's own constructor check
         raise ValueError(f"{q}: learning_rate must lie in learning_rate_range "
@@ -168,13 +220,6 @@ refuse("paddle.optimizer.ASGD", "Paddle's ASGD is SAG (stochastic average gradie
 
 # -- the seed algorithms ---------------------------------------------------------------
 
-def _no_callable(qualified_name: str, argument: str, value, rule: str) -> None:
-    if value is not None:
-        raise unsupported(qualified_name, argument, value,
-                          "a callable cannot be part of a serialisable spec; give the "
-                          f"parameters it selects by name instead: {rule}")
-
-
 @native_preset("paddle.optimizer.Lamb")
 def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6,
          grad_clip=None, exclude_from_weight_decay_fn=None, multi_precision=False,
@@ -182,12 +227,11 @@ def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, ep
     # The paper's Algorithm 2 (paddle.md §2): bias-corrected moments, no clamp, and no
     # trust ratio where the decay is 0 unless always_adapt.
     q = "paddle.optimizer.Lamb"
-    _no_grad_clip(q, grad_clip)
-    # Paddle calls the function with the parameter tensor; the spec's rule is by name.
-    _no_callable(q, "exclude_from_weight_decay_fn", exclude_from_weight_decay_fn,
-                 "uo.preset('paddle.optimizer.Lamb', ...).replace(no_decay_names=(...)) "
-                 "drops the decay, and with it the trust ratio, of those parameters")
-    return Lamb(lr=require_float(q, "learning_rate", learning_rate), betas=(beta1, beta2),
+    # A decay of 0 drops the trust ratio too (unless always_adapt), in Paddle and the spec.
+    _no_decay_callable(q, "exclude_from_weight_decay_fn", exclude_from_weight_decay_fn,
+                       "the parameter tensor")
+    return Lamb(lr=_lr(q, learning_rate), betas=(beta1, beta2),
+                grad_clip=_grad_clip(q, grad_clip),
                 eps=epsilon, weight_decay=lamb_weight_decay, bias_correction="moments",
                 always_adapt=always_adapt)
 
@@ -200,7 +244,6 @@ def lars_momentum(learning_rate, momentum, lars_coeff=0.001, lars_weight_decay=0
     # paddle.md §2 (cpu/lars_momentum_kernel.cc): lr inside the velocity, no trust ratio
     # where the decay is 0 or a norm is 0.
     q = "paddle.incubate.optimizer.LarsMomentumOptimizer"
-    _no_grad_clip(q, grad_clip)
     if regularization is not None:
         raise unsupported(q, "regularization", regularization,
                           "a coupled regularizer inside the LARS gradient norm has no knob")
@@ -208,7 +251,8 @@ def lars_momentum(learning_rate, momentum, lars_coeff=0.001, lars_weight_decay=0
         raise unsupported(q, "rescale_grad", rescale_grad,
                           "no spec knob scales the gradient; scale the loss instead")
     names = () if exclude_from_weight_decay is None else exclude_from_weight_decay
-    return LARS(lr=require_float(q, "learning_rate", learning_rate), momentum=momentum,
+    return LARS(lr=_lr(q, learning_rate), momentum=momentum,
+                grad_clip=_grad_clip(q, grad_clip),
                 trust_coefficient=lars_coeff, weight_decay=lars_weight_decay, eps=epsilon,
                 lr_placement="inside", momentum_init="zeros", always_adapt=False,
                 zero_norm_rule="one_if_norm_zero", no_decay_names=names)

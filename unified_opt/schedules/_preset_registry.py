@@ -20,12 +20,14 @@ refusal = REGISTRY.refusal
 
 #: What a metric-driven scheduler's preset says (they have no lr(step)).
 PLATEAU = ("it is metric-driven: the lr depends on the values passed to step(metrics), so "
-           "it has no lr(step) a spec could hold. Use the framework's own scheduler on the "
-           "optimizer uo.build returns for a constant-lr spec: torch "
-           "torch.optim.lr_scheduler.ReduceLROnPlateau(opt); Paddle "
-           "opt.set_lr_scheduler(paddle.optimizer.lr.ReduceOnPlateau(...)); MindSpore the "
-           "mindspore.train.ReduceLROnPlateau callback (native optimizer classes only: the "
-           "own implementation takes its lr from the spec)")
+           "it has no lr(step) a schedule could hold. Its rule is "
+           "uo.schedules.plateau.ReduceOnPlateau.from_native(qualified_name, **native_kwargs) "
+           "(lrs(initial_lr, metrics) gives the lr after each report); "
+           "uo.schedules.plateau.plateau_scheduler(opt, rule) makes the framework's own "
+           "scheduler for a constant-lr optimizer from uo.build: torch ReduceLROnPlateau, "
+           "Paddle ReduceOnPlateau via opt.set_lr_scheduler, MindSpore the experimental "
+           "ReduceLROnPlateau (experimental.optim optimizers) or the "
+           "mindspore.train.ReduceLROnPlateau callback (mindspore.nn optimizers)")
 
 
 def presets(refused: bool = False) -> list[str]:

@@ -1,0 +1,165 @@
+"""How parameter groups and a gradient clip become Paddle's own (imports no framework).
+
+Given a lowering row, the spec and one :class:`unified_opt.groups.ParameterPlan` per
+parameter, :func:`paddle_layout` says which parameters share a Paddle parameter group
+(``{"params": [...], "learning_rate": <multiplier>, <decay keyword>: ...}``), the
+optimizer-level arguments, which parameters a decay selector (``apply_decay_param_fun``,
+Lamb's ``exclude_from_weight_decay_fn``, LARS's ``exclude_from_weight_decay``) keeps
+decaying, and which ones Paddle's ``grad_clip`` must leave out (``need_clip=False``). Or,
+when Paddle cannot compute that exactly, why not (a string).
+
+Paddle's rules used here (paddle.md §5-§7, read in ``paddle/optimizer/optimizer.py``):
+
+* a group's ``learning_rate`` multiplies the optimizer's lr or LRScheduler value, in
+  the lr tensor's dtype: float32 parameters run ``float32(float32(lr) * float32(m))``;
+* a group's ``weight_decay`` is the coupled L2 (``None``: none), AdamW's decoupled
+  coefficient, Lamb's ``lamb_weight_decay``;
+* ``grad_clip`` runs once per group, so ``ClipGradByGlobalNorm`` takes one norm per group
+  (the spec's ``ClipByGlobalNorm(per_group=True)``; ``per_group=False`` only when every
+  clipped parameter sits in one group).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
+from unified_opt.groups import ParameterPlan, plan_parameters
+
+#: the constructor keyword of each class's weight decay (a group key too), where it is
+#: not ``weight_decay``; classes absent from the row arguments' keys have none (Rprop)
+DECAY_KEYWORD = {"paddle.optimizer.Lamb": "lamb_weight_decay",
+                 "paddle.incubate.optimizer.LarsMomentumOptimizer": "lars_weight_decay"}
+#: classes whose decay of 0 for some parameters one selector argument expresses
+SELECTOR_CLASSES = ("paddle.optimizer.AdamW", "paddle.optimizer.Lamb",
+                    "paddle.incubate.optimizer.LarsMomentumOptimizer")
+#: classes that cannot take Paddle's dict parameter groups here, and why
+NO_GROUPS = {
+    "paddle.optimizer.Rprop": "Paddle's Rprop starts its per-element step sizes at the "
+                              "optimizer's lr and ignores a group's learning_rate",
+    "paddle.incubate.optimizer.LarsMomentumOptimizer":
+        "LarsMomentumOptimizer takes no parameter groups (old-style parameter_list)",
+}
+_NAME_RULES = ("no_decay_names", "exclude_names")
+
+
+@dataclass(frozen=True)
+class Layout:
+    arguments: dict                 # optimizer-level constructor arguments (the decay too)
+    groups: tuple | None            # None: a plain list; else ((indices, group keys), ...)
+    decayed: tuple[int, ...] | None  # the selector's decayed parameters (None: no selector)
+    unclipped: tuple[int, ...]      # need_clip=False while Paddle clips
+    clip: object | None             # the spec's grad_clip, for paddle.nn.ClipGradBy*
+
+    @property
+    def holds_attributes(self) -> bool:
+        """Whether Paddle would write attributes onto the Parameters (groups, need_clip)."""
+        return self.groups is not None or bool(self.unclipped)
+
+
+def resolved(spec):
+    """A parameter's spec with its name rules already applied (they are, per plan)."""
+    rules = {k: () for k in _NAME_RULES if getattr(spec, k, ())}
+    return spec.replace(**rules) if rules else spec
+
+
+def name_free_plans(spec) -> list[ParameterPlan]:
+    """Plans standing for every kind of parameter a spec's name rules make, for
+    ``explain(spec)`` without parameters: one name matching no rule, one per rule part."""
+    parts = [p for k in _NAME_RULES for p in getattr(spec, k, ())]
+    return plan_parameters(spec, [""] + parts, None, "explain")
+
+
+def _multiplier(plan, spec, dtypes) -> float | str:
+    if plan.fixed_lr is None:
+        return float(plan.lr_scale)
+    base, fixed = float(spec.lr), float(plan.fixed_lr)
+    if base == 0.0:
+        return 1.0 if fixed == 0.0 else (f"spec lr > 0 for group lr={fixed!r} (Paddle's "
+                                         "group learning_rate multiplies the lr)")
+    m = fixed / base
+    exact = base * m == fixed
+    if "float32" in dtypes:
+        f32 = np.float32
+        exact = exact and f32(f32(base) * f32(m)) == f32(fixed)
+    if not exact:
+        return (f"group lr={fixed!r} to be lr={base!r} x {m!r} exactly in the parameters' "
+                "dtype (Paddle multiplies its lr tensor by the group's learning_rate; this "
+                "product rounds to another number)")
+    return m
+
+
+def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
+    specs = [resolved(p.spec) for p in plans]
+    distinct_specs: list = []
+    for s in specs:   # a few kinds of parameter, many parameters
+        if not any(s is t or s == t for t in distinct_specs):
+            distinct_specs.append(s)
+    unmet = sorted({text for s in distinct_specs for text in row.unmet(s)})
+    if unmet:
+        return ("every parameter's own spec (groups and name rules applied) to meet it: "
+                + "; ".join(unmet))
+    arguments_of = [(s, row.arguments(s)) for s in distinct_specs]
+    per_param = [next(a for t, a in arguments_of if s is t or s == t) for s in specs]
+    keyword = DECAY_KEYWORD.get(row.native, "weight_decay")
+
+    def rest(a):
+        return {k: v for k, v in a.items() if k != keyword}
+
+    if any(rest(a) != rest(per_param[0]) for a in per_param):
+        return "parameters that differ only in lr and weight decay"
+    decays = [a.get(keyword) for a in per_param]
+    nonzero = list(dict.fromkeys(d for d in decays if d))
+    selector = row.native in SELECTOR_CLASSES and bool(nonzero) and not all(decays)
+    decay_in_key = len(nonzero) > 1 if row.native in SELECTOR_CLASSES else \
+        len(set(decays)) > 1
+
+    multipliers = [_multiplier(plan, spec, dtypes) for plan in plans]
+    bad = next((m for m in multipliers if isinstance(m, str)), None)
+    if bad is not None:
+        return bad
+    clip = spec.grad_clip
+    per_group = isinstance(clip, ClipByGlobalNorm) and clip.per_group
+    keys = [(plan.group if per_group and plan.clipped else None, m,
+             d if decay_in_key else None)
+            for plan, m, d in zip(plans, multipliers, decays)]
+    distinct = list(dict.fromkeys(keys))
+    grouped = len(distinct) > 1 or distinct[0][1] != 1.0
+    if grouped and row.native in NO_GROUPS:
+        return f"one lr and one weight decay for every parameter ({NO_GROUPS[row.native]})"
+
+    index = [distinct.index(k) for k in keys]
+    clipped = [i for i, plan in enumerate(plans) if plan.clipped]
+    if isinstance(clip, ClipByGlobalNorm):
+        sets: dict = {}
+        for i in clipped:
+            sets.setdefault(plans[i].group if per_group else None, set()).add(index[i])
+        if any(len(s) > 1 for s in sets.values()):
+            return (f"the clipped parameters of each norm in one Paddle group "
+                    f"(ClipByGlobalNorm(per_group={per_group}): Paddle's "
+                    "ClipGradByGlobalNorm takes one norm per group, and here they need "
+                    "groups with different lr or weight decay)")
+    if isinstance(clip, ClipByNorm) and set(dtypes) - {"float32"}:
+        return (f"float32 parameters for ClipByNorm (Paddle's clip_by_norm CPU kernel is "
+                f"float32 only; got {sorted(dtypes)})")
+
+    arguments = dict(per_param[0])
+    if keyword in arguments:
+        if selector or (decay_in_key and row.native in SELECTOR_CLASSES):
+            arguments[keyword] = nonzero[0]
+        elif decay_in_key:
+            arguments[keyword] = None   # each group carries its own coupled decay
+    groups = None
+    if grouped:
+        groups = []
+        for j, (_, m, d) in enumerate(distinct):
+            extra = {"learning_rate": m}
+            if decay_in_key:
+                extra[keyword] = d if d or row.native not in SELECTOR_CLASSES else 0.0
+            groups.append((tuple(i for i, k in enumerate(index) if k == j), extra))
+        groups = tuple(groups)
+    decayed = tuple(i for i, d in enumerate(decays) if d) if selector else None
+    unclipped = tuple(i for i, p in enumerate(plans) if not p.clipped) if clip else ()
+    return Layout(arguments, groups, decayed, unclipped, clip)

@@ -1,0 +1,128 @@
+"""What runs around a torch optimizer's step: parameter groups from the plans, the
+gradient pre-step (:mod:`unified_opt.pre_step`), per-step hyperparameters
+(``spec.at_step``) and the count of steps taken.
+
+A native ``torch.optim`` class computes the spec's update; :class:`NativeStepHooks`
+runs the rest with ``Optimizer.register_step_pre_hook`` / ``register_step_post_hook``:
+
+* before the step: ``prepare_gradients`` over every parameter (the torch binding of
+  the one implementation), its results written into ``p.grad``; then each param
+  group's per-step hyperparameters (``weight_decay`` of a weight-decay schedule,
+  ``momentum`` / ``betas`` of a momentum-cycling lr schedule), which every torch class
+  in the table reads from the group at every step;
+* a skipped step (``skip_nonfinite``, non-finite unscaled gradients): every ``p.grad``
+  is set to None, so torch leaves every parameter and its state (``state["step"]``
+  too) alone, and put back afterwards;
+* after the step: the count of steps taken, kept in ``param_groups[0]["steps_taken"]``
+  (so ``state_dict`` carries it), advances unless the step was skipped.
+
+Each step call appends whether it was skipped to the build record's ``skipped`` list.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from unified_opt.pre_step import has_pre_step, prepare_gradients
+
+from .ops import torch_ops
+
+STEPS_TAKEN = "steps_taken"
+
+
+def partition(keys: list) -> list[list[int]]:
+    """Indices of equal keys, grouped in order of first appearance (keys need only
+    ``==``: specs and schedules are compared, not hashed)."""
+    parts: list[tuple[object, list[int]]] = []
+    for i, key in enumerate(keys):
+        for seen, indices in parts:
+            if seen == key:
+                indices.append(i)
+                break
+        else:
+            parts.append((key, [i]))
+    return [indices for _, indices in parts]
+
+
+def steps_taken(optimizer) -> int:
+    """Optimizer steps taken so far (skipped ones not counted): the schedule position."""
+    return optimizer.param_groups[0].setdefault(STEPS_TAKEN, 0)
+
+
+def checked_gradients(params, caller: str) -> list:
+    """Every parameter's ``p.grad`` (None allowed); sparse gradients refused."""
+    grads = [p.grad for p in params]
+    for g in grads:
+        if g is not None and g.is_sparse:
+            raise RuntimeError(f"{caller}: sparse gradients are not supported here (the "
+                               "gradient pre-step and the own update take dense ones)")
+    return grads
+
+
+def closure_first(args, kwargs):
+    """(loss, args, kwargs with the closure replaced by one returning that loss): the
+    closure must run before the pre-step sees the gradients it makes."""
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+    if closure is None:
+        return None, args, kwargs
+    with torch.enable_grad():
+        loss = closure()
+    args = args[:1]
+    kwargs = dict(kwargs, closure=lambda: loss)
+    return loss, args, kwargs
+
+
+class NativeStepHooks:
+    """The pre-step, per-step hyperparameters and the skip rule around a native class.
+
+    ``params``/``plans``: every parameter in build order with its plan; ``group_specs``:
+    the spec of each param group (in ``optimizer.param_groups`` order); ``row``: the
+    lowering row (its ``arguments`` give the group values of a step's spec)."""
+
+    def __init__(self, optimizer, spec, row, params, plans, group_specs, skipped: list):
+        self.spec = spec
+        self.row = row
+        self.params = list(params)
+        self.plans = list(plans)
+        self.group_specs = list(group_specs)
+        self.skipped = skipped
+        self.pre_step = has_pre_step(spec)
+        self.varies = spec.varies_per_step()
+        self._stash: list | None = None
+        steps_taken(optimizer)
+        optimizer.register_step_pre_hook(self.before)
+        optimizer.register_step_post_hook(self.after)
+
+    @torch.no_grad()
+    def before(self, optimizer, args, kwargs):
+        changed, self._stash = None, None
+        if self.pre_step:
+            _, args, kwargs = closure_first(args, kwargs)
+            changed = (args, kwargs)
+            grads = checked_gradients(self.params, "step")
+            prepared = prepare_gradients(self.spec, self.plans, grads, torch_ops)
+            if prepared is None:
+                self._stash = grads
+                for p in self.params:
+                    p.grad = None
+                self.skipped.append(True)
+                return changed
+            for p, g, new in zip(self.params, grads, prepared):
+                if new is not g:
+                    p.grad = new
+        if self.varies:
+            t = steps_taken(optimizer)
+            for group, spec in zip(optimizer.param_groups, self.group_specs):
+                for key, value in self.row.arguments(spec.at_step(t)).items():
+                    if group[key] != value:
+                        group[key] = value
+        self.skipped.append(False)
+        return changed
+
+    def after(self, optimizer, args, kwargs):
+        if self._stash is not None:
+            for p, g in zip(self.params, self._stash):
+                p.grad = g
+            self._stash = None
+            return
+        optimizer.param_groups[0][STEPS_TAKEN] = steps_taken(optimizer) + 1

@@ -1,0 +1,108 @@
+"""Issue 4 acceptance, torch side: torch ``AdamW`` with no-decay param groups, ``OneCycleLR``
+(``cycle_momentum=True``, stepped per optimizer step) and ``clip_grad_norm_``, run by
+hand in torch for 100 steps, is followed by the same configuration written as presets
+(``uo.preset`` + ``uo.schedules.preset`` + ``uo.Group`` + ``ClipByGlobalNorm(eps=1e-6)``)
+built on Paddle and MindSpore (one worker process per framework) and in the reference:
+every run within 10x the float32 noise floor of the float64 oracle at every step.
+"""
+
+import numpy as np
+import pytest
+
+import unified_opt as uo
+from conftest import require
+from helpers import (gradient_stream, initial_params, installed_frameworks, load_trajectory,
+                     run_framework_jobs, worst_ratio)
+from unified_opt.reference import with_float32_hyperparameters
+
+pytestmark = require("torch")
+
+STEPS = 100
+FACTOR = 10.0
+# a small model: two linear layers around a layer norm
+SHAPES = {"fc1.weight": (8, 6), "fc1.bias": (8,), "norm.weight": (8,), "norm.bias": (8,),
+          "fc2.weight": (3, 8), "fc2.bias": (3,)}
+NO_DECAY = ("fc1.bias", "norm.weight", "norm.bias", "fc2.bias")
+MAX_LR, WEIGHT_DECAY, MAX_NORM = 0.01, 0.05, 1.0
+
+SPEC = uo.preset("torch.optim.AdamW", lr=1e-3, weight_decay=WEIGHT_DECAY).replace(
+    lr=uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=MAX_LR,
+                           total_steps=STEPS),
+    grad_clip=uo.ClipByGlobalNorm(max_norm=MAX_NORM, eps=1e-6))
+GROUPS = [uo.Group(match=("*.bias", "norm.*"), weight_decay=0.0)]
+
+
+def _torch_by_hand():
+    """The usual torch loop; returns name -> (steps, *shape) parameter trajectory."""
+    import torch
+
+    params = {n: torch.nn.Parameter(torch.from_numpy(a.copy()))
+              for n, a in initial_params(shapes=SHAPES).items()}
+    decay = [p for n, p in params.items() if n not in NO_DECAY]
+    no_decay = [p for n, p in params.items() if n in NO_DECAY]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, weight_decay=WEIGHT_DECAY)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=MAX_LR, total_steps=STEPS)
+    trajectory = {n: [] for n in params}
+    for grads in gradient_stream(shapes=SHAPES, steps=STEPS):
+        for n, p in params.items():
+            p.grad = torch.from_numpy(grads[n].copy())
+        torch.nn.utils.clip_grad_norm_(list(params.values()), MAX_NORM)
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        for n, p in params.items():
+            trajectory[n].append(p.detach().numpy().copy())
+    return {n: np.stack(v) for n, v in trajectory.items()}
+
+
+def _references():
+    """(float64 oracle, [float32 floors]) trajectories of SPEC with GROUPS."""
+    arrays = initial_params(shapes=SHAPES)
+    runs = [uo.reference(SPEC, arrays, "float64", groups=GROUPS),
+            uo.reference(SPEC, arrays, "float32", groups=GROUPS),
+            uo.reference(with_float32_hyperparameters(SPEC), arrays, "float32",
+                         groups=GROUPS)]
+    traces = [{n: [] for n in arrays} for _ in runs]
+    for grads in gradient_stream(shapes=SHAPES, steps=STEPS):
+        for ref, trace in zip(runs, traces):
+            ref.step(grads)
+            for n in arrays:
+                trace[n].append(ref.params[n].copy())
+    stacked = [{n: np.stack(v) for n, v in t.items()} for t in traces]
+    return stacked[0], stacked[1:]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    others = [f for f in installed_frameworks() if f != "torch"]
+    if not others:
+        pytest.skip("needs paddle or mindspore besides torch")
+    out = tmp_path_factory.mktemp("acceptance_torch")
+    job = {"mode": "build", "steps": STEPS, "shapes": SHAPES, "spec": SPEC.to_dict(),
+           "groups": [g.to_dict() for g in GROUPS]}
+    run_framework_jobs({fw: [dict(job, id=f"adamw-onecycle-groups@{fw}")] for fw in others},
+                       out)
+    return out, others
+
+
+def test_the_hand_loop_is_the_spec():
+    oracle, floors = _references()
+    ratio = worst_ratio(_torch_by_hand(), oracle, floors)
+    assert ratio <= FACTOR, f"torch by hand: {ratio:.2f} x fp32 floor"
+
+
+def test_presets_follow_the_torch_loop_on_the_other_backends(runs):
+    out, others = runs
+    oracle, floors = _references()
+    native = _torch_by_hand()
+    assert worst_ratio(native, oracle, floors) <= FACTOR
+    for fw in others:
+        built = load_trajectory(out / f"adamw-onecycle-groups@{fw}.npz")
+        ratio = worst_ratio(built, oracle, floors)
+        assert ratio <= FACTOR, f"{fw}: {ratio:.2f} x fp32 floor"
+        # and followed from torch's side: the torch trajectory as the target, the float32
+        # references' distance from it as the noise floor
+        target = {n: v.astype(np.float64) for n, v in native.items()}
+        ratio = worst_ratio(built, target, floors)
+        assert ratio <= FACTOR, f"{fw} against torch by hand: {ratio:.2f} x fp32 floor"
