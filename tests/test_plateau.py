@@ -60,7 +60,7 @@ def _boundary(threshold):
         best = 1.0 + k / 997.0
         scaled, offset = best * (1.0 - threshold), best - best * threshold
         if scaled != offset:
-            return best, max(scaled, offset)
+            return best, min(scaled, offset)
     raise AssertionError("no boundary found")
 
 
@@ -240,8 +240,8 @@ def test_the_sequences_tell_every_knob_apart():
     assert _differs(paddle_min, None, M_MIN, best_in_cooldown=True)
     assert _differs(torch_min, LR, M_FIRST, first_is_best=True)
     assert _differs(paddle_min, None, [INF] + M_FIRST[2:], rel_form="scaled")
-    edge = ReduceOnPlateau(**K_EDGE)
-    assert _differs(edge, LR, M_EDGE, rel_form="offset")
+    paddle_edge = ReduceOnPlateau.from_native(PADDLE, **_paddle_kwargs(K_EDGE))
+    assert _differs(paddle_edge, None, M_EDGE, rel_form="scaled")
     fine = ReduceOnPlateau(**K_FINE)
     assert _differs(fine, LR, M_FINE, metric_dtype="float32")
     torch_max = ReduceOnPlateau.from_native(TORCH, **K_MAX)
@@ -306,7 +306,8 @@ def test_presets_map_native_arguments():
     (lambda: ReduceOnPlateau(min_lr=-1.0), ValueError, r"min_lr must be >= 0, got -1\.0"),
     (lambda: ReduceOnPlateau(first_is_best=1), TypeError, "first_is_best must be a bool"),
     (lambda: ReduceOnPlateau(0.1), TypeError, "keyword arguments only"),
-    (lambda: ReduceOnPlateau(gamma=0.1), TypeError, r"unexpected keyword argument\(s\) \['gamma'\]"),
+    (lambda: ReduceOnPlateau(gamma=0.1), TypeError,
+     r"unexpected keyword argument\(s\) \['gamma'\]"),
     (lambda: ReduceOnPlateau().lrs(0.1, [1.0, True]), TypeError,
      r"metrics\[1\] must be a real number, got True"),
     (lambda: ReduceOnPlateau().lrs(0.1, "1.0"), TypeError, "metrics must be a sequence"),
@@ -315,11 +316,12 @@ def test_presets_map_native_arguments():
      r"initial_lr=0\.1, but the rule starts from its own initial_lr=0\.2"),
     (lambda: ReduceOnPlateau.from_dict({"schedule": "step"}), ValueError, "'rule'"),
     (lambda: ReduceOnPlateau.from_native(TORCH, min_lr=[0.1, 0.2]), NotImplementedError,
-     r"min_lr=\[0\.1, 0\.2\] gives one floor per parameter group"),
+     r"ReduceLROnPlateau: min_lr=\[0\.1, 0\.2\] gives one floor per parameter group"),
     (lambda: ReduceOnPlateau.from_native(TORCH, lr=0.1), TypeError,
      r"unexpected keyword argument\(s\) \['lr'\]"),
     (lambda: ReduceOnPlateau.from_native(PADDLE), TypeError, r"missing required .*learning_rate"),
-    (lambda: ReduceOnPlateau.from_native("keras.ReduceLROnPlateau"), ValueError, "no plateau preset"),
+    (lambda: ReduceOnPlateau.from_native("keras.ReduceLROnPlateau"), ValueError,
+     "no plateau preset"),
     (lambda: ReduceOnPlateau.from_native(MS_CALLBACK, mode="up"), ValueError,
      r"mindspore\.train\.ReduceLROnPlateau: .*mode must be one of"),
     (lambda: ReduceOnPlateau.from_native(TORCH, factor=1.5), ValueError,
@@ -332,8 +334,8 @@ def test_bad_input_is_refused_naming_argument_and_value(call, error, message):
 
 def test_schedule_presets_point_to_the_plateau_rule():
     for qualified in (TORCH, PADDLE, MS_EXP):
-        with pytest.raises(NotImplementedError,
-                           match=r"metric-driven.*ReduceOnPlateau\.from_native.*plateau_scheduler"):
+        with pytest.raises(NotImplementedError, match=r"metric-driven.*ReduceOnPlateau"
+                                                      r"\.from_native.*plateau_scheduler"):
             schedule_preset(qualified)
 
 

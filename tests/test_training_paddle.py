@@ -300,3 +300,34 @@ def test_need_clip_false_on_a_parameter_is_refused_with_a_clip():
         uo.build(uo.SGD(lr=0.1, grad_clip=GLOBAL), [(name, p)])
     uo.build(uo.SGD(lr=0.1), [(name, p)])
     p.need_clip = True
+
+
+# -- the order: clip, then the coupled weight decay (paddle.md §7) ----------------------
+
+@pytest.mark.parametrize("spec", [
+    uo.SGD(lr=0.5, weight_decay=0.25, grad_clip=uo.ClipByGlobalNorm(max_norm=0.5)),
+    uo.SGD(lr=0.5, momentum=0.9, weight_decay=0.25, grad_clip=uo.ClipByNorm(max_norm=0.5)),
+], ids=["SGD", "Momentum"])
+def test_paddle_clips_before_adding_the_coupled_decay(spec):
+    (_, p), = make_params({"w": np.array([3.0, 4.0], "float32")})
+    optimizer = uo.build(spec, [("w", p)], path="native")
+    p.grad = paddle.to_tensor(np.array([0.6, 0.8], "float32"))   # norm 1: clipped to 0.5
+    optimizer.step()
+    oracle = uo.reference(spec, {"w": np.array([3.0, 4.0])})
+    oracle.step({"w": np.array([0.6, 0.8])})
+    np.testing.assert_allclose(p.numpy(), oracle.params["w"], rtol=1e-6)   # [2.475, 3.3]
+    decay_then_clip = np.array([3.0, 4.0]) - 0.5 * np.array([0.3, 0.4])      # [2.85, 3.8]
+    assert np.abs(p.numpy() - decay_then_clip).min() > 0.3
+
+
+def test_own_minimize_runs_the_pre_step():
+    spec = uo.SGD(lr=0.5, loss_scale=4.0, grad_clip=uo.ClipByValue(max=0.5))
+    (_, p), = make_params({"w": np.array([3.0, 4.0], "float32")})
+    optimizer = uo.build(spec, [("w", p)])
+    loss = (p * paddle.to_tensor(np.array([4.0, -8.0], "float32"))).sum()
+    loss.backward()
+    optimizer.minimize(loss)
+    oracle = uo.reference(spec, {"w": np.array([3.0, 4.0])})
+    oracle.step({"w": np.array([4.0, -8.0])})
+    np.testing.assert_allclose(p.numpy(), oracle.params["w"], rtol=1e-6)   # [2.75, 4.25]
+    assert uo.skipped_steps(optimizer) == [False]

@@ -93,13 +93,219 @@ def markdown() -> str:
     lines += ["", "## Refused presets", "", "| native class | why |", "|---|---|"]
     for qualified in presets(refused=True):
         lines.append(f"| `{qualified}` | {REGISTRY.refusal(qualified)} |")
-    lines += ["", "## Learning-rate schedulers", "",
-              "Every native scheduler read by `uo.schedules.preset(name, **native_kwargs)` as "
-              "the schedule giving its lr at every step; each backend lowers a schedule to its "
-              "own mechanism (torch `LambdaLR`, a Paddle `LRScheduler`, a MindSpore per-step "
-              "list or the own optimizer).", "", "| native scheduler | schedule |", "|---|---|"]
-    for qualified in schedules.presets():
-        lines.append(f"| `{qualified}` | preset |")
-    for qualified in schedules.presets(refused=True):
-        lines.append(f"| `{qualified}` | refused: {_escape(schedules.refusal(qualified))} |")
+    lines += _schedule_lines() + _plateau_lines() + _training_lines()
     return "\n".join(lines) + "\n"
+
+
+# -- learning-rate schedules ---------------------------------------------------------------
+
+#: how each backend runs a schedule on the native path and on its own implementation
+#: (the backends' module docstrings: torch/paddle/mindspore ``__init__``)
+_SCHEDULE_MECHANISM = {
+    "torch": ("`LambdaLR` (`1.0 * s(t)`), stepped after `optimizer.step()`",
+              "`LambdaLR` on the own optimizer"),
+    "paddle": ("an `LRScheduler` passed as `learning_rate` (`s(last_epoch)`), stepped "
+               "after `optimizer.step()`", "an `LRScheduler` on the own optimizer"),
+    "mindspore": ("the per-step list `[s(0), ..., s(N-1)]` (`options={'total_steps': N}`), "
+                  "which the optimizer steps itself", "the own optimizer evaluates `s(t)` "
+                  "at each step"),
+}
+
+
+def _schedule_cell(backend: str, schedule) -> str:
+    from .algorithms import SGD
+
+    try:
+        decision = _table(backend).decide_for(SGD(lr=schedule, momentum=0.9))
+    except (TypeError, ValueError) as error:
+        return f"refused: {_escape(str(error))}"
+    if decision.path == "native":
+        return f"native `{_short(decision.native)}` + {_MECHANISM_SHORT[backend]}"
+    return f"own + {_MECHANISM_SHORT[backend]}" if backend != "mindspore" else "own, s(t)"
+
+
+_MECHANISM_SHORT = {"torch": "`LambdaLR`", "paddle": "`LRScheduler`",
+                    "mindspore": "per-step list"}
+
+
+def _schedule_lines() -> list[str]:
+    from unified_opt.conformance.cases.lr_schedules import PRESETS
+
+    examples = {qualified: kwargs for qualified, _, kwargs in PRESETS}
+    lines = ["", "## Learning-rate schedulers", "",
+             "Every native scheduler, read by `uo.schedules.preset(name, **native_kwargs)` "
+             "as the schedule giving its lr at every 0-based optimizer step `t` (epoch-based "
+             "ones through `steps_per_epoch` / `step_per_epoch`, or `PerEpoch`). Each "
+             "backend lowers a schedule to its own mechanism:", ""]
+    for backend in BACKENDS:
+        native, own = _SCHEDULE_MECHANISM[backend]
+        lines.append(f"* {backend}: native path {native}; own path {own}.")
+    lines += ["", "The backend cells give the path of `uo.SGD(lr=<schedule>, momentum=0.9)` "
+              "with the example arguments of the conformance case `preset_lr_*` (the lr "
+              "used at each of its steps is compared on every backend). A momentum-cycling "
+              "schedule also sets the momentum per step.", "",
+              "| native scheduler | preset | schedule | " + " | ".join(BACKENDS) + " |",
+              "|---|---|---|" + "---|" * len(BACKENDS)]
+    for qualified in schedules.presets():
+        if qualified not in examples:
+            lines.append(f"| `{qualified}` | yes | (no example) |" + " |" * len(BACKENDS))
+            continue
+        schedule = schedules.preset(qualified, **examples[qualified])
+        kind = type(schedule).__name__ + (" (momentum cycling)"
+                                          if schedule.momentum(0) is not None else "")
+        lines.append(f"| `{qualified}` | yes | `{kind}` | " + " | ".join(
+            _schedule_cell(b, schedule) for b in BACKENDS) + " |")
+    for qualified in schedules.presets(refused=True):
+        lines.append(f"| `{qualified}` | no: {_escape(schedules.refusal(qualified))} | |"
+                     + " |" * len(BACKENDS))
+    return lines
+
+
+#: metric-driven schedulers: the framework's own scheduler on each backend
+_PLATEAU = {
+    "torch": "`torch.optim.lr_scheduler.ReduceLROnPlateau(opt, ...)` on the optimizer "
+             "`uo.build` returns; `sched.step(metric)`",
+    "paddle": "`paddle.optimizer.lr.ReduceOnPlateau(...)` as the optimizer's learning "
+              "rate; `sched.step(metric)`",
+    "mindspore": "`mindspore.experimental.optim.lr_scheduler.ReduceLROnPlateau` "
+                 "(experimental optimizers) or the `mindspore.train.ReduceLROnPlateau` "
+                 "callback (`Model.train`)",
+}
+
+
+def _plateau_lines() -> list[str]:
+    import importlib.util
+
+    where = ("built by `unified_opt/schedules/plateau.py`"
+             if importlib.util.find_spec("unified_opt.schedules.plateau") is not None
+             else "the framework's own class")
+    lines = ["", "## ReduceOnPlateau (metric-driven)", "",
+             "A plateau scheduler's lr depends on the metric values passed to it, so it has "
+             "no `lr(step)` a spec could hold (`uo.schedules.preset` refuses it and says "
+             f"why). Each backend supports it natively, {where}:", "",
+             "| backend | native scheduler |", "|---|---|"]
+    lines += [f"| {backend} | {_PLATEAU[backend]} |" for backend in BACKENDS]
+    return lines
+
+
+# -- the training loop around the update ----------------------------------------------------
+
+_FRAMEWORK_PREFIXES = {"torch": ("torch.",), "paddle": ("paddle.",),
+                       "mindspore": ("mindspore.", "mindformers.")}
+_NAMES = ("w", "bias", "ln.gamma")
+
+
+def _features():
+    """(feature, function spec -> (spec, groups)); the function raises where the feature
+    does not apply to the spec (no weight decay, no momentum)."""
+    from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+    from .groups import Group
+    from .schedules import Cosine, OneCycle, Step
+
+    def groups(spec):
+        decay = {"weight_decay": 0.0} if hasattr(spec, "weight_decay") else {}
+        return [Group(match="bias", lr_scale=0.5, **decay), Group(match="ln.*", lr=0.001)]
+
+    def clip(c, grouped=False):
+        return lambda s: (s.replace(grad_clip=c), groups(s) if grouped else None)
+
+    def decay_schedule(spec):
+        if not hasattr(spec, "weight_decay"):
+            raise ValueError("no weight decay")
+        return spec.replace(weight_decay=Step(lr=0.01, step_size=10, gamma=0.5)), None
+
+    def cycling(spec):
+        from .spec import check_momentum_cycling
+
+        out = spec.replace(lr=OneCycle(max_lr=0.01, total_steps=100, start_lr=4e-4,
+                                       end_lr=4e-8, cycle_momentum=True))
+        check_momentum_cycling(out, "matrix")
+        return out, None
+
+    return [
+        ("lr schedule (`Cosine`)", lambda s: (s.replace(lr=Cosine(lr=0.01, T_max=100)), None)),
+        ("parameter groups (`lr_scale`, `lr`, `weight_decay`)", lambda s: (s, groups(s))),
+        ("`ClipByGlobalNorm(1.0)` (eps 0: Paddle, MindSpore)", clip(ClipByGlobalNorm(
+            max_norm=1.0))),
+        ("`ClipByGlobalNorm(1.0, eps=1e-6)` (torch `clip_grad_norm_`)", clip(
+            ClipByGlobalNorm(max_norm=1.0, eps=1e-6))),
+        ("`ClipByGlobalNorm(1.0, per_group=True)` with groups (Paddle's rule)", clip(
+            ClipByGlobalNorm(max_norm=1.0, per_group=True), grouped=True)),
+        ("`ClipByNorm(1.0)`", clip(ClipByNorm(max_norm=1.0))),
+        ("`ClipByValue(1.0)`", clip(ClipByValue(max=1.0))),
+        ("`loss_scale=1024`", lambda s: (s.replace(loss_scale=1024.0), None)),
+        ("`skip_nonfinite` (with `loss_scale=1024`)",
+         lambda s: (s.replace(loss_scale=1024.0, skip_nonfinite=True), None)),
+        ("`grad_centralization`", lambda s: (s.replace(grad_centralization=True), None)),
+        ("weight-decay schedule (dynamic weight decay)", decay_schedule),
+        ("momentum cycling (`OneCycle(cycle_momentum=True)`)", cycling),
+    ]
+
+
+def _decide(backend: str, spec, groups=None):
+    decide_for = _table(backend).decide_for
+    if groups and "plans" in inspect.signature(decide_for).parameters:
+        from .groups import plan_parameters
+
+        return decide_for(spec, plans=plan_parameters(spec, _NAMES, groups, "matrix"))
+    return decide_for(spec)
+
+
+def _native_presets(backend: str) -> list:
+    """(native class, spec) of the backend's presets whose own spec runs natively."""
+    out = []
+    for qualified in presets():
+        if qualified.startswith(_FRAMEWORK_PREFIXES[backend]):
+            spec = _preset_spec(qualified)
+            decision = _decide(backend, spec)
+            if decision.path == "native":
+                out.append((decision.native, spec))
+    return out
+
+
+def _feature_cell(backend: str, natives: list, feature) -> str:
+    kept, applicable = set(), set()
+    for native, spec in natives:
+        try:
+            changed, groups = feature(spec)
+            decision = _decide(backend, changed, groups)
+        except (TypeError, ValueError):
+            continue
+        applicable.add(native)
+        if decision.path == "native":
+            kept.add(native)
+    if not applicable:
+        return "n/a"
+    if kept == applicable:
+        return f"native: all {len(applicable)} classes"
+    if not kept:
+        return "own"
+    if len(kept) * 2 >= len(applicable):
+        names = ", ".join(f"`{_short(n)}`" for n in sorted(applicable - kept))
+        return f"native: {len(kept)} of {len(applicable)} classes; own for {names}"
+    names = ", ".join(f"`{_short(n)}`" for n in sorted(kept))
+    return f"native: {names} ({len(kept)} of {len(applicable)}); own otherwise"
+
+
+def _short(qualified: str) -> str:
+    for prefix in ("torch.optim.", "paddle.optimizer.", "mindspore."):
+        if qualified.startswith(prefix):
+            return qualified[len(prefix):]
+    return qualified
+
+
+def _training_lines() -> list[str]:
+    lines = ["", "## The training loop: native or own, per backend", "",
+             "For each feature, the native classes (every preset of the framework that runs "
+             "natively) that still run natively when the feature is added, from each "
+             "backend's `decide_for` (the backend runs the feature around the native class "
+             "exactly, or the build takes the own implementation, which runs every feature: "
+             "`unified_opt.pre_step`, `spec.at_step`). Groups are judged by the backends "
+             "whose `decide_for` takes `plans`; elsewhere they do not change the path. "
+             "MindSpore: on CPU.", "",
+             "| feature | " + " | ".join(BACKENDS) + " |", "|---|" + "---|" * len(BACKENDS)]
+    natives = {b: _native_presets(b) for b in BACKENDS}
+    for text, feature in _features():
+        lines.append(f"| {text} | " + " | ".join(
+            _feature_cell(b, natives[b], feature) for b in BACKENDS) + " |")
+    return lines

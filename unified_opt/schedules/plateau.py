@@ -244,7 +244,7 @@ class ReduceOnPlateau:
         fn = REGISTRY.checked(qualified_name, native_kwargs)
         try:
             return fn(**native_kwargs)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, NotImplementedError) as exc:
             raise type(exc)(f"{qualified_name}: {exc}") from exc
 
     def replace(self, **changes: Any) -> "ReduceOnPlateau":
