@@ -310,7 +310,6 @@ def test_comparison_flags_a_planted_deviation(spec, groups, wrong, wrong_groups)
             reference_groups=wrong_groups)
 
 
-@ms_only
 @pytest.mark.parametrize("spec,groups,native,phrase", [
     (uo.SGD(lr=0.1, loss_scale=8.0), None, "mindspore.nn.SGD", "computes exactly"),
     (uo.SGD(lr=0.1, loss_scale=8.0, grad_clip=uo.ClipByNorm(max_norm=1.0)), None, None,

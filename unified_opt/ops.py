@@ -51,6 +51,10 @@ class Ops:
         """The machine epsilon of ``x``'s dtype, as a Python float (``finfo(dtype).eps``)."""
         raise NotImplementedError
 
+    def stack(self, xs: list):
+        """The 0-d tensors ``xs`` as one 1-d tensor."""
+        raise NotImplementedError
+
     def all_finite(self, x) -> bool:
         """Whether every element of ``x`` is finite, as a Python bool."""
         raise NotImplementedError
@@ -85,6 +89,7 @@ class NumpyOps(Ops):
     def numel(self, x): return int(np.size(x))
     def machine_eps(self, x): return float(np.finfo(x.dtype).eps)
     def all_finite(self, x): return bool(np.isfinite(x).all())
+    def stack(self, xs): return np.stack(xs)
 
     def topk_mask(self, x, k):
         flat = np.asarray(x).reshape(-1)

@@ -47,6 +47,7 @@ class MindSporeOps(Ops):
     def numel(self, x): return int(x.size)
     def machine_eps(self, x): return float(np.finfo(_NUMPY_DTYPES[x.dtype]).eps)
     def all_finite(self, x): return bool(np.isfinite(x.asnumpy()).all())
+    def stack(self, xs): return ops.stack(xs)
 
     # MindSpore's sort/topk have no stable order for ties: select on the host with the
     # numpy binding (a stable descending sort, first k), the selection every binding makes

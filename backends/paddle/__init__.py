@@ -85,3 +85,8 @@ def build(spec, named, *, path, options, plans):
     record = BuildRecord(spec, decision, names, params, scheduler, plans=plans,
                          skipped=skipped)
     return optimizer, record
+
+
+def parameter_name(p) -> str:
+    """The name rules see for a Paddle parameter passed without a name: its own."""
+    return p.name

@@ -23,6 +23,7 @@ class PaddleOps(Ops):
     def numel(self, x): return int(x.size)
     def machine_eps(self, x): return float(paddle.finfo(x.dtype).eps)
     def all_finite(self, x): return bool(paddle.isfinite(x).all())
+    def stack(self, xs): return paddle.stack(xs)
 
     def topk_mask(self, x, k):
         flat = x.reshape([-1])

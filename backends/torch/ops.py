@@ -25,6 +25,7 @@ class TorchOps(Ops):
     def numel(self, x): return x.numel()
     def machine_eps(self, x): return float(torch.finfo(x.dtype).eps)
     def all_finite(self, x): return bool(torch.isfinite(x).all())
+    def stack(self, xs): return torch.stack(xs)
 
     def topk_mask(self, x, k):
         flat = x.reshape(-1)

@@ -91,8 +91,9 @@ class Built:
         module = importlib.import_module(f"unified_opt.backends.{framework}.driver")
         driver_cls = next(v for v in vars(module).values() if isinstance(v, type)
                           and v.__module__ == module.__name__ and hasattr(v, "apply"))
+        groups = [uo.Group.from_dict(g) for g in job.get("groups", [])] or None
         self.driver = driver_cls(uo.spec_from_dict(job["spec"]), arrays,
-                                 total_steps=job["steps"])
+                                 total_steps=job["steps"], groups=groups)
 
     def step(self, grads):
         self.driver.step(grads)
