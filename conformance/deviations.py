@@ -21,6 +21,7 @@ import numpy as np
 
 import unified_opt as uo
 from unified_opt.groups import plan_parameters
+from unified_opt.ops import numpy_ops
 from unified_opt.reference import with_float32_hyperparameters
 from unified_opt.schedules import Schedule
 
@@ -83,8 +84,7 @@ class Deviation:
         def step(grads):
             ref.step(grads)
             return spec.lr_at(next(calls))      # the lr a call-counting backend reports
-        return run(step, lambda: (ref.params, ref.state), case,
-                   (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
+        return _run(ref, case, spec, step)
 
     def _decay_before_clip(self, case, dtype):
         """The reference without decay, on gradients that carry the decay already."""
@@ -120,32 +120,28 @@ def coupled_decay_sign(spec) -> int | None:
     ``g - wd * param`` (``maximize``), None otherwise (decoupled, inside a trust ratio,
     ...). Probed on two numpy steps of the spec's own update."""
     decay = getattr(spec, "weight_decay", None)
-    if decay is None or decay == 0.0:
+    if decay is None or (not isinstance(decay, Schedule) and decay == 0.0):
         return None
-    wd = decay(0) if isinstance(decay, Schedule) else decay
-    probe = spec.replace(weight_decay=0.5, lr=0.1, grad_clip=None, loss_scale=1.0,
-                         skip_nonfinite=False, grad_centralization=False,
-                         **({"no_decay_names": ()} if hasattr(spec, "no_decay_names") else {}))
-    if wd == 0.0 or probe.varies_per_step():
+    try:
+        probe = spec.replace(weight_decay=0.5, lr=0.1, grad_clip=None, loss_scale=1.0,
+                             skip_nonfinite=False, grad_centralization=False,
+                             **({"no_decay_names": ()} if hasattr(spec, "no_decay_names")
+                                else {}))
+    except (TypeError, ValueError):
         return None
     bare = probe.replace(weight_decay=0.0)
     rng = np.random.default_rng(0)
     grads = rng.standard_normal((2, 5))
     for sign in (1, -1):
         a_param = b_param = rng.standard_normal(5)
-        a_state, b_state = probe.init(a_param, _ops()), bare.init(b_param, _ops())
+        a_state, b_state = probe.init(a_param, numpy_ops), bare.init(b_param, numpy_ops)
         same = True
         for t, g in enumerate(grads, start=1):
-            a_param, a_state = probe.update(a_param, g, a_state, lr=0.1, step=t, ops=_ops())
+            a_param, a_state = probe.update(a_param, g, a_state, lr=0.1, step=t, ops=numpy_ops)
             b_param, b_state = bare.update(b_param, g + sign * 0.5 * b_param, b_state,
-                                           lr=0.1, step=t, ops=_ops())
+                                           lr=0.1, step=t, ops=numpy_ops)
             same = same and np.allclose(a_param, b_param, rtol=1e-12, atol=1e-12)
         if same:
             return sign
     return None
 
-
-def _ops():
-    from unified_opt.ops import numpy_ops
-
-    return numpy_ops

@@ -8,7 +8,7 @@ from typing import Mapping
 
 import numpy as np
 
-from unified_opt.build import build, record_of
+from unified_opt.build import build, record_of, skipped_steps
 
 
 class Driver:
@@ -25,6 +25,7 @@ class Driver:
         self.optimizer = build(spec, list(self.params.items()), path=path,
                                options=self.build_options(options), groups=groups)
         self.record = record_of(self.optimizer)
+        self.calls = 0
 
     @property
     def decision(self):
@@ -65,7 +66,17 @@ class Driver:
     def step(self, grads: Mapping[str, np.ndarray]) -> float:
         lr = float(self.current_lr())
         self.apply(grads)
+        self.calls += 1
         return lr
+
+    def last_skipped(self) -> bool:
+        """Whether the last step was skipped (``skip_nonfinite``), as the optimizer
+        reported it: one flag per step, or the backend does not report."""
+        flags = skipped_steps(self.optimizer)
+        if len(flags) != self.calls:
+            raise RuntimeError(f"the optimizer reported {len(flags)} skip flags after "
+                               f"{self.calls} steps")
+        return bool(flags[-1])
 
     def params_numpy(self) -> dict[str, np.ndarray]:
         return {n: self.to_numpy(p).copy() for n, p in self.params.items()}

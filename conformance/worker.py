@@ -68,7 +68,8 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
         decision = driver.decision
         for t in range(case.steps):
             lr = driver.step(case.gradients(t))
-            skipped = driver.record.skipped[-1] if spec.skip_nonfinite else None
+            # the claimed spec decides which quantities exist, so they match the oracle's
+            skipped = driver.last_skipped() if case.spec.skip_nonfinite else None
             recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped)
     except Exception:  # the report carries the text; the next case still runs
         return recorder.trajectory(), decision, traceback.format_exc()

@@ -174,3 +174,15 @@ def test_per_step_hyperparameters_change_the_numbers(case):
     oracle = reference_trajectory(case.spec, case)
     planted = reference_trajectory(frozen, case, "float32")
     assert compare(planted, oracle, floor_trajectories(case.spec, case)).worst_ratio > 100 * K
+
+
+def test_a_case_the_reference_cannot_run_is_an_error_not_a_crash():
+    """``--steps 60`` on a 50-step OneCycle: the reference raises, as the native class."""
+    from unified_opt.conformance.runner import References, _stable
+
+    case = next(c for c in SCHEDULE_CASES if c.id == "preset_lr_torch_onecyclelr")
+    longer = case.with_steps(60)
+    with pytest.raises(ValueError, match="past total_steps"):
+        References().get(longer, "float64")
+    assert _stable(longer, References())
+    assert _stable(case, References())

@@ -15,6 +15,7 @@ import unified_opt as uo
 from unified_opt import schedules
 from unified_opt.conformance.compare import K, step_ratios
 from unified_opt.reference import with_float32_hyperparameters
+from unified_opt.backends.paddle.native import native_class
 
 pytestmark = require("paddle")
 paddle = pytest.importorskip("paddle")
@@ -29,6 +30,7 @@ GROUPS = [uo.Group(match="*.bias", exclude_from=("weight_decay",)),
           uo.Group(match="norm.*", lr_scale=0.5, exclude_from=("grad_clip",)),
           uo.Group(match="head.*", lr_scale=2.0, weight_decay=0.03)]
 GLOBAL = uo.ClipByGlobalNorm(max_norm=1.0, per_group=True)
+UNCLIPPED = [uo.Group(match="norm.*", exclude_from=("grad_clip",))]   # need_clip only
 
 
 def arrays_and_stream(steps=STEPS, scale=1.0, inf_at=()):
@@ -85,6 +87,13 @@ def assert_nothing_left_behind(params):
 
 NATIVE = [  # (spec, groups, native class)
     (uo.SGD(lr=0.05, momentum=0.9, weight_decay=0.01, grad_clip=GLOBAL), GROUPS, "Momentum"),
+    (uo.NAdam(lr=1e-2, weight_decay=0.01, grad_clip=GLOBAL), GROUPS, "NAdam"),
+    (uo.Rprop(lr=1e-2, step_sizes=(1e-4, 0.05), grad_clip=uo.ClipByValue(max=0.5)),
+     UNCLIPPED, "Rprop"),
+    (uo.preset("paddle.incubate.optimizer.LarsMomentumOptimizer", learning_rate=0.1,
+               momentum=0.9, lars_weight_decay=0.01, exclude_from_weight_decay=["bias"],
+               grad_clip=paddle.nn.ClipGradByNorm(1.0)), UNCLIPPED,
+     "incubate.optimizer.LarsMomentumOptimizer"),
     (uo.SGD(lr=COSINE, weight_decay=0.01, grad_clip=uo.ClipByValue(max=0.5, min=-0.25)),
      GROUPS, "SGD"),
     (uo.Adam(lr=1e-2, betas=BETAS, weight_decay=0.01, grad_clip=uo.ClipByNorm(max_norm=0.5)),
@@ -110,9 +119,10 @@ NATIVE = [  # (spec, groups, native class)
                          ids=[f"{i}-{c[2]}" for i, c in enumerate(NATIVE)])
 @pytest.mark.parametrize("path", ["auto", "own"])
 def test_groups_and_clips_follow_the_reference(spec, groups, native, path):
-    d = run(spec, groups, path, f"paddle.optimizer.{native}" if path == "auto" else None)
+    qualified = native if native.startswith("incubate") else f"optimizer.{native}"
+    d = run(spec, groups, path, f"paddle.{qualified}" if path == "auto" else None)
     if path == "auto":
-        assert isinstance(d.optimizer, getattr(paddle.optimizer, native))
+        assert isinstance(d.optimizer, native_class(f"paddle.{qualified}"))
         grouped = any(g.lr_scale or g.lr or g.weight_decay for g in groups)
         assert isinstance(d.optimizer._param_groups[0], dict) is grouped
 
@@ -331,3 +341,35 @@ def test_own_minimize_runs_the_pre_step():
     oracle.step({"w": np.array([4.0, -8.0])})
     np.testing.assert_allclose(p.numpy(), oracle.params["w"], rtol=1e-6)   # [2.75, 4.25]
     assert uo.skipped_steps(optimizer) == [False]
+
+
+def test_resume_keeps_the_count_of_skipped_steps():
+    spec = uo.SGD(lr=schedules.Step(lr=0.1, step_size=1, gamma=0.5), momentum=0.9,
+                  skip_nonfinite=True)
+    _, stream = arrays_and_stream(steps=8, inf_at=(1, 2))
+
+    def run_steps(optimizer, named, grads_list):
+        for grads in grads_list:
+            for name, p in named:
+                p.grad = paddle.to_tensor(grads[name])
+            optimizer.step()
+            optimizer.clear_grad(set_to_zero=False)
+            uo.lr_scheduler(optimizer).step()
+
+    whole = make_params()
+    uninterrupted = uo.build(spec, whole)
+    run_steps(uninterrupted, whole, stream)
+    first = make_params()
+    optimizer = uo.build(spec, first)
+    run_steps(optimizer, first, stream[:4])
+    saved = optimizer.state_dict()
+    assert saved["LR_Scheduler"]["skipped_steps"] == 2
+    resumed = make_params({n: p.numpy() for n, p in first})
+    fresh = uo.build(spec, resumed)
+    fresh.set_state_dict({k.replace(p.name, q.name): v for (_, p), (_, q) in
+                          zip(first, resumed) for k, v in saved.items() if p.name in k}
+                         | {"LR_Scheduler": saved["LR_Scheduler"]})
+    run_steps(fresh, resumed, stream[4:])
+    for (name, a), (_, b) in zip(whole, resumed):
+        assert np.array_equal(a.numpy(), b.numpy()), name
+    assert fresh.get_lr() == uninterrupted.get_lr() == 0.1 * 0.5 ** 6

@@ -128,7 +128,8 @@ def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
     distinct = list(dict.fromkeys(keys))
     grouped = len(distinct) > 1 or distinct[0][1] != 1.0
     if grouped and row.native in NO_GROUPS:
-        return f"one lr and one weight decay for every parameter ({NO_GROUPS[row.native]})"
+        return (f"one Paddle parameter group for all parameters, with one lr, one weight "
+                f"decay and one clip norm ({NO_GROUPS[row.native]})")
 
     index = [distinct.index(k) for k in keys]
     clipped = [i for i, plan in enumerate(plans) if plan.clipped]

@@ -238,6 +238,14 @@ def _accumulator(optimizer, theirs, p):
     return optimizer._accumulators.get(key, {}).get(p.name)
 
 
+def _parameters(optimizer) -> list:
+    """The optimizer's parameters, also where it holds parameter groups (dicts)."""
+    out = []
+    for entry in optimizer._parameter_list:
+        out += entry["params"] if isinstance(entry, dict) else [entry]
+    return out
+
+
 def native_state(row, optimizer, p, spec) -> dict:
     """The native state of parameter ``p`` under ``spec``'s state names (the native
     classes create some accumulators, e.g. RMSProp's ``momentum``, that the spec has
@@ -252,7 +260,7 @@ def native_state(row, optimizer, p, spec) -> dict:
             continue
         accumulator = _accumulator(optimizer, theirs, p)
         if ours in scalars:
-            holder = p if p.size else next(q for q in optimizer._parameter_list if q.size)
+            holder = p if p.size else next(q for q in _parameters(optimizer) if q.size)
             accumulator = _accumulator(optimizer, theirs, holder).flatten()[0]
         if accumulator is not None:
             out[ours] = accumulator

@@ -32,6 +32,10 @@ class ScheduleLR(LRScheduler):
     def state_keys(self) -> None:
         self.keys = ["last_epoch", "last_lr", "skipped_steps"]
 
+    def set_state_dict(self, state_dict) -> None:
+        # state saved before skipped steps were counted has none
+        super().set_state_dict({"skipped_steps": 0, **state_dict})
+
 
 class SpecOptimizer(paddle.optimizer.Optimizer):
     """``paddle.optimizer.Optimizer`` running the spec's own update.

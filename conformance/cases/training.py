@@ -38,6 +38,7 @@ def group_cases() -> list[Case]:
     sgd = uo.SGD(lr=COSINE, momentum=0.9, weight_decay=0.01)
     adamw = uo.AdamW(lr=0.01, eps=1e-3, weight_decay=0.1, no_decay_names=NN_NAMES)
     ms_adam = uo.preset("mindspore.nn.Adam", learning_rate=0.01, eps=1e-3, weight_decay=0.1)
+    ms_momentum, ms_groups = _mindspore_momentum_groups()
     return [
         _case("group_sgd_lr_scale", sgd, groups=(
             G(match="*bias", lr_scale=2.0), G(match="ln.*", lr_scale=0.5, weight_decay=0.0))),
@@ -65,8 +66,8 @@ def group_cases() -> list[Case]:
             groups=(G(match="ln.*", lr_scale=0.1, weight_decay=0.0),)),
         _dense("preset_group_mindspore_nn_adam_name_rule", ms_adam, groups=(
             G(match="ln.gamma", weight_decay=0.05),)),
-        _dense("preset_group_mindspore_nn_momentum_order_params", _mindspore_momentum_groups()[0],
-               groups=_mindspore_momentum_groups()[1]),
+        _dense("preset_group_mindspore_nn_momentum_order_params", ms_momentum,
+               groups=ms_groups, description="MindSpore group dicts with order_params"),
     ]
 
 
