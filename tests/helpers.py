@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 import unified_opt as uo
@@ -107,14 +109,16 @@ def load_trajectory(path) -> dict:
         return {k: data[k] for k in data.files}
 
 
-def reference_trajectories(spec, shapes, steps):
+def reference_trajectories(spec, shapes, steps, groups=None):
     """(float64 oracle, float32 floor references) parameter trajectories over the
     ``gradient_stream`` of ``shapes``; the floor includes float32-held hyperparameters."""
     from unified_opt.reference import with_float32_hyperparameters
 
     arrays = initial_params(shapes=shapes)
-    runs = [uo.reference(spec, arrays, "float64"), uo.reference(spec, arrays, "float32"),
-            uo.reference(with_float32_hyperparameters(spec), arrays, "float32")]
+    runs = [uo.reference(spec, arrays, "float64", groups=groups),
+            uo.reference(spec, arrays, "float32", groups=groups),
+            uo.reference(with_float32_hyperparameters(spec), arrays, "float32",
+                         groups=groups)]
     traces = [{n: [] for n in arrays} for _ in runs]
     for g in gradient_stream(shapes=shapes, steps=steps):
         for ref, trace in zip(runs, traces):
@@ -123,6 +127,16 @@ def reference_trajectories(spec, shapes, steps):
                 trace[n].append(ref.params[n].copy())
     stacked = [{n: np.stack(v) for n, v in t.items()} for t in traces]
     return stacked[0], stacked[1:]
+
+
+def built_elsewhere(spec, shapes, steps, frameworks, out_dir, label, groups=None) -> dict:
+    """``spec`` (with ``groups``) built by ``uo.build`` on each of ``frameworks``, one
+    worker process per framework, over the ``gradient_stream`` of ``shapes``:
+    framework -> parameter trajectory (name -> (steps, *shape))."""
+    job = {"mode": "build", "steps": steps, "shapes": shapes, "spec": spec.to_dict(),
+           "groups": [g.to_dict() for g in groups or ()]}
+    run_framework_jobs({fw: [dict(job, id=f"{label}@{fw}")] for fw in frameworks}, out_dir)
+    return {fw: load_trajectory(Path(out_dir) / f"{label}@{fw}.npz") for fw in frameworks}
 
 
 def worst_ratio(got, oracle, floors) -> float:

@@ -4,30 +4,18 @@ different weight decay per group, one group with its own lr list, one inheriting
 optimizer's values), run by hand in MindSpore over 100 steps, is followed by its presets
 (``uo.preset`` + ``uo.schedules.preset`` + ``mindspore_groups``) in the reference and on
 torch and paddle, within 10x the float32 floor; ``uo.build`` on MindSpore is
-bit-identical to the hand-built optimizer.
-
-torch and paddle run in worker processes (this file run as a script, one process per
-framework): ``tests/workers/run_jobs.py`` takes no groups yet.
-
-    python tests/test_acceptance_mindspore.py FRAMEWORK JOBS.json OUT_DIR
+bit-identical to the hand-built optimizer. torch and paddle run in worker processes
+(one framework per process).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers import (built_elsewhere, gradient_stream, initial_params, installed_frameworks,
+                     reference_trajectories, worst_ratio)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from helpers import gradient_stream, initial_params, installed_frameworks, worst_ratio  # noqa
-
-import unified_opt as uo  # noqa: E402
-from unified_opt.presets.mindspore_groups import mindspore_groups  # noqa: E402
-from unified_opt.reference import with_float32_hyperparameters  # noqa: E402
+import unified_opt as uo
 
 STEPS = 100
 FACTOR = 10.0
@@ -57,7 +45,7 @@ def ported(lr_w):
     """The same optimizer as presets: the spec and the uo.Group list."""
     schedule = uo.schedules.preset("mindspore.nn.cosine_decay_lr", **LR)
     spec = uo.preset("mindspore.nn.Momentum", learning_rate=schedule, **MOMENTUM)
-    return spec, mindspore_groups(group_dicts(lr_w), spec)
+    return spec, uo.mindspore_groups(group_dicts(lr_w), spec)
 
 
 def trajectory(step, read, steps=STEPS):
@@ -67,48 +55,6 @@ def trajectory(step, read, steps=STEPS):
         for n, value in read().items():
             out[n].append(np.array(value, copy=True))
     return {n: np.stack(v) for n, v in out.items()}
-
-
-def references(spec, groups):
-    arrays = initial_params(shapes=SHAPES)
-    runs = [uo.reference(spec, arrays, "float64", groups=groups),
-            uo.reference(spec, arrays, "float32", groups=groups),
-            uo.reference(with_float32_hyperparameters(spec), arrays, "float32", groups=groups)]
-    traces = []
-    for ref in runs:
-        traces.append(trajectory(ref.step, lambda r=ref: r.params))
-    return traces[0], traces[1:]
-
-
-# -- the worker (one framework per process) --------------------------------------------
-
-def work(framework: str, jobs_file: str, out_dir: str) -> None:
-    import importlib
-
-    module = importlib.import_module(f"unified_opt.backends.{framework}.driver")
-    driver_cls = next(v for v in vars(module).values() if isinstance(v, type)
-                      and v.__module__ == module.__name__ and hasattr(v, "apply"))
-    for job in json.loads(Path(jobs_file).read_text()):
-        out = Path(out_dir) / f"{job['id']}.npz"
-        try:
-            driver = driver_cls(uo.spec_from_dict(job["spec"]), initial_params(shapes=SHAPES),
-                                total_steps=STEPS,
-                                groups=[uo.Group.from_dict(g) for g in job["groups"]])
-            np.savez(out, **trajectory(driver.step, driver.params_numpy))
-        except Exception as exc:  # reported per job; the test says what it means
-            out.with_suffix(".error").write_text(f"{type(exc).__name__}: {exc}")
-
-
-def run_workers(jobs: dict, out_dir: Path) -> None:
-    procs = []
-    for fw, fw_jobs in jobs.items():
-        path = out_dir / f"{fw}.jobs.json"
-        path.write_text(json.dumps(fw_jobs))
-        procs.append(subprocess.Popen([sys.executable, __file__, fw, str(path), str(out_dir)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    for proc in procs:   # at most two: torch and paddle
-        output = proc.communicate(timeout=600)[0]
-        assert proc.returncode == 0, output.decode(errors="replace")[-3000:]
 
 
 # -- the test ---------------------------------------------------------------------------
@@ -121,10 +67,7 @@ def test_mindspore_momentum_cosine_list_and_groups_followed_everywhere(tmp_path)
     lr, lr_w = nn.cosine_decay_lr(**LR), nn.cosine_decay_lr(**LR_W)
     spec, groups = ported(lr_w)
     others = [f for f in installed_frameworks() if f != "mindspore"]
-    jobs = {fw: [{"id": f"momentum@{fw}", "spec": spec.to_dict(),
-                  "groups": [g.to_dict() for g in groups]}] for fw in others}
-    if jobs:
-        run_workers(jobs, tmp_path)
+    elsewhere = built_elsewhere(spec, SHAPES, STEPS, others, tmp_path, "momentum", groups)
 
     # by hand in MindSpore: the migration guide's form
     arrays = initial_params(shapes=SHAPES)
@@ -143,26 +86,17 @@ def test_mindspore_momentum_cosine_list_and_groups_followed_everywhere(tmp_path)
             assert np.array_equal(params[n].asnumpy(), built_params[n].asnumpy()), n
 
     native = trajectory(both, lambda: {n: p.asnumpy() for n, p in params.items()})
-    oracle, floors = references(spec, groups)
+    oracle, floors = reference_trajectories(spec, SHAPES, STEPS, groups)
     ratio = worst_ratio(native, oracle, floors)
     assert ratio <= FACTOR, f"nn.Momentum by hand: {ratio:.1f} x fp32 floor"
     # the groups matter: without them (the flat-list name rule, one lr) it is far off
-    flat_oracle, flat_floors = references(spec, None)
+    flat_oracle, flat_floors = reference_trajectories(spec, SHAPES, STEPS)
     assert worst_ratio(native, flat_oracle, flat_floors) > 100 * FACTOR
 
     failures = []
-    for fw in others:
-        error = tmp_path / f"momentum@{fw}.error"
-        if error.exists():
-            failures.append(f"{fw}: {error.read_text()}")
-            continue
-        with np.load(tmp_path / f"momentum@{fw}.npz") as data:
-            got = {k: data[k] for k in data.files}
+    for fw, got in elsewhere.items():
         ratio = worst_ratio(got, oracle, floors)
         if ratio > FACTOR:
             failures.append(f"{fw}: {ratio:.1f} x fp32 floor")
     assert not failures, "; ".join(failures)
 
-
-if __name__ == "__main__":
-    work(*sys.argv[1:])

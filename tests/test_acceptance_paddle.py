@@ -15,9 +15,8 @@ import pytest
 from conftest import require
 
 import unified_opt as uo
-from helpers import (gradient_stream, initial_params, installed_frameworks, load_trajectory,
-                     run_framework_jobs, worst_ratio)
-from unified_opt.reference import with_float32_hyperparameters
+from helpers import (built_elsewhere, gradient_stream, initial_params, installed_frameworks,
+                     reference_trajectories, worst_ratio)
 
 pytestmark = require("paddle")
 
@@ -86,19 +85,7 @@ def _paddle_built():
 
 def _references():
     """(float64 oracle, [float32 floors]) trajectories of SPEC with GROUPS."""
-    arrays = initial_params(shapes=SHAPES)
-    runs = [uo.reference(SPEC, arrays, "float64", groups=GROUPS),
-            uo.reference(SPEC, arrays, "float32", groups=GROUPS),
-            uo.reference(with_float32_hyperparameters(SPEC), arrays, "float32",
-                         groups=GROUPS)]
-    traces = [{n: [] for n in arrays} for _ in runs]
-    for grads in gradient_stream(shapes=SHAPES, steps=STEPS):
-        for ref, trace in zip(runs, traces):
-            ref.step(grads)
-            for n in arrays:
-                trace[n].append(ref.params[n].copy())
-    stacked = [{n: np.stack(v) for n, v in t.items()} for t in traces]
-    return stacked[0], stacked[1:]
+    return reference_trajectories(SPEC, SHAPES, STEPS, GROUPS)
 
 
 @pytest.fixture(scope="module")
@@ -106,12 +93,9 @@ def runs(tmp_path_factory):
     others = [f for f in installed_frameworks() if f != "paddle"]
     if not others:
         pytest.skip("needs torch or mindspore besides paddle")
-    out = tmp_path_factory.mktemp("acceptance_paddle")
-    job = {"mode": "build", "steps": STEPS, "shapes": SHAPES, "spec": SPEC.to_dict(),
-           "groups": [g.to_dict() for g in GROUPS]}
-    run_framework_jobs({fw: [dict(job, id=f"lamb-warmup-cosine-exclude@{fw}")]
-                        for fw in others}, out)
-    return out, others
+    return built_elsewhere(SPEC, SHAPES, STEPS, others,
+                           tmp_path_factory.mktemp("acceptance_paddle"),
+                           "lamb-warmup-cosine-exclude", GROUPS)
 
 
 def test_the_hand_loop_is_the_spec():
@@ -136,11 +120,9 @@ def test_built_on_paddle_follows_the_paddle_loop():
 
 
 def test_presets_follow_the_paddle_loop_on_the_other_backends(runs):
-    out, others = runs
     oracle, floors = _references()
     target = {n: v.astype(np.float64) for n, v in _paddle_by_hand().items()}
-    for fw in others:
-        built = load_trajectory(out / f"lamb-warmup-cosine-exclude@{fw}.npz")
+    for fw, built in runs.items():
         ratio = worst_ratio(built, oracle, floors)
         assert ratio <= FACTOR, f"{fw}: {ratio:.2f} x fp32 floor"
         # and followed from Paddle's side: the Paddle trajectory as the target

@@ -11,9 +11,8 @@ import pytest
 
 import unified_opt as uo
 from conftest import require
-from helpers import (gradient_stream, initial_params, installed_frameworks, load_trajectory,
-                     run_framework_jobs, worst_ratio)
-from unified_opt.reference import with_float32_hyperparameters
+from helpers import (built_elsewhere, gradient_stream, initial_params, installed_frameworks,
+                     reference_trajectories, worst_ratio)
 
 pytestmark = require("torch")
 
@@ -58,19 +57,7 @@ def _torch_by_hand():
 
 def _references():
     """(float64 oracle, [float32 floors]) trajectories of SPEC with GROUPS."""
-    arrays = initial_params(shapes=SHAPES)
-    runs = [uo.reference(SPEC, arrays, "float64", groups=GROUPS),
-            uo.reference(SPEC, arrays, "float32", groups=GROUPS),
-            uo.reference(with_float32_hyperparameters(SPEC), arrays, "float32",
-                         groups=GROUPS)]
-    traces = [{n: [] for n in arrays} for _ in runs]
-    for grads in gradient_stream(shapes=SHAPES, steps=STEPS):
-        for ref, trace in zip(runs, traces):
-            ref.step(grads)
-            for n in arrays:
-                trace[n].append(ref.params[n].copy())
-    stacked = [{n: np.stack(v) for n, v in t.items()} for t in traces]
-    return stacked[0], stacked[1:]
+    return reference_trajectories(SPEC, SHAPES, STEPS, GROUPS)
 
 
 @pytest.fixture(scope="module")
@@ -78,12 +65,9 @@ def runs(tmp_path_factory):
     others = [f for f in installed_frameworks() if f != "torch"]
     if not others:
         pytest.skip("needs paddle or mindspore besides torch")
-    out = tmp_path_factory.mktemp("acceptance_torch")
-    job = {"mode": "build", "steps": STEPS, "shapes": SHAPES, "spec": SPEC.to_dict(),
-           "groups": [g.to_dict() for g in GROUPS]}
-    run_framework_jobs({fw: [dict(job, id=f"adamw-onecycle-groups@{fw}")] for fw in others},
-                       out)
-    return out, others
+    return built_elsewhere(SPEC, SHAPES, STEPS, others,
+                           tmp_path_factory.mktemp("acceptance_torch"),
+                           "adamw-onecycle-groups", GROUPS)
 
 
 def test_the_hand_loop_is_the_spec_and_uo_build_on_torch_follows_it():
@@ -107,14 +91,12 @@ def test_the_hand_loop_is_the_spec_and_uo_build_on_torch_follows_it():
 
 
 def test_presets_follow_the_torch_loop_on_the_other_backends(runs):
-    out, others = runs
     oracle, floors = _references()
     native = _torch_by_hand()
     assert worst_ratio(native, oracle, floors) <= FACTOR
     target = {n: v.astype(np.float64) for n, v in native.items()}
     ratios = {}
-    for fw in others:
-        built = load_trajectory(out / f"adamw-onecycle-groups@{fw}.npz")
+    for fw, built in runs.items():
         # against the oracle, and followed from torch's side: the torch trajectory as the
         # target, the float32 references' distance from it as the noise floor
         ratios[fw] = (worst_ratio(built, oracle, floors), worst_ratio(built, target, floors))

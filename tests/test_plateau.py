@@ -112,7 +112,7 @@ JOBS = [
     ("mindspore-callback-rule", "mindspore", _sgd(), "native",
      ("rule", ReduceOnPlateau.from_native(MS_CALLBACK, **K_CALLBACK), "acc"), M_MAX,
      {"monitor": "acc"}),
-    # the own implementation: xfail until it can follow an lr written from outside
+    # the own implementation follows an lr written from outside (constant spec lr)
     ("mindspore-callback-own", "mindspore", _sgd(), "own",
      ("native", MS_CALLBACK, K_CALLBACK), M_MAX, {"monitor": "acc"}),
     ("mindspore-callback-own-rule", "mindspore", _sgd(), "own",
@@ -187,10 +187,6 @@ def runs(tmp_path_factory):
 
 def _marks(job_id, fw):
     marks = [require(fw)]
-    if job_id.startswith("mindspore-callback-own"):
-        marks.append(pytest.mark.xfail(strict=True, reason=(
-            "the own MindSpore SpecOptimizer refuses a learning_rate written from outside "
-            "(the callback's F.assign); plateau_scheduler needs its follow_learning_rate()")))
     return marks
 
 

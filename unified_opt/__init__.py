@@ -12,6 +12,7 @@ from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 from .groups import Group
 from .lowering import Decision
 from .presets import preset, presets
+from .presets.mindspore_groups import mindspore_groups
 from .reference import Reference, reference
 from .spec import Spec, algorithms, get, spec_from_dict
 
@@ -22,4 +23,4 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
            "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
            "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
-           "ClipByValue", "Group", "skipped_steps"]
+           "ClipByValue", "Group", "mindspore_groups", "skipped_steps"]

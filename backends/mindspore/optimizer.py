@@ -16,6 +16,7 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 
 from unified_opt.pre_step import prepare_gradients
+from unified_opt.schedules import Schedule
 
 from .ops import mindspore_ops
 
@@ -29,8 +30,10 @@ class SpecOptimizer(nn.Optimizer):
     all. The lr is the spec's, ``spec.lr_at(global_step)`` in double precision, times each
     parameter's group factor (``plans``: :func:`unified_opt.groups.plan_parameters`); with
     ``total_steps`` the optimizer refuses to step past it, like the native classes given a
-    per-step lr list. A ``learning_rate`` written from outside is refused at the next step
-    rather than ignored: build with ``lr=<a Schedule>`` to change the lr.
+    per-step lr list. With a constant spec lr, an lr written into ``learning_rate`` from
+    outside (``mindspore.train.ReduceLROnPlateau``) is followed, as by the native classes
+    (``follows_learning_rate``); with a scheduled lr it is refused at the next step rather
+    than ignored.
 
     Each call runs :func:`unified_opt.pre_step.prepare_gradients` once over all
     parameters (loss scale, overflow skip, clipping, centralization), then each
@@ -57,9 +60,26 @@ class SpecOptimizer(nn.Optimizer):
         self.spec_state_parameters = ParameterTuple(flat)
         self._one = Tensor([1], mstype.int32)
 
+    @property
+    def follows_learning_rate(self) -> bool:
+        """Whether an lr written into ``learning_rate`` from outside is used (constant
+        spec lr) rather than refused (scheduled lr: the spec owns every step's lr)."""
+        return not isinstance(self.spec.lr, Schedule)
+
     def next_lr(self) -> float:
-        """The spec's lr the next call will use (before any group's factor)."""
-        return float(self.spec.lr_at(int(self.global_step.asnumpy()[0])))
+        """The lr the next call will use (before any group's factor)."""
+        return self._lr_of_step(int(self.global_step.asnumpy()[0]))
+
+    def _lr_of_step(self, step0: int) -> float:
+        lr = float(self.spec.lr_at(step0))
+        stored = self.learning_rate.asnumpy()
+        if stored == np.float32(lr):
+            return lr                      # the spec's value, in double precision
+        if self.follows_learning_rate:
+            return float(stored)
+        raise RuntimeError(f"SpecOptimizer: learning_rate was set to {float(stored)} from "
+                           f"outside; with a scheduled lr the own implementation takes the lr "
+                           f"from the spec ({lr} at step {step0})")
 
     def construct(self, gradients):
         self._check(gradients)
@@ -67,12 +87,7 @@ class SpecOptimizer(nn.Optimizer):
         if self.total_steps is not None and step0 >= self.total_steps:
             raise RuntimeError(f"SpecOptimizer: total_steps={self.total_steps} steps are done; "
                                "build with a larger total_steps to train longer")
-        lr = float(self.spec.lr_at(step0))
-        stored = self.learning_rate.asnumpy()
-        if stored != np.float32(lr):
-            raise RuntimeError(f"SpecOptimizer: learning_rate was set to {float(stored)} from "
-                               f"outside; the own implementation takes the lr from the spec "
-                               f"({lr} at step {step0}): build with lr=<a Schedule>")
+        lr = self._lr_of_step(step0)
         prepared = prepare_gradients(self.spec, self._plans, list(gradients), mindspore_ops)
         self.skipped.append(prepared is None)
         if prepared is None:
@@ -84,7 +99,8 @@ class SpecOptimizer(nn.Optimizer):
             for key, value in new_state.items():
                 ops.assign(slots[key], value)
         ops.assign_add(self.global_step, self._one)
-        ops.assign(self.learning_rate, Tensor(self.spec.lr_at(step0 + 1), mstype.float32))
+        if not self.follows_learning_rate:
+            ops.assign(self.learning_rate, Tensor(self.spec.lr_at(step0 + 1), mstype.float32))
         return True
 
     def _check(self, gradients) -> None:
