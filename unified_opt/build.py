@@ -146,9 +146,10 @@ def lr_scheduler(optimizer: Any):
 
 
 def skipped_steps(optimizer: Any) -> list[bool]:
-    """One bool per step call of an optimizer made by ``build``: True where the spec's
-    ``skip_nonfinite`` skipped it (non-finite unscaled gradients). With a dynamic loss
-    scale, read the last entry after each step to lower the scale."""
+    """Whether each step call of an optimizer made by ``build`` was skipped by the spec's
+    ``skip_nonfinite`` (non-finite unscaled gradients): one bool per call for a spec with
+    ``skip_nonfinite=True`` (with a dynamic loss scale, read the last entry after each
+    step to lower the scale). Optimizers that cannot skip may leave it empty."""
     return record_of(optimizer).skipped
 
 
