@@ -69,8 +69,10 @@ class Clip:
 
 
 def _scaled(grad, norm, max_norm: float, eps: float, ops):
-    # min(1, c / (norm + eps)) as a 0-d tensor: c / 0 is inf, clipped to 1
-    coefficient = ops.clip(max_norm / (norm + eps), 0.0, 1.0)
+    # min(1, c / (norm + eps)) as c / max(norm + eps, c): the same float either way
+    # (torch clamps the quotient, Paddle divides by the max), with no division by zero
+    bound = norm + eps
+    coefficient = max_norm / ops.maximum(bound, ops.full_like(bound, max_norm))
     return grad * coefficient
 
 
