@@ -55,15 +55,22 @@ def assert_follows_reference(run_step, read_params, spec, params, grads, factor=
             for n in params:
                 for k, want in oracle.state[n].items():
                     pairs.append((f"state {n}.{k}", state[n][k], want, floor32.state[n][k]))
-        for what, value, want, f32 in pairs:
-            assert value.shape == want.shape, f"{what} shape {value.shape} != {want.shape}"
-            if not want.size:
-                continue
-            error = np.abs(value.astype(np.float64) - want).max()
-            floor = max(np.abs(f32.astype(np.float64) - want).max(),
-                        4 * np.finfo(np.float32).eps * np.abs(want).max(), 1e-37)
-            assert error <= factor * floor, (
-                f"{what} at step {t}: error {error:.3e} > {factor} x floor {floor:.3e}")
+        assert_pairs_within_floor(pairs, t, factor)
+
+
+def assert_pairs_within_floor(pairs, t: int, factor: float) -> None:
+    """Each ``(what, value, float64 oracle, float32 reference)`` of step ``t``: the
+    value within ``factor`` times the float32 reference's error (floored at a few
+    float32 ulps of the values)."""
+    for what, value, want, f32 in pairs:
+        assert value.shape == want.shape, f"{what} shape {value.shape} != {want.shape}"
+        if not want.size:
+            continue
+        error = np.abs(value.astype(np.float64) - want).max()
+        floor = max(np.abs(f32.astype(np.float64) - want).max(),
+                    4 * np.finfo(np.float32).eps * np.abs(want).max(), 1e-37)
+        assert error <= factor * floor, (
+            f"{what} at step {t}: error {error:.3e} > {factor} x floor {floor:.3e}")
 
 
 # -- cross-framework runs: one worker process per framework ----------------------------

@@ -11,9 +11,9 @@ import warnings
 import numpy as np
 import pytest
 from conftest import require
+from test_backend_mindspore import assert_within_floor
 
 import unified_opt as uo
-from unified_opt.conformance.compare import K, step_ratios
 from unified_opt.presets.mindspore_groups import mindspore_groups
 from unified_opt.reference import with_float32_hyperparameters
 
@@ -46,16 +46,6 @@ def gradient_stream(arrays, steps=STEPS, scale=1.0, nonfinite=(), seed=1):
         yield grads
 
 
-def within_floor(got, ref64, refs32, what):
-    for key, exact in ref64.items():
-        value = np.asarray(got[key])
-        assert value.shape == exact.shape, (what, key)
-        ratio, nonfinite, error, floor = step_ratios(value[None], exact[None],
-                                                     [r[key][None] for r in refs32])
-        assert not nonfinite[0], f"{what}[{key}]: NaN/Inf positions differ from the oracle's"
-        assert ratio[0] <= K, f"{what}[{key}]: error {error[0]:.3g} = {ratio[0]:.3g} x floor"
-
-
 def run(spec, *, groups=None, path="auto", by_hand=None, nonfinite=(), steps=STEPS,
         reference_spec=None, reference_groups="same"):
     """Drive ``spec`` with ``groups`` through the conformance driver, checking the lr,
@@ -84,12 +74,12 @@ def run(spec, *, groups=None, path="auto", by_hand=None, nonfinite=(), steps=STE
             assert lr == want, (step, lr, want)
         else:   # held in float32 (a scaled group's divided by its factor)
             assert lr == pytest.approx(want, rel=2 * EPS32, abs=0.0), (step, lr, want)
-        within_floor(driver.params_numpy(), ref64.params, [r.params for r in refs32],
+        assert_within_floor(driver.params_numpy(), ref64.params, [r.params for r in refs32],
                      f"step {step} params")
         states = driver.state_numpy()
         for name in arrays:
             assert sorted(states[name]) == sorted(ref64.state[name]), name
-            within_floor(states[name], ref64.state[name], [r.state[name] for r in refs32],
+            assert_within_floor(states[name], ref64.state[name], [r.state[name] for r in refs32],
                          f"step {step} state {name}")
         if hand is not None:
             hand(tuple(Tensor(grads[n]) for n in copies))

@@ -11,7 +11,7 @@ import pytest
 
 import unified_opt as uo
 from conftest import require
-from helpers import SHAPES, gradient_stream, initial_params
+from helpers import SHAPES, assert_pairs_within_floor, gradient_stream, initial_params
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
@@ -42,15 +42,7 @@ def _follows_oracle(spec, groups, path, grads, arrays=None, factor=FACTOR):
         pairs = [(f"param {n}", got[n], oracle.params[n], floor32.params[n]) for n in arrays]
         pairs += [(f"state {n}.{k}", state[n][k], want, floor32.state[n][k])
                   for n in arrays for k, want in oracle.state[n].items()]
-        for what, value, want, f32 in pairs:
-            assert value.shape == want.shape, f"{what}: shape {value.shape} != {want.shape}"
-            if not want.size:
-                continue
-            error = np.abs(value.astype(np.float64) - want).max()
-            floor = max(np.abs(f32.astype(np.float64) - want).max(),
-                        4 * np.finfo(np.float32).eps * np.abs(want).max(), 1e-37)
-            assert error <= factor * floor, (
-                f"{what} at step {t}: error {error:.3e} > {factor} x floor {floor:.3e}")
+        assert_pairs_within_floor(pairs, t, factor)
     assert uo.skipped_steps(driver.optimizer) == oracle.skipped
     return driver, oracle
 
