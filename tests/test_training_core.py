@@ -205,3 +205,25 @@ def test_training_fields_round_trip_through_json_and_are_checked():
         uo.SGD(grad_clip=1.0)
     with pytest.raises(TypeError, match="skip_nonfinite must be a bool"):
         uo.SGD(skip_nonfinite=1)
+
+
+def test_a_group_that_matches_nothing_is_an_error():
+    with pytest.raises(ValueError, match=r"groups\[1\] \(match='bais'\) matches no parameter"):
+        plan_parameters(uo.SGD(), ["w", "bias"], [uo.Group(match="w", lr_scale=2.0),
+                                                  uo.Group(match="bais", weight_decay=0.0)])
+    with pytest.raises(ValueError, match=r"max must be >= 0 when min is not given"):
+        uo.ClipByValue(max=-1.0)
+    with pytest.raises(TypeError, match="Group takes keyword arguments only"):
+        uo.Group("*")
+
+
+def test_a_fixed_group_lr_is_exact_and_follows_an_lr_changed_from_outside():
+    (plan,) = plan_parameters(uo.SGD(lr=0.1), ["b"], [uo.Group(match="b", lr=0.05)])
+    assert plan.lr(0.1) == 0.05                  # exactly the group's lr
+    assert plan.lr(0.01) == pytest.approx(0.005)  # a plateau scheduler cut the lr by 10
+
+
+def test_lowering_judges_scheduled_decay_without_crashing():
+    spec = uo.get("lars", weight_decay=Cosine(lr=0.1, T_max=10), always_adapt=True)
+    for backend in ("torch", "paddle", "mindspore"):
+        assert uo.explain(spec, backend).path == "own"

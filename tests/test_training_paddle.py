@@ -151,6 +151,22 @@ def test_clip_by_norm_on_float64_runs_the_own_update():
     assert uo.explain(uo.build(spec, make_params())).native == "paddle.optimizer.Adam"
 
 
+def test_global_norm_clip_over_mixed_precisions_on_the_own_update():
+    """float32 and float64 parameters clipped together: their norms are promoted to
+    float64 before the global norm (paddle.stack takes one dtype)."""
+    spec = uo.SGD(lr=0.1, grad_clip=uo.ClipByGlobalNorm(max_norm=0.5), skip_nonfinite=True)
+    (_, w), = make_params({"w": np.ones(3, "float32")})
+    (_, b), = make_params({"b": np.ones(2, "float64")})
+    opt = uo.build(spec, [("w", w), ("b", b)])
+    w.grad = paddle.to_tensor(np.full(3, 2.0, "float32"))
+    b.grad = paddle.to_tensor(np.full(2, 2.0, "float64"))
+    opt.step()
+    scale = 0.5 / np.sqrt(5 * 4.0)
+    np.testing.assert_allclose(w.numpy(), 1 - 0.1 * 2.0 * scale, rtol=1e-6)
+    # the float32 norm enters the float64 sum rounded to float32
+    np.testing.assert_allclose(b.numpy(), 1 - 0.1 * 2.0 * scale, rtol=1e-6)
+
+
 # -- the rest of the pre-step and per-step hyperparameters: the own update -----------------
 
 OWN = [  # (spec, gradient scale, steps with an inf gradient)

@@ -198,7 +198,7 @@ def test_param_groups_have_the_group_values():
 
 
 def test_float64_and_zero_size_parameters_with_every_feature():
-    shapes = {"w": (4, 3), "empty": (0,), "e2": (0, 3), "b": (3,)}
+    shapes = {"w": (4, 3), "empty": (0,), "e2": (0, 3), "bias": (3,)}
     arrays = {n: a.astype(np.float64) for n, a in initial_params(shapes).items()}
     spec = CASES[-1][1]
     grads = [{n: g.astype(np.float64) * 256.0 for n, g in s.items()}
@@ -210,7 +210,7 @@ def test_float64_and_zero_size_parameters_with_every_feature():
         for g in grads:
             driver.step(g)
             oracle.step(g)
-        for n in ("w", "b"):
+        for n in ("w", "bias"):
             np.testing.assert_allclose(driver.params_numpy()[n], oracle.params[n],
                                        rtol=1e-12, atol=1e-14)
 
@@ -343,3 +343,14 @@ def test_sgd_one_cycle_momentum_and_value_clip_bit_identical_to_the_hand_loop():
     for t, (a, b) in enumerate(zip(ours, theirs)):
         for n in arrays:
             np.testing.assert_array_equal(a[n], b[n], err_msg=f"{n} at step {t}")
+
+
+def test_a_group_decay_the_native_class_cannot_take_goes_own():
+    """torch.optim.Rprop has no weight decay: a group's decay sends the build to the own
+    path instead of being dropped."""
+    spec = uo.get("rprop", lr=0.01)
+    groups = [uo.Group(match="w", weight_decay=0.5)]
+    _follows_oracle(spec, groups, "auto", list(gradient_stream(steps=STEPS)))
+    driver = TorchDriver(spec, initial_params(), groups=groups)
+    assert driver.decision.path == "own"
+    assert "every parameter group" in str(driver.decision)

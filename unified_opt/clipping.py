@@ -130,6 +130,9 @@ class ClipByValue(Clip):
 
     def _check(self, owner):
         high = v.check_real(owner, "max", self.max)
+        if self.min is None and high < 0.0:
+            raise ValueError(f"{owner}: max must be >= 0 when min is not given (min "
+                             f"defaults to -max), got max={high!r}")
         low = -high if self.min is None else v.check_real(owner, "min", self.min)
         if low > high:
             raise ValueError(f"{owner}: min must be <= max, got min={low!r}, max={high!r}")

@@ -33,6 +33,8 @@ EXCLUSIONS = ("weight_decay", "grad_clip")
 
 @dataclass(frozen=True, kw_only=True)
 class Group:
+    """One rule of parameter groups (see the module docstring)."""
+
     match: str | tuple[str, ...] | Callable[[str], bool]
     lr: float | None = None
     lr_scale: float | None = None
@@ -116,8 +118,14 @@ class ParameterPlan:
     clipped: bool = True
 
     def lr(self, base_lr: float) -> float:
-        """This parameter's lr when the spec's lr is ``base_lr``."""
-        return self.fixed_lr if self.fixed_lr is not None else base_lr * self.lr_scale
+        """This parameter's lr when the optimizer's lr is ``base_lr``: with a fixed group
+        lr, exactly it while the lr is the spec's, and in proportion once something
+        outside (a plateau scheduler) changes the optimizer's lr."""
+        if self.fixed_lr is None:
+            return base_lr * self.lr_scale
+        if base_lr == self.spec.lr or self.spec.lr == 0.0:
+            return self.fixed_lr
+        return base_lr * (self.fixed_lr / self.spec.lr)
 
 
 def check_groups(groups: Any, caller: str) -> tuple[Group, ...]:
@@ -160,4 +168,14 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
         scale = 1.0 if group.lr_scale is None else group.lr_scale
         plans.append(ParameterPlan(name, param_spec, scale, group.lr, index,
                                    "grad_clip" not in group.exclude_from))
+    used = {plan.group for plan in plans}
+    for index, group in enumerate(groups):
+        if index not in used:   # a typo in a pattern would otherwise pass unnoticed
+            shown = [n for n in names[:8]] + (["..."] if len(names) > 8 else [])
+            raise ValueError(f"{caller}: groups[{index}] (match={group.match!r}) matches no "
+                             f"parameter that an earlier group has not taken; parameter "
+                             f"names: {shown}")
     return plans
+
+
+Group.__init__ = v.checked_keyword_init(Group, Group.__init__)

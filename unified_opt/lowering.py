@@ -36,7 +36,16 @@ class NativeLowering:
     note: str = ""                                # shown by explain
 
     def unmet(self, spec: Spec) -> list[str]:
-        return [c.text for c in self.conditions if not c.holds(spec)]
+        return [c.text for c in self.conditions if not holds(c, spec)]
+
+
+def holds(condition: Condition, spec: Spec) -> bool:
+    """Whether ``condition`` holds for ``spec``; a condition written for a number that
+    meets a schedule there (a weight-decay schedule compared with 0) does not hold."""
+    try:
+        return bool(condition.holds(spec))
+    except TypeError:
+        return False
 
 
 def when(text: str, holds: Callable[[Spec], bool]) -> Condition:
@@ -82,7 +91,7 @@ def decide(backend: str, table: Sequence[NativeLowering], spec: Spec, path: str 
     for row in rows:
         unmet = row.unmet(spec)
         if extra is not None:
-            unmet += [c.text for c in extra(row) if not c.holds(spec)]
+            unmet += [c.text for c in extra(row) if not holds(c, spec)]
         if not unmet:
             if path == "own":
                 return Decision(backend, spec.name, "own", None,

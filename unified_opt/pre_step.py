@@ -3,8 +3,9 @@ r"""What happens to the gradients before the algorithm's update, written once.
 Every spec has the same four fields for it (see :class:`unified_opt.spec.Spec`), applied
 in this order to the gradients of one optimizer step:
 
-1. ``loss_scale`` :math:`S`: :math:`g \leftarrow g / S` (the loss was multiplied by
-   :math:`S`; MindSpore's ``loss_scale``, whose stored weight decay is ``wd * S`` so that
+1. ``loss_scale`` :math:`S`: :math:`g \leftarrow g \cdot (1/S)` (the loss was
+   multiplied by :math:`S`; MindSpore's ``loss_scale``, which multiplies by the
+   reciprocal the same way, whose stored weight decay is ``wd * S`` so that
    it adds up to the same :math:`g/S + \lambda\theta`).
 2. ``skip_nonfinite``: if any unscaled gradient holds inf or NaN, the step is skipped:
    parameters, state, the step count and so the schedule position stay as they were,

@@ -47,7 +47,10 @@ class MindSporeOps(Ops):
     def numel(self, x): return int(x.size)
     def machine_eps(self, x): return float(np.finfo(_NUMPY_DTYPES[x.dtype]).eps)
     def all_finite(self, x): return bool(np.isfinite(x.asnumpy()).all())
-    def stack(self, xs): return ops.stack(xs)
+    def stack(self, xs):
+        # ops.stack takes one dtype; promote as torch and numpy do (mixed precisions)
+        wide = mstype.float64 if any(x.dtype == mstype.float64 for x in xs) else xs[0].dtype
+        return ops.stack([x.astype(wide) for x in xs])
 
     # MindSpore's sort/topk have no stable order for ties: select on the host with the
     # numpy binding (a stable descending sort, first k), the selection every binding makes

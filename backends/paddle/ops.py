@@ -23,7 +23,10 @@ class PaddleOps(Ops):
     def numel(self, x): return int(x.size)
     def machine_eps(self, x): return float(paddle.finfo(x.dtype).eps)
     def all_finite(self, x): return bool(paddle.isfinite(x).all())
-    def stack(self, xs): return paddle.stack(xs)
+    def stack(self, xs):
+        # paddle.stack takes one dtype; promote as torch and numpy do (mixed precisions)
+        wide = paddle.float64 if any(x.dtype == paddle.float64 for x in xs) else xs[0].dtype
+        return paddle.stack([x.astype(wide) for x in xs])
 
     def topk_mask(self, x, k):
         flat = x.reshape([-1])

@@ -35,7 +35,7 @@ def build(spec, named, *, path, options, plans):
         if not isinstance(p, torch.Tensor) or not p.is_leaf:
             raise TypeError(f"build: torch parameters must be leaf tensors, got {name or ''} "
                             f"{type(p).__name__}")
-    decision = decide_for(spec, path)
+    decision = decide_for(spec, path, plans)
     empty = [name or f"#{i}" for i, (name, p) in enumerate(named) if p.numel() == 0]
     if decision.path == "native" and empty and decision.native in NO_ZERO_SIZE:
         if path == "native":

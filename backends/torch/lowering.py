@@ -200,8 +200,24 @@ def around_text(spec) -> str:
     return "; ".join(parts)
 
 
-def decide_for(spec, path: str = "auto"):
-    decision = decide("torch", TABLE, spec, path, OWN_CLASS, extra=_around)
+def _with_groups(row, plans):
+    """``_around(row)``, and the row's own conditions for every group's spec (a group's
+    weight decay must be one the native class can take too)."""
+    conditions = _around(row)
+    specs = []
+    for plan in plans or ():
+        if all(plan.spec != s for s in specs):
+            specs.append(plan.spec)
+    if specs:
+        conditions.append(when(
+            "every parameter group's hyperparameters meet these conditions too",
+            lambda s: not any(row.unmet(p) for p in specs)))
+    return conditions
+
+
+def decide_for(spec, path: str = "auto", plans=None):
+    decision = decide("torch", TABLE, spec, path, OWN_CLASS,
+                      extra=lambda row: _with_groups(row, plans))
     text = around_text(spec)
     if decision.path == "native" and text:
         decision = dataclasses.replace(decision, reason=f"{decision.reason}; {text}")

@@ -373,6 +373,16 @@ def plateau_scheduler(optimizer: Any, rule: ReduceOnPlateau, *, monitor: str | N
         raise ValueError(f"plateau_scheduler: rule.initial_lr={rule.initial_lr!r} differs "
                          f"from the optimizer's lr {lr0!r}; build the spec with "
                          f"lr={rule.initial_lr!r}")
+    scaled = [p.name for p in (record.plans or ())
+              if p.lr_scale != 1.0 or p.fixed_lr is not None]
+    if scaled and (rule.min_lr > 0.0 or rule.eps > 0.0):
+        # torch and MindSpore clamp and compare each group's own lr, Paddle one lr that
+        # it multiplies per group: with factors they part at min_lr and at eps
+        raise NotImplementedError(
+            f"plateau_scheduler: parameters {scaled} have a group lr factor, and the "
+            f"frameworks apply min_lr={rule.min_lr!r} / eps={rule.eps!r} to group lrs "
+            "differently (torch and MindSpore per group, Paddle before the factor); with "
+            "groups give the rule min_lr=0 and eps=0")
     backend = framework_of(optimizer)
     native = _native_name(backend, optimizer)
     if monitor is not None and native != MS_CALLBACK:
