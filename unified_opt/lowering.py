@@ -117,6 +117,27 @@ def decide(backend: str, table: Sequence[NativeLowering], spec: Spec, path: str 
     return Decision(backend, spec.name, "own", None, reason, tuple(rejected), None, own_class)
 
 
+def distinct(items) -> list:
+    """The distinct items in order of first appearance, compared by ``==`` (specs hold
+    schedules and tuples of them: they are compared, not hashed)."""
+    out: list = []
+    for item in items:
+        if all(item is not seen and item != seen for seen in out):
+            out.append(item)
+    return out
+
+
+def every_group_condition(row: NativeLowering, plans) -> Condition | None:
+    """The row's own conditions for every parameter's spec (groups and name rules
+    applied): a group's hyperparameters must be ones the native class takes too. None
+    without plans."""
+    specs = distinct(plan.spec for plan in plans or ())
+    if not specs:
+        return None
+    return when("every parameter group's hyperparameters meet these conditions too",
+                lambda s: not any(row.unmet(p) for p in specs))
+
+
 def _no_pre_step(spec: Spec) -> bool:
     from .pre_step import has_pre_step
 

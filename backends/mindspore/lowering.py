@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, NativeLowering,
-                                  decide, when)
+                                  decide, every_group_condition, when)
 from unified_opt.schedules import Schedule
 
 OWN_CLASS = "unified_opt.backends.mindspore.SpecOptimizer (a mindspore.nn.Optimizer)"
@@ -375,13 +375,7 @@ def _around(row, plans):
                   else CONSTANT_HYPERPARAMETERS]
     if not plans:
         return conditions
-    own_specs = []
-    for plan in plans:
-        if all(plan.spec is not s and plan.spec != s for s in own_specs):
-            own_specs.append(plan.spec)
-    conditions.append(when(
-        "every parameter group's hyperparameters meet these conditions too",
-        lambda s: not any(row.unmet(p) for p in own_specs)))
+    conditions.append(every_group_condition(row, plans))
     if row.native in NO_GROUPS:
         conditions.append(when(
             f"no group lr and one weight decay for every parameter ({row.native} is built "

@@ -27,6 +27,7 @@ import numpy as np
 
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.groups import ParameterPlan, plan_parameters
+from unified_opt.lowering import distinct as distinct_items
 
 #: the constructor keyword of each class's weight decay (a group key too), where it is
 #: not ``weight_decay``; classes absent from the row arguments' keys have none (Rprop)
@@ -93,10 +94,7 @@ def _multiplier(plan, spec, dtypes) -> float | str:
 
 def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
     specs = [resolved(p.spec) for p in plans]
-    distinct_specs: list = []
-    for s in specs:   # a few kinds of parameter, many parameters
-        if not any(s is t or s == t for t in distinct_specs):
-            distinct_specs.append(s)
+    distinct_specs = distinct_items(specs)   # a few kinds of parameter, many parameters
     unmet = sorted({text for s in distinct_specs for text in row.unmet(s)})
     if unmet:
         return ("every parameter's own spec (groups and name rules applied) to meet it: "

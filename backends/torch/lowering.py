@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from unified_opt.lowering import CONSTANT_HYPERPARAMETERS, NativeLowering, decide, when
+from unified_opt.lowering import (CONSTANT_HYPERPARAMETERS, NativeLowering, decide,
+                                  every_group_condition, when)
 from unified_opt.pre_step import has_pre_step
 from unified_opt.schedules import Schedule
 
@@ -201,18 +202,9 @@ def around_text(spec) -> str:
 
 
 def _with_groups(row, plans):
-    """``_around(row)``, and the row's own conditions for every group's spec (a group's
-    weight decay must be one the native class can take too)."""
-    conditions = _around(row)
-    specs = []
-    for plan in plans or ():
-        if all(plan.spec != s for s in specs):
-            specs.append(plan.spec)
-    if specs:
-        conditions.append(when(
-            "every parameter group's hyperparameters meet these conditions too",
-            lambda s: not any(row.unmet(p) for p in specs)))
-    return conditions
+    """``_around(row)``, and the row's own conditions for every group's spec."""
+    group_condition = every_group_condition(row, plans)
+    return _around(row) + ([group_condition] if group_condition else [])
 
 
 def decide_for(spec, path: str = "auto", plans=None):
