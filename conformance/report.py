@@ -43,18 +43,15 @@ def _clean(obj):
 
 
 def unexercised_rows(backend: str, results: list[dict]) -> list[str]:
-    """Rows of ``backend``'s lowering table that no run of ``results`` built with."""
-    import importlib
+    """Native lowerings of ``backend`` (for the algorithms of ``results``) that no run of
+    ``results`` built with."""
+    from unified_opt.backend import load
 
-    try:
-        table = importlib.import_module(f"unified_opt.backends.{backend}.lowering").TABLE
-    except Exception as error:  # a backend without a lowering table yet
-        return [f"(lowering table unavailable: {error})"]
     used = {(r["algorithm"], r["lowering"]["native"]) for r in results
             if r["backend"] == backend and r["lowering"] and r["lowering"]["path"] == "native"}
     algorithms = {r["algorithm"] for r in results}
-    return [f"{row.algorithm} -> {row.native}" for row in table
-            if row.algorithm in algorithms and (row.algorithm, row.native) not in used]
+    return [f"{lowering.algorithm} -> {cls.name}" for cls, lowering in load(backend).rows()
+            if lowering.algorithm in algorithms and (lowering.algorithm, cls.name) not in used]
 
 
 def build_report(cases, backends, workers: dict, results: list[dict], *,

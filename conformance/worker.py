@@ -2,7 +2,7 @@
 
 ``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR``
 
-Imports exactly one framework (through ``unified_opt.backends.<NAME>.driver``), runs
+Imports exactly one framework (through ``unified_opt.conformance.drivers.<NAME>``), runs
 every case on every path it lists through that backend's :class:`Driver`, and writes
 per (case, path) ``<case>__<path>.npz`` (the trajectory) and ``<case>__<path>.json``
 (framework version, lowering decision or error text). A path whose lowering repeats
@@ -25,15 +25,15 @@ import traceback
 from pathlib import Path
 
 from .cases import Case
-from .driver import Driver
+from .drivers.base import Driver
 from .trajectory import Recorder
 
 FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
 
 
 def driver_class(backend: str) -> type[Driver]:
-    """The single :class:`Driver` subclass defined in ``unified_opt.backends.<backend>.driver``."""
-    module = importlib.import_module(f"unified_opt.backends.{backend}.driver")
+    """The single :class:`Driver` subclass defined in ``unified_opt.conformance.drivers.<backend>``."""
+    module = importlib.import_module(f"unified_opt.conformance.drivers.{backend}")
     found = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
              if issubclass(obj, Driver) and obj is not Driver
              and obj.__module__ == module.__name__]

@@ -71,7 +71,7 @@ def runs(tmp_path_factory):
 
 
 def test_the_hand_loop_is_the_spec_and_uo_build_on_torch_follows_it():
-    from unified_opt.backends.torch.driver import TorchDriver
+    from unified_opt.conformance.drivers.torch import TorchDriver
 
     oracle, floors = _references()
     native = _torch_by_hand()

@@ -13,7 +13,7 @@ from helpers import SHAPES, assert_follows_reference, gradient_stream, initial_p
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
 
-from unified_opt.backends.torch.driver import TorchDriver  # noqa: E402
+from unified_opt.conformance.drivers.torch import TorchDriver  # noqa: E402
 
 
 def _params(arrays):
@@ -59,7 +59,7 @@ def test_native_path_is_bit_identical_to_hand_built(spec, cls, kwargs):
 
 def test_no_decay_names_become_param_groups():
     arrays, grads = initial_params(), list(gradient_stream(steps=100))
-    spec = uo.AdamW(lr=1e-2, weight_decay=0.2, no_decay_names=("bias", "gamma"))
+    spec = uo.AdamW(lr=1e-2, weight_decay=0.2, no_decay_names=("*bias*", "*gamma*"))
     ours, theirs = _params(arrays), _params(arrays)
     a = _drive(uo.build(spec, ours.items()), ours, grads)
     skip = [p for n, p in theirs.items() if n in ("bias", "ln.gamma")]
@@ -90,7 +90,7 @@ OWN_CASES = [
     uo.Adam(lr=1e-2, eps=1e-3, eps_placement="inside", amsgrad=True),
     uo.Adam(lr=1e-2, bias_correction=False, nesterov=True, weight_decay=0.1),
     uo.AdamW(lr=1e-2, decay_form="in_update", bias_correction=False, eps=1e-6,
-             weight_decay=0.1, no_decay_names=("gamma",)),
+             weight_decay=0.1, no_decay_names=("*gamma*",)),
     uo.AdamW(lr=1e-2, decay_times_lr=False, weight_decay=1e-3),
     uo.SGD(lr=uo.schedules.Cosine(lr=0.1, T_max=40), momentum=0.9, lr_placement="inside"),
     uo.SGD(lr=0.05, momentum=0.9, dampening=0.5, momentum_init="zeros"),
@@ -121,7 +121,7 @@ def test_explain_names_path_and_reason():
 
 def test_module_pairs_and_bare_parameters():
     model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.LayerNorm(2))
-    spec = uo.SGD(lr=0.1, weight_decay=0.5, no_decay_names=("bias",))
+    spec = uo.SGD(lr=0.1, weight_decay=0.5, no_decay_names=("*bias*",))
     opt = uo.build(spec, model)
     assert [len(g["params"]) for g in opt.param_groups] == [2, 2]
     assert [g["weight_decay"] for g in opt.param_groups] == [0.5, 0.0]

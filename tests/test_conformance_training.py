@@ -60,7 +60,7 @@ def test_registered_callables_travel_by_name_and_others_are_refused():
     data = encode_spec(spec)
     assert data["hyperparameters"]["lr"]["fn"] == {"function": "wavy_decay"}
     assert decode_spec(json.loads(json.dumps(data))) == spec
-    with pytest.raises(TypeError, match="not a registered conformance function"):
+    with pytest.raises(TypeError, match="not a registered example function"):
         Case(id="stray_lambda", spec=uo.SGD(lr=Lambda(fn=lambda t: 0.5, lr=0.1)))
     data["hyperparameters"]["lr"]["fn"] = {"function": "nowhere"}
     with pytest.raises(ValueError, match="unknown function 'nowhere'"):

@@ -26,7 +26,7 @@ def run_paddle(spec, by_hand=None, steps=STEPS):
     import paddle
     from test_backend_mindspore import arrays_of, assert_within_floor, gradient_stream
 
-    from unified_opt.backends.paddle.driver import PaddleDriver
+    from unified_opt.conformance.drivers.paddle import PaddleDriver
     from unified_opt.backends.paddle.native import native_state
     from unified_opt.reference import with_float32_hyperparameters
 
@@ -60,7 +60,7 @@ def run_paddle(spec, by_hand=None, steps=STEPS):
             hand.clear_grad(set_to_zero=False)
             for name, p in copies.items():
                 assert np.array_equal(p.numpy(), driver.params[name].numpy()), (step, name)
-                theirs = native_state(driver.decision.lowering, hand, p,
+                theirs = native_state(driver.decision.native_class, hand, p,
                                       spec.for_parameter(name))
                 for key, value in driver.spec_state(name).items():
                     assert np.array_equal(theirs[key].numpy(), value.numpy()), (step, key)
@@ -177,18 +177,20 @@ def test_own_adam_offload_keeps_its_state_on_the_host():
 # -- explain ---------------------------------------------------------------------------------
 
 def test_mindspore_lamb_and_lars_rows_know_the_device():
-    from unified_opt.backends.mindspore.lowering import decide_for
+    from unified_opt.backend import Context, load
+
+    backend = load("mindspore")
 
     lamb = uo.preset("mindspore.nn.Lamb", learning_rate=0.01, weight_decay=0.05)
     lars = uo.preset("mindspore.nn.LARS", coefficient=0.02, optimizer=uo.preset(
         "mindspore.nn.Momentum", learning_rate=0.5, momentum=0.9, weight_decay=0.01))
     for spec, native in ((lamb, "mindspore.nn.Lamb"), (lars, "mindspore.nn.LARS")):
-        on_cpu = decide_for(spec, device="CPU")
+        on_cpu = backend.decide(spec, "auto", Context(device="CPU"))
         assert on_cpu.path == "own"
         (rejected, unmet), = on_cpu.rejected
         assert rejected == native and unmet == (f"device in ('GPU', 'Ascend') ({native} has "
-                                                "no CPU kernel, mindspore.md §2; this is CPU)",)
-        assert decide_for(spec, device="GPU").native == native
+                                                "no CPU kernel in MindSpore 2.10; this is CPU)",)
+        assert backend.decide(spec, "auto", Context(device="GPU")).native == native
     assert "has no CPU kernel" in str(uo.explain(lamb, backend="mindspore"))
 
 

@@ -18,10 +18,10 @@ torch = pytest.importorskip("torch")
 NAMED = {"w": (8, 6), "bias": (6,), "ln.gamma": (6,), "w3d": (3, 4, 5), "empty": (0,)}
 
 OWN_SPECS = [
-    uo.Lamb(lr=0.01, weight_decay=0.05, no_decay_names=("gamma",)),
+    uo.Lamb(lr=0.01, weight_decay=0.05, no_decay_names=("*gamma*",)),
     uo.Lamb(lr=0.01, weight_decay=0.0, bias_correction="step", weight_norm_clamp=2.0,
             always_adapt=True, trust_eps=0.01),
-    uo.LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, exclude_names=("bias",)),
+    uo.LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, exclude_names=("*bias*",)),
     uo.LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, lr_placement="outside",
             momentum_init="grad", dampening=0.1, zero_norm_rule="raw_if_norm_zero", clip=True),
     uo.Adafactor(lr=0.3, weight_decay=0.1, eps=(0.05, 1e-3)),
@@ -99,8 +99,8 @@ def test_zero_size_parameters_send_adafactor_to_the_own_path():
     params = _params(initial_params(NAMED))
     optimizer = uo.build(uo.Adafactor(), params.items())
     decision = uo.explain(optimizer)
-    assert decision.path == "own" and "['empty']" in decision.reason
-    assert "ZeroDivisionError" in decision.reason
+    assert decision.path == "own" and "['empty']" in str(decision)
+    assert "ZeroDivisionError" in str(decision)
     with pytest.raises(ValueError, match="zero-size"):
         uo.build(uo.Adafactor(), params.items(), path="native")
     rejected = dict(uo.explain(uo.preset("mindspore.nn.AdaFactor"), "torch").rejected)

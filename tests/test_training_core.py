@@ -37,7 +37,7 @@ def test_bad_groups_raise_naming_argument_and_value(kwargs, error, text):
 
 
 def test_first_matching_group_wins_and_overrides_the_name_rule():
-    spec = uo.AdamW(weight_decay=0.1, no_decay_names=("gamma", "bias"))
+    spec = uo.AdamW(weight_decay=0.1, no_decay_names=("*gamma*", "*bias*"))
     groups = [uo.Group(match="ln.*", weight_decay=0.05, lr_scale=0.5),
               uo.Group(match=("*gamma", "w"), lr=0.25, exclude_from=("grad_clip",))]
     w, bias, gamma = plan_parameters(spec, ["w", "bias", "ln.gamma"], groups)

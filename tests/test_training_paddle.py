@@ -15,7 +15,7 @@ import unified_opt as uo
 from unified_opt import schedules
 from unified_opt.conformance.compare import K, step_ratios
 from unified_opt.reference import with_float32_hyperparameters
-from unified_opt.backends.paddle.native import native_class
+from unified_opt.native import import_native as native_class
 
 pytestmark = require("paddle")
 paddle = pytest.importorskip("paddle")
@@ -50,7 +50,7 @@ def arrays_and_stream(steps=STEPS, scale=1.0, inf_at=()):
 def run(spec, groups=GROUPS, path="auto", native=None, scale=1.0, inf_at=()):
     """STEPS steps through the Paddle driver; lr, skips, parameters and states checked
     at every step against the float64 reference within K x the float32 floor."""
-    from unified_opt.backends.paddle.driver import PaddleDriver
+    from unified_opt.conformance.drivers.paddle import PaddleDriver
 
     arrays, stream = arrays_and_stream(scale=scale, inf_at=inf_at)
     d = PaddleDriver(spec, arrays, path=path, groups=groups)

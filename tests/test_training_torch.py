@@ -16,7 +16,7 @@ from helpers import SHAPES, assert_pairs_within_floor, gradient_stream, initial_
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
 
-from unified_opt.backends.torch.driver import TorchDriver  # noqa: E402
+from unified_opt.conformance.drivers.torch import TorchDriver  # noqa: E402
 
 STEPS = 60
 FACTOR = 10.0

@@ -7,10 +7,10 @@ The core is numpy only; a framework is imported when a call needs it.
 from . import schedules
 from .algorithms import (CAME, LARS, SGD, Adadelta, Adafactor, Adagrad, Adam, AdamOffload,
                          Adamax, AdamW, DGCMomentum, Lamb, Lion, NAdam, RAdam, RMSprop, Rprop)
-from .build import backends, build, explain, lr_scheduler, skipped_steps
+from .backend import Decision
+from .build import backends, build, explain, lr_scheduler, plateau_scheduler, skipped_steps
 from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 from .groups import Group
-from .lowering import Decision
 from .presets import preset, presets
 from .presets.mindspore_groups import mindspore_groups
 from .reference import Reference, reference
@@ -23,4 +23,4 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
            "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
            "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
-           "ClipByValue", "Group", "mindspore_groups", "skipped_steps"]
+           "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]

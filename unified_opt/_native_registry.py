@@ -10,13 +10,28 @@ naming the native call, before anything is built. A refused name raises
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from typing import Any, Callable
 
 
+def did_you_mean(name: str, names: list[str]) -> str:
+    """``"; did you mean 'x' or 'y'?"`` for the ``names`` closest to ``name`` (case
+    ignored), or ``""``."""
+    lowered: dict[str, str] = {}
+    for candidate in names:
+        lowered.setdefault(candidate.lower(), candidate)
+    close = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), 3,
+                                                           cutoff=0.5)]
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
+
+
 class NativeRegistry:
-    def __init__(self, what: str):
+    def __init__(self, what: str, listing: str):
         self.what = what                      # "preset", "schedule preset"
+        self.listing = listing                # the call that lists the names
         self._functions: dict[str, Callable[..., Any]] = {}
         self._refused: dict[str, str] = {}
 
@@ -50,8 +65,10 @@ class NativeRegistry:
             raise NotImplementedError(f"{self.what} {qualified_name!r} is refused: "
                                       f"{self._refused[qualified_name]}")
         if qualified_name not in self._functions:
-            raise ValueError(f"{self.what}: no {self.what} for {qualified_name!r}; "
-                             f"available: {self.names()}")
+            raise ValueError(f"{self.what}: no {self.what} for {qualified_name!r}"
+                             + did_you_mean(qualified_name, self.names() + self.names(True))
+                             + f" ({self.what}s: {len(self.names())}; list them with "
+                             f"{self.listing})")
         fn = self._functions[qualified_name]
         params = inspect.signature(fn).parameters
         unknown = sorted(set(native_kwargs) - set(params))

@@ -95,7 +95,7 @@ def check_betas(owner: str, name: str, value: Any, length: int = 2) -> tuple[flo
 
 
 def check_names(owner: str, name: str, value: Any) -> tuple[str, ...]:
-    """A list or tuple of non-empty strings (parameter-name substrings)."""
+    """A list or tuple of non-empty strings (shell-style parameter-name patterns)."""
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise TypeError(f"{owner}: {name} must be a list or tuple of strings, got "
                         f"{value!r} of type {type(value).__name__}")

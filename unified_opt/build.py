@@ -1,56 +1,23 @@
 """``uo.build``, ``uo.explain``, ``uo.backends``: the entry points into the backends.
 
-The core never imports a framework at import time: the backend package is imported
-when a call needs it, and the backend is inferred from the parameters' types by the
-name of the module that defines them.
+The core never imports a framework at import time: the backend is inferred from the
+parameters' types by the name of the module that defines them, and loaded by name
+(:func:`unified_opt.backend.load`) when a call needs it.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import weakref
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from .groups import ParameterPlan, plan_parameters
-from .lowering import PATHS, Decision
+from .backend import (BACKENDS, PATHS, Context, Decision, installed, load, load_installed,
+                      record_of, remember)
+from .groups import plan_parameters
 from .spec import Spec, check_momentum_cycling
-
-BACKENDS = ("torch", "paddle", "mindspore")
-_DISTRIBUTIONS = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
-
-
-@dataclass
-class BuildRecord:
-    """What ``uo.build`` made: kept per optimizer for explain, schedulers and state."""
-
-    spec: Spec
-    decision: Decision
-    names: list[str | None]
-    params: list[Any]
-    lr_scheduler: Any = None
-    plans: list[ParameterPlan] | None = None
-    #: one bool per optimizer step call: True where ``skip_nonfinite`` skipped it
-    skipped: list[bool] = dataclasses.field(default_factory=list)
-
-
-_RECORDS: "weakref.WeakKeyDictionary[Any, BuildRecord]" = weakref.WeakKeyDictionary()
 
 
 def backends() -> list[str]:
     """Backends whose framework is installed (found without importing it)."""
-    return [b for b in BACKENDS if importlib.util.find_spec(_DISTRIBUTIONS[b]) is not None]
-
-
-def backend_module(name: str):
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
-    if importlib.util.find_spec(_DISTRIBUTIONS[name]) is None:
-        raise ValueError(f"backend {name!r} is not installed (pip install "
-                         f"'unified-opt[{name}]')")
-    return importlib.import_module(f"unified_opt.backends.{name}")
+    return installed()
 
 
 def framework_of(obj: Any) -> str | None:
@@ -62,7 +29,9 @@ def framework_of(obj: Any) -> str | None:
     return None
 
 
-def _named(params: Any) -> list[tuple[str | None, Any]]:
+def named_parameters(params: Any, caller: str = "build") -> list[tuple[str | None, Any]]:
+    """``params`` as (name or None, parameter) pairs: a module's named parameters (a
+    MindSpore Cell's trainable ones), a mapping, pairs, or bare parameters."""
     if framework_of(params) is not None:
         if hasattr(params, "named_parameters"):      # torch Module, paddle Layer
             return list(params.named_parameters())
@@ -73,7 +42,7 @@ def _named(params: Any) -> list[tuple[str | None, Any]]:
     if isinstance(params, Mapping):
         return list(params.items())
     if isinstance(params, (str, bytes)) or not isinstance(params, Iterable):
-        raise TypeError(f"build: params must be a module, an iterable of parameters or of "
+        raise TypeError(f"{caller}: params must be a module, an iterable of parameters or of "
                         f"(name, parameter) pairs, got {type(params).__name__}")
     out = []
     for item in params:
@@ -104,7 +73,7 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"build: options must be a mapping, got {options!r}")
     check_momentum_cycling(spec, "build")
-    named = _named(params)
+    named = named_parameters(params)
     if not named:
         raise ValueError("build: params is empty")
     kinds = {framework_of(p) for _, p in named}
@@ -115,27 +84,17 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     if backend is not None and backend != inferred:
         raise ValueError(f"build: backend={backend!r} but the parameters are {inferred} "
                          "objects")
-    names = [n for n, _ in named]
-    if len(set(n for n in names if n is not None)) != len([n for n in names if n is not None]):
+    names = [n for n, _ in named if n is not None]
+    if len(set(names)) != len(names):
         raise ValueError(f"build: parameter names must be unique, got {names}")
-    module = backend_module(inferred)
+    adapter = load_installed(inferred)
     # name rules see the framework's own name of an unnamed parameter where it has one
-    own_name = getattr(module, "parameter_name", None)
-    rule_names = [n if n is not None or own_name is None else own_name(p) for n, p in named]
+    rule_names = [n if n is not None else adapter.parameter_name(p) for n, p in named]
     plans = plan_parameters(spec, rule_names, groups, "build")
-    optimizer, record = module.build(spec, named, path=path, options=dict(options or {}),
-                                     plans=plans)
-    record.plans = plans
-    _RECORDS[optimizer] = record
+    optimizer, record = adapter.build(spec, named, path=path, options=dict(options or {}),
+                                      plans=plans)
+    remember(optimizer, record)
     return optimizer
-
-
-def record_of(optimizer: Any) -> BuildRecord:
-    try:
-        return _RECORDS[optimizer]
-    except (KeyError, TypeError):
-        raise ValueError(f"{type(optimizer).__name__} object was not built by "
-                         "unified_opt.build") from None
 
 
 def lr_scheduler(optimizer: Any):
@@ -155,13 +114,32 @@ def skipped_steps(optimizer: Any) -> list[bool]:
 
 def explain(spec: Any, backend: str | None = None) -> Decision:
     """Which path ``build`` takes for ``spec`` on ``backend`` and why. Also accepts an
-    optimizer made by ``build`` (then ``backend`` is not needed)."""
+    optimizer made by ``build`` (then ``backend`` is not needed, and the decision is the
+    one the build made with its parameters: groups, dtypes, device, zero-size ones)."""
     if not isinstance(spec, Spec):
         return record_of(spec).decision
     if backend is None:
-        raise TypeError("explain: backend is required for a spec (one of "
-                        f"{BACKENDS})")
+        raise TypeError(f"explain: backend is required for a spec (one of {BACKENDS})")
     if backend not in BACKENDS:
         raise ValueError(f"explain: backend must be one of {BACKENDS}, got {backend!r}")
-    lowering = importlib.import_module(f"unified_opt.backends.{backend}.lowering")
-    return lowering.decide_for(spec)
+    return load(backend).decide(spec, "auto", Context())
+
+
+def plateau_scheduler(optimizer: Any, rule, *, monitor: str | None = None):
+    """The framework's own plateau scheduler computing ``rule``
+    (:class:`unified_opt.schedules.ReduceOnPlateau`) for an optimizer made by
+    ``uo.build``; it refuses a rule that scheduler does not compute exactly.
+
+    torch: ``torch.optim.lr_scheduler.ReduceLROnPlateau`` (``sched.step(metric)``).
+    Paddle: ``paddle.optimizer.lr.ReduceOnPlateau``, installed as the optimizer's lr
+    (``sched.step(metric)``). MindSpore: ``experimental.optim.lr_scheduler.
+    ReduceLROnPlateau`` for ``experimental.optim`` optimizers, else the
+    ``mindspore.train.ReduceLROnPlateau`` callback for ``Model.train`` (``monitor``:
+    the metric it watches)."""
+    from .schedules.plateau import ReduceOnPlateau
+
+    if not isinstance(rule, ReduceOnPlateau):
+        raise TypeError(f"plateau_scheduler: rule must be a uo.schedules.ReduceOnPlateau, "
+                        f"got {rule!r}")
+    record = record_of(optimizer)
+    return load(record.decision.backend).plateau_scheduler(optimizer, rule, record, monitor)

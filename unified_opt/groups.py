@@ -17,6 +17,12 @@ matches keep the spec's own hyperparameters). A group may set:
 ``match`` is a shell-style pattern (``fnmatch``, e.g. ``"*bias"``, ``"encoder.*.w"``), a
 tuple of them, or a Python callable ``name -> bool`` (which works, and cannot be
 serialised: say it with patterns to put it in a conformance case or a JSON file).
+
+Every name rule of the library matches this one way (:func:`name_matches`): groups, a
+spec's ``no_decay_names`` and LARS's ``exclude_names``. A rule that matches no
+parameter is an error, since a typo would otherwise silently change which parameters
+decay (a rule's patterns may each match some of the parameters: MindSpore's default
+``("*beta*", "*gamma*")`` on a network with only ``gamma`` names is fine).
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ from typing import Any, Callable, Mapping, Sequence
 from . import _validation as v
 
 EXCLUSIONS = ("weight_decay", "grad_clip")
+#: spec fields that are name rules: shell-style patterns over parameter names
+NAME_RULES = ("no_decay_names", "exclude_names")
+
+
+def name_matches(name: str, patterns) -> bool:
+    """Whether ``name`` matches one of the shell-style ``patterns`` (case-sensitive)."""
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,8 +96,7 @@ class Group:
                              "(name, parameter) pairs")
         if callable(self.match):
             return bool(self.match(name))
-        patterns = (self.match,) if isinstance(self.match, str) else self.match
-        return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+        return name_matches(name, (self.match,) if isinstance(self.match, str) else self.match)
 
     def to_dict(self) -> dict[str, Any]:
         if callable(self.match):
@@ -168,6 +180,7 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
         scale = 1.0 if group.lr_scale is None else group.lr_scale
         plans.append(ParameterPlan(name, param_spec, scale, group.lr, index,
                                    "grad_clip" not in group.exclude_from))
+    _check_name_rules(spec, names, caller)
     used = {plan.group for plan in plans}
     for index, group in enumerate(groups):
         if index not in used:   # a typo in a pattern would otherwise pass unnoticed
@@ -178,4 +191,31 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
     return plans
 
 
+def _check_name_rules(spec, names: Sequence[str | None], caller: str) -> None:
+    """Each of the spec's name rules must match a parameter (where the rule acts:
+    ``no_decay_names`` with a weight decay)."""
+    known = [n for n in names if n is not None]
+    for rule in NAME_RULES:
+        patterns = getattr(spec, rule, ())
+        if not patterns or (rule == "no_decay_names" and spec.weight_decay == 0.0):
+            continue
+        if not any(name_matches(n, patterns) for n in known):
+            shown = known[:8] + (["..."] if len(known) > 8 else [])
+            raise ValueError(
+                f"{caller}: {rule}={patterns!r} matches no parameter (shell-style patterns "
+                f"that match whole names: '*bias' for every name ending in 'bias'); "
+                f"parameter names: {shown}. Give patterns that match, "
+                f"spec.replace({rule}=(...)), or () for none")
+
+
 Group.__init__ = v.checked_keyword_init(Group, Group.__init__)
+
+
+def distinct(items) -> list:
+    """The distinct items in order of first appearance, compared by ``==`` (specs hold
+    schedules and tuples of them: they are compared, not hashed)."""
+    out: list = []
+    for item in items:
+        if all(item is not seen and item != seen for seen in out):
+            out.append(item)
+    return out

@@ -5,6 +5,12 @@ tensors, with Python floats as scalars (which never promote a float32 tensor). A
 else goes through an ``Ops`` object: this module's :data:`numpy_ops`, and one binding
 per backend (``unified_opt.backends.<name>.ops``). The bindings are a handful of
 one-line functions; the math itself lives only in the spec modules.
+
+Non-finite values follow numpy in every binding: ``sign(NaN)``, ``maximum(NaN, y)``,
+``minimum(x, NaN)`` and ``clip(NaN, ...)`` are NaN. A binding whose framework answers
+otherwise (torch's and MindSpore's ``sign(NaN)`` is 0; MindSpore's ``maximum`` drops a
+NaN) puts the NaN back, so a NaN gradient makes the parameter NaN on every backend
+instead of silently freezing that element.
 """
 
 from __future__ import annotations

@@ -182,6 +182,17 @@ class Spec:
         ``(new_param, new_state)`` and does not modify its inputs."""
         raise NotImplementedError
 
+    def canonical(self) -> "Spec":
+        """This spec with every knob that cannot change its numbers, given the others, at
+        its default (e.g. SGD's first-step rule without dampening): two specs compute the
+        same numbers when their canonical forms are equal."""
+        return self
+
+    def with_defaults(self, names) -> "Spec":
+        """This spec with the fields ``names`` at their class defaults."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **{n: defaults[n] for n in names})
+
     def alternatives(self) -> list[tuple[str, "Spec"]]:
         """Known variants of this spec (other frameworks' conventions), used to
         explain a conformance failure: ``[(description, spec), ...]``."""

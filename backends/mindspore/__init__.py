@@ -1,103 +1,190 @@
 """The MindSpore backend: ``mindspore.nn`` / ``mindspore.experimental.optim`` classes where
-exact, :class:`SpecOptimizer` otherwise. The optimizer steps its lr itself (MindSpore has
-no separate scheduler object to step): a scheduled lr becomes the native per-step list
-``[s(0), ..., s(N-1)]``, and a scheduled weight decay the Cell form reading
-``[wd(0), ..., wd(N-1)]``; both need ``options={"total_steps": N}``. The own
-implementation evaluates ``s(step)`` itself.
+exact (:mod:`.classes`), :class:`.optimizer.SpecOptimizer` otherwise. Importing this
+package imports no mindspore.
+
+The optimizer steps its lr itself (MindSpore has no separate scheduler object to step):
+a scheduled lr becomes the native per-step list ``[s(0), ..., s(N-1)]``, and a scheduled
+weight decay the Cell form reading ``[wd(0), ..., wd(N-1)]``; both need
+``options={"total_steps": N}``. The own implementation evaluates ``s(step)`` itself.
 
 Parameter groups (``uo.Group``) become MindSpore's: ``nn`` group dicts ``{"params",
 "lr", "weight_decay"}`` plus ``{"order_params": [...]}`` (a group lr is a float or, for
 a scheduled lr, the per-step list scaled by ``lr_scale``), ``experimental`` groups as
 runs of consecutive parameters. ``loss_scale`` goes to the ``nn`` classes that divide
 by it; clipping, overflow skipping and gradient centralization run in the own
-implementation (see ``lowering``)."""
+implementation. What lies around each native class (:meth:`MindSporeBackend.around`):
+
+* ``loss_scale`` alone: the classes whose descriptor says ``loss_scale`` take it, store
+  the decay as ``wd * loss_scale`` and multiply the decayed gradients by
+  ``1 / loss_scale`` (``g / S + wd * p``). Clipping and overflow skipping belong to
+  MindSpore's train step (``TrainOneStepWithLossScaleCell``), and the CPU kernel cannot
+  centralize ("Unsupported op [Centralization] on CPU"): those go to the own path.
+* a weight-decay schedule: the classes whose descriptor says ``cell_weight_decay`` take
+  a Cell called with ``global_step`` (the 0-based step), which reads the per-step table.
+  A momentum-cycling lr schedule always goes to the own implementation.
+* parameter groups: every group's hyperparameters must meet the row's conditions too,
+  and the ``flat_only`` classes take no group lr or group decay here.
+* the device: a class runs where it was measured exact (``devices``); nn.Lamb and nn.LARS
+  have no CPU kernel.
+* zero-size parameters are left out of a native optimizer (they have nothing to update,
+  and MindSpore cannot allocate their state); when every parameter has zero size, the
+  own implementation runs.
+"""
 
 from __future__ import annotations
 
-import dataclasses
-
+from unified_opt.backend import Backend, Context
+from unified_opt.native import CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, every_group_condition, when
 from unified_opt.schedules import Schedule
 
-NAME = "mindspore"
+_LOSS_SCALE_ONLY = when(
+    "no gradient pre-step but loss_scale: grad_clip=None, skip_nonfinite=False, "
+    "grad_centralization=False (the native class divides by loss_scale; clipping and "
+    "overflow skipping belong to the train step, and the CPU kernel cannot centralize)",
+    lambda s: s.grad_clip is None and not s.skip_nonfinite and not s.grad_centralization)
+_NO_MOMENTUM_CYCLING = when(
+    "no momentum-cycling lr schedule (the native class holds one momentum; a weight-decay "
+    "schedule becomes its Cell form)",
+    lambda s: not (isinstance(s.lr, Schedule) and s.lr.momentum(0) is not None))
 
 
-def build(spec, named, *, path, options, plans):
-    import mindspore as ms
+class MindSporeBackend(Backend):
+    name = "mindspore"
+    own_class = ("unified_opt.backends.mindspore.optimizer.SpecOptimizer "
+                 "(a mindspore.nn.Optimizer)")
+    classes_module = "unified_opt.backends.mindspore.classes"
 
-    from unified_opt.build import BuildRecord
+    def around(self, cls, lowering, spec, context):
+        """The conditions on what lies around ``cls``'s algorithm (see the module)."""
+        conditions = [_LOSS_SCALE_ONLY if cls.loss_scale else NO_PRE_STEP,
+                      _NO_MOMENTUM_CYCLING if cls.cell_weight_decay
+                      else CONSTANT_HYPERPARAMETERS]
+        if cls.no_cpu_kernel:
+            conditions.append(when(
+                f"device in {cls.devices} ({cls.name} has no CPU kernel in MindSpore 2.10; "
+                f"this is {context.device})", lambda s: context.device in cls.devices))
+        else:
+            conditions.append(when(
+                f"device in {cls.devices} (where {cls.name} was measured exact; this is "
+                f"{context.device})", lambda s: context.device in cls.devices))
+        if context.all_zero_size:
+            conditions.append(when(f"a parameter with elements ({cls.name} cannot hold "
+                                   "none)", lambda s: False))
+        if context.plans:
+            conditions.append(every_group_condition(lowering, context.plans))
+            if cls.flat_only:
+                plans = context.plans
+                conditions.append(when(
+                    f"no group lr and one weight decay for every parameter ({cls.name} is "
+                    f"built over one flat parameter list: {cls.flat_only})",
+                    lambda s: all(p.lr_scale == 1.0 and p.fixed_lr is None for p in plans)
+                    and len({repr(p.spec.weight_decay) for p in plans}) == 1))
+        return conditions
 
-    from .lowering import decide_for
-    from .native import native_optimizer
-    from .optimizer import SpecOptimizer
+    def notes(self, decision, spec, context):
+        if context.zero_size and not context.all_zero_size:
+            return (f"zero-size parameters {list(context.zero_size)} are left out of it "
+                    "(nothing to update)")
+        return ""
 
-    names = [n for n, _ in named]
-    params = [p for _, p in named]
-    for name, p in named:
-        if not isinstance(p, ms.Parameter):
-            raise TypeError(f"build: mindspore parameters must be mindspore.Parameter, got "
-                            f"{name or ''} {type(p).__name__}")
-        if p.dtype != ms.float32:
-            # MindSpore rounds Python float scalars to float32 even in float64 tensor
-            # arithmetic, and its optimizer kernels compute in float32.
-            raise TypeError(f"build: the MindSpore backend takes float32 parameters, got "
-                            f"{name or p.name} {p.dtype}")
-        if not p.requires_grad:
-            raise ValueError(f"build: parameter {name or p.name} has requires_grad=False; a "
-                             "MindSpore optimizer updates every parameter it holds (pass "
-                             "net.trainable_params())")
-    options = dict(options)
-    total_steps = options.pop("total_steps", None)
-    scheduled = isinstance(spec.lr, Schedule)
-    decay_scheduled = any(isinstance(getattr(plan.spec, "weight_decay", None), Schedule)
-                          for plan in plans)
-    if total_steps is not None:
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int):
-            raise TypeError(f"build: options['total_steps'] must be an int, got {total_steps!r}")
-        if total_steps < 1:
-            raise ValueError(f"build: options['total_steps'] must be >= 1, got {total_steps}")
-        if not scheduled and not decay_scheduled:
-            raise ValueError(f"build: options['total_steps']={total_steps} is for a scheduled "
-                             f"lr or weight decay; this spec's lr is the constant {spec.lr!r} "
-                             "and its weight decay is constant")
-    decision = decide_for(spec, path, device=ms.get_context("device_target"), plans=plans)
-    if decision.path == "native" and all(p.size == 0 for p in params):
-        if path == "native":
-            raise ValueError(f"build: path='native': every parameter has zero size and "
-                             f"{decision.native} cannot hold none")
-        decision = dataclasses.replace(
-            decision, path="own", native=None, lowering=None,
-            reason=f"every parameter has zero size ({decision.native} cannot hold none)")
-    elif decision.path == "native" and any(p.size == 0 for p in params):
-        empty = [n or p.name for n, p in named if p.size == 0]
-        decision = dataclasses.replace(
-            decision, reason=f"{decision.reason}; zero-size parameters {empty} are left out "
-                             "of it (nothing to update)")
-    if decision.path == "native":
-        if (scheduled or decay_scheduled) and total_steps is None:
+    def context(self, spec, named, plans, options):
+        import mindspore as ms
+
+        for name, p in named:
+            if not isinstance(p, ms.Parameter):
+                raise TypeError(f"build: mindspore parameters must be mindspore.Parameter, "
+                                f"got {name or ''} {type(p).__name__}")
+            if p.dtype != ms.float32:
+                # MindSpore rounds Python float scalars to float32 even in float64 tensor
+                # arithmetic, and its optimizer kernels compute in float32.
+                raise TypeError(f"build: the MindSpore backend takes float32 parameters, "
+                                f"got {name or p.name} {p.dtype}")
+            if not p.requires_grad:
+                raise ValueError(f"build: parameter {name or p.name} has requires_grad="
+                                 "False; a MindSpore optimizer updates every parameter it "
+                                 "holds (pass net.trainable_params())")
+        _check_total_steps(spec, plans, options.get("total_steps"))
+        empty = tuple(n or p.name for n, p in named if p.size == 0)
+        return Context(plans=tuple(plans), dtypes=("float32",),
+                       device=ms.get_context("device_target"), zero_size=empty,
+                       all_zero_size=len(empty) == len(named),
+                       options={k: v for k, v in options.items() if k != "total_steps"},
+                       total_steps=options.get("total_steps"))
+
+    def build_native(self, decision, spec, named, plans, context):
+        from .native import native_optimizer
+
+        total_steps = context.total_steps
+        scheduled = isinstance(spec.lr, Schedule)
+        if (scheduled or _decay_scheduled(plans)) and total_steps is None:
             what = "lr" if scheduled else "weight decay"
             raise ValueError(f"build: a scheduled {what} on {decision.native} needs "
                              "options={'total_steps': N} (it takes the per-step list "
                              "[s(0), ..., s(N-1)])")
-        optimizer = native_optimizer(decision.lowering, params, plans, spec, total_steps,
-                                     options)
-        skipped = []   # a native class never skips: skip_nonfinite goes to SpecOptimizer
-    else:
-        if options:
-            raise ValueError(f"build: options {sorted(options)} apply to native classes; "
-                             f"this spec runs the own implementation ({decision.reason})")
+        optimizer = native_optimizer(decision.native_class, decision.lowering,
+                                     [p for _, p in named], plans, spec, total_steps,
+                                     context.options)
+        return optimizer, None, []   # a native class never skips: skip_nonfinite is own
+
+    def build_own(self, decision, spec, named, plans, context):
+        import mindspore as ms
+
+        from .optimizer import SpecOptimizer
+
         if ms.get_context("mode") == ms.GRAPH_MODE:
             raise ValueError(f"build: the own implementation ({decision.reason}) runs in "
                              "PyNative mode only; GRAPH_MODE is set")
-        optimizer = SpecOptimizer(params, spec, plans, total_steps)
-        skipped = optimizer.skipped
-    record = BuildRecord(spec, decision, names, params, None, skipped=skipped)
-    return optimizer, record
+        optimizer = SpecOptimizer([p for _, p in named], spec, plans, context.total_steps)
+        return optimizer, None, optimizer.skipped
+
+    def native_state(self, record, optimizer, p, spec):
+        from .native import native_state
+
+        return native_state(record.decision.native_class, optimizer, p, spec)
+
+    def plateau_scheduler(self, optimizer, rule, record, monitor):
+        from mindspore import Parameter
+        from mindspore.experimental.optim import Optimizer
+
+        from unified_opt.schedules.plateau import MS_CALLBACK, MS_EXP, native_arguments
+
+        if isinstance(optimizer, Optimizer):
+            from mindspore.experimental.optim.lr_scheduler import ReduceLROnPlateau
+
+            return ReduceLROnPlateau(optimizer, **native_arguments(rule, MS_EXP, record,
+                                                                   monitor))
+        from mindspore.train import ReduceLROnPlateau
+
+        kwargs = native_arguments(rule, MS_CALLBACK, record, monitor)
+        if not isinstance(optimizer.learning_rate, Parameter) or optimizer.is_group_lr:
+            raise NotImplementedError(f"plateau_scheduler: {MS_CALLBACK} reduces one "
+                                      "constant lr Parameter; this optimizer has group lrs")
+        if record.decision.path == "own" and not getattr(optimizer, "follows_learning_rate",
+                                                         False):
+            raise NotImplementedError(
+                f"plateau_scheduler: the own MindSpore implementation "
+                f"({type(optimizer).__name__}) takes its lr from the spec and refuses an lr "
+                f"written from outside, which {MS_CALLBACK} does; build a spec that lowers "
+                "to a mindspore.nn class")
+        return ReduceLROnPlateau(**kwargs)
 
 
-def __getattr__(name):
-    # The own optimizer class, imported (with mindspore) only when asked for.
-    if name == "SpecOptimizer":
-        from .optimizer import SpecOptimizer
-        return SpecOptimizer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def _decay_scheduled(plans) -> bool:
+    return any(isinstance(getattr(plan.spec, "weight_decay", None), Schedule)
+               for plan in plans)
 
+
+def _check_total_steps(spec, plans, total_steps) -> None:
+    if total_steps is None:
+        return
+    if isinstance(total_steps, bool) or not isinstance(total_steps, int):
+        raise TypeError(f"build: options['total_steps'] must be an int, got {total_steps!r}")
+    if total_steps < 1:
+        raise ValueError(f"build: options['total_steps'] must be >= 1, got {total_steps}")
+    if not isinstance(spec.lr, Schedule) and not _decay_scheduled(plans):
+        raise ValueError(f"build: options['total_steps']={total_steps} is for a scheduled "
+                         f"lr or weight decay; this spec's lr is the constant {spec.lr!r} "
+                         "and its weight decay is constant")
+
+
+BACKEND = MindSporeBackend()

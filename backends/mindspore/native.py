@@ -1,4 +1,4 @@
-"""Building MindSpore optimizers from a lowering row, and reading their state.
+"""Building MindSpore optimizers from their descriptors, and reading their state.
 
 Weight decay and lr that differ by parameter (``no_decay_names``, ``uo.Group``) become
 explicit parameter groups, and so does any decay at all on ``mindspore.nn`` classes:
@@ -16,45 +16,33 @@ is its initial, empty one.
 
 from __future__ import annotations
 
-import importlib
-
-_EXPERIMENTAL = "mindspore.experimental."
-#: Arguments that choose an implementation, not the math, per native class (the nn
-#: constructors hide their signatures behind a (*args, **kwargs) decorator). nn.Adam's
-#: use_lazy changes only sparse (RowTensor) gradients; use_offload is another kernel
-#: (the adam_offload algorithm), not a flag.
-IMPLEMENTATION_FLAGS = {"mindspore.nn.Adam": ("use_locking", "use_lazy")}
+from unified_opt.groups import name_matches
+from unified_opt.native import import_native
 
 
-def native_class(qualified_name: str):
-    module, _, name = qualified_name.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
-def check_options(row, options: dict) -> None:
-    accepted = set(IMPLEMENTATION_FLAGS.get(row.native, ()))
+def check_options(cls_info, options: dict) -> None:
+    """``options`` must be the class's implementation flags (nn.Adam's ``use_lazy``
+    changes only sparse RowTensor gradients; ``use_offload`` is another kernel, the
+    adam_offload lowering, not a flag)."""
+    accepted = set(cls_info.implementation_flags)
     bad = sorted(set(options) - accepted)
     if bad:
         raise ValueError(f"build: options {bad} are not implementation flags of "
-                         f"{row.native}; allowed: {sorted(accepted)} (and total_steps for a "
-                         "scheduled lr)")
+                         f"{cls_info.name}; allowed: {sorted(accepted)} (and total_steps for "
+                         "a scheduled lr)")
 
 
-#: nn classes that keep one scalar weight_decay of their own and ignore the group decay
-#: (mindspore.md §4): the decay goes to the constructor and must be one value
-SCALAR_DECAY = ("mindspore.nn.AdaFactor",)
-
-
-def _lars(params, lr, shared, decays):
+def _lars(params, lr, spec, shared, decays):
     """``nn.LARS`` over ``nn.Momentum`` (its documented use); LARS takes the decay off
     the inner optimizer and applies it in LARSUpdate, except to ``exclude_names``."""
     from mindspore import nn
 
-    excluded = shared.pop("exclude_names")
-    momentum = nn.Momentum(params, learning_rate=lr, momentum=shared.pop("momentum"),
+    inner = shared.pop("optimizer")
+    momentum = nn.Momentum(params, learning_rate=lr, momentum=float(inner.momentum),
                            weight_decay=max(decays))
+    excluded = spec.exclude_names
     return nn.LARS(momentum, **shared,
-                   lars_filter=lambda p: not any(name in p.name for name in excluded))
+                   lars_filter=lambda p: not name_matches(p.name, excluded))
 
 
 def per_step(schedule, total_steps: int) -> list[float]:
@@ -74,51 +62,51 @@ def _group_lr(plan, base):
     return plan.lr_scale * base
 
 
-def arguments_of(row, spec) -> dict:
-    """``row.arguments`` with a weight-decay schedule kept as the schedule."""
+def arguments_of(lowering, spec) -> dict:
+    """``lowering.to_native`` with a weight-decay schedule kept as the schedule."""
     from unified_opt.schedules import Schedule
 
     decay = getattr(spec, "weight_decay", None)
     if not isinstance(decay, Schedule):
-        return row.arguments(spec)
-    args = row.arguments(spec.replace(weight_decay=0.0))
+        return lowering.to_native(spec)
+    args = lowering.to_native(spec.replace(weight_decay=0.0))
     args["weight_decay"] = decay
     return args
 
 
-def native_optimizer(row, params, plans, spec, total_steps, options):
-    """``row.native`` over the non-empty ``params`` (one plan each, see
+def native_optimizer(cls_info, lowering, params, plans, spec, total_steps, options):
+    """``cls_info.name`` over the non-empty ``params`` (one plan each, see
     :mod:`unified_opt.groups`). The lr is ``spec.lr``, a scheduled one as the per-step
-    list of ``total_steps`` entries (a row's own ``learning_rate`` argument replaces it:
+    list of ``total_steps`` entries (a lowering's own ``learning_rate`` argument replaces it:
     nn.AdaFactor's None); a group's lr is its fixed lr or its ``lr_scale`` times that, per
     entry; a weight-decay schedule becomes a :class:`~.cells.PerStepTable` Cell; a
-    ``loss_scale`` goes to the class (``lowering.LOSS_SCALE``)."""
+    ``loss_scale`` goes to the classes that divide by it (the descriptor's ``loss_scale``)."""
     from unified_opt.schedules import Schedule
 
-    cls = native_class(row.native)
+    cls = import_native(cls_info.name)
     held = [(p, plan) for p, plan in zip(params, plans) if p.size > 0]
     params, plans = [p for p, _ in held], [plan for _, plan in held]
-    arguments = [arguments_of(row, plan.spec) for plan in plans]
+    arguments = [arguments_of(lowering, plan.spec) for plan in plans]
     shared = {k: v for k, v in arguments[0].items() if k != "weight_decay"}
     for args in arguments:
         if {k: v for k, v in args.items() if k != "weight_decay"} != shared:
-            raise ValueError(f"build: {row.native} needs the same hyperparameters for every "
+            raise ValueError(f"build: {cls_info.name} needs the same hyperparameters for every "
                              f"parameter except weight_decay, got {shared} and {args}")
-    check_options(row, options)
+    check_options(cls_info, options)
     base = per_step(spec.lr, total_steps) if isinstance(spec.lr, Schedule) else spec.lr
     lr = shared.pop("learning_rate", base)
     if spec.loss_scale != 1.0:
         shared["loss_scale"] = float(spec.loss_scale)
-    if row.native == "mindspore.nn.LARS":
-        return _lars(params, lr, shared, [args["weight_decay"] for args in arguments])
-    if row.native in SCALAR_DECAY:
+    if cls_info.wraps_optimizer:
+        return _lars(params, lr, spec, shared, [plan.spec.weight_decay for plan in plans])
+    if cls_info.scalar_decay:
         decays = {args["weight_decay"] for args in arguments}
         if len(decays) != 1:
-            raise ValueError(f"build: {row.native} decays every parameter by one "
+            raise ValueError(f"build: {cls_info.name} decays every parameter by one "
                              f"weight_decay, got {sorted(decays)}")
         return cls(params, learning_rate=lr, **shared, weight_decay=decays.pop(), **options)
     decays = [args.get("weight_decay") for args in arguments]
-    if row.native.startswith(_EXPERIMENTAL):
+    if cls_info.experimental:
         return _experimental(cls, params, plans, decays, base, shared, options)
     lrs = [_group_lr(plan, base) for plan in plans]
     if all(x is None for x in lrs) and not any(isinstance(d, Schedule) or d for d in decays):
@@ -159,33 +147,29 @@ def _experimental(cls, params, plans, decays, base, shared, options):
     return cls(runs, lr=base, **shared, **options)
 
 
-#: Spec states that are one 0-d value per parameter, the same for every parameter of the
-#: optimizer (they depend only on the step and on hyperparameters all parameters share):
-#: a left-out zero-size parameter reads them from the first held parameter, since the
-#: spec advances them for it too.
-SHARED_SCALARS = {"mindspore.experimental.optim.NAdam": ("mu_product",)}
-
-
-def native_state(row, optimizer, p, spec) -> dict:
-    """The native state of parameter ``p`` under ``spec``'s state names."""
+def native_state(cls_info, optimizer, p, spec) -> dict:
+    """The native state of parameter ``p`` under ``spec``'s state names. A left-out
+    zero-size parameter reads the class's shared scalars (one 0-d value per parameter,
+    the same for every parameter: they depend only on the step and on hyperparameters
+    all parameters share) from the first held parameter."""
     from .ops import mindspore_ops
 
     # the spec's state for this parameter's shape (factored specs: it depends on it)
     state = spec.init(p, mindspore_ops)
     index = next((i for i, q in enumerate(optimizer.parameters) if q is p), None)
     if index is None:   # a zero-size parameter, left out
-        for ours in SHARED_SCALARS.get(row.native, ()):
-            state[ours] = getattr(optimizer, row.state[ours])[0]
+        for ours in cls_info.shared_scalars:
+            state[ours] = getattr(optimizer, cls_info.state[ours])[0]
         return state
     # nn.AdaFactor keeps its row/column moments without the reduced axis: the spec's
     # keepdims shapes hold the same elements in the same order
     return {ours: getattr(optimizer, theirs)[index].reshape(state[ours].shape)
-            for ours, theirs in row.state.items() if ours in state}
+            for ours, theirs in cls_info.state.items() if ours in state}
 
 
-def native_lr(row, optimizer, p) -> float:
+def native_lr(cls_info, optimizer, p) -> float:
     """The lr ``optimizer`` uses for parameter ``p`` at its next step (its group's)."""
-    if row.native.startswith(_EXPERIMENTAL):
+    if cls_info.experimental:
         group = next(g for g in optimizer.param_groups if any(q is p for q in g["params"]))
         return float(group["lr"].asnumpy())
     lr = optimizer.get_lr()

@@ -23,6 +23,15 @@ def _sum(x, axis=None, keepdims=False):
     return ops.sum(x, dim=axis, keepdim=keepdims)
 
 
+def _nan_kept(result, x, y):
+    """``result`` with NaN wherever ``x`` or ``y`` is NaN (``x + y`` is NaN there)."""
+    if not isinstance(y, Tensor):
+        return ops.where(ops.isnan(x), x, result)
+    if not isinstance(x, Tensor):
+        return ops.where(ops.isnan(y), y, result)
+    return ops.where(ops.isnan(x) | ops.isnan(y), x + y, result)
+
+
 class MindSporeOps(Ops):
     name = "mindspore"
 
@@ -31,11 +40,13 @@ class MindSporeOps(Ops):
     def scalar_like(self, x, value): return ops.full((), value, dtype=x.dtype)
     def sqrt(self, x): return ops.sqrt(x)
     def abs(self, x): return ops.abs(x)
-    def sign(self, x): return ops.sign(x)
-    def maximum(self, x, y): return ops.maximum(x, y)
-    def minimum(self, x, y): return ops.minimum(x, y)
+    # MindSpore's sign(NaN) is 0, its maximum/minimum return the other operand and its
+    # clamp the bound where one is NaN: keep the NaN, as numpy (see unified_opt.ops)
+    def sign(self, x): return ops.where(ops.isnan(x), x, ops.sign(x))
+    def maximum(self, x, y): return _nan_kept(ops.maximum(x, y), x, y)
+    def minimum(self, x, y): return _nan_kept(ops.minimum(x, y), x, y)
     def where(self, condition, x, y): return ops.where(condition, x, y)
-    def clip(self, x, low, high): return ops.clamp(x, low, high)
+    def clip(self, x, low, high): return ops.where(ops.isnan(x), x, ops.clamp(x, low, high))
     # sqrt of the sum of squares, as the numpy binding computes it (0 for an empty tensor)
     def norm(self, x): return ops.sqrt(_sum(x * x))
 

@@ -1,6 +1,7 @@
-"""The PaddlePaddle backend: ``paddle.optimizer`` classes where exact,
-:class:`SpecOptimizer` otherwise. A scheduled lr becomes a :class:`ScheduleLR`
-(``paddle.optimizer.lr.LRScheduler``, exact: ``schedule(last_epoch)``).
+"""The PaddlePaddle backend: ``paddle.optimizer`` classes where exact (:mod:`.classes`),
+:class:`.optimizer.SpecOptimizer` otherwise. A scheduled lr becomes a
+:class:`.optimizer.ScheduleLR` (``paddle.optimizer.lr.LRScheduler``, exact:
+``schedule(last_epoch)``). Importing this package imports no paddle.
 
 Parameter groups become Paddle's own (``{"params", "learning_rate": <multiplier>,
 "weight_decay"/"lamb_weight_decay"}``) and the spec's ``grad_clip`` Paddle's
@@ -10,11 +11,24 @@ stays in the optimizer between steps (:class:`.native._HeldAttributes`)."""
 
 from __future__ import annotations
 
-import dataclasses
-
+from unified_opt.backend import Backend, Context
+from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
+from unified_opt.native import CONSTANT_HYPERPARAMETERS, when
 from unified_opt.schedules import Schedule
 
-NAME = "paddle"
+
+def _native_pre_step(s) -> bool:
+    clip = s.grad_clip
+    return (s.loss_scale == 1.0 and not s.skip_nonfinite and not s.grad_centralization
+            and (not isinstance(clip, (ClipByGlobalNorm, ClipByNorm)) or clip.eps == 0.0))
+
+
+#: What Paddle's optimizers run around their update themselves: ``grad_clip`` (clip,
+#: then the coupled regularizer, as the spec); the rest of the pre-step is the own path's.
+NATIVE_PRE_STEP = when(
+    "loss_scale=1, skip_nonfinite=False, grad_centralization=False and a grad_clip with "
+    "eps=0 (Paddle's optimizers run only paddle.nn.ClipGradByGlobalNorm/ByNorm/ByValue, "
+    "whose norms have no eps)", _native_pre_step)
 
 
 def _check_parameter(name, p, spec, paddle) -> None:
@@ -22,8 +36,8 @@ def _check_parameter(name, p, spec, paddle) -> None:
     if not isinstance(p, paddle.Tensor) or not p.is_leaf:
         raise TypeError(f"build: paddle parameters must be leaf tensors, got {label} "
                         f"{type(p).__name__}")
-    # Set by ParamAttr or left behind by a param-group optimizer built by hand
-    # (paddle.md §3); Paddle optimizers would apply them on top of the spec.
+    # Set by ParamAttr or left behind by a param-group optimizer built by hand: Paddle
+    # optimizers would apply them on top of the spec.
     if getattr(p, "regularizer", None) is not None:
         raise ValueError(f"build: parameter {label} carries regularizer={p.regularizer!r}, "
                          "which Paddle adds to the spec's update; set p.regularizer = None "
@@ -40,53 +54,97 @@ def _check_parameter(name, p, spec, paddle) -> None:
                          "exclude_from=('grad_clip',))")
 
 
-def build(spec, named, *, path, options, plans):
-    import paddle
+class PaddleBackend(Backend):
+    name = "paddle"
+    own_class = ("unified_opt.backends.paddle.optimizer.SpecOptimizer "
+                 "(a paddle.optimizer.Optimizer)")
+    classes_module = "unified_opt.backends.paddle.classes"
 
-    from unified_opt.build import BuildRecord
+    def around(self, cls, lowering, spec, context):
+        """Paddle runs ``grad_clip`` itself; with ``plans`` (one per parameter, from the
+        build's groups) and the parameters' dtypes, Paddle's parameter groups and clip
+        must compute them (:mod:`.layout`)."""
+        conditions = [NATIVE_PRE_STEP, CONSTANT_HYPERPARAMETERS]
+        if cls.parameter_shaped_scalars and context.all_zero_size:
+            # Paddle's step skips zero-size parameters, so their per-parameter scalar
+            # state (read from a non-empty parameter) would never advance
+            conditions.append(when(
+                f"a parameter with elements ({cls.name} keeps no advancing "
+                f"{'/'.join(cls.parameter_shaped_scalars)} when every parameter has zero "
+                "size)", lambda s: False))
+        if lowering.unmet(spec) or not (_native_pre_step(spec)
+                                        and CONSTANT_HYPERPARAMETERS.holds(spec)):
+            return conditions   # refused already: the layout would not say more
+        from .layout import name_free_plans, paddle_layout
 
-    from .lowering import decide_for
-    from .native import PARAMETER_SHAPED_SCALARS, native_optimizer
-    from .optimizer import ScheduleLR, SpecOptimizer
+        plans = name_free_plans(spec) if context.plans is None else context.plans
+        layout = paddle_layout(cls, lowering, spec, plans, context.dtypes)
+        if isinstance(layout, str):
+            conditions.append(when(layout, lambda s: False))
+        return conditions
 
-    for name, p in named:
-        _check_parameter(name, p, spec, paddle)
-    names = [name if name is not None else p.name for name, p in named]
-    params = [p for _, p in named]
-    if len(set(names)) != len(names) or len({p.name for p in params}) != len(params):
-        raise ValueError(f"build: parameters and their names must be unique, got names "
-                         f"{names} for Paddle parameters {[p.name for p in params]}")
-    dtypes = tuple(sorted({str(p.dtype).removeprefix("paddle.") for p in params}))
-    decision = decide_for(spec, path, plans, dtypes)
-    if decision.path == "native" and decision.native in PARAMETER_SHAPED_SCALARS and \
-            all(p.size == 0 for p in params):
-        # Paddle's step skips zero-size parameters, so their per-parameter scalar state
-        # (NAdam's mu_product, read from a non-empty parameter) would never advance.
-        if path == "native":
-            raise ValueError(f"build: path='native': every parameter has zero size, and "
-                             f"{decision.native} keeps no advancing "
-                             f"{'/'.join(PARAMETER_SHAPED_SCALARS[decision.native])} for them")
-        decision = dataclasses.replace(
-            decision, path="own", native=None, lowering=None,
-            reason=f"every parameter has zero size ({decision.native} skips them and keeps "
-                   f"no advancing {'/'.join(PARAMETER_SHAPED_SCALARS[decision.native])})")
-    if decision.path == "own" and options:
-        raise ValueError(f"build: options {sorted(options)} apply to native classes; "
-                         f"this spec runs the own implementation ({decision.reason})")
-    scheduler = ScheduleLR(spec.lr) if isinstance(spec.lr, Schedule) else None
-    learning_rate = scheduler if scheduler is not None else float(spec.lr)
-    skipped: list[bool] = []
-    if decision.path == "native":
+    def context(self, spec, named, plans, options):
+        import paddle
+
+        for name, p in named:
+            _check_parameter(name, p, spec, paddle)
+        names = [name if name is not None else p.name for name, p in named]
+        params = [p for _, p in named]
+        if len(set(names)) != len(names) or len({p.name for p in params}) != len(params):
+            raise ValueError(f"build: parameters and their names must be unique, got names "
+                             f"{names} for Paddle parameters {[p.name for p in params]}")
+        empty = tuple(n for n, p in zip(names, params) if p.size == 0)
+        return Context(plans=tuple(plans),
+                       dtypes=tuple(sorted({str(p.dtype).removeprefix("paddle.")
+                                            for p in params})),
+                       device=paddle.device.get_device(), zero_size=empty,
+                       all_zero_size=len(empty) == len(params), options=options)
+
+    def build_native(self, decision, spec, named, plans, context):
+        from .native import native_optimizer
+        from .optimizer import ScheduleLR
+
+        scheduler = ScheduleLR(spec.lr) if isinstance(spec.lr, Schedule) else None
+        learning_rate = scheduler if scheduler is not None else float(spec.lr)
         # the native path never skips a step (skip_nonfinite runs the own update)
-        optimizer = native_optimizer(decision.lowering, spec, params, plans, learning_rate,
-                                     options, dtypes)
-    else:
-        optimizer = SpecOptimizer(params, spec, plans, learning_rate, skipped)
-    record = BuildRecord(spec, decision, names, params, scheduler, plans=plans,
-                         skipped=skipped)
-    return optimizer, record
+        optimizer = native_optimizer(decision.native_class, decision.lowering, spec,
+                                     [p for _, p in named], plans, learning_rate,
+                                     context.options, context.dtypes)
+        return optimizer, scheduler, []
+
+    def build_own(self, decision, spec, named, plans, context):
+        from .optimizer import ScheduleLR, SpecOptimizer
+
+        scheduler = ScheduleLR(spec.lr) if isinstance(spec.lr, Schedule) else None
+        learning_rate = scheduler if scheduler is not None else float(spec.lr)
+        skipped: list[bool] = []
+        optimizer = SpecOptimizer([p for _, p in named], spec, plans, learning_rate, skipped)
+        return optimizer, scheduler, skipped
+
+    def build(self, spec, named, *, path, options, plans):
+        optimizer, record = super().build(spec, named, path=path, options=options,
+                                          plans=plans)
+        record.names = [n if n is not None else p.name for n, p in named]
+        return optimizer, record
+
+    def parameter_name(self, p) -> str:
+        """The name rules see for a Paddle parameter passed without a name: its own."""
+        return p.name
+
+    def native_state(self, record, optimizer, p, spec):
+        from .native import native_state
+
+        return native_state(record.decision.native_class, optimizer, p, spec)
+
+    def plateau_scheduler(self, optimizer, rule, record, monitor):
+        import paddle
+
+        from unified_opt.schedules.plateau import PADDLE, native_arguments
+
+        scheduler = paddle.optimizer.lr.ReduceOnPlateau(
+            **native_arguments(rule, PADDLE, record, monitor))
+        optimizer.set_lr_scheduler(scheduler)
+        return scheduler
 
 
-def parameter_name(p) -> str:
-    """The name rules see for a Paddle parameter passed without a name: its own."""
-    return p.name
+BACKEND = PaddleBackend()

@@ -1,14 +1,14 @@
 """How parameter groups and a gradient clip become Paddle's own (imports no framework).
 
-Given a lowering row, the spec and one :class:`unified_opt.groups.ParameterPlan` per
-parameter, :func:`paddle_layout` says which parameters share a Paddle parameter group
-(``{"params": [...], "learning_rate": <multiplier>, <decay keyword>: ...}``), the
-optimizer-level arguments, which parameters a decay selector (``apply_decay_param_fun``,
+Given a native class's descriptor and lowering, the spec and one
+:class:`unified_opt.groups.ParameterPlan` per parameter, :func:`paddle_layout` says which
+parameters share a Paddle parameter group (``{"params": [...], "learning_rate":
+<multiplier>, <decay keyword>: ...}``), the optimizer-level arguments, which parameters a decay selector (``apply_decay_param_fun``,
 Lamb's ``exclude_from_weight_decay_fn``, LARS's ``exclude_from_weight_decay``) keeps
 decaying, and which ones Paddle's ``grad_clip`` must leave out (``need_clip=False``). Or,
 when Paddle cannot compute that exactly, why not (a string).
 
-Paddle's rules used here (paddle.md §5-§7, read in ``paddle/optimizer/optimizer.py``):
+Paddle's rules used here (read in ``paddle/optimizer/optimizer.py``, measured):
 
 * a group's ``learning_rate`` multiplies the optimizer's lr or LRScheduler value, in
   the lr tensor's dtype: float32 parameters run ``float32(float32(lr) * float32(m))``;
@@ -26,24 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
-from unified_opt.groups import ParameterPlan, plan_parameters
-from unified_opt.lowering import distinct as distinct_items
-
-#: the constructor keyword of each class's weight decay (a group key too), where it is
-#: not ``weight_decay``; classes absent from the row arguments' keys have none (Rprop)
-DECAY_KEYWORD = {"paddle.optimizer.Lamb": "lamb_weight_decay",
-                 "paddle.incubate.optimizer.LarsMomentumOptimizer": "lars_weight_decay"}
-#: classes whose decay of 0 for some parameters one selector argument expresses
-SELECTOR_CLASSES = ("paddle.optimizer.AdamW", "paddle.optimizer.Lamb",
-                    "paddle.incubate.optimizer.LarsMomentumOptimizer")
-#: classes that cannot take Paddle's dict parameter groups here, and why
-NO_GROUPS = {
-    "paddle.optimizer.Rprop": "Paddle's Rprop starts its per-element step sizes at the "
-                              "optimizer's lr and ignores a group's learning_rate",
-    "paddle.incubate.optimizer.LarsMomentumOptimizer":
-        "LarsMomentumOptimizer takes no parameter groups (old-style parameter_list)",
-}
-_NAME_RULES = ("no_decay_names", "exclude_names")
+from unified_opt.groups import ParameterPlan, distinct as distinct_items, plan_parameters
+from unified_opt.native import NAME_RULES
 
 
 @dataclass(frozen=True)
@@ -62,14 +46,14 @@ class Layout:
 
 def resolved(spec):
     """A parameter's spec with its name rules already applied (they are, per plan)."""
-    rules = {k: () for k in _NAME_RULES if getattr(spec, k, ())}
+    rules = {k: () for k in NAME_RULES if getattr(spec, k, ())}
     return spec.replace(**rules) if rules else spec
 
 
 def name_free_plans(spec) -> list[ParameterPlan]:
     """Plans standing for every kind of parameter a spec's name rules make, for
     ``explain(spec)`` without parameters: one name matching no rule, one per rule part."""
-    parts = [p for k in _NAME_RULES for p in getattr(spec, k, ())]
+    parts = [p for k in NAME_RULES for p in getattr(spec, k, ())]
     return plan_parameters(spec, [""] + parts, None, "explain")
 
 
@@ -92,16 +76,19 @@ def _multiplier(plan, spec, dtypes) -> float | str:
     return m
 
 
-def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
+def paddle_layout(cls, lowering, spec, plans, dtypes=()) -> Layout | str:
+    """The layout of ``cls`` (a :class:`.classes.PaddleClass`) for ``spec`` over
+    ``plans``, or why Paddle cannot compute it (a string)."""
     specs = [resolved(p.spec) for p in plans]
     distinct_specs = distinct_items(specs)   # a few kinds of parameter, many parameters
-    unmet = sorted({text for s in distinct_specs for text in row.unmet(s)})
+    unmet = sorted({text for s in distinct_specs for text in lowering.unmet(s)})
     if unmet:
         return ("every parameter's own spec (groups and name rules applied) to meet it: "
                 + "; ".join(unmet))
-    arguments_of = [(s, row.arguments(s)) for s in distinct_specs]
+    arguments_of = [(s, lowering.to_native(s)) for s in distinct_specs]
     per_param = [next(a for t, a in arguments_of if s is t or s == t) for s in specs]
-    keyword = DECAY_KEYWORD.get(row.native, "weight_decay")
+    keyword = cls.decay_keyword
+    selects = bool(cls.decay_selector)
 
     def rest(a):
         return {k: v for k, v in a.items() if k != keyword}
@@ -110,8 +97,8 @@ def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
         return "parameters that differ only in lr and weight decay"
     decays = [a.get(keyword) for a in per_param]
     nonzero = list(dict.fromkeys(d for d in decays if d))
-    selector = row.native in SELECTOR_CLASSES and bool(nonzero) and not all(decays)
-    decay_in_key = len(nonzero) > 1 if row.native in SELECTOR_CLASSES else \
+    selector = selects and bool(nonzero) and not all(decays)
+    decay_in_key = len(nonzero) > 1 if selects else \
         len(set(decays)) > 1
 
     multipliers = [_multiplier(plan, spec, dtypes) for plan in plans]
@@ -125,9 +112,9 @@ def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
             for plan, m, d in zip(plans, multipliers, decays)]
     distinct = list(dict.fromkeys(keys))
     grouped = len(distinct) > 1 or distinct[0][1] != 1.0
-    if grouped and row.native in NO_GROUPS:
+    if grouped and cls.no_groups:
         return (f"one Paddle parameter group for all parameters, with one lr, one weight "
-                f"decay and one clip norm ({NO_GROUPS[row.native]})")
+                f"decay and one clip norm ({cls.no_groups})")
 
     index = [distinct.index(k) for k in keys]
     clipped = [i for i, plan in enumerate(plans) if plan.clipped]
@@ -146,7 +133,7 @@ def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
 
     arguments = dict(per_param[0])
     if keyword in arguments:
-        if selector or (decay_in_key and row.native in SELECTOR_CLASSES):
+        if selector or (decay_in_key and selects):
             arguments[keyword] = nonzero[0]
         elif decay_in_key:
             arguments[keyword] = None   # each group carries its own coupled decay
@@ -156,7 +143,7 @@ def paddle_layout(row, spec, plans, dtypes=()) -> Layout | str:
         for j, (_, m, d) in enumerate(distinct):
             extra = {"learning_rate": m}
             if decay_in_key:
-                extra[keyword] = d if d or row.native not in SELECTOR_CLASSES else 0.0
+                extra[keyword] = d if d or not selects else 0.0
             groups.append((tuple(i for i, k in enumerate(index) if k == j), extra))
         groups = tuple(groups)
     decayed = tuple(i for i, d in enumerate(decays) if d) if selector else None

@@ -1,13 +1,14 @@
-"""Building paddle.optimizer classes from a lowering row, and reading their state."""
+"""Building paddle.optimizer classes from their descriptors, and reading their state."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import inspect
 
 import paddle
 from paddle.utils import unique_name
+
+from unified_opt.native import import_native
 
 # Constructor arguments that are not implementation flags: build sets them, or they
 # change the numbers the optimizer computes.
@@ -26,11 +27,6 @@ _NOT_OPTIONS = {
     "lazy_mode": "it updates only the touched rows of sparse gradients",
 }
 _MULTI_TENSOR_DTYPES = (paddle.float32, paddle.float16, paddle.bfloat16)
-
-
-def native_class(qualified_name: str):
-    module, _, name = qualified_name.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def check_options(cls, options: dict, hyperparameters: dict, params) -> None:
@@ -84,21 +80,16 @@ def _excluded_substrings(params, excluded):
     return names
 
 
-#: Classes whose per-parameter weight decay (0 for ``no_decay_names``) is one value plus
-#: a selector: (decay keyword, selector keyword, selector from (params, decayed, excluded))
+#: The selector arguments (a descriptor's ``decay_selector``) that say which parameters
+#: take the one weight decay: selector keyword -> selector from (params, decayed, excluded)
 DECAY_SELECTORS = {
-    "paddle.optimizer.AdamW": ("weight_decay", "apply_decay_param_fun",
-                               lambda params, decayed, excluded: _decay_only(
-                                   [p.name for p in decayed])),
-    "paddle.optimizer.Lamb": ("lamb_weight_decay", "exclude_from_weight_decay_fn",
-                              lambda params, decayed, excluded: _excluded(
-                                  [p.name for p in excluded])),
-    "paddle.incubate.optimizer.LarsMomentumOptimizer": (
-        "lars_weight_decay", "exclude_from_weight_decay",
-        lambda params, decayed, excluded: _excluded_substrings(params, excluded)),
+    "apply_decay_param_fun":
+        lambda params, decayed, excluded: _decay_only([p.name for p in decayed]),
+    "exclude_from_weight_decay_fn":
+        lambda params, decayed, excluded: _excluded([p.name for p in excluded]),
+    "exclude_from_weight_decay":
+        lambda params, decayed, excluded: _excluded_substrings(params, excluded),
 }
-#: the constructor keyword of the parameter list, where it is not ``parameters``
-PARAMETERS_KEYWORD = {"paddle.incubate.optimizer.LarsMomentumOptimizer": "parameter_list"}
 
 
 def native_clip(clip):
@@ -121,7 +112,7 @@ class _HeldAttributes:
     ``_add_param_group``) and for clip exclusions (``need_clip``) is kept here, and is
     on the Parameters only while ``step``/``minimize`` runs, where Paddle's own code
     reads it. Paddle would leave it there, and a later optimizer over the same
-    Parameters would silently apply it (paddle.md §3)."""
+    Parameters would silently apply it (measured on Paddle 3.3)."""
 
     def _add_param_group(self, param_group):
         params = param_group["params"]
@@ -186,22 +177,23 @@ def holding_class(cls):
     return _HOLDING[cls]
 
 
-def native_optimizer(row, spec, params, plans, learning_rate, options, dtypes=()):
-    """``row.native`` over ``params`` with Paddle's own parameter groups and
+def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, options,
+                     dtypes=()):
+    """``cls_info.name`` over ``params`` with Paddle's own parameter groups and
     ``grad_clip`` (:mod:`.layout`), its accumulators created now inside
     ``unique_name.guard()`` so that their names (the state_dict keys) end in ``_0`` in
     every build, as they do for the own optimizer."""
     from .layout import paddle_layout
 
-    layout = paddle_layout(row, spec, plans, dtypes)
-    if isinstance(layout, str):   # decide_for has checked it
-        raise ValueError(f"build: {row.native} needs {layout}")
-    cls = native_class(row.native)
+    layout = paddle_layout(cls_info, lowering, spec, plans, dtypes)
+    if isinstance(layout, str):   # the decision has checked it
+        raise ValueError(f"build: {cls_info.name} needs {layout}")
+    cls = import_native(cls_info.name)
     arguments = dict(layout.arguments)
     if layout.decayed is not None:
-        _, selector_keyword, selector = DECAY_SELECTORS[row.native]
+        selector = DECAY_SELECTORS[cls_info.decay_selector]
         chosen = set(layout.decayed)
-        arguments[selector_keyword] = selector(
+        arguments[cls_info.decay_selector] = selector(
             params, [params[i] for i in sorted(chosen)],
             [p for i, p in enumerate(params) if i not in chosen])
     if layout.clip is not None:
@@ -214,22 +206,13 @@ def native_optimizer(row, spec, params, plans, learning_rate, options, dtypes=()
     if layout.holds_attributes:
         cls = holding_class(cls)
     with unique_name.guard():
-        keyword = PARAMETERS_KEYWORD.get(row.native, "parameters")
-        optimizer = cls(learning_rate=learning_rate, **{keyword: parameters}, **arguments,
-                        **options)
+        optimizer = cls(learning_rate=learning_rate, **{cls_info.parameters_keyword: parameters},
+                        **arguments, **options)
         for i in layout.unclipped:
             optimizer._hold(params[i], need_clip=False)
         block = paddle.static.default_main_program().global_block()
         optimizer._create_accumulators(block, [p for p in params if not p.stop_gradient])
     return optimizer
-
-
-#: Spec states that are one 0-d value per parameter, which Paddle keeps as an accumulator
-#: of the parameter's shape with every element equal (NAdam's running product of the
-#: momentum schedule): the spec's value is one element. It depends only on the step and
-#: on hyperparameters every parameter of the optimizer shares, so a zero-size parameter
-#: (which has no element, and which Paddle's step skips) reads it from a non-empty one.
-PARAMETER_SHAPED_SCALARS = {"paddle.optimizer.NAdam": ("mu_product",)}
 
 
 def _accumulator(optimizer, theirs, p):
@@ -246,16 +229,19 @@ def _parameters(optimizer) -> list:
     return out
 
 
-def native_state(row, optimizer, p, spec) -> dict:
+def native_state(cls_info, optimizer, p, spec) -> dict:
     """The native state of parameter ``p`` under ``spec``'s state names (the native
     classes create some accumulators, e.g. RMSProp's ``momentum``, that the spec has
-    only for some settings)."""
+    only for some settings). A parameter-shaped scalar (NAdam's ``mu_product``: every
+    element the spec's 0-d value) is read as one element; it depends only on the step and
+    on hyperparameters every parameter shares, so a zero-size parameter (which has no
+    element, and which Paddle's step skips) reads it from a non-empty one."""
     from .ops import paddle_ops
 
     out = {}
-    scalars = PARAMETER_SHAPED_SCALARS.get(row.native, ())
+    scalars = cls_info.parameter_shaped_scalars
     names = spec.init(p.detach(), paddle_ops)   # the spec's state for this parameter's shape
-    for ours, theirs in row.state.items():
+    for ours, theirs in cls_info.state.items():
         if ours not in names:
             continue
         accumulator = _accumulator(optimizer, theirs, p)

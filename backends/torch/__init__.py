@@ -1,5 +1,5 @@
-"""The PyTorch backend: ``torch.optim`` classes where exact, :class:`SpecOptimizer`
-otherwise.
+"""The PyTorch backend: ``torch.optim`` classes where exact (:mod:`.classes`),
+:class:`.optimizer.SpecOptimizer` otherwise. Importing this package imports no torch.
 
 * The lr schedule becomes a ``LambdaLR`` (exact: ``1.0 * schedule(t)``; a group's lr
   factor is its initial lr, so its lr is ``factor * schedule(t)``). Step it after every
@@ -12,70 +12,139 @@ otherwise.
 
 from __future__ import annotations
 
-import dataclasses
-
+from unified_opt.backend import Backend, Context
+from unified_opt.native import CONSTANT_HYPERPARAMETERS, every_group_condition, when
+from unified_opt.pre_step import has_pre_step
 from unified_opt.schedules import Schedule
 
-NAME = "torch"
+
+def _cycles_momentum(spec) -> bool:
+    return isinstance(spec.lr, Schedule) and spec.lr.momentum(0) is not None
 
 
-def build(spec, named, *, path, options, plans):
-    import torch
+class TorchBackend(Backend):
+    name = "torch"
+    own_class = "unified_opt.backends.torch.optimizer.SpecOptimizer (a torch.optim.Optimizer)"
+    classes_module = "unified_opt.backends.torch.classes"
 
-    from unified_opt.build import BuildRecord
+    def around(self, cls, lowering, spec, context):
+        """What torch runs around each native class (:class:`.steps.NativeStepHooks`):
+        the gradient pre-step always; per-step group values where the class reads them;
+        the row's conditions for every group's spec; zero-size parameters where the class
+        takes them."""
+        reads = cls.reads_per_step
 
-    from .lowering import NO_ZERO_SIZE, decide_for
-    from .native import native_optimizer
-    from .optimizer import SpecOptimizer
-    from .steps import NativeStepHooks
+        def per_step(s) -> bool:
+            if isinstance(getattr(s, "weight_decay", None), Schedule) and \
+                    "weight_decay" not in reads:
+                return False
+            return not _cycles_momentum(s) or bool(reads & {"momentum", "betas"})
 
-    names = [n for n, _ in named]
-    params = [p for _, p in named]
-    for name, p in named:
-        if not isinstance(p, torch.Tensor) or not p.is_leaf:
-            raise TypeError(f"build: torch parameters must be leaf tensors, got {name or ''} "
-                            f"{type(p).__name__}")
-    decision = decide_for(spec, path, plans)
-    empty = [name or f"#{i}" for i, (name, p) in enumerate(named) if p.numel() == 0]
-    if decision.path == "native" and empty and decision.native in NO_ZERO_SIZE:
-        if path == "native":
-            raise ValueError(f"build: path='native': {decision.native} cannot take the "
-                             f"zero-size parameters {empty} ({NO_ZERO_SIZE[decision.native]})")
-        decision = dataclasses.replace(
-            decision, path="own", native=None, lowering=None,
-            reason=f"zero-size parameters {empty}: {decision.native} "
-                   f"{NO_ZERO_SIZE[decision.native]}")
-    scheduled = isinstance(spec.lr, Schedule)
-    # each parameter's lr: with a schedule, the factor LambdaLR multiplies by schedule(t)
-    # (fixed_lr is refused upstream there); else the plan's lr for the spec's lr
-    lrs = [plan.lr(1.0 if scheduled else spec.lr) for plan in plans]
-    skipped: list[bool] = []
-    if decision.path == "native":
-        optimizer, group_specs = native_optimizer(decision.lowering, params, plans, lrs,
-                                                  options)
+        conditions = [when(CONSTANT_HYPERPARAMETERS.text + f"; {cls.name} does not read the "
+                           "changed value from its param group at every step", per_step)]
+        group = every_group_condition(lowering, context.plans)
+        if group is not None:
+            conditions.append(group)
+        if cls.zero_size and context.zero_size:
+            conditions.append(when(f"no zero-size parameter ({cls.name} {cls.zero_size}; "
+                                   f"zero-size: {list(context.zero_size)})", lambda s: False))
+        return conditions
+
+    def notes(self, decision, spec, context):
+        """How a native build runs the spec's parts that lie outside the native class."""
+        parts = []
+        if has_pre_step(spec):
+            parts.append("the gradient pre-step (loss_scale, skip_nonfinite, grad_clip, "
+                         "grad_centralization: unified_opt.pre_step) runs in a step pre-hook "
+                         "(Optimizer.register_step_pre_hook) and writes p.grad")
+        if spec.varies_per_step():
+            parts.append("the step pre-hook writes each step's weight_decay / momentum / "
+                         "betas (spec.at_step) into the param groups")
+        if spec.skip_nonfinite:
+            parts.append("a skipped step sets every p.grad to None for the step (restored "
+                         "in a step post-hook), so torch changes nothing; the LambdaLR follows "
+                         "the steps taken")
+        return "; ".join(parts)
+
+    def context(self, spec, named, plans, options):
+        import torch
+
+        for name, p in named:
+            if not isinstance(p, torch.Tensor) or not p.is_leaf:
+                raise TypeError(f"build: torch parameters must be leaf tensors, got "
+                                f"{name or ''} {type(p).__name__}")
+        empty = tuple(name or f"#{i}" for i, (name, p) in enumerate(named) if p.numel() == 0)
+        return Context(plans=tuple(plans),
+                       dtypes=tuple(sorted({str(p.dtype).removeprefix("torch.")
+                                            for _, p in named})),
+                       device=",".join(sorted({p.device.type for _, p in named})),
+                       zero_size=empty, all_zero_size=len(empty) == len(named),
+                       options=options)
+
+    def _lrs(self, spec, plans):
+        # each parameter's lr: with a schedule, the factor LambdaLR multiplies by
+        # schedule(t) (a fixed group lr is refused upstream there); else the plan's lr
+        scheduled = isinstance(spec.lr, Schedule)
+        return [plan.lr(1.0 if scheduled else spec.lr) for plan in plans]
+
+    def build_native(self, decision, spec, named, plans, context):
+        from .native import native_optimizer
+        from .steps import NativeStepHooks
+
+        params = [p for _, p in named]
+        skipped: list[bool] = []
+        optimizer, group_specs = native_optimizer(decision.native_class, decision.lowering,
+                                                  params, plans, self._lrs(spec, plans),
+                                                  context.options)
         NativeStepHooks(optimizer, spec, decision.lowering, params, plans, group_specs,
                         skipped)
-    else:
-        if options:
-            raise ValueError(f"build: options {sorted(options)} apply to native classes; "
-                             f"this spec runs the own implementation ({decision.reason})")
+        return optimizer, _scheduler(spec, optimizer), skipped
+
+    def build_own(self, decision, spec, named, plans, context):
+        from .optimizer import SpecOptimizer
+
+        skipped: list[bool] = []
         # a spec whose state belongs on the host (adam_offload) keeps it there
         offload = getattr(spec, "state_device", None) == "host"
-        optimizer = SpecOptimizer(params, spec, plans, lrs, offload=offload, skipped=skipped)
-    scheduler = None
-    if scheduled:
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(spec, optimizer))
-    record = BuildRecord(spec, decision, names, params, scheduler, plans, skipped)
-    return optimizer, record
+        optimizer = SpecOptimizer([p for _, p in named], spec, plans, self._lrs(spec, plans),
+                                  offload=offload, skipped=skipped)
+        return optimizer, _scheduler(spec, optimizer), skipped
+
+    def native_state(self, record, optimizer, p, spec):
+        import torch
+
+        state = optimizer.state.get(p, {})
+        return {ours: state[theirs] for ours, theirs in record.decision.native_class.state.items()
+                if isinstance(state.get(theirs), torch.Tensor)}
+
+    def plateau_scheduler(self, optimizer, rule, record, monitor):
+        import torch
+
+        from unified_opt.schedules.plateau import TORCH, native_arguments
+
+        kwargs = native_arguments(rule, TORCH, record, monitor)
+        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **kwargs)
 
 
-def _lr_factor(spec, optimizer):
-    """LambdaLR's factor: ``schedule(t)`` of its own counter, or with ``skip_nonfinite``
-    of the optimizer's steps taken (a skipped step keeps the schedule position; step
-    the scheduler every iteration as usual)."""
-    if not spec.skip_nonfinite:
-        return spec.lr
+def _scheduler(spec, optimizer):
+    """The ``LambdaLR`` of a scheduled lr (None for a constant one). Its factor is a plain
+    function, so the scheduler's ``state_dict`` holds plain data only (LambdaLR saves the
+    ``__dict__`` of callable objects, and a schedule is one)."""
+    if not isinstance(spec.lr, Schedule):
+        return None
+    import torch
+
     from .steps import steps_taken
 
     schedule = spec.lr
-    return lambda _epoch: schedule(steps_taken(optimizer))
+    if spec.skip_nonfinite:
+        # a skipped step keeps the schedule position: the factor reads the steps taken
+        def factor(_epoch):
+            return schedule(steps_taken(optimizer))
+    else:
+        def factor(epoch):
+            return schedule(epoch)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+BACKEND = TorchBackend()

@@ -76,12 +76,12 @@ class NativeStepHooks:
     """The pre-step, per-step hyperparameters and the skip rule around a native class.
 
     ``params``/``plans``: every parameter in build order with its plan; ``group_specs``:
-    the spec of each param group (in ``optimizer.param_groups`` order); ``row``: the
-    lowering row (its ``arguments`` give the group values of a step's spec)."""
+    the spec of each param group (in ``optimizer.param_groups`` order); ``lowering``: the
+    native class's lowering (its ``to_native`` gives the group values of a step's spec)."""
 
-    def __init__(self, optimizer, spec, row, params, plans, group_specs, skipped: list):
+    def __init__(self, optimizer, spec, lowering, params, plans, group_specs, skipped: list):
         self.spec = spec
-        self.row = row
+        self.lowering = lowering
         self.params = list(params)
         self.plans = list(plans)
         self.group_specs = list(group_specs)
@@ -113,7 +113,7 @@ class NativeStepHooks:
         if self.varies:
             t = steps_taken(optimizer)
             for group, spec in zip(optimizer.param_groups, self.group_specs):
-                for key, value in self.row.arguments(spec.at_step(t)).items():
+                for key, value in self.lowering.to_native(spec.at_step(t)).items():
                     if group[key] != value:
                         group[key] = value
         self.skipped.append(False)

@@ -56,18 +56,18 @@ def select(cases: list[Case], patterns: Iterable[str]) -> list[Case]:
 
 
 def uncovered_rows(cases: list[Case], backend: str) -> list[str]:
-    """Native lowering rows of ``backend`` (for the algorithms of ``cases``) that no
-    case's "auto" build selects, judged
-    from the spec alone (conditions on the parameters, such as MindSpore's "no 0-size
-    parameter", are the report's business: it lists the rows no run built with)."""
-    import importlib
+    """Native lowerings of ``backend`` (for the algorithms of ``cases``) that no case's
+    "auto" build selects, judged from the spec alone (conditions on the parameters, such
+    as MindSpore's "a parameter with elements", are the report's business: it lists the
+    rows no run built with)."""
+    from unified_opt.backend import load
 
-    lowering = importlib.import_module(f"unified_opt.backends.{backend}.lowering")
+    adapter = load(backend)
     chosen = set()
     for case in cases:
-        decision = lowering.decide_for(case.spec)
+        decision = adapter.decide(case.spec)
         if decision.path == "native":
             chosen.add((decision.algorithm, decision.native))
     algorithms = {case.spec.name for case in cases}
-    return [f"{row.algorithm} -> {row.native}" for row in lowering.TABLE
-            if row.algorithm in algorithms and (row.algorithm, row.native) not in chosen]
+    return [f"{lowering.algorithm} -> {cls.name}" for cls, lowering in adapter.rows()
+            if lowering.algorithm in algorithms and (lowering.algorithm, cls.name) not in chosen]

@@ -1,7 +1,7 @@
 """Conformance cases: a spec, named parameter shapes, a seed, a number of steps, paths.
 
 Parameter names matter: name rules (``no_decay_names``, MindSpore's
-``("beta", "gamma")``) pick parameters by name, so the standard set has a ``ln.gamma``
+``("*beta*", "*gamma*")``) pick parameters by name, so the standard set has a ``ln.gamma``
 and a ``ln.beta`` next to ``w`` and ``bias``. It also holds odd sizes (22), 1-D, 2-D,
 3-D and, except in the preset cases, a 0-size tensor: a backend must hold one (by its
 own implementation if its native class cannot) or fail the case, visibly.
@@ -18,7 +18,7 @@ import numpy as np
 
 import unified_opt as uo
 from unified_opt import _validation as v
-from unified_opt.lowering import PATHS
+from unified_opt.backend import PATHS
 
 from ..gradients import gradients_at, with_nonfinite
 from .functions import decode_spec, encode_spec

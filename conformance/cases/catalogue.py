@@ -22,7 +22,7 @@ def _nadam() -> list[Case]:
         Case(id="nadam_momentum_decay", spec=uo.NAdam(**a, momentum_decay=0.05)),
         Case(id="nadam_maximize_cosine", spec=uo.NAdam(lr=COSINE, eps=1e-3, maximize=True)),
         Case(id="nadam_no_decay_names",
-             spec=uo.NAdam(**a, weight_decay=0.1, no_decay_names=("beta", "gamma"))),
+             spec=uo.NAdam(**a, weight_decay=0.1, no_decay_names=("*beta*", "*gamma*"))),
         dense(id="preset_torch_nadam", spec=uo.preset(
             "torch.optim.NAdam", lr=0.01, eps=1e-3, weight_decay=0.1,
             decoupled_weight_decay=True)),

@@ -1,71 +1,31 @@
-"""Named Python callables for the schedules of conformance cases, and the JSON encoding
-of a spec that holds them.
+"""The JSON encoding of a spec whose schedules hold named Python callables.
 
 A case travels to its worker as JSON, and a Python callable (torch ``LambdaLR``'s
 ``lr_lambda``, ``MultiplicativeLR``'s, Paddle's ``LambdaDecay``, a ``CyclicLR``
-``scale_fn``) cannot be serialised. The callables the cases use are registered here by
-name; :func:`encode_spec` writes ``{"function": name}`` in their place and
+``scale_fn``) cannot be serialised. The callables the cases use are registered by name
+(:data:`unified_opt.schedules.examples.FUNCTIONS`); :func:`encode_spec` writes ``{"function": name}`` in their place and
 :func:`decode_spec` resolves the name again in the worker. Any other callable is
 refused with the schedule's own error.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Mapping
 
 import unified_opt as uo
 from unified_opt.schedules import Constant, Schedule, schedule_from_dict
+from unified_opt.schedules.examples import FUNCTIONS
 
-FUNCTIONS: dict[str, Callable] = {}
 #: spec fields that may hold a schedule (``unified_opt.spec.SCHEDULABLE``)
 _SCHEDULABLE = ("lr", "weight_decay")
-
-
-def named(fn: Callable) -> Callable:
-    """Register ``fn`` under its ``__name__``."""
-    if fn.__name__ in FUNCTIONS:
-        raise ValueError(f"conformance function {fn.__name__!r} is registered twice")
-    FUNCTIONS[fn.__name__] = fn
-    return fn
-
-
-@named
-def warm_then_decay(t):
-    """A LambdaLR factor: linear warm-up over 5 steps, then ``0.93 ** (t - 5)``."""
-    return (t + 1) / 5.0 if t < 5 else 0.93 ** (t - 5)
-
-
-@named
-def wavy_decay(t):
-    """A LambdaLR factor that falls and rises: ``(1 + cos(t / 3)) / 2 * 0.98 ** t``."""
-    return (1.0 + math.cos(t / 3.0)) / 2.0 * 0.98 ** t + 0.05
-
-
-@named
-def times_097(t):
-    """A MultiplicativeLR factor: 0.97 every step."""
-    return 0.97
-
-
-@named
-def times_alternating(t):
-    """A MultiplicativeLR factor that alternates 0.9 and 1.05."""
-    return 0.9 if t % 2 else 1.05
-
-
-@named
-def half_per_cycle(x):
-    """A CyclicLR ``scale_fn``: halves the height every cycle (``triangular2``)."""
-    return 0.5 ** (x - 1)
 
 
 def _name_of(fn: Callable) -> str:
     for name, registered in FUNCTIONS.items():
         if registered is fn:
             return name
-    raise TypeError(f"conformance case: the callable {fn!r} is not a registered conformance "
-                    f"function (conformance/cases/functions.py: {sorted(FUNCTIONS)}); a case "
+    raise TypeError(f"conformance case: the callable {fn!r} is not a registered example "
+                    f"function (unified_opt.schedules.examples: {sorted(FUNCTIONS)}); a case "
                     "must travel to its worker as JSON")
 
 

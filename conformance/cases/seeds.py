@@ -13,7 +13,7 @@ from unified_opt.schedules import Cosine
 from .case import Case, dense
 
 COSINE = Cosine(lr=0.02, T_max=50, eta_min=0.001)
-NN_NAMES = ("beta", "gamma")
+NN_NAMES = ("*beta*", "*gamma*")
 
 
 def _lamb() -> list[Case]:
@@ -66,7 +66,7 @@ def _lars() -> list[Case]:
         Case(id="lars_clip", spec=uo.LARS(**{**a, "lr": 0.01}, clip=True, always_adapt=True,
                                           lr_placement="outside")),
         Case(id="lars_nesterov", spec=uo.LARS(**a, nesterov=True)),
-        Case(id="lars_names", spec=uo.LARS(**a, exclude_names=("bias",),
+        Case(id="lars_names", spec=uo.LARS(**a, exclude_names=("*bias",),
                                            no_decay_names=NN_NAMES, always_adapt=True)),
         Case(id="lars_cosine", spec=uo.LARS(**{**a, "lr": COSINE})),
         dense(id="preset_paddle_lars", spec=uo.preset(

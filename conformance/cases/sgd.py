@@ -36,7 +36,7 @@ def cases() -> list[Case]:
         Case(id="sgd_weight_decay", spec=uo.SGD(**m, weight_decay=0.05)),
         Case(id="sgd_maximize", spec=uo.SGD(**m, maximize=True)),
         Case(id="sgd_no_decay_names",
-             spec=uo.SGD(**m, weight_decay=0.1, no_decay_names=("beta", "gamma"))),
+             spec=uo.SGD(**m, weight_decay=0.1, no_decay_names=("*beta*", "*gamma*"))),
         dense(id="preset_torch_sgd",
              spec=uo.preset("torch.optim.SGD", lr=0.05, momentum=0.9, dampening=0.2,
                             weight_decay=0.01)),

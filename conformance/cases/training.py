@@ -21,7 +21,7 @@ from unified_opt.schedules import Cosine, Cyclic, OneCycle, Step, preset
 from .case import TRAINING_DENSE_PARAMS, TRAINING_PARAMS, Case
 
 COSINE = Cosine(lr=0.05, T_max=50, eta_min=0.005)
-NN_NAMES = ("beta", "gamma")
+NN_NAMES = ("*beta*", "*gamma*")
 G = uo.Group
 SKIPS = (3, 17, 18, 31)      # planted non-finite steps (two in a row at 17, 18)
 

@@ -88,7 +88,7 @@ NATIVE = {"torch": NativeTorch, "paddle": NativePaddle, "mindspore": NativeMindS
 class Built:
     def __init__(self, framework, job, arrays):
         import unified_opt as uo
-        module = importlib.import_module(f"unified_opt.backends.{framework}.driver")
+        module = importlib.import_module(f"unified_opt.conformance.drivers.{framework}")
         driver_cls = next(v for v in vars(module).values() if isinstance(v, type)
                           and v.__module__ == module.__name__ and hasattr(v, "apply"))
         groups = [uo.Group.from_dict(g) for g in job.get("groups", [])] or None

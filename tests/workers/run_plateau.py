@@ -126,7 +126,8 @@ FRAMEWORKS = {"torch": Torch, "paddle": Paddle, "mindspore": MindSpore}
 
 def run(framework, job):
     import unified_opt as uo
-    from unified_opt.schedules.plateau import ReduceOnPlateau, plateau_scheduler
+    from unified_opt.build import plateau_scheduler
+    from unified_opt.schedules.plateau import ReduceOnPlateau
     runner = FRAMEWORKS[framework](job)
     opt = uo.build(uo.spec_from_dict(job["spec"]), [("w", runner.w)], path=job["path"])
     runner.opt = opt

@@ -20,14 +20,17 @@ def check_decay(spec, owner: str) -> dict:
 
 
 def decay_for_parameter(spec, name: str | None):
-    """``spec`` with ``weight_decay=0`` when ``name`` contains one of
-    ``spec.no_decay_names`` (MindSpore ``nn`` optimizers: ``("beta", "gamma")``)."""
+    """``spec`` with ``weight_decay=0`` when ``name`` matches one of the shell-style
+    patterns ``spec.no_decay_names`` (MindSpore ``nn`` optimizers: ``("*beta*",
+    "*gamma*")``)."""
+    from ..groups import name_matches
+
     if not spec.no_decay_names or spec.weight_decay == 0.0:
         return spec
     if name is None:
         raise ValueError(f"{type(spec).__name__}: no_decay_names={spec.no_decay_names!r} "
                          "needs parameter names; pass a module or (name, parameter) pairs")
-    if any(part in name for part in spec.no_decay_names):
+    if name_matches(name, spec.no_decay_names):
         return dataclasses.replace(spec, weight_decay=0.0, no_decay_names=())
     return spec
 

@@ -40,70 +40,10 @@ Differences between frameworks
 
 from __future__ import annotations
 
-import math
-
-from .. import _validation as v
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter, l2_gradient
-
-EPS_PLACEMENTS = ("outside", "eps_hat", "inside")
-
-
-def check_adam_fields(spec, owner: str) -> dict:
-    """Checks shared by Adam and AdamW."""
-    return {"betas": v.check_betas(owner, "betas", spec.betas),
-            "eps": v.check_range(owner, "eps", spec.eps, low=0.0, low_open=True),
-            "amsgrad": v.check_bool(owner, "amsgrad", spec.amsgrad),
-            "maximize": v.check_bool(owner, "maximize", spec.maximize),
-            "eps_placement": v.check_choice(owner, "eps_placement", spec.eps_placement,
-                                            EPS_PLACEMENTS),
-            "bias_correction": v.check_bool(owner, "bias_correction", spec.bias_correction),
-            "nesterov": v.check_bool(owner, "nesterov", spec.nesterov),
-            **check_decay(spec, owner)}
-
-
-def adam_state_names(spec) -> tuple[str, ...]:
-    return ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if spec.amsgrad else ())
-
-
-def adam_moments(spec, g, state, step, ops):
-    """New moments and the pieces of the step: ``(state, step_size, numerator, denom)``
-    with ``param -= step_size * numerator / denom``."""
-    beta1, beta2 = spec.betas
-    exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
-    exp_avg_sq = state["exp_avg_sq"] * beta2 + g * g * (1.0 - beta2)
-    new_state = {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
-    second = exp_avg_sq
-    if spec.amsgrad:
-        second = ops.maximum(state["max_exp_avg_sq"], exp_avg_sq)
-        new_state["max_exp_avg_sq"] = second
-    if spec.bias_correction:
-        bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
-    else:
-        bc1 = bc2 = 1.0
-    numerator = exp_avg * beta1 + g * (1.0 - beta1) if spec.nesterov else exp_avg
-    if spec.eps_placement == "outside":
-        step_size, denom = 1.0 / bc1, ops.sqrt(second) / math.sqrt(bc2) + spec.eps
-    elif spec.eps_placement == "eps_hat":
-        step_size, denom = math.sqrt(bc2) / bc1, ops.sqrt(second) + spec.eps
-    else:
-        step_size, denom = 1.0 / bc1, ops.sqrt(second / bc2 + spec.eps)
-    return new_state, step_size, numerator, denom
-
-
-def adam_alternatives(spec) -> list:
-    """Variants that other frameworks' Adams compute, for the failure explainer."""
-    out = []
-    for placement in EPS_PLACEMENTS:
-        if placement != spec.eps_placement:
-            out.append((f"eps_placement={placement!r}", spec.replace(eps_placement=placement)))
-    out.append((f"bias_correction={not spec.bias_correction}",
-                spec.replace(bias_correction=not spec.bias_correction)))
-    out.append((f"amsgrad={not spec.amsgrad}", spec.replace(amsgrad=not spec.amsgrad)))
-    out.append((f"nesterov={not spec.nesterov}", spec.replace(nesterov=not spec.nesterov)))
-    return out
-
+from ..spec import Spec, register, spec_class, spec_dataclass
+from ._adam_moments import adam_alternatives, adam_moments, adam_state_names, check_adam_fields
+from ._decay import decay_for_parameter, l2_gradient
 
 @register
 @spec_dataclass
@@ -137,7 +77,5 @@ class Adam(Spec):
         return param - numerator / denom * (lr * step_size), new_state
 
     def alternatives(self):
-        from .adamw import AdamW
-
-        decoupled = AdamW(**{k: val for k, val in self.hyperparameters().items()})
+        decoupled = spec_class("adamw")(**self.hyperparameters())
         return adam_alternatives(self) + [("decoupled weight decay (AdamW)", decoupled)]

@@ -31,9 +31,9 @@ from __future__ import annotations
 
 from .. import _validation as v
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, register, spec_class, spec_dataclass
+from ._adam_moments import adam_alternatives, adam_moments, adam_state_names, check_adam_fields
 from ._decay import decay_for_parameter
-from .adam import adam_alternatives, adam_moments, adam_state_names, check_adam_fields
 
 DECAY_FORMS = ("before_update", "in_update")
 
@@ -81,11 +81,9 @@ class AdamW(Spec):
         return param - change, new_state
 
     def alternatives(self):
-        from .adam import Adam
-
         fields = {k: val for k, val in self.hyperparameters().items()
                   if k not in ("decay_form", "decay_times_lr")}
         return adam_alternatives(self) + [
-            ("coupled L2 weight decay (Adam)", Adam(**fields)),
+            ("coupled L2 weight decay (Adam)", spec_class("adam")(**fields)),
             (f"decay_times_lr={not self.decay_times_lr}",
              self.replace(decay_times_lr=not self.decay_times_lr))]

@@ -24,10 +24,10 @@ first-step rule (``momentum_init``) as in SGD.
   denominator is 0;
 * ``"none"``: the formula as written (:math:`\lVert\theta\rVert = 0` gives :math:`\rho = 0`).
 
-Which parameters: names containing one of ``exclude_names`` (and, with ``exclude_1d``,
-every parameter of at most one dimension) take the plain momentum step on :math:`g`,
-without ratio or decay. Names containing one of ``no_decay_names`` get :math:`\lambda = 0`
-(so also no ratio unless ``always_adapt``).
+Which parameters: names matching one of the shell-style patterns ``exclude_names`` (and,
+with ``exclude_1d``, every parameter of at most one dimension) take the plain momentum
+step on :math:`g`, without ratio or decay. Names matching one of ``no_decay_names`` get
+:math:`\lambda = 0` (so also no ratio unless ``always_adapt``).
 
 Differences between frameworks
 ------------------------------
@@ -35,8 +35,9 @@ Differences between frameworks
   the buffer, buffer from 0, eps 0, ``one_if_norm_zero``, no ratio when
   :math:`\lambda = 0`; ``exclude_from_weight_decay`` names get :math:`\lambda = 0`.
 * ``mindspore.nn.LARS`` wraps an ``nn`` optimizer (``Momentum``: lr outside the buffer,
-  from 0; ``SGD``: torch's first step): the ratio on every parameter except names with
-  ``LayerNorm``/``bias`` (``exclude_names``; they also lose the inner optimizer's decay),
+  from 0; ``SGD``: torch's first step): the ratio on every parameter except names
+  containing ``LayerNorm`` or ``bias`` (``exclude_names=("*LayerNorm*", "*bias*")``; they
+  also lose the inner optimizer's decay),
   eps 1e-5, ``zero_norm_rule="none"``, ``clip`` for ``use_clip``. No CPU kernel.
 * ``torch_optimizer.LARS``: torch-SGD momentum (first buffer = :math:`d`), eps 1e-8,
   ``raw_if_norm_zero``, no ratio when :math:`\lambda = 0`.
@@ -49,10 +50,11 @@ from __future__ import annotations
 import functools
 
 from .. import _validation as v
+from ..groups import name_matches
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter
-from .sgd import SGD, check_momentum_fields
+from .sgd import SGD, canonical_momentum, check_momentum_fields
 
 ZERO_NORM_RULES = ("one_if_norm_zero", "raw_if_norm_zero", "one_if_denominator_zero", "none")
 
@@ -102,7 +104,7 @@ class LARS(Spec):
             if name is None:
                 raise ValueError(f"LARS: exclude_names={self.exclude_names!r} needs parameter "
                                  "names; pass a module or (name, parameter) pairs")
-            if any(part in name for part in self.exclude_names):
+            if name_matches(name, self.exclude_names):
                 return self.replace(weight_decay=0.0, always_adapt=False, exclude_names=(),
                                     no_decay_names=())
         return decay_for_parameter(self, name)
@@ -141,6 +143,9 @@ class LARS(Spec):
                                        ops.where(grad_norm > 0.0, ratio, one), one)
         scaled = decayed * ratio                            # raw_if_norm_zero
         return ops.where(param_norm > 0.0, ops.where(grad_norm > 0.0, scaled, grad), grad)
+
+    def canonical(self):
+        return canonical_momentum(self)
 
     def alternatives(self):
         out = [(f"zero_norm_rule={rule!r}", self.replace(zero_norm_rule=rule))

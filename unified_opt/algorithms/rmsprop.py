@@ -103,6 +103,12 @@ class RMSprop(Spec):
         new_state["momentum_buffer"] = buf
         return param, new_state
 
+    def canonical(self):
+        # without momentum the lr is not in a buffer (a cycled momentum may leave 0)
+        if self.momentum == 0.0 and not self.varies_per_step():
+            return self.with_defaults(("lr_placement",))
+        return self
+
     def alternatives(self):
         out = []
         knobs = [("eps_placement", self.eps_placement)]

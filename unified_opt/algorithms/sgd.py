@@ -36,6 +36,19 @@ from ..spec import Spec, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 LR_PLACEMENTS = ("outside", "inside")
+
+
+def canonical_momentum(spec):
+    """``spec`` (SGD-style momentum) with the knobs that do not act at its momentum at
+    their defaults: without momentum, the whole momentum form; without dampening, the
+    first-step rule (a buffer from 0 or from the gradient then agree)."""
+    if spec.varies_per_step():   # a cycled momentum may leave 0
+        return spec
+    if spec.momentum == 0.0:
+        return spec.with_defaults(("dampening", "nesterov", "lr_placement", "momentum_init"))
+    if spec.dampening == 0.0:
+        return spec.with_defaults(("momentum_init",))
+    return spec
 MOMENTUM_INITS = ("grad", "zeros")
 
 
@@ -93,6 +106,9 @@ class SGD(Spec):
         direction = scaled + buf * self.momentum if self.nesterov else buf
         new_param = param - direction if inside else param - direction * lr
         return new_param, {"momentum_buffer": buf}
+
+    def canonical(self):
+        return canonical_momentum(self)
 
     def alternatives(self):
         out = []

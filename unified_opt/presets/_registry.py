@@ -1,34 +1,49 @@
-"""The preset registry: qualified native class name -> function of native kwargs."""
+"""The preset registry: qualified native class name -> its descriptor's ``from_native``,
+gathered from every backend's descriptors (read without importing a framework)."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from typing import Any
 
 from .._native_registry import NativeRegistry
+from ..backend import BACKENDS, load
 from ..spec import Spec
-
-REGISTRY = NativeRegistry("preset")
-native_preset = REGISTRY.register
-refuse = REGISTRY.refuse
-refusal = REGISTRY.refusal
 
 #: Arguments that choose an implementation, not the math. A preset accepts them so
 #: a native call ports unchanged, and warns that the spec does not carry them.
 IMPLEMENTATION_FLAGS = ("foreach", "fused", "capturable", "differentiable",
                         "use_multi_tensor", "multi_precision", "use_locking", "name")
 
+_REGISTRY: NativeRegistry | None = None
+
+
+def registry() -> NativeRegistry:
+    """The registry of every backend's presets (made at the first call)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        made = NativeRegistry("preset", "uo.presets()")
+        for backend in BACKENDS:
+            for cls in load(backend).classes:
+                if cls.refused:
+                    made.refuse(cls.name, cls.refused)
+                else:
+                    made.register(cls.name)(cls.from_native)
+        _REGISTRY = made
+    return _REGISTRY
+
 
 def presets(refused: bool = False) -> list[str]:
     """Qualified names of every native class that has a preset; with ``refused=True``,
     those whose preset is refused (it raises NotImplementedError saying what is missing)."""
-    return REGISTRY.names(refused)
+    return registry().names(refused)
 
 
 def preset(qualified_name: str, **native_kwargs: Any) -> Spec:
     """The spec computing what ``qualified_name(**native_kwargs)`` computes."""
-    fn = REGISTRY.checked(qualified_name, native_kwargs)
-    params = REGISTRY.signature(qualified_name).parameters
+    fn = registry().checked(qualified_name, native_kwargs)
+    params = inspect.signature(fn).parameters
     for flag in IMPLEMENTATION_FLAGS:
         if flag in native_kwargs and native_kwargs[flag] != params[flag].default:
             warnings.warn(f"{qualified_name}: {flag}={native_kwargs[flag]!r} chooses an "
@@ -37,6 +52,16 @@ def preset(qualified_name: str, **native_kwargs: Any) -> Spec:
                           stacklevel=2)
     return fn(**native_kwargs)
 
+
+def refusal(qualified_name: str) -> str:
+    return registry().refusal(qualified_name)
+
+
+def signature(qualified_name: str) -> inspect.Signature:
+    return registry().signature(qualified_name)
+
+
+# -- helpers for the presets in the backends' descriptors --------------------------------------
 
 def unsupported(qualified_name: str, argument: str, value: Any, why: str) -> NotImplementedError:
     return NotImplementedError(f"{qualified_name}: {argument}={value!r} is not supported "

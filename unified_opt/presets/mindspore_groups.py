@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import _validation as v
-from ..groups import Group
+from ..groups import Group, name_matches
 from ..schedules import Schedule
 
 _KEYS = ("params", "lr", "weight_decay", "grad_centralization")
@@ -138,7 +138,7 @@ def _decay(group: dict, spec, names: list[str], where: str) -> dict:
         return {}
     if not isinstance(spec.weight_decay, Schedule):
         return {"weight_decay": spec.weight_decay}
-    spared = [n for n in names if any(part in n for part in spec.no_decay_names)]
+    spared = [n for n in names if name_matches(n, spec.no_decay_names)]
     if spared:
         raise ValueError(f"{_CALLER}: {where} inherits the weight-decay schedule, and the "
                          f"spec's no_decay_names={spec.no_decay_names!r} would spare "

@@ -25,9 +25,9 @@ from .decay import (Constant, Exponential, InverseTime, Linear, MultiStep, Natur
                     Piecewise, Polynomial, Step)
 from . import mindspore_presets, paddle_presets, torch_presets  # noqa: F401,E402  (registration)
 from ._preset_registry import preset, presets, refusal  # noqa: E402
-from .plateau import ReduceOnPlateau, plateau_scheduler  # noqa: E402
+from .plateau import ReduceOnPlateau  # noqa: E402
 
 __all__ = ["Schedule", "schedule_from_dict", "schedules", "preset", "presets", "refusal",
            "Constant", "Cosine", "CosineWarmRestarts", "Cyclic", "Exponential", "InverseTime", "Lambda",
            "Linear", "LinearWarmup", "MultiStep", "Multiplicative", "NaturalExp", "Noam",
-           "OneCycle", "PerEpoch", "ReduceOnPlateau", "plateau_scheduler", "Piecewise", "Polynomial", "Product", "Sequential", "Step"]
+           "OneCycle", "PerEpoch", "ReduceOnPlateau", "Piecewise", "Polynomial", "Product", "Sequential", "Step"]

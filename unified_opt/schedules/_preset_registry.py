@@ -13,7 +13,7 @@ from typing import Any
 from .._native_registry import NativeRegistry
 from .base import Schedule
 
-REGISTRY = NativeRegistry("schedule preset")
+REGISTRY = NativeRegistry("schedule preset", "uo.schedules.presets()")
 schedule_preset = REGISTRY.register
 refuse = REGISTRY.refuse
 refusal = REGISTRY.refusal
@@ -23,7 +23,7 @@ PLATEAU = ("it is metric-driven: the lr depends on the values passed to step(met
            "it has no lr(step) a schedule could hold. Its rule is "
            "uo.schedules.plateau.ReduceOnPlateau.from_native(qualified_name, **native_kwargs) "
            "(lrs(initial_lr, metrics) gives the lr after each report); "
-           "uo.schedules.plateau.plateau_scheduler(opt, rule) makes the framework's own "
+           "uo.plateau_scheduler(opt, rule) makes the framework's own "
            "scheduler for a constant-lr optimizer from uo.build: torch ReduceLROnPlateau, "
            "Paddle ReduceOnPlateau via opt.set_lr_scheduler, MindSpore the experimental "
            "ReduceLROnPlateau (experimental.optim optimizers) or the "

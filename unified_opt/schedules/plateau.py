@@ -3,8 +3,9 @@ r"""Reduce the lr when a metric stops improving: :class:`ReduceOnPlateau`.
 A plateau rule has no ``lr(step)``: the lr depends on the metric values the training loop
 reports (``scheduler.step(val_loss)``), so it is not a :class:`Schedule`. The rule is a
 frozen spec; :meth:`ReduceOnPlateau.lrs` is its pure meaning (the lr after each report)
-and :func:`plateau_scheduler` makes the framework's own plateau scheduler for an optimizer
-built by ``uo.build``, refusing a rule that scheduler does not compute exactly.
+and ``uo.plateau_scheduler(optimizer, rule)`` makes the framework's own plateau scheduler
+for an optimizer built by ``uo.build`` (each backend from :func:`native_arguments`),
+refusing a rule that scheduler does not compute exactly.
 
 The rule, per report of a metric ``m`` (torch's ``ReduceLROnPlateau``):
 
@@ -264,7 +265,7 @@ def _check_metric(name: str, value: Any) -> Any:
 
 # -- presets: each native's signature (no optimizer) and defaults -------------------------
 
-REGISTRY = NativeRegistry("plateau preset")
+REGISTRY = NativeRegistry("plateau preset", "uo.schedules.plateau.natives()")
 
 
 def natives() -> list[str]:
@@ -333,38 +334,23 @@ def _mindspore_callback(monitor="eval_loss", factor=0.1, patience=10, verbose=Fa
 
 
 
-# -- the framework's own plateau scheduler for an optimizer made by uo.build --------------
+# -- the arguments of a framework's own plateau scheduler -----------------------------------
 
-def plateau_scheduler(optimizer: Any, rule: ReduceOnPlateau, *, monitor: str | None = None):
-    """The framework's own scheduler reducing ``optimizer``'s lr by ``rule``.
-
-    ``optimizer`` comes from ``uo.build`` with a constant spec lr. The loop reports a
-    metric the framework's usual way, after the optimizer steps it concerns:
-
-    * torch: ``torch.optim.lr_scheduler.ReduceLROnPlateau``; ``sched.step(metric)``.
-    * Paddle: ``paddle.optimizer.lr.ReduceOnPlateau`` starting at the spec's lr, installed
-      with ``optimizer.set_lr_scheduler``; ``sched.step(metric)``.
-    * MindSpore, ``mindspore.experimental.optim`` optimizers: its
-      ``lr_scheduler.ReduceLROnPlateau``; ``sched.step(metric)``.
-    * MindSpore, ``mindspore.nn`` optimizers (one lr for all parameters): the
-      ``mindspore.train.ReduceLROnPlateau`` callback watching ``monitor`` (default
-      ``"eval_loss"``), for ``Model.train(..., callbacks=[cb])`` / ``Model.fit``. The own
-      implementation (a ``SpecOptimizer``) takes part where it follows an lr written from
-      outside (``follows_learning_rate``).
-
-    Each native computes one fixed form of the rule (see the module docstring): a rule it
-    does not compute exactly raises ``NotImplementedError`` naming the knobs that differ;
-    ``ReduceOnPlateau.from_native(name, ...)`` gives the forms that run natively. The
-    metric dtype is the caller's on Paddle and the callback (the type of value reported).
-    """
-    from ..build import framework_of, record_of
+def native_arguments(rule: ReduceOnPlateau, native: str, record, monitor: str | None) -> dict:
+    """The keyword arguments of the native plateau scheduler ``native`` computing ``rule``
+    for an optimizer made by ``uo.build`` (``record``: its build record), checked first:
+    the spec's lr must be constant and the rule's; with group lr factors ``min_lr`` and
+    ``eps`` must be 0 (the frameworks apply them to group lrs differently); and the native
+    must compute the rule exactly (``NotImplementedError`` naming the knobs that differ;
+    ``ReduceOnPlateau.from_native(name, ...)`` gives the forms that run natively). Each
+    backend builds its scheduler from them (``uo.plateau_scheduler``)."""
     from .base import Schedule
 
-    if not isinstance(rule, ReduceOnPlateau):
-        raise TypeError(f"plateau_scheduler: rule must be a ReduceOnPlateau, got {rule!r}")
     if monitor is not None and not isinstance(monitor, str):
         raise TypeError(f"plateau_scheduler: monitor must be a str, got {monitor!r}")
-    record = record_of(optimizer)
+    if monitor is not None and native != MS_CALLBACK:
+        raise ValueError(f"plateau_scheduler: monitor={monitor!r} is for the "
+                         f"{MS_CALLBACK} callback; {native} takes the metric in step()")
     if isinstance(record.spec.lr, Schedule):
         raise ValueError(f"plateau_scheduler: the optimizer's spec has the scheduled lr "
                          f"{record.spec.lr!r}; a plateau rule drives a constant-lr optimizer")
@@ -383,43 +369,7 @@ def plateau_scheduler(optimizer: Any, rule: ReduceOnPlateau, *, monitor: str | N
             f"frameworks apply min_lr={rule.min_lr!r} / eps={rule.eps!r} to group lrs "
             "differently (torch and MindSpore per group, Paddle before the factor); with "
             "groups give the rule min_lr=0 and eps=0")
-    backend = framework_of(optimizer)
-    native = _native_name(backend, optimizer)
-    if monitor is not None and native != MS_CALLBACK:
-        raise ValueError(f"plateau_scheduler: monitor={monitor!r} is for the "
-                         f"{MS_CALLBACK} callback; {native} takes the metric in step()")
-    kwargs = _native_kwargs(native, rule, lr0, monitor or "eval_loss")
-    if backend == "torch":
-        import torch
-        return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, **kwargs)
-    if backend == "paddle":
-        import paddle
-        scheduler = paddle.optimizer.lr.ReduceOnPlateau(**kwargs)
-        optimizer.set_lr_scheduler(scheduler)
-        return scheduler
-    if native == MS_EXP:
-        from mindspore.experimental.optim.lr_scheduler import ReduceLROnPlateau
-        return ReduceLROnPlateau(optimizer, **kwargs)
-    from mindspore import Parameter
-    from mindspore.train import ReduceLROnPlateau
-    if not isinstance(optimizer.learning_rate, Parameter) or optimizer.is_group_lr:
-        raise NotImplementedError(f"plateau_scheduler: {MS_CALLBACK} reduces one constant "
-                                  "lr Parameter; this optimizer has group lrs")
-    if record.decision.path == "own" and not getattr(optimizer, "follows_learning_rate", False):
-        raise NotImplementedError(
-            f"plateau_scheduler: the own MindSpore implementation ({type(optimizer).__name__}) "
-            f"takes its lr from the spec and refuses an lr written from outside, which "
-            f"{MS_CALLBACK} does; build a spec that lowers to a mindspore.nn class")
-    return ReduceLROnPlateau(**kwargs)
-
-
-def _native_name(backend: str, optimizer: Any) -> str:
-    if backend == "torch":
-        return TORCH
-    if backend == "paddle":
-        return PADDLE
-    from mindspore.experimental.optim import Optimizer
-    return MS_EXP if isinstance(optimizer, Optimizer) else MS_CALLBACK
+    return _native_kwargs(native, rule, lr0, monitor or "eval_loss")
 
 
 def _native_kwargs(native: str, rule: ReduceOnPlateau, lr0: float, monitor: str) -> dict:

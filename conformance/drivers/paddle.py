@@ -7,9 +7,8 @@ import numpy as np
 import paddle
 
 from unified_opt.build import lr_scheduler
-from unified_opt.conformance.driver import Driver
 
-from .native import native_state
+from .base import Driver
 
 
 class PaddleDriver(Driver):
@@ -49,9 +48,6 @@ class PaddleDriver(Driver):
 
     def to_numpy(self, tensor):
         return tensor.numpy()
-
-    def native_state(self, p, spec):
-        return native_state(self.decision.lowering, self.optimizer, p, spec)
 
 
 def array_dtype(p) -> np.dtype:

@@ -6,9 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from unified_opt.conformance.driver import Driver
-
-from .native import native_state
+from .base import Driver
 
 
 class TorchDriver(Driver):
@@ -41,9 +39,6 @@ class TorchDriver(Driver):
 
     def to_numpy(self, tensor):
         return tensor.detach().cpu().numpy()
-
-    def native_state(self, p, spec):
-        return native_state(self.decision.lowering, self.optimizer, p)
 
 
 def array_dtype(p) -> np.dtype:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 from mindspore import Parameter, Tensor, dtype_to_nptype
 
-from unified_opt.conformance.driver import Driver
+from unified_opt.backends.mindspore.native import arguments_of, native_lr
 from unified_opt.schedules import Schedule
 
-from .native import arguments_of, native_lr, native_state
+from .base import Driver
 
 
 class MindSporeDriver(Driver):
@@ -41,7 +41,7 @@ class MindSporeDriver(Driver):
         if not held:   # every parameter has a fixed group lr (a constant spec lr)
             return float(self.spec.lr)
         p, plan = next(((p, plan) for p, plan in held if plan.lr_scale == 1.0), held[0])
-        lr = native_lr(self.decision.lowering, self.optimizer, p)
+        lr = native_lr(self.decision.native_class, self.optimizer, p)
         return lr if plan.lr_scale == 1.0 else lr / plan.lr_scale
 
     def apply(self, grads):
@@ -53,6 +53,3 @@ class MindSporeDriver(Driver):
 
     def to_numpy(self, tensor):
         return tensor.asnumpy()
-
-    def native_state(self, p, spec):
-        return native_state(self.decision.lowering, self.optimizer, p, spec)

@@ -1,6 +1,8 @@
 """Driving a built optimizer with numpy gradients: the part of a conformance worker
-that touches a framework. Each backend subclasses :class:`Driver` in its
-``driver.py`` with the handful of framework calls it needs."""
+that touches a framework. Each framework subclasses :class:`Driver` in
+``drivers/<framework>.py`` with the handful of framework calls it needs; a native
+optimizer's state is read through the backend
+(:meth:`unified_opt.backend.Backend.native_state`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from typing import Mapping
 
 import numpy as np
 
-from unified_opt.build import build, record_of, skipped_steps
+from unified_opt.backend import load, record_of
+from unified_opt.build import build, skipped_steps
 
 
 class Driver:
@@ -52,7 +55,7 @@ class Driver:
 
     def native_state(self, param, spec) -> dict:
         """A native optimizer's state of ``param`` under ``spec``'s state names."""
-        raise NotImplementedError
+        return load(self.backend).native_state(self.record, self.optimizer, param, spec)
 
     def spec_state(self, name: str) -> dict:
         """The optimizer state of parameter ``name`` under the spec's state names."""

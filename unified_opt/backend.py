@@ -1,0 +1,257 @@
+"""The backend contract: what every framework adapter provides, and the glue they share.
+
+A backend (``unified_opt.backends.<framework>.BACKEND``) is a :class:`Backend`: its
+native classes (:class:`unified_opt.native.NativeClass` descriptors, read without
+importing the framework), the conditions it adds around each native class
+(:meth:`Backend.around`), and the framework calls that build an optimizer. One method,
+:meth:`Backend.decide`, makes every lowering decision from the spec, the path asked for
+and a :class:`Context` (parameter groups, dtypes, device, zero-size parameters), so
+``uo.build`` and ``uo.explain`` decide alike. :meth:`Backend.build` is the one build
+sequence: check the parameters, decide, refuse what the chosen path cannot honour,
+build, record.
+
+Backends are found by name (:func:`load`), which keeps the numpy-only core free of any
+import of the backend packages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .native import Condition, Lowering, NativeClass, holds
+from .spec import Spec
+
+PATHS = ("auto", "native", "own")
+#: every backend, in the order reports list them
+BACKENDS = ("torch", "paddle", "mindspore")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a lowering decision may depend on besides the spec.
+
+    ``plans``: one :class:`unified_opt.groups.ParameterPlan` per parameter (None when
+    explaining a spec without parameters); ``dtypes``: the parameters' dtype names;
+    ``device``: the framework's device ("CPU", "GPU", ...); ``zero_size``: the names of
+    zero-size parameters; ``all_zero_size``: every parameter has zero size;
+    ``options``: the implementation flags for the native class; ``total_steps``: the
+    length of the per-step tables of a schedule (MindSpore's native classes)."""
+
+    plans: tuple | None = None
+    dtypes: tuple[str, ...] = ()
+    device: str = "CPU"
+    zero_size: tuple[str, ...] = ()
+    all_zero_size: bool = False
+    options: dict = field(default_factory=dict)
+    total_steps: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``uo.build`` does for a spec on a backend, and why."""
+
+    backend: str
+    algorithm: str
+    path: str                                  # "native" or "own"
+    native: str | None                         # the native class on the native path
+    reason: str
+    rejected: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (native class, unmet conditions)
+    lowering: Lowering | None = None
+    native_class: NativeClass | None = None
+    own_class: str | None = None
+
+    def __str__(self) -> str:
+        if self.path == "native":
+            head = f"{self.backend}: {self.algorithm} -> native {self.native}"
+        else:
+            head = f"{self.backend}: {self.algorithm} -> own implementation ({self.own_class})"
+        lines = [head, f"  why: {self.reason}"]
+        for native, unmet in self.rejected:
+            lines.append(f"  not {native}: needs " + "; ".join(unmet))
+        return "\n".join(lines)
+
+
+@dataclass
+class BuildRecord:
+    """What ``uo.build`` made: kept per optimizer for explain, schedulers and state."""
+
+    spec: Spec
+    decision: Decision
+    names: list[str | None]
+    params: list[Any]
+    lr_scheduler: Any = None
+    plans: list | None = None
+    #: one bool per optimizer step call: True where ``skip_nonfinite`` skipped it
+    skipped: list[bool] = dataclasses.field(default_factory=list)
+
+
+_RECORDS: "weakref.WeakKeyDictionary[Any, BuildRecord]" = weakref.WeakKeyDictionary()
+
+
+def remember(optimizer: Any, record: BuildRecord) -> None:
+    _RECORDS[optimizer] = record
+
+
+def record_of(optimizer: Any) -> BuildRecord:
+    try:
+        return _RECORDS[optimizer]
+    except (KeyError, TypeError):
+        raise ValueError(f"{type(optimizer).__name__} object was not built by "
+                         "unified_opt.build") from None
+
+
+def installed() -> list[str]:
+    """Backends whose framework is installed (found without importing it)."""
+    return [b for b in BACKENDS if importlib.util.find_spec(b) is not None]
+
+
+def load(name: str) -> "Backend":
+    """The backend called ``name`` (imports its package, not its framework)."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {name!r}")
+    return importlib.import_module(f"unified_opt.backends.{name}").BACKEND
+
+
+def load_installed(name: str) -> "Backend":
+    if importlib.util.find_spec(name) is None:
+        raise ValueError(f"backend {name!r} is not installed (pip install "
+                         f"'unified-opt[{name}]')")
+    return load(name)
+
+
+class Backend:
+    """One framework's adapter (see the module docstring). Subclasses set ``name``,
+    ``own_class`` and ``classes_module`` and implement the framework calls."""
+
+    name = ""
+    own_class = ""
+    #: the module holding ``CLASSES``, the backend's descriptors (no framework import)
+    classes_module = ""
+
+    # -- the table ------------------------------------------------------------------
+    @property
+    def classes(self) -> tuple[NativeClass, ...]:
+        return importlib.import_module(self.classes_module).CLASSES
+
+    def rows(self, algorithm: str | None = None) -> list[tuple[NativeClass, Lowering]]:
+        """(class, lowering) pairs in decision order, for one algorithm or all."""
+        return [(cls, lowering) for cls in self.classes for lowering in cls.lowerings
+                if algorithm is None or lowering.algorithm == algorithm]
+
+    def native_class(self, qualified_name: str) -> NativeClass:
+        for cls in self.classes:
+            if cls.name == qualified_name:
+                return cls
+        raise KeyError(f"{self.name}: no descriptor for {qualified_name!r}")
+
+    # -- deciding -------------------------------------------------------------------
+    def around(self, cls: NativeClass, lowering: Lowering, spec: Spec,
+               context: Context) -> Sequence[Condition]:
+        """Conditions on what lies around the algorithm (pre-step, per-step
+        hyperparameters, groups, parameters) under which ``cls`` still runs it exactly."""
+        return ()
+
+    def notes(self, decision: Decision, spec: Spec, context: Context) -> str:
+        """Text added to a native decision's reason (what runs around the class)."""
+        return ""
+
+    def decide(self, spec: Spec, path: str = "auto", context: Context | None = None
+               ) -> Decision:
+        """The lowering of ``spec``: the first row whose conditions all hold (with
+        :meth:`around`'s), else the own implementation. ``path="native"`` raises when
+        no row holds; ``path="own"`` always takes the own implementation."""
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        context = Context() if context is None else context
+        rows = self.rows(spec.name)
+        rejected = []
+        for cls, lowering in rows:
+            unmet = lowering.unmet(spec) + [c.text for c in self.around(cls, lowering, spec,
+                                                                        context)
+                                            if not holds(c, spec)]
+            if unmet:
+                rejected.append((cls.name, tuple(unmet)))
+                continue
+            if path == "own":
+                return Decision(self.name, spec.name, "own", None,
+                                f"own implementation requested (native {cls.name} would be "
+                                "exact)", tuple(rejected), own_class=self.own_class)
+            reason = f"{cls.name} computes exactly this spec"
+            if lowering.note:
+                reason += f" ({lowering.note})"
+            decision = Decision(self.name, spec.name, "native", cls.name, reason,
+                                tuple(rejected), lowering, cls, self.own_class)
+            extra = self.notes(decision, spec, context)
+            return dataclasses.replace(decision, reason=f"{reason}; {extra}") if extra \
+                else decision
+        if path == "native":
+            detail = "; ".join(f"{n} needs {', '.join(u)}" for n, u in rejected) or \
+                f"{self.name} has no native class for {spec.name!r}"
+            raise ValueError(f"path='native': no native {self.name} optimizer computes this "
+                             f"spec exactly: {detail}")
+        if path == "own":
+            reason = "own implementation requested"
+        elif rows:
+            reason = "no native class computes this configuration exactly"
+        else:
+            reason = f"{self.name} has no native optimizer for {spec.name!r}"
+        return Decision(self.name, spec.name, "own", None, reason, tuple(rejected),
+                        own_class=self.own_class)
+
+    # -- building (framework calls, in subclasses) -------------------------------------
+    def context(self, spec: Spec, named: list, plans: list, options: dict) -> Context:
+        """Check the parameters and options; the decision context of a build."""
+        raise NotImplementedError
+
+    def build_native(self, decision: Decision, spec: Spec, named: list, plans: list,
+                     context: Context):
+        """``(optimizer, lr_scheduler, skipped)`` on the native path."""
+        raise NotImplementedError
+
+    def build_own(self, decision: Decision, spec: Spec, named: list, plans: list,
+                  context: Context):
+        """``(optimizer, lr_scheduler, skipped)`` on the own path."""
+        raise NotImplementedError
+
+    def build(self, spec: Spec, named: list, *, path: str, options: dict, plans: list):
+        """The one build sequence: ``(optimizer, BuildRecord)``."""
+        context = self.context(spec, named, plans, dict(options))
+        decision = self.decide(spec, path, context)
+        if decision.path == "own":
+            if context.options:
+                raise ValueError(f"build: options {sorted(context.options)} apply to native "
+                                 f"classes; this spec runs the own implementation "
+                                 f"({decision.reason})")
+            optimizer, scheduler, skipped = self.build_own(decision, spec, named, plans,
+                                                           context)
+        else:
+            optimizer, scheduler, skipped = self.build_native(decision, spec, named, plans,
+                                                              context)
+        record = BuildRecord(spec, decision, [n for n, _ in named], [p for _, p in named],
+                             scheduler, list(plans), skipped)
+        return optimizer, record
+
+    def parameter_name(self, p) -> str | None:
+        """The name rules see for a parameter passed without a name (None: none)."""
+        return None
+
+    def native_state(self, record: BuildRecord, optimizer, p, spec: Spec) -> dict:
+        """A native optimizer's state of parameter ``p`` under ``spec``'s state names."""
+        raise NotImplementedError
+
+    def plateau_scheduler(self, optimizer, rule, record: BuildRecord, monitor: str | None):
+        """The framework's own plateau scheduler for ``optimizer`` computing ``rule``."""
+        raise NotImplementedError
+
+
+def unmet_rows(backend: Backend, spec: Spec, context: Context | None = None) -> dict:
+    """Native class -> unmet conditions, for every row of ``spec``'s algorithm."""
+    context = Context() if context is None else context
+    return {cls.name: lowering.unmet(spec) + [c.text for c in backend.around(
+        cls, lowering, spec, context) if not holds(c, spec)]
+            for cls, lowering in backend.rows(spec.name)}
