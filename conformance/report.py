@@ -24,7 +24,8 @@ PATH_ORDER = ("auto", "own", "native")
 STATUSES = ("pass", "fail", "error")
 
 RULE = ("per step and quantity: max|backend - oracle(float64)| <= K * max(float32 "
-        "reference error, ULPS float32 ulps of max|oracle|, TINY); NaN/Inf positions equal")
+        "reference error, ULPS float32 ulps of max|oracle|, TINY); non-finite positions "
+        "equal (NaN and Inf interchangeable, Inf signs equal)")
 
 
 def _finite_or_none(value):
@@ -33,12 +34,12 @@ def _finite_or_none(value):
     return value
 
 
-def _clean(obj):
-    """Non-finite floats become None, so the JSON is standard (no Infinity/NaN)."""
+def json_safe(obj):
+    """``obj`` with non-finite floats as None, so the JSON is standard (no Infinity/NaN)."""
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     return _finite_or_none(obj)
 
 
@@ -57,6 +58,7 @@ def unexercised_rows(backend: str, results: list[dict]) -> list[str]:
 def build_report(cases, backends, workers: dict, results: list[dict], *,
                  unstable_cases=()) -> dict:
     counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
+    counts["known"] = sum(bool(r.get("known")) and r["status"] == "pass" for r in results)
     uncovered = {b: unexercised_rows(b, results) for b in backends}
     report = {
         "format_version": FORMAT_VERSION,
@@ -74,7 +76,7 @@ def build_report(cases, backends, workers: dict, results: list[dict], *,
         "results": results,
         "summary": {"total": len(results), **counts},
     }
-    return _clean(report)
+    return json_safe(report)
 
 
 # -- the matrix ---------------------------------------------------------------------
@@ -93,7 +95,8 @@ def cell(result: dict | None) -> str:
     ratio = "inf" if ratio is None else f"{ratio:.3g}"
     lowering = result.get("lowering") or {}
     kind = "native" if lowering.get("path") == "native" else "own"
-    return f"{'pass' if result['status'] == 'pass' else 'FAIL'} {ratio} ({kind})"
+    known = "*" if result.get("known") else ""
+    return f"{'pass' if result['status'] == 'pass' else 'FAIL'}{known} {ratio} ({kind})"
 
 
 def matrix(report: dict) -> tuple[list[str], list[list[str]]]:
@@ -108,7 +111,10 @@ def matrix(report: dict) -> tuple[list[str], list[list[str]]]:
 
 def summary_line(report: dict) -> str:
     s = report["summary"]
-    return f"{s['total']} results: {s['pass']} pass, {s['fail']} fail, {s['error']} error"
+    known = (f" ({s['known']} of them with a declared non-finite difference)"
+             if s.get("known") else "")
+    return (f"{s['total']} results: {s['pass']} pass{known}, {s['fail']} fail, "
+            f"{s['error']} error")
 
 
 def text_matrix(report: dict) -> str:
@@ -161,6 +167,12 @@ def markdown(report: dict) -> str:
                        f"**{r['status']}**: {_problem_text(r)}")
     notes = [f"- {b}: lowering rows no run built with: {', '.join(rows)}"
              for b, rows in report["unexercised_lowering_rows"].items() if rows]
+    known = sorted({r["known"] for r in report["results"]
+                    if r.get("known") and r["status"] == "pass"})
+    if known:
+        notes.append("- `pass*`: a native class that declares how it departs from the spec "
+                     "under a non-finite gradient, compared with that tolerance (elements "
+                     "the oracle holds non-finite may stay finite): " + "; ".join(known))
     if report["unstable_cases"]:
         notes.append("- cases whose float32 reference has NaN/Inf where the oracle has "
                      f"none: {', '.join(report['unstable_cases'])}")

@@ -3,13 +3,15 @@
 ``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR``
 
 Imports exactly one framework (through ``unified_opt.conformance.drivers.<NAME>``), runs
-every case on every path it lists through that backend's :class:`Driver`, and writes
-per (case, path) ``<case>__<path>.npz`` (the trajectory) and ``<case>__<path>.json``
-(framework version, lowering decision or error text). A path whose lowering repeats
+every case on every path it lists through that backend's :class:`Driver`, judges each
+run against its case's oracle (:mod:`.verdict`) and writes per (case, path)
+``<case>__<path>.json``: the result as the reports hold it, with the lowering decision
+or the error text. The trajectory (``<case>__<path>.npz``) is kept for a run that does
+not pass, and for every run with ``--keep-trajectories``. A path whose lowering repeats
 one already run for the case (``own`` when ``auto`` took the own implementation, which
 only the build knows: MindSpore's depends on the parameters) is skipped. Prints
 ``progress DONE/TOTAL CASE PATH STATUS [detail]`` lines, flushed, for the runner to
-relay; ``worker.json`` lists what ran and what was skipped.
+relay; ``worker.json`` lists what ran, what was skipped and the unstable cases.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from pathlib import Path
 
 from .cases import Case
 from .drivers.base import Driver
+from .report import json_safe
 from .trajectory import Recorder
+from .verdict import References, verdict
 
 FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
 
@@ -46,11 +50,6 @@ def driver_class(backend: str) -> type[Driver]:
 def framework_version(backend: str) -> str:
     module = importlib.import_module(FRAMEWORK_MODULES.get(backend, backend))
     return str(getattr(module, "__version__", "unknown"))
-
-
-def decision_dict(decision) -> dict:
-    return {"path": decision.path, "native": decision.native, "reason": decision.reason,
-            "own_class": decision.own_class}
 
 
 def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
@@ -81,9 +80,9 @@ def result_stem(case_id: str, path: str) -> str:
 
 
 def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path,
-            say=print) -> dict:
-    """Run every case on its paths, writing the result files into ``out``; return the
-    worker summary (also written as ``worker.json``).
+            say=print, keep_trajectories: bool = False) -> dict:
+    """Run and judge every case on its paths, writing the result files into ``out``;
+    return the worker summary (also written as ``worker.json``).
 
     A path is skipped when an earlier path of the same case already ran the lowering it
     asks for (``own`` after an ``auto`` that took the own implementation).
@@ -91,8 +90,9 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     version = framework_version(backend)
     total = sum(len(c.paths) for c in cases)
     say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")
-    ran, skipped, index = [], [], 0
+    ran, skipped, unstable, index = [], [], [], 0
     for case in cases:
+        references = References()            # this case's oracle and floors, then dropped
         lowered = set()                      # decision paths this case already ran
         for path in case.paths:
             index += 1
@@ -103,25 +103,26 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
                 continue
             started = time.perf_counter()
             trajectory, decision, error = run_case(driver_cls, case, path)
+            seconds = round(time.perf_counter() - started, 4)
             if decision is not None:
                 lowered.add(decision.path)
-            if trajectory.steps:
+            result = verdict(case, backend, path, trajectory, decision, error, references)
+            kept = trajectory.steps and (keep_trajectories or result["status"] != "pass")
+            if kept:
                 trajectory.save(out / f"{stem}.npz")
-            info = {"backend": backend, "case": case.id, "path": path,
-                    "framework_version": version,
-                    "decision": None if decision is None else decision_dict(decision),
-                    "error": error, "steps_done": trajectory.steps,
-                    "trajectory": f"{stem}.npz" if trajectory.steps else None,
-                    "seconds": round(time.perf_counter() - started, 4)}
-            (out / f"{stem}.json").write_text(json.dumps(info, indent=1))
+            result.update(seconds=seconds, steps_done=trajectory.steps,
+                          trajectory=f"{stem}.npz" if kept else None)
+            (out / f"{stem}.json").write_text(json.dumps(json_safe(result), indent=1,
+                                                         allow_nan=False))
             ran.append(stem)
             detail = (error.strip().splitlines()[-1] if error else
                       decision.native if decision.path == "native" else "own")
-            say(f"progress {index}/{total} {case.id} {path} {'error' if error else 'ok'} "
-                f"{detail}")
+            say(f"progress {index}/{total} {case.id} {path} {result['status']} {detail}")
+        if not references.stable(case):
+            unstable.append(case.id)
     summary = {"backend": backend, "framework_version": version,
                "python": sys.version.split()[0], "platform": platform.platform(),
-               "runs": ran, "skipped": skipped}
+               "runs": ran, "skipped": skipped, "unstable": unstable}
     (out / "worker.json").write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -131,11 +132,14 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--cases", required=True, type=Path, help="JSON list of cases")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--keep-trajectories", action="store_true",
+                        help="keep every run's trajectory (default: only those that fail)")
     args = parser.parse_args(argv)
     cases = [Case.from_dict(d) for d in json.loads(args.cases.read_text())]
     args.out.mkdir(parents=True, exist_ok=True)
     run_all(driver_class(args.backend), args.backend, cases, args.out,
-            say=lambda line: print(line, flush=True))
+            say=lambda line: print(line, flush=True),
+            keep_trajectories=args.keep_trajectories)
     return 0
 
 

@@ -78,7 +78,7 @@ def test_nonfinite_where_the_oracle_is_finite_fails(planted):
     assert (result.failure, result.first_failing_step) == ("nonfinite", 2)
 
 
-def test_nonfinite_positions_and_values_must_match_the_oracle():
+def test_nonfinite_positions_must_match_the_oracle():
     oracle = _base()
     oracle[2:, 1] = np.nan
     oracle[3, 2] = np.inf
@@ -92,10 +92,18 @@ def test_nonfinite_positions_and_values_must_match_the_oracle():
     sign[3, 2] = -np.inf
     assert compare(_trajectory(sign), _trajectory(oracle), _trajectory(oracle)).failure == \
         "nonfinite"
+    # NaN for Inf: which one an element holds depends on the order of IEEE operations
     nan_for_inf = oracle.copy()
     nan_for_inf[3, 2] = np.nan
-    assert compare(_trajectory(nan_for_inf), _trajectory(oracle),
-                   _trajectory(oracle)).failure == "nonfinite"
+    assert compare(_trajectory(nan_for_inf), _trajectory(oracle), _trajectory(oracle)).passed
+    # a class declaring that it keeps such elements finite is compared with that tolerance,
+    # in that direction only
+    assert compare(_trajectory(finite_instead), _trajectory(oracle), _trajectory(oracle),
+                   tolerate_finite=True).passed
+    nonfinite_instead = oracle.copy()
+    nonfinite_instead[1, 0] = np.nan             # the oracle is finite there
+    assert compare(_trajectory(nonfinite_instead), _trajectory(oracle), _trajectory(oracle),
+                   tolerate_finite=True).failure == "nonfinite"
 
 
 def test_missing_state_wrong_shape_and_short_runs_fail():
@@ -206,4 +214,6 @@ def test_every_knob_of_every_default_case_changes_the_numbers():
             detected.add(_knob(description))
             weakest = min(weakest, planted.worst_ratio)
     assert seen == detected, f"knobs never exercised by any case: {sorted(seen - detected)}"
-    assert weakest > 10 * K
+    # a margin of 2 over the rule; the knobs of the native rows are held to 10 K by
+    # tests/test_descriptors.py (a small trust_eps moves Lamb's numbers by only ~20 K)
+    assert weakest > 2 * K

@@ -9,7 +9,7 @@ from conftest import require
 
 import unified_opt as uo
 from unified_opt.clipping import ClipByGlobalNorm
-from unified_opt.conformance.cases import TRAINING_PARAMS, Case
+from unified_opt.conformance.cases import PARAMS, Case
 from unified_opt.conformance.deviations import Deviation
 from unified_opt.conformance.compare import K, compare
 from unified_opt.conformance.explainer import explain_failure, shifted
@@ -165,7 +165,7 @@ LOOP_PLANTED = [
 
 
 def _loop_case(label, spec, fields):
-    return Case(id=f"planted_{label}", spec=spec, params=TRAINING_PARAMS, **fields)
+    return Case(id=f"planted_{label}", spec=spec, params=PARAMS, **fields)
 
 
 @pytest.mark.parametrize("label,claimed,actual,named,fields", LOOP_PLANTED,

@@ -184,6 +184,8 @@ class Backend:
             reason = f"{cls.name} computes exactly this spec"
             if lowering.note:
                 reason += f" ({lowering.note})"
+            if cls.nonfinite:
+                reason += f"; with a non-finite gradient it departs: {cls.nonfinite}"
             decision = Decision(self.name, spec.name, "native", cls.name, reason,
                                 tuple(rejected), lowering, cls, self.own_class)
             extra = self.notes(decision, spec, context)

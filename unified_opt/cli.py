@@ -6,21 +6,29 @@
 ``report.md`` and ``junit.xml``, and exits 0 only when every result passes (1 when one
 fails or errors, 2 for a bad command line).
 
-``unified-opt explain ALGORITHM --backend NAME [key=value ...]`` prints which path
-``uo.build`` takes and why. ALGORITHM is a registry name (``adamw``) or a native
-class's qualified name (``mindspore.nn.AdamWeightDecay``, read through its preset
-with the native argument names). Values are JSON (``betas=[0.9,0.99]``,
-``amsgrad=true``); anything that is not JSON is a string (``eps_placement=eps_hat``).
+``unified-opt explain SPEC --backend NAME [key=value ...]`` prints the spec and which
+path ``uo.build`` takes, and why. SPEC is a registry name in any case (``adamw``,
+``AdamW``), a native class's qualified name (``mindspore.nn.AdamWeightDecay``, read
+through its preset with the native argument names), or a whole spec expression
+(``"adamw(lr=1e-3, amsgrad=True)"``, ``"torch.optim.Adam(lr=1e-3)"``). Values are read
+by :func:`unified_opt.expressions.parse_value`: Python literals (``amsgrad=True``,
+``betas=(0.9,0.99)``, ``eps=1e-6``), schedules and clips (``lr="Cosine(lr=0.1,
+T_max=100)"``, ``grad_clip="ClipByGlobalNorm(max_norm=1.0)"``); a bare word is a string
+(``eps_placement=eps_hat``). Nothing is evaluated by Python.
 
-``unified-opt matrix [--out docs/compatibility.md]`` writes the compatibility matrix
-(algorithm x backend x path, preset x backend) generated from the lowering tables.
+``unified-opt matrix [--out FILE]`` prints the compatibility matrix (algorithm x backend
+x path, preset x backend) generated from the lowering tables as Markdown, or writes it
+to FILE (``unified-opt matrix --out docs/compatibility.md`` regenerates the committed one).
+
+Exit status: 0 ok, 1 a conformance result failed, 2 a bad command line (a one-line
+message naming the argument and the value).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+import textwrap
 
 USAGE_ERROR = 2
 
@@ -32,57 +40,114 @@ def _names(text: str) -> list[str]:
     return names
 
 
+_EXPLAIN_EPILOG = """\
+examples:
+  unified-opt explain adamw --backend torch amsgrad=True weight_decay=0.1
+  unified-opt explain adamw --backend torch lr="Cosine(lr=0.1, T_max=100)" \\
+      grad_clip="ClipByGlobalNorm(max_norm=1.0)"
+  unified-opt explain "adamw(lr=1e-3, amsgrad=True)" --backend paddle
+  unified-opt explain mindspore.nn.AdamWeightDecay --backend torch learning_rate=1e-3
+  unified-opt explain "torch.optim.Adam(lr=1e-3, amsgrad=True)" --backend mindspore
+
+An expression holds Python literals (True/False/None, numbers such as 1e-3 and -1,
+quoted strings, tuples, lists) and calls of the algorithm specs (uo.algorithms(), any
+case), the schedules of uo.schedules (Cosine, LinearWarmup, ...), the clips
+ClipByGlobalNorm, ClipByNorm, ClipByValue, and native classes by qualified name
+(uo.presets(), uo.schedules.presets()). Nothing else is accepted; nothing is evaluated.
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="unified-opt", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("conformance", help="run the conformance suite")
-    run.add_argument("--backends", type=_names, default=None,
+    from unified_opt.backend import BACKENDS
+
+    parser = argparse.ArgumentParser(
+        prog="unified-opt",
+        description="One spec per optimizer algorithm, lowered into native PyTorch, "
+                    "PaddlePaddle and MindSpore optimizers: run the conformance suite, "
+                    "explain a lowering, or write the compatibility matrix.",
+        epilog="Run 'unified-opt COMMAND --help' for a command's options. Exit status: 0 "
+               "ok, 1 a conformance result failed, 2 a bad command line.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = commands.add_parser(
+        "conformance", help="run the conformance suite and write its reports",
+        description="Run every selected case on every selected backend (one worker process "
+                    "per backend) against the numpy reference, print the matrix and write "
+                    "DIR/report.json, report.md and junit.xml. Exit status 0 when every "
+                    "result passes, 1 when one fails or errors, 2 for a bad command line.")
+    run.add_argument("--backends", type=_names, default=None, metavar="NAME,...",
                      help="comma-separated backends (default: every installed one)")
-    run.add_argument("--algorithms", type=_names, default=None,
+    run.add_argument("--algorithms", type=_names, default=None, metavar="NAME,...",
                      help="comma-separated algorithm names (default: all with cases)")
-    run.add_argument("--cases", type=_names, default=None,
+    run.add_argument("--cases", type=_names, default=None, metavar="GLOB,...",
                      help="comma-separated case id patterns (shell-style, e.g. 'adam_*')")
-    run.add_argument("--steps", type=int, default=None,
+    run.add_argument("--steps", type=int, default=None, metavar="N",
                      help="steps per case (>= 50; default: each case's own)")
-    run.add_argument("--out", default="conformance-report", help="report directory")
-    run.add_argument("--jobs", type=int, default=2, help="backend workers run at once")
-    run.add_argument("--timeout", type=float, default=None,
-                     help="seconds before a backend's worker is stopped")
-    explain = commands.add_parser("explain", help="which lowering uo.build picks, and why")
-    explain.add_argument("algorithm")
-    explain.add_argument("--backend", required=True)
-    explain.add_argument("hyperparameters", nargs="*", metavar="key=value")
-    matrix = commands.add_parser("matrix", help="write the compatibility matrix")
-    matrix.add_argument("--out", default="docs/compatibility.md")
+    run.add_argument("--out", default="conformance-report", metavar="DIR",
+                     help="report directory (default: %(default)s)")
+    run.add_argument("--jobs", type=int, default=2, metavar="N",
+                     help="backend workers run at once (default: %(default)s)")
+    run.add_argument("--timeout", type=float, default=None, metavar="S",
+                     help="seconds before a backend's worker is stopped (default: none)")
+    explain = commands.add_parser(
+        "explain", help="which lowering uo.build picks for a spec, and why",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXPLAIN_EPILOG,
+        description=textwrap.fill(
+            "Print the spec (as JSON) and which path uo.build takes on a backend: the "
+            "native class that computes it exactly, or the own implementation, with every "
+            "unmet condition of the other native classes.", 79))
+    explain.add_argument("algorithm", metavar="SPEC",
+                         help="an algorithm name (adamw, AdamW), a native class's qualified "
+                              "name (torch.optim.Adam, read through its preset with the "
+                              "native argument names) or a whole spec expression "
+                              "(\"adamw(lr=1e-3, amsgrad=True)\")")
+    explain.add_argument("--backend", required=True, metavar="NAME",
+                         help=f"the backend whose lowering to explain: {', '.join(BACKENDS)} "
+                              "(need not be installed)")
+    explain.add_argument("hyperparameters", nargs="*", metavar="key=value",
+                         help="hyperparameters (native argument names for a native class), "
+                              "added to SPEC's; a value is a Python literal (True, 1e-3, "
+                              "(0.9,0.99), 'text'), a schedule or clip call "
+                              "(\"Cosine(lr=0.1, T_max=100)\"), or a bare word read as a "
+                              "string (eps_hat)")
+    matrix = commands.add_parser(
+        "matrix", help="print or write the compatibility matrix (Markdown)",
+        description="Generate the compatibility matrix (algorithm x backend x native class, "
+                    "preset x backend) from the lowering tables, as Markdown on stdout, or "
+                    "into FILE with --out (unified-opt matrix --out docs/compatibility.md "
+                    "regenerates the committed one).")
+    matrix.add_argument("--out", default=None, metavar="FILE",
+                        help="write the Markdown to FILE (its directory must exist) instead "
+                             "of printing it")
     return parser
 
 
-def _value(text: str):
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
 def _keywords(pairs: list[str]) -> dict:
+    """``key=value`` pairs -> keywords, each value read by ``parse_value``."""
+    from unified_opt.expressions import parse_value
+
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise ValueError(f"expected key=value, got {pair!r}")
-        out[key] = _value(value)
+        if not key.isidentifier():
+            raise ValueError(f"{key!r} in {pair!r} is not a hyperparameter name")
+        if key in out:
+            raise ValueError(f"{key} is given twice ({key}={value!r})")
+        try:
+            out[key] = parse_value(value)
+        except (TypeError, ValueError, NotImplementedError) as error:
+            raise type(error)(f"{key}={value!r}: {error}") from None
     return out
 
 
 def _explain(args) -> int:
     import unified_opt as uo
+    from unified_opt.expressions import parse_spec
 
     try:
         kwargs = _keywords(args.hyperparameters)
-        if "." in args.algorithm:
-            spec = uo.preset(args.algorithm, **kwargs)
-        else:
-            spec = uo.get(args.algorithm, **kwargs)
+        spec = parse_spec(args.algorithm, **kwargs)
         decision = uo.explain(spec, backend=args.backend)
     except (TypeError, ValueError, NotImplementedError) as error:
         return _usage_error(args, error)
@@ -138,13 +203,28 @@ def _matrix(args) -> int:
 
     from unified_opt.compatibility import markdown
 
-    Path(args.out).write_text(markdown())
+    out = Path(args.out) if args.out is not None else None
+    if out is not None and not out.parent.is_dir():
+        return _usage_error(args, ValueError(f"--out {args.out}: directory "
+                                             f"{str(out.parent)!r} does not exist"))
+    if out is not None and out.is_dir():
+        return _usage_error(args, ValueError(f"--out {args.out}: is a directory; give a "
+                                             "file name (e.g. docs/compatibility.md)"))
+    text = markdown()
+    if out is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    try:
+        out.write_text(text)
+    except OSError as error:
+        return _usage_error(args, ValueError(f"--out {args.out}: {error.strerror or error}"))
     print(f"wrote {args.out}")
     return 0
 
 
 def _usage_error(args, error: Exception) -> int:
-    print(f"unified-opt {args.command}: error: {error}", file=sys.stderr)
+    message = " ".join(str(error).split())      # one line, whatever the error's text
+    print(f"unified-opt {args.command}: error: {message}", file=sys.stderr)
     return USAGE_ERROR
 
 

@@ -9,6 +9,8 @@ A descriptor holds every fact about one native class that the library relies on:
   computes a spec exactly (each with its reason in words) and ``to_native``, the class's
   keyword arguments for such a spec: the inverse of ``from_native``;
 * ``state``: spec state name -> the class's own state name;
+* ``nonfinite``: how the class departs from the spec when a gradient holds inf or NaN
+  (measured; empty when it does not), which ``uo.explain`` shows;
 * per-class quirks, as fields of the backend's subclass (``TorchClass``, ...).
 
 Because ``from_native`` and ``to_native`` sit side by side, a property test checks
@@ -80,6 +82,7 @@ class NativeClass:
     lowerings: tuple[Lowering, ...] = ()
     state: Mapping[str, str] = field(default_factory=dict)
     lr_keyword: str = "lr"
+    nonfinite: str = ""
     refused: str = ""
     not_lowered: str = ""
 
@@ -169,7 +172,8 @@ def mentioned_fields(lowering: Lowering, specs) -> set[str]:
         for condition in lowering.conditions:
             holds(condition, view)
         if not lowering.unmet(spec):
-            lowering.to_native(view)
+            # a build passes step 0's values (a weight-decay schedule evaluated)
+            lowering.to_native(_Recording(spec.at_step(0), seen))
     names = {f.name for f in dataclasses.fields(specs[0])} if specs else set()
     return seen & names
 

@@ -36,16 +36,26 @@ def algorithms() -> list[str]:
 
 
 def spec_class(name: str) -> type["Spec"]:
+    """The spec class of registry algorithm ``name``, in any case (``"adamw"``,
+    ``"AdamW"``, ``"ADAMW"``); the class's own name is accepted too (``"AdamOffload"``
+    for ``adam_offload``). An unknown name is a ValueError naming the closest ones."""
     if not isinstance(name, str):
         raise TypeError(f"algorithm name must be a str, got {name!r}")
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; registered: {algorithms()}") from None
+    cls = _REGISTRY.get(name)
+    if cls is None:
+        key = name.lower()
+        cls = _REGISTRY.get(key) or next(
+            (c for c in _REGISTRY.values() if c.__name__.lower() == key), None)
+    if cls is None:
+        from ._native_registry import did_you_mean
+
+        raise ValueError(f"unknown algorithm {name!r}{did_you_mean(name, algorithms())} "
+                         "(uo.algorithms() lists them)")
+    return cls
 
 
 def get(name: str, **hyperparameters: Any) -> "Spec":
-    """The spec of registry algorithm ``name`` with the given hyperparameters."""
+    """The spec of registry algorithm ``name`` (any case) with the given hyperparameters."""
     return spec_class(name)(**hyperparameters)
 
 
@@ -87,6 +97,10 @@ class Spec:
     """
 
     name: ClassVar[str] = ""
+    #: knobs whose values differ only in the order of rounding, not in the math (a
+    #: native class may compute one of them bit for bit; the float32 noise floor cannot
+    #: tell them apart)
+    rounding_knobs: ClassVar[tuple[str, ...]] = ()
 
     grad_clip: Clip | None = None
     loss_scale: float = 1.0

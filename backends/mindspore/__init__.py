@@ -70,7 +70,13 @@ class MindSporeBackend(Backend):
         if context.all_zero_size:
             conditions.append(when(f"a parameter with elements ({cls.name} cannot hold "
                                    "none)", lambda s: False))
-        if context.plans:
+        if context.plans and cls.wraps_optimizer:
+            # name rules are the class's own (lars_filter, the wrapped optimizer's filter)
+            plans = context.plans
+            conditions.append(when(
+                f"no uo.Group ({cls.name} wraps one optimizer over a flat parameter list)",
+                lambda s: all(p.group is None for p in plans)))
+        elif context.plans:
             conditions.append(every_group_condition(lowering, context.plans))
             if cls.flat_only:
                 plans = context.plans

@@ -114,6 +114,8 @@ class _HeldAttributes:
     reads it. Paddle would leave it there, and a later optimizer over the same
     Parameters would silently apply it (measured on Paddle 3.3)."""
 
+    purpose = "keeping its per-parameter attributes off the Parameters between steps"
+
     def _add_param_group(self, param_group):
         params = param_group["params"]
         params = [params] if isinstance(params, paddle.Tensor) else list(params)
@@ -163,18 +165,49 @@ def _set_attributes(p, attributes: dict) -> None:
             setattr(p, key, value)
 
 
-_HOLDING: dict[type, type] = {}
+class _FiniteGradientsOnly:
+    """Mixin for a Paddle optimizer class that computes garbage from a non-finite
+    gradient (its descriptor's ``nonfinite``): a step whose gradients hold inf or NaN is
+    refused with ``FloatingPointError`` before anything changes."""
+
+    purpose = "refusing a step with a non-finite gradient"
+    _nonfinite = ""
+
+    def _check_finite(self) -> None:
+        for p in _parameters(self):
+            g = p.grad
+            if g is not None and g.size and not bool(paddle.isfinite(g).all()):
+                raise FloatingPointError(
+                    f"{type(self).__name__}: the gradient of {p.name} holds inf or NaN, "
+                    f"and {self._nonfinite}; nothing was changed. Skip such steps "
+                    "(spec skip_nonfinite=True, or paddle.amp.GradScaler) or build with "
+                    "path='own' (the spec's update, which makes the parameter NaN)")
+
+    def step(self):
+        self._check_finite()
+        return super().step()
+
+    def minimize(self, *args, **kwargs):
+        self._check_finite()
+        return super().minimize(*args, **kwargs)
 
 
-def holding_class(cls):
-    """``cls`` with :class:`_HeldAttributes`: one subclass per class, with its name, so
-    the optimizer is still an instance of ``cls``."""
-    if cls not in _HOLDING:
-        _HOLDING[cls] = type(cls.__name__, (_HeldAttributes, cls), {
-            "__module__": __name__, "__qualname__": cls.__name__,
-            "__doc__": f"{cls.__module__}.{cls.__name__}, keeping its per-parameter "
-                       "attributes off the Parameters between steps"})
-    return _HOLDING[cls]
+_SUBCLASSES: dict[tuple, type] = {}
+
+
+def subclass_with(cls, mixins: tuple, nonfinite: str = ""):
+    """``cls`` with ``mixins`` (:class:`_HeldAttributes`, :class:`_FiniteGradientsOnly`):
+    one subclass per combination, with ``cls``'s name, so the optimizer is still an
+    instance of ``cls``."""
+    key = (cls, mixins, nonfinite)
+    if not mixins:
+        return cls
+    if key not in _SUBCLASSES:
+        _SUBCLASSES[key] = type(cls.__name__, (*mixins, cls), {
+            "__module__": __name__, "__qualname__": cls.__name__, "_nonfinite": nonfinite,
+            "__doc__": f"{cls.__module__}.{cls.__name__}, "
+                       + " and ".join(m.purpose for m in mixins)})
+    return _SUBCLASSES[key]
 
 
 def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, options,
@@ -203,8 +236,9 @@ def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, opt
     if layout.groups is not None:
         parameters = [{"params": [params[i] for i in indices], **keys}
                       for indices, keys in layout.groups]
-    if layout.holds_attributes:
-        cls = holding_class(cls)
+    mixins = ((_FiniteGradientsOnly,) if cls_info.refuses_nonfinite else ()) + \
+        ((_HeldAttributes,) if layout.holds_attributes else ())
+    cls = subclass_with(cls, mixins, cls_info.nonfinite)
     with unique_name.guard():
         optimizer = cls(learning_rate=learning_rate, **{cls_info.parameters_keyword: parameters},
                         **arguments, **options)

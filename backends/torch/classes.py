@@ -143,6 +143,9 @@ def _cycles_momentum(spec) -> bool:
 
 _ADAM_STATE = {"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq",
                "max_exp_avg_sq": "max_exp_avg_sq"}
+#: measured on torch 2.13 (the non-finite conformance cases)
+_SIGN_OF_NAN = ("torch.sign(NaN) is 0, so a NaN gradient element leaves its parameter "
+                "unchanged, where the spec makes it NaN")
 _ADAM_READS = frozenset({"weight_decay", "betas"})
 
 CLASSES = (
@@ -243,6 +246,7 @@ CLASSES = (
         reads_per_step=frozenset({"weight_decay", "momentum"})),
     TorchClass(
         name="torch.optim.Rprop", from_native=rprop,
+        nonfinite=_SIGN_OF_NAN,
         lowerings=(Lowering(
             "rprop",
             (when("weight_decay=0 (torch Rprop has no weight decay)",
@@ -252,6 +256,9 @@ CLASSES = (
         state={"prev": "prev", "step_size": "step_size"}),
     TorchClass(
         name="torch.optim.Adafactor", from_native=adafactor,
+        nonfinite=("Python's max drops a NaN RMS (torch/optim/_adafactor.py), so a NaN "
+                   "gradient element turns only its own elements NaN, where the spec turns the "
+                   "whole parameter NaN"),
         lowerings=(Lowering(
             "adafactor",
             (when("relative_step=True with warmup_init=False (torch's step size is "

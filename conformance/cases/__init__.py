@@ -4,7 +4,8 @@
 chosen so that the knob changes the numbers far beyond float32 rounding (eps 1e-3 so
 its placement shows, changing learning rates so the lr placement and schedule step
 semantics show), and every native lowering row: the frameworks' own classes appear
-through their presets. One module per algorithm family.
+through their presets. One module per algorithm family, one for the lr schedules, one for
+the training loop and one for non-finite gradients (every algorithm).
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ from typing import Iterable
 
 import unified_opt as uo
 
-from . import adam, catalogue, lr_schedules, seeds, sgd, training
-from .case import (DEFAULT_PATHS, DEFAULT_STEPS, DENSE_PARAMS, MIN_STEPS, PARAMS,
-                   SUITE_VERSION, TRAINING_DENSE_PARAMS, TRAINING_PARAMS, Case, dense)
+from . import (adam_family, adaptive, communication, large_batch, lr_schedules, memory_saving,
+               nonfinite, sgd, sign_based, training)
+from .case import (DEFAULT_PATHS, DEFAULT_STEPS, DENSE_PARAMS, KERNEL_SIZES, MIN_STEPS, PARAMS,
+                   SUITE_VERSION, Case, dense)
 
-__all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "MIN_STEPS", "PARAMS",
-           "SUITE_VERSION", "TRAINING_DENSE_PARAMS", "TRAINING_PARAMS", "default_cases",
-           "dense", "select", "uncovered_rows"]
+__all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "KERNEL_SIZES",
+           "MIN_STEPS", "PARAMS", "SUITE_VERSION", "default_cases", "dense", "select",
+           "uncovered_rows"]
 
-_FAMILIES = (sgd, adam, catalogue, seeds, lr_schedules, training)
+_FAMILIES = (sgd, adam_family, adaptive, sign_based, large_batch, memory_saving, communication,
+             lr_schedules, training, nonfinite)
 
 
 def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:

@@ -2,9 +2,13 @@
 
 Parameter names matter: name rules (``no_decay_names``, MindSpore's
 ``("*beta*", "*gamma*")``) pick parameters by name, so the standard set has a ``ln.gamma``
-and a ``ln.beta`` next to ``w`` and ``bias``. It also holds odd sizes (22), 1-D, 2-D,
-3-D and, except in the preset cases, a 0-size tensor: a backend must hold one (by its
-own implementation if its native class cannot) or fail the case, visibly.
+and a ``ln.beta`` next to ``w`` and ``bias``. Sizes matter too: CPU kernels run 8-wide
+vector code with a scalar tail, and cut large tensors into chunks, each with its own
+tail (MindSpore 2.10's non-centered ``nn.RMSProp`` computes another formula in the
+vector code than in the tail), so the set has tensors of 1, 7, 8, 9, 64 and 4225
+(> 4096) elements (:data:`KERNEL_SIZES`), 1-D, 2-D and 3-D, and, except in the preset
+cases, a 0-size tensor: a backend must hold one (by its own implementation if its native
+class cannot) or fail the case, visibly.
 """
 
 from __future__ import annotations
@@ -24,26 +28,24 @@ from ..gradients import gradients_at, with_nonfinite
 from .functions import decode_spec, encode_spec
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
-SUITE_VERSION = "2"   # 2: the training-loop cases, non-finite steps, the skipped record
+SUITE_VERSION = "3"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
+#                       algorithm, NaN and Inf interchangeable where both are non-finite
 MIN_STEPS = 50
 DEFAULT_STEPS = 50
 
+#: element counts every case covers: a single element, a vector tail alone (7), one
+#: 8-wide vector block (8), a block and a tail (9), whole blocks (64), and more than 4096
+#: elements, which CPU kernels split into chunks with a tail each
+KERNEL_SIZES = (1, 7, 8, 9, 64, 4225)
+
 #: the standard parameter set: name -> shape
-PARAMS = {"w": (8, 6), "bias": (6,), "ln.gamma": (6,), "ln.beta": (6,), "v22": (22,),
-          "w3d": (3, 4, 5), "empty": (0,)}
+PARAMS = {"w": (65, 65), "bias": (7,), "ln.gamma": (8,), "ln.beta": (9,), "w3d": (4, 4, 4),
+          "scale": (1,), "empty": (0,)}
 
 #: the preset cases model a network being ported: no 0-size parameter, so that native
 #: classes which cannot hold one (MindSpore's) run natively there; every other case
 #: keeps it
 DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
-
-#: the training-loop cases (schedules, groups, clipping, loss scale): fewer, smaller
-#: tensors (MindSpore runs cost per operation), still 1-D, 2-D, 3-D, the name-rule names
-#: and a 0-size one; ``TRAINING_DENSE_PARAMS`` without it for the preset cases
-TRAINING_PARAMS = {"w": (4, 3), "bias": (3,), "ln.gamma": (3,), "ln.beta": (3,),
-                   "w3d": (2, 2, 3), "empty": (0,)}
-TRAINING_DENSE_PARAMS = {name: shape for name, shape in TRAINING_PARAMS.items()
-                         if 0 not in shape}
 
 #: "own" runs only when "auto" lowered to a native class (else it would repeat "auto")
 DEFAULT_PATHS = ("auto", "own")

@@ -18,7 +18,7 @@ import unified_opt as uo
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 from unified_opt.schedules import Cosine, Cyclic, OneCycle, Step, preset
 
-from .case import TRAINING_DENSE_PARAMS, TRAINING_PARAMS, Case
+from .case import DENSE_PARAMS, PARAMS, Case
 
 COSINE = Cosine(lr=0.05, T_max=50, eta_min=0.005)
 NN_NAMES = ("*beta*", "*gamma*")
@@ -27,11 +27,11 @@ SKIPS = (3, 17, 18, 31)      # planted non-finite steps (two in a row at 17, 18)
 
 
 def _case(id, spec, **fields) -> Case:
-    return Case(id=id, spec=spec, params=TRAINING_PARAMS, **fields)
+    return Case(id=id, spec=spec, params=PARAMS, **fields)
 
 
 def _dense(id, spec, **fields) -> Case:
-    return Case(id=id, spec=spec, params=TRAINING_DENSE_PARAMS, **fields)
+    return Case(id=id, spec=spec, params=DENSE_PARAMS, **fields)
 
 
 def group_cases() -> list[Case]:
@@ -82,8 +82,8 @@ def _mindspore_momentum_groups():
     spec = uo.preset("mindspore.nn.Momentum", learning_rate=0.1, momentum=0.9,
                      weight_decay=0.01)
     return spec, _ms_groups([{"params": ["w", "w3d"], "weight_decay": 0.05},
-                             {"params": ["bias", "ln.gamma", "ln.beta"], "lr": 0.02},
-                             {"order_params": list(TRAINING_DENSE_PARAMS)}], spec)
+                             {"params": ["bias", "ln.gamma", "ln.beta", "scale"], "lr": 0.02},
+                             {"order_params": list(DENSE_PARAMS)}], spec)
 
 
 def clip_cases() -> list[Case]:
@@ -212,9 +212,9 @@ def acceptance_cases() -> list[Case]:
     ms_spec = uo.preset("mindspore.nn.Momentum", learning_rate=0.1, momentum=0.9,
                         weight_decay=0.01).replace(lr=ms_cosine)
     ms_groups = _ms_groups([{"params": ["w", "w3d"], "weight_decay": 0.05},
-                            {"params": ["bias", "ln.gamma", "ln.beta"],
+                            {"params": ["bias", "ln.gamma", "ln.beta", "scale"],
                              "lr": [0.2 * ms_cosine(t) for t in range(100)]},
-                            {"order_params": list(TRAINING_DENSE_PARAMS)}], ms_spec)
+                            {"order_params": list(DENSE_PARAMS)}], ms_spec)
     return [
         _dense("preset_run_torch_adamw_onecycle_no_decay_groups",
                torch_adamw.replace(lr=one_cycle), groups=no_decay, steps=100),

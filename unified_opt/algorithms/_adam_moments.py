@@ -65,3 +65,11 @@ def adam_alternatives(spec) -> list:
     out.append((f"amsgrad={not spec.amsgrad}", spec.replace(amsgrad=not spec.amsgrad)))
     out.append((f"nesterov={not spec.nesterov}", spec.replace(nesterov=not spec.nesterov)))
     return out
+
+
+def canonical_adam(spec):
+    """Without bias correction, eps outside the corrected sqrt and eps-hat are one
+    placement (both add eps to sqrt(v)): the canonical form writes it "outside"."""
+    if not spec.bias_correction and spec.eps_placement == "eps_hat":
+        return spec.replace(eps_placement="outside")
+    return spec

@@ -52,3 +52,12 @@ def apply_weight_decay(spec, param, grad, lr: float):
     if spec.weight_decay != 0.0:
         param = param * (1.0 - lr * spec.weight_decay)
     return param, (-grad if spec.maximize else grad)
+
+
+def canonical_adapt(spec):
+    """``always_adapt`` (the trust ratio also where the decay is 0) does not act when
+    every parameter decays: a constant decay above 0 and no name rule sparing any."""
+    if isinstance(spec.weight_decay, (int, float)) and spec.weight_decay > 0.0 and \
+            not spec.no_decay_names and not getattr(spec, "exclude_names", ()):
+        return spec.with_defaults(("always_adapt",))
+    return spec

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_class, spec_dataclass
-from ._adam_moments import adam_alternatives, adam_moments, adam_state_names, check_adam_fields
+from ._adam_moments import (adam_alternatives, adam_moments, adam_state_names, canonical_adam,
+                            check_adam_fields)
 from ._decay import decay_for_parameter, l2_gradient
 
 @register
@@ -75,6 +76,9 @@ class Adam(Spec):
         g = l2_gradient(self, param, grad)
         new_state, step_size, numerator, denom = adam_moments(self, g, state, step, ops)
         return param - numerator / denom * (lr * step_size), new_state
+
+    def canonical(self):
+        return canonical_adam(self)
 
     def alternatives(self):
         decoupled = spec_class("adamw")(**self.hyperparameters())

@@ -32,7 +32,8 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_class, spec_dataclass
-from ._adam_moments import adam_alternatives, adam_moments, adam_state_names, check_adam_fields
+from ._adam_moments import (adam_alternatives, adam_moments, adam_state_names, canonical_adam,
+                            check_adam_fields)
 from ._decay import decay_for_parameter
 
 DECAY_FORMS = ("before_update", "in_update")
@@ -43,6 +44,7 @@ DECAY_FORMS = ("before_update", "in_update")
 class AdamW(Spec):
     __doc__ = __doc__
     name = "adamw"
+    rounding_knobs = ("decay_form",)
 
     lr: float | Schedule = 1e-3
     betas: tuple[float, float] = (0.9, 0.999)
@@ -79,6 +81,9 @@ class AdamW(Spec):
         if self.decay_form == "in_update" and decay != 0.0:
             change = change + param * decay
         return param - change, new_state
+
+    def canonical(self):
+        return canonical_adam(self)
 
     def alternatives(self):
         fields = {k: val for k, val in self.hyperparameters().items()

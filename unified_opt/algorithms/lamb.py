@@ -47,7 +47,7 @@ import math
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import canonical_adapt, check_decay, decay_for_parameter
 
 BIAS_CORRECTIONS = ("moments", "none", "step")
 
@@ -119,6 +119,9 @@ class Lamb(Spec):
         else:
             scale = step_size
         return param - direction * scale, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
+
+    def canonical(self):
+        return canonical_adapt(self)
 
     def alternatives(self):
         out = [(f"bias_correction={other!r}", self.replace(bias_correction=other))

@@ -53,7 +53,7 @@ from .. import _validation as v
 from ..groups import name_matches
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from ._decay import check_decay, decay_for_parameter
+from ._decay import canonical_adapt, check_decay, decay_for_parameter
 from .sgd import SGD, canonical_momentum, check_momentum_fields
 
 ZERO_NORM_RULES = ("one_if_norm_zero", "raw_if_norm_zero", "one_if_denominator_zero", "none")
@@ -145,7 +145,7 @@ class LARS(Spec):
         return ops.where(param_norm > 0.0, ops.where(grad_norm > 0.0, scaled, grad), grad)
 
     def canonical(self):
-        return canonical_momentum(self)
+        return canonical_adapt(canonical_momentum(self))
 
     def alternatives(self):
         out = [(f"zero_norm_rule={rule!r}", self.replace(zero_norm_rule=rule))

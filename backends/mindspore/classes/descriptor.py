@@ -110,6 +110,14 @@ BETAS_NOTE = ("with the betas rounded to float32: the kernel's 1 - beta2 for 0.9
               "1.3e-5 relative off, and so is the second moment")
 
 
+#: how classes depart from the spec under a non-finite gradient (measured on MindSpore 2.10,
+#: the non-finite conformance cases)
+SIGN_OF_NAN = ("its sign(NaN) is 0, so a NaN gradient element leaves its parameter "
+               "unchanged, where the spec makes it NaN")
+MAX_DROPS_NAN = ("its max keeps the other operand where one is NaN, so the running maximum "
+                 "(and the parameter) stays finite where the spec makes it NaN")
+
+
 def nn_adam_arguments(s) -> dict:
     return {"beta1": float(s.betas[0]), "beta2": float(s.betas[1]), "eps": float(s.eps),
             "weight_decay": float(s.weight_decay)}

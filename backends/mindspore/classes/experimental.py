@@ -9,7 +9,7 @@ from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import require_float
 from unified_opt.spec import spec_class
 
-from .descriptor import (BETAS_NOTE, BIAS_CORRECTION, CONSTANT_LR, EPS_HAT, EPS_OUTSIDE,
+from .descriptor import (MAX_DROPS_NAN, SIGN_OF_NAN, BETAS_NOTE, BIAS_CORRECTION, CONSTANT_LR, EPS_HAT, EPS_OUTSIDE,
                          L2_ONLY, LR_OUTSIDE, NOT_MAXIMIZE, NOT_NESTEROV, POSITIVE_LR,
                          TORCH_FIRST_STEP, MindSporeClass, experimental_betas)
 
@@ -143,7 +143,7 @@ CLASSES = (
                 when("amsgrad=False (experimental.optim.Adam ignores amsgrad on CPU, measured)",
                      lambda s: not s.amsgrad),),
             _adam_arguments, BETAS_NOTE),),
-        state=_ADAM_STATE),
+        state={"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
     MindSporeClass(
         name="mindspore.experimental.optim.NAdam", from_native=exp_nadam, lr_keyword="lr",
         lowerings=(Lowering(
@@ -163,6 +163,7 @@ CLASSES = (
         state={"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),
     MindSporeClass(
         name="mindspore.experimental.optim.Adamax", from_native=exp_adamax, lr_keyword="lr",
+        nonfinite=MAX_DROPS_NAN,
         lowerings=(Lowering(
             "adamax",
             (when("eps_placement='on_grad' (experimental.optim.Adamax takes "
@@ -209,6 +210,7 @@ CLASSES = (
                "grad_avg": "mean_grad"}),
     MindSporeClass(
         name="mindspore.experimental.optim.Rprop", from_native=exp_rprop, lr_keyword="lr",
+        nonfinite=SIGN_OF_NAN,
         lowerings=(Lowering(
             "rprop",
             (when("weight_decay=0 (experimental.optim.Rprop has no weight decay)",

@@ -9,7 +9,8 @@ from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import unsupported
 from unified_opt.spec import Spec
 
-from .descriptor import POSITIVE_BETAS, MindSporeClass, nn_adam_arguments, nn_decay, nn_lr
+from .descriptor import (NN_NO_DECAY, POSITIVE_BETAS, MindSporeClass, nn_adam_arguments, nn_decay,
+                         nn_lr)
 
 def nn_lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
     # The documented formula (and the GPU kernel): the trust ratio on every parameter,
@@ -94,7 +95,11 @@ CLASSES = (
              when("always_adapt=True and zero_norm_rule='none' (LARSUpdate scales every "
                   "gradient by the raw ratio)",
                   lambda s: s.always_adapt and s.zero_norm_rule == "none"),
-             when("exclude_1d=False", lambda s: not s.exclude_1d)),
+             when("exclude_1d=False", lambda s: not s.exclude_1d),
+             when("no_decay_names=('*beta*', '*gamma*') or weight_decay=0 (the wrapped "
+                  "nn.Momentum, given a flat list, spares exactly those names; LARS "
+                  "applies its decay flags)",
+                  lambda s: s.weight_decay == 0.0 or s.no_decay_names == NN_NO_DECAY)),
             _lars_arguments),),
         state={"momentum_buffer": "moments"},
         flat_only="LARS wraps one nn.Momentum", devices=_UNMEASURED, no_cpu_kernel=True,

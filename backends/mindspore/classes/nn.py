@@ -9,7 +9,7 @@ from unified_opt.algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamOf
                                     RMSprop, Rprop)
 from unified_opt.native import Lowering, when
 
-from .descriptor import (BETAS_NOTE, BIAS_CORRECTION, EPS_HAT, FLOAT32_ATTRIBUTES, LR_OUTSIDE,
+from .descriptor import (MAX_DROPS_NAN, SIGN_OF_NAN, BETAS_NOTE, BIAS_CORRECTION, EPS_HAT, FLOAT32_ATTRIBUTES, LR_OUTSIDE,
                          NOT_MAXIMIZE, NOT_NESTEROV, POSITIVE_BETAS, TORCH_FIRST_STEP,
                          MindSporeClass, loss_scale_fields, nn_adam_arguments, nn_decay, nn_lr)
 from unified_opt.presets._registry import unsupported
@@ -170,6 +170,7 @@ CLASSES = (
         state={"momentum_buffer": "accum"}, loss_scale=True),
     MindSporeClass(
         name="mindspore.nn.Adam", from_native=nn_adam,
+        nonfinite="with amsgrad, " + MAX_DROPS_NAN,
         lowerings=(
             Lowering(
                 "adam",
@@ -217,6 +218,7 @@ CLASSES = (
                     "uses"),
     MindSporeClass(
         name="mindspore.nn.AdaMax", from_native=nn_adamax,
+        nonfinite=MAX_DROPS_NAN,
         lowerings=(Lowering(
             "adamax",
             (when("eps_placement='outside_max' (nn.AdaMax divides by max(beta2*u, |g|) + eps)",
@@ -249,6 +251,8 @@ CLASSES = (
         state={"sum": "accum"}, loss_scale=True, cell_weight_decay=True),
     MindSporeClass(
         name="mindspore.nn.RMSProp", from_native=nn_rmsprop,
+        nonfinite=("centered, the CPU kernel leaves the parameter and its momentum unchanged "
+                   "where the gradient is inf or NaN"),
         lowerings=(Lowering(
             "rmsprop",
             (when("eps_placement='inside' (nn.RMSProp divides by sqrt(mean_square + eps))",
@@ -267,6 +271,7 @@ CLASSES = (
         loss_scale=True, cell_weight_decay=True),
     MindSporeClass(
         name="mindspore.nn.Rprop", from_native=nn_rprop,
+        nonfinite=SIGN_OF_NAN,
         lowerings=(Lowering(
             "rprop", (NOT_MAXIMIZE,),
             lambda s: {"etas": tuple(float(e) for e in s.etas),

@@ -164,6 +164,9 @@ _ADAM_STATE = {"exp_avg": "moment1", "exp_avg_sq": "moment2",
 _L2_ONLY = when("decoupled_weight_decay=False (Paddle adds weight_decay to the gradient as "
                 "L2; it has no decoupled form of this class)",
                 lambda s: not s.decoupled_weight_decay)
+#: measured on Paddle 3.3 (the non-finite conformance cases)
+MAX_DROPS_NAN = ("its max keeps the other operand where one is NaN, so the running maximum "
+                 "(and the parameter) stays finite where the spec makes it NaN")
 _CONSTANT_LR = when("a constant lr (paddle.optimizer.Rprop takes no LRScheduler: its "
                     "constructor compares the lr with learning_rate_range)",
                     lambda s: not isinstance(s.lr, Schedule))
@@ -193,11 +196,13 @@ CLASSES = (
         state={"momentum_buffer": "velocity"}),
     PaddleClass(
         name="paddle.optimizer.Adam", from_native=adam,
+        nonfinite="with amsgrad, " + MAX_DROPS_NAN,
         lowerings=(Lowering("adam", _ADAM_FORM,
                             lambda s: _adam_arguments(s, _coupled_decay(s)), _ADAM_NOTE),),
         state=_ADAM_STATE),
     PaddleClass(
         name="paddle.optimizer.AdamW", from_native=adamw,
+        nonfinite="with amsgrad, " + MAX_DROPS_NAN,
         lowerings=(Lowering(
             "adamw",
             _ADAM_FORM + (
@@ -231,6 +236,7 @@ CLASSES = (
         state={"exp_avg": "moment1", "exp_avg_sq": "moment2"}),
     PaddleClass(
         name="paddle.optimizer.Adamax", from_native=adamax,
+        nonfinite=MAX_DROPS_NAN,
         lowerings=(Lowering(
             "adamax",
             (when("eps_placement='on_decayed_norm' (Paddle takes max(|g|, beta2*u + eps))",
@@ -277,6 +283,9 @@ CLASSES = (
                "grad_avg": "mean_grad"}),
     PaddleClass(
         name="paddle.optimizer.Rprop", from_native=rprop,
+        nonfinite=("a NaN gradient element reads uninitialised memory for its step size (the "
+                   "kernel's branches on the sign of g*prev all miss NaN): the build refuses "
+                   "such a step"),
         lowerings=(Lowering(
             "rprop",
             (when("weight_decay=0 (paddle.optimizer.Rprop has no weight decay)",
@@ -290,7 +299,7 @@ CLASSES = (
                        "etas": tuple(float(x) for x in s.etas)},
             "step_sizes become learning_rate_range"),),
         state={"prev": "prevs", "step_size": "learning_rates"},
-        decay_keyword="",
+        decay_keyword="", refuses_nonfinite=True,
         no_groups="Paddle's Rprop starts its per-element step sizes at the optimizer's lr "
                   "and ignores a group's learning_rate"),
     PaddleClass(

@@ -23,7 +23,9 @@ class PaddleClass(NativeClass):
     ``parameters_keyword``: the keyword of the parameter list; ``parameter_shaped_scalars``:
     spec states that are one 0-d value per parameter, which Paddle keeps as an
     accumulator of the parameter's shape with every element equal; ``no_groups``: why
-    the class cannot take Paddle's dict parameter groups ("": it can)."""
+    the class cannot take Paddle's dict parameter groups ("": it can);
+    ``refuses_nonfinite``: a step with a non-finite gradient is refused before it runs
+    (the class computes garbage from one, see ``nonfinite``)."""
 
     lr_keyword: str = "learning_rate"
     decay_keyword: str = "weight_decay"
@@ -31,6 +33,7 @@ class PaddleClass(NativeClass):
     parameters_keyword: str = "parameters"
     parameter_shaped_scalars: tuple[str, ...] = ()
     no_groups: str = ""
+    refuses_nonfinite: bool = False
 
 
 NOT_MAXIMIZE = when("maximize=False (Paddle optimizers have no maximize flag)",

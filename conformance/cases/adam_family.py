@@ -1,4 +1,6 @@
-"""Conformance cases of adam and adamw: every knob and the presets."""
+"""Conformance cases of the Adam family: adam, adamw, nadam, radam, adamax. Every knob
+(eps 1e-3 and more, so its placement shows; a changing lr where the lr placement
+matters) and every framework's own class through its preset."""
 
 from __future__ import annotations
 
@@ -7,9 +9,12 @@ from unified_opt.schedules import Cosine
 
 from .case import Case, dense
 
+COSINE = Cosine(lr=0.02, T_max=50, eta_min=0.001)
+
+
 def adam_cases() -> list[Case]:
     a = {"lr": 0.01, "eps": 1e-3}
-    cosine = Cosine(lr=0.02, T_max=50, eta_min=0.001)
+    cosine = COSINE
     return [
         Case(id="adam_default", spec=uo.Adam(**a)),
         Case(id="adam_eps_hat", spec=uo.Adam(**a, eps_placement="eps_hat")),
@@ -54,7 +59,7 @@ def adam_cases() -> list[Case]:
 
 def adamw_cases() -> list[Case]:
     a = {"lr": 0.01, "eps": 1e-3, "weight_decay": 0.1}
-    cosine = Cosine(lr=0.02, T_max=50, eta_min=0.001)
+    cosine = COSINE
     return [
         Case(id="adamw_default", spec=uo.AdamW(**a)),
         Case(id="adamw_decay_not_times_lr",
@@ -84,5 +89,66 @@ def adamw_cases() -> list[Case]:
     ]
 
 
+def _nadam() -> list[Case]:
+    a = {"lr": 0.01, "eps": 1e-3}
+    return [
+        Case(id="nadam_default", spec=uo.NAdam(**a)),
+        Case(id="nadam_weight_decay", spec=uo.NAdam(**a, weight_decay=0.1)),
+        Case(id="nadam_decoupled", spec=uo.NAdam(**a, weight_decay=0.1,
+                                                 decoupled_weight_decay=True)),
+        Case(id="nadam_momentum_decay", spec=uo.NAdam(**a, momentum_decay=0.05)),
+        Case(id="nadam_maximize_cosine", spec=uo.NAdam(lr=COSINE, eps=1e-3, maximize=True)),
+        Case(id="nadam_no_decay_names",
+             spec=uo.NAdam(**a, weight_decay=0.1, no_decay_names=("*beta*", "*gamma*"))),
+        dense(id="preset_torch_nadam", spec=uo.preset(
+            "torch.optim.NAdam", lr=0.01, eps=1e-3, weight_decay=0.1,
+            decoupled_weight_decay=True)),
+        dense(id="preset_paddle_nadam", spec=uo.preset(
+            "paddle.optimizer.NAdam", learning_rate=0.01, epsilon=1e-3, weight_decay=0.01)),
+        dense(id="preset_mindspore_experimental_nadam", spec=uo.preset(
+            "mindspore.experimental.optim.NAdam", lr=0.01, eps=1e-3, weight_decay=0.01)),
+    ]
+
+
+def _radam() -> list[Case]:
+    a = {"lr": 0.01, "eps": 1e-3, "betas": (0.9, 0.99)}
+    return [
+        Case(id="radam_default", spec=uo.RAdam(**a)),
+        Case(id="radam_weight_decay", spec=uo.RAdam(**a, weight_decay=0.1)),
+        Case(id="radam_decoupled", spec=uo.RAdam(**a, weight_decay=0.1,
+                                                 decoupled_weight_decay=True)),
+        Case(id="radam_large_eps", spec=uo.RAdam(lr=0.01, eps=0.05, betas=(0.9, 0.99)),
+             description="eps large enough to show on the rectified steps"),
+        Case(id="radam_threshold_8", spec=uo.RAdam(**a, rectify_threshold=8.0),
+             description="rectification starts later than torch's rho_t > 5"),
+        Case(id="radam_maximize_cosine", spec=uo.RAdam(lr=COSINE, eps=1e-3, maximize=True)),
+        dense(id="preset_torch_radam", spec=uo.preset("torch.optim.RAdam", lr=0.01, eps=1e-3,
+                                                      weight_decay=0.01)),
+        dense(id="preset_paddle_radam", spec=uo.preset(
+            "paddle.optimizer.RAdam", learning_rate=0.01, epsilon=1e-3, beta2=0.99)),
+        dense(id="preset_mindspore_experimental_radam", spec=uo.preset(
+            "mindspore.experimental.optim.RAdam", lr=0.01, eps=1e-3, weight_decay=0.01)),
+    ]
+
+
+def _adamax() -> list[Case]:
+    a = {"lr": 0.01, "eps": 0.05}
+    return [
+        Case(id="adamax_on_grad", spec=uo.Adamax(**a)),
+        Case(id="adamax_on_decayed_norm", spec=uo.Adamax(**a, eps_placement="on_decayed_norm")),
+        Case(id="adamax_outside_max", spec=uo.Adamax(**a, eps_placement="outside_max")),
+        Case(id="adamax_weight_decay", spec=uo.Adamax(**a, weight_decay=0.1)),
+        Case(id="adamax_maximize_cosine", spec=uo.Adamax(lr=COSINE, eps=0.05, maximize=True)),
+        dense(id="preset_torch_adamax", spec=uo.preset("torch.optim.Adamax", lr=0.01, eps=0.05,
+                                                       weight_decay=0.01)),
+        dense(id="preset_paddle_adamax", spec=uo.preset(
+            "paddle.optimizer.Adamax", learning_rate=0.01, epsilon=0.05, weight_decay=0.01)),
+        dense(id="preset_mindspore_nn_adamax", spec=uo.preset(
+            "mindspore.nn.AdaMax", learning_rate=0.01, eps=0.05, weight_decay=0.1)),
+        dense(id="preset_mindspore_experimental_adamax", spec=uo.preset(
+            "mindspore.experimental.optim.Adamax", lr=0.01, eps=0.05, maximize=True)),
+    ]
+
+
 def cases() -> list[Case]:
-    return adam_cases() + adamw_cases()
+    return adam_cases() + adamw_cases() + _nadam() + _radam() + _adamax()

@@ -1,0 +1,83 @@
+"""The verdict on one run: its trajectory against the float64 oracle of its case, within
+the float32 noise floor (:mod:`.compare`), with an explanation when it fails
+(:mod:`.explainer`). A worker judges its own runs as they finish, so no trajectory has
+to outlive its case: the references of one case are computed once for all its paths,
+then dropped.
+"""
+
+from __future__ import annotations
+
+from .cases import Case
+from .compare import compare
+from .explainer import explain_failure
+from .trajectory import Trajectory, floor_trajectories, reference_trajectory
+
+
+class References:
+    """Reference trajectories computed once per (case, spec, dtype): the oracle and the
+    float32 floor of each case, and the explainer's variants."""
+
+    def __init__(self) -> None:
+        self._cache: dict = {}
+
+    def get(self, case: Case, dtype: str) -> Trajectory:
+        return self.of(case.spec, case, dtype)
+
+    def floors(self, spec, case: Case) -> list[Trajectory]:
+        """The float32 references whose error against the oracle is the noise floor."""
+        return floor_trajectories(spec, case, self.of)
+
+    def of(self, spec, case: Case, dtype: str) -> Trajectory:
+        key = (case.id, case.seed, case.steps, spec, dtype)
+        if key not in self._cache:
+            self._cache[key] = reference_trajectory(spec, case, dtype)
+        return self._cache[key]
+
+    def stable(self, case: Case) -> bool:
+        """Does the float32 reference pass against the oracle (else the case is
+        unstable)? A case the reference cannot run counts as stable: its results say why."""
+        try:
+            float32 = self.get(case, "float32")
+            return compare(float32, self.get(case, "float64"), float32).passed
+        except (TypeError, ValueError):
+            return True
+
+
+def decision_dict(decision) -> dict | None:
+    if decision is None:
+        return None
+    out = {"path": decision.path, "native": decision.native, "reason": decision.reason,
+           "own_class": decision.own_class}
+    if decision.native_class is not None and decision.native_class.nonfinite:
+        out["nonfinite"] = decision.native_class.nonfinite
+    return out
+
+
+def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, decision,
+            error: str | None, references: References) -> dict:
+    """The result of one run (``status`` "pass", "fail" or "error"), as the reports hold
+    it. A native class that declares how it departs from the spec under non-finite
+    gradients is compared with that tolerance in the cases that plant them, and the
+    result says so (``known``)."""
+    result = {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
+              "status": None, "lowering": decision_dict(decision), "comparison": None,
+              "explanation": None, "error": None, "known": None}
+    if error is not None:
+        return {**result, "status": "error", "error": error}
+    try:
+        oracle = references.get(case, "float64")
+        floors = references.floors(case.spec, case)
+    except (TypeError, ValueError) as exc:   # e.g. --steps past a OneCycle's total_steps
+        return {**result, "status": "error", "error": f"the reference cannot run this case: "
+                                                      f"{type(exc).__name__}: {exc}"}
+    departs = (decision is not None and decision.native_class is not None
+               and decision.native_class.nonfinite)
+    tolerate = bool(case.nonfinite_steps and departs)
+    comparison = compare(trajectory, oracle, floors, tolerate_finite=tolerate)
+    result["comparison"] = comparison.to_dict()
+    if tolerate:
+        result["known"] = f"{decision.native}: {decision.native_class.nonfinite}"
+    if comparison.passed:
+        return {**result, "status": "pass"}
+    explanation = explain_failure(trajectory, case, reference=references.of)
+    return {**result, "status": "fail", "explanation": explanation}
