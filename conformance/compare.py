@@ -3,21 +3,15 @@
 Per step and per quantity (the lr, each parameter, each spec state array):
 
 * ``error`` = max |backend - oracle| over the elements finite in both;
-* ``floor`` = max(error of the numpy float32 references against the oracle,
-  the case's pooled relative float32 error times the quantity's magnitude (max |oracle|),
-  ``ULPS`` float32 ulps of that magnitude, ``TINY``). The
+* ``floor`` = max(error of the numpy float32 references against the oracle, ``ULPS``
+  float32 ulps of the quantity's magnitude (the largest |oracle| up to that step:
+  rounding errors made while the values were large remain after they shrink), ``TINY``). The
   float32 references are the plain one and the one whose float hyperparameters are
   held in float32 (:func:`unified_opt.reference.with_float32_hyperparameters`): kernels
   that take betas as float32 attributes (Paddle's and MindSpore's Adam family) compute
   ``1 - float32(0.999)``, 1.3e-5 away from ``float32(1 - 0.999)``, and that storage
   rounding is float32 noise, not a divergence;
 * ``ratio`` = error / floor; the step passes when ``ratio <= K``.
-
-The pooled relative error is, per step, the largest float32-reference error relative to
-magnitude among the quantities of one kind (every parameter; each state name across
-parameters): a tensor of one element has one sample of float32 rounding, which may land
-near the oracle by chance, while every parameter runs the same arithmetic, so the floor of
-a small tensor is measured on all of them.
 
 NaN/Inf must sit at exactly the oracle's positions: an element finite in one and not in
 the other fails, and so does an Inf of the other sign; nothing is ``nan_to_num``-ed.
@@ -71,7 +65,7 @@ def _nonfinite_mismatch(b: np.ndarray, o: np.ndarray, tolerate_finite: bool = Fa
     finite_b, finite_o = np.isfinite(b), np.isfinite(o)
     differ = finite_b != finite_o
     if tolerate_finite:
-        differ &= ~finite_o                      # the backend finite where the oracle is not
+        differ &= ~finite_b                      # only the backend non-finite counts
     opposite = np.isinf(b) & np.isinf(o) & (np.sign(b) != np.sign(o))
     return (differ | opposite).any(axis=1)
 
@@ -82,7 +76,8 @@ def _max_abs(diff: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def float32_floor(oracle: np.ndarray, float32) -> tuple[np.ndarray, np.ndarray]:
     """``(floor32, magnitude)`` per step of one quantity: the float32 references' largest
-    error against the oracle, and max |oracle| (finite elements)."""
+    error against the oracle, and the largest |oracle| (finite elements) so far: rounding
+    errors made while the values were large remain after they shrink."""
     steps = oracle.shape[0]
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
     finite_o = np.isfinite(o)
@@ -92,49 +87,22 @@ def float32_floor(oracle: np.ndarray, float32) -> tuple[np.ndarray, np.ndarray]:
             r = np.asarray(reference32, dtype=np.float64).reshape(steps, -1)
             floor32 = np.maximum(floor32, _max_abs(r - o, finite_o & np.isfinite(r)))
     magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
-    return floor32, magnitude
+    return floor32, np.maximum.accumulate(magnitude) if steps else magnitude
 
 
 def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float = ULPS,
-                tolerate_finite: bool = False, relative: np.ndarray | None = None):
+                tolerate_finite: bool = False):
     """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity;
-    ``float32`` is one float32 reference trajectory or a list of them; ``relative``: the
-    pooled relative float32 error per step (see the module)."""
+    ``float32`` is one float32 reference trajectory or a list of them."""
     steps = oracle.shape[0]
     b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
     with np.errstate(invalid="ignore", over="ignore"):
         error = _max_abs(b - o, np.isfinite(o) & np.isfinite(b))
     floor32, magnitude = float32_floor(oracle, float32)
-    if relative is not None:
-        floor32 = np.maximum(floor32, relative * magnitude)
     ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
     floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
     return error / floor, _nonfinite_mismatch(b, o, tolerate_finite), error, floor
-
-
-def _kind(name: str) -> str:
-    """The pool of a quantity: every parameter together, each state name together."""
-    if name.startswith("param:"):
-        return "param"
-    if name.startswith("state:"):
-        return "state:" + name.rpartition(":")[2]
-    return name
-
-
-def pooled_relative(oracle: dict, references32: list[dict]) -> dict[str, np.ndarray]:
-    """Per pool (:func:`_kind`), the largest relative float32 error per step."""
-    pools: dict[str, np.ndarray] = {}
-    for name, expected in oracle.items():
-        if expected.shape[0] == 0 or expected[0].size == 0 or \
-                any(name not in r for r in references32):
-            continue
-        floor32, magnitude = float32_floor(expected, [r[name] for r in references32])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            relative = np.where(magnitude > 0.0, floor32 / magnitude, 0.0)
-        kind = _kind(name)
-        pools[kind] = relative if kind not in pools else np.maximum(pools[kind], relative)
-    return pools
 
 
 def compare(backend: Trajectory, oracle: Trajectory, float32, *,
@@ -150,9 +118,7 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
                                                else [float32])]
     out = Comparison(True)
     first = (np.inf, "", "", "")               # (step, quantity, failure, detail)
-    expected_all = oracle.quantities()
-    pools = pooled_relative(expected_all, references32)
-    for name, expected in expected_all.items():
+    for name, expected in oracle.quantities().items():
         if name not in got:
             first = min(first, (1, name, "missing", f"{name} not reported by the backend"))
             continue
@@ -164,7 +130,7 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
             continue
         ratio, nonfinite, error, floor = step_ratios(
             got[name], expected, [r[name] for r in references32], ulps=ulps,
-            tolerate_finite=tolerate_finite, relative=pools.get(_kind(name)))
+            tolerate_finite=tolerate_finite)
         worst = int(np.argmax(ratio))
         out.per_quantity[name] = float(ratio[worst])
         if ratio[worst] > out.worst_ratio or out.worst_quantity is None:

@@ -178,6 +178,8 @@ def invisible_knobs(backend: Backend, cases: list[Case],
                 for kind, answer in changes(case, field, seen, references, shown).items():
                     answers.setdefault(kind, []).append(answer)
             for kind, found in answers.items():
+                if (cls.name, field, kind) in exempt:
+                    continue
                 states = {a for a, _ in found}
                 if SHOWN not in states and HIDDEN in states:
                     detail = next(d for a, d in found if a == HIDDEN)

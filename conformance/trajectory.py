@@ -15,7 +15,8 @@ from typing import Callable, Mapping
 import numpy as np
 
 import unified_opt as uo
-from unified_opt.reference import with_float32_hyperparameters
+from unified_opt.ops import float32_kernel_ops, numpy_ops
+from unified_opt.reference import Reference, with_float32_hyperparameters
 
 
 @dataclass
@@ -115,14 +116,15 @@ def run(step: Callable[[dict], float], read: Callable[[], tuple], case,
     return recorder.trajectory()
 
 
-def reference_trajectory(spec, case, dtype: str = "float64") -> Trajectory:
-    """The numpy reference's trajectory for ``spec`` on ``case``'s params and gradients.
+def reference_trajectory(spec, case, dtype: str = "float64", ops=numpy_ops) -> Trajectory:
+    """The numpy reference's trajectory for ``spec`` on ``case``'s params and gradients
+    (``ops``: the numpy binding, :data:`unified_opt.ops.float32_kernel_ops` for one floor).
 
     ``spec`` may also be a planted deviation (:class:`.deviations.Deviation`: a wrong way
     of running a spec that no spec field describes), which makes its own trajectory."""
     if not isinstance(spec, uo.Spec):
         return spec.trajectory(case, dtype)
-    ref = uo.reference(spec, case.initial_params(), dtype=dtype, groups=case.groups or None)
+    ref = Reference(spec, case.initial_params(), dtype, groups=case.groups or None, ops=ops)
     return run(ref.step, lambda: (ref.params, ref.state), case,
                (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
 
@@ -136,6 +138,10 @@ def float32_held(spec):
 
 def floor_trajectories(spec, case, reference=reference_trajectory) -> list[Trajectory]:
     """The float32 references whose error against the oracle makes the noise floor:
-    the plain one, and the one with float hyperparameters held in float32 (kernels take
-    them as float32 attributes; see :mod:`.compare`)."""
-    return [reference(spec, case, "float32"), reference(float32_held(spec), case, "float32")]
+    the plain one, the one with float hyperparameters held in float32 (kernels take them
+    as float32 attributes), and that one computing as a float32 kernel may
+    (:class:`unified_opt.ops.Float32KernelOps`: sums element after element, beta^t as a
+    running float32 product); see :mod:`.compare`."""
+    held = float32_held(spec)
+    return [reference(spec, case, "float32"), reference(held, case, "float32"),
+            reference(held, case, "float32", float32_kernel_ops)]

@@ -7,6 +7,8 @@ then dropped.
 
 from __future__ import annotations
 
+from unified_opt.ops import numpy_ops
+
 from .cases import Case
 from .compare import compare
 from .explainer import explain_failure
@@ -27,10 +29,10 @@ class References:
         """The float32 references whose error against the oracle is the noise floor."""
         return floor_trajectories(spec, case, self.of)
 
-    def of(self, spec, case: Case, dtype: str) -> Trajectory:
-        key = (case.id, case.seed, case.steps, spec, dtype)
+    def of(self, spec, case: Case, dtype: str, ops=numpy_ops) -> Trajectory:
+        key = (case.id, case.seed, case.steps, spec, dtype, ops.name)
         if key not in self._cache:
-            self._cache[key] = reference_trajectory(spec, case, dtype)
+            self._cache[key] = reference_trajectory(spec, case, dtype, ops)
         return self._cache[key]
 
     def stable(self, case: Case) -> bool:

@@ -178,6 +178,35 @@ def test_own_optimizer_state_dict_round_trip():
         np.testing.assert_array_equal(rest[n], full[n])
 
 
+@pytest.mark.parametrize("skip_nonfinite", [False, True])
+def test_a_checkpoint_with_a_nested_schedule_loads_with_weights_only(skip_nonfinite):
+    """The scheduler's state_dict is plain data: LambdaLR saves the __dict__ of a callable
+    object, and a schedule is one (a nested one failed under weights_only=True)."""
+    arrays, grads = initial_params(), list(gradient_stream(steps=10))
+    schedule = uo.schedules.LinearWarmup(after=uo.schedules.Cosine(lr=0.1, T_max=20),
+                                         warmup_steps=4)
+    spec = uo.SGD(lr=schedule, momentum=0.9, skip_nonfinite=skip_nonfinite)
+    whole = _params(arrays)
+    full_opt = uo.build(spec, whole.items())
+    full = _drive(full_opt, whole, grads, uo.lr_scheduler(full_opt))
+    first = _params(arrays)
+    opt = uo.build(spec, first.items())
+    scheduler = uo.lr_scheduler(opt)
+    _drive(opt, first, grads[:4], scheduler)
+    buffer = io.BytesIO()
+    torch.save({"optimizer": opt.state_dict(), "scheduler": scheduler.state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    resumed = {n: torch.nn.Parameter(p.detach().clone()) for n, p in first.items()}
+    again = uo.build(spec, resumed.items())
+    again.load_state_dict(saved["optimizer"])
+    again_scheduler = uo.lr_scheduler(again)
+    again_scheduler.load_state_dict(saved["scheduler"])
+    rest = _drive(again, resumed, grads[4:], again_scheduler)
+    for n in arrays:
+        np.testing.assert_array_equal(rest[n], full[n])
+
+
 def test_momentum_cycling_needs_a_momentum_to_cycle():
     cycling = uo.schedules.preset("torch.optim.lr_scheduler.OneCycleLR", max_lr=0.1,
                                   total_steps=10)

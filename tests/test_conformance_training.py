@@ -178,11 +178,14 @@ def test_per_step_hyperparameters_change_the_numbers(case):
 
 def test_a_case_the_reference_cannot_run_is_an_error_not_a_crash():
     """``--steps 60`` on a 50-step OneCycle: the reference raises, as the native class."""
-    from unified_opt.conformance.runner import References, _stable
+    from unified_opt.conformance.verdict import References, verdict
 
     case = next(c for c in SCHEDULE_CASES if c.id == "preset_lr_torch_onecyclelr")
     longer = case.with_steps(60)
     with pytest.raises(ValueError, match="past total_steps"):
         References().get(longer, "float64")
-    assert _stable(longer, References())
-    assert _stable(case, References())
+    assert References().stable(longer)
+    assert References().stable(case)
+    result = verdict(longer, "torch", "auto", None, None, None, References())
+    assert result["status"] == "error"
+    assert "the reference cannot run this case" in result["error"]

@@ -246,8 +246,9 @@ CASES = [
      lambda ps: nn_class("Adadelta")(list(ps.values()), epsilon=1e-3,
                                      weight_decay=decay_cell(WD))),
     ("wd-schedule-nn-rmsprop", uo.preset("mindspore.nn.RMSProp", learning_rate=0.01,
-                                         weight_decay=WD), None, "mindspore.nn.RMSProp",
-     lambda ps: nn_class("RMSProp")(list(ps.values()), learning_rate=0.01,
+                                         centered=True, weight_decay=WD), None,
+     "mindspore.nn.RMSProp",
+     lambda ps: nn_class("RMSProp")(list(ps.values()), learning_rate=0.01, centered=True,
                                     weight_decay=decay_cell(WD))),
     ("wd-schedule-nn-rprop", uo.preset("mindspore.nn.Rprop", learning_rate=0.01,
                                        weight_decay=WD), None, "mindspore.nn.Rprop",
@@ -351,20 +352,28 @@ def test_current_lr_is_the_specs_when_every_group_is_scaled():
 
 
 @ms_only
-def test_bad_input_is_refused_before_any_change():
+def test_weight_decay_schedule_needs_no_total_steps_and_total_steps_limits_it():
     import mindspore as ms
     p = ms.Parameter(ms.Tensor(np.ones(3, np.float32)), name="w")
     momentum = uo.SGD(lr=0.1, momentum=0.9, momentum_init="zeros", weight_decay=WD)
-    with pytest.raises(ValueError, match=r"scheduled weight decay on mindspore.nn.Momentum "
-                                         r"needs options=\{'total_steps': N\}"):
-        uo.build(momentum, [("w", p)])
     with pytest.raises(ValueError, match="is for a scheduled lr or weight decay"):
         uo.build(uo.SGD(lr=0.1), [("w", p)], options={"total_steps": 5})
-    opt = uo.build(momentum, [("w", p)], options={"total_steps": 2})   # the table's length
     grad = (ms.Tensor(np.ones(3, np.float32)),)
-    opt(grad)
-    opt(grad)
-    assert int(opt.global_step.asnumpy()[0]) == 2
+    opt = uo.build(momentum, [("w", p)])       # on CPU: a ScheduleCell, no step limit
+    assert uo.explain(opt).native == "mindspore.nn.Momentum"
+    for _ in range(STEPS + 5):                 # past the end of any table of STEPS
+        opt(grad)
+    assert int(opt.global_step.asnumpy()[0]) == STEPS + 5
+    limited = uo.build(momentum, [("w", p)], options={"total_steps": 2})   # a step limit
+    limited(grad)
+    limited(grad)
+    before = p.asnumpy().copy()
+    with pytest.raises(RuntimeError, match=r"mindspore.nn.Momentum was built with "
+                                           r"options=\{'total_steps': 2\}: step 3 is past it"):
+        limited(grad)
+        p.asnumpy()
+    assert np.array_equal(p.asnumpy(), before)
+    assert int(limited.global_step.asnumpy()[0]) == 2
 
 
 # -- presets ----------------------------------------------------------------------------

@@ -40,7 +40,7 @@ class Context:
     ``device``: the framework's device ("CPU", "GPU", ...); ``zero_size``: the names of
     zero-size parameters; ``all_zero_size``: every parameter has zero size;
     ``options``: the implementation flags for the native class; ``total_steps``: the
-    length of the per-step tables of a schedule (MindSpore's native classes)."""
+    step limit a MindSpore build was given (``options={"total_steps": N}``)."""
 
     plans: tuple | None = None
     dtypes: tuple[str, ...] = ()

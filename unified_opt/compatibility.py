@@ -106,9 +106,10 @@ _SCHEDULE_MECHANISM = {
               "`LambdaLR` on the own optimizer"),
     "paddle": ("an `LRScheduler` passed as `learning_rate` (`s(last_epoch)`), stepped "
                "after `optimizer.step()`", "an `LRScheduler` on the own optimizer"),
-    "mindspore": ("the per-step list `[s(0), ..., s(N-1)]` (`options={'total_steps': N}`), "
-                  "which the optimizer steps itself", "the own optimizer evaluates `s(t)` "
-                  "at each step"),
+    "mindspore": ("a schedule Cell the optimizer calls with its `global_step`, which "
+                  "evaluates `s(t)` in Python (on CPU, no step limit; on other devices "
+                  "the per-step list `[s(0), ..., s(N-1)]` of `options={'total_steps': N}`)",
+                  "the own optimizer evaluates `s(t)` at each step"),
 }
 
 
@@ -125,7 +126,7 @@ def _schedule_cell(backend: str, schedule) -> str:
 
 
 _MECHANISM_SHORT = {"torch": "`LambdaLR`", "paddle": "`LRScheduler`",
-                    "mindspore": "per-step list"}
+                    "mindspore": "schedule Cell"}
 
 
 def _schedule_lines() -> list[str]:

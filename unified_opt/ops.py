@@ -44,6 +44,11 @@ class Ops:
         """Euclidean norm over every element, as a 0-d tensor."""
         raise NotImplementedError
 
+    def power(self, base: float, exponent: int) -> float:
+        """``base ** exponent`` of Python numbers (a bias correction's beta^t), as a
+        Python float: exact in double precision on every binding."""
+        return base ** exponent
+
     def mean(self, x, axis: int | None = None, keepdims: bool = False):
         """Arithmetic mean over ``axis`` (every element when None), in ``x``'s dtype;
         ``keepdims`` keeps the reduced axis with length 1 (factored moments)."""
@@ -105,3 +110,43 @@ class NumpyOps(Ops):
 
 
 numpy_ops = NumpyOps()
+
+
+class Float32KernelOps(NumpyOps):
+    """numpy computing as a float32 kernel may, where numpy's float32 is more accurate:
+    every sum taken element after element (``np.cumsum``; numpy's own sums are pairwise,
+    whose error grows with log(n), a sequential one's with n), and ``beta ** t`` as a
+    running float32 product (Paddle's and MindSpore's ``beta_pow`` accumulators). The
+    conformance floor runs a float32 reference on it, so a framework whose norms sum in
+    another order or whose bias corrections carry float32 powers is held to float32
+    noise, not to numpy's luck."""
+
+    name = "numpy-float32-kernel"
+
+    def power(self, base, exponent):
+        product, factor = np.float32(1.0), np.float32(base)
+        for _ in range(int(exponent)):
+            product = np.float32(product * factor)
+        return float(product)
+
+    def norm(self, x):
+        return np.sqrt(_sequential_sum(x * x, None, False))
+
+    def mean(self, x, axis=None, keepdims=False):
+        count = np.size(x) if axis is None else np.shape(x)[axis]
+        return _sequential_sum(x, axis, keepdims) / x.dtype.type(count)
+
+
+def _sequential_sum(x, axis, keepdims):
+    x = np.asarray(x)
+    if axis is None:
+        flat = x.reshape(-1)
+        out = np.cumsum(flat, dtype=x.dtype)[-1] if flat.size else x.dtype.type(0)
+        return np.reshape(out, (1,) * x.ndim) if keepdims else np.asarray(out, dtype=x.dtype)
+    if x.shape[axis] == 0:
+        return np.sum(x, axis=axis, keepdims=keepdims)
+    out = np.take(np.cumsum(x, axis=axis, dtype=x.dtype), [-1], axis=axis)
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+float32_kernel_ops = Float32KernelOps()

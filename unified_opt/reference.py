@@ -8,7 +8,7 @@ import numpy as np
 
 from .exchange import Exchange, SimulatedExchange
 from .groups import plan_parameters
-from .ops import numpy_ops
+from .ops import NumpyOps, Ops, numpy_ops
 from .pre_step import has_pre_step, prepare_gradients
 from .spec import Spec, check_momentum_cycling
 
@@ -36,7 +36,7 @@ class Reference:
 
     def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
                  workers: int | None = None, exchange: Exchange | None = None,
-                 groups=None):
+                 groups=None, ops: Ops = numpy_ops):
         if not isinstance(spec, Spec):
             raise TypeError(f"reference: spec must be a unified_opt spec, got {spec!r}")
         if not isinstance(params, Mapping) or not params:
@@ -51,6 +51,10 @@ class Reference:
                              "gradient pre-step (grad_clip, loss_scale, ...) yet")
         self.exchange = exchange if exchange is not None else (
             SimulatedExchange(self.workers) if self.workers is not None else None)
+        if not isinstance(ops, NumpyOps):
+            raise TypeError(f"reference: ops must be a numpy binding (unified_opt.ops."
+                            f"NumpyOps), got {ops!r}")
+        self.ops = ops
         self.spec = spec
         self.dtype = np.dtype(dtype)
         self.params = {name: np.array(value, dtype=self.dtype, copy=True)
@@ -58,7 +62,7 @@ class Reference:
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
         self._specs = {name: plan.spec for name, plan in self.plans.items()}
-        self.states = [{name: self._specs[name].init(p, numpy_ops)
+        self.states = [{name: self._specs[name].init(p, ops)
                         for name, p in self.params.items()}
                        for _ in range(self.workers or 1)]
         self.step_count = 0
@@ -86,7 +90,7 @@ class Reference:
             if self.workers is None:
                 names = list(self.params)
                 prepared = prepare_gradients(self.spec, [self.plans[n] for n in names],
-                                             [per_worker[0][n] for n in names], numpy_ops)
+                                             [per_worker[0][n] for n in names], self.ops)
                 self.lrs.append(lr)
                 self.skipped.append(prepared is None)
                 if prepared is None:
@@ -98,12 +102,12 @@ class Reference:
                 if self.workers is None:
                     self.params[name], self.states[0][name] = spec.update(
                         self.params[name], per_worker[0][name], self.states[0][name],
-                        lr=self.plans[name].lr(lr), step=self.step_count, ops=numpy_ops)
+                        lr=self.plans[name].lr(lr), step=self.step_count, ops=self.ops)
                     continue
                 self.params[name], states = spec.exchange_step(
                     self.params[name], [g[name] for g in per_worker],
                     [s[name] for s in self.states], lr=lr, step=self.step_count,
-                    ops=numpy_ops, exchange=self.exchange)
+                    ops=self.ops, exchange=self.exchange)
                 for worker_states, new in zip(self.states, states):
                     worker_states[name] = new
         if self.workers is not None:

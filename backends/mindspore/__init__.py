@@ -3,16 +3,24 @@ exact (:mod:`.classes`), :class:`.optimizer.SpecOptimizer` otherwise. Importing 
 package imports no mindspore.
 
 The optimizer steps its lr itself (MindSpore has no separate scheduler object to step):
-a scheduled lr becomes the native per-step list ``[s(0), ..., s(N-1)]``, and a scheduled
-weight decay the Cell form reading ``[wd(0), ..., wd(N-1)]``; both need
-``options={"total_steps": N}``. The own implementation evaluates ``s(step)`` itself.
+an ``nn`` class calls its lr and weight decay with its ``global_step``. Where the device
+is in :data:`SCHEDULE_CELL_DEVICES` (CPU), a scheduled lr or weight decay is a
+:class:`.cells.ScheduleCell`: Python computes ``float32(s(t))`` at every step, with no
+step limit. Elsewhere (MindSpore runs its Python-calling op on CPU only) it is the
+per-step list ``[s(0), ..., s(N-1)]`` (a weight decay: a Cell reading it), which needs
+``options={"total_steps": N}``; without it the own implementation runs. The own
+implementation evaluates ``s(step)`` itself. ``total_steps`` given is a step limit on
+every path: the step after the N-th raises our RuntimeError (on the per-step list, only
+where Python calls the optimizer; compiled into a GRAPH_MODE train step it ends with
+MindSpore's Gather range error).
 
 Parameter groups (``uo.Group``) become MindSpore's: ``nn`` group dicts ``{"params",
 "lr", "weight_decay"}`` plus ``{"order_params": [...]}`` (a group lr is a float or, for
-a scheduled lr, the per-step list scaled by ``lr_scale``), ``experimental`` groups as
-runs of consecutive parameters. ``loss_scale`` goes to the ``nn`` classes that divide
-by it; clipping, overflow skipping and gradient centralization run in the own
-implementation. What lies around each native class (:meth:`MindSporeBackend.around`):
+a scheduled lr, the schedule scaled by ``lr_scale``, ``float32(lr_scale * s(t))``),
+``experimental`` groups as runs of consecutive parameters. ``loss_scale`` goes to the
+``nn`` classes that divide by it; clipping, overflow skipping and gradient
+centralization run in the own implementation. What lies around each native class
+(:meth:`MindSporeBackend.around`):
 
 * ``loss_scale`` alone: the classes whose descriptor says ``loss_scale`` take it, store
   the decay as ``wd * loss_scale`` and multiply the decayed gradients by
@@ -20,8 +28,10 @@ implementation. What lies around each native class (:meth:`MindSporeBackend.arou
   MindSpore's train step (``TrainOneStepWithLossScaleCell``), and the CPU kernel cannot
   centralize ("Unsupported op [Centralization] on CPU"): those go to the own path.
 * a weight-decay schedule: the classes whose descriptor says ``cell_weight_decay`` take
-  a Cell called with ``global_step`` (the 0-based step), which reads the per-step table.
+  a Cell called with ``global_step`` (the 0-based step), the schedule's form above.
   A momentum-cycling lr schedule always goes to the own implementation.
+* a schedule on a device outside ``SCHEDULE_CELL_DEVICES``: ``options={"total_steps":
+  N}`` (the per-step list's length).
 * parameter groups: every group's hyperparameters must meet the row's conditions too,
   and the ``flat_only`` classes take no group lr or group decay here.
 * the device: a class runs where it was measured exact (``devices``); nn.Lamb and nn.LARS
@@ -47,6 +57,10 @@ _NO_MOMENTUM_CYCLING = when(
     "schedule becomes its Cell form)",
     lambda s: not (isinstance(s.lr, Schedule) and s.lr.momentum(0) is not None))
 
+#: devices where a scheduled lr or weight decay runs as a ScheduleCell (an ops.Custom
+#: "pyfunc" op, which MindSpore runs on CPU only); elsewhere it is the per-step list
+SCHEDULE_CELL_DEVICES = ("CPU",)
+
 
 class MindSporeBackend(Backend):
     name = "mindspore"
@@ -67,6 +81,13 @@ class MindSporeBackend(Backend):
             conditions.append(when(
                 f"device in {cls.devices} (where {cls.name} was measured exact; this is "
                 f"{context.device})", lambda s: context.device in cls.devices))
+        if context.device not in SCHEDULE_CELL_DEVICES and context.total_steps is None:
+            plans = context.plans
+            conditions.append(when(
+                f"options={{'total_steps': N}} for a scheduled lr or weight decay (on "
+                f"{context.device} a schedule is MindSpore's per-step list [s(0), ..., "
+                "s(N-1)]; the Python schedule Cell runs on CPU only)",
+                lambda s: not _scheduled(s, plans)))
         if context.all_zero_size:
             conditions.append(when(f"a parameter with elements ({cls.name} cannot hold "
                                    "none)", lambda s: False))
@@ -88,10 +109,14 @@ class MindSporeBackend(Backend):
         return conditions
 
     def notes(self, decision, spec, context):
+        notes = []
+        scheduled = _scheduled(spec, context.plans)
+        if scheduled:
+            notes.append(_schedule_note(scheduled, context))
         if context.zero_size and not context.all_zero_size:
-            return (f"zero-size parameters {list(context.zero_size)} are left out of it "
-                    "(nothing to update)")
-        return ""
+            notes.append(f"zero-size parameters {list(context.zero_size)} are left out of "
+                         "it (nothing to update)")
+        return "; ".join(notes)
 
     def context(self, spec, named, plans, options):
         import mindspore as ms
@@ -120,16 +145,11 @@ class MindSporeBackend(Backend):
     def build_native(self, decision, spec, named, plans, context):
         from .native import native_optimizer
 
-        total_steps = context.total_steps
-        scheduled = isinstance(spec.lr, Schedule)
-        if (scheduled or _decay_scheduled(plans)) and total_steps is None:
-            what = "lr" if scheduled else "weight decay"
-            raise ValueError(f"build: a scheduled {what} on {decision.native} needs "
-                             "options={'total_steps': N} (it takes the per-step list "
-                             "[s(0), ..., s(N-1)])")
+        # around() sent a schedule without total_steps off a device that needs the list
         optimizer = native_optimizer(decision.native_class, decision.lowering,
-                                     [p for _, p in named], plans, spec, total_steps,
-                                     context.options)
+                                     [p for _, p in named], plans, spec, context.options,
+                                     cells=context.device in SCHEDULE_CELL_DEVICES,
+                                     total_steps=context.total_steps)
         return optimizer, None, []   # a native class never skips: skip_nonfinite is own
 
     def build_own(self, decision, spec, named, plans, context):
@@ -178,6 +198,33 @@ class MindSporeBackend(Backend):
 def _decay_scheduled(plans) -> bool:
     return any(isinstance(getattr(plan.spec, "weight_decay", None), Schedule)
                for plan in plans)
+
+
+def _scheduled(spec, plans) -> str:
+    """What of ``spec`` (with its parameters' ``plans``, when known) is scheduled: "lr",
+    "weight decay", "lr and weight decay" or ""."""
+    decay = _decay_scheduled(plans) if plans else \
+        isinstance(getattr(spec, "weight_decay", None), Schedule)
+    parts = ["lr"] * isinstance(spec.lr, Schedule) + ["weight decay"] * decay
+    return " and ".join(parts)
+
+
+def _schedule_note(scheduled: str, context) -> str:
+    """How a native class gets its scheduled lr / weight decay (the module docstring)."""
+    n = context.total_steps
+    if context.device in SCHEDULE_CELL_DEVICES:
+        note = (f"its scheduled {scheduled} is a ScheduleCell: Python computes "
+                "float32(s(global_step)) at every step (an ops.Custom pyfunc op, CPU only)")
+        if n is None:
+            return note + ", with no step limit"
+        return (note + f"; options total_steps={n} limits it: step {n + 1} raises "
+                "RuntimeError")
+    return (f"its scheduled {scheduled} is MindSpore's per-step list [s(0), ..., "
+            f"s({n - 1})] (options total_steps={n}; the Python schedule Cell runs on CPU "
+            f"only), so it ends at step {n}: step {n + 1} raises our RuntimeError where "
+            "Python calls the optimizer (PyNative, or opt(grads) in GRAPH_MODE); compiled "
+            "into a GRAPH_MODE train step or @ms.jit it fails with MindSpore's Gather "
+            "index error instead")
 
 
 def _check_total_steps(spec, plans, total_steps) -> None:

@@ -29,20 +29,20 @@ def check_options(cls_info, options: dict) -> None:
     if bad:
         raise ValueError(f"build: options {bad} are not implementation flags of "
                          f"{cls_info.name}; allowed: {sorted(accepted)} (and total_steps for "
-                         "a scheduled lr)")
+                         "a scheduled lr or weight decay)")
 
 
-def _lars(params, lr, spec, shared, decays):
-    """``nn.LARS`` over ``nn.Momentum`` (its documented use); LARS takes the decay off
-    the inner optimizer and applies it in LARSUpdate, except to ``exclude_names``."""
+def _lars(cls, params, lr, spec, shared, decays):
+    """``cls`` (``nn.LARS``) over ``nn.Momentum`` (its documented use); LARS takes the
+    decay off the inner optimizer and applies it in LARSUpdate, except to
+    ``exclude_names``. The two share ``global_step``."""
     from mindspore import nn
 
     inner = shared.pop("optimizer")
     momentum = nn.Momentum(params, learning_rate=lr, momentum=float(inner.momentum),
                            weight_decay=max(decays))
     excluded = spec.exclude_names
-    return nn.LARS(momentum, **shared,
-                   lars_filter=lambda p: not name_matches(p.name, excluded))
+    return cls(momentum, **shared, lars_filter=lambda p: not name_matches(p.name, excluded))
 
 
 def per_step(schedule, total_steps: int) -> list[float]:
@@ -50,15 +50,30 @@ def per_step(schedule, total_steps: int) -> list[float]:
     return [schedule(t) for t in range(total_steps)]
 
 
-def _group_lr(plan, base):
-    """A parameter's native lr: None where it is the optimizer's (``base``, a float or the
-    per-step list), else its fixed lr or ``lr_scale`` times ``base`` (per entry)."""
+def scheduled(schedule, scale: float = 1.0, *, cells: bool, total_steps: int | None,
+              owner: str, decay: bool = False):
+    """The native form of ``scale`` times ``schedule``: a
+    :class:`~.cells.ScheduleCell` (``cells``: Python computes ``float32(scale * s(t))`` at
+    every step, no step limit unless ``total_steps``), else MindSpore's per-step list of
+    ``total_steps`` entries ``scale * s(t)``, as a :class:`~.cells.PerStepTable` for a
+    weight decay (``decay``). Both give the same float32 numbers."""
+    from .cells import PerStepTable, ScheduleCell
+
+    if cells:
+        return ScheduleCell(schedule, scale, total_steps, owner)
+    values = per_step(schedule, total_steps)
+    if scale != 1.0:
+        values = [scale * x for x in values]
+    return PerStepTable(values) if decay else values
+
+
+def _group_lr(plan, base, scaled_lr):
+    """A group's native lr (the group has its own: a fixed lr or an ``lr_scale``): its
+    fixed lr, else ``scaled_lr(lr_scale)`` for a scheduled lr, else ``lr_scale * base``."""
     if plan.fixed_lr is not None:
         return plan.fixed_lr
-    if plan.lr_scale == 1.0:
-        return None
-    if isinstance(base, list):
-        return [plan.lr_scale * x for x in base]
+    if scaled_lr is not None:
+        return scaled_lr(plan.lr_scale)
     return plan.lr_scale * base
 
 
@@ -74,12 +89,14 @@ def arguments_of(lowering, spec) -> dict:
     return args
 
 
-def native_optimizer(cls_info, lowering, params, plans, spec, total_steps, options):
+def native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells: bool = True,
+                     total_steps: int | None = None):
     """``cls_info.name`` over the non-empty ``params`` (one plan each, see
-    :mod:`unified_opt.groups`). The lr is ``spec.lr``, a scheduled one as the per-step
-    list of ``total_steps`` entries (a lowering's own ``learning_rate`` argument replaces it:
-    nn.AdaFactor's None); a group's lr is its fixed lr or its ``lr_scale`` times that, per
-    entry; a weight-decay schedule becomes a :class:`~.cells.PerStepTable` Cell; a
+    :mod:`unified_opt.groups`). The lr is ``spec.lr`` (a lowering's own ``learning_rate``
+    argument replaces it: nn.AdaFactor's None); a group's lr is its fixed lr or its
+    ``lr_scale`` times that. A scheduled lr or weight decay takes the form
+    :func:`scheduled` gives (``cells``: a :class:`~.cells.ScheduleCell`; else the per-step
+    list of ``total_steps`` entries, and the class made :func:`~.cells.step_limited`); a
     ``loss_scale`` goes to the classes that divide by it (the descriptor's ``loss_scale``)."""
     from unified_opt.schedules import Schedule
 
@@ -93,38 +110,44 @@ def native_optimizer(cls_info, lowering, params, plans, spec, total_steps, optio
             raise ValueError(f"build: {cls_info.name} needs the same hyperparameters for every "
                              f"parameter except weight_decay, got {shared} and {args}")
     check_options(cls_info, options)
-    base = per_step(spec.lr, total_steps) if isinstance(spec.lr, Schedule) else spec.lr
-    lr = shared.pop("learning_rate", base)
+    decays = [args.get("weight_decay") for args in arguments]
+    lr_scheduled = isinstance(spec.lr, Schedule)
+    form = {"cells": cells, "total_steps": total_steps, "owner": cls_info.name}
+    if not cells and (lr_scheduled or any(isinstance(d, Schedule) for d in decays)):
+        from .cells import step_limited
+        cls = step_limited(cls, total_steps, cls_info.name)   # our error, not Gather's
+    scaled_lr = (lambda scale: scheduled(spec.lr, scale, **form)) if lr_scheduled else None
+    if "learning_rate" in shared:   # the lowering's own (nn.AdaFactor: a constant lr)
+        lr = shared.pop("learning_rate")
+    else:
+        lr = scaled_lr(1.0) if lr_scheduled else spec.lr
     if spec.loss_scale != 1.0:
         shared["loss_scale"] = float(spec.loss_scale)
     if cls_info.wraps_optimizer:
-        return _lars(params, lr, spec, shared, [plan.spec.weight_decay for plan in plans])
+        return _lars(cls, params, lr, spec, shared, [plan.spec.weight_decay for plan in plans])
     if cls_info.scalar_decay:
         decays = {args["weight_decay"] for args in arguments}
         if len(decays) != 1:
             raise ValueError(f"build: {cls_info.name} decays every parameter by one "
                              f"weight_decay, got {sorted(decays)}")
         return cls(params, learning_rate=lr, **shared, weight_decay=decays.pop(), **options)
-    decays = [args.get("weight_decay") for args in arguments]
     if cls_info.experimental:
-        return _experimental(cls, params, plans, decays, base, shared, options)
-    lrs = [_group_lr(plan, base) for plan in plans]
-    if all(x is None for x in lrs) and not any(isinstance(d, Schedule) or d for d in decays):
+        return _experimental(cls, params, plans, decays, spec.lr, shared, options)
+    own_lr = [plan.fixed_lr is not None or plan.lr_scale != 1.0 for plan in plans]
+    if not any(own_lr) and not any(isinstance(d, Schedule) or d for d in decays):
         return cls(params, learning_rate=lr, **shared, **options)
     groups: dict = {}   # (lr, decay) -> group dict, in order of first appearance
-    for p, plan, group_lr, decay in zip(params, plans, lrs, decays):
-        key = (group_lr is not None and (plan.fixed_lr, plan.lr_scale), repr(decay))
-        if key not in groups:
+    for p, plan, own, decay in zip(params, plans, own_lr, decays):
+        key = (own and (plan.fixed_lr, plan.lr_scale), repr(decay))
+        if key not in groups:   # one lr Cell and one decay Cell per group
             groups[key] = {"params": []}
-            if group_lr is not None:
-                groups[key]["lr"] = group_lr
-            if decay is not None:
+            if own:
+                groups[key]["lr"] = _group_lr(plan, spec.lr, scaled_lr)
+            if isinstance(decay, Schedule):
+                groups[key]["weight_decay"] = scheduled(decay, **form, decay=True)
+            elif decay is not None:
                 groups[key]["weight_decay"] = decay
         groups[key]["params"].append(p)
-    for group in groups.values():   # a Cell per group: MindSpore wraps each one
-        if isinstance(group.get("weight_decay"), Schedule):
-            from .cells import PerStepTable
-            group["weight_decay"] = PerStepTable(per_step(group["weight_decay"], total_steps))
     return cls(list(groups.values()) + [{"order_params": list(params)}], learning_rate=lr,
                **shared, **options)
 

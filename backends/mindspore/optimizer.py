@@ -18,6 +18,7 @@ from mindspore import dtype as mstype
 from unified_opt.pre_step import prepare_gradients
 from unified_opt.schedules import Schedule
 
+from .cells import past_total_steps
 from .ops import mindspore_ops
 
 
@@ -28,12 +29,12 @@ class SpecOptimizer(nn.Optimizer):
     (``spec_state``), the base class's ``global_step`` and ``learning_rate`` (the spec's lr
     of the next step, kept for ``get_lr()``), so ``ms.save_checkpoint(opt, ...)`` holds it
     all. The lr is the spec's, ``spec.lr_at(global_step)`` in double precision, times each
-    parameter's group factor (``plans``: :func:`unified_opt.groups.plan_parameters`); with
-    ``total_steps`` the optimizer refuses to step past it, like the native classes given a
-    per-step lr list. With a constant spec lr, an lr written into ``learning_rate`` from
-    outside (``mindspore.train.ReduceLROnPlateau``) is followed, as by the native classes
-    (``follows_learning_rate``); with a scheduled lr it is refused at the next step rather
-    than ignored.
+    parameter's group factor (``plans``: :func:`unified_opt.groups.plan_parameters`), at
+    any step; given ``total_steps`` (``options={"total_steps": N}``) it refuses step N+1
+    with the error every MindSpore path raises there. With a constant spec lr, an lr
+    written into ``learning_rate`` from outside (``mindspore.train.ReduceLROnPlateau``)
+    is followed, as by the native classes (``follows_learning_rate``); with a scheduled
+    lr it is refused at the next step rather than ignored.
 
     Each call runs :func:`unified_opt.pre_step.prepare_gradients` once over all
     parameters (loss scale, overflow skip, clipping, centralization), then each
@@ -85,8 +86,7 @@ class SpecOptimizer(nn.Optimizer):
         self._check(gradients)
         step0 = int(self.global_step.asnumpy()[0])
         if self.total_steps is not None and step0 >= self.total_steps:
-            raise RuntimeError(f"SpecOptimizer: total_steps={self.total_steps} steps are done; "
-                               "build with a larger total_steps to train longer")
+            raise past_total_steps(type(self).__name__, self.total_steps, step0)
         lr = self._lr_of_step(step0)
         prepared = prepare_gradients(self.spec, self._plans, list(gradients), mindspore_ops)
         self.skipped.append(prepared is None)

@@ -71,11 +71,6 @@ def _lars() -> list[Case]:
             lars_coeff=0.02, lars_weight_decay=0.01, exclude_from_weight_decay=["bias"])),
         dense(id="preset_mindspore_nn_lars", spec=uo.preset(
             "mindspore.nn.LARS", optimizer=momentum, coefficient=0.02)),
-        # no eps and no decay: a zero gradient makes the ratio's denominator 0
-        dense(id="preset_mindspore_nn_lars_no_eps", spec=uo.preset(
-            "mindspore.nn.LARS", optimizer=uo.preset("mindspore.nn.Momentum",
-                                                     learning_rate=0.5, momentum=0.9),
-            coefficient=0.02, epsilon=0.0)),
         dense(id="preset_mindspore_nn_lars_sgd_clip", spec=uo.preset(
             "mindspore.nn.LARS", optimizer=sgd, coefficient=0.02, use_clip=True)),
     ]

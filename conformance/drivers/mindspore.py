@@ -1,6 +1,8 @@
 """Conformance driver for MindSpore: the gradients go in as a tuple of Tensors in
 parameter order, with the parameter's dtype: ``opt(grads)``. The optimizer steps its
-own lr, so a spec with a scheduled lr or weight decay is built with ``total_steps``."""
+own lr. A spec with a scheduled lr or weight decay is built with ``total_steps`` (the
+case's step count) only on a device where the native form is the per-step list; on CPU
+it is a schedule Cell with no step limit, and the case runs without one."""
 
 from __future__ import annotations
 
@@ -17,10 +19,15 @@ class MindSporeDriver(Driver):
     backend = "mindspore"
 
     def build_options(self, options):
+        import mindspore as ms
+
+        from unified_opt.backends.mindspore import SCHEDULE_CELL_DEVICES
+
         options = dict(options or {})
         decay = getattr(self.spec, "weight_decay", None)
         if (isinstance(self.spec.lr, Schedule) or isinstance(decay, Schedule)) \
-                and self.total_steps is not None:
+                and self.total_steps is not None \
+                and ms.get_context("device_target") not in SCHEDULE_CELL_DEVICES:
             options.setdefault("total_steps", self.total_steps)
         return options
 

@@ -41,7 +41,7 @@ def adam_moments(spec, g, state, step, ops):
         second = ops.maximum(state["max_exp_avg_sq"], exp_avg_sq)
         new_state["max_exp_avg_sq"] = second
     if spec.bias_correction:
-        bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+        bc1, bc2 = 1.0 - ops.power(beta1, step), 1.0 - ops.power(beta2, step)
     else:
         bc1 = bc2 = 1.0
     numerator = exp_avg * beta1 + g * (1.0 - beta1) if spec.nesterov else exp_avg

@@ -71,7 +71,7 @@ class Adamax(Spec):
         else:
             exp_inf = ops.maximum(decayed, ops.abs(g))
             denom = exp_inf + self.eps
-        param = param - exp_avg / denom * (lr / (1.0 - beta1 ** step))
+        param = param - exp_avg / denom * (lr / (1.0 - ops.power(beta1, step)))
         return param, {"exp_avg": exp_avg, "exp_inf": exp_inf}
 
     def alternatives(self):

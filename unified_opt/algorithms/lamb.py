@@ -104,15 +104,16 @@ class Lamb(Spec):
         exp_avg = state["exp_avg"] * beta1 + grad * (1.0 - beta1)
         exp_avg_sq = state["exp_avg_sq"] * beta2 + grad * grad * (1.0 - beta2)
         if self.bias_correction == "moments":
-            direction = (exp_avg / (1.0 - beta1 ** step)) / \
-                (ops.sqrt(exp_avg_sq / (1.0 - beta2 ** step)) + self.eps)
+            direction = (exp_avg / (1.0 - ops.power(beta1, step))) / \
+                (ops.sqrt(exp_avg_sq / (1.0 - ops.power(beta2, step))) + self.eps)
         else:
             direction = exp_avg / (ops.sqrt(exp_avg_sq) + self.eps)
         if self.weight_decay != 0.0:
             direction = direction + param * self.weight_decay
         step_size = lr
         if self.bias_correction == "step":
-            step_size = lr * math.sqrt(1.0 - beta2 ** step) / (1.0 - beta1 ** step)
+            step_size = (lr * math.sqrt(1.0 - ops.power(beta2, step))
+                         / (1.0 - ops.power(beta1, step)))
         if self.weight_decay > 0.0 or self.always_adapt:
             scale = trust_ratio(param, direction, ops, self.weight_norm_clamp,
                                 self.trust_eps) * step_size

@@ -78,7 +78,7 @@ class NAdam(Spec):
         mu_product = state["mu_product"] * mu
         exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
         exp_avg_sq = state["exp_avg_sq"] * beta2 + g * g * (1.0 - beta2)
-        denom = ops.sqrt(exp_avg_sq / (1.0 - beta2 ** step)) + self.eps
+        denom = ops.sqrt(exp_avg_sq / (1.0 - ops.power(beta2, step))) + self.eps
         param = param - g / denom * (lr * (1.0 - mu) / (1.0 - mu_product))
         param = param - exp_avg / denom * (lr * mu_next / (1.0 - mu_product * mu_next))
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq, "mu_product": mu_product}

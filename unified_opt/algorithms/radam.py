@@ -69,10 +69,10 @@ class RAdam(Spec):
         param, g = apply_weight_decay(self, param, grad, lr)
         exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
         exp_avg_sq = state["exp_avg_sq"] * beta2 + g * g * (1.0 - beta2)
-        bc1, bc2 = 1.0 - beta1 ** step, 1.0 - beta2 ** step
+        bc1, bc2 = 1.0 - ops.power(beta1, step), 1.0 - ops.power(beta2, step)
         corrected = exp_avg / bc1
         rho_inf = 2.0 / (1.0 - beta2) - 1.0
-        rho_t = rho_inf - 2.0 * step * beta2 ** step / bc2
+        rho_t = rho_inf - 2.0 * step * ops.power(beta2, step) / bc2
         if rho_t > self.rectify_threshold:
             rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf /
                              ((rho_inf - 4) * (rho_inf - 2) * rho_t))
