@@ -20,7 +20,7 @@ import numpy as np
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.schedules import Schedule
 
-from .compare import K, ULPS, compare
+from .compare import ULPS, K, compare
 from .deviations import Deviation, coupled_decay_sign
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 

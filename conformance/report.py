@@ -17,7 +17,7 @@ import numpy as np
 import unified_opt as uo
 
 from .cases import SUITE_VERSION
-from .compare import K, TINY, ULPS
+from .compare import TINY, ULPS, K
 
 FORMAT_VERSION = 1
 PATH_ORDER = ("auto", "own", "native")

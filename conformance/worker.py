@@ -36,7 +36,7 @@ FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspo
 
 
 def driver_class(backend: str) -> type[Driver]:
-    """The single :class:`Driver` subclass defined in ``unified_opt.conformance.drivers.<backend>``."""
+    """The single :class:`Driver` subclass of ``unified_opt.conformance.drivers.<backend>``."""
     module = importlib.import_module(f"unified_opt.conformance.drivers.{backend}")
     found = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
              if issubclass(obj, Driver) and obj is not Driver

@@ -12,8 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import (built_elsewhere, gradient_stream, initial_params, installed_frameworks,
-                     reference_trajectories, worst_ratio)
+from helpers import (
+    built_elsewhere,
+    gradient_stream,
+    initial_params,
+    installed_frameworks,
+    reference_trajectories,
+    worst_ratio,
+)
 
 import unified_opt as uo
 

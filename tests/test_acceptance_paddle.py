@@ -13,10 +13,16 @@ Paddle runs in this process (conftest imports mindspore first when it is install
 import numpy as np
 import pytest
 from conftest import require
+from helpers import (
+    built_elsewhere,
+    gradient_stream,
+    initial_params,
+    installed_frameworks,
+    reference_trajectories,
+    worst_ratio,
+)
 
 import unified_opt as uo
-from helpers import (built_elsewhere, gradient_stream, initial_params, installed_frameworks,
-                     reference_trajectories, worst_ratio)
 
 pytestmark = require("paddle")
 

@@ -8,11 +8,17 @@ every run within 10x the float32 noise floor of the float64 oracle at every step
 
 import numpy as np
 import pytest
+from conftest import require
+from helpers import (
+    built_elsewhere,
+    gradient_stream,
+    initial_params,
+    installed_frameworks,
+    reference_trajectories,
+    worst_ratio,
+)
 
 import unified_opt as uo
-from conftest import require
-from helpers import (built_elsewhere, gradient_stream, initial_params, installed_frameworks,
-                     reference_trajectories, worst_ratio)
 
 pytestmark = require("torch")
 

@@ -72,8 +72,8 @@ def run(spec, arrays, *, path="auto", by_hand=None, steps=STEPS, total_steps=Non
     bit-identical parameters and states."""
     from mindspore import Parameter, Tensor
 
-    from unified_opt.conformance.drivers.mindspore import MindSporeDriver
     from unified_opt.backends.mindspore.native import native_state
+    from unified_opt.conformance.drivers.mindspore import MindSporeDriver
 
     driver = MindSporeDriver(spec, arrays, path=path, total_steps=total_steps)
     reference_spec = reference_spec or spec

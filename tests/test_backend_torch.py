@@ -5,10 +5,10 @@ import io
 
 import numpy as np
 import pytest
+from conftest import require
+from helpers import assert_follows_reference, gradient_stream, initial_params
 
 import unified_opt as uo
-from conftest import require
-from helpers import SHAPES, assert_follows_reference, gradient_stream, initial_params
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")

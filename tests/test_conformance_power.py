@@ -10,8 +10,8 @@ from conftest import require
 import unified_opt as uo
 from unified_opt.clipping import ClipByGlobalNorm
 from unified_opt.conformance.cases import PARAMS, Case
-from unified_opt.conformance.deviations import Deviation
 from unified_opt.conformance.compare import K, compare
+from unified_opt.conformance.deviations import Deviation
 from unified_opt.conformance.explainer import explain_failure, shifted
 from unified_opt.conformance.trajectory import floor_trajectories, reference_trajectory
 from unified_opt.schedules import Cosine

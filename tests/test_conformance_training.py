@@ -14,8 +14,12 @@ from unified_opt.conformance.cases.functions import FUNCTIONS, decode_spec, enco
 from unified_opt.conformance.compare import K, compare
 from unified_opt.conformance.deviations import Deviation
 from unified_opt.conformance.gradients import NONFINITE
-from unified_opt.conformance.trajectory import (Recorder, Trajectory, floor_trajectories,
-                                                reference_trajectory)
+from unified_opt.conformance.trajectory import (
+    Recorder,
+    Trajectory,
+    floor_trajectories,
+    reference_trajectory,
+)
 from unified_opt.groups import plan_parameters
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import prepare_gradients

@@ -13,8 +13,13 @@ import pytest
 import unified_opt as uo
 from unified_opt.backend import BACKENDS, Context, load
 from unified_opt.conformance.cases import KERNEL_SIZES, default_cases
-from unified_opt.conformance.coverage import (alternatives, invisible_knobs, knobs,
-                                              missing_sizes, row_cases)
+from unified_opt.conformance.coverage import (
+    alternatives,
+    invisible_knobs,
+    knobs,
+    missing_sizes,
+    row_cases,
+)
 from unified_opt.conformance.verdict import References
 from unified_opt.native import without_name_rules
 from unified_opt.ops import numpy_ops

@@ -6,9 +6,9 @@ there, refuses the step."""
 
 import numpy as np
 import pytest
+from conftest import require
 
 import unified_opt as uo
-from conftest import require
 from unified_opt.ops import numpy_ops
 
 X = np.array([np.nan, 1.0, -2.0, np.inf, -np.inf, 0.0], dtype=np.float32)

@@ -13,10 +13,15 @@ Mapping written down:
 import importlib.util
 
 import pytest
+from helpers import (
+    installed_frameworks,
+    load_trajectory,
+    reference_trajectories,
+    run_framework_jobs,
+    worst_ratio,
+)
 
 import unified_opt as uo
-from helpers import (installed_frameworks, load_trajectory, reference_trajectories,
-                     run_framework_jobs, worst_ratio)
 
 STEPS = 100
 FACTOR = 10.0

@@ -17,13 +17,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-import unified_opt as uo
 from conftest import require
 from helpers import installed_frameworks
+
+import unified_opt as uo
 from unified_opt.schedules import preset as schedule_preset
-from unified_opt.schedules.plateau import (MS_CALLBACK, MS_EXP, PADDLE, TORCH, PlateauState,
-                                           ReduceOnPlateau, natives)
+from unified_opt.schedules.plateau import (
+    MS_CALLBACK,
+    MS_EXP,
+    PADDLE,
+    TORCH,
+    PlateauState,
+    ReduceOnPlateau,
+    natives,
+)
 
 LR = 0.1
 NAN, INF = float("nan"), float("inf")

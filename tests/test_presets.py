@@ -8,10 +8,15 @@ Each framework runs in its own worker process (``tests/workers/run_jobs.py``).
 import warnings
 
 import pytest
+from helpers import (
+    installed_frameworks,
+    load_trajectory,
+    reference_trajectories,
+    run_framework_jobs,
+    worst_ratio,
+)
 
 import unified_opt as uo
-from helpers import (installed_frameworks, load_trajectory, reference_trajectories,
-                     run_framework_jobs, worst_ratio)
 
 STEPS = 100
 FACTOR = 10.0

@@ -15,7 +15,6 @@ wherever the native lr changes.
 """
 
 import importlib.util
-import inspect
 import json
 import subprocess
 import sys
@@ -23,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from workers.run_schedules import decode
 
 import unified_opt as uo
-from workers.run_schedules import decode
 
 STEPS = 60
 TORCH, PADDLE = "torch.optim.lr_scheduler", "paddle.optimizer.lr"

@@ -26,8 +26,8 @@ def run_paddle(spec, by_hand=None, steps=STEPS):
     import paddle
     from test_backend_mindspore import arrays_of, assert_within_floor, gradient_stream
 
-    from unified_opt.conformance.drivers.paddle import PaddleDriver
     from unified_opt.backends.paddle.native import native_state
+    from unified_opt.conformance.drivers.paddle import PaddleDriver
     from unified_opt.reference import with_float32_hyperparameters
 
     arrays = arrays_of(SHAPES)

@@ -28,10 +28,10 @@ The mapping, peer flags -> spec:
 
 import numpy as np
 import pytest
-
-import unified_opt as uo
 from conftest import require
 from helpers import SHAPES, gradient_stream, initial_params
+
+import unified_opt as uo
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")

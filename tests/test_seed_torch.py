@@ -7,10 +7,10 @@ import io
 
 import numpy as np
 import pytest
-
-import unified_opt as uo
 from conftest import require
 from helpers import SHAPES, assert_follows_reference, gradient_stream, initial_params
+
+import unified_opt as uo
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")

@@ -54,8 +54,8 @@ def run(spec, *, groups=None, path="auto", by_hand=None, nonfinite=(), steps=STE
     hand, which must stay bit-identical."""
     from mindspore import Parameter, Tensor
 
-    from unified_opt.conformance.drivers.mindspore import MindSporeDriver
     from unified_opt.backends.mindspore.native import native_state
+    from unified_opt.conformance.drivers.mindspore import MindSporeDriver
 
     arrays = arrays_of()
     driver = MindSporeDriver(spec, arrays, path=path, total_steps=steps, groups=groups)

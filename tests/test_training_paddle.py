@@ -14,8 +14,8 @@ from conftest import require
 import unified_opt as uo
 from unified_opt import schedules
 from unified_opt.conformance.compare import K, step_ratios
-from unified_opt.reference import with_float32_hyperparameters
 from unified_opt.native import import_native as native_class
+from unified_opt.reference import with_float32_hyperparameters
 
 pytestmark = require("paddle")
 paddle = pytest.importorskip("paddle")

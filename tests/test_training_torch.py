@@ -8,10 +8,10 @@ import io
 
 import numpy as np
 import pytest
-
-import unified_opt as uo
 from conftest import require
 from helpers import SHAPES, assert_pairs_within_floor, gradient_stream, initial_params
+
+import unified_opt as uo
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")

@@ -5,8 +5,25 @@ The core is numpy only; a framework is imported when a call needs it.
 """
 
 from . import schedules
-from .algorithms import (CAME, LARS, SGD, Adadelta, Adafactor, Adagrad, Adam, AdamOffload,
-                         Adamax, AdamW, DGCMomentum, Lamb, Lion, NAdam, RAdam, RMSprop, Rprop)
+from .algorithms import (
+                         CAME,
+                         LARS,
+                         SGD,
+                         Adadelta,
+                         Adafactor,
+                         Adagrad,
+                         Adam,
+                         Adamax,
+                         AdamOffload,
+                         AdamW,
+                         DGCMomentum,
+                         Lamb,
+                         Lion,
+                         NAdam,
+                         RAdam,
+                         RMSprop,
+                         Rprop,
+)
 from .backend import Decision
 from .build import backends, build, explain, lr_scheduler, plateau_scheduler, skipped_steps
 from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from .backend import (BACKENDS, PATHS, Context, Decision, installed, load, load_installed,
-                      record_of, remember)
+from .backend import (
+    BACKENDS,
+    PATHS,
+    Context,
+    Decision,
+    installed,
+    load,
+    load_installed,
+    record_of,
+    remember,
+)
 from .groups import plan_parameters
 from .spec import Spec, check_momentum_cycling
 

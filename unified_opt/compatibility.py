@@ -9,6 +9,7 @@ is the same whichever frameworks are installed.
 from __future__ import annotations
 
 import inspect
+import warnings
 
 from . import schedules
 from .backend import BACKENDS, Context, load
@@ -50,7 +51,9 @@ def _preset_spec(qualified: str):
     chosen = {n: _REQUIRED[n] for n, p in params.items()
               if p.default is inspect.Parameter.empty and n in _REQUIRED}
     chosen.update(_EXAMPLES.get(qualified, dict)())
-    return preset(qualified, **chosen)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # a preset's warning about its CPU kernel
+        return preset(qualified, **chosen)
 
 
 def markdown() -> str:

@@ -6,7 +6,6 @@ from mindspore import dtype as mstype
 
 from unified_opt.ops import Ops, numpy_ops
 
-
 _NUMPY_DTYPES = {mstype.float16: np.float16, mstype.float32: np.float32,
                  mstype.float64: np.float64}
 

@@ -3,10 +3,11 @@
 Given a native class's descriptor and lowering, the spec and one
 :class:`unified_opt.groups.ParameterPlan` per parameter, :func:`paddle_layout` says which
 parameters share a Paddle parameter group (``{"params": [...], "learning_rate":
-<multiplier>, <decay keyword>: ...}``), the optimizer-level arguments, which parameters a decay selector (``apply_decay_param_fun``,
-Lamb's ``exclude_from_weight_decay_fn``, LARS's ``exclude_from_weight_decay``) keeps
-decaying, and which ones Paddle's ``grad_clip`` must leave out (``need_clip=False``). Or,
-when Paddle cannot compute that exactly, why not (a string).
+<multiplier>, <decay keyword>: ...}``), the optimizer-level arguments, which parameters
+a decay selector (``apply_decay_param_fun``, Lamb's ``exclude_from_weight_decay_fn``,
+LARS's ``exclude_from_weight_decay``) keeps decaying, and which ones Paddle's
+``grad_clip`` must leave out (``need_clip=False``). Or, when Paddle cannot compute that
+exactly, why not (a string).
 
 Paddle's rules used here (read in ``paddle/optimizer/optimizer.py``, measured):
 
@@ -26,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
-from unified_opt.groups import ParameterPlan, distinct as distinct_items, plan_parameters
+from unified_opt.groups import ParameterPlan, plan_parameters
+from unified_opt.groups import distinct as distinct_items
 from unified_opt.native import NAME_RULES
 
 

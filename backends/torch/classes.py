@@ -8,8 +8,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from unified_opt import _validation as v
-from unified_opt.algorithms import (SGD, Adadelta, Adafactor, Adagrad, Adam, Adamax,
-                                    AdamOffload, AdamW, NAdam, RAdam, RMSprop, Rprop)
+from unified_opt.algorithms import (
+    SGD,
+    Adadelta,
+    Adafactor,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamOffload,
+    AdamW,
+    NAdam,
+    RAdam,
+    RMSprop,
+    Rprop,
+)
 from unified_opt.native import Lowering, NativeClass, when
 from unified_opt.presets._registry import require_float
 from unified_opt.schedules import Schedule

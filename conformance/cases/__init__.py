@@ -15,10 +15,29 @@ from typing import Iterable
 
 import unified_opt as uo
 
-from . import (adam_family, adaptive, communication, large_batch, lr_schedules, memory_saving,
-               nonfinite, sgd, sign_based, training)
-from .case import (DEFAULT_PATHS, DEFAULT_STEPS, DENSE_PARAMS, KERNEL_SIZES, MIN_STEPS, PARAMS,
-                   SUITE_VERSION, Case, dense)
+from . import (
+    adam_family,
+    adaptive,
+    communication,
+    large_batch,
+    lr_schedules,
+    memory_saving,
+    nonfinite,
+    sgd,
+    sign_based,
+    training,
+)
+from .case import (
+    DEFAULT_PATHS,
+    DEFAULT_STEPS,
+    DENSE_PARAMS,
+    KERNEL_SIZES,
+    MIN_STEPS,
+    PARAMS,
+    SUITE_VERSION,
+    Case,
+    dense,
+)
 
 __all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "KERNEL_SIZES",
            "MIN_STEPS", "PARAMS", "SUITE_VERSION", "default_cases", "dense", "select",

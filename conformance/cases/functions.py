@@ -3,8 +3,9 @@
 A case travels to its worker as JSON, and a Python callable (torch ``LambdaLR``'s
 ``lr_lambda``, ``MultiplicativeLR``'s, Paddle's ``LambdaDecay``, a ``CyclicLR``
 ``scale_fn``) cannot be serialised. The callables the cases use are registered by name
-(:data:`unified_opt.schedules.examples.FUNCTIONS`); :func:`encode_spec` writes ``{"function": name}`` in their place and
-:func:`decode_spec` resolves the name again in the worker. Any other callable is
+(:data:`unified_opt.schedules.examples.FUNCTIONS`); :func:`encode_spec` writes
+``{"function": name}`` in their place and :func:`decode_spec` resolves the name again in
+the worker. Any other callable is
 refused with the schedule's own error.
 """
 

@@ -7,6 +7,7 @@ from unified_opt.schedules import Cosine, Exponential, LinearWarmup, Step
 
 from .case import Case, dense
 
+
 def cases() -> list[Case]:
     cosine = Cosine(lr=0.1, T_max=50, eta_min=0.005)
     m = {"lr": 0.05, "momentum": 0.9}

@@ -1,8 +1,8 @@
 """One module per algorithm: hyperparameters, math (LaTeX) and the reference update."""
 
 from .adadelta import Adadelta
-from .adagrad import Adagrad
 from .adafactor import Adafactor
+from .adagrad import Adagrad
 from .adam import Adam
 from .adam_offload import AdamOffload
 from .adamax import Adamax

@@ -19,7 +19,8 @@ For parameters of two or more dimensions, over the last two (rows :math:`i`, col
     R_t &= \hat\beta_{2t} R_{t-1} + (1-\hat\beta_{2t})\,\mathrm{mean}_j G, \qquad
     C_t = \hat\beta_{2t} C_{t-1} + (1-\hat\beta_{2t})\,\mathrm{mean}_i G \\
     V_t &= \frac{R_t C_t}{\mathrm{mean}_i R_t}
-        \quad\text{("clamp": } V_t = \max\big(\tfrac{R_t C_t}{\max(\mathrm{mean}_i R_t,\, \epsilon_1)},\,
+        \quad\text{("clamp": } V_t = \max\big(
+            \tfrac{R_t C_t}{\max(\mathrm{mean}_i R_t,\, \epsilon_1)},\,
         \epsilon_1^2\big))
 
 and for fewer dimensions :math:`V_t = \hat\beta_{2t} V_{t-1} + (1-\hat\beta_{2t}) G`
@@ -32,7 +33,8 @@ and for fewer dimensions :math:`V_t = \hat\beta_{2t} V_{t-1} + (1-\hat\beta_{2t}
     m_t &= \beta_1 m_{t-1} + (1-\beta_1)\hat U_t \ \text{(only when } \beta_1 \text{ is not None;
         the step is then } m_t) \\
     \theta_t &= \theta_{t-1} - \delta\,\theta_{t-1} - \hat U_t \text{ (or } m_t),
-        \qquad \delta = \lambda\eta_t \ (\texttt{decay\_lr="raw"}) \text{ or } \lambda\alpha_t \ (\texttt{"scaled"})
+        \qquad \delta = \lambda\eta_t \ (\texttt{decay\_lr="raw"})
+            \text{ or } \lambda\alpha_t \ (\texttt{"scaled"})
 
 :math:`\epsilon_1 = ` ``eps[0]`` (None: the machine epsilon of the parameter's dtype),
 :math:`\epsilon_2 = ` ``eps[1]``, :math:`d = ` ``clip_threshold``.

@@ -8,7 +8,8 @@ Update at step :math:`t` (1-based), gradient :math:`g_t` (negated when ``maximiz
     m_t &= \beta_1 m_{t-1} + (1-\beta_1)\, g \\
     v_t &= \beta_2 v_{t-1} + (1-\beta_2)\, g^2 \\
     \hat v_t &= \max(\hat v_{t-1}, v_t) \text{ if amsgrad else } v_t \\
-    c_1 &= 1-\beta_1^t,\quad c_2 = 1-\beta_2^t \quad (c_1 = c_2 = 1 \text{ without bias correction}) \\
+    c_1 &= 1-\beta_1^t,\quad c_2 = 1-\beta_2^t
+        \quad (c_1 = c_2 = 1 \text{ without bias correction}) \\
     n_t &= m_t \text{, or } \beta_1 m_t + (1-\beta_1) g \text{ with (TF/MindSpore) nesterov}
 
 and, by ``eps_placement``:
@@ -42,9 +43,15 @@ from __future__ import annotations
 
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_class, spec_dataclass
-from ._adam_moments import (adam_alternatives, adam_moments, adam_state_names, canonical_adam,
-                            check_adam_fields)
+from ._adam_moments import (
+    adam_alternatives,
+    adam_moments,
+    adam_state_names,
+    canonical_adam,
+    check_adam_fields,
+)
 from ._decay import decay_for_parameter, l2_gradient
+
 
 @register
 @spec_dataclass

@@ -32,8 +32,13 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_class, spec_dataclass
-from ._adam_moments import (adam_alternatives, adam_moments, adam_state_names, canonical_adam,
-                            check_adam_fields)
+from ._adam_moments import (
+    adam_alternatives,
+    adam_moments,
+    adam_state_names,
+    canonical_adam,
+    check_adam_fields,
+)
 from ._decay import decay_for_parameter
 
 DECAY_FORMS = ("before_update", "in_update")

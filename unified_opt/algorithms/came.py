@@ -46,9 +46,18 @@ from __future__ import annotations
 from .. import _validation as v
 from ..schedules import Schedule
 from ..spec import Spec, register, spec_dataclass
-from .adafactor import (beta2_at, check_optional, check_schedule_fields, clipped, ema,
-                        factored, factored_ema, factored_inverse_sqrt, scaled_step_size,
-                        step_size)
+from .adafactor import (
+    beta2_at,
+    check_optional,
+    check_schedule_fields,
+    clipped,
+    ema,
+    factored,
+    factored_ema,
+    factored_inverse_sqrt,
+    scaled_step_size,
+    step_size,
+)
 
 
 @register

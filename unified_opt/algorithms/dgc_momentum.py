@@ -12,7 +12,8 @@ the update works on :math:`\tilde g_r = g_r / N`, the worker's share of the glob
 .. math::
 
     G = \frac{1}{N}\sum_r (N\tilde g_r + \lambda\theta)
-        \quad\Big(\text{small parameters: } G = \mathrm{clip}_{C_d}\big(\textstyle\sum_r \tilde g_r\big)
+        \quad\Big(\text{small parameters: }
+            G = \mathrm{clip}_{C_d}\big(\textstyle\sum_r \tilde g_r\big)
         + \lambda\theta\Big), \qquad
     u \leftarrow \mu u + G, \qquad \theta \leftarrow \theta - \eta\,(G + \mu u
         \text{ if Nesterov else } u)

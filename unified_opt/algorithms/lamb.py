@@ -10,11 +10,13 @@ named in ``no_decay_names``):
         \hat m_t = \frac{m_t}{1-\beta_1^t},\ \hat v_t = \frac{v_t}{1-\beta_2^t}
         \quad(\hat m = m,\ \hat v = v \text{ unless } \texttt{bias\_correction="moments"}) \\
     u_t &= r_t + \lambda\,\theta_{t-1} \\
-    \phi &= \min(\lVert\theta_{t-1}\rVert, c) \quad (c = \texttt{weight\_norm\_clamp}, \infty \text{ when None}) \\
+    \phi &= \min(\lVert\theta_{t-1}\rVert, c)
+        \quad (c = \texttt{weight\_norm\_clamp}, \infty \text{ when None}) \\
     \rho_t &= \begin{cases} \phi / (\lVert u_t\rVert + \epsilon_{tr}) &
         \lVert\theta_{t-1}\rVert > 0 \text{ and } \lVert u_t\rVert > 0 \\
         1 & \text{otherwise (the zero-norm rule)} \end{cases}
-        \qquad \text{only when } \lambda > 0 \text{ or } \texttt{always\_adapt}, \text{ else } \rho_t = 1 \\
+        \qquad \text{only when } \lambda > 0 \text{ or } \texttt{always\_adapt},
+        \text{ else } \rho_t = 1 \\
     \theta_t &= \theta_{t-1} - \eta\, s_t\, \rho_t\, u_t, \qquad
         s_t = \frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t} \text{ if } \texttt{bias\_correction="step"}
         \text{ else } 1

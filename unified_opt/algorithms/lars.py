@@ -4,7 +4,8 @@ Gradient :math:`g`, decay :math:`\lambda`, trust coefficient :math:`\eta_{tc}`:
 
 .. math::
 
-    \rho &= \frac{\eta_{tc}\,\lVert\theta\rVert}{\lVert g\rVert + \lambda\lVert\theta\rVert + \epsilon}
+    \rho &= \frac{\eta_{tc}\,\lVert\theta\rVert}
+        {\lVert g\rVert + \lambda\lVert\theta\rVert + \epsilon}
         \qquad(\text{with } \texttt{clip}: \rho \leftarrow \min(\max(\rho/\eta_t, 0), 1)) \\
     d &= \rho\,(g + \lambda\theta)
 

@@ -19,15 +19,26 @@ call number ``t + 1`` reads list entry ``t`` / calls the Cell with ``global_step
 
 # base first: spec.py (imported by the schedule classes) imports these two names from here.
 from .base import Schedule, schedule_from_dict, schedules  # isort: skip
-from .compose import Lambda, LinearWarmup, Multiplicative, PerEpoch, Product, Sequential
-from .cyclic import Cosine, CosineWarmRestarts, Cyclic, OneCycle
-from .decay import (Constant, Exponential, InverseTime, Linear, MultiStep, NaturalExp, Noam,
-                    Piecewise, Polynomial, Step)
 from . import mindspore_presets, paddle_presets, torch_presets  # noqa: F401,E402  (registration)
 from ._preset_registry import preset, presets, refusal  # noqa: E402
+from .compose import Lambda, LinearWarmup, Multiplicative, PerEpoch, Product, Sequential
+from .cyclic import Cosine, CosineWarmRestarts, Cyclic, OneCycle
+from .decay import (
+                    Constant,
+                    Exponential,
+                    InverseTime,
+                    Linear,
+                    MultiStep,
+                    NaturalExp,
+                    Noam,
+                    Piecewise,
+                    Polynomial,
+                    Step,
+)
 from .plateau import ReduceOnPlateau  # noqa: E402
 
 __all__ = ["Schedule", "schedule_from_dict", "schedules", "preset", "presets", "refusal",
-           "Constant", "Cosine", "CosineWarmRestarts", "Cyclic", "Exponential", "InverseTime", "Lambda",
-           "Linear", "LinearWarmup", "MultiStep", "Multiplicative", "NaturalExp", "Noam",
-           "OneCycle", "PerEpoch", "ReduceOnPlateau", "Piecewise", "Polynomial", "Product", "Sequential", "Step"]
+           "Constant", "Cosine", "CosineWarmRestarts", "Cyclic", "Exponential", "InverseTime",
+           "Lambda", "Linear", "LinearWarmup", "MultiStep", "Multiplicative", "NaturalExp",
+           "Noam", "OneCycle", "PerEpoch", "ReduceOnPlateau", "Piecewise", "Polynomial",
+           "Product", "Sequential", "Step"]

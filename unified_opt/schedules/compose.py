@@ -16,8 +16,15 @@ from __future__ import annotations
 import bisect
 
 from .. import _validation as v
-from .base import (Schedule, check_callable, check_list, check_lr, check_schedule, check_steps,
-                   schedule_dataclass)
+from .base import (
+    Schedule,
+    check_callable,
+    check_list,
+    check_lr,
+    check_schedule,
+    check_steps,
+    schedule_dataclass,
+)
 
 
 @schedule_dataclass

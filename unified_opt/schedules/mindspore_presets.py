@@ -12,14 +12,13 @@ equal these float64 schedules within float32 rounding.
 
 from __future__ import annotations
 
+from .. import _validation as v
 from ._preset_registry import PLATEAU, no_resume, refuse, schedule_preset
 from .base import check_list
 from .compose import Lambda, Multiplicative, PerEpoch
 from .cyclic import Cosine, CosineWarmRestarts
 from .decay import Exponential, InverseTime, Linear, NaturalExp, Piecewise, Polynomial, Step
-from .torch_presets import (constant_lr, cyclic, linear_lr, multi_step, polynomial_lr,
-                            sequential)
-from .. import _validation as v
+from .torch_presets import constant_lr, cyclic, linear_lr, multi_step, polynomial_lr, sequential
 
 NN = "mindspore.nn"
 EXP = "mindspore.experimental.optim.lr_scheduler"

@@ -14,8 +14,18 @@ from ._preset_registry import PLATEAU, no_resume, quiet, refuse, schedule_preset
 from .base import Schedule, check_list
 from .compose import Lambda, LinearWarmup, Multiplicative
 from .cyclic import Cosine, CosineWarmRestarts, OneCycle
-from .decay import (Constant, Exponential, InverseTime, Linear, MultiStep, NaturalExp, Noam,
-                    Piecewise, Polynomial, Step)
+from .decay import (
+    Constant,
+    Exponential,
+    InverseTime,
+    Linear,
+    MultiStep,
+    NaturalExp,
+    Noam,
+    Piecewise,
+    Polynomial,
+    Step,
+)
 from .torch_presets import cyclic
 
 NS = "paddle.optimizer.lr"

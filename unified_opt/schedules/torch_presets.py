@@ -14,8 +14,7 @@ step by ``tests/test_schedules_native.py``). The builders are shared with the Mi
 from __future__ import annotations
 
 from .. import _validation as v
-from ._preset_registry import (PLATEAU, no_resume, one_group, refuse, schedule_preset,
-                               sub_presets)
+from ._preset_registry import PLATEAU, no_resume, one_group, refuse, schedule_preset, sub_presets
 from .compose import Lambda, Multiplicative, Product, Sequential
 from .cyclic import Cosine, CosineWarmRestarts, Cyclic, OneCycle
 from .decay import Constant, Exponential, Linear, MultiStep, Piecewise, Polynomial, Step

@@ -3,15 +3,39 @@
 
 from __future__ import annotations
 
-from unified_opt.algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam,
-                                    RMSprop, Rprop)
+from unified_opt.algorithms import (
+    SGD,
+    Adadelta,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamW,
+    NAdam,
+    RAdam,
+    RMSprop,
+    Rprop,
+)
 from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import require_float
 from unified_opt.spec import spec_class
 
-from .descriptor import (MAX_DROPS_NAN, SIGN_OF_NAN, BETAS_NOTE, BIAS_CORRECTION, CONSTANT_LR, EPS_HAT, EPS_OUTSIDE,
-                         L2_ONLY, LR_OUTSIDE, NOT_MAXIMIZE, NOT_NESTEROV, POSITIVE_LR,
-                         TORCH_FIRST_STEP, MindSporeClass, experimental_betas)
+from .descriptor import (
+    BETAS_NOTE,
+    BIAS_CORRECTION,
+    CONSTANT_LR,
+    EPS_HAT,
+    EPS_OUTSIDE,
+    L2_ONLY,
+    LR_OUTSIDE,
+    MAX_DROPS_NAN,
+    NOT_MAXIMIZE,
+    NOT_NESTEROV,
+    POSITIVE_LR,
+    SIGN_OF_NAN,
+    TORCH_FIRST_STEP,
+    MindSporeClass,
+    experimental_betas,
+)
 
 # -- presets: the native call read as a spec -------------------------------------------------
 

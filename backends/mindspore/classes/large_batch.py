@@ -9,8 +9,15 @@ from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import unsupported
 from unified_opt.spec import Spec
 
-from .descriptor import (NN_NO_DECAY, POSITIVE_BETAS, MindSporeClass, nn_adam_arguments, nn_decay,
-                         nn_lr)
+from .descriptor import (
+    NN_NO_DECAY,
+    POSITIVE_BETAS,
+    MindSporeClass,
+    nn_adam_arguments,
+    nn_decay,
+    nn_lr,
+)
+
 
 def nn_lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0):
     # The documented formula (and the GPU kernel): the trust ratio on every parameter,

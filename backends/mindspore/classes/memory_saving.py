@@ -10,8 +10,14 @@ from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import unsupported
 from unified_opt.schedules import Schedule
 
-from .descriptor import (FLOAT32_ATTRIBUTES, NOT_MAXIMIZE, MindSporeClass, loss_scale_unused,
-                         relative_step_lr)
+from .descriptor import (
+    FLOAT32_ATTRIBUTES,
+    NOT_MAXIMIZE,
+    MindSporeClass,
+    loss_scale_unused,
+    relative_step_lr,
+)
+
 
 def nn_adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=0.8,
                  beta1=0.9, weight_decay=0.0, scale_parameter=True, relative_step=True,

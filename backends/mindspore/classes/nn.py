@@ -1,18 +1,43 @@
 """The ``mindspore.nn`` optimizer classes of the common algorithms as descriptors
-(MindSpore 2.10): presets, lowerings, state names and quirks (:class:`.descriptor.MindSporeClass`)."""
+(MindSpore 2.10): presets, lowerings, state names and quirks
+(:class:`.descriptor.MindSporeClass`)."""
 
 from __future__ import annotations
 
 import warnings
 
-from unified_opt.algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamOffload, AdamW,
-                                    RMSprop, Rprop)
+from unified_opt.algorithms import (
+    SGD,
+    Adadelta,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamOffload,
+    AdamW,
+    RMSprop,
+    Rprop,
+)
 from unified_opt.native import Lowering, when
-
-from .descriptor import (MAX_DROPS_NAN, SIGN_OF_NAN, BETAS_NOTE, BIAS_CORRECTION, EPS_HAT, FLOAT32_ATTRIBUTES, LR_OUTSIDE,
-                         NOT_MAXIMIZE, NOT_NESTEROV, POSITIVE_BETAS, TORCH_FIRST_STEP,
-                         MindSporeClass, loss_scale_fields, nn_adam_arguments, nn_decay, nn_lr)
 from unified_opt.presets._registry import unsupported
+
+from .descriptor import (
+    BETAS_NOTE,
+    BIAS_CORRECTION,
+    EPS_HAT,
+    FLOAT32_ATTRIBUTES,
+    LR_OUTSIDE,
+    MAX_DROPS_NAN,
+    NOT_MAXIMIZE,
+    NOT_NESTEROV,
+    POSITIVE_BETAS,
+    SIGN_OF_NAN,
+    TORCH_FIRST_STEP,
+    MindSporeClass,
+    loss_scale_fields,
+    nn_adam_arguments,
+    nn_decay,
+    nn_lr,
+)
 
 #: what nn.RMSProp(centered=False) computes on CPU (measured on MindSpore 2.10, element by
 #: element over tensor sizes 1 to 100001 and 1, 2, 4 and 8 threads)
@@ -57,7 +82,8 @@ def nn_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=Fa
     # use_lazy only changes sparse (RowTensor) gradients; dense ones are identical.
     return Adam(lr=nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                 eps=eps, amsgrad=use_amsgrad, nesterov=use_nesterov, eps_placement="eps_hat",
-                bias_correction=True, **nn_decay(q, weight_decay), **loss_scale_fields(q, loss_scale))
+                bias_correction=True, **nn_decay(q, weight_decay),
+                **loss_scale_fields(q, loss_scale))
 
 
 def nn_adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False,

@@ -3,14 +3,32 @@ signatures and defaults): presets, lowerings, state names (:class:`.descriptor.P
 
 from __future__ import annotations
 
-from unified_opt.algorithms import (SGD, Adadelta, Adagrad, Adam, Adamax, AdamW, NAdam, RAdam,
-                                    RMSprop, Rprop)
+from unified_opt.algorithms import (
+    SGD,
+    Adadelta,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamW,
+    NAdam,
+    RAdam,
+    RMSprop,
+    Rprop,
+)
 from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import require_float, unsupported
 from unified_opt.schedules import Schedule
 
-from .descriptor import (FLOAT32_ATTRIBUTES, NOT_MAXIMIZE, PaddleClass, betas_epsilon,
-                         grad_clip_spec, l2_coefficient, learning_rate_spec, no_decay_callable)
+from .descriptor import (
+    FLOAT32_ATTRIBUTES,
+    NOT_MAXIMIZE,
+    PaddleClass,
+    betas_epsilon,
+    grad_clip_spec,
+    l2_coefficient,
+    learning_rate_spec,
+    no_decay_callable,
+)
 
 # -- presets: the native call read as a spec -------------------------------------------------
 

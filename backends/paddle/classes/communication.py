@@ -9,6 +9,7 @@ from unified_opt.presets._registry import require_float
 
 from .descriptor import PaddleClass, clip_norm, l2_coefficient
 
+
 def _dgc(q, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity, use_nesterov,
          num_trainers, regularization, local_clip, dense_clip):
     if isinstance(sparsity, list):

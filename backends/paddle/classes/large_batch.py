@@ -7,8 +7,15 @@ from unified_opt.algorithms import LARS, Lamb
 from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import unsupported
 
-from .descriptor import (FLOAT32_ATTRIBUTES, PaddleClass, betas_epsilon, grad_clip_spec,
-                         learning_rate_spec, no_decay_callable)
+from .descriptor import (
+    FLOAT32_ATTRIBUTES,
+    PaddleClass,
+    betas_epsilon,
+    grad_clip_spec,
+    learning_rate_spec,
+    no_decay_callable,
+)
+
 
 def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6,
          grad_clip=None, exclude_from_weight_decay_fn=None, multi_precision=False,
