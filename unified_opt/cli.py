@@ -1,10 +1,10 @@
 """The ``unified-opt`` command.
 
 ``unified-opt conformance [--backends torch,paddle,mindspore] [--algorithms sgd,adam]
-[--cases GLOB,...] [--steps N] [--out DIR] [--jobs N] [--timeout S]`` runs the suite
-(one worker process per backend), prints the matrix, writes ``DIR/report.json``,
-``report.md`` and ``junit.xml``, and exits 0 only when every result passes (1 when one
-fails or errors, 2 for a bad command line).
+[--cases GLOB,...] [--steps N] [--out DIR] [--jobs N] [--timeout S] [--keep-trajectories]``
+runs the suite (one worker process per backend, each judging its own runs), prints the
+matrix, writes ``DIR/report.json``, ``report.md`` and ``junit.xml``, and exits 0 only when
+every result passes (1 when one fails or errors, 2 for a bad command line).
 
 ``unified-opt explain SPEC --backend NAME [key=value ...]`` prints the spec and which
 path ``uo.build`` takes, and why. SPEC is a registry name in any case (``adamw``,
@@ -88,6 +88,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="backend workers run at once (default: %(default)s)")
     run.add_argument("--timeout", type=float, default=None, metavar="S",
                      help="seconds before a backend's worker is stopped (default: none)")
+    run.add_argument("--keep-trajectories", action="store_true",
+                     help="keep every run's trajectory (.npz under DIR/runs/<backend>); by "
+                          "default only those of runs that do not pass")
     explain = commands.add_parser(
         "explain", help="which lowering uo.build picks for a spec, and why",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXPLAIN_EPILOG,
@@ -190,7 +193,8 @@ def _conformance(args) -> int:
         return _usage_error(args, error)
     print(f"{len(cases)} cases on {', '.join(backends)} -> {args.out}", flush=True)
     report = runner.run(cases, backends, args.out, jobs=args.jobs, timeout=args.timeout,
-                        progress=lambda line: print(line, flush=True))
+                        progress=lambda line: print(line, flush=True),
+                        keep_trajectories=args.keep_trajectories)
     print()
     print(text_matrix(report))
     print(f"reports: {args.out}/report.json, report.md, junit.xml")

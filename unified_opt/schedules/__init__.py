@@ -24,16 +24,16 @@ from ._preset_registry import preset, presets, refusal  # noqa: E402
 from .compose import Lambda, LinearWarmup, Multiplicative, PerEpoch, Product, Sequential
 from .cyclic import Cosine, CosineWarmRestarts, Cyclic, OneCycle
 from .decay import (
-                    Constant,
-                    Exponential,
-                    InverseTime,
-                    Linear,
-                    MultiStep,
-                    NaturalExp,
-                    Noam,
-                    Piecewise,
-                    Polynomial,
-                    Step,
+    Constant,
+    Exponential,
+    InverseTime,
+    Linear,
+    MultiStep,
+    NaturalExp,
+    Noam,
+    Piecewise,
+    Polynomial,
+    Step,
 )
 from .plateau import ReduceOnPlateau  # noqa: E402
 
