@@ -45,7 +45,7 @@ def _samples(cls, lowering):
     specs = [c.spec for c in CASES if c.spec.name == lowering.algorithm]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")    # nn.RMSProp's preset warns about its CPU kernel
-        specs.append(cls.from_native(**_required(cls)))
+        specs.append(cls.from_native(**cls.example_arguments()))
     out = []
     for spec in specs:
         if spec.name != lowering.algorithm:
@@ -56,15 +56,6 @@ def _samples(cls, lowering):
             continue   # the build lowers those around the class, not into its arguments
         out.append(spec)
     return out
-
-
-def _required(cls):
-    params = inspect.signature(cls.from_native).parameters
-    values = {"learning_rate": 0.01, "lr": 0.01, "momentum": 0.9}
-    if cls.name == "mindspore.nn.LARS":
-        values["optimizer"] = uo.preset("mindspore.nn.Momentum", learning_rate=0.01,
-                                        momentum=0.9)
-    return {n: values[n] for n, p in params.items() if p.default is p.empty}
 
 
 @pytest.mark.parametrize("backend, cls, lowering", ROWS, ids=ROW_IDS)

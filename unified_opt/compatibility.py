@@ -8,18 +8,15 @@ is the same whichever frameworks are installed.
 
 from __future__ import annotations
 
-import inspect
 import warnings
 
 from . import schedules
 from .backend import BACKENDS, Context, load
+from .native import REQUIRED_ARGUMENTS
 from .presets import preset, presets
-from .presets._registry import refusal, signature
+from .presets._registry import refusal
 from .schedules.examples import PRESETS as SCHEDULE_EXAMPLES
 from .spec import algorithms, get
-
-#: values for native arguments that have no default (the matrix builds each preset once)
-_REQUIRED = {"learning_rate": 0.01, "lr": 0.01, "momentum": 0.9}
 
 
 def _decide(backend: str, spec, plans=None):
@@ -34,26 +31,16 @@ def _cell(decision) -> str:
     return f"native `{decision.native}`" if decision.path == "native" else "own"
 
 
-#: native arguments the matrix gives where the defaults alone cannot build the class
-_EXAMPLES = {
-    "mindspore.nn.LARS": lambda: {"optimizer": preset("mindspore.nn.Momentum",
-                                                      learning_rate=0.01, momentum=0.9)},
-    "paddle.distributed.fleet.DGCMomentumOptimizer": lambda: {"rampup_begin_step": 0},
-    "paddle.fluid.optimizer.DGCMomentumOptimizer": lambda: {"rampup_begin_step": 0},
-    "mindformers.core.Came": lambda: {"learning_rate": 0.01},   # its defaults raise
-}
+def _descriptor(qualified: str):
+    return next(cls for b in BACKENDS for cls in load(b).classes if cls.name == qualified)
 
 
 def _preset_spec(qualified: str):
-    """The preset with its native defaults; arguments without a default get
-    ``_REQUIRED`` and the classes in ``_EXAMPLES`` their example arguments."""
-    params = signature(qualified).parameters
-    chosen = {n: _REQUIRED[n] for n, p in params.items()
-              if p.default is inspect.Parameter.empty and n in _REQUIRED}
-    chosen.update(_EXAMPLES.get(qualified, dict)())
+    """The preset with its native defaults and the descriptor's example arguments
+    (:meth:`unified_opt.native.NativeClass.example_arguments`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # a preset's warning about its CPU kernel
-        return preset(qualified, **chosen)
+        return preset(qualified, **_descriptor(qualified).example_arguments())
 
 
 def markdown() -> str:
@@ -86,7 +73,7 @@ def markdown() -> str:
     lines += ["", "## Presets: every native class read as a spec, built on each backend", "",
               "The preset follows the native class's documented algorithm with its own "
               "argument names and defaults (required arguments here: "
-              + ", ".join(f"`{k}={v}`" for k, v in _REQUIRED.items()) + ").", "",
+              + ", ".join(f"`{k}={v}`" for k, v in REQUIRED_ARGUMENTS.items()) + ").", "",
               "| native class | spec | " + " | ".join(BACKENDS) + " |",
               "|---|---|" + "---|" * len(BACKENDS)]
     for qualified in presets():

@@ -11,6 +11,8 @@ A descriptor holds every fact about one native class that the library relies on:
 * ``state``: spec state name -> the class's own state name;
 * ``nonfinite``: how the class departs from the spec when a gradient holds inf or NaN
   (measured; empty when it does not), which ``uo.explain`` shows;
+* ``example``: the native arguments to read the class with where its defaults alone
+  cannot build it (the compatibility matrix, the tests);
 * per-class quirks, as fields of the backend's subclass (``TorchClass``, ...).
 
 Because ``from_native`` and ``to_native`` sit side by side, a property test checks
@@ -29,6 +31,9 @@ from typing import Any, Callable, Mapping
 
 from .groups import NAME_RULES
 from .spec import Spec
+
+#: what :meth:`NativeClass.example_arguments` gives native arguments without a default
+REQUIRED_ARGUMENTS = {"learning_rate": 0.01, "lr": 0.01, "momentum": 0.9}
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ class NativeClass:
     state: Mapping[str, str] = field(default_factory=dict)
     lr_keyword: str = "lr"
     nonfinite: str = ""
+    example: Callable[[], dict] = dict
     refused: str = ""
     not_lowered: str = ""
 
@@ -96,6 +102,16 @@ class NativeClass:
     @property
     def short_name(self) -> str:
         return self.name.rpartition(".")[2]
+
+    def example_arguments(self) -> dict[str, Any]:
+        """Native arguments that read the class: every argument without a default (an lr
+        0.01, a momentum 0.9) and :attr:`example`'s."""
+        import inspect
+
+        params = inspect.signature(self.from_native).parameters
+        out = {n: REQUIRED_ARGUMENTS[n] for n, p in params.items()
+               if p.default is inspect.Parameter.empty and n in REQUIRED_ARGUMENTS}
+        return {**out, **self.example()}
 
     def native_call(self, lowering: Lowering, spec: Spec) -> dict[str, Any]:
         """The keyword arguments a user would pass to build the class for ``spec``

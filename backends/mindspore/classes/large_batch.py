@@ -64,6 +64,14 @@ def nn_lars(optimizer, epsilon=1e-05, coefficient=0.001, use_clip=False, lars_fi
                 exclude_names=LARS_EXCLUDED)
 
 
+def nn_momentum_example():
+    """The wrapped optimizer of nn.LARS's example: nn.Momentum(learning_rate=0.01,
+    momentum=0.9)."""
+    from .nn import nn_momentum
+
+    return nn_momentum(learning_rate=0.01, momentum=0.9)
+
+
 def _lars_arguments(s):
     """nn.LARS's arguments: the wrapped nn.Momentum as its spec (the preset's form), the
     LARS coefficients; ``exclude_names`` becomes its ``lars_filter`` at build time."""
@@ -94,6 +102,7 @@ CLASSES = (
         devices=_UNMEASURED, no_cpu_kernel=True),
     MindSporeClass(
         name="mindspore.nn.LARS", from_native=nn_lars, lr_keyword="",
+        example=lambda: {"optimizer": nn_momentum_example()},
         lowerings=(Lowering(
             "lars",
             (when("lr_placement='outside' and momentum_init='zeros' and dampening=0 (LARS "

@@ -103,6 +103,7 @@ CLASSES = (
         scalar_decay=True),
     MindSporeClass(
         name="mindformers.core.Came", from_native=mindformers_came,
+        example=lambda: {"learning_rate": 0.01},   # its defaults raise
         not_lowered="MindFormers does not install beside MindSpore 2.10, and its CPU fused "
                     "path crashes; the MindSpore backend runs the spec's own CAME update"),
 )

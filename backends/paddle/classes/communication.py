@@ -49,7 +49,9 @@ _GPU_ONLY = ("DGCMomentumOptimizer runs only on GPU inside fleet's collective mo
 
 CLASSES = (
     PaddleClass(name="paddle.distributed.fleet.DGCMomentumOptimizer",
-                from_native=dgc_momentum, not_lowered=_GPU_ONLY),
+                from_native=dgc_momentum, not_lowered=_GPU_ONLY,
+                example=lambda: {"rampup_begin_step": 0}),
     PaddleClass(name="paddle.fluid.optimizer.DGCMomentumOptimizer",
-                from_native=fluid_dgc_momentum, not_lowered=_GPU_ONLY),
+                from_native=fluid_dgc_momentum, not_lowered=_GPU_ONLY,
+                example=lambda: {"rampup_begin_step": 0}),
 )
