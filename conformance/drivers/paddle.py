@@ -33,7 +33,8 @@ class PaddleDriver(Driver):
         for name, p in self.params.items():
             g = np.asarray(grads[name])
             # Paddle accepts a wrong shape of the same size, and a wrong dtype fails
-            # only inside step() (paddle.md §4): check here, before anything changes.
+            # only inside step() (measured on Paddle 3.3): check here, before anything
+            # changes.
             if g.shape != tuple(p.shape) or g.dtype != array_dtype(p):
                 raise ValueError(f"grads[{name!r}] has shape {g.shape} and dtype {g.dtype}; "
                                  f"the parameter has {tuple(p.shape)} and {array_dtype(p)}")

@@ -1,8 +1,8 @@
 """MindSpore's parameter-group rule as a preset: group dicts -> ``uo.Group`` rules.
 
 A ``mindspore.nn`` optimizer given group dicts ``[{"params": [...], "lr": ...,
-"weight_decay": ...}, ..., {"order_params": [...]}]`` (mindspore.md §6, the migration
-guide's "参数分组"):
+"weight_decay": ...}, ..., {"order_params": [...]}]`` (measured on MindSpore 2.10, and
+the MindSpore/PyTorch migration guide's "参数分组"):
 
 * decays a group exactly when its ``weight_decay > 0``: the ``"beta"``/``"gamma"`` name
   rule of a flat parameter list is off in groups;
