@@ -47,13 +47,6 @@ OPTIMIZERS = [
 ]
 
 
-def _class(qualified):
-    import importlib
-
-    module, _, name = qualified.rpartition(".")
-    return getattr(importlib.import_module(module), name)
-
-
 class Harness:
     """Framework calls for one backend: parameters, gradients, one step."""
 
@@ -102,10 +95,12 @@ class Harness:
         return tuple(self.fw.Tensor(g) for g in arrays)
 
     def hand_built(self, qualified, kwargs, named):
+        from unified_opt.native import import_native
+
         params = [p for _, p in named]
         if self.backend == "paddle":
-            return _class(qualified)(parameters=params, **kwargs)
-        return _class(qualified)(params, **kwargs)
+            return import_native(qualified)(parameters=params, **kwargs)
+        return import_native(qualified)(params, **kwargs)
 
     def step(self, optimizer, grads):
         if self.backend == "mindspore":
