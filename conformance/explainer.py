@@ -129,30 +129,32 @@ def _pairs(spec, case=None) -> list[tuple[str, object]]:
 
 
 def matching(trajectory: Trajectory, case, candidates, *, k: float = K, ulps: float = ULPS,
-             reference=reference_trajectory) -> list[str]:
+             reference=reference_trajectory, state: bool = True) -> list[str]:
     """Descriptions of the candidate specs whose reference ``trajectory`` passes against.
-    ``reference(spec, case, dtype)`` makes (or looks up) a reference trajectory."""
+    ``reference(spec, case, dtype)`` makes (or looks up) a reference trajectory;
+    ``state=False``: compared on the lr and the parameters (:func:`.compare.compare`)."""
     found = []
     for description, spec in candidates:
         oracle = reference(spec, case, "float64")
         floors = floor_trajectories(spec, case, reference)
-        if compare(trajectory, oracle, floors, k=k, ulps=ulps).passed:
+        if compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state).passed:
             found.append(description)
     return found
 
 
 def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
-                    ulps: float = ULPS, reference=reference_trajectory) -> dict:
+                    ulps: float = ULPS, reference=reference_trajectory,
+                    state: bool = True) -> dict:
     """``{"matches": [...], "text": "..."}`` for a trajectory that failed ``spec``
-    (default ``case.spec``)."""
+    (default ``case.spec``); ``state=False`` for a run that recorded no state."""
     spec = case.spec if spec is None else spec
     if trajectory.steps != case.steps:
         return {"matches": [], "text": "incomplete trajectory: nothing to explain"}
     found = matching(trajectory, case, variants(spec, case), k=k, ulps=ulps,
-                     reference=reference)
+                     reference=reference, state=state)
     if not found:
         found = matching(trajectory, case, _pairs(spec, case), k=k, ulps=ulps,
-                         reference=reference)
+                         reference=reference, state=state)
     if found:
         text = "matches with " + "; or with ".join(found)
     else:

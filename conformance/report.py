@@ -20,7 +20,7 @@ from .cases import SUITE_VERSION
 from .compare import TINY, ULPS, K
 
 FORMAT_VERSION = 1
-PATH_ORDER = ("auto", "own", "native")
+PATH_ORDER = ("auto", "own", "native", "hand")
 STATUSES = ("pass", "fail", "error")
 
 RULE = ("per step and quantity: max|backend - oracle(float64)| <= K * max(float32 "
@@ -94,7 +94,7 @@ def cell(result: dict | None) -> str:
     ratio = result["comparison"]["worst_ratio"]
     ratio = "inf" if ratio is None else f"{ratio:.3g}"
     lowering = result.get("lowering") or {}
-    kind = "native" if lowering.get("path") == "native" else "own"
+    kind = {"native": "native", "hand": "by hand"}.get(lowering.get("path"), "own")
     known = "*" if result.get("known") else ""
     return f"{'pass' if result['status'] == 'pass' else 'FAIL'}{known} {ratio} ({kind})"
 

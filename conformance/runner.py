@@ -109,6 +109,8 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
         skipped = set(workers[backend].pop("skipped"))
         unstable |= set(workers[backend].pop("unstable"))
         for case in cases:
+            if not case.runs_on(backend):
+                continue
             for path in case.paths:
                 if result_stem(case.id, path) not in skipped:
                     results.append(_result(case, backend, path, run_dirs[backend],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from unified_opt.ops import numpy_ops
 
-from .cases import Case
+from .cases import HAND, Case
 from .compare import compare
 from .explainer import explain_failure
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
@@ -60,7 +60,9 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
     """The result of one run (``status`` "pass", "fail" or "error"), as the reports hold
     it. A native class that declares how it departs from the spec under non-finite
     gradients, and fails the strict rule in a case that plants them, is compared with
-    that tolerance, and the result says so (``known``)."""
+    that tolerance, and the result says so (``known``). A run of a native optimizer built
+    by hand (path "hand") is compared on the lr and the parameters: its state is the
+    class's own."""
     result = {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
               "status": None, "lowering": decision_dict(decision), "comparison": None,
               "explanation": None, "error": None, "known": None}
@@ -72,16 +74,17 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
     except (TypeError, ValueError) as exc:   # e.g. --steps past a OneCycle's total_steps
         return {**result, "status": "error", "error": f"the reference cannot run this case: "
                                                       f"{type(exc).__name__}: {exc}"}
-    comparison = compare(trajectory, oracle, floors)
+    state = path != HAND          # a native optimizer built by hand: lr and parameters
+    comparison = compare(trajectory, oracle, floors, state=state)
     departs = (decision is not None and decision.native_class is not None
                and decision.native_class.nonfinite)
     if not comparison.passed and case.nonfinite_steps and departs:
-        tolerant = compare(trajectory, oracle, floors, tolerate_finite=True)
+        tolerant = compare(trajectory, oracle, floors, tolerate_finite=True, state=state)
         if tolerant.passed:
             comparison = tolerant
             result["known"] = f"{decision.native}: {decision.native_class.nonfinite}"
     result["comparison"] = comparison.to_dict()
     if comparison.passed:
         return {**result, "status": "pass"}
-    explanation = explain_failure(trajectory, case, reference=references.of)
+    explanation = explain_failure(trajectory, case, reference=references.of, state=state)
     return {**result, "status": "fail", "explanation": explanation}

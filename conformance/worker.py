@@ -62,8 +62,10 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
     recorder = Recorder()
     decision = None
     try:
-        driver = driver_cls(spec, case.initial_params(), path=path, total_steps=case.steps,
-                            groups=case.groups or None)
+        driver = driver_cls(spec, case.initial_params(),
+                            path="auto" if case.native is not None else path,
+                            total_steps=case.steps, groups=case.groups or None,
+                            native=case.native)
         decision = driver.decision
         for t in range(case.steps):
             lr = driver.step(case.gradients(t))
@@ -85,8 +87,11 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     return the worker summary (also written as ``worker.json``).
 
     A path is skipped when an earlier path of the same case already ran the lowering it
-    asks for (``own`` after an ``auto`` that took the own implementation).
+    asks for (``own`` after an ``auto`` that took the own implementation). Cases that do
+    not run on ``backend`` (``Case.backends``, a native optimizer of another framework)
+    are left out.
     """
+    cases = [c for c in cases if c.runs_on(backend)]
     version = framework_version(backend)
     total = sum(len(c.paths) for c in cases)
     say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")

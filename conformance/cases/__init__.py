@@ -31,6 +31,7 @@ from .case import (
     DEFAULT_PATHS,
     DEFAULT_STEPS,
     DENSE_PARAMS,
+    HAND,
     KERNEL_SIZES,
     MIN_STEPS,
     PARAMS,
@@ -38,9 +39,10 @@ from .case import (
     Case,
     dense,
 )
+from .native import Native
 
-__all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "KERNEL_SIZES",
-           "MIN_STEPS", "PARAMS", "SUITE_VERSION", "default_cases", "dense", "select",
+__all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "HAND", "KERNEL_SIZES",
+           "MIN_STEPS", "Native", "PARAMS", "SUITE_VERSION", "default_cases", "dense", "select",
            "uncovered_rows"]
 
 _FAMILIES = (sgd, adam_family, adaptive, sign_based, large_batch, memory_saving, communication,

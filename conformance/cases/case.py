@@ -22,10 +22,11 @@ import numpy as np
 
 import unified_opt as uo
 from unified_opt import _validation as v
-from unified_opt.backend import PATHS
+from unified_opt.backend import BACKENDS, PATHS
 
 from ..gradients import gradients_at, with_nonfinite
 from .functions import decode_spec, encode_spec
+from .native import Native
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
 SUITE_VERSION = "3"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
@@ -49,12 +50,19 @@ DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
 
 #: "own" runs only when "auto" lowered to a native class (else it would repeat "auto")
 DEFAULT_PATHS = ("auto", "own")
+#: the one path of a case with a native optimizer built by hand (``Case.native``)
+HAND = "hand"
 
 
 @dataclass(frozen=True)
 class Case:
     """One conformance case. ``paths`` are build paths ("auto", "own", "native"); a
-    worker skips a path whose lowering repeats one it already ran."""
+    worker skips a path whose lowering repeats one it already ran.
+
+    With ``native`` (a :class:`.native.Native`: a framework's own optimizer built by
+    hand) the case runs that optimizer instead of ``uo.build``, on its framework only,
+    on the one path "hand"; ``spec`` (with ``groups``) is what it claims to compute.
+    ``backends``: the backends the case runs on (empty: every one)."""
 
     id: str
     spec: uo.Spec
@@ -66,6 +74,8 @@ class Case:
     groups: tuple[uo.Group, ...] = ()   # name rules (patterns only: they travel as JSON)
     #: 0-based steps whose gradients get one non-finite element (see ``gradients``)
     nonfinite_steps: tuple[int, ...] = ()
+    native: Native | None = None
+    backends: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -92,10 +102,17 @@ class Case:
         seed = zlib.crc32(self.id.encode()) if self.seed is None else self.seed
         object.__setattr__(self, "seed", v.check_int(owner, "seed", seed, low=0))
         paths = tuple(self.paths) if isinstance(self.paths, (list, tuple)) else self.paths
-        if not isinstance(paths, tuple) or not paths or any(p not in PATHS for p in paths):
+        if self.native is not None and paths == DEFAULT_PATHS:
+            paths = (HAND,)
+        if self.native is not None and paths != (HAND,):
+            raise ValueError(f"{owner}: a case with a native optimizer built by hand runs "
+                             f"the one path {(HAND,)}, got {self.paths!r}")
+        if self.native is None and (not isinstance(paths, tuple) or not paths
+                                    or any(p not in PATHS for p in paths)):
             raise ValueError(f"{owner}: paths must be a non-empty sequence of {PATHS}, "
                              f"got {self.paths!r}")
         object.__setattr__(self, "paths", paths)
+        self._check_native(owner, shapes)
         groups = tuple(self.groups) if isinstance(self.groups, (list, tuple)) else self.groups
         if not isinstance(groups, tuple) or not all(isinstance(g, uo.Group) for g in groups):
             raise TypeError(f"{owner}: groups must be a sequence of uo.Group, got "
@@ -116,6 +133,37 @@ class Case:
         object.__setattr__(self, "nonfinite_steps", steps)
         encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
 
+    def _check_native(self, owner: str, shapes: dict) -> None:
+        backends = self.backends
+        if isinstance(backends, str) or not isinstance(backends, (list, tuple)) \
+                or any(b not in BACKENDS for b in backends):
+            raise ValueError(f"{owner}: backends must be a sequence of {BACKENDS}, got "
+                             f"{backends!r}")
+        backends = tuple(backends)
+        native = self.native
+        if native is not None:
+            if not isinstance(native, Native):
+                raise TypeError(f"{owner}: native must be a Native, got {native!r}")
+            if backends not in ((), (native.framework,)):
+                raise ValueError(f"{owner}: {native.optimizer} runs on "
+                                 f"{native.framework} only, got backends {backends!r}")
+            backends = (native.framework,)
+            unknown = sorted(native.names() - set(shapes))
+            if unknown:
+                raise ValueError(f"{owner}: the native arguments name parameters {unknown} "
+                                 f"the case does not have ({sorted(shapes)})")
+            if native.lr_param is not None and native.lr_param not in shapes:
+                raise ValueError(f"{owner}: lr_param {native.lr_param!r} is not a parameter "
+                                 "of the case")
+            if self.spec.skip_nonfinite:
+                raise ValueError(f"{owner}: skip_nonfinite needs uo.build, which reports the "
+                                 "skipped steps; a native optimizer built by hand does not")
+        object.__setattr__(self, "backends", backends)
+
+    def runs_on(self, backend: str) -> bool:
+        """Does this case run on ``backend``?"""
+        return not self.backends or backend in self.backends
+
     # -- data the worker and the parent both derive from the case ---------------------
     def initial_params(self) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(self.seed)
@@ -134,12 +182,15 @@ class Case:
         return dataclasses.replace(self, steps=steps)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON data (``native`` and ``backends`` only where set)."""
         return {"id": self.id, "spec": encode_spec(self.spec),
                 "params": {n: list(s) for n, s in self.params.items()},
                 "steps": self.steps, "seed": self.seed, "paths": list(self.paths),
                 "description": self.description,
                 "groups": [g.to_dict() for g in self.groups],
-                "nonfinite_steps": list(self.nonfinite_steps)}
+                "nonfinite_steps": list(self.nonfinite_steps),
+                **({"native": self.native.to_dict()} if self.native is not None else {}),
+                **({"backends": list(self.backends)} if self.backends else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -148,7 +199,10 @@ class Case:
                    steps=data["steps"], seed=data["seed"], paths=tuple(data["paths"]),
                    description=data.get("description", ""),
                    groups=tuple(uo.Group.from_dict(g) for g in data.get("groups", ())),
-                   nonfinite_steps=tuple(data.get("nonfinite_steps", ())))
+                   nonfinite_steps=tuple(data.get("nonfinite_steps", ())),
+                   native=None if data.get("native") is None
+                   else Native.from_dict(data["native"]),
+                   backends=tuple(data.get("backends", ())))
 
 
 def dense(**fields) -> Case:

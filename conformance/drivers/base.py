@@ -1,17 +1,26 @@
-"""Driving a built optimizer with numpy gradients: the part of a conformance worker
-that touches a framework. Each framework subclasses :class:`Driver` in
+"""Driving an optimizer with numpy gradients: the part of a conformance worker that
+touches a framework. Each framework subclasses :class:`Driver` in
 ``drivers/<framework>.py`` with the handful of framework calls it needs; a native
 optimizer's state is read through the backend
-(:meth:`unified_opt.backend.Backend.native_state`)."""
+(:meth:`unified_opt.backend.Backend.native_state`).
+
+The optimizer is ``uo.build``'s, or, with ``native`` (a
+:class:`unified_opt.conformance.cases.native.Native`), the framework's own optimizer
+built by hand from its qualified class name and keyword arguments, with its lr
+scheduler stepped the framework's usual way. Such a run records the lr and the
+parameters; its decision has the path "hand"."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
-from unified_opt.backend import load, record_of
+from unified_opt.backend import BuildRecord, Decision, load, record_of
 from unified_opt.build import build, skipped_steps
+from unified_opt.native import import_native
+
+from ..cases.native import Native, decode
 
 
 class Driver:
@@ -19,23 +28,69 @@ class Driver:
 
     def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
                  options: Mapping | None = None, total_steps: int | None = None,
-                 groups=None):
+                 groups=None, native: Native | None = None):
         self.spec = spec
         self.names = list(arrays)
         self.total_steps = total_steps
         self.params = {name: self.make_param(name, np.ascontiguousarray(a))
                        for name, a in arrays.items()}
-        self.optimizer = build(spec, list(self.params.items()), path=path,
-                               options=self.build_options(options), groups=groups)
-        self.record = record_of(self.optimizer)
+        self.native = native
+        self.before_step: list = []
+        if native is None:
+            self.optimizer = build(spec, list(self.params.items()), path=path,
+                                   options=self.build_options(options), groups=groups)
+            self.record = record_of(self.optimizer)
+            self.scheduler = self.record.lr_scheduler
+            self._decision = self.record.decision
+        else:
+            if native.framework != self.backend:
+                raise ValueError(f"{native.optimizer} is a {native.framework} optimizer; this "
+                                 f"is the {self.backend} driver")
+            self.optimizer, self.scheduler = self.build_by_hand(native)
+            self.before_step = [(import_native(f), self.decode(kw))
+                                for f, kw in native.before_step]
+            self._decision = hand_decision(self.backend, spec, native)
+            # what native_state reads (the class's descriptor); no plans: not uo.build's
+            self.record = BuildRecord(spec, self._decision, self.names,
+                                      list(self.params.values()), self.scheduler)
         self.calls = 0
 
     @property
     def decision(self):
-        return self.record.decision
+        return self._decision
 
     def build_options(self, options):
         return options
+
+    # -- a native optimizer built by hand -------------------------------------------
+    def decode(self, value: Any, optimizer: Any = None) -> Any:
+        """``value`` with the markers of :mod:`..cases.native` resolved."""
+        return decode(value, self.params, self.framework_name, optimizer)
+
+    def hand_params(self, native: Native):
+        """The optimizer's parameter argument: every parameter, or ``native.params``."""
+        if native.params is None:
+            return list(self.params.values())
+        return self.decode(native.params)
+
+    def framework_name(self, param) -> str | None:
+        """The framework's own name of a parameter (None where it has none)."""
+        return None
+
+    def build_by_hand(self, native: Native):
+        """``(optimizer, lr scheduler or None)``, as a user of the framework builds them."""
+        raise NotImplementedError
+
+    def hand_lr(self) -> float:
+        """The lr the hand-built optimizer runs its next step with (``native.lr_param``'s)."""
+        raise NotImplementedError
+
+    def lr_param(self):
+        return self.params[self.native.lr_param or self.names[0]]
+
+    def run_before_step(self) -> None:
+        for function, kwargs in self.before_step:
+            function(list(self.params.values()), **kwargs)
 
     # -- framework calls (overridden) ---------------------------------------------
     def make_param(self, name: str, array: np.ndarray):
@@ -54,12 +109,16 @@ class Driver:
         raise NotImplementedError
 
     def native_state(self, param, spec) -> dict:
-        """A native optimizer's state of ``param`` under ``spec``'s state names."""
+        """A native optimizer's state of ``param`` under ``spec``'s state names (for one
+        built by hand, through its class's descriptor)."""
         return load(self.backend).native_state(self.record, self.optimizer, param, spec)
 
     def spec_state(self, name: str) -> dict:
-        """The optimizer state of parameter ``name`` under the spec's state names."""
+        """The optimizer state of parameter ``name`` under the spec's state names (none
+        for a native optimizer built by hand)."""
         p = self.params[name]
+        if self.native is not None:
+            return {}
         if self.decision.path == "native":
             plan = self.record.plans[self.names.index(name)]
             return self.native_state(p, plan.spec)
@@ -67,7 +126,11 @@ class Driver:
 
     # -- the loop -----------------------------------------------------------------
     def step(self, grads: Mapping[str, np.ndarray]) -> float:
-        lr = float(self.current_lr())
+        if self.native is None:
+            lr = float(self.current_lr())
+        else:
+            lr = float(self.native.fixed_lr if self.native.fixed_lr is not None
+                       else self.hand_lr())
         self.apply(grads)
         self.calls += 1
         return lr
@@ -85,5 +148,19 @@ class Driver:
         return {n: self.to_numpy(p).copy() for n, p in self.params.items()}
 
     def state_numpy(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every parameter's state under the spec's names (empty dicts for a native
+        optimizer built by hand: such a run is compared on the lr and the parameters)."""
         return {n: {k: self.to_numpy(v).copy() for k, v in self.spec_state(n).items()}
                 for n in self.names}
+
+
+def hand_decision(backend: str, spec, native: Native) -> Decision:
+    """The decision record of a run with a native optimizer built by hand: path "hand",
+    the class, and its descriptor where the backend has one (its declared non-finite
+    departures then hold for the run, as for a ``uo.build`` of the class)."""
+    try:
+        descriptor = load(backend).native_class(native.optimizer)
+    except KeyError:
+        descriptor = None
+    return Decision(backend, spec.name, "hand", native.optimizer,
+                    f"{native.optimizer} built by hand", native_class=descriptor)

@@ -2,7 +2,10 @@
 parameter order, with the parameter's dtype: ``opt(grads)``. The optimizer steps its
 own lr. A spec with a scheduled lr or weight decay is built with ``total_steps`` (the
 case's step count) only on a device where the native form is the per-step list; on CPU
-it is a schedule Cell with no step limit, and the case runs without one."""
+it is a schedule Cell with no step limit, and the case runs without one. A native
+optimizer built by hand takes its parameters (or group dicts) first; an
+``experimental.optim`` scheduler is built on it and stepped after each step (an ``nn``
+class takes its lr list or Cell as ``learning_rate`` and steps it itself)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, dtype_to_nptype
 
 from unified_opt.backends.mindspore.native import arguments_of, native_lr
+from unified_opt.native import import_native
 from unified_opt.schedules import Schedule
 
 from .base import Driver
@@ -57,6 +61,34 @@ class MindSporeDriver(Driver):
         self.optimizer(tuple(Tensor(np.asarray(grads[names[id(p)]],
                                                dtype=dtype_to_nptype(p.dtype)))
                              for p in self.optimizer.parameters))
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def framework_name(self, param):
+        return param.name
+
+    def build_by_hand(self, native):
+        optimizer = import_native(native.optimizer)(self.hand_params(native),
+                                                    **self.decode(native.kwargs))
+        scheduler = None
+        if native.scheduler is not None:
+            scheduler = import_native(native.scheduler)(
+                optimizer, **self.decode(native.scheduler_kwargs, optimizer))
+        return optimizer, scheduler
+
+    def hand_lr(self):
+        from mindspore.experimental.optim import Optimizer
+
+        p = self.lr_param()
+        if isinstance(self.optimizer, Optimizer):
+            group = next(g for g in self.optimizer.param_groups
+                         if any(q is p for q in g["params"]))
+            return float(np.asarray(group["lr"].asnumpy() if hasattr(group["lr"], "asnumpy")
+                                    else group["lr"]))
+        lr = self.optimizer.get_lr()
+        if self.optimizer.is_group_lr:
+            lr = lr[next(i for i, q in enumerate(self.optimizer.parameters) if q is p)]
+        return float(lr.asnumpy())
 
     def to_numpy(self, tensor):
         return tensor.asnumpy()

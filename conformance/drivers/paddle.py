@@ -1,12 +1,16 @@
 """Conformance driver for Paddle: ``p.grad = paddle.to_tensor(g)``, ``step``,
-``clear_grad(set_to_zero=False)``, then the lr scheduler's ``step()``."""
+``clear_grad(set_to_zero=False)``, then the lr scheduler's ``step()``. A native
+optimizer built by hand gets its scheduler as ``learning_rate`` and its parameters as
+``parameters=`` (``parameter_list=`` for the incubate classes that still take it)."""
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import paddle
 
-from unified_opt.build import lr_scheduler
+from unified_opt.native import import_native
 
 from .base import Driver
 
@@ -41,11 +45,28 @@ class PaddleDriver(Driver):
             tensors[name] = paddle.to_tensor(g)
         for name, p in self.params.items():
             p.grad = tensors[name]
+        self.run_before_step()
         self.optimizer.step()
         self.optimizer.clear_grad(set_to_zero=False)
-        scheduler = lr_scheduler(self.optimizer)
-        if scheduler is not None:
-            scheduler.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def framework_name(self, param):
+        return param.name
+
+    def build_by_hand(self, native):
+        kwargs = self.decode(native.kwargs)
+        scheduler = None
+        if native.scheduler is not None:
+            scheduler = import_native(native.scheduler)(**self.decode(native.scheduler_kwargs))
+            kwargs["learning_rate"] = scheduler
+        cls = import_native(native.optimizer)
+        keyword = ("parameter_list" if "parameter_list" in inspect.signature(cls).parameters
+                   else "parameters")
+        return cls(**{keyword: self.hand_params(native)}, **kwargs), scheduler
+
+    def hand_lr(self):
+        return float(self.optimizer.get_lr())
 
     def to_numpy(self, tensor):
         return tensor.numpy()

@@ -1,10 +1,14 @@
 """Conformance driver for torch: backward-style ``p.grad``, ``step``, ``zero_grad``,
-then ``scheduler.step()``."""
+then ``scheduler.step()``. A native optimizer built by hand takes its parameters first,
+its scheduler is built on it, and ``before_step`` functions (``clip_grad_norm_``) run
+between the gradients and the step."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from unified_opt.native import import_native
 
 from .base import Driver
 
@@ -32,10 +36,28 @@ class TorchDriver(Driver):
     def apply(self, grads):
         for name, p in self.params.items():
             p.grad = torch.from_numpy(np.array(grads[name], dtype=array_dtype(p)))
+        self.run_before_step()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        if self.record.lr_scheduler is not None:
-            self.record.lr_scheduler.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def build_by_hand(self, native):
+        optimizer = import_native(native.optimizer)(self.hand_params(native),
+                                                    **self.decode(native.kwargs))
+        scheduler = None
+        if native.scheduler is not None:
+            kwargs = self.decode(native.scheduler_kwargs, optimizer)
+            if native.scheduler.endswith(".ChainedScheduler"):   # takes its members only
+                scheduler = import_native(native.scheduler)(**kwargs)
+            else:
+                scheduler = import_native(native.scheduler)(optimizer, **kwargs)
+        return optimizer, scheduler
+
+    def hand_lr(self):
+        p = self.lr_param()
+        return next(g["lr"] for g in self.optimizer.param_groups
+                    if any(q is p for q in g["params"]))
 
     def to_numpy(self, tensor):
         return tensor.detach().cpu().numpy()
