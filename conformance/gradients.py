@@ -15,6 +15,7 @@ Cases of ``skip_nonfinite`` name steps that get one non-finite element
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -82,9 +83,16 @@ def with_nonfinite(grads: Mapping[str, np.ndarray], index: int) -> dict:
 
 
 def gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]]) -> dict:
-    """The gradients of every parameter for 0-based ``step``: name -> float32 array."""
+    """The gradients of every parameter for 0-based ``step``: name -> float32 array (a
+    fresh copy: a case's oracle, floors and runs all read the same steps)."""
+    key = (seed, step, tuple((name, tuple(shape)) for name, shape in shapes.items()))
+    return {name: g.copy() for name, g in _gradients_at(*key).items()}
+
+
+@functools.lru_cache(maxsize=512)
+def _gradients_at(seed: int, step: int, shapes: tuple) -> dict:
     out = {}
-    for position, (name, shape) in enumerate(shapes.items()):
+    for position, (name, shape) in enumerate(shapes):
         rng = np.random.default_rng([seed, step, position])
         out[name] = gradient(kind_at(step, position), shape, rng)
     return out

@@ -2,11 +2,21 @@
 
 The backend tests import their framework in this process. Importing paddle before
 mindspore breaks mindspore (an undefined oneDNN symbol), while mindspore first is
-fine, so mindspore (when installed) is imported here, before any test module.
-Tests that compare two frameworks run each framework in its own worker process.
+fine, so mindspore (when installed) is imported here, before any test module. A test
+in this process uses one framework.
+
+Tests that compare frameworks run each framework in its own process, through the
+conformance runner: a test module lists its cases in ``WORKER_CASES`` and takes the
+``worker_runs`` fixture. The session starts one conformance run for the ``WORKER_CASES``
+of every collected module as soon as collection ends, in a background thread (the
+workers are other processes: they run while the tests of this process do), and the
+fixture waits for it.
 """
 
 import importlib.util
+import shutil
+import tempfile
+import threading
 
 import pytest
 
@@ -18,3 +28,62 @@ def require(framework: str):
     """Skip marker for tests that need ``framework`` installed."""
     return pytest.mark.skipif(importlib.util.find_spec(framework) is None,
                               reason=f"{framework} is not installed")
+
+
+class _Background:
+    def __init__(self, cases):
+        self.cases = cases
+        self.out = tempfile.mkdtemp(prefix="uo-worker-runs-")
+        self.runs = self.error = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        from support import worker_runs
+
+        try:
+            self.runs = worker_runs(self.cases, self.out)
+        except BaseException as exc:   # re-raised in the tests that need the runs
+            self.error = exc
+
+    def result(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.runs
+
+
+_BACKGROUND: list = []
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    modules, cases, seen = [], [], set()
+    for item in session.items:
+        module = getattr(item, "module", None)
+        if module is not None and module not in modules:
+            modules.append(module)
+    for module in modules:
+        for case in getattr(module, "WORKER_CASES", ()):
+            if case.id in seen:
+                raise ValueError(f"WORKER_CASES: case id {case.id!r} appears twice")
+            seen.add(case.id)
+            cases.append(case)
+    if cases:
+        _BACKGROUND.append(_Background(cases))
+
+
+def pytest_sessionfinish(session):
+    for background in _BACKGROUND:
+        background.thread.join()
+        shutil.rmtree(background.out, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def worker_runs():
+    """The conformance runner's report over every collected module's ``WORKER_CASES``
+    (:class:`support.WorkerRuns`), with the trajectories kept."""
+    if not _BACKGROUND:
+        pytest.skip("no WORKER_CASES collected")
+    return _BACKGROUND[0].result()

@@ -26,7 +26,10 @@ marker, resolved in the worker once the parameters exist:
   (:data:`unified_opt.schedules.examples.FUNCTIONS`: a ``LambdaLR`` factor, a
   ``scale_fn``);
 * ``{"$schedule": schedule.to_dict()}``: a :mod:`unified_opt.schedules` schedule, a callable
-  of the step (Paddle's ``LambdaDecay(lr_lambda=...)``).
+  of the step (Paddle's ``LambdaDecay(lr_lambda=...)``);
+* ``{"$tuple": [...]}``: a tuple (JSON has lists only, and some constructors take tuples
+  only: MindSpore's ``nn.Rprop(etas=...)``). A Python tuple in the arguments is written so
+  when the :class:`Native` is made.
 
 This module imports no framework: the drivers resolve the markers
 (:func:`decode`) with the framework's parameters.
@@ -42,16 +45,17 @@ from unified_opt.backend import BACKENDS
 from unified_opt.native import import_native
 
 #: the markers :func:`decode` resolves
-MARKERS = ("$params", "$names", "$match", "$call", "$scheduler", "$function", "$schedule")
+MARKERS = ("$params", "$names", "$match", "$call", "$scheduler", "$function", "$schedule",
+           "$tuple")
 
 
 @dataclass(frozen=True)
 class Native:
     """A native optimizer built by hand (see the module docstring).
 
-    ``params``: the optimizer's parameter argument, None for every parameter in the
-    case's order, else JSON with ``$params`` markers (group dicts, MindSpore's
-    ``order_params``). ``lr_param``: the parameter whose group's lr is the spec's lr
+    ``params``: the optimizer's parameter argument (its first one), None for every
+    parameter in the case's order, else JSON with ``$params`` markers (group dicts,
+    MindSpore's ``order_params``; ``nn.LARS``'s inner optimizer as a ``$call``). ``lr_param``: the parameter whose group's lr is the spec's lr
     (None: the first). ``fixed_lr``: the lr to report where the class reports none it
     runs with (a relative step's fixed cap: ``nn.AdaFactor``, ``torch_optimizer``'s
     ``Adafactor``). ``framework``: the backend whose worker runs it (by default the
@@ -81,6 +85,10 @@ class Native:
         if not isinstance(self.kwargs, Mapping) or not isinstance(self.scheduler_kwargs,
                                                                   Mapping):
             raise TypeError(f"{owner}: kwargs and scheduler_kwargs must be mappings")
+        # one form: tuples as $tuple markers, as they come back from JSON
+        object.__setattr__(self, "kwargs", _plain(self.kwargs))
+        object.__setattr__(self, "params", _plain(self.params))
+        object.__setattr__(self, "scheduler_kwargs", _plain(self.scheduler_kwargs))
         if self.scheduler is not None and (not isinstance(self.scheduler, str)
                                            or "." not in self.scheduler):
             raise ValueError(f"{owner}: scheduler must be None or a qualified class name, "
@@ -96,6 +104,7 @@ class Native:
                    for item in before):
             raise TypeError(f"{owner}: before_step must be (qualified function, kwargs) "
                             f"pairs, got {self.before_step!r}")
+        before = tuple((f, _plain(kw)) for f, kw in before)
         object.__setattr__(self, "before_step", before)
         if self.fixed_lr is not None and not isinstance(self.fixed_lr, (int, float)):
             raise TypeError(f"{owner}: fixed_lr must be None or a float, got {self.fixed_lr!r}")
@@ -117,10 +126,10 @@ class Native:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"optimizer": self.optimizer, "kwargs": _plain(self.kwargs),
-                "params": _plain(self.params), "scheduler": self.scheduler,
-                "scheduler_kwargs": _plain(self.scheduler_kwargs),
-                "before_step": [[f, _plain(kw)] for f, kw in self.before_step],
+        return {"optimizer": self.optimizer, "kwargs": self.kwargs,
+                "params": self.params, "scheduler": self.scheduler,
+                "scheduler_kwargs": self.scheduler_kwargs,
+                "before_step": [[f, kw] for f, kw in self.before_step],
                 "lr_param": self.lr_param, "fixed_lr": self.fixed_lr,
                 "framework": self.framework}
 
@@ -135,10 +144,12 @@ class Native:
 
 
 def _plain(value: Any) -> Any:
-    """Tuples as lists (what JSON gives back), recursively."""
+    """JSON's form of ``value``: tuples as ``$tuple`` markers, recursively."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+    if isinstance(value, tuple):
+        return {"$tuple": [_plain(v) for v in value]}
+    if isinstance(value, list):
         return [_plain(v) for v in value]
     return value
 
@@ -175,6 +186,10 @@ def _check_markers(owner: str, value: Any) -> None:
             from unified_opt.schedules import schedule_from_dict
 
             schedule_from_dict(arg)
+        elif key == "$tuple":
+            if not isinstance(arg, list):
+                raise TypeError(f"{owner}: $tuple takes a list, got {arg!r}")
+            _check_markers(owner, arg)
         return
     if isinstance(value, Mapping):
         for item in value.values():
@@ -190,6 +205,8 @@ def _collect_names(value: Any, out: set[str]) -> None:
         out.update(value[key])
     elif key in ("$call", "$scheduler"):
         _collect_names(value[key][1], out)
+    elif key == "$tuple":
+        _collect_names(value[key], out)
     elif isinstance(value, Mapping):
         for item in value.values():
             _collect_names(item, out)
@@ -237,6 +254,8 @@ def decode(value: Any, params: Mapping[str, Any], name_of: Callable[[Any], str |
         from unified_opt.schedules import schedule_from_dict
 
         return schedule_from_dict(value[key])
+    if key == "$tuple":
+        return tuple(again(v) for v in value[key])
     if isinstance(value, Mapping):
         return {k: again(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

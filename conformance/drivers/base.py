@@ -12,6 +12,7 @@ parameters; its decision has the path "hand"."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -108,10 +109,15 @@ class Driver:
     def to_numpy(self, tensor) -> np.ndarray:
         raise NotImplementedError
 
-    def native_state(self, param, spec) -> dict:
-        """A native optimizer's state of ``param`` under ``spec``'s state names (for one
-        built by hand, through its class's descriptor)."""
-        return load(self.backend).native_state(self.record, self.optimizer, param, spec)
+    def native_state(self, param, spec, native_class=None) -> dict:
+        """A native optimizer's state of ``param`` under ``spec``'s state names, read
+        through its class's descriptor (``native_class``: another descriptor's, for a
+        class built by hand that keeps the state of the row it stands for)."""
+        record = self.record
+        if native_class is not None:
+            record = dataclasses.replace(record, decision=dataclasses.replace(
+                record.decision, native_class=native_class))
+        return load(self.backend).native_state(record, self.optimizer, param, spec)
 
     def spec_state(self, name: str) -> dict:
         """The optimizer state of parameter ``name`` under the spec's state names (none
