@@ -29,7 +29,7 @@ from pathlib import Path
 from .cases import Case
 from .drivers.base import Driver
 from .report import json_safe
-from .trajectory import Recorder
+from .trajectory import Recorder, Trajectory
 from .verdict import References, verdict
 
 FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
@@ -52,26 +52,38 @@ def framework_version(backend: str) -> str:
     return str(getattr(module, "__version__", "unknown"))
 
 
+def start(driver_cls: type[Driver], case: Case, path: str, spec=None) -> Driver:
+    """The driver of ``case`` on ``path`` (with ``spec`` in place of ``case.spec`` if
+    given): ``uo.build``'s optimizer, or the case's native optimizer built by hand."""
+    spec = case.spec if spec is None else spec
+    return driver_cls(spec, case.initial_params(),
+                      path="auto" if case.native is not None else path,
+                      total_steps=case.steps, groups=case.groups or None, native=case.native)
+
+
+def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Trajectory:
+    """``case.steps`` steps of the case's gradients through ``driver``, recorded."""
+    recorder = Recorder() if recorder is None else recorder
+    for t in range(case.steps):
+        lr = driver.step(case.gradients(t))
+        # the claimed spec decides which quantities exist, so they match the oracle's
+        skipped = driver.last_skipped() if case.spec.skip_nonfinite else None
+        recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped)
+    return recorder.trajectory()
+
+
 def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
     """Run ``case`` (with ``spec`` in place of ``case.spec`` if given) through a driver.
 
     Returns ``(trajectory, decision, error)``: on an exception, the trajectory holds
     the steps completed before it, and ``error`` is the traceback text.
     """
-    spec = case.spec if spec is None else spec
     recorder = Recorder()
     decision = None
     try:
-        driver = driver_cls(spec, case.initial_params(),
-                            path="auto" if case.native is not None else path,
-                            total_steps=case.steps, groups=case.groups or None,
-                            native=case.native)
+        driver = start(driver_cls, case, path, spec)
         decision = driver.decision
-        for t in range(case.steps):
-            lr = driver.step(case.gradients(t))
-            # the claimed spec decides which quantities exist, so they match the oracle's
-            skipped = driver.last_skipped() if case.spec.skip_nonfinite else None
-            recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped)
+        drive(driver, case, recorder)
     except Exception:  # the report carries the text; the next case still runs
         return recorder.trajectory(), decision, traceback.format_exc()
     return recorder.trajectory(), decision, None

@@ -57,7 +57,7 @@ def case_of(id: str, spec, params=PARAMS, **fields) -> Case:
 
 @dataclass
 class Run:
-    """One run of a case on a backend path, and its verdict."""
+    """One run of a case on a backend path, its driver and its verdict."""
 
     case: Case
     backend: str
@@ -65,6 +65,7 @@ class Run:
     trajectory: Trajectory
     decision: object
     result: dict
+    driver: object = None
 
     @property
     def passed(self) -> bool:
@@ -88,14 +89,17 @@ def _references(case: Case) -> References:
 
 
 def follow(backend: str, case: Case, path: str = "auto", *, spec=None) -> Run:
-    """Run ``case`` on ``backend`` in this process, through the conformance driver (with
-    ``spec`` in place of the case's, a planted deviation), and judge it against the
-    case's oracle. Runs of the same case in a row share its references."""
-    from unified_opt.conformance.worker import driver_class, run_case
+    """Run ``case`` on ``backend`` in this process, through the conformance driver as the
+    worker does (with ``spec`` in place of the case's, a planted deviation), and judge
+    it against the case's oracle. Runs of the same case in a row share its references;
+    an exception propagates."""
+    from unified_opt.conformance.worker import drive, driver_class, start
 
-    trajectory, decision, error = run_case(driver_class(backend), case, path, spec=spec)
-    result = verdict(case, backend, path, trajectory, decision, error, _references(case))
-    return Run(case, backend, path, trajectory, decision, result)
+    driver = start(driver_class(backend), case, path, spec)
+    trajectory = drive(driver, case)
+    result = verdict(case, backend, path, trajectory, driver.decision, None,
+                     _references(case))
+    return Run(case, backend, path, trajectory, driver.decision, result, driver)
 
 
 def assert_passes(run: Run) -> Run:

@@ -118,7 +118,6 @@ def test_sample_follows_the_oracle(name, index, backend, path):
     else:
         run = follow(backend, case, path)
     _LAST_OWN.clear()
-    assert run.decision is not None, run.result["error"]
     assert_passes(run)
     if path == "own":
         assert run.decision.path == "own"

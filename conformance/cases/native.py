@@ -55,8 +55,9 @@ class Native:
 
     ``params``: the optimizer's parameter argument (its first one), None for every
     parameter in the case's order, else JSON with ``$params`` markers (group dicts,
-    MindSpore's ``order_params``; ``nn.LARS``'s inner optimizer as a ``$call``). ``lr_param``: the parameter whose group's lr is the spec's lr
-    (None: the first). ``fixed_lr``: the lr to report where the class reports none it
+    MindSpore's ``order_params``; ``nn.LARS``'s inner optimizer as a ``$call``).
+    ``lr_param``: the parameter whose group's lr is the spec's lr (None: the first).
+    ``fixed_lr``: the lr to report where the class reports none it
     runs with (a relative step's fixed cap: ``nn.AdaFactor``, ``torch_optimizer``'s
     ``Adafactor``). ``framework``: the backend whose worker runs it (by default the
     first part of ``optimizer``: ``"torch"`` for ``torch.optim.SGD``; a peer library
