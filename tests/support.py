@@ -31,8 +31,9 @@ from unified_opt.conformance.trajectory import (
 )
 from unified_opt.conformance.verdict import References, verdict
 
-__all__ = ["DENSE_PARAMS", "FLAT_PARAMS", "PARAMS", "SMALL_PARAMS", "Run", "assert_passes",
-           "case_of", "follow", "installed_frameworks", "judge", "record", "worker_runs"]
+__all__ = ["DENSE_PARAMS", "FLAT_PARAMS", "LOOP_PARAMS", "PARAMS", "SMALL_PARAMS", "Run",
+           "assert_passes", "case_of", "follow", "installed_frameworks", "judge", "record",
+           "worker_runs"]
 
 #: the conformance parameters of at most two dimensions (a peer library that fails on
 #: 3-D tensors)
@@ -42,6 +43,9 @@ FLAT_PARAMS = {name: shape for name, shape in DENSE_PARAMS.items() if len(shape)
 #: matrix differently, now and then (measured: elements from 2113 on, 4 ulps; a thread
 #: split), which no spec or lowering explains
 SMALL_PARAMS = {name: shape for name, shape in DENSE_PARAMS.items() if name != "w"}
+#: the training-loop tests' parameters where every operation counts (MindSpore): a
+#: matrix, a vector, a name-rule target, a 3-D tensor and a 0-size one
+LOOP_PARAMS = {name: PARAMS[name] for name in ("w", "bias", "ln.gamma", "w3d", "empty")}
 
 
 def installed_frameworks() -> list[str]:
