@@ -2,9 +2,9 @@
 
 On CPU a schedule reaches an ``nn`` optimizer as a ScheduleCell (Python computes
 ``float32(scale * s(t))`` at every step through an ``ops.Custom`` pyfunc op), so it needs
-no ``options={"total_steps": N}``. Each case runs twice as many steps as the per-step list
-it replaces had entries: every step within K x the float32 floor of the float64 numpy
-oracle, the lr equal to ``float32(scale * s(t))``, and bit-identical to the same class
+no ``options={"total_steps": N}``. Each case runs well past the per-step list it replaces
+(its length T): the parameters follow the float64 numpy oracle (the conformance rule), the
+lr equals ``float32(scale * s(t))``, and the optimizer is bit-identical to the same class
 built by hand with MindSpore's per-step list while that list lasts (which then fails
 with MindSpore's Gather error, the defect this replaces). ``total_steps`` given is a step
 limit with our error; on devices without the pyfunc op (forced here) the per-step list
@@ -14,25 +14,20 @@ stays, with our error before MindSpore's.
 import numpy as np
 import pytest
 from conftest import require
-from test_backend_mindspore import assert_within_floor, gradient_stream
+from support import case_of, judge
 
 import unified_opt as uo
 from unified_opt.backend import record_of
-from unified_opt.reference import with_float32_hyperparameters
+from unified_opt.conformance.trajectory import Recorder
 
 pytestmark = require("mindspore")
 
 T = 15                # the per-step list's length, as total_steps=T would have made it
-STEPS = 2 * T
+STEPS = 50            # a conformance case's steps: well past T
 SHAPES = {"w": (3, 4), "b": (5,)}
 COSINE = uo.schedules.Cosine(lr=0.05, T_max=20, eta_min=0.001)
 WD = uo.schedules.Cosine(lr=0.2, T_max=12, eta_min=0.01)        # a weight-decay schedule
 GATHER = "For 'Gather', the 'input_indices' should be in the range"
-
-
-def arrays_of(seed=0):
-    rng = np.random.default_rng(seed)
-    return {n: rng.normal(size=s).astype(np.float32) for n, s in SHAPES.items()}
 
 
 def parameters(arrays):
@@ -96,34 +91,35 @@ def lr_of(optimizer):
     return [np.float32(x.asnumpy()) for x in lrs]
 
 
-def follow(spec, by_hand, *, groups=None, driver="direct", steps=STEPS, options=None):
-    """Build ``spec`` with uo.build and run it ``steps`` steps through ``driver``,
-    checking every step against the float64 reference (within K x the float32 floor)
-    and the lr against ``float32(lr_scale * s(t))``; ``by_hand(params)`` builds the
+def follow(spec, by_hand, *, groups=None, driver="direct", options=None):
+    """Build ``spec`` with uo.build and run it a case's steps through ``driver``,
+    checking the lr against ``float32(lr_scale * s(t))`` at every step and the parameters
+    and states against the float64 oracle (the conformance rule); ``by_hand(params)`` builds the
     class with MindSpore's per-step list of T entries, which must stay bit-identical
     for T steps and then fail with MindSpore's Gather error."""
     from unified_opt.backends.mindspore.native import native_state
 
-    arrays = arrays_of()
+    case = case_of(f"schedule_cell_{spec.name}", spec, SHAPES, steps=STEPS,
+                   groups=tuple(groups or ()))
+    arrays = case.initial_params()
     mine, theirs = parameters(arrays), parameters(arrays)
     optimizer = uo.build(spec, list(mine.items()), groups=groups, options=options or {})
     record = uo.explain(optimizer)
     hand = by_hand(theirs)
     step_mine = stepper(optimizer, mine, driver)
     step_hand = stepper(hand, theirs, driver)
-    ref64 = uo.reference(spec, arrays, groups=groups)
-    refs32 = [uo.reference(s, arrays, dtype="float32", groups=groups)
-              for s in (spec, with_float32_hyperparameters(spec))]
     plans = dict(zip(mine, record_of(optimizer).plans))
-    for t, grads in enumerate(gradient_stream(arrays, steps)):
-        lr = ref64.step(grads)
-        for r in refs32:
-            r.step(grads)
+    recorder = Recorder()
+    for t in range(case.steps):
+        grads = case.gradients(t)
+        lr = spec.lr_at(t)
         expected = [np.float32(plans[n].lr(lr)) for n in mine]
         assert lr_of(optimizer) == expected, (t, lr_of(optimizer), expected)
         step_mine(grads)
-        assert_within_floor({n: p.asnumpy() for n, p in mine.items()}, ref64.params,
-                            [r.params for r in refs32], f"step {t} params")
+        recorder.add(lr, {n: p.asnumpy() for n, p in mine.items()},
+                     {n: {k: v.asnumpy() for k, v in native_state(
+                         record.native_class, optimizer, p, plans[n].spec).items()}
+                      for n, p in mine.items()})
         if t < T:
             step_hand(grads)
             for n, p in theirs.items():
@@ -136,7 +132,9 @@ def follow(spec, by_hand, *, groups=None, driver="direct", steps=STEPS, options=
             with pytest.raises(RuntimeError, match=GATHER):
                 step_hand(grads)
                 hand.global_step.asnumpy()
-    assert int(optimizer.global_step.asnumpy()[0]) == steps
+    comparison = judge(recorder.trajectory(), case)
+    assert comparison.passed, comparison.detail
+    assert int(optimizer.global_step.asnumpy()[0]) == STEPS
     return optimizer
 
 
@@ -215,21 +213,21 @@ def test_experimental_classes_still_take_a_constant_lr_only():
 def test_a_scheduled_lr_survives_a_checkpoint(tmp_path):
     import mindspore as ms
     spec = uo.Adam(lr=COSINE, eps_placement="eps_hat")
-    arrays = arrays_of()
-    grads = list(gradient_stream(arrays, T))
+    case = case_of("schedule_cell_checkpoint", spec, SHAPES)
+    arrays = case.initial_params()
 
     def fresh():
         return uo.build(spec, list(parameters(arrays).items()))
 
     straight, resumed = fresh(), fresh()
-    for g in grads[:5]:
-        stepper(straight, dict(zip(arrays, straight.parameters)), "direct")(g)
+    for t in range(5):
+        stepper(straight, dict(zip(arrays, straight.parameters)), "direct")(case.gradients(t))
     ms.save_checkpoint(straight, str(tmp_path / "opt.ckpt"))
     ms.load_param_into_net(resumed, ms.load_checkpoint(str(tmp_path / "opt.ckpt")))
     assert float(resumed.get_lr().asnumpy()) == np.float32(COSINE(5))
-    for g in grads[5:]:
+    for t in range(5, T):
         for opt in (straight, resumed):
-            stepper(opt, dict(zip(arrays, opt.parameters)), "direct")(g)
+            stepper(opt, dict(zip(arrays, opt.parameters)), "direct")(case.gradients(t))
     for a, b in zip(straight.parameters, resumed.parameters):
         assert np.array_equal(a.asnumpy(), b.asnumpy())
 
