@@ -1,10 +1,13 @@
-"""dgc_momentum: the sparsity schedule, the compressed steps worked out by hand, the
-simulated workers of the reference and its pluggable exchange, the presets."""
+"""Communication: dgc_momentum's spec. The sparsity schedule, the compressed steps
+worked out by hand, the simulated workers of the reference and its pluggable exchange,
+the presets, and the power of its conformance cases (``conformance/cases/communication.py``).
+The backends: test_algorithms.py."""
 
 import numpy as np
 import pytest
 
 import unified_opt as uo
+from unified_opt.conformance.cases import communication
 from unified_opt.exchange import LOCAL, Exchange, SimulatedExchange
 
 P0 = [1.0, 1.0, 1.0, 1.0]
@@ -143,3 +146,28 @@ def test_paddle_presets_map_the_clip_and_the_regularizer():
                       momentum=0.9, rampup_begin_step=0, local_grad_clip_norm=1.0,
                       num_trainers=4)
     assert (fluid.local_grad_clip_norm, fluid.dense_clip_norm) == (1.0, None)
+
+
+def test_presets_refuse_a_clip_that_is_not_clip_grad_by_norm():
+    with pytest.raises(TypeError, match="ClipGradByNorm"):
+        uo.preset("paddle.distributed.fleet.DGCMomentumOptimizer", learning_rate=0.1,
+                  momentum=0.9, rampup_begin_step=0, grad_clip=1.0)
+
+
+def test_the_spec_round_trips_through_json():
+    spec = uo.DGCMomentum(sparsity=[0.5, 0.9])
+    assert uo.spec_from_dict(spec.to_dict()) == spec
+
+
+def test_a_planted_deviation_fails_its_case():
+    """The default case tells use_nesterov apart."""
+    from unified_opt.conformance.compare import compare
+    from unified_opt.conformance.trajectory import floor_trajectories, reference_trajectory
+
+    case = next(c for c in communication.cases() if c.id == "dgc_default")
+    wrong = next(alt for desc, alt in case.spec.alternatives()
+                 if desc.startswith("use_nesterov"))
+    oracle = reference_trajectory(case.spec, case)
+    floors = floor_trajectories(case.spec, case)
+    assert compare(floors[0], oracle, floors).passed
+    assert not compare(reference_trajectory(wrong, case), oracle, floors).passed
