@@ -13,13 +13,14 @@ from unified_opt import cli
 from unified_opt.conformance import cases as cases_module
 from unified_opt.conformance.cases import Case
 from unified_opt.conformance.report import build_report, junit, markdown
-from unified_opt.conformance.runner import References, _result
+from unified_opt.conformance.runner import _result
 from unified_opt.conformance.trajectory import reference_trajectory
+from unified_opt.conformance.verdict import References, verdict
 
 E2E_CASES = ["sgd_momentum", "sgd_lr_inside_cosine", "adam_eps_hat",
              "preset_mindspore_nn_adamweightdecay", "adamw_default"]
 RESULT_KEYS = {"case", "algorithm", "backend", "path", "status", "lowering", "comparison",
-               "explanation", "error", "seconds"}
+               "explanation", "error", "seconds", "known", "steps_done", "trajectory"}
 REPORT_KEYS = {"format_version", "suite_version", "unified_opt_version", "created", "python",
                "platform", "numpy", "tolerance", "backends", "cases", "unstable_cases",
                "unexercised_lowering_rows", "results", "summary"}
@@ -34,7 +35,7 @@ def test_cli_conformance_on_torch_writes_passing_reports(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     # progress relayed: every (case, path) counted, the repeated own path skipped
-    assert "[torch] 9/10 preset_mindspore_nn_adamweightdecay auto ok own" in run.stdout
+    assert "[torch] 9/10 preset_mindspore_nn_adamweightdecay auto pass own" in run.stdout
     assert "[torch] 10/10 preset_mindspore_nn_adamweightdecay own skipped" in run.stdout
     assert "7 results: 7 pass, 0 fail, 0 error" in run.stdout      # the matrix's counts
 
@@ -43,7 +44,7 @@ def test_cli_conformance_on_torch_writes_passing_reports(tmp_path):
     assert report["backends"]["torch"]["framework_version"].startswith("2.")
     assert sorted(c["id"] for c in report["cases"]) == sorted(E2E_CASES)
     assert all(c["steps"] == 60 for c in report["cases"])
-    assert report["summary"] == {"total": 7, "pass": 7, "fail": 0, "error": 0}
+    assert report["summary"] == {"total": 7, "pass": 7, "fail": 0, "error": 0, "known": 0}
     runs = {(r["case"], r["path"]): r for r in report["results"]}
     # own-only specs run once; native ones on both paths
     # specs torch runs natively run on both paths; own-only ones once
@@ -64,25 +65,24 @@ def test_cli_conformance_on_torch_writes_passing_reports(tmp_path):
 
 
 def test_failures_and_errors_reach_the_reports(tmp_path):
-    """A planted trajectory (bias correction off) in a worker's output directory fails
-    with an explanation; a missing run is an error; junit counts both."""
+    """A planted trajectory (bias correction off) fails with an explanation; a run the
+    worker did not report is an error; junit counts both."""
     case = Case(id="planted", spec=uo.Adam(lr=0.01, eps=1e-3))
     planted = reference_trajectory(case.spec.replace(bias_correction=False), case, "float32")
-    planted.save(tmp_path / "planted__auto.npz")
-    (tmp_path / "planted__auto.json").write_text(json.dumps({
-        "decision": {"path": "own", "native": None, "reason": "test", "own_class": "x"},
-        "error": None, "trajectory": "planted__auto.npz", "seconds": 0.1}))
-    worker = {"exit_code": 0, "seconds": 1.0, "framework_version": "0", "error": None}
-    references = References()
-    failed = _result(case, "torch", "auto", tmp_path, worker, references)
-    missing = _result(case, "torch", "own", tmp_path, worker, references)
+    decision = uo.explain(case.spec, backend="torch")
+    failed = {**verdict(case, "torch", "auto", planted, decision, None, References()),
+              "seconds": 0.1}
+    worker = {"exit_code": 1, "seconds": 1.0, "framework_version": "0",
+              "error": "worker exited with status 1"}
+    missing = _result(case, "torch", "own", tmp_path, worker)
     assert failed["status"] == "fail"
     assert "bias_correction=False" in failed["explanation"]["text"]
     assert failed["comparison"]["first_failing_step"] == 1
     assert missing["status"] == "error"
+    assert missing["error"] == "worker exited with status 1"
 
     report = build_report([case], ["torch"], {"torch": worker}, [failed, missing])
-    assert report["summary"] == {"total": 2, "pass": 0, "fail": 1, "error": 1}
+    assert report["summary"] == {"total": 2, "pass": 0, "fail": 1, "error": 1, "known": 0}
     root = ET.fromstring(junit(report))
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "1", "1")
     assert root.find(".//failure").get("message").endswith("matches with bias_correction=False")
@@ -141,12 +141,12 @@ def test_worker_skips_a_path_that_repeats_auto(tmp_path):
     native = Case(id="native", spec=uo.Adam())
     lines = []
     summary = run_all(driver_class("torch"), "torch", [own_only, native], tmp_path,
-                      say=lines.append)
+                      say=lines.append, keep_trajectories=True)
     assert summary["runs"] == ["own_only__auto", "native__auto", "native__own"]
     assert summary["skipped"] == ["own_only__own"]
-    assert lines[-1] == "progress 4/4 native own ok own"
+    assert lines[-1] == "progress 4/4 native own pass own"
     info = json.loads((tmp_path / "native__auto.json").read_text())
-    assert info["decision"]["native"] == "torch.optim.Adam" and info["error"] is None
+    assert info["lowering"]["native"] == "torch.optim.Adam" and info["error"] is None
     trajectory = Trajectory.load(tmp_path / info["trajectory"])
-    assert trajectory.steps == 50 and trajectory.params["w"].shape == (50, 8, 6)
+    assert trajectory.steps == 50 and trajectory.params["w"].shape == (50, 65, 65)
     assert sorted(trajectory.state["empty"]) == ["exp_avg", "exp_avg_sq"]
