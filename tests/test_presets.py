@@ -1,28 +1,22 @@
 """Presets: native argument names and defaults, errors, and the acceptance check that a
 preset built on the other two backends (and in the reference) follows the native
-optimizer run by hand in its own framework, over 100 steps, within the fp32 noise floor.
-
-Each framework runs in its own worker process (``tests/workers/run_jobs.py``).
+optimizer run by hand in its own framework, each through the conformance worker of its
+framework (a case with the class built by hand, ``Case.native``), against the float64
+oracle of the preset (the conformance rule).
 """
 
 import warnings
 
 import pytest
-from helpers import (
-    installed_frameworks,
-    load_trajectory,
-    reference_trajectories,
-    run_framework_jobs,
-    worst_ratio,
-)
+from support import DENSE_PARAMS, installed_frameworks
 
 import unified_opt as uo
+from unified_opt.conformance.cases import Case, Native
+from unified_opt.conformance.compare import K
 
-STEPS = 100
-FACTOR = 10.0
-# Parameter names exercise MindSpore's default decay filter ("gamma"/"beta" skipped,
-# "bias" decayed).
-SHAPES = {"w": (8, 6), "bias": (6,), "ln.gamma": (6,), "ln.beta": (6,), "w3d": (3, 4, 5)}
+# The parameters of a network being ported (no 0-size tensor); their names exercise
+# MindSpore's default decay filter ("gamma"/"beta" skipped, "bias" decayed).
+PARAMS = DENSE_PARAMS
 
 # (id, qualified name, native kwargs, documented CPU defect of the native class or None)
 CASES = [
@@ -112,6 +106,7 @@ CASES = [
     ("paddle-lars", "paddle.incubate.optimizer.LarsMomentumOptimizer",
      dict(learning_rate=0.1, momentum=0.9, lars_weight_decay=0.0005), None),
     ("torch-adafactor", "torch.optim.Adafactor", dict(lr=0.01, weight_decay=0.01), None),
+    # relative step: the class reports no lr (get_lr() is 0), it runs with its fixed cap
     ("ms-nn-adafactor", "mindspore.nn.AdaFactor", dict(), None),
     ("ms-nn-adafactor-manual-lr", "mindspore.nn.AdaFactor",
      dict(learning_rate=0.01, relative_step=False, weight_decay=0.01), None),
@@ -181,47 +176,54 @@ def test_implementation_flags_warn_and_do_not_change_the_spec():
 
 # -- the acceptance check: native by hand vs the preset everywhere ---------------------
 
-@pytest.fixture(scope="module")
-def trajectories(tmp_path_factory):
+#: what a class reports as its lr where it reports none it runs with
+FIXED_LR = {"ms-nn-adafactor": 1e-2}
+
+
+def _hand(case_id):
+    return f"preset_{case_id}_by_hand"
+
+
+def _built(case_id):
+    return f"preset_{case_id}_built"
+
+
+def _worker_cases():
     installed = installed_frameworks()
     if len(installed) < 2:
-        pytest.skip("needs at least two frameworks")
-    out = tmp_path_factory.mktemp("presets")
-    jobs = {f: [] for f in installed}
+        return []
+    out = []
     for case_id, qualified, kwargs, _ in CASES:
         native_fw = qualified.split(".")[0]
         if native_fw not in installed:
             continue
-        common = {"steps": STEPS, "shapes": SHAPES}
-        jobs[native_fw].append({"id": f"{case_id}@native", "mode": "native",
-                                "qualified": qualified, "kwargs": kwargs, **common})
         spec = uo.preset(qualified, **kwargs)
-        for fw in installed:
-            if fw != native_fw:
-                jobs[fw].append({"id": f"{case_id}@{fw}", "mode": "build",
-                                 "spec": spec.to_dict(), **common})
-    run_framework_jobs(jobs, out)
+        out.append(Case(id=_hand(case_id), spec=spec, params=PARAMS,
+                        native=Native(qualified, kwargs, fixed_lr=FIXED_LR.get(case_id))))
+        out.append(Case(id=_built(case_id), spec=spec, params=PARAMS, paths=("auto",),
+                        backends=tuple(f for f in installed if f != native_fw)))
     return out
+
+
+#: run by the session's conformance runner (conftest.py): one worker per framework
+WORKER_CASES = _worker_cases()
 
 
 @pytest.mark.parametrize("case_id, qualified, kwargs, defect", CASES,
                          ids=[c[0] for c in CASES])
-def test_preset_follows_the_native_class_everywhere(trajectories, case_id, qualified, kwargs,
+def test_preset_follows_the_native_class_everywhere(worker_runs, case_id, qualified, kwargs,
                                                     defect):
     native_fw = qualified.split(".")[0]
-    if native_fw not in installed_frameworks():
-        pytest.skip(f"{native_fw} is not installed")
-    oracle, floors = reference_trajectories(uo.preset(qualified, **kwargs), SHAPES, STEPS)
-    native = load_trajectory(trajectories / f"{case_id}@native.npz")
-    native_ratio = worst_ratio(native, oracle, floors)
+    installed = installed_frameworks()
+    if native_fw not in installed or len(installed) < 2:
+        pytest.skip(f"needs {native_fw} and another framework")
+    native = worker_runs.result(_hand(case_id), native_fw, "hand")
     if defect:
         # The native class does not do what its documentation says (the preset's math).
-        assert native_ratio > 10 * FACTOR, f"{qualified} {defect}: expected a deviation"
+        assert native["status"] == "fail", f"{qualified} {defect}: expected a deviation"
+        assert native["comparison"]["worst_ratio"] > 10 * K
     else:
-        assert native_ratio <= FACTOR, f"native {qualified}: {native_ratio:.1f} x fp32 floor"
-    for fw in installed_frameworks():
-        if fw == native_fw:
-            continue
-        built = load_trajectory(trajectories / f"{case_id}@{fw}.npz")
-        ratio = worst_ratio(built, oracle, floors)
-        assert ratio <= FACTOR, f"{qualified} preset on {fw}: {ratio:.1f} x fp32 floor"
+        worker_runs.assert_passes(_hand(case_id), native_fw, "hand")
+    for fw in installed:
+        if fw != native_fw:
+            worker_runs.assert_passes(_built(case_id), fw, "auto")

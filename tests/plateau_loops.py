@@ -1,30 +1,27 @@
-"""Drive a ``uo.build`` optimizer of ONE framework with its native plateau scheduler.
+"""A ``uo.build`` optimizer of one framework driven by its native plateau scheduler, in
+this process (the test imports one framework per test).
 
-    python tests/workers/run_plateau.py FRAMEWORK JOBS.json OUT.json
-
-A job is ``{"id", "spec": spec.to_dict(), "path", "metrics": [...], "tensor": bool}`` and
+A job is ``{"spec": spec.to_dict(), "path", "metrics": [...], "tensor": bool}`` and
 either ``"native": [qualified, native_kwargs]`` (the scheduler made by hand, the way a
 user of that framework makes it, on the built optimizer) or ``"rule": rule.to_dict()``
-(made by ``plateau_scheduler``, with ``"monitor"`` for the MindSpore callback). The
+(made by ``uo.plateau_scheduler``, with ``"monitor"`` for the MindSpore callback). The
 parameter is one float32 zero ``w`` with gradient 1: a plain SGD step leaves ``-lr``
 (``+lr`` with ``maximize``) in it, the float32 lr the optimizer applied; ``w`` is reset
 to 0 before each step. Per metric: one optimizer step, then the report (``"tensor"``:
 as a float32 Tensor of the framework instead of a Python float).
 
-OUT.json maps each id to ``{"used": [...], "after": [...]}``: ``used[k]`` the lr step k
-applied (before report k), ``after[k]`` the lr the optimizer holds after report k;
-or ``{"error": "<type>: <message>"}``.
+:func:`run` returns ``{"used": [...], "after": [...]}``: ``used[k]`` the lr step k
+applied (before report k), ``after[k]`` the lr the optimizer holds after report k.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import sys
-import traceback
-from pathlib import Path
 
 import numpy as np
+
+import unified_opt as uo
+from unified_opt.schedules.plateau import ReduceOnPlateau
 
 
 def native(qualified):
@@ -125,36 +122,19 @@ FRAMEWORKS = {"torch": Torch, "paddle": Paddle, "mindspore": MindSpore}
 
 
 def run(framework, job):
-    import unified_opt as uo
-    from unified_opt.build import plateau_scheduler
-    from unified_opt.schedules.plateau import ReduceOnPlateau
+    """Drive one job (see the module docstring) in this process; return ``{"used",
+    "after"}``. Exceptions propagate."""
     runner = FRAMEWORKS[framework](job)
     opt = uo.build(uo.spec_from_dict(job["spec"]), [("w", runner.w)], path=job["path"])
     runner.opt = opt
     if "native" in job:
         sched = runner.make(opt, *job["native"])
     else:
-        sched = plateau_scheduler(opt, ReduceOnPlateau.from_dict(job["rule"]),
-                                  monitor=job.get("monitor"))
+        sched = uo.plateau_scheduler(opt, ReduceOnPlateau.from_dict(job["rule"]),
+                                     monitor=job.get("monitor"))
     used, after = [], []
     for metric in job["metrics"]:
         used.append(runner.step(opt))
         runner.report(sched, metric, job.get("tensor", False))
         after.append(float(runner.lr(opt)))
     return {"used": used, "after": after}
-
-
-def main(argv):
-    framework, jobs_file, out_file = argv
-    out = {}
-    for job in json.loads(Path(jobs_file).read_text()):
-        try:
-            out[job["id"]] = run(framework, job)
-        except Exception as exc:  # reported per job; the test decides what it means
-            out[job["id"]] = {"error": f"{type(exc).__name__}: {exc}",
-                              "trace": traceback.format_exc(limit=4)}
-    Path(out_file).write_text(json.dumps(out))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
