@@ -32,8 +32,8 @@ from unified_opt.conformance.trajectory import (
 from unified_opt.conformance.verdict import References, verdict
 
 __all__ = ["DENSE_PARAMS", "FLAT_PARAMS", "LOOP_PARAMS", "PARAMS", "SMALL_PARAMS", "Run",
-           "assert_passes", "case_of", "follow", "installed_frameworks", "judge", "record",
-           "worker_runs"]
+           "assert_passes", "assert_planted_deviation_fails", "case_of", "follow",
+           "installed_frameworks", "judge", "record", "worker_runs"]
 
 #: the conformance parameters of at most two dimensions (a peer library that fails on
 #: 3-D tensors)
@@ -124,6 +124,18 @@ def judge(trajectory: Trajectory, case: Case, spec=None, *, state: bool = True) 
     spec = case.spec if spec is None else spec
     return compare(trajectory, reference_trajectory(spec, case),
                    floor_trajectories(spec, case), state=state)
+
+
+def assert_planted_deviation_fails(cases, case_id: str, planted: str) -> None:
+    """In the case ``case_id`` of ``cases``, the float32 reference passes and the spec's
+    alternative whose description starts with ``planted`` (a knob turned,
+    ``Spec.alternatives``) fails: the case tells that knob apart."""
+    case = next(c for c in cases if c.id == case_id)
+    wrong = next(alt for desc, alt in case.spec.alternatives() if desc.startswith(planted))
+    oracle = reference_trajectory(case.spec, case)
+    floors = floor_trajectories(case.spec, case)
+    assert compare(floors[0], oracle, floors).passed
+    assert not compare(reference_trajectory(wrong, case), oracle, floors).passed
 
 
 def record(step, read, case: Case, steps: int | None = None) -> Trajectory:

@@ -5,6 +5,7 @@ The backends: test_algorithms.py."""
 
 import numpy as np
 import pytest
+from support import assert_planted_deviation_fails
 
 import unified_opt as uo
 from unified_opt.conformance.cases import communication
@@ -161,13 +162,4 @@ def test_the_spec_round_trips_through_json():
 
 def test_a_planted_deviation_fails_its_case():
     """The default case tells use_nesterov apart."""
-    from unified_opt.conformance.compare import compare
-    from unified_opt.conformance.trajectory import floor_trajectories, reference_trajectory
-
-    case = next(c for c in communication.cases() if c.id == "dgc_default")
-    wrong = next(alt for desc, alt in case.spec.alternatives()
-                 if desc.startswith("use_nesterov"))
-    oracle = reference_trajectory(case.spec, case)
-    floors = floor_trajectories(case.spec, case)
-    assert compare(floors[0], oracle, floors).passed
-    assert not compare(reference_trajectory(wrong, case), oracle, floors).passed
+    assert_planted_deviation_fails(communication.cases(), "dgc_default", "use_nesterov")

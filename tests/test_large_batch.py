@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from support import assert_planted_deviation_fails
 
 import unified_opt as uo
 from unified_opt.conformance.cases import large_batch
@@ -163,16 +164,5 @@ PLANTED = {"lamb_no_decay_is_adam": "always_adapt", "lamb_no_bias_correction_cla
 
 @pytest.mark.parametrize("case_id, planted", sorted(PLANTED.items()))
 def test_a_planted_deviation_fails_its_case(case_id, planted):
-    _planted(large_batch.cases(), case_id, planted)
+    assert_planted_deviation_fails(large_batch.cases(), case_id, planted)
 
-
-def _planted(cases, case_id, planted):
-    from unified_opt.conformance.compare import compare
-    from unified_opt.conformance.trajectory import floor_trajectories, reference_trajectory
-
-    case = next(c for c in cases if c.id == case_id)
-    wrong = next(alt for desc, alt in case.spec.alternatives() if desc.startswith(planted))
-    oracle = reference_trajectory(case.spec, case)
-    floors = floor_trajectories(case.spec, case)
-    assert compare(floors[0], oracle, floors).passed
-    assert not compare(reference_trajectory(wrong, case), oracle, floors).passed

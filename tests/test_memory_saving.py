@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from support import assert_planted_deviation_fails
 
 import unified_opt as uo
 from unified_opt.conformance.cases import memory_saving
@@ -173,16 +174,5 @@ PLANTED = {"adafactor_eps1_clamp": "eps_mode", "adafactor_relative_step_cap": "r
 
 @pytest.mark.parametrize("case_id, planted", sorted(PLANTED.items()))
 def test_a_planted_deviation_fails_its_case(case_id, planted):
-    _planted(memory_saving.cases(), case_id, planted)
+    assert_planted_deviation_fails(memory_saving.cases(), case_id, planted)
 
-
-def _planted(cases, case_id, planted):
-    from unified_opt.conformance.compare import compare
-    from unified_opt.conformance.trajectory import floor_trajectories, reference_trajectory
-
-    case = next(c for c in cases if c.id == case_id)
-    wrong = next(alt for desc, alt in case.spec.alternatives() if desc.startswith(planted))
-    oracle = reference_trajectory(case.spec, case)
-    floors = floor_trajectories(case.spec, case)
-    assert compare(floors[0], oracle, floors).passed
-    assert not compare(reference_trajectory(wrong, case), oracle, floors).passed

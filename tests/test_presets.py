@@ -54,7 +54,7 @@ CASES = [
      dict(lr=0.01, eps=1e-3, amsgrad=True), "amsgrad=True is ignored"),
     ("ms-exp-adamw", "mindspore.experimental.optim.AdamW",
      dict(lr=0.01, eps=1e-3, weight_decay=0.1, amsgrad=True), None),
-    # the rest of the catalogue (eps large enough that its placement matters)
+    # the other presets (eps large enough that its placement matters)
     ("torch-nadam", "torch.optim.NAdam", dict(lr=0.01, eps=1e-3, weight_decay=0.1,
                                               decoupled_weight_decay=True), None),
     ("torch-radam", "torch.optim.RAdam", dict(lr=0.01, eps=1e-3, weight_decay=0.01), None),

@@ -249,11 +249,3 @@ class Backend:
     def plateau_scheduler(self, optimizer, rule, record: BuildRecord, monitor: str | None):
         """The framework's own plateau scheduler for ``optimizer`` computing ``rule``."""
         raise NotImplementedError
-
-
-def unmet_rows(backend: Backend, spec: Spec, context: Context | None = None) -> dict:
-    """Native class -> unmet conditions, for every row of ``spec``'s algorithm."""
-    context = Context() if context is None else context
-    return {cls.name: lowering.unmet(spec) + [c.text for c in backend.around(
-        cls, lowering, spec, context) if not holds(c, spec)]
-            for cls, lowering in backend.rows(spec.name)}

@@ -1,6 +1,6 @@
 """Conformance cases of the communication-compressing optimizer: dgc_momentum. DGC runs
 at world size 1 here (the exchange is the identity); its multi-worker behaviour is
-tested against the simulated workers of the reference (tests/test_dgc.py)."""
+tested against the simulated workers of the reference (tests/test_communication.py)."""
 
 from __future__ import annotations
 
