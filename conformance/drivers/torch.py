@@ -1,16 +1,21 @@
 """Conformance driver for torch: backward-style ``p.grad``, ``step``, ``zero_grad``,
 then ``scheduler.step()``. A native optimizer built by hand takes its parameters first,
 its scheduler is built on it, and ``before_step`` functions (``clip_grad_norm_``) run
-between the gradients and the step."""
+between the gradients and the step. Loading it runs the backend's
+:func:`~unified_opt.backends.torch.ops.warm_up_cpu_sqrt` (a race in torch's first CPU
+``sqrt`` of a process), also before a native optimizer built by hand."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from unified_opt.backends.torch.ops import warm_up_cpu_sqrt
 from unified_opt.native import import_native
 
 from .base import Driver
+
+warm_up_cpu_sqrt()
 
 
 class TorchDriver(Driver):
