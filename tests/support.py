@@ -33,7 +33,7 @@ from unified_opt.conformance.verdict import References, verdict
 
 __all__ = ["DENSE_PARAMS", "FLAT_PARAMS", "LOOP_PARAMS", "PARAMS", "SMALL_PARAMS", "Run",
            "assert_passes", "assert_planted_deviation_fails", "case_of", "follow",
-           "installed_frameworks", "judge", "record", "worker_runs"]
+           "installed_frameworks", "judge", "record", "reference_steps", "worker_runs"]
 
 #: the conformance parameters of at most two dimensions (a peer library that fails on
 #: 3-D tensors)
@@ -124,6 +124,17 @@ def judge(trajectory: Trajectory, case: Case, spec=None, *, state: bool = True) 
     spec = case.spec if spec is None else spec
     return compare(trajectory, reference_trajectory(spec, case),
                    floor_trajectories(spec, case), state=state)
+
+
+def reference_steps(spec, params, grads, steps=1):
+    """The float64 oracle of ``spec`` from ``params`` after ``steps`` steps of the same
+    ``grads`` (name -> nested lists or arrays): for updates worked out by hand."""
+    import unified_opt as uo
+
+    ref = uo.reference(spec, {k: np.asarray(v, dtype=float) for k, v in params.items()})
+    for _ in range(steps):
+        ref.step({k: np.asarray(v, dtype=float) for k, v in grads.items()})
+    return ref
 
 
 def assert_planted_deviation_fails(cases, case_id: str, planted: str) -> None:

@@ -7,18 +7,10 @@ import math
 
 import numpy as np
 import pytest
-from support import assert_planted_deviation_fails
+from support import assert_planted_deviation_fails, reference_steps
 
 import unified_opt as uo
 from unified_opt.conformance.cases import large_batch
-
-
-def one_step(spec, params, grads, steps=1):
-    ref = uo.reference(spec, {k: np.asarray(v, dtype=float) for k, v in params.items()})
-    for _ in range(steps):
-        ref.step({k: np.asarray(v, dtype=float) for k, v in grads.items()})
-    return ref
-
 
 P, G = [3.0, 4.0], [2.0, -1.0]          # ||p|| = 5; after step 1, m_hat = g, v_hat = g^2
 
@@ -26,47 +18,48 @@ P, G = [3.0, 4.0], [2.0, -1.0]          # ||p|| = 5; after step 1, m_hat = g, v_
 # -- lamb ---------------------------------------------------------------------------
 def test_lamb_paper_step_is_the_trust_ratio_times_adam_plus_decay():
     # r = m_hat / sqrt(v_hat) = sign(g) = (1, -1); u = r + 0.5 p = (2.5, 1)
-    ref = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5), {"p": P}, {"p": G})
+    ref = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5), {"p": P}, {"p": G})
     ratio = 5.0 / math.sqrt(2.5 ** 2 + 1.0)
     np.testing.assert_allclose(ref.params["p"], [3 - 0.1 * ratio * 2.5, 4 - 0.1 * ratio * 1.0],
                                rtol=1e-14)
 
 
 def test_lamb_without_decay_is_adam_unless_always_adapt():
-    plain = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0), {"p": P}, {"p": G})
+    plain = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0), {"p": P}, {"p": G})
     np.testing.assert_allclose(plain.params["p"], [2.9, 4.1], rtol=1e-14)
-    adapted = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0, always_adapt=True),
-                       {"p": P}, {"p": G})
+    adapted = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0, always_adapt=True),
+                              {"p": P}, {"p": G})
     step = 0.1 * 5.0 / math.sqrt(2.0)
     np.testing.assert_allclose(adapted.params["p"], [3 - step, 4 + step], rtol=1e-14)
 
 
 def test_lamb_clamp_trust_eps_and_the_zero_norm_rule():
     u_norm = math.sqrt(2.5 ** 2 + 1.0)
-    clamped = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5, weight_norm_clamp=2.0),
-                       {"p": P}, {"p": G})
+    clamped = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5, weight_norm_clamp=2.0),
+                              {"p": P}, {"p": G})
     np.testing.assert_allclose(clamped.params["p"][0], 3 - 0.1 * 2.0 / u_norm * 2.5, rtol=1e-14)
-    eps = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5, trust_eps=1.0), {"p": P}, {"p": G})
+    eps = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5, trust_eps=1.0),
+                          {"p": P}, {"p": G})
     np.testing.assert_allclose(eps.params["p"][0], 3 - 0.1 * 5.0 / (u_norm + 1) * 2.5, rtol=1e-14)
-    zero = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5), {"p": [0.0, 0.0]}, {"p": G})
+    zero = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5), {"p": [0.0, 0.0]}, {"p": G})
     np.testing.assert_allclose(zero.params["p"], [-0.1, 0.1], rtol=1e-14)   # ratio 1
 
 
 def test_lamb_bias_correction_forms():
     # uncorrected at step 1: m / sqrt(v) = 0.1 g / sqrt(0.001 g^2) = sqrt(10) sign(g)
-    none = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0, bias_correction="none"),
-                    {"p": P}, {"p": G})
+    none = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0, bias_correction="none"),
+                           {"p": P}, {"p": G})
     np.testing.assert_allclose(none.params["p"], [3 - 0.1 * math.sqrt(10), 4 + 0.1 * math.sqrt(10)],
                                rtol=1e-14)
-    step = one_step(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0, bias_correction="step"),
-                    {"p": P}, {"p": G})
+    step = reference_steps(uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.0, bias_correction="step"),
+                           {"p": P}, {"p": G})
     factor = 0.1 * math.sqrt(1 - 0.999) / (1 - 0.9) * math.sqrt(10)
     np.testing.assert_allclose(step.params["p"], [3 - factor, 4 + factor], rtol=1e-12)
 
 
 def test_lamb_no_decay_names_drop_decay_and_with_it_the_ratio():
     spec = uo.Lamb(lr=0.1, eps=0.0, weight_decay=0.5, no_decay_names=("*bias*",))
-    ref = one_step(spec, {"w": P, "bias": P}, {"w": G, "bias": G})
+    ref = reference_steps(spec, {"w": P, "bias": P}, {"w": G, "bias": G})
     np.testing.assert_allclose(ref.params["bias"], [2.9, 4.1], rtol=1e-14)
     assert abs(ref.params["w"][0] - 2.9) > 1e-3
     with pytest.raises(ValueError, match="no_decay_names"):
@@ -79,7 +72,7 @@ LP, LG = [3.0, 4.0], [0.6, 0.8]          # ||p|| = 5, ||g|| = 1
 
 def test_lars_paddle_step_keeps_the_lr_in_the_velocity():
     spec = uo.LARS(lr=0.5, momentum=0.9, weight_decay=0.1, trust_coefficient=0.01)
-    ref = one_step(spec, {"p": LP}, {"p": LG}, steps=2)
+    ref = reference_steps(spec, {"p": LP}, {"p": LG}, steps=2)
     # step 1: ratio = 0.01 * 5 / (1 + 0.1 * 5) = 1/30; d = (g + 0.1 p) / 30 = (0.03, 0.04)
     v1 = 0.5 * np.array([0.03, 0.04])
     p1 = np.array(LP) - v1
@@ -98,7 +91,7 @@ def test_lars_paddle_step_keeps_the_lr_in_the_velocity():
 def test_lars_zero_gradient_norm_rules(rule, direction):
     spec = uo.LARS(lr=0.5, momentum=0.9, weight_decay=0.1, trust_coefficient=0.01,
                    zero_norm_rule=rule)
-    ref = one_step(spec, {"p": LP}, {"p": [0.0, 0.0]})
+    ref = reference_steps(spec, {"p": LP}, {"p": [0.0, 0.0]})
     np.testing.assert_allclose(ref.params["p"], np.array(LP) - 0.5 * np.array(direction),
                                rtol=1e-14)
 
@@ -106,12 +99,12 @@ def test_lars_zero_gradient_norm_rules(rule, direction):
 def test_lars_clip_exclusions_and_outside_lr():
     clip = uo.LARS(lr=0.5, momentum=0.9, weight_decay=0.1, trust_coefficient=0.6, clip=True,
                    lr_placement="outside")
-    ref = one_step(clip, {"p": LP}, {"p": LG})   # ratio 0.6 * 5 / 1.5 = 2; / lr = 4 -> 1
+    ref = reference_steps(clip, {"p": LP}, {"p": LG})   # ratio 0.6 * 5 / 1.5 = 2; / lr = 4 -> 1
     np.testing.assert_allclose(ref.params["p"], np.array(LP) - 0.5 * np.array([0.9, 1.2]),
                                rtol=1e-14)
     spec = uo.LARS(lr=0.5, momentum=0.9, weight_decay=0.1, trust_coefficient=0.01,
                    exclude_names=("*bias*",), exclude_1d=True)
-    ref = one_step(spec, {"bias": [[3.0, 4.0]], "v": LP}, {"bias": [LG], "v": LG})
+    ref = reference_steps(spec, {"bias": [[3.0, 4.0]], "v": LP}, {"bias": [LG], "v": LG})
     np.testing.assert_allclose(ref.params["bias"], [[3 - 0.3, 4 - 0.4]], rtol=1e-14)
     np.testing.assert_allclose(ref.params["v"], [3 - 0.3, 4 - 0.4], rtol=1e-14)
 

@@ -8,18 +8,10 @@ import math
 
 import numpy as np
 import pytest
-from support import assert_planted_deviation_fails
+from support import assert_planted_deviation_fails, reference_steps
 
 import unified_opt as uo
 from unified_opt.conformance.cases import memory_saving
-
-
-def one_step(spec, params, grads, steps=1):
-    ref = uo.reference(spec, {k: np.asarray(v, dtype=float) for k, v in params.items()})
-    for _ in range(steps):
-        ref.step({k: np.asarray(v, dtype=float) for k, v in grads.items()})
-    return ref
-
 
 P, G = [3.0, 4.0], [2.0, -1.0]          # ||p|| = 5; after step 1, m_hat = g, v_hat = g^2
 
@@ -35,7 +27,7 @@ def test_adafactor_torch_form_first_step_by_hand():
     u = np.array(WG) / np.sqrt(v)
     u = u / max(1.0, np.sqrt(np.mean(u * u)))
     alpha = 0.01 * math.sqrt(7.5)                 # min(lr, 1/sqrt(1)) * RMS(p)
-    ref = one_step(uo.Adafactor(lr=0.01), {"w": W}, {"w": WG})
+    ref = reference_steps(uo.Adafactor(lr=0.01), {"w": W}, {"w": WG})
     np.testing.assert_allclose(ref.params["w"], np.array(W) - alpha * u, rtol=1e-14)
     np.testing.assert_allclose(ref.state["w"]["exp_avg_sq_row"], [[0.5], [2.0]], rtol=1e-14)
     np.testing.assert_allclose(ref.state["w"]["exp_avg_sq_col"], [[0.5, 2.0]], rtol=1e-14)
@@ -44,11 +36,11 @@ def test_adafactor_torch_form_first_step_by_hand():
 def test_adafactor_vector_decay_forms_and_first_moment():
     # 1-D: V = g^2 at step 1, so U = sign(g), RMS 1 (no clipping)
     alpha = 0.01 * math.sqrt(12.5)
-    raw = one_step(uo.Adafactor(lr=0.01, weight_decay=0.5), {"p": P}, {"p": [1.0, 2.0]})
+    raw = reference_steps(uo.Adafactor(lr=0.01, weight_decay=0.5), {"p": P}, {"p": [1.0, 2.0]})
     np.testing.assert_allclose(raw.params["p"], np.array(P) * (1 - 0.005) - alpha, rtol=1e-14)
     hf = uo.Adafactor(lr=0.01, weight_decay=0.5, decay_lr="scaled", beta1=0.9, eps_mode="add",
                       eps=(1e-30, 1e-3))
-    scaled = one_step(hf, {"p": P}, {"p": [1.0, 2.0]})
+    scaled = reference_steps(hf, {"p": P}, {"p": [1.0, 2.0]})
     np.testing.assert_allclose(scaled.params["p"], np.array(P) * (1 - 0.5 * alpha) - 0.1 * alpha,
                                rtol=1e-12)
     np.testing.assert_allclose(scaled.state["p"]["exp_avg"], [0.1 * alpha] * 2, rtol=1e-12)
@@ -56,12 +48,12 @@ def test_adafactor_vector_decay_forms_and_first_moment():
 
 def test_adafactor_relative_step_beta2_schedule_and_clamp():
     spec = uo.Adafactor(lr=0.9, scale_parameter=False)          # rho = min(0.9, 1/sqrt(t))
-    ref = one_step(spec, {"p": [0.0]}, {"p": [1.0]}, steps=4)
+    ref = reference_steps(spec, {"p": [0.0]}, {"p": [1.0]}, steps=4)
     # g = 1 every step: V stays 1 whatever beta2_t, so each step moves by rho_t
     np.testing.assert_allclose(ref.params["p"], [-(0.9 + 1 / math.sqrt(2) + 1 / math.sqrt(3)
                                                     + 0.5)], rtol=1e-14)
-    clamp = one_step(uo.Adafactor(lr=0.01, eps=(0.5, 1e-3), scale_parameter=False),
-                     {"p": [0.0, 0.0]}, {"p": [0.1, 2.0]})
+    clamp = reference_steps(uo.Adafactor(lr=0.01, eps=(0.5, 1e-3), scale_parameter=False),
+                            {"p": [0.0, 0.0]}, {"p": [0.1, 2.0]})
     # V = max(g^2, eps1^2) = (0.25, 4): U = (0.2, 1), RMS = sqrt(0.52) < 1: not clipped
     np.testing.assert_allclose(clamp.params["p"], [-0.002, -0.01], rtol=1e-14)
 
@@ -69,7 +61,7 @@ def test_adafactor_relative_step_beta2_schedule_and_clamp():
 # -- came ---------------------------------------------------------------------------
 def test_came_vector_parameter_has_no_confidence_term():
     spec = uo.CAME(lr=0.1, betas=(0.9, 0.999, 0.9999), eps=(0.0, 1e-16))
-    ref = one_step(spec, {"p": P}, {"p": G})
+    ref = reference_steps(spec, {"p": P}, {"p": G})
     # V = g^2 at step 1 -> U = sign(g); m = 0.1 U; p -= lr m
     np.testing.assert_allclose(ref.params["p"], [3 - 0.01, 4 + 0.01], rtol=1e-14)
 
@@ -77,7 +69,7 @@ def test_came_vector_parameter_has_no_confidence_term():
 def test_came_matrix_step_by_hand():
     beta1, beta3, eps2 = 0.9, 0.99, 1e-3
     spec = uo.CAME(lr=0.1, betas=(beta1, 0.999, beta3), eps=(0.0, eps2), weight_decay=0.5)
-    ref = one_step(spec, {"w": W}, {"w": WG})
+    ref = reference_steps(spec, {"w": W}, {"w": WG})
     u = np.array(WG) / np.sqrt(np.array([[0.25, 1.0], [1.0, 4.0]]) / 1.25)
     u = u / max(1.0, np.sqrt(np.mean(u * u)))
     m = (1 - beta1) * u
@@ -93,7 +85,7 @@ def test_came_matrix_step_by_hand():
 def test_came_mindformers_form_uses_the_beta2_schedule_and_scale():
     spec = uo.preset("mindformers.core.Came", learning_rate=0.1, scale_parameter=True,
                      eps=(0.0, 1e-3, 1e-16))
-    ref = one_step(spec, {"p": P}, {"p": G}, steps=2)
+    ref = reference_steps(spec, {"p": P}, {"p": G}, steps=2)
     # beta2_1 = 0: V = g^2; beta2_2 = 1 - 2^-0.8; same g: V stays g^2, U = sign(g)
     rms1 = math.sqrt(12.5)
     p1 = np.array(P) - 0.1 * rms1 * 0.1 * np.array([1.0, -1.0])
