@@ -55,9 +55,14 @@ class Comparison:
     failure: str | None = None                  # "ratio", "nonfinite", "missing", "shape", "steps"
     detail: str = ""
     per_quantity: dict[str, float] = field(default_factory=dict)   # worst ratio per quantity
+    #: per quantity, error/floor at every step (inf where non-finite positions differ);
+    #: for plots, not part of :meth:`to_dict`
+    series: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("series")
+        return out
 
 
 def _nonfinite_mismatch(b: np.ndarray, o: np.ndarray, tolerate_finite: bool = False
@@ -108,10 +113,11 @@ def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float
 
 def compare(backend: Trajectory, oracle: Trajectory, float32, *,
             k: float = K, ulps: float = ULPS, tolerate_finite: bool = False,
-            state: bool = True) -> Comparison:
+            state: bool = True, lr: bool = True) -> Comparison:
     """Does ``backend`` follow ``oracle`` within ``k`` times the float32 noise floor?
     ``float32``: the float32 reference trajectory, or a list of them (see the module);
-    ``state=False``: the lr and the parameters only."""
+    ``state=False``: the lr and the parameters only; ``lr=False``: not the lr (an
+    optimizer whose lr cannot be read: its effect shows in the parameters)."""
     if backend.steps != oracle.steps:
         return Comparison(False, float("inf"), failure="steps", first_failing_step=
                           backend.steps + 1 if backend.steps < oracle.steps else None,
@@ -122,7 +128,7 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
     out = Comparison(True)
     first = (np.inf, "", "", "")               # (step, quantity, failure, detail)
     for name, expected in oracle.quantities().items():
-        if not state and name.startswith("state:"):
+        if (not state and name.startswith("state:")) or (not lr and name == "lr"):
             continue
         if name not in got:
             first = min(first, (1, name, "missing", f"{name} not reported by the backend"))
@@ -138,6 +144,7 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
             tolerate_finite=tolerate_finite)
         worst = int(np.argmax(ratio))
         out.per_quantity[name] = float(ratio[worst])
+        out.series[name] = np.where(nonfinite, np.inf, ratio)
         if ratio[worst] > out.worst_ratio or out.worst_quantity is None:
             out.worst_ratio, out.worst_quantity, out.worst_step = (float(ratio[worst]), name,
                                                                    worst + 1)
