@@ -9,7 +9,11 @@ and makes its trajectory from the numpy reference, changing only what goes in:
   clipping (the spec's order is clip, then decay: Paddle's, and the usual torch loop's);
 * ``schedule_counts_skipped``: a step skipped for non-finite gradients still advanced
   the lr schedule (torch's and Paddle's ``scheduler.step()`` after a skipped step);
-* ``without_groups``: the parameter groups ignored.
+* ``without_groups``: the parameter groups ignored;
+* ``momentum_before_decay``: SGD's momentum run on the bare gradient and the coupled
+  decay added to its output, ``p -= lr * (buf(g) + wd * p)``, where the spec (torch's
+  ``SGD``, Paddle's ``Momentum``) puts the decay into the gradient the momentum
+  accumulates (:func:`momentum_before_decay_applies` says where it is a candidate).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from unified_opt.schedules import Schedule
 
 from .trajectory import run
 
-KINDS = ("decay_before_clip", "schedule_counts_skipped", "without_groups")
+KINDS = ("decay_before_clip", "schedule_counts_skipped", "without_groups",
+         "momentum_before_decay")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +112,33 @@ class Deviation:
                      for n, plan in zip(names, plans)}
             return ref.step(moved)
         return _run(ref, case, spec, step)
+
+
+    def _momentum_before_decay(self, case, dtype):
+        """The reference without decay, then ``lr * wd * p`` (``p`` before the step)."""
+        spec = self.spec
+        if not momentum_before_decay_applies(spec, case):
+            raise ValueError("Deviation: momentum_before_decay needs an SGD spec with "
+                             "momentum, a constant coupled weight decay, no maximize, no "
+                             f"no_decay_names and no groups, got {spec}")
+        ref = uo.reference(spec.replace(weight_decay=0.0), case.initial_params(), dtype=dtype)
+
+        def step(grads):
+            before = {n: p.copy() for n, p in ref.params.items()}
+            lr = ref.step(grads)
+            for n, p in before.items():
+                ref.params[n] = (ref.params[n] - lr * spec.weight_decay * p).astype(p.dtype)
+            return lr
+        return _run(ref, case, spec, step)
+
+
+def momentum_before_decay_applies(spec, case=None) -> bool:
+    """Is :class:`Deviation` ``momentum_before_decay`` a candidate for ``spec`` (and
+    ``case``): an SGD with momentum and a constant coupled decay on every parameter."""
+    decay = getattr(spec, "weight_decay", None)
+    return (isinstance(spec, uo.Spec) and spec.name == "sgd" and spec.momentum != 0.0
+            and isinstance(decay, float) and decay > 0.0 and not spec.maximize
+            and not spec.no_decay_names and (case is None or not case.groups))
 
 
 def _run(ref, case, spec, step=None):

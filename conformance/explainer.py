@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import unified_opt as uo
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.schedules import Schedule
 
 from .compare import ULPS, K, compare
-from .deviations import Deviation, coupled_decay_sign
+from .deviations import Deviation, coupled_decay_sign, momentum_before_decay_applies
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 
 
@@ -75,6 +76,10 @@ def loop_variants(spec, case=None) -> list[tuple[str, object]]:
     if spec.grad_clip is not None and coupled_decay_sign(spec) is not None:
         out.append(("weight decay before the clipping (clip, then decay expected)",
                     Deviation(spec, "decay_before_clip")))
+    if momentum_before_decay_applies(spec, case):
+        out.append(("the momentum applied before the weight decay (decay added to the "
+                    "momentum's output, not to the gradient)",
+                    Deviation(spec, "momentum_before_decay")))
     if spec.loss_scale != 1.0:
         out.append(("loss_scale=1 (gradients not unscaled)", spec.replace(loss_scale=1.0)))
         if isinstance(decay, float) and decay > 0.0:
@@ -129,34 +134,50 @@ def _pairs(spec, case=None) -> list[tuple[str, object]]:
 
 
 def matching(trajectory: Trajectory, case, candidates, *, k: float = K, ulps: float = ULPS,
-             reference=reference_trajectory, state: bool = True) -> list[str]:
+             reference=reference_trajectory, state: bool = True, lr: bool = True) -> list[str]:
     """Descriptions of the candidate specs whose reference ``trajectory`` passes against.
     ``reference(spec, case, dtype)`` makes (or looks up) a reference trajectory;
-    ``state=False``: compared on the lr and the parameters (:func:`.compare.compare`)."""
+    ``state=False``: compared on the lr and the parameters, ``lr=False``: not on the lr
+    (:func:`.compare.compare`)."""
     found = []
     for description, spec in candidates:
-        oracle = reference(spec, case, "float64")
+        try:
+            oracle = reference(spec, case, "float64")
+        except (TypeError, ValueError):     # a variant this case cannot run is no candidate
+            continue
         floors = floor_trajectories(spec, case, reference)
-        if compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state).passed:
+        if compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state, lr=lr).passed:
             found.append(description)
     return found
 
 
+def knob_text(description: str, spec) -> str:
+    """``description`` of a matching variant said against ``spec``: a knob written as
+    ``field=value`` gets the spec's own value, "eps_placement='inside' follows this
+    optimizer; the spec has 'outside'"."""
+    field, sep, _ = description.partition("=")
+    field = field.strip()
+    known = isinstance(spec, uo.Spec) and field in {f.name for f in dataclasses.fields(spec)}
+    if sep and field.isidentifier() and known:
+        return f"{description} follows this optimizer; the spec has {getattr(spec, field)!r}"
+    return f"{description} follows this optimizer"
+
+
 def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
                     ulps: float = ULPS, reference=reference_trajectory,
-                    state: bool = True) -> dict:
+                    state: bool = True, lr: bool = True) -> dict:
     """``{"matches": [...], "text": "..."}`` for a trajectory that failed ``spec``
-    (default ``case.spec``); ``state=False`` for a run that recorded no state."""
+    (default ``case.spec``); ``state=False`` for a run that recorded no state,
+    ``lr=False`` for one whose lr could not be read."""
     spec = case.spec if spec is None else spec
     if trajectory.steps != case.steps:
         return {"matches": [], "text": "incomplete trajectory: nothing to explain"}
-    found = matching(trajectory, case, variants(spec, case), k=k, ulps=ulps,
-                     reference=reference, state=state)
+    options = dict(k=k, ulps=ulps, reference=reference, state=state, lr=lr)
+    found = matching(trajectory, case, variants(spec, case), **options)
     if not found:
-        found = matching(trajectory, case, _pairs(spec, case), k=k, ulps=ulps,
-                         reference=reference, state=state)
+        found = matching(trajectory, case, _pairs(spec, case), **options)
     if found:
-        text = "matches with " + "; or with ".join(found)
+        text = "; or ".join(knob_text(d, spec) for d in found)
     else:
         text = "matches no known variant of the spec"
     return {"matches": found, "text": text}

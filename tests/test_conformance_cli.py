@@ -87,9 +87,10 @@ def test_failures_and_errors_reach_the_reports(tmp_path):
     assert report["summary"] == {"total": 2, "pass": 0, "fail": 1, "error": 1, "known": 0}
     root = ET.fromstring(junit(report))
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("2", "1", "1")
-    assert root.find(".//failure").get("message").endswith("matches with bias_correction=False")
+    assert root.find(".//failure").get("message").endswith(
+        "bias_correction=False follows this optimizer; the spec has True")
     md = markdown(report)
-    assert "| planted | FAIL" in md and "matches with bias_correction=False" in md
+    assert "| planted | FAIL" in md and "bias_correction=False follows this optimizer" in md
     json.dumps(report, allow_nan=False)
 
 
