@@ -56,13 +56,15 @@ def decision_dict(decision) -> dict | None:
 
 
 def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, decision,
-            error: str | None, references: References) -> dict:
+            error: str | None, references: References, *, state: bool | None = None,
+            lr: bool = True) -> dict:
     """The result of one run (``status`` "pass", "fail" or "error"), as the reports hold
     it. A native class that declares how it departs from the spec under non-finite
     gradients, and fails the strict rule in a case that plants them, is compared with
     that tolerance, and the result says so (``known``). A run of a native optimizer built
     by hand (path "hand") is compared on the lr and the parameters: its state is the
-    class's own."""
+    class's own. ``state`` (default: not for "hand") and ``lr`` say what else is
+    compared (``unified-opt check``: what could be read from a user's optimizer)."""
     result = {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
               "status": None, "lowering": decision_dict(decision), "comparison": None,
               "explanation": None, "error": None, "known": None}
@@ -74,17 +76,20 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
     except (TypeError, ValueError) as exc:   # e.g. --steps past a OneCycle's total_steps
         return {**result, "status": "error", "error": f"the reference cannot run this case: "
                                                       f"{type(exc).__name__}: {exc}"}
-    state = path != HAND          # a native optimizer built by hand: lr and parameters
-    comparison = compare(trajectory, oracle, floors, state=state)
+    if state is None:             # a native optimizer built by hand: lr and parameters
+        state = path != HAND
+    comparison = compare(trajectory, oracle, floors, state=state, lr=lr)
     departs = (decision is not None and decision.native_class is not None
                and decision.native_class.nonfinite)
     if not comparison.passed and case.nonfinite_steps and departs:
-        tolerant = compare(trajectory, oracle, floors, tolerate_finite=True, state=state)
+        tolerant = compare(trajectory, oracle, floors, tolerate_finite=True, state=state,
+                           lr=lr)
         if tolerant.passed:
             comparison = tolerant
             result["known"] = f"{decision.native}: {decision.native_class.nonfinite}"
     result["comparison"] = comparison.to_dict()
     if comparison.passed:
         return {**result, "status": "pass"}
-    explanation = explain_failure(trajectory, case, reference=references.of, state=state)
+    explanation = explain_failure(trajectory, case, reference=references.of, state=state,
+                                  lr=lr)
     return {**result, "status": "fail", "explanation": explanation}
