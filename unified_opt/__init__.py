@@ -41,3 +41,13 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
            "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
            "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]
+
+
+def __getattr__(name: str):
+    # ``uo.conformance`` (``uo.conformance.check``) without importing the suite with
+    # the core: it is a sibling package installed as unified_opt.conformance
+    if name == "conformance":
+        import importlib
+
+        return importlib.import_module("unified_opt.conformance")
+    raise AttributeError(f"module 'unified_opt' has no attribute {name!r}")

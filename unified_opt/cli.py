@@ -20,6 +20,15 @@ T_max=100)"``, ``grad_clip="ClipByGlobalNorm(max_norm=1.0)"``); a bare word is a
 x path, preset x backend) generated from the lowering tables as Markdown, or writes it
 to FILE (``unified-opt matrix --out docs/compatibility.md`` regenerates the committed one).
 
+``unified-opt check MODULE:FACTORY (--spec EXPR | --preset EXPR) [--backend NAME]
+[--steps N] [--out DIR]`` checks a user's optimizer (``FACTORY(params)``) against a
+spec's conformance streams (:mod:`unified_opt.conformance.checker`); exit 1 when it does
+not conform.
+
+``unified-opt report diff OLD.json NEW.json [--threshold X] [--json FILE]`` lists what
+changed between two reports (:mod:`unified_opt.conformance.report_diff`); exit 1 on a
+new failure.
+
 Exit status: 0 ok, 1 a conformance result failed, 2 a bad command line (a one-line
 message naming the argument and the value).
 """
@@ -121,7 +130,92 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_argument("--out", default=None, metavar="FILE",
                         help="write the Markdown to FILE (its directory must exist) instead "
                              "of printing it")
+    _add_check(commands)
+    _add_report(commands)
     return parser
+
+
+def _add_check(commands) -> None:
+    check = commands.add_parser(
+        "check", help="check your own optimizer against a spec's conformance streams",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Call FACTORY(params) (MODULE:FACTORY, imported; it returns an optimizer of "
+            "one framework, or an (optimizer, lr_scheduler) pair), drive it through the "
+            "spec's gradient streams (>= 50 steps each, adversarial magnitudes and "
+            "non-finite elements) and compare its parameters, lr and state (where they "
+            "can be read) with the float64 oracle under the suite's rule. Prints the "
+            "verdict, the first failing step and quantity and the knob the optimizer "
+            "follows; writes the reports with --out. Exit status 0 when it conforms, 1 "
+            "when it does not, 2 for a bad command line.", 79),
+        epilog="examples:\n  unified-opt check mypkg.optim:make_lamb --spec \"lamb(lr=1e-3)\" "
+               "--backend torch\n  unified-opt check mypkg.optim:make_lamb --preset "
+               "\"paddle.optimizer.Lamb(learning_rate=1e-3)\" --out check-report")
+    check.add_argument("factory", metavar="MODULE:FACTORY",
+                       help="a function of the parameter list returning the optimizer")
+    given = check.add_mutually_exclusive_group(required=True)
+    given.add_argument("--spec", metavar="EXPR",
+                       help="the spec it claims to compute: \"adamw(lr=1e-3, "
+                            "weight_decay=0.01)\"")
+    given.add_argument("--preset", metavar="EXPR",
+                       help="the spec as a native constructor call read through its preset: "
+                            "\"paddle.optimizer.Lamb(learning_rate=1e-3)\"")
+    check.add_argument("--backend", default=None, metavar="NAME",
+                       help="the optimizer's framework (default: the one the factory's "
+                            "module imports)")
+    check.add_argument("--steps", type=int, default=None, metavar="N",
+                       help="steps per stream (>= 50; default 50)")
+    check.add_argument("--out", default=None, metavar="DIR",
+                       help="write report.json, report.md, report.html, junit.xml to DIR")
+
+
+def _add_report(commands) -> None:
+    report = commands.add_parser("report", help="work with conformance reports (diff)",
+                                 description="Work with conformance reports.")
+    actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION")
+    diff = actions.add_parser(
+        "diff", help="what changed between two report.json files",
+        description="List new failures, fixes, worst-ratio regressions beyond --threshold, "
+                    "and results and cases added or removed between OLD and NEW. Exit "
+                    "status 1 when NEW has a failure OLD did not have, else 0 (2 for a bad "
+                    "command line or an unreadable report).")
+    diff.add_argument("old", metavar="OLD", help="the baseline report.json (e.g. main's)")
+    diff.add_argument("new", metavar="NEW", help="the report.json to judge")
+    diff.add_argument("--threshold", type=float, default=2.0, metavar="X",
+                      help="a passing result's worst ratio growing more than X times is a "
+                           "regression (default: %(default)s)")
+    diff.add_argument("--json", default=None, metavar="FILE",
+                      help="also write the diff as JSON to FILE")
+
+
+def _check(args) -> int:
+    from unified_opt.conformance.checker import check, load_factory
+    from unified_opt.expressions import parse_spec
+
+    try:
+        text = args.spec if args.spec is not None else args.preset
+        if args.preset is not None and "(" not in args.preset:
+            raise ValueError(f"--preset {args.preset!r}: write the constructor call, e.g. "
+                             "\"paddle.optimizer.Lamb(learning_rate=1e-3)\"")
+        spec = parse_spec(text)
+        factory = load_factory(args.factory)
+        result = check(factory, spec, backend=args.backend, steps=args.steps, out=args.out)
+    except (TypeError, ValueError, NotImplementedError) as error:
+        return _usage_error(args, error)
+    print(f"{args.factory} against {spec}")
+    print(result)
+    if args.out is not None:
+        print(f"reports: {args.out}/")
+    return 0 if result.passed else 1
+
+
+def _report(args) -> int:
+    from unified_opt.conformance.report_diff import main_diff
+
+    try:
+        return main_diff(args.old, args.new, args.threshold, json_out=args.json)
+    except (TypeError, ValueError, OSError) as error:
+        return _usage_error(args, error)
 
 
 def _keywords(pairs: list[str]) -> dict:
@@ -236,10 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     # key=value pairs may follow --backend, which argparse does not give to a positional
     args, extra = parser.parse_known_args(argv)
-    if args.command in ("conformance", "matrix") and extra:
+    if args.command != "explain" and extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "conformance":
         return _conformance(args)
+    if args.command == "check":
+        return _check(args)
+    if args.command == "report":
+        return _report(args)
     if args.command == "matrix":
         return _matrix(args)
     args.hyperparameters += extra

@@ -8,7 +8,10 @@ The optimizer is ``uo.build``'s, or, with ``native`` (a
 :class:`unified_opt.conformance.cases.native.Native`), the framework's own optimizer
 built by hand from its qualified class name and keyword arguments, with its lr
 scheduler stepped the framework's usual way. Such a run records the lr and the
-parameters; its decision has the path "hand"."""
+parameters; its decision has the path "hand". With ``factory`` (``unified-opt check``:
+a user's function of the parameter list that returns an optimizer, or an
+``(optimizer, lr_scheduler)`` pair), the optimizer is the factory's; its decision has
+the path "check", and its state is read where it can be mapped (:meth:`spec_state`)."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ class Driver:
 
     def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
                  options: Mapping | None = None, total_steps: int | None = None,
-                 groups=None, native: Native | None = None):
+                 groups=None, native: Native | None = None, factory=None):
         self.spec = spec
         self.names = list(arrays)
         self.total_steps = total_steps
@@ -37,7 +40,14 @@ class Driver:
                        for name, a in arrays.items()}
         self.native = native
         self.before_step: list = []
-        if native is None:
+        self.factory = factory
+        if factory is not None:
+            made = factory(list(self.params.values()))
+            self.optimizer, self.scheduler = made if isinstance(made, tuple) else (made, None)
+            self._decision = checked_decision(self.backend, spec, self.optimizer, factory)
+            self.record = BuildRecord(spec, self._decision, self.names,
+                                      list(self.params.values()), self.scheduler)
+        elif native is None:
             self.optimizer = build(spec, list(self.params.items()), path=path,
                                    options=self.build_options(options), groups=groups)
             self.record = record_of(self.optimizer)
@@ -87,7 +97,8 @@ class Driver:
         raise NotImplementedError
 
     def lr_param(self):
-        return self.params[self.native.lr_param or self.names[0]]
+        chosen = self.native.lr_param if self.native is not None else None
+        return self.params[chosen or self.names[0]]
 
     def run_before_step(self) -> None:
         for function, kwargs in self.before_step:
@@ -125,14 +136,40 @@ class Driver:
         p = self.params[name]
         if self.native is not None:
             return {}
+        if self.factory is not None:
+            return self.checked_state(p, name)
         if self.decision.path == "native":
             plan = self.record.plans[self.names.index(name)]
             return self.native_state(p, plan.spec)
         return self.optimizer.spec_state(p)
 
+    def checked_state(self, p, name: str) -> dict:
+        """The state of a factory's optimizer under the spec's state names: through the
+        class's descriptor where it is a native class; else the arrays the optimizer
+        keeps under the spec's own state names (:meth:`optimizer_state`), fixed at the
+        first step: every name or none."""
+        if self.decision.native_class is not None:
+            return self.native_state(p, self.spec)
+        held = self.optimizer_state(p)
+        if not hasattr(self, "_state_names"):
+            self._state_names = {}
+        if name not in self._state_names:
+            wanted = spec_state_shapes(self.spec, self.to_numpy(p).shape)
+            self._state_names[name] = tuple(wanted) if all(
+                k in held and self.to_numpy(held[k]).shape == shape
+                for k, shape in wanted.items()) else ()
+        return {k: held[k] for k in self._state_names[name]}
+
+    def optimizer_state(self, param) -> Mapping:
+        """A user optimizer's state of ``param`` by key (torch's ``optimizer.state``);
+        empty where the framework keeps no such mapping."""
+        return {}
+
     # -- the loop -----------------------------------------------------------------
     def step(self, grads: Mapping[str, np.ndarray]) -> float:
-        if self.native is None:
+        if self.factory is not None:
+            lr = self.checked_lr()
+        elif self.native is None:
             lr = float(self.current_lr())
         else:
             lr = float(self.native.fixed_lr if self.native.fixed_lr is not None
@@ -140,6 +177,14 @@ class Driver:
         self.apply(grads)
         self.calls += 1
         return lr
+
+    def checked_lr(self) -> float:
+        """A factory optimizer's lr for its next step, NaN where it cannot be read (then
+        the lr is not compared: its effect shows in the parameters)."""
+        try:
+            return float(self.hand_lr())
+        except Exception:   # a user's optimizer need not expose its lr the native way
+            return float("nan")
 
     def last_skipped(self) -> bool:
         """Whether the last step was skipped (``skip_nonfinite``), as the optimizer
@@ -158,6 +203,39 @@ class Driver:
         optimizer built by hand: such a run is compared on the lr and the parameters)."""
         return {n: {k: self.to_numpy(v).copy() for k, v in self.spec_state(n).items()}
                 for n in self.names}
+
+
+def spec_state_shapes(spec, shape) -> dict[str, tuple[int, ...]]:
+    """The spec's state names of a parameter of ``shape``, with their shapes (factored
+    moments have other shapes than the parameter)."""
+    from unified_opt.ops import numpy_ops
+
+    return {k: np.shape(a) for k, a in spec.init(np.zeros(shape), numpy_ops).items()}
+
+
+def checked_decision(backend: str, spec, optimizer, factory) -> Decision:
+    """The decision record of a factory's optimizer (path "check"): its class, and the
+    class's descriptor where it is a native class (its state is then mapped)."""
+    cls = type(optimizer)
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    descriptor = None
+    adapter = load(backend)
+    for candidate in {name, *(qualified for qualified in _public_names(cls))}:
+        try:
+            descriptor = adapter.native_class(candidate)
+            break
+        except KeyError:
+            continue
+    maker = getattr(factory, "__qualname__", repr(factory))
+    return Decision(backend, spec.name, "check", name, f"{name} made by {maker}",
+                    native_class=descriptor)
+
+
+def _public_names(cls) -> list[str]:
+    """Qualified names a native class is registered under: ``torch.optim.adamw.AdamW``
+    is ``torch.optim.AdamW``."""
+    parts = cls.__module__.split(".")
+    return [".".join(parts[:i] + [cls.__qualname__]) for i in range(1, len(parts))]
 
 
 def hand_decision(backend: str, spec, native: Native) -> Decision:

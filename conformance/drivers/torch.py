@@ -67,6 +67,12 @@ class TorchDriver(Driver):
     def to_numpy(self, tensor):
         return tensor.detach().cpu().numpy()
 
+    def optimizer_state(self, param):
+        """``optimizer.state[param]``'s tensors (a user's torch optimizer)."""
+        state = getattr(self.optimizer, "state", {})
+        held = state.get(param, {}) if hasattr(state, "get") else {}
+        return {k: v for k, v in held.items() if isinstance(v, torch.Tensor)}
+
 
 def array_dtype(p) -> np.dtype:
     return np.dtype(str(p.dtype).removeprefix("torch."))

@@ -1,0 +1,223 @@
+"""Check *your* optimizer against a spec: ``uo.conformance.check`` and ``unified-opt check``.
+
+``check(factory, spec)`` calls ``factory(params)`` with a list of the framework's
+parameters (torch ``nn.Parameter``, Paddle and MindSpore ``Parameter``: the suite's
+dense parameter set, 1 to 4225 elements, 1-D to 3-D, named ``w``, ``bias``,
+``ln.gamma``, ``ln.beta``, ``w3d``, ``scale``) and drives what it returns, an optimizer
+or an ``(optimizer, lr_scheduler)`` pair, the framework's usual way (torch:
+``p.grad``, ``step()``, ``zero_grad()``, ``scheduler.step()``; Paddle: ``p.grad``,
+``step()``, ``clear_grad()``, ``scheduler.step()``; MindSpore: ``opt(grads)``) through
+the spec's gradient streams: :data:`STREAMS` seeded streams of adversarial magnitudes
+(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`) and one with a NaN and
+infinities, each of ``steps`` >= 50 steps. After every step it compares, under the
+suite's rule (:mod:`.compare`), the parameters, the lr where the optimizer exposes it
+(torch ``param_groups``, Paddle and MindSpore ``get_lr()``) and the state where it can
+be mapped: a native class's through its descriptor, a torch optimizer's where
+``optimizer.state[p]`` holds the spec's own state names (``exp_avg``,
+``exp_avg_sq``, ...). A failure names the first failing step and quantity, and the
+spec knob whose other value the trajectory follows (:mod:`.explainer`).
+
+The optimizer runs in this process, on the framework it is written for: ``backend``
+names it, or the one framework this process has imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import unified_opt as uo
+from unified_opt.backend import BACKENDS
+
+from .cases import DENSE_PARAMS, MIN_STEPS, Case
+from .drivers.base import spec_state_shapes
+from .report import build_report, write_reports
+from .trajectory import Recorder
+from .verdict import References, verdict
+from .worker import drive, driver_class, framework_version
+
+#: seeded gradient streams per check, besides the one with non-finite elements
+STREAMS = 3
+#: the steps (0-based) of the non-finite stream that get a NaN or an Inf
+NONFINITE_STEPS = (5, 17, 29)
+PATH = "check"
+
+
+@dataclass
+class CheckResult:
+    """What :func:`check` found: ``passed``; ``worst_ratio`` (error/floor over every
+    step, quantity and stream); ``explanation`` (empty when it passed: the first failing
+    stream, step and quantity, and the knob the trajectory follows); ``report`` (the
+    conformance report, as ``report.json`` holds it)."""
+
+    passed: bool
+    worst_ratio: float
+    explanation: str
+    report: dict
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        s = self.report["summary"]
+        head = (f"{'PASS' if self.passed else 'FAIL'}: {s['pass']} of {s['total']} streams "
+                f"pass, worst error/floor {self.worst_ratio:.3g}")
+        return head + (f"\n{self.explanation}" if self.explanation else "")
+
+
+def check_cases(spec: uo.Spec, steps: int | None = None) -> list[Case]:
+    """The cases a check runs: :data:`STREAMS` seeded streams and a non-finite one."""
+    steps = MIN_STEPS if steps is None else steps
+    cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=DENSE_PARAMS, steps=steps,
+                  description=f"gradient stream {i} of adversarial magnitudes")
+             for i in range(STREAMS)]
+    cases.append(Case(id=f"check_{spec.name}_nonfinite", spec=spec, params=DENSE_PARAMS,
+                      steps=steps, nonfinite_steps=NONFINITE_STEPS,
+                      description="a stream with +inf, NaN and -inf elements"))
+    return cases
+
+
+def _spec_of(spec) -> uo.Spec:
+    if isinstance(spec, str):
+        from unified_opt.expressions import parse_spec
+
+        return parse_spec(spec)
+    if not isinstance(spec, uo.Spec):
+        raise TypeError(f"check: spec must be a unified_opt spec (uo.Adam(...)) or a spec "
+                        f"expression string, got {spec!r}")
+    if spec.skip_nonfinite:
+        raise ValueError("check: skip_nonfinite=True cannot be checked on a user's "
+                         "optimizer: nothing reports which steps it skipped; check the spec "
+                         "without it")
+    return spec
+
+
+def _backend_of(backend: str | None) -> str:
+    if backend is not None:
+        if not isinstance(backend, str):
+            raise TypeError(f"check: backend must be a str, got {backend!r}")
+        if backend not in BACKENDS:
+            raise ValueError(f"check: backend must be one of {BACKENDS}, got {backend!r}")
+        return backend
+    imported = [b for b in BACKENDS if b in sys.modules]
+    if len(imported) != 1:
+        raise ValueError(f"check: backend=None needs exactly one framework imported in this "
+                         f"process, found {imported or 'none'}; give backend= one of "
+                         f"{BACKENDS}")
+    return imported[0]
+
+
+def check(factory: Callable, spec, backend: str | None = None, steps: int | None = None, *,
+          out: str | Path | None = None) -> CheckResult:
+    """Run ``factory``'s optimizer through ``spec``'s conformance streams (module doc).
+
+    ``steps``: per stream (default and minimum 50); ``out``: a directory to write the
+    reports into (report.json, report.md, junit.xml and the others of
+    :func:`.report.write_reports`)."""
+    if not callable(factory):
+        raise TypeError(f"check: factory must be callable (params -> optimizer), got "
+                        f"{factory!r}")
+    spec = _spec_of(spec)
+    backend = _backend_of(backend)
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
+        raise TypeError(f"check: steps must be an int, got {steps!r}")
+    if steps is not None and steps < MIN_STEPS:
+        raise ValueError(f"check: steps must be >= {MIN_STEPS}, got {steps}")
+    cases = check_cases(spec, steps)
+    driver_cls = driver_class(backend)
+    started = time.perf_counter()
+    results = [_run(driver_cls, backend, case, factory) for case in cases]
+    worker = {"exit_code": 0, "seconds": round(time.perf_counter() - started, 2),
+              "framework_version": framework_version(backend), "error": None,
+              "python": sys.version.split()[0], "platform": platform.platform()}
+    report = build_report(cases, [backend], {backend: worker}, results)
+    report["unexercised_lowering_rows"] = {backend: []}   # no uo.build lowering ran
+    report["checked"] = {"factory": _name(factory), "spec": spec.to_json()}
+    if out is not None:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        write_reports(report, out)
+    ratios = [r["comparison"]["worst_ratio"] for r in results if r["comparison"]]
+    worst = max((float("inf") if x is None else x for x in ratios), default=float("inf"))
+    passed = all(r["status"] == "pass" for r in results)
+    return CheckResult(passed, worst, "" if passed else explanation(results), report)
+
+
+def _run(driver_cls, backend: str, case: Case, factory) -> dict:
+    started = time.perf_counter()
+    recorder, decision, error = Recorder(), None, None
+    try:
+        driver = driver_cls(case.spec, case.initial_params(), total_steps=case.steps,
+                            factory=factory)
+        decision = driver.decision
+        drive(driver, case, recorder)
+    except Exception:  # the result carries the text; the next stream still runs
+        error = traceback.format_exc()
+    trajectory = recorder.trajectory()
+    compared = {"lr": False, "state": False}
+    if error is None:
+        compared["lr"] = bool(trajectory.steps) and not any(
+            lr != lr for lr in trajectory.lrs.tolist())
+        compared["state"] = _state_complete(driver, case)
+    result = verdict(case, backend, PATH, trajectory, decision, error, References(),
+                     state=compared["state"], lr=compared["lr"])
+    result.update(seconds=round(time.perf_counter() - started, 4),
+                  steps_done=trajectory.steps, trajectory=None,
+                  compared=["params"] + [k for k, v in compared.items() if v])
+    return result
+
+
+def _state_complete(driver, case: Case) -> bool:
+    """Was every parameter's spec state read (else the state is not compared)?"""
+    for name in driver.names:
+        wanted = spec_state_shapes(case.spec, case.params[name])
+        if wanted and set(driver.spec_state(name)) != set(wanted):
+            return False
+    return True
+
+
+def explanation(results: list[dict]) -> str:
+    """The first failing result said in one line: stream, step, quantity, knob."""
+    bad = next(r for r in results if r["status"] != "pass")
+    if bad["status"] == "error":
+        lines = (bad["error"] or "").strip().splitlines()
+        return f"{bad['case']}: error: {lines[-1] if lines else 'unknown'}"
+    c = bad["comparison"]
+    text = f"{bad['case']}: first failure at step {c['first_failing_step']}: {c['detail']}"
+    if bad.get("explanation"):
+        text += f"; {bad['explanation']['text']}"
+    return text
+
+
+def _name(factory) -> str:
+    module = getattr(factory, "__module__", None)
+    name = getattr(factory, "__qualname__", None)
+    return f"{module}:{name}" if module and name else repr(factory)
+
+
+def load_factory(target: str) -> Callable:
+    """``MODULE:FACTORY`` -> the callable (the module imported, the name looked up)."""
+    if not isinstance(target, str) or target.count(":") != 1:
+        raise ValueError(f"factory must be MODULE:FACTORY (e.g. mypkg.optim:make_lamb), got "
+                         f"{target!r}")
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"factory must be MODULE:FACTORY, got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"factory {target!r}: cannot import {module_name!r}: {error}") \
+            from None
+    found = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise ValueError(f"factory {target!r}: {module_name} has no {attribute!r}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise TypeError(f"factory {target!r} is not callable: {found!r}")
+    return found
