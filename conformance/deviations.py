@@ -126,8 +126,10 @@ class Deviation:
         def step(grads):
             before = {n: p.copy() for n, p in ref.params.items()}
             lr = ref.step(grads)
-            for n, p in before.items():
-                ref.params[n] = (ref.params[n] - lr * spec.weight_decay * p).astype(p.dtype)
+            with np.errstate(invalid="ignore", over="ignore"):   # non-finite gradients
+                for n, p in before.items():
+                    ref.params[n] = (ref.params[n] - lr * spec.weight_decay * p
+                                     ).astype(p.dtype)
             return lr
         return _run(ref, case, spec, step)
 

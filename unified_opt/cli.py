@@ -21,7 +21,7 @@ x path, preset x backend) generated from the lowering tables as Markdown, or wri
 to FILE (``unified-opt matrix --out docs/compatibility.md`` regenerates the committed one).
 
 ``unified-opt check MODULE:FACTORY (--spec EXPR | --preset EXPR) [--backend NAME]
-[--steps N] [--out DIR]`` checks a user's optimizer (``FACTORY(params)``) against a
+[--steps N] [--out DIR] [--finite-only]`` checks a user's optimizer (``FACTORY(params)``) against a
 spec's conformance streams (:mod:`unified_opt.conformance.checker`); exit 1 when it does
 not conform.
 
@@ -167,6 +167,8 @@ def _add_check(commands) -> None:
                        help="steps per stream (>= 50; default 50)")
     check.add_argument("--out", default=None, metavar="DIR",
                        help="write report.json, report.md, report.html, junit.xml to DIR")
+    check.add_argument("--finite-only", action="store_true",
+                       help="leave out the stream with NaN and Inf gradient elements")
 
 
 def _add_report(commands) -> None:
@@ -199,7 +201,8 @@ def _check(args) -> int:
                              "\"paddle.optimizer.Lamb(learning_rate=1e-3)\"")
         spec = parse_spec(text)
         factory = load_factory(args.factory)
-        result = check(factory, spec, backend=args.backend, steps=args.steps, out=args.out)
+        result = check(factory, spec, backend=args.backend, steps=args.steps, out=args.out,
+                       nonfinite=not args.finite_only)
     except (TypeError, ValueError, NotImplementedError) as error:
         return _usage_error(args, error)
     print(f"{args.factory} against {spec}")

@@ -1,0 +1,219 @@
+"""``uo.conformance.check`` and ``unified-opt check`` on optimizers written by hand in each
+framework (:mod:`hand_optimizers`), the peer libraries' classes and native classes: the
+correct ones pass, each planted bug fails with its knob named."""
+
+import functools
+import sys
+import textwrap
+
+import pytest
+from conftest import require
+from hand_optimizers import (
+    MindSporeHandWritten,
+    PaddleHandWritten,
+    adam,
+    came,
+    lamb,
+    sgd,
+    torch_optimizer,
+)
+
+import unified_opt as uo
+from unified_opt import schedules
+from unified_opt.cli import main
+from unified_opt.conformance.checker import STREAMS, check, load_factory
+
+ADAM = dict(lr=0.01, eps=1e-3)
+LAMB = dict(lr=0.01, weight_decay=0.01)
+CAME = dict(lr=0.01, weight_decay=0.1)
+SPECS = {adam: uo.Adam(**ADAM), lamb: uo.Lamb(**LAMB), came: uo.CAME(**CAME)}
+HYPER = {adam: ADAM, lamb: LAMB, came: CAME}
+
+
+def _hand(framework, rule, hyper):
+    if framework == "torch":
+        return lambda params: torch_optimizer(rule, params, **hyper)
+    cls = PaddleHandWritten if framework == "paddle" else MindSporeHandWritten
+    return lambda params: cls(rule, params, **hyper)
+
+
+@pytest.mark.parametrize("framework", ["torch", "paddle", "mindspore"])
+@pytest.mark.parametrize("rule", [adam, lamb, came], ids=["adam", "lamb", "came"])
+def test_a_correct_hand_written_optimizer_passes(framework, rule):
+    pytest.importorskip(framework)
+    result = check(_hand(framework, rule, HYPER[rule]), SPECS[rule], backend=framework)
+    assert result.passed, str(result)
+    assert result.explanation == ""
+    assert 0.0 <= result.worst_ratio <= 8.0
+    results = result.report["results"]
+    assert len(results) == STREAMS + 1 and {r["status"] for r in results} == {"pass"}
+    compared = set(results[0]["compared"])
+    # torch keeps the state under the spec's names: it is compared there
+    assert compared == ({"params", "lr", "state"} if framework == "torch" else {"params", "lr"})
+
+
+BUGS = [  # (bug, rule, spec, the words the explanation must hold)
+    ("eps_inside", adam, uo.Adam(**ADAM), "eps_placement='inside' follows this optimizer; "
+                                          "the spec has 'outside'"),
+    ("no_bias_correction", adam, uo.Adam(**ADAM), "bias_correction=False follows this "
+                                                  "optimizer; the spec has True"),
+    ("coupled_decay", adam, uo.AdamW(lr=0.01, eps=1e-3, weight_decay=0.1),
+     "coupled L2 weight decay (Adam) follows this optimizer"),
+    ("no_clamp", lamb, uo.Lamb(**LAMB, weight_norm_clamp=10.0),
+     "weight_norm_clamp=None follows this optimizer; the spec has 10.0"),
+    ("momentum_before_decay", sgd, uo.SGD(lr=0.05, momentum=0.9, weight_decay=0.05),
+     "the momentum applied before the weight decay"),
+]
+
+
+def _hyper(rule, spec):
+    if rule is adam:
+        return dict(ADAM, weight_decay=getattr(spec, "weight_decay", 0.0),
+                    decoupled=spec.name == "adamw")
+    if rule is lamb:
+        return dict(LAMB, clamp=spec.weight_norm_clamp)
+    return dict(lr=0.05, momentum=0.9, weight_decay=0.05)
+
+
+# every bug in torch; one in each other framework (MindSpore's eager ops are slow: a
+# check of a hand-written MindSpore optimizer takes ~30 s here)
+PLANTED = [("torch", *b) for b in BUGS] + [(fw, *BUGS[0]) for fw in ("paddle", "mindspore")]
+
+
+@pytest.mark.parametrize("framework, bug, rule, spec, words", PLANTED,
+                         ids=[f"{p[0]}-{p[1]}" for p in PLANTED])
+def test_a_planted_bug_fails_with_its_knob_named(framework, bug, rule, spec, words):
+    pytest.importorskip(framework)
+    correct = check(_hand(framework, rule, _hyper(rule, spec)), spec, backend=framework)
+    assert correct.passed, str(correct)
+    planted = check(_hand(framework, rule, dict(_hyper(rule, spec), bug=bug)), spec,
+                    backend=framework)
+    assert not planted.passed
+    assert planted.worst_ratio > 8.0
+    assert "first failure at step" in planted.explanation
+    assert words in planted.explanation, planted.explanation
+
+
+COSINE = schedules.Cosine(lr=0.01, T_max=50, eta_min=0.001)
+
+
+def _scheduled_adam(shift):
+    """A torch Adam with a LambdaLR following COSINE, ``shift`` steps ahead."""
+    import torch
+
+    def factory(params):
+        optimizer = torch.optim.Adam(params, lr=COSINE(0), eps=1e-3)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda t: COSINE(t + shift) / COSINE(0))
+    return factory
+
+
+@require("torch")
+def test_a_one_step_lr_shift_fails_with_the_shift_named():
+    spec = uo.Adam(lr=COSINE, eps=1e-3)
+    assert check(_scheduled_adam(0), spec, backend="torch").passed
+    shifted = check(_scheduled_adam(1), spec, backend="torch")
+    assert not shifted.passed
+    assert "first failure at step 1: lr at step 1" in shifted.explanation
+    assert "lr schedule shifted by +1 step follows this optimizer" in shifted.explanation
+
+
+TORCH_OPTIMIZER_LAMB = uo.Lamb(lr=0.01, weight_decay=0.05, weight_norm_clamp=3.0,
+                               always_adapt=True, bias_correction="none")
+PEERS = [  # (qualified class, its arguments, the spec it computes, non-finite stream too)
+    ("torch.optim.AdamW", dict(lr=0.01, eps=1e-3, weight_decay=0.1),
+     uo.AdamW(lr=0.01, eps=1e-3, weight_decay=0.1), True),
+    ("pytorch_optimizer.CAME", dict(lr=0.01, weight_decay=0.1, eps1=1e-30, eps2=1e-16,
+                                    foreach=False), uo.CAME(lr=0.01, weight_decay=0.1), True),
+    ("came_pytorch.CAME", dict(lr=0.01, weight_decay=0.1), uo.CAME(lr=0.01, weight_decay=0.1),
+     True),
+    ("torch_optimizer.Lamb", dict(lr=0.01, weight_decay=0.05, clamp_value=3.0),
+     TORCH_OPTIMIZER_LAMB, False),   # see the next test
+]
+
+
+@pytest.mark.parametrize("qualified, kwargs, spec, nonfinite", PEERS, ids=[p[0] for p in PEERS])
+def test_peer_libraries_and_native_classes_pass(qualified, kwargs, spec, nonfinite):
+    module = pytest.importorskip(qualified.rpartition(".")[0])
+    cls = getattr(module, qualified.rpartition(".")[2])
+    result = check(lambda params: cls(params, **kwargs), spec, backend="torch",
+                   nonfinite=nonfinite)
+    assert result.passed, str(result)
+    lowering = result.report["results"][0]["lowering"]
+    assert lowering["path"] == "check" and lowering["native"].endswith(cls.__qualname__)
+
+
+def test_torch_optimizer_lamb_departs_under_an_infinite_gradient():
+    """The spec's trust ratio is 1 when a norm is not > 0, NaN included (Paddle's rule);
+    torch_optimizer.Lamb divides, so an Inf in one element makes the whole tensor NaN."""
+    torch_optimizer = pytest.importorskip("torch_optimizer")
+    result = check(lambda p: torch_optimizer.Lamb(p, lr=0.01, weight_decay=0.05,
+                                                  clamp_value=3.0),
+                   TORCH_OPTIMIZER_LAMB, backend="torch")
+    failed = [r for r in result.report["results"] if r["status"] != "pass"]
+    assert [r["case"] for r in failed] == ["check_lamb_nonfinite"]
+    assert "param:w at step 6: non-finite positions differ" in result.explanation
+
+
+@require("torch")
+def test_a_native_class_state_is_read_through_its_descriptor():
+    import torch
+
+    result = check(lambda p: torch.optim.Adam(p, lr=0.01, eps=1e-3), uo.Adam(**ADAM),
+                   backend="torch")
+    assert result.passed and "state" in result.report["results"][0]["compared"]
+    eps_hat = check(lambda p: torch.optim.Adam(p, lr=0.01, eps=1e-3),
+                    uo.Adam(**ADAM, eps_placement="eps_hat"), backend="torch")
+    assert not eps_hat.passed
+    assert "eps_placement='outside' follows this optimizer; the spec has 'eps_hat'" in \
+        eps_hat.explanation
+
+
+def test_bad_arguments_are_refused_before_anything_runs():
+    with pytest.raises(TypeError, match="factory must be callable"):
+        check(None, uo.Adam())
+    with pytest.raises(TypeError, match="spec must be"):
+        check(lambda p: None, 3)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        check(lambda p: None, uo.Adam(), backend="jax")
+    with pytest.raises(ValueError, match="steps must be >= 50, got 10"):
+        check(lambda p: None, uo.Adam(), backend="torch", steps=10)
+    with pytest.raises(ValueError, match="skip_nonfinite"):
+        check(lambda p: None, uo.Adam(skip_nonfinite=True), backend="torch")
+    with pytest.raises(ValueError, match="MODULE:FACTORY"):
+        load_factory("no_colon")
+    with pytest.raises(ValueError, match="cannot import"):
+        load_factory("no_such_module_here:f")
+
+
+@require("torch")
+def test_the_cli_checks_a_factory_and_writes_the_reports(tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_optim.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def good(params):
+            return torch.optim.Adam(params, lr=0.01, eps=1e-3)
+
+        def bad(params):
+            return torch.optim.Adam(params, lr=0.01, eps=1e-3, amsgrad=True)
+        """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "report"
+    assert main(["check", "my_optim:good", "--spec", "adam(lr=0.01, eps=1e-3)",
+                 "--backend", "torch", "--out", str(out)]) == 0
+    assert "PASS: 4 of 4 streams pass" in capsys.readouterr().out
+    assert {"report.json", "report.md", "junit.xml"} <= {p.name for p in out.iterdir()}
+    assert main(["check", "my_optim:bad", "--preset", "torch.optim.Adam(lr=0.01, eps=1e-3)",
+                 "--backend", "torch"]) == 1
+    printed = capsys.readouterr().out
+    assert "FAIL" in printed and "amsgrad=True follows this optimizer; the spec has False" \
+        in printed
+    assert main(["check", "my_optim:nothing", "--spec", "adam()"]) == 2
+    assert "has no 'nothing'" in capsys.readouterr().err
+
+
+def test_check_is_the_public_api():
+    assert uo.conformance.check is check
+    assert functools.reduce(getattr, ["conformance", "CheckResult"], uo).__name__ == \
+        "CheckResult"
+    assert "unified_opt.conformance.checker" in sys.modules
