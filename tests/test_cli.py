@@ -380,13 +380,21 @@ def test_explain_help_describes_every_argument(capsys):
 def test_every_command_and_option_has_a_description():
     parser = cli._parser()
     (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(commands.choices) == {"conformance", "explain", "matrix"}
-    helps = {choice.dest: choice.help for choice in commands._choices_actions}
-    for name, sub in commands.choices.items():
-        assert helps[name], name
-        assert sub.description, name
-        for action in sub._actions:
-            assert action.help, (name, action.dest)
+    assert set(commands.choices) == {"conformance", "explain", "matrix", "check", "report"}
+
+    def described(commands, prefix=""):
+        helps = {choice.dest: choice.help for choice in commands._choices_actions}
+        for name, sub in commands.choices.items():
+            assert helps[name], prefix + name
+            assert sub.description, prefix + name
+            for action in sub._actions:
+                assert action.help, (prefix + name, action.dest)
+                if isinstance(action, argparse._SubParsersAction):
+                    described(action, f"{prefix}{name} ")
+    described(commands)
+    report = commands.choices["report"]
+    (actions,) = [a for a in report._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(actions.choices) == {"diff"}
 
 
 def test_top_level_help_lists_the_commands(capsys):

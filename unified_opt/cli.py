@@ -174,7 +174,8 @@ def _add_check(commands) -> None:
 def _add_report(commands) -> None:
     report = commands.add_parser("report", help="work with conformance reports (diff)",
                                  description="Work with conformance reports.")
-    actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION")
+    actions = report.add_subparsers(dest="report_command", required=True, metavar="ACTION",
+                                    help="diff: what changed between two report.json files")
     diff = actions.add_parser(
         "diff", help="what changed between two report.json files",
         description="List new failures, fixes, worst-ratio regressions beyond --threshold, "
