@@ -217,3 +217,21 @@ def test_check_is_the_public_api():
     assert functools.reduce(getattr, ["conformance", "CheckResult"], uo).__name__ == \
         "CheckResult"
     assert "unified_opt.conformance.checker" in sys.modules
+
+
+NATIVES = [  # (framework, factory, the spec through the class's preset)
+    ("paddle", lambda p: __import__("paddle").optimizer.Adam(
+        parameters=p, learning_rate=0.01, epsilon=1e-3),
+     ("paddle.optimizer.Adam", dict(learning_rate=0.01, epsilon=1e-3))),
+    ("mindspore", lambda p: __import__("mindspore").nn.Adam(p, learning_rate=0.01, eps=1e-3),
+     ("mindspore.nn.Adam", dict(learning_rate=0.01, eps=1e-3))),
+]
+
+
+@pytest.mark.parametrize("framework, factory, preset", NATIVES, ids=[n[0] for n in NATIVES])
+def test_native_classes_of_paddle_and_mindspore_pass_with_their_state(framework, factory,
+                                                                       preset):
+    pytest.importorskip(framework)
+    result = check(factory, uo.preset(preset[0], **preset[1]), backend=framework)
+    assert result.passed, str(result)
+    assert set(result.report["results"][0]["compared"]) == {"params", "lr", "state"}
