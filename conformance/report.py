@@ -1,6 +1,8 @@
 """The conformance reports: ``report.json`` (everything, for machines), ``report.md``
-(the matrix of cases x backend/path, counts, failures with their explanation) and
-``junit.xml`` (one testcase per case x backend x path, for CI)."""
+(the matrix of cases x backend/path, counts, failures with their explanation),
+``report.html`` (one self-contained page: the filterable matrix and every result's
+error/floor per step plotted, :mod:`.html`) and ``junit.xml`` (one testcase per case x
+backend x path, for CI)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import unified_opt as uo
 
 from .cases import SUITE_VERSION
 from .compare import TINY, ULPS, K
+from .html import write_html
 
 FORMAT_VERSION = 1
 PATH_ORDER = ("auto", "own", "native", "hand")
@@ -215,4 +218,5 @@ def write_reports(report: dict, out: Path | str) -> None:
     out = Path(out)
     (out / "report.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
     (out / "report.md").write_text(markdown(report))
+    write_html(report, out / "report.html")
     (out / "junit.xml").write_text(junit(report))

@@ -1,8 +1,9 @@
 """The verdict on one run: its trajectory against the float64 oracle of its case, within
 the float32 noise floor (:mod:`.compare`), with an explanation when it fails
-(:mod:`.explainer`). A worker judges its own runs as they finish, so no trajectory has
-to outlive its case: the references of one case are computed once for all its paths,
-then dropped.
+(:mod:`.explainer`) and, for the HTML report's plots, every quantity's error/floor per
+step in one byte per step (:mod:`.series`). A worker judges its own runs as they
+finish, so no trajectory has to outlive its case: the references of one case are
+computed once for all its paths, then dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from unified_opt.ops import numpy_ops
 from .cases import HAND, Case
 from .compare import compare
 from .explainer import explain_failure
+from .series import encode
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 
 
@@ -64,7 +66,8 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
     that tolerance, and the result says so (``known``). A run of a native optimizer built
     by hand (path "hand") is compared on the lr and the parameters: its state is the
     class's own. ``state`` (default: not for "hand") and ``lr`` say what else is
-    compared (``unified-opt check``: what could be read from a user's optimizer)."""
+    compared (``unified-opt check``: what could be read from a user's optimizer). A
+    result with a comparison (pass or fail) holds its encoded series under "series"."""
     result = {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
               "status": None, "lowering": decision_dict(decision), "comparison": None,
               "explanation": None, "error": None, "known": None}
@@ -88,6 +91,7 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
             comparison = tolerant
             result["known"] = f"{decision.native}: {decision.native_class.nonfinite}"
     result["comparison"] = comparison.to_dict()
+    result["series"] = encode(comparison.series)
     if comparison.passed:
         return {**result, "status": "pass"}
     explanation = explain_failure(trajectory, case, reference=references.of, state=state,
