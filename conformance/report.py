@@ -188,6 +188,14 @@ def markdown(report: dict) -> str:
 
 
 def junit(report: dict) -> str:
+    """JUnit XML for a CI's test view: a testsuite per backend, a testcase per result,
+    named ``case[backend-path]`` (as :mod:`.report_diff` names results) in class
+    ``conformance.<backend>``. A failure's ``message`` is its first failing step and
+    quantity with the explanation, an error's the last line of its text (the exception,
+    or how the worker ended); the element's text holds the whole comparison or error."""
+    # XML 1.0 has no control characters but tab, newline and carriage return (a worker's
+    # stderr may hold a terminal colour's ESC)
+    xml_text = dict.fromkeys(c for c in range(32) if c not in (9, 10, 13))
     root = ET.Element("testsuites", name="unified-opt conformance",
                       tests=str(report["summary"]["total"]),
                       failures=str(report["summary"]["fail"]),
@@ -200,16 +208,17 @@ def junit(report: dict) -> str:
                               errors=str(sum(r["status"] == "error" for r in mine)),
                               time=f"{sum(r['seconds'] or 0.0 for r in mine):.3f}")
         for r in mine:
-            case = ET.SubElement(suite, "testcase", classname=f"conformance.{backend}."
-                                 f"{r['path']}", name=r["case"],
+            case = ET.SubElement(suite, "testcase", classname=f"conformance.{backend}",
+                                 name=f"{r['case']}[{backend}-{r['path']}]",
                                  time=f"{r['seconds'] or 0.0:.3f}")
             if r["status"] == "fail":
                 node = ET.SubElement(case, "failure", type=r["comparison"]["failure"],
                                      message=_problem_text(r))
                 node.text = json.dumps(r["comparison"], indent=1)
             elif r["status"] == "error":
-                node = ET.SubElement(case, "error", message=_problem_text(r))
-                node.text = r["error"]
+                node = ET.SubElement(case, "error",
+                                     message=_problem_text(r).translate(xml_text))
+                node.text = (r["error"] or "").translate(xml_text)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

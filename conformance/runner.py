@@ -2,15 +2,31 @@
 
 The parent never imports a framework: it writes the cases as JSON, starts
 ``python -m unified_opt.conformance.worker`` per backend (at most ``jobs`` at a
-time), relays their progress lines, gathers the verdicts the workers wrote (each worker
-judges its runs against the float64 oracle as they finish, :mod:`.verdict`), and
-returns the report (see :mod:`.report`).
+time, each in a session of its own, with this process's environment), relays their
+progress lines, gathers the verdicts the workers wrote (each worker judges its runs
+against the float64 oracle as they finish, :mod:`.verdict`), and writes the reports
+(see :mod:`.report`).
+
+What stays in ``out`` (CI uploads it): ``report.json``, ``report.md``, ``report.html``,
+``junit.xml``; ``trajectories/<backend>/<case>__<path>.npz`` (compressed: every run's
+with ``keep_trajectories``, else failing runs' up to
+:data:`.worker.FAILING_TRAJECTORY_BUDGET` per backend); ``logs/<backend>.stderr.log``
+and ``.stdout.log`` of a worker that did not exit 0. The working files (``runs/``:
+the cases and the workers' per-run JSON) are removed once the reports are written.
+
+A worker that crashes, is killed or runs past ``timeout`` (then its whole process
+group is killed) loses only the runs it had not finished: those are errors naming how
+it ended (the one it was running also gets its stderr's end); its finished results and
+the other backends' stand.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -24,72 +40,206 @@ from .report import build_report, write_reports
 from .worker import result_stem
 
 STDERR_TAIL = 2000
+WORK = "runs"               # the working files, under out
+TRAJECTORIES = "trajectories"
+LOGS = "logs"
+PIPE_GRACE = 5.0            # seconds to wait for a worker's stdout to close once it ended
+#: what :func:`_run_worker` tells :func:`run` beside the report's backend entry
+INTERNAL = ("skipped", "unstable", "running", "ending", "stderr_tail")
+
+_running: set[subprocess.Popen] = set()
+_running_lock = threading.Lock()
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the worker's process group: the worker and whatever it started."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):    # the group has ended
+        pass
+
+
+def _stop_running() -> None:
+    """Kill every running worker. A worker has a session of its own, out of reach of
+    the terminal's Ctrl-C, so an interrupted run (or an interpreter that exits with a run
+    in a background thread, as pytest's can) stops them itself."""
+    with _running_lock:
+        for process in _running:
+            _kill_group(process)
+
+
+atexit.register(_stop_running)
+
+
+class _Relay:
+    """Reads a worker's stdout: relays its ``start`` and ``progress`` lines, files the
+    framework's own output in ``other``, and remembers the run begun and not finished
+    (``running``: ``(case, path)`` or None), which a crash interrupts."""
+
+    def __init__(self, backend: str, progress: Callable[[str], None], other: Path):
+        self.backend, self.progress, self.other = backend, progress, other
+        self.running: tuple[str, str] | None = None
+        self.thread = threading.Thread(target=self._read, daemon=True)
+
+    def start(self, pipe) -> None:
+        self.pipe = pipe
+        self.thread.start()
+
+    def _read(self) -> None:
+        with open(self.other, "w") as other:
+            for line in self.pipe:
+                kind, _, rest = line.rstrip("\n").partition(" ")
+                if kind == "begin":
+                    self.running = tuple(rest.split()[1:3])
+                elif kind in ("start", "progress"):
+                    self.running = None
+                    self.progress(f"[{self.backend}] {rest}")
+                else:
+                    other.write(line)
+
+
+def _ending(code: int, timed_out: bool, timeout: float | None) -> str | None:
+    """How the worker ended, as ``the worker ...`` goes on; None for exit status 0."""
+    if timed_out:
+        return f"timed out after {timeout:g} s and was killed"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"crashed with exit status {code}" if code else None
 
 
 def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[str], None],
                 timeout: float | None, keep_trajectories: bool = False) -> dict:
-    if out.exists():                 # results of an earlier run must not be read as ours
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    """Run ``backend``'s worker to its end (``timeout``: then kill its process group);
+    its entry for the report's ``backends``, with the :data:`INTERNAL` keys for
+    :func:`run`."""
+    work = out / WORK / backend
+    if work.exists():                 # results of an earlier run must not be read as ours
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
     command = [sys.executable, "-m", "unified_opt.conformance.worker", "--backend", backend,
-               "--cases", str(cases_file), "--out", str(out)]
+               "--cases", str(cases_file), "--out", str(work),
+               "--trajectories", str(out / TRAJECTORIES / backend)]
     if keep_trajectories:
         command.append("--keep-trajectories")
     started = time.perf_counter()
-    stderr_path = out / "stderr.log"
-    with open(stderr_path, "w") as stderr, open(out / "stdout.log", "w") as other:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True)
-        timer = None
-        if timeout is not None:
-            timer = threading.Timer(timeout, process.kill)
-            timer.start()
-        for line in process.stdout:
-            if line.startswith("progress ") or line.startswith("start "):
-                progress(f"[{backend}] {line.rstrip().partition(' ')[2]}")
-            else:                    # what the framework prints
-                other.write(line)
+    relay = _Relay(backend, progress, work / "stdout.log")
+    with open(work / "stderr.log", "w") as stderr, _running_lock:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                   start_new_session=True)
+        _running.add(process)
+    relay.start(process.stdout)
+    timed_out = False
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:                          # a timeout, an interrupt, or what the worker left
+        _kill_group(process)
         code = process.wait()
-        if timer is not None:
-            timer.cancel()
+        with _running_lock:
+            _running.discard(process)
+    relay.thread.join(PIPE_GRACE)     # a process that left the group may hold the pipe
     seconds = time.perf_counter() - started
-    tail = stderr_path.read_text(errors="replace")[-STDERR_TAIL:]
     info = {"exit_code": code, "seconds": round(seconds, 2), "framework_version": None,
-            "error": None, "skipped": [], "unstable": []}
-    summary = out / "worker.json"
+            "error": None, "logs": [], "trajectories_dropped": [], "skipped": [],
+            "unstable": [], "running": relay.running, "ending": None, "stderr_tail": ""}
+    summary = work / "worker.json"
     if summary.exists():
         written = json.loads(summary.read_text())
-        info["framework_version"] = written["framework_version"]
-        info["skipped"] = written["skipped"]
-        info["unstable"] = written["unstable"]
-    if code != 0:
-        info["error"] = (f"worker exited with status {code}"
-                         + (" (timed out)" if timeout is not None and seconds >= timeout
-                            else "") + f"; stderr ends:\n{tail}")
-    progress(f"[{backend}] finished in {seconds:.1f} s (exit status {code})")
+        for key in ("framework_version", "skipped", "unstable", "trajectories_dropped"):
+            info[key] = written[key]
+    ending = _ending(code, timed_out, timeout)
+    if ending is not None:
+        info["logs"] = _keep_logs(work, out, backend)
+        where = (f"while running {relay.running[0]} ({relay.running[1]})" if relay.running
+                 else "outside any run")
+        info["ending"] = ending
+        tail = (work / "stderr.log").read_text(errors="replace")[-STDERR_TAIL:].strip()
+        info["stderr_tail"] = f"stderr ends:\n{tail}\n" if tail else "stderr is empty\n"
+        info["error"] = (f"the worker {ending} {where}; logs: {', '.join(info['logs'])}\n"
+                         + info["stderr_tail"])
+    progress(f"[{backend}] finished in {seconds:.1f} s "
+             + (f"(exit status {code})" if ending is None else f"(the worker {ending})"))
     return info
 
 
-def _result(case: Case, backend: str, path: str, run_dir: Path, worker: dict) -> dict:
-    """The verdict the worker wrote for (case, path), or an error saying it wrote none."""
+def _keep_logs(work: Path, out: Path, backend: str) -> list[str]:
+    """Copy a failed worker's stderr and (non-empty) stdout into ``out/logs``; their
+    paths relative to ``out``."""
+    kept = []
+    for stream in ("stderr", "stdout"):
+        source = work / f"{stream}.log"
+        if stream == "stderr" or (source.exists() and source.stat().st_size):
+            target = out / LOGS / f"{backend}.{stream}.log"
+            target.parent.mkdir(exist_ok=True)
+            shutil.copyfile(source, target)
+            kept.append(target.relative_to(out).as_posix())
+    return kept
+
+
+def _result(case: Case, backend: str, path: str, run_dir: Path, worker: dict,
+            error: str | None = None) -> dict:
+    """The verdict the worker wrote for (case, path), or an error saying why there is
+    none (``error``; by default the worker's error)."""
     info_file = run_dir / f"{result_stem(case.id, path)}.json"
     if info_file.exists():
         return json.loads(info_file.read_text())
     return {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
             "status": "error", "lowering": None, "comparison": None, "explanation": None,
             "known": None, "seconds": None,
-            "error": worker["error"] or "the worker did not report this run"}
+            "error": error or worker["error"] or "the worker did not report this run"}
+
+
+def _missing(case: Case, path: str, worker: dict) -> str | None:
+    """The error of a run of a worker that ended early: the run it was running gets its
+    stderr's end (the cause last, as in a traceback), the others 'not run'."""
+    ending, running = worker["ending"], worker["running"]
+    if ending is None:
+        return None
+    if running is not None and (case.id, path) == tuple(running):
+        return f"{worker['stderr_tail']}the worker {ending} during this run"
+    during = f" during {running[0]} ({running[1]})" if running else ""
+    return f"not run: the worker {ending}{during}"
+
+
+def _clear(out: Path) -> None:
+    """Remove what an earlier run left in ``out``: its working files, trajectories and
+    logs (only the files a run writes there)."""
+    if (out / WORK).exists():
+        shutil.rmtree(out / WORK)
+    for pattern in (f"{TRAJECTORIES}/*/*.npz", f"{LOGS}/*.stderr.log", f"{LOGS}/*.stdout.log"):
+        for file in out.glob(pattern):
+            file.unlink()
+    _prune(out)
+
+
+def _prune(out: Path) -> None:
+    """Remove the empty trajectory and log folders (a backend whose runs all passed)."""
+    for folder in [*out.glob(f"{TRAJECTORIES}/*"), out / TRAJECTORIES, out / LOGS]:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
 
 
 def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs: int = 2,
         progress: Callable[[str], None] = print, timeout: float | None = None,
         keep_trajectories: bool = False) -> dict:
-    """Run ``cases`` on ``backends``; write the reports into ``out``; return the report."""
+    """Run ``cases`` on ``backends``; write the reports into ``out``; return the report.
+
+    ``timeout``: seconds each backend's worker may run (None: no limit)."""
     cases, backends, out = list(cases), list(backends), Path(out)
     if not cases or not backends:
         raise ValueError(f"conformance run: need cases and backends, got {len(cases)} "
                          f"case(s) and backends {backends}")
+    if timeout is not None and not 0 < timeout < float("inf"):
+        raise ValueError(f"conformance run: timeout must be a number of seconds > 0, "
+                         f"got {timeout!r}")
     out.mkdir(parents=True, exist_ok=True)
-    cases_file = out / "cases.json"
+    _clear(out)
+    (out / WORK).mkdir()
+    cases_file = out / WORK / "cases.json"
     cases_file.write_text(json.dumps([c.to_dict() for c in cases], indent=1))
     lock = threading.Lock()
 
@@ -97,25 +247,38 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
         with lock:
             progress(line)
 
-    run_dirs = {b: out / "runs" / b for b in backends}
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {b: pool.submit(_run_worker, b, cases_file, run_dirs[b], say, timeout,
+        futures = {b: pool.submit(_run_worker, b, cases_file, out, say, timeout,
                                   keep_trajectories)
                    for b in backends}
-        workers = {b: f.result() for b, f in futures.items()}
+        try:
+            workers = {b: f.result() for b, f in futures.items()}
+        except BaseException:        # Ctrl-C: the workers do not get it (own sessions)
+            for future in futures.values():
+                future.cancel()
+            _stop_running()
+            raise
 
     results, unstable = [], set()
     for backend in backends:
-        skipped = set(workers[backend].pop("skipped"))
-        unstable |= set(workers[backend].pop("unstable"))
+        worker = workers[backend]
+        skipped = set(worker["skipped"])
+        unstable |= set(worker["unstable"])
         for case in cases:
             if not case.runs_on(backend):
                 continue
             for path in case.paths:
                 if result_stem(case.id, path) not in skipped:
-                    results.append(_result(case, backend, path, run_dirs[backend],
-                                           workers[backend]))
+                    result = _result(case, backend, path, out / WORK / backend, worker,
+                                     _missing(case, path, worker))
+                    if result.get("trajectory"):      # relative to out
+                        result["trajectory"] = f"{TRAJECTORIES}/{backend}/{result['trajectory']}"
+                    results.append(result)
+        for key in INTERNAL:
+            del worker[key]
     unstable = [c.id for c in cases if c.id in unstable]
     report = build_report(cases, backends, workers, results, unstable_cases=unstable)
     write_reports(report, out)
+    shutil.rmtree(out / WORK)
+    _prune(out)
     return report

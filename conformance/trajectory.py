@@ -42,7 +42,8 @@ class Trajectory:
         return out
 
     def save(self, path) -> None:
-        np.savez(path, **self.quantities())
+        """Write a compressed ``.npz`` (the conformance output keeps these as artifacts)."""
+        np.savez_compressed(path, **self.quantities())
 
     @classmethod
     def load(cls, path) -> "Trajectory":

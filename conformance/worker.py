@@ -1,17 +1,25 @@
 """One backend's conformance runs, in a process of its own.
 
-``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR``
+``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR
+[--trajectories DIR] [--keep-trajectories]``
 
 Imports exactly one framework (through ``unified_opt.conformance.drivers.<NAME>``), runs
 every case on every path it lists through that backend's :class:`Driver`, judges each
 run against its case's oracle (:mod:`.verdict`) and writes per (case, path)
-``<case>__<path>.json``: the result as the reports hold it, with the lowering decision
-or the error text. The trajectory (``<case>__<path>.npz``) is kept for a run that does
-not pass, and for every run with ``--keep-trajectories``. A path whose lowering repeats
-one already run for the case (``own`` when ``auto`` took the own implementation, which
-only the build knows: MindSpore's depends on the parameters) is skipped. Prints
-``progress DONE/TOTAL CASE PATH STATUS [detail]`` lines, flushed, for the runner to
-relay; ``worker.json`` lists what ran, what was skipped and the unstable cases.
+``<case>__<path>.json`` into ``--out``: the result as the reports hold it, with the
+lowering decision or the error text. The trajectory (``<case>__<path>.npz``, compressed,
+into ``--trajectories``, by default ``--out``) is kept for every run with
+``--keep-trajectories``; without it, for runs that do not pass while their files stay
+within :data:`FAILING_TRAJECTORY_BUDGET` (a broken backend fails every run: its
+trajectories would fill a CI artifact). A path whose lowering repeats one already run
+for the case (``own`` when ``auto`` took the own implementation, which only the build
+knows: MindSpore's depends on the parameters) is skipped.
+
+Prints, flushed, for the runner: ``begin DONE/TOTAL CASE PATH`` before each run (so a
+crash names the run it interrupted) and ``progress DONE/TOTAL CASE PATH STATUS
+[detail]`` after it. ``worker.json`` (what ran, what was skipped, the unstable cases,
+the trajectories dropped) is rewritten after every run, so it holds what a worker
+that crashes or is killed finished.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import argparse
 import importlib
 import inspect
 import json
+import os
 import platform
 import sys
 import time
@@ -33,6 +42,11 @@ from .trajectory import Recorder, Trajectory
 from .verdict import References, verdict
 
 FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
+
+#: bytes of failing runs' trajectories a worker keeps without ``--keep-trajectories``:
+#: about ten of the suite's (a compressed trajectory of 50 steps is 0.5 to 3 MB); the
+#: results of later failing runs name no trajectory
+FAILING_TRAJECTORY_BUDGET = 25 * 2**20
 
 
 def driver_class(backend: str) -> type[Driver]:
@@ -94,9 +108,11 @@ def result_stem(case_id: str, path: str) -> str:
 
 
 def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path,
-            say=print, keep_trajectories: bool = False) -> dict:
-    """Run and judge every case on its paths, writing the result files into ``out``;
-    return the worker summary (also written as ``worker.json``).
+            say=print, keep_trajectories: bool = False, trajectories: Path | None = None,
+            failing_budget: int = FAILING_TRAJECTORY_BUDGET) -> dict:
+    """Run and judge every case on its paths, writing the result files into ``out`` and
+    the kept trajectories into ``trajectories`` (default ``out``; see the module for
+    which are kept); return the worker summary (also written as ``worker.json``).
 
     A path is skipped when an earlier path of the same case already ran the lowering it
     asks for (``own`` after an ``auto`` that took the own implementation). Cases that do
@@ -104,10 +120,17 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     are left out.
     """
     cases = [c for c in cases if c.runs_on(backend)]
+    out.mkdir(parents=True, exist_ok=True)
+    keeper = TrajectoryKeeper(out if trajectories is None else trajectories,
+                              keep_trajectories, failing_budget)
     version = framework_version(backend)
     total = sum(len(c.paths) for c in cases)
+    summary = {"backend": backend, "framework_version": version,
+               "python": sys.version.split()[0], "platform": platform.platform(),
+               "runs": [], "skipped": [], "unstable": [], "trajectories_dropped": []}
+    write_summary(out, summary)
     say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")
-    ran, skipped, unstable, index = [], [], [], 0
+    index = 0
     for case in cases:
         references = References()            # this case's oracle and floors, then dropped
         lowered = set()                      # decision paths this case already ran
@@ -115,48 +138,90 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
             index += 1
             stem = result_stem(case.id, path)
             if path in lowered:
-                skipped.append(stem)
+                summary["skipped"].append(stem)
+                write_summary(out, summary)
                 say(f"progress {index}/{total} {case.id} {path} skipped (same as auto)")
                 continue
+            say(f"begin {index}/{total} {case.id} {path}")
             started = time.perf_counter()
             trajectory, decision, error = run_case(driver_cls, case, path)
             seconds = round(time.perf_counter() - started, 4)
             if decision is not None:
                 lowered.add(decision.path)
             result = verdict(case, backend, path, trajectory, decision, error, references)
-            kept = trajectory.steps and (keep_trajectories or result["status"] != "pass")
-            if kept:
-                trajectory.save(out / f"{stem}.npz")
-            result.update(seconds=seconds, steps_done=trajectory.steps,
-                          trajectory=f"{stem}.npz" if kept else None)
+            kept = keeper.keep(stem, trajectory, result["status"])
+            if kept is None and keeper.dropped(stem):
+                summary["trajectories_dropped"].append(stem)
+            result.update(seconds=seconds, steps_done=trajectory.steps, trajectory=kept)
             (out / f"{stem}.json").write_text(json.dumps(json_safe(result), indent=1,
                                                          allow_nan=False))
-            ran.append(stem)
+            summary["runs"].append(stem)
+            write_summary(out, summary)
             detail = (error.strip().splitlines()[-1] if error else
                       decision.native if decision.path == "native" else "own")
             say(f"progress {index}/{total} {case.id} {path} {result['status']} {detail}")
         if not references.stable(case):
-            unstable.append(case.id)
-    summary = {"backend": backend, "framework_version": version,
-               "python": sys.version.split()[0], "platform": platform.platform(),
-               "runs": ran, "skipped": skipped, "unstable": unstable}
-    (out / "worker.json").write_text(json.dumps(summary, indent=1))
+            summary["unstable"].append(case.id)
+            write_summary(out, summary)
     return summary
+
+
+class TrajectoryKeeper:
+    """Writes the trajectories a worker keeps into ``directory``: every run's with
+    ``keep_all``, else those of runs that do not pass, while their files add up to at
+    most ``budget`` bytes."""
+
+    def __init__(self, directory: Path, keep_all: bool, budget: int):
+        self.directory, self.keep_all, self.budget = directory, keep_all, budget
+        directory.mkdir(parents=True, exist_ok=True)
+        self.failing_bytes = 0
+        self._dropped: set[str] = set()
+
+    def keep(self, stem: str, trajectory: Trajectory, status: str) -> str | None:
+        """The kept file's name (``<stem>.npz``), or None."""
+        if not trajectory.steps or (status == "pass" and not self.keep_all):
+            return None
+        file = self.directory / f"{stem}.npz"
+        trajectory.save(file)
+        if self.keep_all:
+            return file.name
+        size = file.stat().st_size
+        if self.failing_bytes + size > self.budget:
+            file.unlink()
+            self._dropped.add(stem)
+            return None
+        self.failing_bytes += size
+        return file.name
+
+    def dropped(self, stem: str) -> bool:
+        """Whether the trajectory of ``stem`` was left out for the budget."""
+        return stem in self._dropped
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    """``out/worker.json``, replaced whole: a worker killed mid-write leaves the last one."""
+    part = out / "worker.json.part"
+    part.write_text(json.dumps(summary, indent=1))
+    os.replace(part, out / "worker.json")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m unified_opt.conformance.worker")
     parser.add_argument("--backend", required=True)
     parser.add_argument("--cases", required=True, type=Path, help="JSON list of cases")
-    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path,
+                        help="directory of the result files and worker.json")
+    parser.add_argument("--trajectories", type=Path, default=None,
+                        help="directory of the kept trajectories (default: --out)")
     parser.add_argument("--keep-trajectories", action="store_true",
-                        help="keep every run's trajectory (default: only those that fail)")
+                        help="keep every run's trajectory (default: those of failing runs, "
+                             "up to FAILING_TRAJECTORY_BUDGET bytes)")
     args = parser.parse_args(argv)
     cases = [Case.from_dict(d) for d in json.loads(args.cases.read_text())]
     args.out.mkdir(parents=True, exist_ok=True)
     run_all(driver_class(args.backend), args.backend, cases, args.out,
             say=lambda line: print(line, flush=True),
-            keep_trajectories=args.keep_trajectories)
+            keep_trajectories=args.keep_trajectories, trajectories=args.trajectories)
     return 0
 
 

@@ -96,10 +96,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=2, metavar="N",
                      help="backend workers run at once (default: %(default)s)")
     run.add_argument("--timeout", type=float, default=None, metavar="S",
-                     help="seconds before a backend's worker is stopped (default: none)")
+                     help="seconds a backend's worker may run (> 0; default: no limit); "
+                          "then its process group is killed and its unfinished runs are "
+                          "errors")
     run.add_argument("--keep-trajectories", action="store_true",
-                     help="keep every run's trajectory (.npz under DIR/runs/<backend>); by "
-                          "default only those of runs that do not pass")
+                     help="keep every run's trajectory (compressed .npz under "
+                          "DIR/trajectories/<backend>); by default only those of runs that "
+                          "do not pass, up to 25 MB per backend")
     explain = commands.add_parser(
         "explain", help="which lowering uo.build picks for a spec, and why",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_EXPLAIN_EPILOG,
@@ -282,10 +285,14 @@ def _plan(args):
 
 
 def _conformance(args) -> int:
+    from pathlib import Path
+
     from unified_opt.conformance import runner
     from unified_opt.conformance.report import text_matrix
 
     try:
+        if args.timeout is not None and not 0 < args.timeout < float("inf"):
+            raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
         cases, backends = _plan(args)
     except (TypeError, ValueError) as error:
         return _usage_error(args, error)
@@ -295,7 +302,9 @@ def _conformance(args) -> int:
                         keep_trajectories=args.keep_trajectories)
     print()
     print(text_matrix(report))
-    print(f"reports: {args.out}/report.json, report.md, junit.xml")
+    kept = [d for d in ("trajectories", "logs") if (Path(args.out) / d).is_dir()]
+    print(f"reports: {args.out}/report.json, report.md, report.html, junit.xml"
+          + "".join(f", {d}/" for d in kept))
     summary = report["summary"]
     return 0 if summary["fail"] == 0 and summary["error"] == 0 else 1
 
