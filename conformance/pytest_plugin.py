@@ -73,6 +73,17 @@ def pytest_sessionfinish(session):
     suite = session.config.stash.get(_SUITE, None)
     if suite is not None and suite.thread.ident is not None:   # started
         suite.thread.join()
+        # a worker that ended badly after its last run fails no item; it fails the session
+        broken = {b: w["error"] for b, w in (suite.report or {"backends": {}})["backends"]
+                  .items() if w.get("error")}
+        if broken:
+            terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+            for backend, error in broken.items():
+                if terminal is not None:
+                    terminal.write_line(f"unified-opt conformance [{backend}]: {error}",
+                                        red=True)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def merged_report(reports: list[tuple[str, dict]]) -> dict:

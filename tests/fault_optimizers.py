@@ -1,5 +1,5 @@
-"""torch optimizers that take down the process running them at their third step, for
-the runner's crash and timeout isolation tests (``test_runner_faults.py``).
+"""torch optimizers that take down the process running them (at their third step, or at
+its end), for the runner's crash and timeout isolation tests (``test_runner_faults.py``).
 
 A conformance case runs one as a native optimizer built by hand
 (``Native("fault_optimizers.ExitAtStep3", framework="torch")``); the worker imports this
@@ -7,6 +7,7 @@ module by name, so the test puts ``tests/`` on the worker's ``PYTHONPATH``. Each
 ``torch.optim.SGD`` until the fault: the steps before it are plain SGD steps.
 """
 
+import atexit
 import os
 import signal
 import subprocess
@@ -36,6 +37,15 @@ class ExitAtStep3(_FaultAtStep3):
     def fault(self) -> None:
         print("ExitAtStep3: exiting with status 3", file=sys.stderr, flush=True)
         os._exit(3)
+
+
+class ExitAtProcessEnd(torch.optim.SGD):
+    """Steps correctly, then ends the process with exit status 3 when Python shuts down,
+    as a framework that crashes in its teardown does."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        atexit.register(os._exit, 3)
 
 
 class HangAtStep3(_FaultAtStep3):

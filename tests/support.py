@@ -192,7 +192,7 @@ class WorkerRuns:
     def trajectory(self, case_id: str, backend: str, path: str) -> Trajectory:
         result = self.result(case_id, backend, path)
         assert result["trajectory"], result
-        return Trajectory.load(self.out / "runs" / backend / result["trajectory"])
+        return Trajectory.load(self.out / result["trajectory"])
 
     def assert_passes(self, case_id: str, backend: str, path: str) -> dict:
         result = self.result(case_id, backend, path)

@@ -22,7 +22,8 @@ from unified_opt.conformance.verdict import References, verdict
 E2E_CASES = ["sgd_momentum", "sgd_lr_inside_cosine", "adam_eps_hat",
              "preset_mindspore_nn_adamweightdecay", "adamw_default"]
 RESULT_KEYS = {"case", "algorithm", "backend", "path", "status", "lowering", "comparison",
-               "explanation", "error", "seconds", "known", "steps_done", "trajectory"}
+               "explanation", "error", "seconds", "known", "steps_done", "trajectory",
+               "series"}
 REPORT_KEYS = {"format_version", "suite_version", "unified_opt_version", "created", "python",
                "platform", "numpy", "tolerance", "backends", "cases", "unstable_cases",
                "unexercised_lowering_rows", "results", "summary"}

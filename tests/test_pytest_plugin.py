@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import require
 
@@ -51,8 +52,21 @@ def test_torch_adam_is_not_eps_hat(uo_check):
 '''
 
 
-def _pytest(project, *args, timeout=600):
+TEARDOWN_CRASH_CONFTEST = '''\
+import unified_opt as uo
+from unified_opt.conformance import cases
+from unified_opt.conformance.cases.native import Native
+
+TEARDOWN = cases.Case(id="teardown", spec=uo.SGD(lr=0.1), native=Native(
+    "fault_optimizers.ExitAtProcessEnd", kwargs={"lr": 0.1}, framework="torch"))
+cases.default_cases = lambda algorithms=None: [TEARDOWN.with_steps(50)]
+'''
+
+
+def _pytest(project, *args, timeout=600, pythonpath=None):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-rA", *args], cwd=project, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -90,6 +104,20 @@ def test_the_suite_runs_as_items_from_a_fresh_project(tmp_path):
     assert "adam_eps_hat[torch-own] SKIPPED" in out
     bad = _pytest(tmp_path, "--uo-conformance", "--uo-cases", "no_such_case")
     assert bad.returncode == 4 and "no case id matches" in bad.stdout + bad.stderr
+
+
+@require("torch")
+def test_a_worker_crashing_after_its_last_run_fails_the_session(tmp_path):
+    """Every item passes, but the worker ended with exit status 3 (a crash at teardown,
+    planted by ``fault_optimizers.ExitAtProcessEnd``): the session fails and says why."""
+    (tmp_path / "conftest.py").write_text(TEARDOWN_CRASH_CONFTEST)
+    done = _pytest(tmp_path, "--uo-conformance", "--uo-backends", "torch", "-v",
+                   pythonpath=Path(__file__).parent)
+    out = done.stdout + done.stderr
+    assert "teardown[torch-hand] PASSED" in out, out
+    assert "unified-opt conformance [torch]: the worker crashed with exit status 3 " \
+           "outside any run" in out, out
+    assert done.returncode == 1, out
 
 
 def test_the_plugin_is_registered_for_pytest():

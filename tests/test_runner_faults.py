@@ -103,6 +103,23 @@ def test_a_crashed_worker_keeps_its_finished_results_and_exits_1(tmp_path, monke
 
 
 @require("torch")
+def test_a_worker_crashing_after_its_last_run_fails_the_job(tmp_path, monkeypatch, capsys):
+    cases = [plain("before"), faulty("teardown", "ExitAtProcessEnd")]
+    monkeypatch.setattr(cases_module, "default_cases", lambda algorithms=None: cases)
+    out = tmp_path / "report"
+    assert cli.main(["conformance", "--backends", "torch", "--out", str(out),
+                     "--timeout", "300"]) == 1
+    printed = capsys.readouterr().out
+    assert "2 results: 2 pass, 0 fail, 0 error" in printed
+    assert "[torch] the worker crashed with exit status 3 outside any run" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert {key: status for key, (status, _) in statuses(report).items()} == {
+        ("before", "torch"): "pass", ("teardown", "torch"): "pass"}
+    worker = report["backends"]["torch"]
+    assert worker["exit_code"] == 3 and worker["logs"] == ["logs/torch.stderr.log"]
+
+
+@require("torch")
 @require("paddle")
 @pytest.mark.slow
 def test_a_worker_killed_by_sigkill_leaves_the_other_backend_alone(tmp_path):

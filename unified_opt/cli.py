@@ -3,8 +3,9 @@
 ``unified-opt conformance [--backends torch,paddle,mindspore] [--algorithms sgd,adam]
 [--cases GLOB,...] [--steps N] [--out DIR] [--jobs N] [--timeout S] [--keep-trajectories]``
 runs the suite (one worker process per backend, each judging its own runs), prints the
-matrix, writes ``DIR/report.json``, ``report.md`` and ``junit.xml``, and exits 0 only when
-every result passes (1 when one fails or errors, 2 for a bad command line).
+matrix, writes ``DIR/report.json``, ``report.md``, ``report.html`` and ``junit.xml``, and
+exits 0 only when every result passes (1 when one fails or errors, 2 for a bad command
+line).
 
 ``unified-opt explain SPEC --backend NAME [key=value ...]`` prints the spec and which
 path ``uo.build`` takes, and why. SPEC is a registry name in any case (``adamw``,
@@ -306,7 +307,12 @@ def _conformance(args) -> int:
     print(f"reports: {args.out}/report.json, report.md, report.html, junit.xml"
           + "".join(f", {d}/" for d in kept))
     summary = report["summary"]
-    return 0 if summary["fail"] == 0 and summary["error"] == 0 else 1
+    # A worker that ends badly after its last run leaves every result standing, but
+    # whatever broke (a crash at teardown, a leak the OS reports) must still fail the job.
+    broken = [b for b, worker in report["backends"].items() if worker.get("error")]
+    for backend in broken:
+        print(f"[{backend}] {report['backends'][backend]['error'].splitlines()[0]}")
+    return 0 if summary["fail"] == 0 and summary["error"] == 0 and not broken else 1
 
 
 def _matrix(args) -> int:
