@@ -89,8 +89,8 @@ def summary(report: dict) -> str:
 
 def environment(report: dict) -> str:
     """Versions and machine: a result is only comparable with one from the same ones.
-    The CPU is the report's ``cpu`` where it has one, else this machine's (which wrote
-    the page, as a rule right after the run)."""
+    The CPU is the report's ``cpu``; a report written before reports carried one (or a
+    merged one) gets this machine's, marked as such."""
     cpu = report.get("cpu") or f"{cpu_name()} (the machine that wrote this page)"
     rows = [("unified-opt", report["unified_opt_version"]),
             ("suite version", report["suite_version"]), ("created", report["created"]),

@@ -20,7 +20,7 @@ import unified_opt as uo
 
 from .cases import SUITE_VERSION
 from .compare import TINY, ULPS, K
-from .html import write_html
+from .html import cpu_name, write_html
 
 FORMAT_VERSION = 1
 PATH_ORDER = ("auto", "own", "native", "hand")
@@ -70,6 +70,7 @@ def build_report(cases, backends, workers: dict, results: list[dict], *,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "cpu": cpu_name(),
         "numpy": np.__version__,
         "tolerance": {"k": K, "ulps": ULPS, "tiny": TINY, "rule": RULE},
         "backends": {b: {**workers[b]} for b in backends},

@@ -25,7 +25,7 @@ RESULT_KEYS = {"case", "algorithm", "backend", "path", "status", "lowering", "co
                "explanation", "error", "seconds", "known", "steps_done", "trajectory",
                "series"}
 REPORT_KEYS = {"format_version", "suite_version", "unified_opt_version", "created", "python",
-               "platform", "numpy", "tolerance", "backends", "cases", "unstable_cases",
+               "platform", "cpu", "numpy", "tolerance", "backends", "cases", "unstable_cases",
                "unexercised_lowering_rows", "results", "summary"}
 
 

@@ -165,7 +165,7 @@ def test_the_page_says_the_counts_the_worst_ratio_and_the_environment(report):
     assert "<b>3 results</b>" in text and "1 pass</span>" in text and "1 fail</span>" in text
     assert f"<b>{worst:.3g}</b>" in text and 'href="#r1">planted[torch-own]</a>' in text
     for value in ("torch-9.9", "paddle-9.9", report["numpy"], report["python"],
-                  report["platform"], report["unified_opt_version"]):
+                  report["platform"], report["cpu"], report["unified_opt_version"]):
         assert f"<td>{value}" in text, value
     assert "bias_correction=False follows this optimizer" in text
     assert "RuntimeError: boom" in text
@@ -207,6 +207,59 @@ def test_a_torch_run_writes_a_page_with_a_plot_per_result(tmp_path):
     assert plots == [result_id(r) for r in result["results"]] and len(plots) >= 2
     assert all(r["series"] and len(r["series"]) == len(r["comparison"]["per_quantity"])
                for r in result["results"])
+
+
+ARTIFACT_BUDGET = 10 * 2**20       # the four reports of the full suite, for a CI's store
+
+
+@pytest.fixture(scope="module")
+def full_suite(tmp_path_factory):
+    """The reports of a report the size of the full default suite, without running a
+    framework (judging ~900 results would take minutes): every case on every backend it
+    runs on and each of its paths, each result a pass whose series has the case's own
+    steps and quantities (no state for "hand"), drawn at random between 1e-3 and 1 of
+    the floor, which compresses worse than a real run's series."""
+    rng = np.random.default_rng(0)
+    references, results = References(), []
+    cases = default_cases()
+    template = verdict(cases[0], "torch", "auto", references.get(cases[0], "float32"), None,
+                       None, references)
+    for case in cases:
+        names = list(references.get(case, "float32").quantities())
+        for backend in ("torch", "paddle", "mindspore"):
+            for path in case.paths if case.runs_on(backend) else ():
+                drawn = {n: 10 ** rng.uniform(-3, 0, case.steps) for n in names
+                         if path != "hand" or not n.startswith("state:")}
+                comparison = {**template["comparison"], "per_quantity": {
+                    n: float(v.max()) for n, v in drawn.items()}}
+                results.append({**template, "case": case.id, "algorithm": case.spec.name,
+                                "backend": backend, "path": path, "seconds": 0.1,
+                                "comparison": comparison, "series": series.encode(drawn)})
+    workers = {b: {"exit_code": 0, "seconds": 60.0, "framework_version": f"{b}-9.9",
+                   "error": None} for b in ("torch", "paddle", "mindspore")}
+    report = build_report(cases, ["torch", "paddle", "mindspore"], workers, results)
+    out = tmp_path_factory.mktemp("full-suite")
+    write_reports(report, out)
+    return report, out
+
+
+def test_the_full_suite_s_reports_fit_a_ci_artifact(full_suite):
+    report, out = full_suite
+    sizes = {p.name: p.stat().st_size for p in out.iterdir()}
+    assert set(sizes) == {"report.json", "report.md", "report.html", "junit.xml"}
+    assert report["summary"]["total"] > 600, report["summary"]
+    assert sum(sizes.values()) <= ARTIFACT_BUDGET, sizes
+
+
+def test_the_full_suite_s_page_has_a_plot_per_result_and_loads_nothing(full_suite):
+    report, out = full_suite
+    text = (out / "report.html").read_text()
+    page = _parse(text)
+    plots = [a["data-result"] for t, a in page.tags if "plots" in (a.get("class") or "")]
+    assert plots == [result_id(r) for r in report["results"]]
+    assert all(r["series"] for r in report["results"])
+    assert "http://" not in text and "https://" not in text
+    assert not [a for t, a in page.tags if t == "script" and "src" in a]
 
 
 # -- in a browser ----------------------------------------------------------------------
