@@ -1,0 +1,13 @@
+"""Porting a live run between frameworks.
+
+* :mod:`.live`: ``uo.from_native(optimizer, lr_scheduler=None)`` reads a native optimizer
+  (and its scheduler) that a script already built into a spec and group rules;
+* :mod:`.state`: ``uo.save_state`` / ``uo.load_state`` / ``uo.resume``: optimizer state
+  under the spec's own names in one safetensors file, restored on any backend;
+* :mod:`.diff`: ``uo.diff(spec_a, spec_b)``: do two configurations compute the same
+  numbers, and if not, which knobs differ;
+* :mod:`.script`: ``unified-opt port SCRIPT --to FRAMEWORK`` rewrites a script's
+  optimizer and scheduler constructions.
+
+Like the rest of the core, nothing here imports a framework at import time.
+"""
