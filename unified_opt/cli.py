@@ -26,6 +26,10 @@ to FILE (``unified-opt matrix --out docs/compatibility.md`` regenerates the comm
 spec's conformance streams (:mod:`unified_opt.conformance.checker`); exit 1 when it does
 not conform.
 
+``unified-opt diff A B`` says whether two configurations (native constructor calls or
+spec expressions) compute the same numbers, and which knobs differ
+(:mod:`unified_opt.porting.diff`); exit 1 when they differ.
+
 ``unified-opt report diff OLD.json NEW.json [--threshold X] [--json FILE]`` lists what
 changed between two reports (:mod:`unified_opt.conformance.report_diff`); exit 1 on a
 new failure.
@@ -136,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
                              "of printing it")
     _add_check(commands)
     _add_report(commands)
+    _add_diff(commands)
     return parser
 
 
@@ -193,6 +198,33 @@ def _add_report(commands) -> None:
                            "regression (default: %(default)s)")
     diff.add_argument("--json", default=None, metavar="FILE",
                       help="also write the diff as JSON to FILE")
+
+
+def _add_diff(commands) -> None:
+    diff = commands.add_parser(
+        "diff", help="do two optimizer configurations compute the same numbers?",
+        description=textwrap.fill(
+            "Run two configurations, each a native constructor call as a script writes "
+            "it (\"torch.optim.Adam(lr=1e-3)\", \"mindspore.nn.Adam(learning_rate=1e-3)\") "
+            "or a spec expression, through their presets on the same parameters and "
+            "gradient streams, and say whether B computes A's numbers within the float32 "
+            "noise floor; if not, where they part, by how much, and which knobs differ, "
+            "each tried alone. Exit status 0 when they are the same, 1 when they differ, "
+            "2 for a bad command line.", 79))
+    diff.add_argument("spec_a", metavar="A", help="the first configuration (the oracle)")
+    diff.add_argument("spec_b", metavar="B", help="the second configuration")
+
+
+def _diff(args) -> int:
+    from unified_opt.porting.diff import diff
+
+    try:
+        found = diff(args.spec_a, args.spec_b)
+    except (TypeError, ValueError, NotImplementedError) as error:
+        return _usage_error(args, error)
+    print(f"A: {found.spec_a}\nB: {found.spec_b}")
+    print(found)
+    return 0 if found.same else 1
 
 
 def _check(args) -> int:
@@ -359,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args)
     if args.command == "matrix":
         return _matrix(args)
+    if args.command == "diff":
+        return _diff(args)
     args.hyperparameters += extra
     return _explain(args)
 
