@@ -204,7 +204,7 @@ def test_every_knob_of_every_default_case_changes_the_numbers():
     for case in default_cases():
         oracle = reference_trajectory(case.spec, case)
         floors = floor_trajectories(case.spec, case)
-        for description, variant in knob_variants(case.spec):
+        for description, variant in knob_variants(case.spec, case):
             seen.add(_knob(description))
             exact = compare(reference_trajectory(variant, case), oracle, floors)
             planted = compare(reference_trajectory(variant, case, "float32"), oracle, floors)
