@@ -1,0 +1,267 @@
+"""``uo.from_native(optimizer, lr_scheduler=None)``: a live native optimizer (and its
+scheduler) that a script already built, read into a spec and ``uo.Group`` rules.
+
+Framework-neutral: the framework comes from the object's class (the module that defines
+it or a base class), and that backend's reader, ``unified_opt.backends.<framework>
+.reading``, reads it. Every reader does the same four things:
+
+1. **The class.** The optimizer's exact class is found among the backend's descriptors
+   (:mod:`unified_opt.native`), by identity with the class the descriptor names, so the
+   real module path (``torch.optim.adamw.AdamW``) is the descriptor's
+   ``torch.optim.AdamW``. A subclass of a native class is refused by name (its step may
+   differ), a refused class raises as ``uo.preset`` does (NotImplementedError), and an
+   object that is not an optimizer of the framework is a TypeError.
+2. **The constructor values.** They are read from the live object (torch ``defaults``
+   and ``param_groups``; Paddle's attributes; MindSpore's ``init_args``, Parameters and
+   ``defaults``), and the descriptor's preset is called with them as native keyword
+   arguments: the spec is exactly ``uo.preset(name, **arguments)`` (with a scheduler
+   read, ``.replace(lr=schedule)`` where the preset takes only a number).
+3. **The parameter groups** become ``uo.Group`` rules over parameter names (an empty
+   list where every parameter runs the spec's own values), so ``uo.build(spec, params,
+   groups=groups)`` rebuilds the optimizer on any backend. Names: ``names=`` (a module,
+   or ``(name, parameter)`` pairs) where the optimizer holds its parameters unnamed
+   (torch, MindSpore experimental); otherwise the framework's own ``p.name``
+   (``names=`` overrides them). A group differing in a value that a ``uo.Group`` cannot
+   carry (betas, eps, momentum, ... per group) is a ValueError naming the group, the
+   value and the reason.
+4. **The scheduler** (torch: ``lr_scheduler=``; Paddle: the optimizer's
+   ``learning_rate`` LRScheduler; MindSpore: the ``learning_rate`` Cell or per-step
+   list) becomes the schedule ``uo.schedules.preset`` gives for the same arguments,
+   and its position is reported (:attr:`NativeReading.position`, also
+   :func:`schedule_position`).
+
+Nothing is guessed: a value the reader cannot read exactly is an error saying what it
+is. In particular a Python lr function (torch ``LambdaLR`` / ``MultiplicativeLR``,
+Paddle ``LambdaDecay`` / ``MultiplicativeDecay``) is a ValueError naming it, unless
+``sample_steps=N`` asks for it to be tabulated: the schedule is then a
+``uo.schedules.Piecewise`` holding the lr of steps ``0 .. N-1`` (the values the
+scheduler gives there, computed by calling the function as the scheduler does), and
+its last value after them, which the function need not give (the reading's notes say
+so).
+
+State the optimizer already holds (moments, step counts) is not read here: that is
+``uo.save_state``. An optimizer that has stepped is read all the same (its constructor
+values do not change when it steps).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .. import _validation as v
+from ..backend import load
+from ..build import framework_of, named_parameters
+from ..groups import Group
+from ..native import NativeClass, import_native
+from ..presets import preset
+from ..schedules import Piecewise, Schedule
+from ..spec import Spec
+
+CALLER = "from_native"
+#: the top-level modules whose classes each backend reads (MindFormers' Came is MindSpore)
+ROOTS = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore",
+         "mindformers": "mindspore"}
+
+
+@dataclass(frozen=True)
+class NativeReading:
+    """What :func:`read_native` read.
+
+    ``spec`` and ``groups``: what :func:`from_native` returns. ``native_class``: the
+    descriptor's qualified name (``"torch.optim.AdamW"``); ``arguments``: the native
+    keyword arguments the preset was called with (a scheduler read replaces the lr);
+    ``scheduler``: the qualified name of the scheduler read (None: a constant lr);
+    ``position``: the 0-based optimizer step the next ``optimizer.step()`` runs on
+    the schedule (torch and Paddle: the scheduler's ``last_epoch``; MindSpore: the
+    optimizer's ``global_step``), None without a schedule: a state file stores it, and
+    a resumed run continues the schedule from there; ``notes``: what the reading
+    decided that a user should know (a tabulated lr function, ...)."""
+
+    spec: Spec
+    groups: list[Group]
+    native_class: str
+    arguments: dict
+    scheduler: str | None = None
+    position: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def from_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
+                sample_steps: int | None = None) -> tuple[Spec, list[Group]]:
+    """``(spec, groups)`` computing what the live ``optimizer`` (and ``lr_scheduler``)
+    computes; see the module docstring and :func:`read_native`."""
+    reading = read_native(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
+    return reading.spec, reading.groups
+
+
+def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
+                sample_steps: int | None = None) -> NativeReading:
+    """The full reading of a live optimizer (:class:`NativeReading`).
+
+    ``lr_scheduler``: a torch ``lr_scheduler`` (or MindSpore experimental scheduler) over
+    ``optimizer``; Paddle and MindSpore ``nn`` optimizers hold their schedule as their
+    ``learning_rate`` and take none here. ``names``: a module or ``(name, parameter)``
+    pairs naming the optimizer's parameters. ``sample_steps``: tabulate a Python lr
+    function over this many steps (see the module docstring)."""
+    if sample_steps is not None:
+        sample_steps = v.check_int(CALLER, "sample_steps", sample_steps, low=1)
+    return _reader(optimizer).read(optimizer, lr_scheduler, names=names,
+                                   sample_steps=sample_steps)
+
+
+def schedule_position(optimizer: Any, lr_scheduler: Any = None) -> int | None:
+    """The 0-based optimizer step at which the live schedule stands (the step the next
+    ``optimizer.step()`` runs), None where the lr is constant: the accessor a state file
+    calls (:attr:`NativeReading.position`)."""
+    return _reader(optimizer).position(optimizer, lr_scheduler)
+
+
+def _reader(optimizer: Any):
+    framework = optimizer_framework(optimizer)
+    return importlib.import_module(f"unified_opt.backends.{framework}.reading")
+
+
+def optimizer_framework(optimizer: Any) -> str:
+    """The backend reading ``optimizer`` (from its class's module or a base class's)."""
+    if isinstance(optimizer, type):
+        raise TypeError(f"{CALLER}: optimizer must be an optimizer object, got the class "
+                        f"{optimizer.__module__}.{optimizer.__qualname__} (build it first)")
+    for klass in type(optimizer).__mro__:
+        module = klass.__module__ or ""
+        if module.startswith("unified_opt.backends."):
+            return module.split(".")[2]
+        root = module.split(".")[0]
+        if root in ROOTS:
+            return ROOTS[root]
+    raise TypeError(f"{CALLER}: optimizer must be a torch, Paddle or MindSpore optimizer "
+                    f"object, got {optimizer!r} of type {type(optimizer).__qualname__}")
+
+
+# -- helpers the backend readers share --------------------------------------------------
+
+def qualified(klass: type) -> str:
+    return f"{klass.__module__}.{klass.__qualname__}"
+
+
+def descriptor_of(framework: str, optimizer: Any, base: type) -> NativeClass:
+    """The descriptor of ``optimizer``'s exact class among ``framework``'s (see the
+    module docstring); ``base``: the framework's optimizer base class."""
+    klass = type(optimizer)
+    if not isinstance(optimizer, base):
+        raise TypeError(f"{CALLER}: optimizer must be a {qualified(base)}, got "
+                        f"{optimizer!r} of type {qualified(klass)}")
+    known = native_classes(framework)
+    if klass in known:
+        cls = known[klass]
+        if cls.refused:
+            raise NotImplementedError(f"{CALLER}: optimizer {qualified(klass)} "
+                                      f"({cls.name}) has no preset: {cls.refused}")
+        return cls
+    parents = [known[k].name for k in klass.__mro__[1:] if k in known]
+    if parents:
+        raise ValueError(f"{CALLER}: optimizer of type {qualified(klass)} is a subclass of "
+                         f"{parents[0]}, not that class: its step may differ from "
+                         f"{parents[0]}'s, so it is not read as it (read the native class, "
+                         "or describe the subclass's update as a spec)")
+    raise ValueError(f"{CALLER}: optimizer of type {qualified(klass)} has no preset (the "
+                     f"{framework} presets: uo.presets())")
+
+
+_CLASSES: dict[str, dict[type, NativeClass]] = {}
+
+
+def native_classes(framework: str) -> dict[type, NativeClass]:
+    """``framework``'s native classes that import here, by class (refused ones too)."""
+    if framework not in _CLASSES:
+        found: dict[type, NativeClass] = {}
+        for cls in load(framework).classes:
+            try:
+                klass = import_native(cls.name)
+            except (ImportError, AttributeError):   # not in this version (paddle.fluid)
+                continue
+            found.setdefault(klass, cls)
+        _CLASSES[framework] = found
+    return _CLASSES[framework]
+
+
+def call_preset(cls: NativeClass, arguments: dict) -> Spec:
+    """``uo.preset(cls.name, **arguments)``."""
+    return preset(cls.name, **arguments)
+
+
+def parameter_names(names: Any) -> dict[int, str] | None:
+    """``names=`` as ``id(parameter) -> name`` (None when not given)."""
+    if names is None:
+        return None
+    pairs = named_parameters(names, CALLER)
+    if framework_of(names) is None and any(n is None for n, _ in pairs):
+        raise TypeError(f"{CALLER}: names must be a module or (name, parameter) pairs, got "
+                        f"{type(names).__name__} holding unnamed parameters")
+    return {id(p): n for n, p in pairs}
+
+
+def name_of(p: Any, given: dict[int, str] | None, own: Callable[[Any], str | None],
+            where: str) -> str:
+    """The name of parameter ``p``: from ``names=``, else the framework's own."""
+    if given is not None:
+        if id(p) not in given:
+            raise ValueError(f"{CALLER}: names does not name a parameter of {where} "
+                             f"(shape {tuple(getattr(p, 'shape', ()))}); pass the module "
+                             "whose parameters the optimizer holds")
+        return given[id(p)]
+    name = own(p)
+    if not name:
+        raise ValueError(f"{CALLER}: the parameters of {where} have no names; pass "
+                         "names=<module> or names=[(name, parameter), ...]")
+    return name
+
+
+def escaped(name: str) -> str:
+    """``name`` as an fnmatch pattern matching exactly it."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def rule(names: Sequence[str], **changes: Any) -> Group:
+    """A ``uo.Group`` over exactly ``names`` setting ``changes``."""
+    return Group(match=tuple(escaped(n) for n in names), **changes)
+
+
+def scale_of(value: float, base: float, what: str) -> float:
+    """The factor ``value / base`` of a group lr over the spec's (ValueError where the
+    spec's lr is 0 and the group's is not: no factor gives it)."""
+    if base == 0.0:
+        if value == 0.0:
+            return 1.0
+        raise ValueError(f"{CALLER}: {what} lr {value!r} is no multiple of the lr 0 of the "
+                         "first group: no uo.Group lr_scale gives it")
+    return value / base
+
+
+def not_a_rule(where: str, key: str, value: Any, reference: Any) -> ValueError:
+    return ValueError(f"{CALLER}: {where} sets {key}={value!r}, the spec's is {reference!r}: "
+                      "a uo.Group sets only lr, lr_scale, weight_decay and exclusions, so a "
+                      f"per-group {key} cannot be expressed as a rule (build one optimizer "
+                      "per such group)")
+
+
+def lambda_refused(scheduler: str, argument: str, fn: Any) -> ValueError:
+    return ValueError(f"{CALLER}: {scheduler}'s {argument}={fn!r} is a Python function of "
+                      "the step, which no schedule spec reads exactly; pass sample_steps=N "
+                      "to tabulate it over the first N steps (uo.schedules.Piecewise), or "
+                      "give the schedule as a spec (uo.schedules.Lambda(fn=..., lr=...))")
+
+
+def sampled(lrs: list[float], scheduler: str) -> tuple[Piecewise, str]:
+    """The table of ``lrs`` (step 0 on) as a Piecewise schedule, with its note."""
+    schedule = Piecewise(boundaries=list(range(1, len(lrs))), values=list(lrs))
+    note = (f"{scheduler}'s Python lr function was tabulated over steps 0..{len(lrs) - 1} "
+            f"(sample_steps={len(lrs)}); after them the schedule holds {lrs[-1]!r}, which "
+            "the function need not give")
+    return schedule, note
+
+
+def with_schedule(spec: Spec, schedule: Schedule | None) -> Spec:
+    return spec if schedule is None else spec.replace(lr=schedule)
