@@ -146,13 +146,15 @@ def qualified(klass: type) -> str:
     return f"{klass.__module__}.{klass.__qualname__}"
 
 
-def descriptor_of(framework: str, optimizer: Any, base: type) -> NativeClass:
+def descriptor_of(framework: str, optimizer: Any, base: type | tuple) -> NativeClass:
     """The descriptor of ``optimizer``'s exact class among ``framework``'s (see the
-    module docstring); ``base``: the framework's optimizer base class."""
+    module docstring); ``base``: the framework's optimizer base class (or classes)."""
     klass = type(optimizer)
     if not isinstance(optimizer, base):
-        raise TypeError(f"{CALLER}: optimizer must be a {qualified(base)}, got "
-                        f"{optimizer!r} of type {qualified(klass)}")
+        bases = " or ".join(qualified(b) for b in (base if isinstance(base, tuple)
+                                                    else (base,)))
+        raise TypeError(f"{CALLER}: optimizer must be a {bases}, got {optimizer!r} of type "
+                        f"{qualified(klass)}")
     known = native_classes(framework)
     if klass in known:
         cls = known[klass]

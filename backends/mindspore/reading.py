@@ -1,0 +1,243 @@
+"""Reading a live MindSpore optimizer (``mindspore.nn`` and
+``mindspore.experimental.optim``) and its dynamic lr (``uo.from_native``; the shared
+rules are in :mod:`unified_opt.porting.live`).
+
+Facts relied on (MindSpore 2.10):
+
+* Most ``nn`` constructors are wrapped by ``opt_init_args_register``, which keeps the
+  bound arguments: ``init_args`` (every argument but the parameters and the lr; ``nn.Adam``
+  keeps ``use_lazy`` / ``use_offload`` under ``init_args['kwargs']``),
+  ``init_learning_rate`` (the lr as given: a float, a per-step list, or None for a
+  ``LearningRateSchedule`` Cell, then ``optimizer.learning_rate``) and ``init_params``
+  (the ``params`` argument, group dicts included). ``nn.AdamWeightDecay`` and
+  ``nn.AdamOffload`` keep none of these: their values are read from their float32
+  Parameters/Tensors (``beta1``, ``eps``, ``weight_decay``, ``learning_rate``) as the
+  shortest decimal that rounds to the float32 value (what the kernel computes with).
+* Group dicts: :func:`unified_opt.presets.mindspore_groups.mindspore_groups` reads them
+  (with the parameters by name: ``p.name``, or ``names=``). In groups MindSpore's
+  beta/gamma name rule is off and every group's decay is explicit, so the spec read has
+  ``no_decay_names=()`` there (a note says so).
+* ``nn.LARS`` keeps the wrapped optimizer as ``opt`` (read as its spec) and its filter's
+  answer per parameter as ``lars_flag``: the filter is read as the names it leaves out
+  (MindSpore's default filter is the spec's ``exclude_names`` default).
+* A dynamic lr: a ``LearningRateSchedule`` Cell keeps its arguments as attributes
+  (``PolynomialDecayLR`` the lr as ``start_learning_rate``); a per-step list (the
+  ``mindspore.nn.*_lr`` functions make them) keeps no record of the function that made
+  it, so it is read as the table it is, ``uo.schedules.Piecewise`` (exact on every step
+  of the list; MindSpore raises past its end). The optimizer's call number ``t + 1``
+  runs with ``global_step = t``: the position is ``global_step``.
+* ``experimental.optim`` classes follow torch: ``defaults`` and ``param_groups`` (the lr
+  a float32 Parameter; the constructor's lr is ``defaults['lr']``).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from unified_opt import schedules as uo_schedules
+from unified_opt.groups import name_matches
+from unified_opt.porting import live
+from unified_opt.presets.mindspore_groups import mindspore_groups
+from unified_opt.schedules import Piecewise
+from unified_opt.schedules._preset_registry import REGISTRY
+
+NN = "mindspore.nn"
+#: LearningRateSchedule Cells: preset argument -> attribute, where they differ
+_CELL_ATTRIBUTES = {"PolynomialDecayLR": {"learning_rate": "start_learning_rate"}}
+
+
+def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
+    from mindspore import nn
+    from mindspore.experimental import optim
+
+    cls = live.descriptor_of("mindspore", optimizer, (nn.Optimizer, optim.Optimizer))
+    if lr_scheduler is not None:
+        raise TypeError(f"{live.CALLER}: a MindSpore optimizer holds its dynamic lr as its "
+                        "learning_rate (experimental.optim schedulers are not read yet); "
+                        f"pass lr_scheduler=None, got {lr_scheduler!r}")
+    given = live.parameter_names(names)
+    if cls.experimental:
+        return _read_experimental(optimizer, cls, given)
+    return _read_nn(optimizer, cls, given)
+
+
+def position(optimizer, lr_scheduler=None):
+    if getattr(optimizer, "dynamic_lr", False):
+        return int(optimizer.global_step.asnumpy().reshape(-1)[0])
+    return None
+
+
+# -- mindspore.nn ----------------------------------------------------------------------------
+
+def _read_nn(optimizer, cls, given):
+    notes: list[str] = []
+    signature = inspect.signature(cls.from_native).parameters
+    if cls.wraps_optimizer:
+        return _read_lars(optimizer, cls, given)
+    if hasattr(optimizer, "init_args"):
+        stored = dict(optimizer.init_args)
+        stored.update(stored.pop("kwargs", {}) or {})
+        arguments = {k: stored[k] for k in signature if k in stored}
+        lr = optimizer.init_learning_rate
+    else:
+        arguments = {k: _float32_read(optimizer, k, cls.name) for k in signature
+                     if k != "learning_rate" and hasattr(optimizer, k)}
+        lr = None if optimizer.dynamic_lr else _shortest(optimizer.learning_rate)
+    missing = [k for k in signature if k not in arguments and k != "learning_rate"
+               and inspect.signature(cls.from_native).parameters[k].default
+               is inspect.Parameter.empty]
+    if missing:
+        raise ValueError(f"{live.CALLER}: cannot read {cls.name}'s arguments {missing} from "
+                         "the live object")
+    schedule = None
+    if lr is None and getattr(optimizer, "is_group", False) and optimizer.dynamic_lr:
+        raise ValueError(f"{live.CALLER}: {cls.name} in parameter groups with a "
+                         "LearningRateSchedule Cell as learning_rate: MindSpore keeps only "
+                         "each group's Cell, so the optimizer's schedule cannot be read")
+    if lr is None and optimizer.dynamic_lr:
+        schedule = _cell_schedule(optimizer.learning_rate)
+        lr = schedule
+    elif isinstance(lr, (list, tuple)):
+        schedule = _table(lr)
+        lr = schedule
+    if "weight_decay" in arguments and not isinstance(arguments["weight_decay"],
+                                                       (int, float)):
+        arguments["weight_decay"] = _cell_schedule(arguments["weight_decay"])
+    if "learning_rate" in signature:
+        arguments["learning_rate"] = lr
+    spec = live.call_preset(cls, arguments)
+    groups: list = []
+    init_params = getattr(optimizer, "init_params", {}).get("params")
+    if getattr(optimizer, "is_group", False):
+        dicts = _named_groups(init_params, given)
+        if hasattr(spec, "no_decay_names") and spec.no_decay_names:
+            spec = spec.replace(no_decay_names=())
+            notes.append("in parameter groups MindSpore's beta/gamma no-decay rule is off: "
+                         "the spec has no_decay_names=() and each group's weight_decay is "
+                         "a rule")
+        groups = mindspore_groups(dicts, spec)
+    return live.NativeReading(spec, groups, cls.name, arguments,
+                              _schedule_name(optimizer) if schedule is not None else None,
+                              position(optimizer), tuple(notes))
+
+
+def _read_lars(optimizer, cls, given):
+    from unified_opt.backends.mindspore.classes.large_batch import LARS_EXCLUDED
+
+    inner = read(optimizer.opt, names=given and _pairs(optimizer, given))
+    stored = dict(optimizer.init_args)
+    arguments = {"optimizer": inner.spec, "epsilon": stored["epsilon"],
+                 "coefficient": stored["coefficient"], "use_clip": stored["use_clip"],
+                 "lars_filter": None}
+    spec = live.call_preset(cls, arguments)
+    parameters = list(optimizer.parameters)
+    names_of = [live.name_of(p, given, lambda q: q.name, cls.name) for p in parameters]
+    excluded = tuple(n for n, flag in zip(names_of, optimizer.lars_flag) if not flag)
+    if excluded != tuple(n for n in names_of if name_matches(n, LARS_EXCLUDED)):
+        # another filter than MindSpore's default: the names it leaves out, exactly
+        spec = spec.replace(exclude_names=tuple(live.escaped(n) for n in excluded))
+    return live.NativeReading(spec, inner.groups, cls.name, arguments, inner.scheduler,
+                              inner.position, inner.notes)
+
+
+def _pairs(optimizer, given):
+    return [(given[id(p)], p) for p in optimizer.parameters if id(p) in given]
+
+
+def _named_groups(init_params, given):
+    """The group dicts with each Parameter replaced by its name."""
+    out = []
+    for index, group in enumerate(init_params):
+        named = {}
+        for key, value in group.items():
+            if key in ("params", "order_params"):
+                value = [live.name_of(p, given, lambda q: q.name, f"params[{index}]")
+                         for p in value]
+            named[key] = value
+        out.append(named)
+    return out
+
+
+def _float32_read(optimizer, key, name):
+    value = getattr(optimizer, key)
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    return _shortest(value)
+
+
+def _shortest(value):
+    """A float32 Tensor/Parameter as the shortest decimal(s) that round to it."""
+    array = np.asarray(value.asnumpy(), dtype=np.float32).reshape(-1)
+    floats = [float(np.format_float_positional(x, unique=True, trim="-")) for x in array]
+    return floats[0] if len(floats) == 1 else tuple(floats)
+
+
+def _schedule_name(optimizer) -> str:
+    lr = optimizer.learning_rate
+    return f"{NN}.{type(lr).__name__}" if not isinstance(optimizer.init_learning_rate,
+                                                         (list, tuple)) \
+        else "a per-step lr list"
+
+
+def _table(values) -> Piecewise:
+    values = [float(x) for x in values]
+    return Piecewise(boundaries=list(range(1, len(values))), values=values)
+
+
+def _cell_schedule(cell):
+    """A ``LearningRateSchedule`` Cell (or the list MindSpore made a Cell) as its schedule."""
+    from mindspore import nn
+
+    klass = type(cell)
+    bare = klass.__name__
+    if bare == "_IteratorLearningRate":
+        return _table(cell.learning_rate.asnumpy().tolist())
+    name = f"{NN}.{bare}"
+    if getattr(nn, bare, None) is not klass or name not in REGISTRY.names():
+        raise ValueError(f"{live.CALLER}: the dynamic lr of type {live.qualified(klass)} has "
+                         "no schedule preset (a mindspore.nn LearningRateSchedule Cell, a "
+                         "subclass or a Cell of your own cannot be read as a schedule)")
+    attributes = _CELL_ATTRIBUTES.get(bare, {})
+    arguments = {key: getattr(cell, attributes.get(key, key))
+                 for key in REGISTRY.signature(name).parameters}
+    return uo_schedules.preset(name, **arguments)
+
+
+# -- mindspore.experimental.optim -------------------------------------------------------------
+
+def _read_experimental(optimizer, cls, given):
+    signature = inspect.signature(cls.from_native).parameters
+    groups = optimizer.param_groups
+    defaults = optimizer.defaults
+    arguments = {k: defaults[k] for k in signature if k in defaults}
+    first_lr = _group_lr(groups[0])
+    if np.float32(defaults["lr"]) != np.float32(first_lr):
+        raise ValueError(f"{live.CALLER}: the first parameter group's lr is {first_lr!r}, "
+                         f"not the constructor's {defaults['lr']!r}: something changed it "
+                         "(a scheduler, which is not read here yet)")
+    spec = live.call_preset(cls, arguments)
+    rules = []
+    for index, group in enumerate(groups[1:], start=1):
+        where = f"param_groups[{index}]"
+        changes = {}
+        for key in signature:
+            if key == "lr" or key not in group:
+                continue
+            if group[key] != arguments.get(key, group[key]):
+                if key != "weight_decay":
+                    raise live.not_a_rule(where, key, group[key], arguments[key])
+                changes["weight_decay"] = float(group[key])
+        lr = _group_lr(group)
+        if np.float32(lr) != np.float32(defaults["lr"]):
+            changes["lr"] = lr
+        if changes:
+            names_of = [live.name_of(p, given, lambda q: q.name, where) for p in group["params"]]
+            rules.append(live.rule(names_of, **changes))
+    return live.NativeReading(spec, rules, cls.name, arguments, None, None, ())
+
+
+def _group_lr(group) -> float:
+    lr = group["lr"]
+    return lr if isinstance(lr, float) else _shortest(lr)
