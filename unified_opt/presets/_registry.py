@@ -41,7 +41,17 @@ def presets(refused: bool = False) -> list[str]:
 
 
 def preset(qualified_name: str, **native_kwargs: Any) -> Spec:
-    """The spec computing what ``qualified_name(**native_kwargs)`` computes."""
+    """The spec computing what ``qualified_name(**native_kwargs)`` computes.
+
+    ``qualified_name`` may also be the class's real module path
+    (``"torch.optim.adamw.AdamW"``, ``"mindspore.nn.optim.adam.Adam"``): see
+    :func:`descriptor_name`."""
+    if not isinstance(qualified_name, str) and not isinstance(qualified_name, type) \
+            and hasattr(qualified_name, "step"):
+        raise TypeError(f"preset: qualified_name must be a str, got the optimizer object "
+                        f"{qualified_name!r}: read a live optimizer with "
+                        "uo.from_native(optimizer)")
+    qualified_name = descriptor_name(qualified_name)
     fn = registry().checked(qualified_name, native_kwargs)
     params = inspect.signature(fn).parameters
     for flag in IMPLEMENTATION_FLAGS:
@@ -51,6 +61,41 @@ def preset(qualified_name: str, **native_kwargs: Any) -> Spec:
                           "it to uo.build(..., options=...) to choose the native kernel)",
                           stacklevel=2)
     return fn(**native_kwargs)
+
+
+#: top-level modules of the frameworks whose classes the presets describe
+_FRAMEWORKS = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore",
+               "mindformers": "mindspore"}
+
+
+def descriptor_name(qualified_name: Any) -> Any:
+    """The preset name of the class at ``qualified_name``: itself when it has a preset (or
+    is refused); else, for a name in an installed framework that imports to a class one
+    of its descriptors names (the real module path, ``torch.optim.adamw.AdamW`` for
+    ``torch.optim.AdamW``), that descriptor's name. Only such a name imports its
+    framework; anything else comes back unchanged (and ``checked`` says what is wrong)."""
+    import importlib.util
+
+    from ..native import import_native
+
+    known = registry()
+    if not isinstance(qualified_name, str) or qualified_name in known.names() \
+            or qualified_name in known.names(True):
+        return qualified_name
+    backend = _FRAMEWORKS.get(qualified_name.split(".")[0])
+    if backend is None or importlib.util.find_spec(qualified_name.split(".")[0]) is None:
+        return qualified_name
+    try:
+        klass = import_native(qualified_name)
+    except (ImportError, AttributeError, ValueError):
+        return qualified_name
+    for cls in load(backend).classes:
+        try:
+            if import_native(cls.name) is klass:
+                return cls.name
+        except (ImportError, AttributeError):
+            continue
+    return qualified_name
 
 
 def refusal(qualified_name: str) -> str:
