@@ -97,7 +97,12 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
 
 
 def position(optimizer, lr_scheduler=None):
-    return None if lr_scheduler is None else int(lr_scheduler.last_epoch)
+    return None if lr_scheduler is None else _position(lr_scheduler)
+
+
+def _position(s) -> int:
+    # ChainedScheduler keeps no last_epoch: its schedulers step together
+    return int(s.last_epoch if hasattr(s, "last_epoch") else s._schedulers[0].last_epoch)
 
 
 # -- the scheduler ---------------------------------------------------------------------------
@@ -127,7 +132,7 @@ def _read_scheduler(optimizer, s, sample_steps):
         raise ValueError(f"{live.CALLER}: lr_scheduler {name} cannot be read as a schedule: "
                          + uo_schedules.refusal(name))
     groups = optimizer.param_groups
-    position = int(s.last_epoch)
+    position = _position(s)
     if bare in ("CyclicLR", "OneCycleLR"):
         per_group = [_absolute(s, bare, i) for i in range(len(groups))]
         schedule = per_group[0]
@@ -139,7 +144,8 @@ def _read_scheduler(optimizer, s, sample_steps):
         return _Scheduler(name, schedule, [g["initial_lr"] if "initial_lr" in g else
                                            schedule(0) for g in groups],
                           scales, cycled, position)
-    bases = list(s.base_lrs)
+    # SequentialLR and ChainedScheduler keep no base_lrs: each group's initial_lr is it
+    bases = list(s.base_lrs) if hasattr(s, "base_lrs") else [g["initial_lr"] for g in groups]
     if bare in _FUNCTIONS:
         schedule, note = _tabulated(s, bare, bases, sample_steps)
         notes = (note,)
