@@ -553,3 +553,17 @@ def test_paddle_refusals():
     opt = paddle.optimizer.SGD(0.1, parameters=params)
     with pytest.raises(TypeError, match="pass lr_scheduler=None"):
         uo.from_native(opt, lr_scheduler=scheduler)
+
+
+@require("torch")
+def test_torch_optimizer_with_step_hooks_or_built_by_uo_is_refused():
+    import torch
+
+    opt = _torch_sgd()
+    opt.register_step_pre_hook(lambda *args: None)
+    with pytest.raises(ValueError, match="step hooks"):
+        uo.from_native(opt)
+    built = uo.build(uo.AdamW(lr=0.1, grad_clip=uo.ClipByNorm(max_norm=1.0)),
+                     [("w", torch.nn.Parameter(torch.zeros(2)))])
+    with pytest.raises(ValueError, match="built by uo.build.*record_of"):
+        uo.from_native(built)

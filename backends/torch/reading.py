@@ -54,6 +54,12 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
     import torch
 
     cls = live.descriptor_of("torch", optimizer, torch.optim.Optimizer)
+    hooks = [h for table in (optimizer._optimizer_step_pre_hooks,
+                             optimizer._optimizer_step_post_hooks) for h in table.values()]
+    if hooks:
+        raise ValueError(f"{live.CALLER}: the optimizer has step hooks {hooks!r} "
+                         "(register_step_pre_hook / register_step_post_hook), which may "
+                         "change what a step does and which no spec reads")
     groups = optimizer.param_groups
     reading = _read_scheduler(optimizer, lr_scheduler, sample_steps) if lr_scheduler \
         is not None else None

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .. import _validation as v
-from ..backend import load
+from ..backend import load, record_of
 from ..build import framework_of, named_parameters
 from ..groups import Group
 from ..native import NativeClass, import_native
@@ -108,7 +108,9 @@ def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
     function over this many steps (see the module docstring)."""
     if sample_steps is not None:
         sample_steps = v.check_int(CALLER, "sample_steps", sample_steps, low=1)
-    return _reader(optimizer).read(optimizer, lr_scheduler, names=names,
+    reader = _reader(optimizer)
+    _not_built_here(optimizer)
+    return reader.read(optimizer, lr_scheduler, names=names,
                                    sample_steps=sample_steps)
 
 
@@ -117,6 +119,20 @@ def schedule_position(optimizer: Any, lr_scheduler: Any = None) -> int | None:
     ``optimizer.step()`` runs), None where the lr is constant: the accessor a state file
     calls (:attr:`NativeReading.position`)."""
     return _reader(optimizer).position(optimizer, lr_scheduler)
+
+
+def _not_built_here(optimizer: Any) -> None:
+    """An optimizer ``uo.build`` made runs parts of its spec around the native class
+    (step hooks, a schedule function, parameter groups), which its attributes do not
+    show: it is refused, pointing to the spec it was built from."""
+    try:
+        record_of(optimizer)
+    except ValueError:
+        return
+    raise ValueError(f"{CALLER}: optimizer {type(optimizer).__qualname__} was built by "
+                     "uo.build, which runs parts of its spec around the class (step hooks, "
+                     "the schedule); its spec is unified_opt.backend.record_of(optimizer)"
+                     ".spec")
 
 
 def _reader(optimizer: Any):
