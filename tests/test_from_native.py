@@ -567,3 +567,47 @@ def test_torch_optimizer_with_step_hooks_or_built_by_uo_is_refused():
                      [("w", torch.nn.Parameter(torch.zeros(2)))])
     with pytest.raises(ValueError, match="built by uo.build.*record_of"):
         uo.from_native(built)
+
+
+@require("paddle")
+def test_paddle_parameter_attributes_and_a_stepped_optimizer():
+    import paddle
+
+    net = paddle.nn.Linear(3, 2, bias_attr=paddle.ParamAttr(need_clip=False,
+                                                            learning_rate=2.0))
+    bias = net.bias.name
+    optimizers = [
+        (paddle.optimizer.Rprop(parameters=net.parameters(), learning_rate_range=(1e-4, 10),
+                                etas=(0.4, 1.3)),
+         uo.preset("paddle.optimizer.Rprop", learning_rate_range=(1e-4, 10), etas=(0.4, 1.3)),
+         [uo.Group(match=(bias,), lr_scale=2.0)]),
+        (paddle.optimizer.Adam(parameters=net.parameters(), weight_decay=0.01,
+                               grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
+         uo.preset("paddle.optimizer.Adam", weight_decay=0.01,
+                   grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)),
+         [uo.Group(match=(bias,), lr_scale=2.0, exclude_from=("grad_clip",))]),
+        (paddle.optimizer.Lamb(parameters=net.parameters(),
+                               exclude_from_weight_decay_fn=lambda p: p.name == bias),
+         uo.preset("paddle.optimizer.Lamb"),
+         [uo.Group(match=(bias,), lr_scale=2.0, weight_decay=0.0)]),
+    ]
+    for opt, spec, groups in optimizers:
+        assert uo.from_native(opt) == (spec, groups)
+        net(paddle.ones([4, 3])).sum().backward()
+        opt.step()                      # Rprop now holds its ranges as float32 tensors
+        opt.clear_grad()
+        assert uo.from_native(opt) == (spec, groups)
+
+
+@require("mindspore")
+def test_mindspore_stepped_optimizer_is_read_the_same():
+    import mindspore as ms
+    from mindspore import nn
+
+    params = nn.Dense(3, 2).trainable_params()
+    opt = nn.AdamWeightDecay(params, learning_rate=0.003, weight_decay=0.02, eps=1e-7)
+    expected = uo.preset("mindspore.nn.AdamWeightDecay", learning_rate=0.003,
+                         weight_decay=0.02, eps=1e-7)
+    assert uo.from_native(opt) == (expected, [])
+    opt(tuple(ms.Tensor(np.ones(p.shape, np.float32)) for p in params))
+    assert uo.from_native(opt) == (expected, [])

@@ -169,8 +169,7 @@ def _float32_read(optimizer, key, name):
 
 def _shortest(value):
     """A float32 Tensor/Parameter as the shortest decimal(s) that round to it."""
-    array = np.asarray(value.asnumpy(), dtype=np.float32).reshape(-1)
-    floats = [float(np.format_float_positional(x, unique=True, trim="-")) for x in array]
+    floats = live.shortest_float32(value.asnumpy())
     return floats[0] if len(floats) == 1 else tuple(floats)
 
 

@@ -6,7 +6,9 @@ Facts relied on (Paddle 3.3):
 * The constructor keeps each argument as an attribute: ``_<name>`` (``_beta1``,
   ``_epsilon``, ``_learning_rate``, ``_grad_clip``, ...), a few without the underscore
   (Adagrad ``initial_accumulator_value``, Lamb ``always_adapt``); Rprop wraps its pairs
-  in a list (``_learning_rate_range = [range]``, ``_etas = [etas]``).
+  in a list (``_learning_rate_range = [range]``, ``_etas = [etas]``), and makes them a
+  float32 tensor at its first step: read back as the shortest decimals that round to
+  those float32 values.
 * The weight decay: most classes keep it as the regularizer ``regularization`` (a float
   is made ``L2Decay(float)``), and a parameter's own ``p.regularizer`` (from a
   ``ParamAttr`` or a parameter group's ``weight_decay``) takes its place for that
@@ -109,8 +111,9 @@ def _argument(optimizer, cls, key):
 
 
 def _unwrapped(value, key, name):
-    if hasattr(value, "numpy"):               # made a tensor once the class has stepped
-        value = value.numpy().tolist()
+    if hasattr(value, "numpy"):
+        # made a float32 tensor at the first step (what the kernel computes with)
+        value = live.shortest_float32(value.numpy())
     if isinstance(value, (list, tuple)) and len(value) == 1:
         value = value[0]
     if not (isinstance(value, (list, tuple)) and len(value) == 2):

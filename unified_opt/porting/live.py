@@ -281,5 +281,15 @@ def sampled(lrs: list[float], scheduler: str) -> tuple[Piecewise, str]:
     return schedule, note
 
 
+def shortest_float32(values) -> list[float]:
+    """float32 ``values`` as the shortest decimals that round to them: where a framework
+    keeps only a float32 copy of a constructor value (the kernel computes with that
+    float32), the Python float a user would have written for it."""
+    import numpy as np
+
+    array = np.asarray(values, dtype=np.float32).reshape(-1)
+    return [float(np.format_float_positional(x, unique=True, trim="-")) for x in array]
+
+
 def with_schedule(spec: Spec, schedule: Schedule | None) -> Spec:
     return spec if schedule is None else spec.replace(lr=schedule)
