@@ -157,11 +157,17 @@ def test_torch_groups_rebuild_the_optimizer():
     assert groups == [uo.Group(match=("bias",), lr=0.02, weight_decay=0.0)]
     built = uo.build(spec, built_net, groups=groups)
     plain = uo.build(spec, plain_net)
+    ref = uo.reference(spec, {n: p.detach().numpy().astype(np.float64)
+                              for n, p in net().named_parameters()}, groups=groups)
     for grad in GRADS:
         for n, opt in ((native_net, native), (built_net, built), (plain_net, plain)):
             n.weight.grad = torch.tensor(grad)
             n.bias.grad = torch.tensor(grad[:, 0].copy())
             opt.step()
+        ref.step({"weight": grad.astype(np.float64), "bias": grad[:, 0].astype(np.float64)})
+    for name in ("weight", "bias"):   # the numpy oracle of the spec and its rules
+        np.testing.assert_allclose(ref.params[name], getattr(native_net, name).detach().numpy(),
+                                   rtol=1e-5, atol=1e-6)
     for name in ("weight", "bias"):
         np.testing.assert_allclose(getattr(built_net, name).detach().numpy(),
                                    getattr(native_net, name).detach().numpy(), rtol=1e-6,
@@ -504,9 +510,14 @@ def test_torch_refusals_name_the_argument_and_value():
     assert spec.lr == uo.schedules.Piecewise(boundaries=[1, 2, 3],
                                              values=[0.1, 0.05, 0.025, 0.0125])
     assert "tabulated" in read_native(opt, scheduler, sample_steps=4).notes[0]
-    multiplicative = torch.optim.lr_scheduler.MultiplicativeLR(opt, lambda t: 0.5)
+    multiplicative = torch.optim.lr_scheduler.MultiplicativeLR(opt, lambda t: 0.5 + t / 10)
     with pytest.raises(ValueError, match="MultiplicativeLR's lr_lambda"):
         uo.from_native(opt, multiplicative)
+    table = uo.from_native(opt, multiplicative, sample_steps=3)[0].lr
+    for t in range(3):      # torch multiplies the lr by f(t) at each step
+        assert table(t) == pytest.approx(opt.param_groups[0]["lr"], rel=1e-12)
+        opt.step()
+        multiplicative.step()
     with pytest.raises(ValueError, match="sample_steps must be"):
         uo.from_native(opt, scheduler, sample_steps=0)
 
@@ -543,6 +554,15 @@ def test_paddle_refusals():
         uo.from_native(opt)
     spec, _ = uo.from_native(opt, sample_steps=3)
     assert spec.lr.values == pytest.approx((0.1, 0.09, 0.081), rel=1e-12)
+    scheduler = paddle.optimizer.lr.MultiplicativeDecay(0.1, lambda e: 0.5 + e / 10)
+    opt = paddle.optimizer.SGD(scheduler, parameters=params)
+    table = uo.from_native(opt, sample_steps=3)[0].lr
+    for t in range(3):
+        assert table(t) == pytest.approx(scheduler(), rel=1e-12)
+        scheduler.step()
+    opt = paddle.optimizer.SGD(paddle.optimizer.lr.ReduceOnPlateau(0.1), parameters=params)
+    with pytest.raises(ValueError, match="ReduceOnPlateau cannot be read.*metric-driven"):
+        uo.from_native(opt)
 
     class Custom(paddle.optimizer.lr.StepDecay):
         pass
