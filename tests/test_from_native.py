@@ -631,3 +631,31 @@ def test_mindspore_stepped_optimizer_is_read_the_same():
     assert uo.from_native(opt) == (expected, [])
     opt(tuple(ms.Tensor(np.ones(p.shape, np.float32)) for p in params))
     assert uo.from_native(opt) == (expected, [])
+
+
+@require("mindspore")
+def test_mindspore_name_rule_under_other_names():
+    from mindspore import nn
+
+    net = nn.SequentialCell([nn.Dense(3, 2), nn.LayerNorm((2,))])
+    opt = nn.Adam(net.trainable_params(), weight_decay=0.1)
+    expected = uo.preset("mindspore.nn.Adam", weight_decay=0.1)
+    assert uo.from_native(opt) == (expected, [])
+    # MindSpore decides by p.name; under other names the spec names what it spares
+    renamed = [(f"layer{i}", p) for i, p in enumerate(net.trainable_params())]
+    reading = read_native(opt, names=renamed)
+    assert reading.spec == expected.replace(no_decay_names=("layer2", "layer3"))
+    assert "spares" in reading.notes[0]
+
+
+@require("paddle")
+def test_paddle_lars_exclusions_under_other_names():
+    import paddle
+
+    net = paddle.nn.Linear(3, 2)
+    opt = paddle.incubate.optimizer.LarsMomentumOptimizer(
+        0.1, 0.9, parameter_list=net.parameters(), exclude_from_weight_decay=["b_0"])
+    expected = uo.preset("paddle.incubate.optimizer.LarsMomentumOptimizer",
+                         learning_rate=0.1, momentum=0.9, exclude_from_weight_decay=["b_0"])
+    assert uo.from_native(opt)[0] == expected
+    assert uo.from_native(opt, names=net)[0] == expected.replace(no_decay_names=("bias",))

@@ -110,6 +110,8 @@ def _read_nn(optimizer, cls, given):
     spec = live.call_preset(cls, arguments)
     groups: list = []
     init_params = getattr(optimizer, "init_params", {}).get("params")
+    if not getattr(optimizer, "is_group", False) and getattr(spec, "no_decay_names", ()):
+        spec = _decay_rule(optimizer, spec, given, notes)
     if getattr(optimizer, "is_group", False):
         dicts = _named_groups(init_params, given)
         if hasattr(spec, "no_decay_names") and spec.no_decay_names:
@@ -121,6 +123,21 @@ def _read_nn(optimizer, cls, given):
     return live.NativeReading(spec, groups, cls.name, arguments,
                               _schedule_name(optimizer) if schedule is not None else None,
                               position(optimizer), tuple(notes))
+
+
+def _decay_rule(optimizer, spec, given, notes):
+    """The preset's beta/gamma name rule, checked against the parameters MindSpore
+    decays (``decay_flags``: its filter on ``p.name``): where ``names=`` names them
+    otherwise, the rule becomes the names MindSpore spares, exactly."""
+    names = [live.name_of(p, given, lambda q: q.name, "the optimizer")
+             for p in optimizer.parameters]
+    spared = [n for n, flag in zip(names, optimizer.decay_flags) if not flag]
+    if [n for n in names if name_matches(n, spec.no_decay_names)] == spared:
+        return spec
+    notes.append(f"MindSpore spares {spared} from weight decay by their own names "
+                 f"({spec.no_decay_names!r} on p.name); under the names given the spec "
+                 "names them")
+    return spec.replace(no_decay_names=tuple(live.escaped(n) for n in spared))
 
 
 def _read_lars(optimizer, cls, given):

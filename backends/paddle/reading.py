@@ -75,7 +75,10 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
     for key in decay_functions:            # read per parameter below, as Paddle calls them
         arguments[key] = None
     spec = live.call_preset(cls, arguments)
-    groups = _rules(optimizer, cls, spec, decay_functions, live.parameter_names(names))
+    given = live.parameter_names(names)
+    if given is not None and arguments.get("exclude_from_weight_decay"):
+        spec = _excluded_by_given_names(optimizer, spec, arguments, given, notes)
+    groups = _rules(optimizer, cls, spec, decay_functions, given)
     return live.NativeReading(spec, groups, cls.name, arguments,
                               _scheduler_name(scheduler) if scheduler is not None else None,
                               position(optimizer), tuple(notes))
@@ -159,6 +162,18 @@ def _rules(optimizer, cls, spec, decay_functions, given):
             name = live.name_of(p, given, lambda q: q.name, where)
             by_changes.setdefault(tuple(sorted(changes.items())), []).append(name)
     return [live.rule(names, **dict(changes)) for changes, names in by_changes.items()]
+
+
+def _excluded_by_given_names(optimizer, spec, arguments, given, notes):
+    """LarsMomentumOptimizer excludes parameters whose Paddle name contains one of
+    ``exclude_from_weight_decay``; under other names (``names=``) the spec names them."""
+    strings = arguments["exclude_from_weight_decay"]
+    excluded = [live.name_of(p, given, lambda q: q.name, "the optimizer")
+                for _, _, p in _parameters(optimizer) if any(s in p.name for s in strings)]
+    notes.append(f"exclude_from_weight_decay={list(strings)!r} matches Paddle's own names; "
+                 f"under the names given the spec names the parameters it excludes, "
+                 f"{excluded}")
+    return spec.replace(no_decay_names=tuple(live.escaped(n) for n in excluded))
 
 
 def _decay(optimizer, cls, spec, group, p, decay_functions, where):
