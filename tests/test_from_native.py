@@ -659,3 +659,36 @@ def test_paddle_lars_exclusions_under_other_names():
                          learning_rate=0.1, momentum=0.9, exclude_from_weight_decay=["b_0"])
     assert uo.from_native(opt)[0] == expected
     assert uo.from_native(opt, names=net)[0] == expected.replace(no_decay_names=("bias",))
+
+
+EXPERIMENTAL = "mindspore.experimental.optim.lr_scheduler"
+EXPERIMENTAL_SCHEDULERS = [
+    ("StepLR", {"step_size": 3, "gamma": 0.5}),
+    ("MultiStepLR", {"milestones": [2, 5], "gamma": 0.5}),
+    ("ConstantLR", {"factor": 0.5, "total_iters": 4}),
+    ("LinearLR", {"start_factor": 0.25, "end_factor": 0.75, "total_iters": 6}),
+    ("ExponentialLR", {"gamma": 0.9}),
+    ("PolynomialLR", {"total_iters": 8, "power": 2.0}),
+    ("CosineAnnealingLR", {"T_max": 10, "eta_min": 0.001}),
+    ("CosineAnnealingWarmRestarts", {"T_0": 3, "T_mult": 2, "eta_min": 0.001}),
+]
+
+
+@require("mindspore")
+@pytest.mark.parametrize("name,kwargs", EXPERIMENTAL_SCHEDULERS,
+                         ids=[n for n, _ in EXPERIMENTAL_SCHEDULERS])
+def test_mindspore_experimental_scheduler_reads_as_its_schedule_preset(name, kwargs):
+    from mindspore import nn
+    from mindspore.experimental import optim
+
+    opt = optim.Adam(nn.Dense(3, 2).trainable_params(), lr=0.1)
+    scheduler = getattr(optim.lr_scheduler, name)(opt, **kwargs)
+    expected = uo.schedules.preset(f"{EXPERIMENTAL}.{name}", base_lr=0.1, **kwargs)
+    reading = read_native(opt, scheduler)
+    assert reading.spec == uo.preset("mindspore.experimental.optim.Adam",
+                                     lr=0.1).replace(lr=expected)
+    assert reading.position == 0
+    for _ in range(4):
+        scheduler.step()
+    assert read_native(opt, scheduler).position == 4
+    assert read_native(opt, scheduler).spec == reading.spec

@@ -27,7 +27,12 @@ Facts relied on (MindSpore 2.10):
   of the list; MindSpore raises past its end). The optimizer's call number ``t + 1``
   runs with ``global_step = t``: the position is ``global_step``.
 * ``experimental.optim`` classes follow torch: ``defaults`` and ``param_groups`` (the lr
-  a float32 Parameter; the constructor's lr is ``defaults['lr']``).
+  a float32 Parameter; the constructor's lr is ``defaults['lr']``). Their schedulers
+  (``lr_scheduler=``) keep torch's attributes, as float32 Tensors/Parameters where
+  torch keeps floats (``base_lrs``, ``last_epoch``, ``T_0``): read as the constructor's
+  lr where it rounds to the same float32, else the shortest decimal rounding to them.
+  ``SequentialLR`` and ``CyclicLR`` are not read (their attributes are rewritten in
+  float32 at construction), nor ``ReduceLROnPlateau`` (metric-driven).
 """
 
 from __future__ import annotations
@@ -53,17 +58,18 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
     from mindspore.experimental import optim
 
     cls = live.descriptor_of("mindspore", optimizer, (nn.Optimizer, optim.Optimizer))
-    if lr_scheduler is not None:
-        raise TypeError(f"{live.CALLER}: a MindSpore optimizer holds its dynamic lr as its "
-                        "learning_rate (experimental.optim schedulers are not read yet); "
-                        f"pass lr_scheduler=None, got {lr_scheduler!r}")
     given = live.parameter_names(names)
     if cls.experimental:
-        return _read_experimental(optimizer, cls, given)
+        return _read_experimental(optimizer, cls, given, lr_scheduler, sample_steps)
+    if lr_scheduler is not None:
+        raise TypeError(f"{live.CALLER}: a mindspore.nn optimizer holds its dynamic lr as "
+                        f"its learning_rate; pass lr_scheduler=None, got {lr_scheduler!r}")
     return _read_nn(optimizer, cls, given)
 
 
 def position(optimizer, lr_scheduler=None):
+    if lr_scheduler is not None:
+        return _number(lr_scheduler.last_epoch, int)
     if getattr(optimizer, "dynamic_lr", False):
         return int(optimizer.global_step.asnumpy().reshape(-1)[0])
     return None
@@ -221,19 +227,38 @@ def _cell_schedule(cell):
     return uo_schedules.preset(name, **arguments)
 
 
-# -- mindspore.experimental.optim -------------------------------------------------------------
+# -- mindspore.experimental.optim ----------------------------------------------------------
 
-def _read_experimental(optimizer, cls, given):
+EXP = "mindspore.experimental.optim.lr_scheduler"
+#: experimental schedulers that multiply the base lr: their arguments (attributes)
+_EXP_SCALING = {
+    "StepLR": ("step_size", "gamma"),
+    "MultiStepLR": ("milestones", "gamma"),
+    "ConstantLR": ("factor", "total_iters"),
+    "LinearLR": ("start_factor", "end_factor", "total_iters"),
+    "ExponentialLR": ("gamma",),
+    "PolynomialLR": ("total_iters", "power"),
+    "CosineAnnealingLR": ("T_max", "eta_min"),
+    "CosineAnnealingWarmRestarts": ("T_0", "T_mult", "eta_min"),
+}
+
+
+def _read_experimental(optimizer, cls, given, scheduler, sample_steps):
     signature = inspect.signature(cls.from_native).parameters
     groups = optimizer.param_groups
     defaults = optimizer.defaults
     arguments = {k: defaults[k] for k in signature if k in defaults}
-    first_lr = _group_lr(groups[0])
-    if np.float32(defaults["lr"]) != np.float32(first_lr):
-        raise ValueError(f"{live.CALLER}: the first parameter group's lr is {first_lr!r}, "
-                         f"not the constructor's {defaults['lr']!r}: something changed it "
-                         "(a scheduler, which is not read here yet)")
-    spec = live.call_preset(cls, arguments)
+    schedule, name, notes, bases = None, None, (), None
+    if scheduler is not None:
+        schedule, name, notes, bases = _experimental_schedule(optimizer, scheduler,
+                                                              sample_steps)
+    else:
+        first_lr = _group_lr(groups[0])
+        if np.float32(defaults["lr"]) != np.float32(first_lr):
+            raise ValueError(f"{live.CALLER}: the first parameter group's lr is "
+                             f"{first_lr!r}, not the constructor's {defaults['lr']!r}: "
+                             "something changed it (a scheduler: pass it as lr_scheduler=)")
+    spec = live.with_schedule(live.call_preset(cls, arguments), schedule)
     rules = []
     for index, group in enumerate(groups[1:], start=1):
         where = f"param_groups[{index}]"
@@ -245,13 +270,85 @@ def _read_experimental(optimizer, cls, given):
                 if key != "weight_decay":
                     raise live.not_a_rule(where, key, group[key], arguments[key])
                 changes["weight_decay"] = float(group[key])
-        lr = _group_lr(group)
-        if np.float32(lr) != np.float32(defaults["lr"]):
-            changes["lr"] = lr
+        if bases is not None:
+            scale = live.scale_of(bases[index], bases[0], where)
+            if scale != 1.0:
+                changes["lr_scale"] = scale
+        else:
+            lr = _group_lr(group)
+            if np.float32(lr) != np.float32(defaults["lr"]):
+                changes["lr"] = lr
         if changes:
             names_of = [live.name_of(p, given, lambda q: q.name, where) for p in group["params"]]
             rules.append(live.rule(names_of, **changes))
-    return live.NativeReading(spec, rules, cls.name, arguments, None, None, ())
+    return live.NativeReading(spec, rules, cls.name, arguments, name,
+                              position(optimizer, scheduler), tuple(notes))
+
+
+def _experimental_schedule(optimizer, s, sample_steps):
+    """(schedule of the first group, name, notes, each group's base lr) of an
+    experimental scheduler over ``optimizer``: torch's semantics, float32 values."""
+    from mindspore.experimental.optim import lr_scheduler
+
+    klass = type(s)
+    bare = klass.__name__
+    name = f"{EXP}.{bare}"
+    if getattr(lr_scheduler, bare, None) is not klass or not isinstance(
+            s, lr_scheduler.LRScheduler):
+        raise ValueError(f"{live.CALLER}: lr_scheduler of type {live.qualified(klass)} is no "
+                         f"{EXP} scheduler with a schedule preset (a subclass is not read as "
+                         "its parent: its lrs may differ)")
+    if s.optimizer is not optimizer:
+        raise ValueError(f"{live.CALLER}: lr_scheduler={s!r} schedules another optimizer "
+                         "than the one given")
+    if bare in ("ReduceLROnPlateau", "SequentialLR", "CyclicLR"):
+        raise ValueError(f"{live.CALLER}: lr_scheduler {name} is not read: "
+                         + ("it is metric-driven" if bare == "ReduceLROnPlateau" else
+                            "reading it from its float32 attributes is not supported yet; "
+                            "give the schedule as uo.schedules.preset(...)"))
+    bases = [_base(b, optimizer.defaults["lr"]) for b in s.base_lrs]
+    if bare in ("LambdaLR", "MultiplicativeLR"):
+        f = s.lr_lambdas[0]
+        if sample_steps is None:
+            raise live.lambda_refused(name, "lr_lambda", f)
+        if bare == "LambdaLR":
+            lrs = [bases[0] * f(t) for t in range(sample_steps)]
+        else:
+            lrs = [bases[0]]
+            for t in range(1, sample_steps):
+                lrs.append(lrs[-1] * f(t))
+        schedule, note = live.sampled([float(x) for x in lrs], name)
+        return schedule, name, (note,), bases
+    arguments = {key: _number(getattr(s, key)) for key in _EXP_SCALING[bare]}
+    if bare == "MultiStepLR":
+        arguments["milestones"] = sorted(s.milestones.elements())
+    schedule = uo_schedules.preset(name, base_lr=bases[0], **arguments)
+    for i, base in enumerate(bases[1:], start=1):
+        scale = live.scale_of(base, bases[0], f"param_groups[{i}]")
+        own = uo_schedules.preset(name, base_lr=base, **arguments)
+        if any(not np.isclose(own(t), scale * schedule(t), rtol=1e-12, atol=0.0)
+               for t in range(200)):
+            raise ValueError(f"{live.CALLER}: {name} gives param_groups[{i}] no multiple of "
+                             "the first group's schedule: no uo.Group lr_scale gives it")
+    return schedule, name, (), bases
+
+
+def _base(value, constructor):
+    """A float32 base lr: the constructor's float where it rounds to it."""
+    value = _number(value)
+    return constructor if np.float32(constructor) == np.float32(value) else value
+
+
+def _number(value, kind=None):
+    """A Python number from a MindSpore scalar Tensor/Parameter (float32 values as the
+    shortest decimal rounding to them), or the number itself."""
+    if hasattr(value, "asnumpy"):
+        array = value.asnumpy()
+        if kind is int or np.issubdtype(array.dtype, np.integer):
+            return int(array.reshape(-1)[0])
+        value = live.shortest_float32(array)[0]
+        return int(value) if value.is_integer() and kind is not float else value
+    return value
 
 
 def _group_lr(group) -> float:
