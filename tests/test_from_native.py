@@ -692,3 +692,28 @@ def test_mindspore_experimental_scheduler_reads_as_its_schedule_preset(name, kwa
         scheduler.step()
     assert read_native(opt, scheduler).position == 4
     assert read_native(opt, scheduler).spec == reading.spec
+
+
+@require("mindspore")
+def test_mindspore_refusals():
+    import mindspore as ms
+    from mindspore import nn
+
+    class Halving(nn.learning_rate_schedule.LearningRateSchedule):
+        def construct(self, global_step):
+            return ms.Tensor(0.1, ms.float32)
+
+    params = nn.Dense(3, 2).trainable_params()
+    with pytest.raises(ValueError, match="the dynamic lr of type .*Halving has no schedule"):
+        uo.from_native(nn.Momentum(params, Halving(), 0.9))
+    with pytest.raises(ValueError, match="the dynamic weight decay of type .*Halving"):
+        uo.from_native(nn.Adam(params, weight_decay=Halving()))
+
+    class MyAdam(nn.Adam):
+        pass
+
+    with pytest.raises(ValueError, match="MyAdam is a subclass of mindspore.nn.Adam"):
+        uo.from_native(MyAdam(params))
+    with pytest.raises(TypeError, match="must be a mindspore.nn.optim.optimizer.Optimizer or "
+                                        "mindspore.experimental.optim.optimizer.Optimizer"):
+        uo.from_native(nn.Dense(3, 2))

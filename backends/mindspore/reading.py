@@ -110,7 +110,8 @@ def _read_nn(optimizer, cls, given):
         lr = schedule
     if "weight_decay" in arguments and not isinstance(arguments["weight_decay"],
                                                        (int, float)):
-        arguments["weight_decay"] = _cell_schedule(arguments["weight_decay"])
+        arguments["weight_decay"] = _cell_schedule(arguments["weight_decay"],
+                                                   "the dynamic weight decay")
     if "learning_rate" in signature:
         arguments["learning_rate"] = lr
     spec = live.call_preset(cls, arguments)
@@ -208,7 +209,7 @@ def _table(values) -> Piecewise:
     return Piecewise(boundaries=list(range(1, len(values))), values=values)
 
 
-def _cell_schedule(cell):
+def _cell_schedule(cell, what="the dynamic lr"):
     """A ``LearningRateSchedule`` Cell (or the list MindSpore made a Cell) as its schedule."""
     from mindspore import nn
 
@@ -218,7 +219,7 @@ def _cell_schedule(cell):
         return _table(cell.learning_rate.asnumpy().tolist())
     name = f"{NN}.{bare}"
     if getattr(nn, bare, None) is not klass or name not in REGISTRY.names():
-        raise ValueError(f"{live.CALLER}: the dynamic lr of type {live.qualified(klass)} has "
+        raise ValueError(f"{live.CALLER}: {what} of type {live.qualified(klass)} has "
                          "no schedule preset (a mindspore.nn LearningRateSchedule Cell, a "
                          "subclass or a Cell of your own cannot be read as a schedule)")
     attributes = _CELL_ATTRIBUTES.get(bare, {})
