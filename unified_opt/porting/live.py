@@ -110,8 +110,7 @@ def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
         sample_steps = v.check_int(CALLER, "sample_steps", sample_steps, low=1)
     reader = _reader(optimizer)
     _not_built_here(optimizer)
-    return reader.read(optimizer, lr_scheduler, names=names,
-                                   sample_steps=sample_steps)
+    return reader.read(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
 
 
 def schedule_position(optimizer: Any, lr_scheduler: Any = None) -> int | None:
