@@ -7,8 +7,8 @@ import pytest
 
 import unified_opt as uo
 from unified_opt import cli
+from unified_opt.conformance.spec_diff import STEPS, _cases, diff, parting
 from unified_opt.conformance.trajectory import reference_trajectory
-from unified_opt.porting.diff import STEPS, _cases, diff, parting
 
 
 def _run(capsys, a, b):

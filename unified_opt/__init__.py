@@ -43,16 +43,19 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]
 
 
-#: porting a live run (``unified_opt.porting``), imported on first use
-_PORTING = {"from_native": "live", "save_state": "state", "load_state": "state",
-            "resume": "state", "diff": "diff"}
+#: porting a live run (``unified_opt.porting``; ``diff``: ``unified_opt.conformance``),
+#: imported on first use
+_PORTING = {"from_native": "unified_opt.porting.live", "save_state": "unified_opt.porting.state",
+            "load_state": "unified_opt.porting.state", "resume": "unified_opt.porting.state",
+            # runs the references and the suite's comparison: part of the conformance layer
+            "diff": "unified_opt.conformance.spec_diff"}
 
 
 def __getattr__(name: str):
     if name in _PORTING:
         import importlib
 
-        return getattr(importlib.import_module(f"unified_opt.porting.{_PORTING[name]}"), name)
+        return getattr(importlib.import_module(_PORTING[name]), name)
     # ``uo.conformance`` (``uo.conformance.check``) without importing the suite with
     # the core: it is a sibling package installed as unified_opt.conformance
     if name == "conformance":

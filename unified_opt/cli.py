@@ -28,7 +28,7 @@ not conform.
 
 ``unified-opt diff A B`` says whether two configurations (native constructor calls or
 spec expressions) compute the same numbers, and which knobs differ
-(:mod:`unified_opt.porting.diff`); exit 1 when they differ.
+(:mod:`unified_opt.conformance.spec_diff`); exit 1 when they differ.
 
 ``unified-opt report diff OLD.json NEW.json [--threshold X] [--json FILE]`` lists what
 changed between two reports (:mod:`unified_opt.conformance.report_diff`); exit 1 on a
@@ -216,7 +216,7 @@ def _add_diff(commands) -> None:
 
 
 def _diff(args) -> int:
-    from unified_opt.porting.diff import diff
+    from unified_opt.conformance.spec_diff import diff
 
     try:
         found = diff(args.spec_a, args.spec_b)

@@ -4,8 +4,9 @@
   (and its scheduler) that a script already built into a spec and group rules;
 * :mod:`.state`: ``uo.save_state`` / ``uo.load_state`` / ``uo.resume``: optimizer state
   under the spec's own names in one safetensors file, restored on any backend;
-* :mod:`.diff`: ``uo.diff(spec_a, spec_b)``: do two configurations compute the same
-  numbers, and if not, which knobs differ;
+* ``uo.diff(spec_a, spec_b)`` (:mod:`unified_opt.conformance.spec_diff`, as it runs the
+  references under the suite's rule): do two configurations compute the same numbers,
+  and if not, which knobs differ;
 * :mod:`.script`: ``unified-opt port SCRIPT --to FRAMEWORK`` rewrites a script's
   optimizer and scheduler constructions.
 

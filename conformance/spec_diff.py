@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..spec import Spec
+from unified_opt.spec import Spec
 
 #: seeded gradient streams per diff
 STREAMS = 3
@@ -120,7 +120,7 @@ class Diff:
 
 def _spec(value, argument: str) -> Spec:
     if isinstance(value, str):
-        from ..expressions import parse_spec
+        from unified_opt.expressions import parse_spec
 
         return parse_spec(value)
     if not isinstance(value, Spec):
@@ -130,7 +130,7 @@ def _spec(value, argument: str) -> Spec:
 
 
 def _cases(spec: Spec):
-    from unified_opt.conformance.cases import DENSE_PARAMS, Case
+    from .cases import DENSE_PARAMS, Case
 
     return [Case(id=f"diff_{i}", spec=spec, params=DENSE_PARAMS, steps=STEPS,
                  seed=1000 + i) for i in range(STREAMS)]
@@ -155,8 +155,8 @@ def _gap(b, a, case) -> float:
 def parting(spec_a: Spec, spec_b: Spec) -> Parting:
     """How ``spec_b``'s float32 run parts from ``spec_a``'s float64 run (the module's
     rule) over the streams."""
-    from unified_opt.conformance.compare import compare
-    from unified_opt.conformance.trajectory import floor_trajectories, reference_trajectory
+    from .compare import compare
+    from .trajectory import floor_trajectories, reference_trajectory
 
     worst, first, quantity, gap, same = 0.0, None, None, 0.0, True
     for case in _cases(spec_a):
