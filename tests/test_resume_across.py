@@ -33,9 +33,6 @@ from unified_opt.conformance.compare import compare
 from unified_opt.conformance.trajectory import Trajectory, floor_trajectories, reference_trajectory
 from unified_opt.schedules import Cosine
 
-# the state files are being written (issue 11); until unified_opt.porting.state exists
-pytest.importorskip("unified_opt.porting.state")
-
 STEPS, SWITCH = 100, 50
 WORKER = Path(__file__).parent / "resume_worker.py"
 FRAMEWORKS = [f for f in ("torch", "paddle", "mindspore") if f in installed_frameworks()]

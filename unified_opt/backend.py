@@ -88,6 +88,8 @@ class BuildRecord:
     plans: list | None = None
     #: one bool per optimizer step call: True where ``skip_nonfinite`` skipped it
     skipped: list[bool] = dataclasses.field(default_factory=list)
+    #: the ``uo.Group`` rules the build was given (a state file carries them)
+    groups: tuple = ()
 
 
 _RECORDS: "weakref.WeakKeyDictionary[Any, BuildRecord]" = weakref.WeakKeyDictionary()

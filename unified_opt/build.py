@@ -102,6 +102,7 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     plans = plan_parameters(spec, rule_names, groups, "build")
     optimizer, record = adapter.build(spec, named, path=path, options=dict(options or {}),
                                       plans=plans)
+    record.groups = tuple(groups or ())
     remember(optimizer, record)
     return optimizer
 

@@ -1,0 +1,134 @@
+"""Reading and writing a torch optimizer's state for :mod:`unified_opt.porting.state`.
+
+``uo.build``'s own optimizer keeps, per parameter, ``step`` (a float tensor) and the
+spec's arrays under the spec's names, and the steps taken in ``param_groups[0]
+["steps_taken"]`` (a native class with uo's step hooks too: its per-step momentum or
+decay follows that count); a native class keeps its own names (its descriptor's ``state``
+mapping, spec name -> torch name) and ``step``, like every ``torch.optim`` class. The
+scheduler ``uo.build`` makes for a scheduled lr is a ``LambdaLR`` whose ``last_epoch``
+is the schedule's position.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from unified_opt.backend import load
+from unified_opt.ops import numpy_ops
+from unified_opt.porting.state import Snapshot
+
+from .optimizer import STEP, SpecOptimizer
+from .steps import STEPS_TAKEN
+
+
+def _numpy(t) -> np.ndarray:
+    return t.detach().cpu().numpy().copy()
+
+
+def _dtype(p) -> np.dtype:
+    return torch.empty(0, dtype=p.dtype).numpy().dtype
+
+
+def expected_state(spec, p) -> dict:
+    """The spec's state of ``p``: name -> (shape, numpy dtype)."""
+    init = spec.init(np.zeros(tuple(p.shape), dtype=_dtype(p)), numpy_ops)
+    return {k: (np.shape(a), np.asarray(a).dtype) for k, a in init.items()}
+
+
+def _initial(spec, p) -> dict:
+    init = spec.init(np.zeros(tuple(p.shape), dtype=_dtype(p)), numpy_ops)
+    return {k: np.asarray(a).copy() for k, a in init.items()}
+
+
+def _named(names, params) -> list:
+    missing = [i for i, n in enumerate(names) if n is None]
+    if missing:
+        raise ValueError(f"save_state: parameters {missing} have no name; build with "
+                         "(name, parameter) pairs or a module")
+    return list(zip(names, params))
+
+
+def snapshot_built(record, optimizer) -> Snapshot:
+    own = isinstance(optimizer, SpecOptimizer)
+    named = _named(record.names, record.params)
+    arrays, steps = {}, {}
+    for (name, p), plan in zip(named, record.plans):
+        held = optimizer.state.get(p, {})
+        if own:
+            state = optimizer.spec_state(p)
+        else:
+            state = load("torch").native_state(record, optimizer, p, plan.spec)
+        arrays[name] = ({k: _numpy(t) for k, t in state.items()} if held
+                        else _initial(plan.spec, p))
+        steps[name] = int(held[STEP]) if STEP in held else 0
+    # the own optimizer and the native one with step hooks count the steps taken (the
+    # per-step hyperparameters follow that count); a plain native one only per parameter
+    taken = optimizer.param_groups[0].get(STEPS_TAKEN, max(steps.values()))
+    scheduler = record.lr_scheduler
+    return Snapshot(record.spec, record.groups, [n for n, _ in named],
+                    {n: tuple(p.shape) for n, p in named}, int(taken),
+                    None if scheduler is None else int(scheduler.last_epoch), steps, arrays,
+                    "torch")
+
+
+def snapshot_native(reading, optimizer, names) -> Snapshot:
+    """A ``torch.optim`` optimizer not built by uo, read by ``uo.from_native``."""
+    from unified_opt.groups import plan_parameters
+    from unified_opt.porting.live import parameter_names
+
+    given = parameter_names(names) or {}
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    unnamed = [i for i, p in enumerate(params) if id(p) not in given]
+    if unnamed:
+        raise ValueError(f"save_state: names must name every parameter of the optimizer; "
+                         f"parameters {unnamed} (in param-group order) have none")
+    named = [(given[id(p)], p) for p in params]
+    plans = plan_parameters(reading.spec, [n for n, _ in named], reading.groups or None,
+                            "save_state")
+    mapping = load("torch").native_class(reading.native_class).state
+    arrays, steps = {}, {}
+    for (name, p), plan in zip(named, plans):
+        held = optimizer.state.get(p, {})
+        arrays[name] = ({ours: _numpy(held[theirs]) for ours, theirs in mapping.items()
+                         if ours in expected_state(plan.spec, p)} if held
+                        else _initial(plan.spec, p))
+        steps[name] = int(held[STEP]) if STEP in held else 0
+    return Snapshot(reading.spec, tuple(reading.groups), [n for n, _ in named],
+                    {n: tuple(p.shape) for n, p in named}, max(steps.values()),
+                    reading.position, steps, arrays, "torch")
+
+
+def check_writable(record, optimizer) -> None:
+    """A native class must name every state array of the spec (its descriptor's map)."""
+    if isinstance(optimizer, SpecOptimizer):
+        return
+    mapping = record.decision.native_class.state
+    for p, plan in zip(record.params, record.plans):
+        unmapped = sorted(set(expected_state(plan.spec, p)) - set(mapping))
+        if unmapped:
+            raise ValueError(f"load_state: {record.decision.native} has no state for "
+                             f"{unmapped}; build with path='own'")
+
+
+def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
+    own = isinstance(optimizer, SpecOptimizer)
+    mapping = None if own else record.decision.native_class.state
+    for name, p in zip(record.names, record.params):
+        count = saved.param_steps[name]
+        if count == 0:
+            optimizer.state.pop(p, None)          # as built: state made at the first step
+            continue
+        tensors = {k: torch.from_numpy(a.copy()).to(p.device) for k, a in arrays[name].items()}
+        if not own:
+            tensors = {mapping[k]: t for k, t in tensors.items()}
+        optimizer.state[p] = {STEP: torch.tensor(float(count)), **tensors}
+    if own or STEPS_TAKEN in optimizer.param_groups[0]:
+        optimizer.param_groups[0][STEPS_TAKEN] = saved.steps
+    scheduler = record.lr_scheduler
+    if scheduler is not None and saved.position is not None:
+        scheduler.last_epoch = saved.position
+        for group, base, factor in zip(optimizer.param_groups, scheduler.base_lrs,
+                                       scheduler.lr_lambdas):
+            group["lr"] = base * factor(saved.position)
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]

@@ -1,0 +1,257 @@
+"""Portable optimizer state: ``uo.save_state``, ``uo.load_state`` and ``uo.resume``.
+
+One safetensors file holds a run's optimizer, readable on any backend:
+
+* tensors ``state/<parameter name>/<state name>``: every state array under the spec's
+  own state names (``exp_avg``, ``exp_avg_sq``, ...; those ``spec.init`` makes for the
+  parameter's shape), and ``step/<parameter name>`` (int64 [1]): the steps that
+  parameter took;
+* metadata (strings): ``format`` (:data:`FORMAT`), ``spec`` (``spec.to_dict()`` as JSON),
+  ``groups`` (the ``uo.Group`` rules as JSON), ``names`` (the parameter names in build
+  order), ``shapes``, ``steps`` (optimizer steps taken), ``position`` (the step the lr
+  schedule stands at, empty without one), ``framework`` (where it was written) and
+  ``sha256``: a digest over all of the above, so truncation or flipped bytes anywhere
+  are an error, not different numbers.
+
+The file is read with ``safetensors`` (a JSON header and raw little-endian arrays): no
+code runs on load, no pickle. ``load_state`` checks everything (digest, format, spec
+and groups equal to the target's, the same parameter names, every state array's name,
+shape and dtype) before it writes anything: the optimizer is either fully loaded or
+untouched.
+
+Which optimizers: any made by ``uo.build`` on the own path (torch, Paddle, MindSpore)
+and on torch's native path; for saving, also a native torch optimizer that
+``uo.from_native`` reads (with its ``lr_scheduler``; ``names`` names its parameters).
+The native classes of Paddle and MindSpore are refused for now, naming the class:
+their accumulators (Paddle's ``moment1_0`` and beta-power accumulators, MindSpore's
+``moment1.<name>`` and ``global_step``) are not mapped yet; build with ``path="own"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ..backend import BACKENDS, BuildRecord, record_of
+from ..groups import Group
+from ..spec import Spec, spec_from_dict
+
+FORMAT = "unified-opt-state/1"
+CALLER = "load_state"
+
+
+@dataclass
+class Snapshot:
+    """What a state file holds (see the module docstring)."""
+
+    spec: Spec
+    groups: tuple[Group, ...]
+    names: list[str]
+    shapes: dict[str, tuple[int, ...]]
+    steps: int
+    position: int | None
+    param_steps: dict[str, int]
+    arrays: dict[str, dict[str, np.ndarray]]
+    framework: str
+
+
+def _backend_state(framework: str):
+    return importlib.import_module(f"unified_opt.backends.{framework}.state")
+
+
+def _framework(optimizer: Any) -> str:
+    root = type(optimizer).__module__.partition(".")[0]
+    for framework in BACKENDS:
+        if root == framework or type(optimizer).__module__.startswith(
+                f"unified_opt.backends.{framework}"):
+            return framework
+    raise TypeError(f"save_state: optimizer must be a torch, Paddle or MindSpore optimizer, "
+                    f"got {type(optimizer).__name__}")
+
+
+def _record(optimizer: Any) -> BuildRecord | None:
+    try:
+        return record_of(optimizer)
+    except ValueError:
+        return None
+
+
+# -- saving -------------------------------------------------------------------------------
+
+def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = None) -> None:
+    """Write ``optimizer``'s state to the safetensors file ``path`` (module docstring).
+    ``lr_scheduler``: a native optimizer's scheduler (a ``uo.build`` optimizer's own is
+    found by itself); ``names``: a module or ``(name, parameter)`` pairs naming a native
+    optimizer's parameters."""
+    framework = _framework(optimizer)
+    record = _record(optimizer)
+    backend = _backend_state(framework)
+    if record is not None:
+        if lr_scheduler is not None and lr_scheduler is not record.lr_scheduler:
+            raise ValueError("save_state: lr_scheduler is not the scheduler uo.build made "
+                             "for this optimizer (uo.lr_scheduler(optimizer)); leave it out")
+        snapshot = backend.snapshot_built(record, optimizer)
+    else:
+        from .live import read_native
+
+        reading = read_native(optimizer, lr_scheduler, names=names)
+        snapshot = backend.snapshot_native(reading, optimizer, names)
+    _write(snapshot, Path(path))
+
+
+def _metadata(s: Snapshot) -> dict[str, str]:
+    try:
+        groups = json.dumps([g.to_dict() for g in s.groups])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"save_state: the groups cannot be written ({error}); give their "
+                         "match as patterns, not Python functions") from None
+    return {"format": FORMAT, "spec": json.dumps(s.spec.to_dict()), "groups": groups,
+            "names": json.dumps(s.names), "shapes": json.dumps(s.shapes),
+            "steps": str(s.steps), "position": "" if s.position is None else str(s.position),
+            "framework": s.framework}
+
+
+def _tensors(s: Snapshot) -> dict[str, np.ndarray]:
+    out = {}
+    for name in s.names:
+        for key, array in s.arrays[name].items():
+            out[f"state/{name}/{key}"] = np.ascontiguousarray(array)
+        out[f"step/{name}"] = np.array([s.param_steps[name]], dtype=np.int64)
+    return out
+
+
+def _digest(metadata: Mapping[str, str], tensors: Mapping[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for key in sorted(metadata):
+        if key != "sha256":
+            h.update(f"{key}={metadata[key]}\0".encode())
+    for key in sorted(tensors):
+        a = tensors[key]
+        h.update(f"{key}:{a.dtype.str}:{a.shape}\0".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _write(s: Snapshot, path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    metadata, tensors = _metadata(s), _tensors(s)
+    metadata["sha256"] = _digest(metadata, tensors)
+    save_file(tensors, str(path), metadata=metadata)
+
+
+# -- reading a file -----------------------------------------------------------------------
+
+def read_state(path) -> Snapshot:
+    """The checked contents of a state file (ValueError naming the path when it is not a
+    complete, unchanged file of this format)."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{CALLER}: {str(path)!r} is not a file")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            metadata = dict(f.metadata() or {})
+            tensors = {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, ValueError) as error:
+        raise ValueError(f"{CALLER}: {str(path)!r} is not a readable state file "
+                         f"(truncated or not safetensors): {error}") from None
+    if metadata.get("format") != FORMAT:
+        raise ValueError(f"{CALLER}: {str(path)!r} has format {metadata.get('format')!r}, "
+                         f"expected {FORMAT!r}")
+    if metadata.get("sha256") != _digest(metadata, tensors):
+        raise ValueError(f"{CALLER}: {str(path)!r} does not match its sha256: the file was "
+                         "changed or damaged after it was written")
+    names = json.loads(metadata["names"])
+    arrays: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
+    for key, array in tensors.items():
+        if key.startswith("state/"):
+            name, _, state = key[len("state/"):].rpartition("/")
+            arrays[name][state] = array
+    return Snapshot(
+        spec=spec_from_dict(json.loads(metadata["spec"])),
+        groups=tuple(Group.from_dict(g) for g in json.loads(metadata["groups"])),
+        names=names, shapes={n: tuple(s) for n, s in json.loads(metadata["shapes"]).items()},
+        steps=int(metadata["steps"]),
+        position=int(metadata["position"]) if metadata["position"] else None,
+        param_steps={n: int(tensors[f"step/{n}"][0]) for n in names},
+        arrays=arrays, framework=metadata["framework"])
+
+
+# -- loading ------------------------------------------------------------------------------
+
+def _transformer(transform) -> Callable[[str], Callable | None]:
+    if transform is None:
+        return lambda name: None
+    if isinstance(transform, Mapping):
+        return transform.get
+    if callable(transform):
+        return transform
+    raise TypeError(f"{CALLER}: transform must be a mapping parameter name -> function, "
+                    f"or a function of the name, got {transform!r}")
+
+
+def load_state(optimizer: Any, path, *, transform=None) -> None:
+    """Restore the state file ``path`` into ``optimizer``, made by ``uo.build`` on any
+    backend for the same spec, groups and parameter names. ``transform``: a parameter
+    name -> a function applied to each of that parameter's state arrays (e.g.
+    ``np.transpose`` between torch's ``(out, in)`` and Paddle's ``(in, out)`` Linear
+    weights); a mapping, or a function of the name returning one or None."""
+    record = _record(optimizer)
+    if record is None:
+        raise TypeError(f"{CALLER}: optimizer must be made by uo.build, got "
+                        f"{type(optimizer).__name__} (uo.resume builds one from the file)")
+    transform_of = _transformer(transform)
+    saved = read_state(path)
+    if saved.spec != record.spec:
+        raise ValueError(f"{CALLER}: the file holds the state of {saved.spec}, the optimizer "
+                         f"computes {record.spec}")
+    if tuple(saved.groups) != tuple(record.groups):
+        raise ValueError(f"{CALLER}: the file's groups {list(saved.groups)} differ from the "
+                         f"optimizer's {list(record.groups)}")
+    if sorted(saved.names) != sorted(record.names):
+        missing = sorted(set(record.names) - set(saved.names))
+        extra = sorted(set(saved.names) - set(record.names))
+        raise ValueError(f"{CALLER}: parameter names differ: not in the file {missing}, "
+                         f"not in the optimizer {extra}")
+    backend = _backend_state(_framework(optimizer))
+    arrays = {}
+    for name, p, plan in zip(record.names, record.params, record.plans):
+        expected = backend.expected_state(plan.spec, p)    # name -> (shape, dtype)
+        got = dict(saved.arrays[name])
+        fn = transform_of(name)
+        if fn is not None:
+            got = {k: np.asarray(fn(a)) for k, a in got.items()}
+        if sorted(got) != sorted(expected):
+            raise ValueError(f"{CALLER}: parameter {name!r} has state {sorted(got)} in the "
+                             f"file, the optimizer expects {sorted(expected)}")
+        for key, (shape, dtype) in expected.items():
+            if got[key].shape != shape:
+                raise ValueError(f"{CALLER}: state {key!r} of {name!r} has shape "
+                                 f"{got[key].shape} in the file, expected {shape}")
+            if got[key].dtype != dtype:
+                raise ValueError(f"{CALLER}: state {key!r} of {name!r} is {got[key].dtype} "
+                                 f"in the file, expected {dtype}")
+        arrays[name] = got
+    backend.check_writable(record, optimizer)
+    backend.write_built(record, optimizer, saved, arrays)
+
+
+def resume(path, params, *, path_taken: str = "auto"):
+    """``uo.build`` the saved spec and groups over ``params`` (on their framework), load
+    the state into it, and return the optimizer (its scheduler: ``uo.lr_scheduler``).
+    ``path_taken``: ``uo.build``'s ``path``."""
+    from ..build import build
+
+    saved = read_state(path)
+    optimizer = build(saved.spec, params, groups=list(saved.groups) or None,
+                      path=path_taken)
+    load_state(optimizer, path)
+    return optimizer
