@@ -1,0 +1,250 @@
+"""State files (``uo.save_state`` / ``uo.load_state`` / ``uo.resume``) within one
+framework: a resumed run is bit-identical to the uninterrupted one; a damaged or
+mismatched file is refused with an error naming the problem and leaves the optimizer
+exactly as it was; loading runs no code. (Across frameworks: test_resume_across.py.)"""
+
+import json
+import struct
+
+import numpy as np
+import pytest
+from conftest import require
+
+import unified_opt as uo
+from unified_opt.conformance.cases import DENSE_PARAMS, Case
+from unified_opt.conformance.worker import driver_class
+from unified_opt.porting.state import FORMAT, read_state
+
+SPEC = uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, T_max=40), weight_decay=0.1)
+GROUPS = [uo.Group(match="bias", weight_decay=0.0)]
+CASE = Case(id="state_files", spec=SPEC, params=DENSE_PARAMS, steps=50)
+
+
+def _driver(framework, arrays=None, spec=SPEC, groups=GROUPS, path="own"):
+    return driver_class(framework)(spec, CASE.initial_params() if arrays is None else arrays,
+                                   path=path, groups=groups, total_steps=CASE.steps)
+
+
+def _steps(driver, steps):
+    for t in steps:
+        driver.step(CASE.gradients(t))
+
+
+def _everything(driver) -> dict:
+    """Every state array and the lr of the next step, as numbers."""
+    return {"state": driver.state_numpy(), "lr": driver.current_lr()}
+
+
+@pytest.mark.parametrize("framework, path", [
+    pytest.param("torch", "own", marks=require("torch")),
+    pytest.param("torch", "auto", marks=require("torch")),        # torch.optim.AdamW
+    pytest.param("paddle", "own", marks=require("paddle")),
+    pytest.param("mindspore", "own", marks=require("mindspore")),
+])
+def test_a_resumed_run_is_bit_identical(tmp_path, framework, path):
+    whole = _driver(framework, path=path)
+    _steps(whole, range(30))
+    first = _driver(framework, path=path)
+    _steps(first, range(15))
+    uo.save_state(first.optimizer, tmp_path / "run.safetensors")
+    second = _driver(framework, first.params_numpy(), path=path)
+    uo.load_state(second.optimizer, tmp_path / "run.safetensors")
+    assert second.current_lr() == first.current_lr() == SPEC.lr_at(15)
+    _steps(second, range(15, 30))
+    for name, value in whole.params_numpy().items():
+        np.testing.assert_array_equal(second.params_numpy()[name], value, err_msg=name)
+    saved = read_state(tmp_path / "run.safetensors")
+    assert (saved.steps, saved.position, saved.framework) == (15, 15, framework)
+    assert saved.names == list(DENSE_PARAMS) and saved.spec == SPEC
+    assert sorted(saved.arrays["w"]) == ["exp_avg", "exp_avg_sq"]
+
+
+@require("torch")
+def test_resume_builds_the_saved_spec_and_groups(tmp_path):
+    import torch
+
+    first = _driver("torch")
+    _steps(first, range(10))
+    uo.save_state(first.optimizer, tmp_path / "run.safetensors")
+    params = [(n, torch.nn.Parameter(torch.from_numpy(a))) for n, a in
+              first.params_numpy().items()]
+    optimizer = uo.resume(tmp_path / "run.safetensors", params, path_taken="own")
+    from unified_opt.backend import record_of
+
+    record = record_of(optimizer)
+    assert record.spec == SPEC and list(record.groups) == GROUPS
+    assert optimizer.param_groups[0]["steps_taken"] == 10
+    np.testing.assert_array_equal(optimizer.state[params[0][1]]["exp_avg"].numpy(),
+                                  first.state_numpy()["w"]["exp_avg"])
+
+
+@require("torch")
+def test_a_native_torch_optimizer_and_its_scheduler_are_saved(tmp_path):
+    """A plain torch AdamW + OneCycleLR (no uo.build), read through uo.from_native."""
+    import torch
+
+    params = [(n, torch.nn.Parameter(torch.from_numpy(a))) for n, a in
+              CASE.initial_params().items()]
+    optimizer = torch.optim.AdamW([p for _, p in params], lr=1e-3, weight_decay=0.05)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.01, total_steps=50)
+    for t in range(7):
+        for n, p in params:
+            p.grad = torch.from_numpy(CASE.gradients(t)[n])
+        optimizer.step()
+        scheduler.step()
+    uo.save_state(optimizer, tmp_path / "native.safetensors", lr_scheduler=scheduler,
+                  names=params)
+    saved = read_state(tmp_path / "native.safetensors")
+    assert saved.spec.lr.cycle_momentum and (saved.steps, saved.position) == (7, 7)
+    np.testing.assert_array_equal(saved.arrays["w"]["exp_avg_sq"],
+                                  optimizer.state[params[0][1]]["exp_avg_sq"].numpy())
+
+
+# -- faults: each refused before anything changes ------------------------------------------
+
+@pytest.fixture
+def saved(tmp_path):
+    pytest.importorskip("torch")
+    run = _driver("torch")
+    _steps(run, range(5))
+    path = tmp_path / "run.safetensors"
+    uo.save_state(run.optimizer, path)
+    return path
+
+
+@pytest.fixture
+def target():
+    """A torch optimizer 3 steps in: a failed load must leave exactly this."""
+    pytest.importorskip("torch")
+    run = _driver("torch")
+    _steps(run, range(3))
+    return run
+
+
+def _refused(target, path, error, match, **kwargs):
+    before = _everything(target)
+    with pytest.raises(error, match=match):
+        uo.load_state(target.optimizer, path, **kwargs)
+    after = _everything(target)
+    assert after["lr"] == before["lr"]
+    for name, state in before["state"].items():
+        for key, value in state.items():
+            np.testing.assert_array_equal(after["state"][name][key], value)
+    assert target.optimizer.param_groups[0]["steps_taken"] == 3
+
+
+def _rewrite(path, out, change_header=None, change_tensors=None):
+    """The file with its JSON header and/or tensor bytes changed (the digest kept)."""
+    raw = path.read_bytes()
+    (size,) = struct.unpack("<Q", raw[:8])
+    header, body = json.loads(raw[8:8 + size]), bytearray(raw[8 + size:])
+    if change_header:
+        change_header(header)
+    if change_tensors:
+        change_tensors(header, body)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    out.write_bytes(struct.pack("<Q", len(text)) + text + bytes(body))
+    return out
+
+
+def test_a_truncated_file(saved, target, tmp_path):
+    cut = tmp_path / "cut.safetensors"
+    cut.write_bytes(saved.read_bytes()[:-100])
+    _refused(target, cut, ValueError, "not a readable state file")
+
+
+def test_flipped_bytes_in_a_state_array(saved, target, tmp_path):
+    def flip(header, body):
+        begin, _ = header["state/w/exp_avg"]["data_offsets"]
+        body[begin + 3] ^= 0x10
+    damaged = _rewrite(saved, tmp_path / "flipped.safetensors", change_tensors=flip)
+    _refused(target, damaged, ValueError, "does not match its sha256")
+
+
+def test_a_changed_step_count_in_the_metadata(saved, target, tmp_path):
+    def steps(header):
+        header["__metadata__"]["steps"] = "4"
+    _refused(target, _rewrite(saved, tmp_path / "steps.safetensors", steps), ValueError,
+             "does not match its sha256")
+
+
+def test_not_a_state_file(target, tmp_path):
+    from safetensors.numpy import save_file
+
+    other = tmp_path / "weights.safetensors"
+    save_file({"w": np.zeros(3, np.float32)}, str(other), metadata={"format": "pt"})
+    _refused(target, other, ValueError, f"has format 'pt', expected '{FORMAT}'")
+    _refused(target, tmp_path / "absent.safetensors", ValueError, "is not a file")
+
+
+def test_a_wrong_spec(tmp_path, target):
+    other = _driver("torch", spec=SPEC.replace(weight_decay=0.2))
+    _steps(other, range(2))
+    uo.save_state(other.optimizer, tmp_path / "other.safetensors")
+    _refused(target, tmp_path / "other.safetensors", ValueError,
+             "the file holds the state of AdamW.*weight_decay=0.2")
+
+
+def test_other_groups(tmp_path, target):
+    other = _driver("torch", groups=[uo.Group(match="w", weight_decay=0.0)])
+    uo.save_state(other.optimizer, tmp_path / "groups.safetensors")
+    _refused(target, tmp_path / "groups.safetensors", ValueError, "groups .* differ")
+
+
+def test_a_missing_parameter(tmp_path, target):
+    pytest.importorskip("torch")
+    arrays = {n: a for n, a in CASE.initial_params().items() if n != "scale"}
+    fewer = driver_class("torch")(SPEC, arrays, path="own", groups=GROUPS,
+                                  total_steps=CASE.steps)
+    uo.save_state(fewer.optimizer, tmp_path / "fewer.safetensors")
+    _refused(target, tmp_path / "fewer.safetensors", ValueError,
+             r"parameter names differ: not in the file \['scale'\]")
+
+
+def test_a_wrong_shape_and_a_wrong_dtype(saved, target):
+    _refused(target, saved, ValueError, "state 'exp_avg' of 'w' has shape",
+             transform={"w": lambda a: a.reshape(-1)})
+    _refused(target, saved, ValueError, "state 'exp_avg' of 'w' is float64 in the file",
+             transform={"w": lambda a: a.astype(np.float64)})
+
+
+def test_a_transform_applies_to_each_array(saved, target):
+    uo.load_state(target.optimizer, saved, transform=lambda name: (
+        (lambda a: a * 2) if name == "bias" else None))
+    doubled = read_state(saved).arrays["bias"]["exp_avg"] * 2
+    np.testing.assert_array_equal(target.state_numpy()["bias"]["exp_avg"], doubled)
+    with pytest.raises(TypeError, match="transform must be a mapping"):
+        uo.load_state(target.optimizer, saved, transform=3)
+
+
+def test_loading_runs_no_code(target, tmp_path):
+    """A pickle that would write a file if unpickled, under a state file's name: refused
+    as not safetensors, and nothing ran."""
+    import pickle
+
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    bad = tmp_path / "evil.safetensors"
+    bad.write_bytes(pickle.dumps(Payload()))
+    _refused(target, bad, ValueError, "not a readable state file")
+    assert not marker.exists()
+
+
+def test_a_native_optimizer_is_refused_by_load_state(saved):
+    torch = pytest.importorskip("torch")
+    native = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3))])
+    with pytest.raises(TypeError, match="optimizer must be made by uo.build, got AdamW"):
+        uo.load_state(native, saved)
+
+
+@require("paddle")
+def test_paddle_s_native_classes_are_refused_by_name(tmp_path):
+    run = _driver("paddle", path="auto")
+    with pytest.raises(ValueError, match="Paddle's native paddle.optimizer.AdamW keeps its "
+                                         "state in accumulators that are not mapped"):
+        uo.save_state(run.optimizer, tmp_path / "x.safetensors")
