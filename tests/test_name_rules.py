@@ -40,6 +40,20 @@ def test_a_rule_that_matches_no_parameter_is_an_error():
     uo.reference(uo.AdamW(weight_decay=0.1, no_decay_names=("*beta*", "*gamma*")), PARAMS)
 
 
+def test_mindspore_s_default_filter_may_match_nothing():
+    """MindSpore's nn optimizers skip the decay of names holding beta or gamma; a network
+    without such names decays everything there, and the preset's spec too."""
+    plain = {"dense.weight": np.ones(3), "dense.bias": np.ones(2)}
+    spec = uo.preset("mindspore.nn.Adam", learning_rate=0.1, weight_decay=0.1)
+    assert spec.no_decay_names == ("*beta*", "*gamma*")
+    ref = uo.reference(spec, plain)
+    ref.step({n: np.zeros_like(a) for n, a in plain.items()})
+    # zero gradients: only the decay moved the parameters, every one of them
+    assert all((ref.params[n] < 1).all() for n in plain)
+    with pytest.raises(ValueError, match=r"no_decay_names=\('\*beta\*',\) matches no"):
+        uo.reference(spec.replace(no_decay_names=("*beta*",)), plain)
+
+
 def test_groups_and_name_rules_match_alike():
     group = uo.Group(match="*bias", weight_decay=0.0)
     by_group = uo.reference(uo.AdamW(lr=0.1, weight_decay=0.1), PARAMS, groups=[group])

@@ -191,13 +191,21 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
     return plans
 
 
+#: MindSpore ``nn`` optimizers' own filter: no decay for names holding "beta" or "gamma"
+#: (norm layers). A framework default, not a user's pattern: on a network without such
+#: names MindSpore decays every parameter, and so does the spec, without an error.
+MINDSPORE_NO_DECAY = ("*beta*", "*gamma*")
+
+
 def _check_name_rules(spec, names: Sequence[str | None], caller: str) -> None:
     """Each of the spec's name rules must match a parameter (where the rule acts:
-    ``no_decay_names`` with a weight decay)."""
+    ``no_decay_names`` with a weight decay), except MindSpore's default filter."""
     known = [n for n in names if n is not None]
     for rule in NAME_RULES:
         patterns = getattr(spec, rule, ())
         if not patterns or (rule == "no_decay_names" and spec.weight_decay == 0.0):
+            continue
+        if rule == "no_decay_names" and tuple(patterns) == MINDSPORE_NO_DECAY:
             continue
         if not any(name_matches(n, patterns) for n in known):
             shown = known[:8] + (["..."] if len(known) > 8 else [])

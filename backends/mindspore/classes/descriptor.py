@@ -33,6 +33,7 @@ import warnings
 from dataclasses import dataclass
 
 from unified_opt import _validation as v
+from unified_opt.groups import MINDSPORE_NO_DECAY
 from unified_opt.native import NativeClass, when
 from unified_opt.presets._registry import require_float
 from unified_opt.schedules import Schedule
@@ -132,7 +133,7 @@ def experimental_betas(s) -> dict:
 
 #: ``mindspore.nn`` optimizers given a flat parameter list decay every parameter whose
 #: name contains neither "beta" nor "gamma" (so "bias" is decayed)
-NN_NO_DECAY = ("*beta*", "*gamma*")
+NN_NO_DECAY = MINDSPORE_NO_DECAY   # the core knows it: a rule that may match nothing
 
 
 def nn_decay(qualified_name: str, weight_decay, dynamic: bool = True) -> dict:
