@@ -47,6 +47,7 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
 #: imported on first use
 _PORTING = {"from_native": "unified_opt.porting.live", "save_state": "unified_opt.porting.state",
             "load_state": "unified_opt.porting.state", "resume": "unified_opt.porting.state",
+            "convert_checkpoint": "unified_opt.porting.state",
             # runs the references and the suite's comparison: part of the conformance layer
             "diff": "unified_opt.conformance.spec_diff"}
 

@@ -72,3 +72,8 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
     optimizer.global_step.set_data(Tensor(np.array([saved.steps], dtype=np.int32)))
     if isinstance(record.spec.lr, Schedule):
         optimizer.learning_rate.set_data(Tensor(record.spec.lr_at(saved.steps), mstype.float32))
+
+
+def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -> None:
+    raise ValueError(f"convert_checkpoint: reading this framework's checkpoint of "
+                     f"{type(optimizer).__name__} is not there yet")

@@ -81,3 +81,8 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
         scheduler.skipped_steps = 0
         scheduler.last_epoch = saved.position
         scheduler.last_lr = scheduler.get_lr()
+
+
+def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -> None:
+    raise ValueError(f"convert_checkpoint: reading this framework's checkpoint of "
+                     f"{type(optimizer).__name__} is not there yet")

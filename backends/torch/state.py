@@ -132,3 +132,39 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
                                        scheduler.lr_lambdas):
             group["lr"] = base * factor(saved.position)
         scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
+def _torch_file(what: str, source) -> dict:
+    """A state dict given as a mapping or read from a file with ``weights_only=True``
+    (tensors, numbers, strings and containers only: no code runs)."""
+    if isinstance(source, dict):
+        return source
+    if not isinstance(source, (str, bytes)) and not hasattr(source, "__fspath__"):
+        raise TypeError(f"convert_checkpoint: {what} must be a path or a state dict, got "
+                        f"{type(source).__name__}")
+    try:
+        loaded = torch.load(source, map_location="cpu", weights_only=True)
+    except Exception as error:     # UnpicklingError, RuntimeError (zip), OSError, EOFError
+        raise ValueError(f"convert_checkpoint: {what} {str(source)!r} is not a torch "
+                         f"state dict readable with weights_only=True: {error}") from None
+    if not isinstance(loaded, dict):
+        raise ValueError(f"convert_checkpoint: {what} {str(source)!r} holds a "
+                         f"{type(loaded).__name__}, not a state dict")
+    return loaded
+
+
+def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -> None:
+    """Load torch's own checkpoint files into the native ``optimizer`` and scheduler."""
+    state = _torch_file("checkpoint", checkpoint)
+    if set(state) != {"state", "param_groups"}:
+        raise ValueError(f"convert_checkpoint: checkpoint has keys {sorted(state)}, not an "
+                         "optimizer's state_dict() ('state', 'param_groups'); pass "
+                         "checkpoint['optimizer'] for a file holding more")
+    if (scheduler_checkpoint is None) != (lr_scheduler is None):
+        raise ValueError("convert_checkpoint: torch keeps the scheduler's position in its "
+                         "own state dict: give lr_scheduler and scheduler_checkpoint "
+                         "together")
+    optimizer.load_state_dict(state)
+    if lr_scheduler is not None:
+        lr_scheduler.load_state_dict(_torch_file("scheduler_checkpoint",
+                                                 scheduler_checkpoint))

@@ -105,6 +105,37 @@ def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = N
     _write(snapshot, Path(path))
 
 
+def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = None,
+                       scheduler_checkpoint=None, names: Any = None) -> None:
+    """Turn a framework's own checkpoint of a native optimizer into a state file ``path``
+    that ``uo.resume`` / ``uo.load_state`` read on any backend.
+
+    ``optimizer`` (and ``lr_scheduler``) are the native objects the checkpoint was taken
+    from, built again as the script builds them (same class, arguments and parameters,
+    as one does before ``load_state_dict``): the checkpoint is loaded into them with the
+    framework's own loader, run so that no code in the file can run, and then saved as
+    by ``save_state`` (``names`` names their parameters). ``checkpoint``:
+
+    * torch: a file of ``optimizer.state_dict()`` (``torch.save``), read with
+      ``torch.load(weights_only=True)``, or that dict; ``scheduler_checkpoint``: a file
+      (or dict) of ``lr_scheduler.state_dict()``;
+    * Paddle: a ``.pdopt`` file of ``optimizer.state_dict()`` (``paddle.save``; the lr
+      scheduler's position is inside), read by an unpickler that builds nothing but
+      arrays, numbers, strings, lists and dicts;
+    * MindSpore: a ``.ckpt`` file of the optimizer's Parameters (``ms.save_checkpoint``
+      of the optimizer or of a training cell holding it; a protobuf, no code).
+
+    ``optimizer`` is changed (it holds the checkpoint's state afterwards)."""
+    framework = _framework(optimizer)
+    if _record(optimizer) is not None:
+        raise TypeError("convert_checkpoint: optimizer must be the native optimizer the "
+                        "checkpoint was taken from, not one made by uo.build (save_state "
+                        "writes those directly)")
+    _backend_state(framework).load_checkpoint(optimizer, lr_scheduler, checkpoint,
+                                              scheduler_checkpoint)
+    save_state(optimizer, path, lr_scheduler=lr_scheduler, names=names)
+
+
 def _metadata(s: Snapshot) -> dict[str, str]:
     try:
         groups = json.dumps([g.to_dict() for g in s.groups])
