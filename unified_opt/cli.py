@@ -141,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_check(commands)
     _add_report(commands)
     _add_diff(commands)
+    _add_port(commands)
     return parser
 
 
@@ -213,6 +214,50 @@ def _add_diff(commands) -> None:
             "2 for a bad command line.", 79))
     diff.add_argument("spec_a", metavar="A", help="the first configuration (the oracle)")
     diff.add_argument("spec_b", metavar="B", help="the second configuration")
+
+
+def _add_port(commands) -> None:
+    port = commands.add_parser(
+        "port", help="rewrite a script's optimizer and lr-scheduler constructions into "
+        "another framework",
+        description=textwrap.fill(
+            "Rewrite the optimizer and lr-scheduler constructions of SCRIPT into FRAMEWORK: "
+            "its exact native class with the argument values that make it exact, else "
+            "uo.build(spec, ...). Lists every rewritten call with its reason on stderr and "
+            "touches nothing else. A construction that cannot be read statically is refused "
+            "with its line number (exit 1, nothing written); 2 for a bad command line.", 79))
+    port.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
+    port.add_argument("--to", required=True, metavar="FRAMEWORK",
+                      help="torch, paddle or mindspore")
+    port.add_argument("-o", "--out", metavar="FILE",
+                      help="write the rewritten script here (default: stdout)")
+
+
+def _port(args) -> int:
+    from pathlib import Path
+
+    from unified_opt.porting.script import PortRefused, port_source
+
+    script = Path(args.script)
+    try:
+        source = script.read_text(encoding="utf-8")
+        ported = port_source(source, args.to, filename=str(script))
+    except PortRefused as refused:
+        for line, message in refused.refusals:
+            print(f"{script}:{line}: cannot port: {message}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as error:
+        return _usage_error(args, error)
+    for rewrite in ported.rewrites:
+        print(f"{script}:{rewrite.line}: {' '.join(rewrite.original.split())}\n"
+              f"    -> {rewrite.replacement}\n    because {rewrite.reasons}", file=sys.stderr)
+    for note in ported.notes:
+        print(f"{script}: note: {note}", file=sys.stderr)
+    if args.out:
+        Path(args.out).write_text(ported.source, encoding="utf-8")
+    else:
+        sys.stdout.write(ported.source)
+    return 0
 
 
 def _diff(args) -> int:
@@ -393,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
         return _matrix(args)
     if args.command == "diff":
         return _diff(args)
+    if args.command == "port":
+        return _port(args)
     args.hyperparameters += extra
     return _explain(args)
 
