@@ -168,18 +168,29 @@ class _Construction:
     target: str | None = None   # that variable
 
 
+#: where the frameworks' optimizer classes live under their real module paths
+#: (``torch.optim.adamw.AdamW``): only such names are imported to be resolved
+OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
+                     "mindspore.nn.optim.", "mindspore.experimental.optim.", "mindformers.")
+
+
 def _kind(qualified_name: str) -> tuple[str, str] | None:
     """("optimizer" | "scheduler", preset name) for a native class or function with a
     preset (or a refused one), else None."""
     from ..presets._registry import descriptor_name, registry
     from ..schedules._preset_registry import REGISTRY as SCHEDULES
 
-    name = descriptor_name(qualified_name)
-    if name in registry().names() or name in registry().names(True):
-        return "optimizer", name
-    if name in SCHEDULES.names() or name in SCHEDULES.names(True):
-        return "scheduler", name
-    return None
+    def known(name):
+        if name in registry().names() or name in registry().names(True):
+            return "optimizer", name
+        if name in SCHEDULES.names() or name in SCHEDULES.names(True):
+            return "scheduler", name
+        return None
+
+    found = known(qualified_name)
+    if found is None and qualified_name.startswith(OPTIMIZER_MODULES):
+        found = known(descriptor_name(qualified_name))
+    return found
 
 
 def _finder():

@@ -1,0 +1,225 @@
+"""``unified-opt port SCRIPT --to FRAMEWORK``: the sample torch script's optimizer and
+scheduler, rewritten for Paddle and MindSpore, compile and follow the original on the same
+gradients within the noise floor (each framework in a process of its own:
+``port_worker.py``); the rest of the script is left byte for byte; what cannot be read
+statically is refused with its line, and nothing is written."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from support import DENSE_PARAMS, installed_frameworks
+
+import unified_opt as uo
+from unified_opt import cli
+from unified_opt.conformance.cases import Case
+from unified_opt.conformance.compare import compare
+from unified_opt.conformance.trajectory import Trajectory, floor_trajectories, reference_trajectory
+from unified_opt.porting.script import PortRefused, _module_constants, port_source, spec_code
+
+ROOT = Path(__file__).parent.parent
+SAMPLE = ROOT / "examples" / "port" / "train_torch.py"
+WORKER = Path(__file__).parent / "port_worker.py"
+STEPS = 80           # of the sample's 200-step cosine
+TARGETS = [f for f in ("paddle", "mindspore") if f in installed_frameworks()]
+
+
+def _code(ported_or_source, rewrites, side: str) -> str:
+    """The optimizer and scheduler statements, before (``original``) or after."""
+    lines = [f"{variable} = {getattr(r, side)}"
+             for variable, r in zip(("optimizer", "scheduler"), rewrites)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def sample_runs(tmp_path_factory):
+    if "torch" not in installed_frameworks() or not TARGETS:
+        pytest.skip("needs torch and another framework")
+    directory = tmp_path_factory.mktemp("port")
+    source = SAMPLE.read_text()
+    constants = _module_constants(cst.parse_module(source))
+    ported = {to: port_source(source, to) for to in TARGETS}
+    rewrites = ported[TARGETS[0]].rewrites
+    case = Case(id="port_sample", spec=rewrites[0].spec, params=DENSE_PARAMS, steps=STEPS,
+                seed=11)
+    jobs = {"torch": {"code": "import torch\n" + _code(None, rewrites, "original"),
+                      "spec": str(directory / "oracle.json")}}
+    for to, p in ported.items():
+        imports = [line for line in p.source.splitlines()
+                   if line.startswith("import ") and line not in source.splitlines()]
+        jobs[to] = {"code": "\n".join(imports) + "\n" + _code(None, p.rewrites, "replacement"),
+                    "spec": None}
+    # the control: the first target's code with the weight decay left out must fail
+    control = dict(jobs[TARGETS[0]], framework=TARGETS[0])
+    assert "weight_decay=0.05" in control["code"]
+    control["code"] = control["code"].replace(", weight_decay=0.05", "")
+    jobs["control"] = control
+    processes = {}
+    for label, job in jobs.items():
+        job.update(case=case.to_dict(), namespace=constants,
+                   trajectory=str(directory / f"{label}.npz"))
+        job_file = directory / f"{label}.json"
+        job_file.write_text(json.dumps(job))
+        processes[label] = subprocess.Popen(
+            [sys.executable, str(WORKER), job.get("framework", label), str(job_file)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for framework, process in processes.items():
+        out, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{framework}:\n{out[-3000:]}"
+    oracle_spec = uo.spec_from_dict(json.loads((directory / "oracle.json").read_text()))
+    return directory, ported, case, oracle_spec
+
+
+def _judge(directory, label, case, oracle_spec):
+    run = Trajectory.load(directory / f"{label}.npz")
+    assert run.steps == STEPS
+    oracle = reference_trajectory(oracle_spec, case, "float64")
+    return run, compare(run, oracle, floor_trajectories(oracle_spec, case), state=False)
+
+
+def test_the_sample_is_read_as_the_live_optimizer_reads(sample_runs):
+    _, ported, _, oracle_spec = sample_runs
+    for p in ported.values():
+        assert p.rewrites[0].spec == oracle_spec        # from_native of the real objects
+        assert p.rewrites[0].line == 19 and p.rewrites[1].line == 21
+
+
+@pytest.mark.parametrize("framework", ["torch", *TARGETS])
+def test_the_ported_optimizer_follows_the_original(sample_runs, framework):
+    directory, ported, case, oracle_spec = sample_runs
+    if framework != "torch":
+        compile(ported[framework].source, f"train_{framework}.py", "exec")
+    run, result = _judge(directory, framework, case, oracle_spec)
+    assert result.passed, f"{framework}: {result.detail}"
+    assert run.lrs[0] == pytest.approx(3e-3) and run.lrs[-1] < run.lrs[0] * 0.9
+
+
+def test_a_port_that_drops_an_argument_is_caught(sample_runs):
+    directory, _, case, oracle_spec = sample_runs
+    _, result = _judge(directory, "control", case, oracle_spec)
+    assert not result.passed
+
+
+# -- what changes and what does not (no framework needed) --------------------------------
+
+def test_nothing_but_the_constructions_and_imports_changes():
+    source = SAMPLE.read_text()
+    ported = port_source(source, "paddle")
+    before, after = source.splitlines(), ported.source.splitlines()
+    assert after[after.index("from torch import nn") + 1] == "import unified_opt as uo"
+    after.remove("import unified_opt as uo")
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(before) == len(after) + 1       # the optimizer's two lines are one now
+    assert changed[0][1].strip().startswith("optimizer = uo.build(uo.AdamW(")
+    assert "    # AdamW with a cosine schedule over the whole run" in after
+    assert after[-12:] == before[-12:]          # the loop, untouched (scheduler.step() too)
+
+
+SGD = "import torch\nopt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)\n"
+
+
+@pytest.mark.parametrize("to, expected", [
+    ("paddle", "opt = paddle.optimizer.Momentum(parameters=net.parameters(), momentum=0.9, "
+               "use_nesterov=False, weight_decay=None, learning_rate=0.1)"),
+    ("mindspore", "opt = mindspore.nn.SGD(net.trainable_params(), momentum=0.9, "
+                  "dampening=0.0, nesterov=False, weight_decay=0.0, learning_rate=0.1)"),
+])
+def test_an_exact_native_class_is_preferred_and_reads_back_as_the_same_spec(to, expected):
+    ported = port_source(SGD, to)
+    assert ported.source.splitlines()[2] == expected
+    module = expected.split("(")[0].removeprefix("opt = ").rpartition(".")[0]
+    assert ported.source.splitlines()[1] == f"import {module}"
+    assert "-> native" in ported.rewrites[0].reasons
+    original = uo.preset("torch.optim.SGD", lr=0.1, momentum=0.9)
+    assert ported.rewrites[0].spec == original
+    # the emitted call, read back through its own preset, computes the original's numbers
+    # (Paddle's Momentum reads as momentum_init="zeros": the same without dampening)
+    back = port_source(ported.source, "torch").rewrites[0].spec
+    assert uo.diff(original, back).same
+
+
+@pytest.mark.parametrize("source", [
+    "from torch.optim import AdamW as A\nopt = A(m.parameters(), lr=1e-3)\n",
+    "import torch.optim as optim\nopt = optim.AdamW(m.parameters(), 1e-3)\n",
+    "import torch\nLR = 1e-3\nopt = torch.optim.adamw.AdamW(params=m.parameters(), lr=LR)\n",
+])
+def test_imports_aliases_positions_and_constants_are_resolved(source):
+    ported = port_source(source, "paddle")
+    assert ported.rewrites[0].spec == uo.preset("torch.optim.AdamW", lr=1e-3)
+    assert "paddle.optimizer.AdamW(parameters=m.parameters()," in ported.source
+
+
+def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
+    source = ("import paddle\n"
+              "sched = paddle.optimizer.lr.CosineAnnealingDecay(learning_rate=0.01, T_max=50)\n"
+              "opt = paddle.optimizer.AdamW(learning_rate=sched, "
+              "parameters=net.parameters(), weight_decay=0.02)\n"
+              "for i in range(3):\n    opt.step()\n    sched.step()\n")
+    ported = port_source(source, "mindspore")
+    lines = ported.source.splitlines()
+    assert lines[2].startswith("opt = uo.build(uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, "
+                               "T_max=50), weight_decay=0.02), net.trainable_params())")
+    assert lines[3] == "sched = uo.lr_scheduler(opt)"
+    assert ported.notes == ["line 6: sched.step() -- remove: MindSpore optimizers step "
+                            "their lr themselves (uo.lr_scheduler gives None there)"]
+    assert ported.rewrites[0].spec == uo.preset(
+        "paddle.optimizer.AdamW", weight_decay=0.02, learning_rate=uo.schedules.preset(
+            "paddle.optimizer.lr.CosineAnnealingDecay", learning_rate=0.01, T_max=50))
+
+
+@pytest.mark.parametrize("source, line, words", [
+    ("import torch\nopt = torch.optim.Adam(m.parameters(), lr=args.lr)\n", 2,
+     "lr=args.lr is not a literal"),
+    ("import torch\n\nopt = torch.optim.AdamW([{'params': a}, {'params': b, "
+     "'weight_decay': 0}], lr=1e-3)\n", 3, "parameter groups as a list of dicts"),
+    ("import torch\nopt = torch.optim.Adam(m.parameters(), **kw)\n", 2, "cannot be read"),
+    ("import torch\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+     "s = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9 ** e)\n", 3,
+     "is not a literal"),
+    ("import torch\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+     "a = torch.optim.lr_scheduler.StepLR(opt, 10)\n"
+     "b = torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)\n", 2, "2 schedulers"),
+    ("import torch\nopt = torch.optim.ASGD(m.parameters())\n", 2, "torch.optim.ASGD"),
+    ("import torch\ns = torch.optim.lr_scheduler.StepLR(make_optimizer(), 10)\n", 2,
+     "schedules no optimizer"),
+])
+def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
+    with pytest.raises(PortRefused) as refused:
+        port_source(source, "paddle")
+    lines = [n for n, _ in refused.value.refusals]
+    assert line in lines and words in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("spec", [
+    uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, T_max=40), weight_decay=0.1),
+    uo.preset("paddle.optimizer.Lamb", lamb_weight_decay=0.05, learning_rate=uo.schedules.preset(
+        "paddle.optimizer.lr.LinearWarmup", warmup_steps=10, start_lr=0.0, end_lr=0.01,
+        learning_rate=0.01)),
+    uo.preset("mindformers.core.Came", learning_rate=1e-3),
+    uo.SGD(lr=0.1, momentum=0.9, nesterov=True, no_decay_names=("bias",)),
+])
+def test_the_spec_is_written_as_code_that_evaluates_to_it(spec):
+    assert eval(spec_code(spec), {"uo": uo}) == spec
+
+
+def test_the_command_writes_the_script_and_lists_the_rewrites(tmp_path, capsys):
+    out = tmp_path / "train_paddle.py"
+    assert cli.main(["port", str(SAMPLE), "--to", "paddle", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"{SAMPLE}:19: torch.optim.AdamW(model.parameters(), lr=3e-3" in err
+    assert "because paddle: adamw -> native paddle.optimizer.AdamW" in err
+    assert out.read_text() == port_source(SAMPLE.read_text(), "paddle").source
+
+
+def test_the_command_refuses_and_writes_nothing(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\n\nopt = torch.optim.Adam(m.parameters(), lr=cfg.lr)\n")
+    out = tmp_path / "out.py"
+    assert cli.main(["port", str(script), "--to", "mindspore", "-o", str(out)]) == 1
+    assert f"{script}:4: cannot port: torch.optim.Adam: lr=cfg.lr" in capsys.readouterr().err
+    assert not out.exists()
+    assert cli.main(["port", str(script), "--to", "jax"]) == 2
+    assert cli.main(["port", str(tmp_path / "missing.py"), "--to", "paddle"]) == 2
