@@ -4,19 +4,79 @@
 as Parameters ``<state name>.<parameter name>``, and ``global_step``: the steps taken,
 which is also the lr schedule's position (its lr is ``spec.lr_at(global_step)``; a
 skipped step advances neither). ``learning_rate`` holds the next step's lr for
-``get_lr()``. MindSpore's native classes keep other Parameters (``moment1.<name>``,
-``beta1_power``) that are not mapped yet: they are refused by name.
+``get_lr()``.
+
+MindSpore's native classes (``mindspore.nn`` and ``mindspore.experimental.optim``, made
+by ``uo.build`` or by hand and read by ``uo.from_native``) are mapped through their
+descriptor's ``state`` (spec state name -> the attribute holding one Parameter per
+optimizer parameter, indexed like ``optimizer.parameters``: ``nn.Adam.moment1`` holds
+Parameters named ``moment1.<parameter name>``, ``nn.AdamWeightDecay.moments1`` holds
+``adam_m.<name>``, ``experimental.optim.AdamW.exp_avg`` holds ``exp_avg.<name>``;
+``experimental.optim.NAdam.mu_product`` is a plain list of Parameters
+``mu_product_<name>``; ``nn.AdaFactor`` keeps its row/column moments without the reduced
+axis: the same elements as the spec's keepdims arrays). Facts relied on (MindSpore 2.10,
+measured on CPU):
+
+* **One step counter, exact.** ``nn`` classes count in ``global_step`` (int32, shape
+  (1,)), ``experimental.optim`` Adam/AdamW in ``state_step`` and NAdam, RAdam, Adamax,
+  Adagrad, Rprop in ``step_t`` (int32 scalars); ``nn.AdaFactor`` also keeps ``step``
+  (float32 (1,)). Every parameter steps with it. The spec's step count is read from it
+  (several must agree); a class with none (``experimental.optim`` SGD, Adadelta, RMSprop)
+  is refused by name: nothing else says how many steps it took.
+* **Derived scalars, written as MindSpore computes them.** ``nn.Adam``'s
+  ``beta1_power``/``beta2_power`` (and ``nn.AdaMax``'s ``beta1_power``) are products
+  multiplied by the float32 beta once per step, which after t steps differ from
+  ``float32(beta**t)`` in the last bits (0.9 after 20 steps: 0.12157659 against
+  0.12157665): they are checked against, and written as, that product replayed in
+  float32. ``nn.SGD``'s ``stat.<name>`` (1 until the first step with momentum, then 0;
+  with momentum 0 it stays 1) likewise.
+* **Constants.** The ``nn`` ``learning_rate`` Parameter (a constant lr, or a per-step
+  list's table) and ``momentum`` are hyperparameters, never written; a constant
+  ``learning_rate`` changed from outside (``ReduceLROnPlateau``) is refused on saving
+  rather than lost. ``experimental.optim`` keeps each group's lr in ``optimizer.lrs``
+  (Parameters ``learning_rate_group_<i>``, outside ``parameters_and_names``): written by
+  its lr_scheduler only.
+* **The schedule position** of an ``nn`` class is ``global_step`` (its lr Cell, per-step
+  list or :class:`.cells.ScheduleCell` is called with it), so it equals the step count;
+  an ``experimental.optim`` scheduler's is its ``last_epoch`` (read by ``from_native``).
+* Any other Parameter a native optimizer holds (in ``parameters_and_names()`` or a plain
+  list attribute) is refused by name, as is a spec state its descriptor does not map,
+  before anything is written. Mapped Parameters the configuration never uses (the
+  ``max_exp_avg_sq`` of ``experimental.optim.AdamW`` without amsgrad) are left as they are.
+
+``load_checkpoint`` (``uo.convert_checkpoint``) reads a ``.ckpt`` written by
+``mindspore.save_checkpoint`` of the optimizer or of a cell holding it (a protobuf:
+``mindspore.load_checkpoint`` runs no code), or a dict of Parameters already loaded, and
+loads the optimizer's own state Parameters (by ``Parameter.name``; not the trained
+weights) with ``mindspore.load_param_into_net`` after checking every name, shape and
+dtype.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import numpy as np
-from mindspore import Tensor
+from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore import dtype as mstype
 
+from unified_opt.backend import load
 from unified_opt.ops import numpy_ops
 from unified_opt.porting.state import Snapshot
 from unified_opt.schedules import Schedule
+
+#: step counters: attribute -> what counts in it (every one found must agree)
+COUNTERS = ("global_step", "state_step", "step_t", "step")
+#: chained float32 products: attribute -> the beta attribute multiplied in once per step
+POWERS = {"beta1_power": "beta1", "beta2_power": "beta2"}
+#: hyperparameter Parameters the optimizer never changes
+CONSTANTS = ("learning_rate", "momentum")
+#: nn.SGD / experimental.optim.SGD first-step flags
+FLAGS = "stat"
+#: plain list attributes holding lr Parameters (experimental.optim's group lrs, the nn
+#: classes' group_lr in parameter groups)
+CONSTANT_LISTS = ("lrs", "group_lr")
 
 
 def _dtype(p) -> np.dtype:
@@ -28,52 +88,378 @@ def expected_state(spec, p) -> dict:
     return {k: (np.shape(a), np.asarray(a).dtype) for k, a in init.items()}
 
 
-def _refuse_native(record, what: str) -> None:
-    if record.decision.path != "own":
-        raise ValueError(f"{what}: MindSpore's native {record.decision.native} keeps its "
-                         "state in Parameters that are not mapped to the spec's names yet; "
-                         "build with path='own'")
+def _initial(spec, p) -> dict:
+    init = spec.init(np.zeros(tuple(p.shape), dtype=_dtype(p)), numpy_ops)
+    return {k: np.asarray(a).copy() for k, a in init.items()}
+
+
+# -- the layout of a native optimizer --------------------------------------------------------
+
+@dataclass
+class Layout:
+    """Where a native optimizer keeps what: built by :func:`layout`, which refuses a
+    Parameter it cannot place."""
+
+    name: str                                   # the descriptor's qualified name
+    optimizer: object
+    holders: list                               # the optimizer (and nn.LARS's inner one)
+    mapping: dict                               # spec state -> attribute (held ones)
+    index: dict = field(default_factory=dict)   # id(parameter) -> position
+    counters: dict = field(default_factory=dict)    # attribute -> Parameter
+    powers: dict = field(default_factory=dict)      # attribute -> (Parameter, float32 beta)
+    flags: object = None                        # nn.SGD's stat ParameterTuple
+
+    def slots(self, attribute):
+        for holder in self.holders:
+            value = getattr(holder, attribute, None)
+            if value is not None:
+                return value
+        return None
+
+    def steps(self, what: str) -> int:
+        if not self.counters:
+            raise ValueError(f"{what}: MindSpore's {self.name} keeps no step counter "
+                             f"(none of {list(COUNTERS[:3])}), so the steps it took cannot "
+                             "be read exactly; build with path='own' (uo.build) or use a "
+                             "class that counts its steps")
+        counts = {attr: int(np.asarray(p.asnumpy()).reshape(-1)[0])
+                  for attr, p in self.counters.items()}
+        if len(set(counts.values())) != 1:
+            raise ValueError(f"{what}: MindSpore's {self.name} has step counters that "
+                             f"disagree: {counts}")
+        return counts.popitem()[1]
+
+    def momentum(self) -> float:
+        value = self.slots("momentum")
+        if isinstance(value, Parameter):
+            return float(value.asnumpy())
+        return float(value or 0.0)
+
+
+def _param_ids(value) -> list:
+    if isinstance(value, Parameter):
+        return [id(value)]
+    if isinstance(value, (ParameterTuple, list, tuple)):
+        return [id(p) for p in value if isinstance(p, Parameter)]
+    return []
+
+
+def layout(cls_info, optimizer, what: str) -> Layout:
+    """``optimizer``'s Parameters placed (see the module docstring); a ValueError naming
+    the class and the Parameter for any it cannot place."""
+    holders = [optimizer] + ([optimizer.opt] if cls_info.wraps_optimizer else [])
+    out = Layout(cls_info.name, optimizer, holders, {})
+    out.index = {id(p): i for i, p in enumerate(optimizer.parameters)}
+    placed = set(out.index)
+    for ours, theirs in cls_info.state.items():
+        slots = out.slots(theirs)
+        if slots is not None and not callable(slots):
+            out.mapping[ours] = theirs
+            placed.update(_param_ids(slots))
+    for attr in COUNTERS:
+        value = out.slots(attr)
+        if isinstance(value, Parameter):
+            out.counters[attr] = value
+            placed.add(id(value))
+    for attr, beta in POWERS.items():
+        value = out.slots(attr)
+        if isinstance(value, Parameter):
+            b = out.slots(beta)
+            b = b.asnumpy() if hasattr(b, "asnumpy") else b
+            out.powers[attr] = (value, np.float32(np.asarray(b, dtype=np.float32).reshape(-1)[0]))
+            placed.add(id(value))
+    for attr in CONSTANTS:
+        for holder in holders:
+            value = getattr(holder, attr, None)
+            placed.update(_param_ids(value))
+            if hasattr(value, "parameters_and_names"):     # a per-step list's Cell
+                placed.update(id(p) for _, p in value.parameters_and_names())
+    flags = out.slots(FLAGS)
+    if isinstance(flags, ParameterTuple):
+        out.flags = flags
+        placed.update(_param_ids(flags))
+    for attr in CONSTANT_LISTS:
+        for holder in holders:
+            placed.update(_param_ids(getattr(holder, attr, None)))
+    unplaced = [p.name for _, p in optimizer.parameters_and_names() if id(p) not in placed]
+    for holder in holders:
+        for attr, value in vars(holder).items():
+            if isinstance(value, list) and value and all(isinstance(p, Parameter)
+                                                         for p in value):
+                unplaced += [p.name for p in value if id(p) not in placed]
+    if unplaced:
+        raise ValueError(f"{what}: MindSpore's {cls_info.name} keeps state "
+                         f"{sorted(set(unplaced))} that is not mapped to the spec's state "
+                         "names; build with path='own'")
+    return out
+
+
+def _power(beta: np.float32, steps: int) -> np.float32:
+    """``beta`` multiplied into 1 once per step in float32, as MindSpore does."""
+    value = np.float32(1.0)
+    for _ in range(steps):
+        value = np.float32(value * beta)
+    return value
+
+
+def _flag(out: Layout, steps: int) -> np.float32:
+    return np.float32(0.0 if steps > 0 and out.momentum() != 0.0 else 1.0)
+
+
+def _check_derived(out: Layout, steps: int, what: str) -> None:
+    """The derived scalars must be what ``steps`` steps make (else the file would not
+    resume this run)."""
+    for attr, (p, beta) in out.powers.items():
+        held = np.asarray(p.asnumpy(), dtype=np.float32).reshape(-1)
+        if not np.all(held == _power(beta, steps)):
+            raise ValueError(f"{what}: MindSpore's {out.name} holds {attr}={held.tolist()}, "
+                             f"not the product of {steps} steps ({_power(beta, steps)!r}): "
+                             f"it was changed apart from its step counter")
+    if out.flags is not None:
+        expected = _flag(out, steps)
+        for p in out.flags:
+            if p.size and not np.all(p.asnumpy() == expected):
+                raise ValueError(f"{what}: MindSpore's {out.name} holds {p.name} that does "
+                                 f"not match {steps} steps with its momentum")
+
+
+def _check_constant_lr(out: Layout, spec, what: str) -> None:
+    """A constant lr written from outside the optimizer would be lost: refused."""
+    opt = out.optimizer
+    lr = getattr(opt, "learning_rate", None)
+    if isinstance(spec.lr, Schedule) or not isinstance(lr, Parameter) \
+            or getattr(opt, "is_group_lr", False) or getattr(opt, "dynamic_lr", False):
+        return
+    if lr.asnumpy() != np.float32(spec.lr):
+        raise ValueError(f"{what}: MindSpore's {out.name} has learning_rate="
+                         f"{float(lr.asnumpy())!r}, not its constant lr {spec.lr!r}: it was "
+                         "changed from outside (a ReduceLROnPlateau callback?), which a state "
+                         "file cannot carry")
+
+
+def _read_params(out: Layout, named, plans) -> dict:
+    """name -> the spec's arrays, read from the native Parameters (a zero-size parameter
+    left out of the optimizer: its initial state, with the class's shared scalars)."""
+    arrays = {}
+    held = next((p for _, p in named if id(p) in out.index), None)
+    for (name, p), plan in zip(named, plans):
+        expected = expected_state(plan.spec, p)
+        unmapped = sorted(set(expected) - set(out.mapping))
+        if unmapped:
+            raise ValueError(f"save_state: MindSpore's {out.name} has no state for "
+                             f"{unmapped} of {name!r}; build with path='own'")
+        got = _initial(plan.spec, p)
+        source = p if id(p) in out.index else held
+        for ours, (shape, dtype) in expected.items():
+            if source is not p and ours not in getattr(_descriptor(out), "shared_scalars",
+                                                       ()):
+                continue
+            native = out.slots(out.mapping[ours])[out.index[id(source)]]
+            got[ours] = native.asnumpy().astype(dtype, copy=True).reshape(shape)
+        arrays[name] = got
+    return arrays
+
+
+def _descriptor(out: Layout):
+    return load("mindspore").native_class(out.name)
+
+
+# -- the hooks -------------------------------------------------------------------------------
+
+def _own(record) -> bool:
+    return record.decision.path == "own"
 
 
 def snapshot_built(record, optimizer) -> Snapshot:
-    _refuse_native(record, "save_state")
-    taken = int(optimizer.global_step.asnumpy()[0])
-    arrays = {n: {k: v.asnumpy().copy() for k, v in optimizer.spec_state(p).items()}
-              for n, p in zip(record.names, record.params)}
+    names = list(record.names)
+    shapes = {n: tuple(p.shape) for n, p in zip(names, record.params)}
     scheduled = isinstance(record.spec.lr, Schedule)
-    return Snapshot(record.spec, record.groups, list(record.names),
-                    {n: tuple(p.shape) for n, p in zip(record.names, record.params)},
-                    taken, taken if scheduled else None, dict.fromkeys(record.names, taken),
-                    arrays, "mindspore")
+    if _own(record):
+        taken = int(optimizer.global_step.asnumpy()[0])
+        arrays = {n: {k: v.asnumpy().copy() for k, v in optimizer.spec_state(p).items()}
+                  for n, p in zip(names, record.params)}
+    else:
+        out = layout(record.decision.native_class, optimizer, "save_state")
+        taken = out.steps("save_state")
+        _check_derived(out, taken, "save_state")
+        _check_constant_lr(out, record.spec, "save_state")
+        arrays = _read_params(out, list(zip(names, record.params)), record.plans)
+    return Snapshot(record.spec, record.groups, names, shapes, taken,
+                    taken if scheduled else None, dict.fromkeys(names, taken), arrays,
+                    "mindspore")
 
 
 def snapshot_native(reading, optimizer, names) -> Snapshot:
-    raise ValueError(f"save_state: MindSpore's native {reading.native_class} keeps its state "
-                     "in Parameters that are not mapped to the spec's names yet")
+    """A MindSpore optimizer built by hand, read by ``uo.from_native``: its parameters
+    named by ``names`` or their own ``Parameter.name``."""
+    from unified_opt.groups import plan_parameters
+    from unified_opt.porting.live import parameter_names
+
+    given = parameter_names(names)
+    params = list(optimizer.parameters)
+    if given is not None:
+        unnamed = [p.name for p in params if id(p) not in given]
+        if unnamed:
+            raise ValueError(f"save_state: names does not name the optimizer's parameters "
+                             f"{unnamed}")
+        named = [(given[id(p)], p) for p in params]
+    else:
+        named = [(p.name, p) for p in params]
+    plans = plan_parameters(reading.spec, [n for n, _ in named], reading.groups or None,
+                            "save_state")
+    out = layout(_native_class(reading.native_class), optimizer, "save_state")
+    taken = out.steps("save_state")
+    _check_derived(out, taken, "save_state")
+    _check_constant_lr(out, reading.spec, "save_state")
+    arrays = _read_params(out, named, plans)
+    position = reading.position
+    if isinstance(reading.spec.lr, Schedule) and position is None:
+        raise ValueError(f"save_state: the schedule position of {reading.native_class} "
+                         "could not be read")
+    return Snapshot(reading.spec, tuple(reading.groups), [n for n, _ in named],
+                    {n: tuple(p.shape) for n, p in named}, taken, position,
+                    dict.fromkeys((n for n, _ in named), taken), arrays, "mindspore")
+
+
+def _native_class(name: str):
+    return load("mindspore").native_class(name)
 
 
 def check_writable(record, optimizer) -> None:
-    _refuse_native(record, "load_state")
+    """A native class must hold a step counter and map every state of the spec, and
+    hold nothing else that changes (:func:`layout`)."""
+    if _own(record):
+        return
+    out = layout(record.decision.native_class, optimizer, "load_state")
+    out.steps("load_state")
+    for name, p, plan in zip(record.names, record.params, record.plans):
+        unmapped = sorted(set(expected_state(plan.spec, p)) - set(out.mapping))
+        if unmapped:
+            raise ValueError(f"load_state: MindSpore's {out.name} has no state for "
+                             f"{unmapped} of {name!r}; build with path='own'")
 
 
-def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
-    # one counter for every parameter and the schedule: they must agree
+def _one_counter(saved: Snapshot, what: str) -> None:
     counts = set(saved.param_steps.values()) | {saved.steps}
     if saved.position is not None:
         counts.add(saved.position)
     if len(counts) != 1:
-        raise ValueError(f"load_state: MindSpore's own optimizer keeps one step counter for "
-                         f"every parameter and the lr schedule; the file has steps "
-                         f"{saved.steps}, schedule position {saved.position} and per-parameter "
-                         f"steps {sorted(set(saved.param_steps.values()))}")
+        raise ValueError(f"load_state: {what} keeps one step counter for every parameter "
+                         f"and the lr schedule; the file has steps {saved.steps}, schedule "
+                         f"position {saved.position} and per-parameter steps "
+                         f"{sorted(set(saved.param_steps.values()))}")
+
+
+def _set(p, value) -> None:
+    p.set_data(Tensor(np.asarray(value, dtype=_dtype(p)).reshape(tuple(p.shape))))
+
+
+def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
+    if _own(record):
+        _one_counter(saved, "MindSpore's own optimizer")
+        for name, p in zip(record.names, record.params):
+            for key, held in optimizer.spec_state(p).items():
+                held.set_data(Tensor(arrays[name][key]))
+        optimizer.global_step.set_data(Tensor(np.array([saved.steps], dtype=np.int32)))
+        if isinstance(record.spec.lr, Schedule):
+            optimizer.learning_rate.set_data(Tensor(record.spec.lr_at(saved.steps),
+                                                    mstype.float32))
+        return
+    out = layout(record.decision.native_class, optimizer, "load_state")
+    _one_counter(saved, f"MindSpore's {out.name}")
+    steps = saved.steps
     for name, p in zip(record.names, record.params):
-        for key, held in optimizer.spec_state(p).items():
-            held.set_data(Tensor(arrays[name][key]))
-    optimizer.global_step.set_data(Tensor(np.array([saved.steps], dtype=np.int32)))
-    if isinstance(record.spec.lr, Schedule):
-        optimizer.learning_rate.set_data(Tensor(record.spec.lr_at(saved.steps), mstype.float32))
+        if id(p) not in out.index:
+            continue                    # a zero-size parameter, left out of the class
+        for ours, value in arrays[name].items():
+            if ours in out.mapping:
+                _set(out.slots(out.mapping[ours])[out.index[id(p)]], value)
+    for counter in out.counters.values():
+        _set(counter, np.full(tuple(counter.shape), steps))
+    for p, beta in out.powers.values():
+        _set(p, np.full(tuple(p.shape), _power(beta, steps)))
+    if out.flags is not None:
+        for p in out.flags:
+            _set(p, np.full(tuple(p.shape), _flag(out, steps)))
+
+
+# -- MindSpore's own checkpoint files ----------------------------------------------------------
+
+def _checkpoint_dict(checkpoint) -> dict:
+    import mindspore as ms
+
+    if isinstance(checkpoint, dict):
+        return checkpoint
+    if not isinstance(checkpoint, (str, bytes)) and not hasattr(checkpoint, "__fspath__"):
+        raise TypeError(f"convert_checkpoint: checkpoint must be a .ckpt path or a dict of "
+                        f"Parameters (mindspore.load_checkpoint's), got "
+                        f"{type(checkpoint).__name__}")
+    path = Path(checkpoint.decode() if isinstance(checkpoint, bytes) else checkpoint)
+    if not path.is_file():
+        raise ValueError(f"convert_checkpoint: {str(path)!r} is not a file")
+    try:
+        loaded = ms.load_checkpoint(str(path))
+    except Exception as error:      # ValueError, RuntimeError (protobuf), OSError
+        raise ValueError(f"convert_checkpoint: {str(path)!r} is not a readable MindSpore "
+                         f"checkpoint (truncated or not a .ckpt): {error}") from None
+    if not isinstance(loaded, dict) or not loaded:
+        raise ValueError(f"convert_checkpoint: {str(path)!r} holds no Parameters")
+    return loaded
 
 
 def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -> None:
-    raise ValueError(f"convert_checkpoint: reading this framework's checkpoint of "
-                     f"{type(optimizer).__name__} is not there yet")
+    """Load MindSpore's own checkpoint of a native optimizer (module docstring)."""
+    import mindspore as ms
+
+    cls_info = _native_class(_qualified(optimizer))
+    if lr_scheduler is not None or scheduler_checkpoint is not None:
+        raise ValueError("convert_checkpoint: an experimental.optim lr_scheduler keeps its "
+                         "position (last_epoch) outside the optimizer's Parameters, so no "
+                         ".ckpt of the optimizer holds it; save the live optimizer and its "
+                         "scheduler with uo.save_state instead (an nn class keeps its "
+                         "schedule position in global_step, inside the file)")
+    out = layout(cls_info, optimizer, "convert_checkpoint")
+    listed = sorted(a for a in out.mapping.values()
+                    if not isinstance(out.slots(a), ParameterTuple))
+    if listed:
+        raise ValueError(f"convert_checkpoint: MindSpore's {cls_info.name} keeps its state "
+                         f"{listed} in a plain list of Parameters, which "
+                         "mindspore.save_checkpoint leaves out: its checkpoint cannot "
+                         "restore the run; save the live optimizer with uo.save_state")
+    loaded = _checkpoint_dict(checkpoint)
+    trained = {id(p) for p in optimizer.parameters}
+    wanted = {p.name: p for _, p in optimizer.parameters_and_names() if id(p) not in trained}
+    missing = sorted(n for n in wanted if n not in loaded)
+    if missing:
+        raise ValueError(f"convert_checkpoint: the checkpoint lacks {cls_info.name}'s "
+                         f"Parameters {missing} (it is not a checkpoint of this optimizer, "
+                         "or the optimizer was built otherwise)")
+    values = {}
+    for name, p in wanted.items():
+        value = loaded[name]
+        if not isinstance(value, Tensor):
+            raise ValueError(f"convert_checkpoint: {name!r} in the checkpoint is a "
+                             f"{type(value).__name__}, not a Parameter")
+        if tuple(value.shape) != tuple(p.shape):
+            raise ValueError(f"convert_checkpoint: {name!r} has shape {tuple(value.shape)} in "
+                             f"the checkpoint, the optimizer's has {tuple(p.shape)}")
+        if value.dtype != p.dtype:
+            raise ValueError(f"convert_checkpoint: {name!r} is {value.dtype} in the "
+                             f"checkpoint, the optimizer's is {p.dtype}")
+        values[name] = value if isinstance(value, Parameter) else Parameter(value, name=name)
+    not_loaded, _ = ms.load_param_into_net(optimizer, values)
+    not_loaded = [n for n in not_loaded if n in wanted]
+    if not_loaded:
+        raise ValueError(f"convert_checkpoint: mindspore.load_param_into_net did not load "
+                         f"{not_loaded}")
+
+
+def _qualified(optimizer) -> str:
+    from unified_opt.porting.live import native_classes
+
+    cls = native_classes("mindspore").get(type(optimizer))
+    if cls is None or cls.refused:
+        raise ValueError(f"convert_checkpoint: {type(optimizer).__qualname__} is not a "
+                         "MindSpore optimizer class that unified-opt reads (a subclass is not "
+                         "read as its parent)")
+    return cls.name
