@@ -1,0 +1,362 @@
+"""State files of Paddle's native optimizers (``uo.build`` on path="auto", and
+``paddle.optimizer`` classes built by hand): a resumed native run is bit-identical to the
+uninterrupted one, beta powers included; native <-> own within Paddle stays within the
+float32 difference of the two paths; a hand-built AdamW + CosineAnnealingDecay continues
+through ``uo.resume``; ``uo.convert_checkpoint`` reads a real ``paddle.save`` file
+without running code; what cannot be mapped is refused by name, nothing changed."""
+
+import pickle
+
+import numpy as np
+import pytest
+from conftest import require
+
+import unified_opt as uo
+from unified_opt.backend import record_of
+from unified_opt.conformance.cases import DENSE_PARAMS, Case
+from unified_opt.porting.state import read_state
+
+pytestmark = require("paddle")
+
+COSINE = uo.schedules.Cosine(lr=0.01, T_max=40)
+SPEC = uo.AdamW(lr=COSINE, weight_decay=0.1)
+GROUPS = [uo.Group(match="bias", weight_decay=0.0)]
+CASE = Case(id="state_native_paddle", spec=SPEC, params=DENSE_PARAMS, steps=50)
+
+#: id -> (spec, groups, the native class uo.build picks)
+CONFIGS = {
+    "adamw_cosine_groups": (SPEC, GROUPS, "paddle.optimizer.AdamW"),
+    "adam": (uo.preset("paddle.optimizer.Adam", learning_rate=0.01, beta1=0.8), None,
+             "paddle.optimizer.Adam"),
+    "momentum_cosine": (uo.preset("paddle.optimizer.Momentum", learning_rate=COSINE,
+                                  momentum=0.9, use_nesterov=True), None,
+                        "paddle.optimizer.Momentum"),
+    "lamb": (uo.preset("paddle.optimizer.Lamb", learning_rate=0.01, lamb_weight_decay=0.01),
+             [uo.Group(match=("bias", "ln.*"), exclude_from=("weight_decay",))],
+             "paddle.optimizer.Lamb"),
+}
+
+
+@pytest.fixture(scope="module")
+def paddle():
+    import paddle
+
+    return paddle
+
+
+def _driver(spec=SPEC, groups=GROUPS, arrays=None, path="auto"):
+    from unified_opt.conformance.worker import driver_class
+
+    return driver_class("paddle")(spec, CASE.initial_params() if arrays is None else arrays,
+                                  path=path, groups=groups, total_steps=CASE.steps)
+
+
+def _steps(driver, steps):
+    for t in steps:
+        driver.step(CASE.gradients(t))
+
+
+def _accumulators(optimizer, params) -> dict:
+    """Every accumulator (beta powers included) by (name, parameter index)."""
+    index = {p.name: i for i, p in enumerate(params)}
+    return {(name, index[pn]): t.numpy().copy()
+            for name, per in optimizer._accumulators.items() for pn, t in per.items()}
+
+
+def _assert_same(a: dict, b: dict):
+    assert sorted(a) == sorted(b)
+    for key, value in a.items():
+        np.testing.assert_array_equal(b[key], value, err_msg=str(key))
+
+
+# -- uo.build's native optimizers ------------------------------------------------------------
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_a_resumed_native_run_is_bit_identical(tmp_path, paddle, config):
+    spec, groups, native = CONFIGS[config]
+    decision = uo.explain(spec, backend="paddle")
+    assert (decision.path, decision.native) == ("native", native)
+    whole = _driver(spec, groups)
+    _steps(whole, range(30))
+    first = _driver(spec, groups)
+    _steps(first, range(15))
+    uo.save_state(first.optimizer, tmp_path / "run.safetensors")
+    second = _driver(spec, groups, first.params_numpy())
+    assert type(second.optimizer).__name__ == native.rpartition(".")[2]
+    uo.load_state(second.optimizer, tmp_path / "run.safetensors")
+    assert second.current_lr() == first.current_lr() == spec.lr_at(15)
+    _assert_same(_accumulators(first.optimizer, list(first.params.values())),
+                 _accumulators(second.optimizer, list(second.params.values())))
+    _steps(second, range(15, 30))
+    _assert_same(whole.params_numpy(), second.params_numpy())
+    _assert_same(_accumulators(whole.optimizer, list(whole.params.values())),
+                 _accumulators(second.optimizer, list(second.params.values())))
+    assert second.current_lr() == whole.current_lr() == spec.lr_at(30)
+    saved = read_state(tmp_path / "run.safetensors")
+    scheduled = isinstance(spec.lr, uo.schedules.Schedule)
+    assert (saved.steps, saved.position) == (15, 15 if scheduled else None)
+    assert set(saved.param_steps.values()) == {15}
+    expected = {"momentum_cosine": ["momentum_buffer"]}.get(config, ["exp_avg", "exp_avg_sq"])
+    assert sorted(saved.arrays["w"]) == expected
+    held = first.optimizer._accumulators
+    mapping = record_of(first.optimizer).decision.native_class.state
+    for key in expected:
+        np.testing.assert_array_equal(
+            saved.arrays["w"][key], held[mapping[key]][first.params["w"].name].numpy())
+
+
+def test_beta_powers_are_paddle_s_float32_running_products(paddle):
+    """beta^(t+1) is held as the product rounded at every step, which a closed form
+    (float32(beta ** (t + 1))) misses at most steps: the file's writer reproduces the
+    product; float64 Lamb multiplies by float32(beta), float64 Adam by beta."""
+    from unified_opt.backends.paddle.state import power_after
+
+    beta = np.float32(0.9)
+    product = [beta]
+    for _ in range(40):
+        product.append(np.float32(product[-1] * beta))
+    closed = [np.float32(0.9 ** (t + 1)) for t in range(41)]
+    assert sum(a != b for a, b in zip(product, closed)) > 30
+    for name, dtype in [("Adam", "float32"), ("Lamb", "float32"), ("Adam", "float64"),
+                        ("Lamb", "float64"), ("Adamax", "float64")]:
+        p = paddle.create_parameter(shape=[3], dtype=dtype)
+        optimizer = getattr(paddle.optimizer, name)(learning_rate=1e-3, beta1=0.87,
+                                                    parameters=[p])
+        for _ in range(40):
+            p.grad = paddle.to_tensor(np.array([0.1, -0.2, 0.3], dtype))
+            optimizer.step()
+        held = optimizer._accumulators["beta1_pow_acc"][p.name].numpy()
+        assert held.dtype == np.dtype(dtype)
+        assert held[0] == power_after(f"paddle.optimizer.{name}", optimizer, "beta1_pow_acc",
+                                      dtype, 40), (name, dtype)
+    assert power_after("paddle.optimizer.Lamb", optimizer, "beta1_pow_acc", "float64", 40) \
+        != 0.87 ** 41
+
+
+@pytest.mark.parametrize("source, target", [("auto", "own"), ("own", "auto")])
+def test_native_and_own_paths_load_each_other(tmp_path, paddle, source, target):
+    """Within Paddle the own update and the native kernel differ by float32 rounding
+    (the kernel forms 1-beta2 from float32(beta2)): a run switching paths at step 15 stays
+    as close to each uninterrupted run as the two runs are to each other."""
+    first = _driver(path=source)
+    _steps(first, range(15))
+    uo.save_state(first.optimizer, tmp_path / "run.safetensors")
+    second = _driver(arrays=first.params_numpy(), path=target)
+    uo.load_state(second.optimizer, tmp_path / "run.safetensors")
+    assert record_of(second.optimizer).decision.path == ("native" if target == "auto"
+                                                          else "own")
+    assert second.current_lr() == SPEC.lr_at(15)
+    _steps(second, range(15, 30))
+    uo.save_state(second.optimizer, tmp_path / "after.safetensors")
+    after = read_state(tmp_path / "after.safetensors")
+    assert (after.steps, after.position) == (30, 30)
+    runs = {}
+    for path in ("auto", "own"):
+        runs[path] = _driver(path=path)
+        _steps(runs[path], range(30))
+    own, native = runs["own"].params_numpy(), runs["auto"].params_numpy()
+    for name, value in second.params_numpy().items():
+        gap = np.abs(own[name] - native[name]).max()
+        assert 0 < gap < 2e-6 or name == "scale", name
+        for other in (own, native):
+            assert np.abs(value - other[name]).max() <= 2 * gap + 2e-7, name
+    uo.save_state(runs[target].optimizer, tmp_path / "whole.safetensors")
+    whole = read_state(tmp_path / "whole.safetensors")
+    for name in whole.names:
+        for key, value in whole.arrays[name].items():
+            np.testing.assert_allclose(after.arrays[name][key], value, rtol=1e-4, atol=1e-9)
+
+
+# -- native optimizers built by hand ----------------------------------------------------------
+
+_X = np.random.default_rng(0).standard_normal((30, 8, 5)).astype(np.float32)
+
+
+def _net(paddle):
+    paddle.seed(3)
+    return paddle.nn.Sequential(paddle.nn.Linear(5, 4), paddle.nn.LayerNorm(4),
+                                paddle.nn.Linear(4, 1))
+
+
+def _by_hand(paddle, layer):
+    scheduler = paddle.optimizer.lr.CosineAnnealingDecay(learning_rate=0.01, T_max=40)
+    return paddle.optimizer.AdamW(learning_rate=scheduler, parameters=layer.parameters(),
+                                  weight_decay=0.05)
+
+
+def _train(paddle, layer, optimizer, steps, scheduler=None):
+    scheduler = optimizer._learning_rate if scheduler is None else scheduler
+    for t in steps:
+        (layer(paddle.to_tensor(_X[t])) ** 2).mean().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+        scheduler.step()
+
+
+@pytest.fixture(scope="module")
+def hand_runs(paddle):
+    """A hand-built AdamW + CosineAnnealingDecay: 30 steps, and one stopped at 15."""
+    whole = _net(paddle)
+    whole_optimizer = _by_hand(paddle, whole)
+    _train(paddle, whole, whole_optimizer, range(30))
+    half = _net(paddle)
+    half_optimizer = _by_hand(paddle, half)
+    _train(paddle, half, half_optimizer, range(15))
+    return whole, whole_optimizer, half, half_optimizer
+
+
+def _continued(paddle, tmp_path, half, state_file):
+    """uo.resume of ``state_file`` over a copy of ``half``, trained to step 30."""
+    layer = _net(paddle)
+    layer.set_state_dict(half.state_dict())
+    optimizer = uo.resume(state_file, layer)
+    assert type(optimizer).__name__ == "AdamW"
+    assert record_of(optimizer).decision.path == "native"
+    _train(paddle, layer, optimizer, range(15, 30), uo.lr_scheduler(optimizer))
+    return layer, optimizer
+
+
+def test_a_hand_built_adamw_resumes_through_uo_resume(tmp_path, paddle, hand_runs):
+    whole, whole_optimizer, half, half_optimizer = hand_runs
+    uo.save_state(half_optimizer, tmp_path / "hand.safetensors", names=half)
+    saved = read_state(tmp_path / "hand.safetensors")
+    assert saved.names == ["0.weight", "0.bias", "1.weight", "1.bias", "2.weight", "2.bias"]
+    assert (saved.steps, saved.position) == (15, 15)
+    assert saved.spec.lr == uo.schedules.preset("paddle.optimizer.lr.CosineAnnealingDecay",
+                                                learning_rate=0.01, T_max=40)
+    assert saved.groups == ()
+    layer, optimizer = _continued(paddle, tmp_path, half, tmp_path / "hand.safetensors")
+    for (name, p), q in zip(whole.named_parameters(), layer.parameters()):
+        np.testing.assert_array_equal(q.numpy(), p.numpy(), err_msg=name)
+    # Paddle's CosineAnnealingDecay is recursive, the schedule closed-form: the lrs agree
+    # to the last bits of a float64 (the kernels take them as float32: same parameters)
+    assert optimizer.get_lr() == pytest.approx(whole_optimizer.get_lr(), rel=1e-14)
+
+
+def test_a_hand_built_optimizer_without_a_step_saves_the_initial_state(tmp_path, paddle):
+    layer = _net(paddle)
+    optimizer = _by_hand(paddle, layer)
+    uo.save_state(optimizer, tmp_path / "fresh.safetensors", names=layer)
+    saved = read_state(tmp_path / "fresh.safetensors")
+    assert (saved.steps, saved.position) == (0, 0)
+    assert not saved.arrays["0.weight"]["exp_avg"].any()
+    assert not optimizer._accumulators       # nothing was created
+
+
+def test_convert_checkpoint_reads_a_real_pdopt_file(tmp_path, paddle, hand_runs):
+    whole, _, half, half_optimizer = hand_runs
+    paddle.save(half_optimizer.state_dict(), str(tmp_path / "opt.pdopt"))
+    uo.save_state(half_optimizer, tmp_path / "live.safetensors", names=half)
+    rebuilt = _by_hand(paddle, half)           # as the script builds it, not stepped
+    uo.convert_checkpoint(tmp_path / "opt.pdopt", tmp_path / "converted.safetensors",
+                          optimizer=rebuilt, names=half)
+    assert rebuilt._learning_rate.last_epoch == 15
+    converted, live = (read_state(tmp_path / f) for f in ("converted.safetensors",
+                                                         "live.safetensors"))
+    assert (converted.steps, converted.position, converted.spec) == (15, 15, live.spec)
+    for name in live.names:
+        _assert_same(live.arrays[name], converted.arrays[name])
+    layer, _ = _continued(paddle, tmp_path, half, tmp_path / "converted.safetensors")
+    for (name, p), q in zip(whole.named_parameters(), layer.parameters()):
+        np.testing.assert_array_equal(q.numpy(), p.numpy(), err_msg=name)
+    # an already loaded dict works too
+    again = _by_hand(paddle, half)
+    uo.convert_checkpoint(paddle.load(str(tmp_path / "opt.pdopt")),
+                          tmp_path / "dict.safetensors", optimizer=again, names=half)
+    assert read_state(tmp_path / "dict.safetensors").arrays["2.bias"]["exp_avg_sq"] \
+        .tolist() == live.arrays["2.bias"]["exp_avg_sq"].tolist()
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_malicious_pdopt_runs_nothing(tmp_path, paddle, hand_runs):
+    half = hand_runs[2]
+    marker = tmp_path / "ran"
+    bad = tmp_path / "evil.pdopt"
+    bad.write_bytes(pickle.dumps({"0.weight_moment1_0": np.zeros((5, 4), np.float32),
+                                  "LR_Scheduler": {"last_epoch": _Payload(marker)}}))
+    optimizer = _by_hand(paddle, half)
+    with pytest.raises(ValueError, match=r"names the global (posix|os|nt)\.system.*refused.*"
+                                         r"evil\.pdopt"):
+        uo.convert_checkpoint(bad, tmp_path / "x.safetensors", optimizer=optimizer,
+                              names=half)
+    assert not marker.exists()
+    assert not optimizer._accumulators and optimizer._learning_rate.last_epoch == 0
+    assert not (tmp_path / "x.safetensors").exists()
+
+
+def test_a_truncated_or_garbage_pdopt_is_refused(tmp_path, paddle, hand_runs):
+    half, half_optimizer = hand_runs[2:]
+    paddle.save(half_optimizer.state_dict(), str(tmp_path / "opt.pdopt"))
+    cut = tmp_path / "cut.pdopt"
+    cut.write_bytes((tmp_path / "opt.pdopt").read_bytes()[:-40])
+    garbage = tmp_path / "garbage.pdopt"
+    garbage.write_bytes(b"\x00not a pickle at all")
+    for path in (cut, garbage):
+        optimizer = _by_hand(paddle, half)
+        with pytest.raises(ValueError, match=f"{path.name}' is not a readable paddle.save"):
+            uo.convert_checkpoint(path, tmp_path / "x.safetensors", optimizer=optimizer,
+                                  names=half)
+        assert not optimizer._accumulators
+    with pytest.raises(ValueError, match="pass neither lr_scheduler"):
+        uo.convert_checkpoint(tmp_path / "opt.pdopt", tmp_path / "x.safetensors",
+                              optimizer=_by_hand(paddle, half), names=half,
+                              lr_scheduler=half_optimizer._learning_rate)
+
+
+# -- refusals: named, nothing changed -------------------------------------------------------
+
+def test_radam_s_unmapped_state_is_refused_by_name(tmp_path, paddle):
+    spec = uo.preset("paddle.optimizer.RAdam", learning_rate=0.01)
+    assert uo.explain(spec, backend="paddle").native == "paddle.optimizer.RAdam"
+    native = _driver(spec, None)
+    _steps(native, range(3))
+    with pytest.raises(ValueError, match=r"paddle.optimizer.RAdam keeps \['beta1_pow', "
+                                         r"'beta2_pow', 'rho'\].*path='own'"):
+        uo.save_state(native.optimizer, tmp_path / "radam.safetensors")
+    own = _driver(spec, None, path="own")
+    _steps(own, range(5))
+    uo.save_state(own.optimizer, tmp_path / "own.safetensors")
+    params = list(native.params.values())
+    before = _accumulators(native.optimizer, params)
+    with pytest.raises(ValueError, match=r"load_state: paddle.optimizer.RAdam keeps .*'rho'"):
+        uo.load_state(native.optimizer, tmp_path / "own.safetensors")
+    _assert_same(before, _accumulators(native.optimizer, params))
+
+
+def test_a_constant_lr_momentum_has_no_step_count(tmp_path, paddle):
+    spec = uo.SGD(lr=0.05, momentum=0.9)
+    run = _driver(spec, None)
+    assert type(run.optimizer).__name__ == "Momentum"
+    _steps(run, range(4))
+    with pytest.raises(ValueError, match="paddle.optimizer.Momentum keeps no step count "
+                                         r"\(its state is \['velocity'\]\) and its lr is "
+                                         "constant"):
+        uo.save_state(run.optimizer, tmp_path / "m.safetensors")
+    # loading into it works (the own path keeps the count)
+    own = _driver(spec, None, path="own")
+    _steps(own, range(4))
+    uo.save_state(own.optimizer, tmp_path / "own.safetensors")
+    uo.load_state(run.optimizer, tmp_path / "own.safetensors")
+    np.testing.assert_array_equal(
+        run.optimizer._accumulators["velocity"][run.params["w"].name].numpy(),
+        read_state(tmp_path / "own.safetensors").arrays["w"]["momentum_buffer"])
+
+
+def test_beta_powers_no_step_reaches_are_refused(tmp_path, paddle):
+    run = _driver()
+    _steps(run, range(3))
+    run.optimizer._accumulators["beta2_pow_acc"][run.params["bias"].name].set_value(
+        np.array([0.5], np.float32))
+    with pytest.raises(ValueError, match=r"beta2_pow_acc of parameter 'bias' holds 0.5, "
+                                         "which is no power of beta2=0.999"):
+        uo.save_state(run.optimizer, tmp_path / "x.safetensors")
+    assert not (tmp_path / "x.safetensors").exists()
