@@ -42,7 +42,9 @@ measured on CPU):
 * Any other Parameter a native optimizer holds (in ``parameters_and_names()`` or a plain
   list attribute) is refused by name, as is a spec state its descriptor does not map,
   before anything is written. Mapped Parameters the configuration never uses (the
-  ``max_exp_avg_sq`` of ``experimental.optim.AdamW`` without amsgrad) are left as they are.
+  ``max_exp_avg_sq`` of ``experimental.optim.AdamW`` without amsgrad) are left as they
+  are, and so is ``experimental.optim.Adam``'s ``max_exp_avg_sq`` (it ignores amsgrad on
+  CPU: checked to hold its initial zeros).
 
 ``load_checkpoint`` (``uo.convert_checkpoint``) reads a ``.ckpt`` written by
 ``mindspore.save_checkpoint`` of the optimizer or of a cell holding it (a protobuf:
@@ -74,6 +76,9 @@ POWERS = {"beta1_power": "beta1", "beta2_power": "beta2"}
 CONSTANTS = ("learning_rate", "momentum")
 #: nn.SGD / experimental.optim.SGD first-step flags
 FLAGS = "stat"
+#: per-parameter Parameters a class holds and never changes (measured on CPU): they keep
+#: their initial zeros, are checked to on saving and left as built on loading
+INERT = {"mindspore.experimental.optim.Adam": ("max_exp_avg_sq",)}   # ignores amsgrad
 #: plain list attributes holding lr Parameters (experimental.optim's group lrs, the nn
 #: classes' group_lr in parameter groups)
 CONSTANT_LISTS = ("lrs", "group_lr")
@@ -174,6 +179,12 @@ def layout(cls_info, optimizer, what: str) -> Layout:
             placed.update(_param_ids(value))
             if hasattr(value, "parameters_and_names"):     # a per-step list's Cell
                 placed.update(id(p) for _, p in value.parameters_and_names())
+    for attr in INERT.get(cls_info.name, ()):
+        for p in out.slots(attr) or ():
+            if np.any(p.asnumpy() != 0):
+                raise ValueError(f"{what}: MindSpore's {cls_info.name} holds {p.name} "
+                                 "with values other than its initial zeros")
+            placed.add(id(p))
     flags = out.slots(FLAGS)
     if isinstance(flags, ParameterTuple):
         out.flags = flags
@@ -228,7 +239,8 @@ def _check_constant_lr(out: Layout, spec, what: str) -> None:
     opt = out.optimizer
     lr = getattr(opt, "learning_rate", None)
     if isinstance(spec.lr, Schedule) or not isinstance(lr, Parameter) \
-            or getattr(opt, "is_group_lr", False) or getattr(opt, "dynamic_lr", False):
+            or getattr(opt, "is_group_lr", False) or getattr(opt, "dynamic_lr", False) \
+            or getattr(spec, "relative_step", False):   # nn.AdaFactor's lr is its own
         return
     if lr.asnumpy() != np.float32(spec.lr):
         raise ValueError(f"{what}: MindSpore's {out.name} has learning_rate="
@@ -385,11 +397,12 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
 
 # -- MindSpore's own checkpoint files ----------------------------------------------------------
 
-def _checkpoint_dict(checkpoint) -> dict:
+def _checkpoint_dict(checkpoint) -> tuple[dict, str]:
+    """(the Parameters by name, where they came from)."""
     import mindspore as ms
 
     if isinstance(checkpoint, dict):
-        return checkpoint
+        return checkpoint, "the checkpoint dict"
     if not isinstance(checkpoint, (str, bytes)) and not hasattr(checkpoint, "__fspath__"):
         raise TypeError(f"convert_checkpoint: checkpoint must be a .ckpt path or a dict of "
                         f"Parameters (mindspore.load_checkpoint's), got "
@@ -404,7 +417,7 @@ def _checkpoint_dict(checkpoint) -> dict:
                          f"checkpoint (truncated or not a .ckpt): {error}") from None
     if not isinstance(loaded, dict) or not loaded:
         raise ValueError(f"convert_checkpoint: {str(path)!r} holds no Parameters")
-    return loaded
+    return loaded, repr(str(path))
 
 
 def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -> None:
@@ -426,26 +439,26 @@ def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -
                          f"{listed} in a plain list of Parameters, which "
                          "mindspore.save_checkpoint leaves out: its checkpoint cannot "
                          "restore the run; save the live optimizer with uo.save_state")
-    loaded = _checkpoint_dict(checkpoint)
+    loaded, where = _checkpoint_dict(checkpoint)
     trained = {id(p) for p in optimizer.parameters}
     wanted = {p.name: p for _, p in optimizer.parameters_and_names() if id(p) not in trained}
     missing = sorted(n for n in wanted if n not in loaded)
     if missing:
-        raise ValueError(f"convert_checkpoint: the checkpoint lacks {cls_info.name}'s "
-                         f"Parameters {missing} (it is not a checkpoint of this optimizer, "
-                         "or the optimizer was built otherwise)")
+        raise ValueError(f"convert_checkpoint: {where} lacks {cls_info.name}'s Parameters "
+                         f"{missing} (not a complete checkpoint of this optimizer, or the "
+                         "optimizer was built otherwise)")
     values = {}
     for name, p in wanted.items():
         value = loaded[name]
         if not isinstance(value, Tensor):
-            raise ValueError(f"convert_checkpoint: {name!r} in the checkpoint is a "
+            raise ValueError(f"convert_checkpoint: {name!r} in {where} is a "
                              f"{type(value).__name__}, not a Parameter")
         if tuple(value.shape) != tuple(p.shape):
             raise ValueError(f"convert_checkpoint: {name!r} has shape {tuple(value.shape)} in "
-                             f"the checkpoint, the optimizer's has {tuple(p.shape)}")
+                             f"{where}, the optimizer's has {tuple(p.shape)}")
         if value.dtype != p.dtype:
-            raise ValueError(f"convert_checkpoint: {name!r} is {value.dtype} in the "
-                             f"checkpoint, the optimizer's is {p.dtype}")
+            raise ValueError(f"convert_checkpoint: {name!r} is {value.dtype} in {where}, "
+                             f"the optimizer's is {p.dtype}")
         values[name] = value if isinstance(value, Parameter) else Parameter(value, name=name)
     not_loaded, _ = ms.load_param_into_net(optimizer, values)
     not_loaded = [n for n in not_loaded if n in wanted]
