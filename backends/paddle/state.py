@@ -58,6 +58,8 @@ FLOAT32_BETA = frozenset({"paddle.optimizer.Lamb"})
 #: accumulators not mapped to the spec, by class: those classes are refused
 UNMAPPED = {"paddle.optimizer.RAdam": ("beta1_pow", "beta2_pow", "rho"),
             "paddle.optimizer.NAdam": ("momentum_decay_pow", "beta2_pow")}
+#: classes that take no LRScheduler (no position to count their steps)
+CONSTANT_LR_ONLY = frozenset({"paddle.optimizer.Rprop"})
 CHUNK = 1 << 16
 
 
@@ -179,9 +181,11 @@ def _steps_of(cls, optimizer, p, name: str, position: int | None, what: str) -> 
             raise ValueError(
                 f"{what}: {cls.name} keeps no step count (its state is "
                 f"{sorted(cls.state.values()) or 'empty'}) and its lr is constant, so the "
-                "number of steps taken cannot be read exactly; give it a paddle.optimizer.lr "
-                "scheduler stepped once per optimizer step (uo.build: a uo.schedules lr) or "
-                "build with path='own'")
+                "number of steps taken cannot be read exactly; "
+                + ("build with path='own' (it takes no LRScheduler)"
+                   if cls.name in CONSTANT_LR_ONLY else
+                   "give it a paddle.optimizer.lr scheduler stepped once per optimizer step "
+                   "(uo.build: a uo.schedules lr) or build with path='own'"))
         return position
     held = _held(optimizer)
     low, high = 0, None
