@@ -420,3 +420,30 @@ def test_rprop_keeps_no_step_count(tmp_path, paddle):
                                          r"\['learning_rates', 'prevs'\]\).*path='own' \(it "
                                          "takes no LRScheduler\\)"):
         uo.save_state(run.optimizer, tmp_path / "x.safetensors")
+
+
+def test_underflowed_beta_powers_need_the_scheduler_s_position(tmp_path, paddle):
+    """beta1=0.1 and beta2=0.3 underflow (the float32 product stops changing) after 45
+    and about 85 steps: at step 100 the powers say only "85 or more"."""
+    def run(learning_rate):
+        p = paddle.create_parameter(shape=[3], dtype="float32")
+        optimizer = paddle.optimizer.Adam(learning_rate=learning_rate, beta1=0.1, beta2=0.3,
+                                          parameters=[p])
+        for t in range(100):
+            p.grad = paddle.to_tensor(np.array([0.1, -0.2, 0.3], np.float32))
+            optimizer.step()
+            if t == 59:
+                uo.save_state(optimizer, tmp_path / "at60.safetensors", names=[("p", p)])
+            if not isinstance(learning_rate, float):
+                learning_rate.step()
+        return optimizer, p
+
+    optimizer, p = run(0.01)
+    assert read_state(tmp_path / "at60.safetensors").steps == 60     # beta2 still moves
+    assert optimizer._accumulators["beta1_pow_acc"][p.name].numpy()[0] == 0.0
+    with pytest.raises(ValueError, match=r"beta powers of parameter 'p' stopped changing "
+                                         r"\(underflow\) after 8\d steps"):
+        uo.save_state(optimizer, tmp_path / "x.safetensors", names=[("p", p)])
+    optimizer, p = run(paddle.optimizer.lr.StepDecay(0.01, step_size=1000))
+    uo.save_state(optimizer, tmp_path / "scheduled.safetensors", names=[("p", p)])
+    assert read_state(tmp_path / "scheduled.safetensors").steps == 100
