@@ -34,6 +34,14 @@ them):
 * RAdam (``beta1_pow``, ``beta2_pow``, ``rho``: parameter-shaped) and NAdam
   (``momentum_decay_pow``, ``beta2_pow``) keep step-derived state that is not mapped:
   refused by name, as is any accumulator a class holds that is not named here.
+* ``paddle.save(optimizer.state_dict())`` keys each accumulator by its variable name,
+  ``<param.name>_<accumulator>_<n>`` (``n`` counts the optimizers over that parameter
+  in the saving process, so a rebuilt optimizer in the same process has another);
+  ``"LR_Scheduler"`` holds the scheduler's ``state_dict()``. ``load_checkpoint`` reads
+  the file with :mod:`.checkpoint` (no code runs), creates the accumulators of an
+  optimizer that has none yet (what its first step would create), matches each to its
+  entry (the exact name, else the one differing only in ``n``; shapes checked) and then
+  calls ``optimizer.set_state_dict``, which restores the scheduler too.
 """
 
 from __future__ import annotations
