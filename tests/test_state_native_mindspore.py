@@ -293,6 +293,33 @@ def test_convert_a_training_cell_checkpoint(tmp_path):
                                   optimizer.moment1[0].asnumpy())
 
 
+def test_convert_an_experimental_adamw_checkpoint_with_names(tmp_path):
+    import mindspore as ms
+    from mindspore.experimental import optim
+
+    whole_net = _net()
+    whole = optim.AdamW(whole_net.trainable_params(), lr=0.01)
+    _hand_steps(whole, range(2 * K))
+    net = _net()
+    first = optim.AdamW(net.trainable_params(), lr=0.01)
+    _hand_steps(first, range(K))
+    ms.save_checkpoint(first, str(tmp_path / "adamw.ckpt"))
+    rebuilt_net = _net()
+    rebuilt = optim.AdamW(rebuilt_net.trainable_params(), lr=0.01)
+    names = [("fc.weight", rebuilt_net.weight), ("fc.bias", rebuilt_net.bias)]
+    uo.convert_checkpoint(str(tmp_path / "adamw.ckpt"), tmp_path / "run.safetensors",
+                          optimizer=rebuilt, names=names)
+    saved = read_state(tmp_path / "run.safetensors")
+    assert saved.names == ["fc.weight", "fc.bias"] and saved.steps == K   # state_step
+    resumed_net = _net(_values(net))
+    resumed = uo.resume(tmp_path / "run.safetensors",
+                        [("fc.weight", resumed_net.weight), ("fc.bias", resumed_net.bias)])
+    assert record_of(resumed).decision.native == "mindspore.experimental.optim.AdamW"
+    _hand_steps(resumed, range(K, 2 * K))
+    _assert_same(_values(whole_net), _values(resumed_net))
+    _assert_same(_held(whole), _held(resumed))
+
+
 def _refused(optimizer, checkpoint, tmp_path, match):
     before = _held(optimizer)
     with pytest.raises(ValueError, match=match):
