@@ -117,8 +117,8 @@ def _create_pending(optimizer) -> None:
             optimizer._create_accumulators(
                 block, [p for p in _parameters(optimizer) if not p.stop_gradient])
         except AssertionError as error:
-            raise ValueError(f"the state dict loaded into {type(optimizer).__name__} does "
-                             f"not name its accumulators: {error}") from None
+            raise ValueError(f"save_state: the state dict loaded into {type(optimizer).__name__} "
+                             f"does not name its accumulators: {error}") from None
 
 
 def _check_class(cls, optimizer, plans_and_params, what: str) -> None:
