@@ -68,7 +68,7 @@ from unified_opt.ops import numpy_ops
 from unified_opt.porting.state import Snapshot
 from unified_opt.schedules import Schedule
 
-#: step counters: attribute -> what counts in it (every one found must agree)
+#: step counters, by attribute (every one a class holds must agree)
 COUNTERS = ("global_step", "state_step", "step_t", "step")
 #: chained float32 products: attribute -> the beta attribute multiplied in once per step
 POWERS = {"beta1_power": "beta1", "beta2_power": "beta2"}
@@ -77,7 +77,7 @@ CONSTANTS = ("learning_rate", "momentum")
 #: nn.SGD / experimental.optim.SGD first-step flags
 FLAGS = "stat"
 #: per-parameter Parameters a class holds and never changes (measured on CPU): they keep
-#: their initial zeros, are checked to on saving and left as built on loading
+#: their initial zeros, which is checked on saving; loading leaves them as built
 INERT = {"mindspore.experimental.optim.Adam": ("max_exp_avg_sq",)}   # ignores amsgrad
 #: plain list attributes holding lr Parameters (experimental.optim's group lrs, the nn
 #: classes' group_lr in parameter groups)
