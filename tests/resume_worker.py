@@ -5,8 +5,8 @@ JOB.json lists runs; each has a conformance ``case`` (spec, groups, parameters, 
 gradients, total steps; ``native`` for a framework's own optimizer built by hand), the
 ``switch`` step and file names:
 
-* ``"phase": "train"``: build the optimizer (``uo.build``: torch's auto path, Paddle's and
-  MindSpore's own path; or the case's native one),
+* ``"phase": "train"``: build the optimizer (``uo.build``'s auto path: a native class
+  where one computes the spec; or the case's native one built by hand),
   take steps ``0 .. switch-1``, write the trajectory, the parameters (``.npz``: the
   model's weights travel on their own) and ``uo.save_state`` of the optimizer (and its
   lr scheduler) to ``state``;
@@ -42,10 +42,7 @@ def run(framework: str, job: dict) -> None:
             arrays = {name: saved[name] for name in case.params}
         steps = range(job["switch"], case.steps)
     native = case.native if job["phase"] == "train" else None
-    # Paddle's and MindSpore's native classes have no state mapping yet (load_state
-    # refuses them): their optimizers run the own path
-    path = "auto" if framework == "torch" else "own"
-    driver = driver_cls(case.spec, arrays, path=path, total_steps=case.steps,
+    driver = driver_cls(case.spec, arrays, path="auto", total_steps=case.steps,
                         groups=case.groups or None, native=native)
     if job["phase"] == "resume":      # "fresh" restarts the optimizer from zero
         uo.load_state(driver.optimizer, job["state"])

@@ -4,7 +4,9 @@
 spec's arrays under the spec's names, and the steps taken in ``param_groups[0]
 ["steps_taken"]`` (a native class with uo's step hooks too: its per-step momentum or
 decay follows that count); a native class keeps its own names (its descriptor's ``state``
-mapping, spec name -> torch name) and ``step``, like every ``torch.optim`` class. The
+mapping, spec name -> torch name) and ``step``, like every ``torch.optim`` class but
+``SGD`` (only ``momentum_buffer``: its count comes from uo's own count or the lr
+scheduler's position, and a constant-lr ``SGD`` built by hand is refused). The
 scheduler ``uo.build`` makes for a scheduled lr is a ``LambdaLR`` whose ``last_epoch``
 is the schedule's position.
 """
@@ -20,6 +22,9 @@ from unified_opt.porting.state import Snapshot
 
 from .optimizer import STEP, SpecOptimizer
 from .steps import STEPS_TAKEN
+
+#: classes whose per-parameter state holds no ``step`` (torch 2.13, measured)
+UNCOUNTED = frozenset({"torch.optim.SGD"})
 
 
 def _numpy(t) -> np.ndarray:
@@ -41,6 +46,17 @@ def _initial(spec, p) -> dict:
     return {k: np.asarray(a).copy() for k, a in init.items()}
 
 
+def _uncounted(name: str, known: int | None) -> int:
+    """The steps of a parameter whose state holds no count (``torch.optim.SGD`` keeps only
+    ``momentum_buffer``): the optimizer's own count or the scheduler's position, never a
+    guess."""
+    if known is None:
+        raise ValueError(f"save_state: {name} keeps no step count and nothing else here "
+                         "counts its steps; save it with its lr_scheduler (its position "
+                         "is the count), or build it with uo.build")
+    return int(known)
+
+
 def _named(names, params) -> list:
     missing = [i for i, n in enumerate(names) if n is None]
     if missing:
@@ -52,6 +68,9 @@ def _named(names, params) -> list:
 def snapshot_built(record, optimizer) -> Snapshot:
     own = isinstance(optimizer, SpecOptimizer)
     named = _named(record.names, record.params)
+    scheduler = record.lr_scheduler
+    known = optimizer.param_groups[0].get(
+        STEPS_TAKEN, None if scheduler is None else scheduler.last_epoch)
     arrays, steps = {}, {}
     for (name, p), plan in zip(named, record.plans):
         held = optimizer.state.get(p, {})
@@ -61,11 +80,11 @@ def snapshot_built(record, optimizer) -> Snapshot:
             state = load("torch").native_state(record, optimizer, p, plan.spec)
         arrays[name] = ({k: _numpy(t) for k, t in state.items()} if held
                         else _initial(plan.spec, p))
-        steps[name] = int(held[STEP]) if STEP in held else 0
+        steps[name] = (int(held[STEP]) if STEP in held else
+                       _uncounted(record.decision.native, known) if held else 0)
     # the own optimizer and the native one with step hooks count the steps taken (the
     # per-step hyperparameters follow that count); a plain native one only per parameter
     taken = optimizer.param_groups[0].get(STEPS_TAKEN, max(steps.values()))
-    scheduler = record.lr_scheduler
     return Snapshot(record.spec, record.groups, [n for n, _ in named],
                     {n: tuple(p.shape) for n, p in named}, int(taken),
                     None if scheduler is None else int(scheduler.last_epoch), steps, arrays,
@@ -93,7 +112,8 @@ def snapshot_native(reading, optimizer, names) -> Snapshot:
         arrays[name] = ({ours: _numpy(held[theirs]) for ours, theirs in mapping.items()
                          if ours in expected_state(plan.spec, p)} if held
                         else _initial(plan.spec, p))
-        steps[name] = int(held[STEP]) if STEP in held else 0
+        steps[name] = (int(held[STEP]) if STEP in held else
+                       _uncounted(reading.native_class, reading.position) if held else 0)
     return Snapshot(reading.spec, tuple(reading.groups), [n for n, _ in named],
                     {n: tuple(p.shape) for n, p in named}, max(steps.values()),
                     reading.position, steps, arrays, "torch")
@@ -122,7 +142,9 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
         tensors = {k: torch.from_numpy(a.copy()).to(p.device) for k, a in arrays[name].items()}
         if not own:
             tensors = {mapping[k]: t for k, t in tensors.items()}
-        optimizer.state[p] = {STEP: torch.tensor(float(count)), **tensors}
+        counted = own or record.decision.native not in UNCOUNTED
+        optimizer.state[p] = {**({STEP: torch.tensor(float(count))} if counted else {}),
+                              **tensors}
     if own or STEPS_TAKEN in optimizer.param_groups[0]:
         optimizer.param_groups[0][STEPS_TAKEN] = saved.steps
     scheduler = record.lr_scheduler

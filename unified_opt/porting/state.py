@@ -19,12 +19,14 @@ and groups equal to the target's, the same parameter names, every state array's 
 shape and dtype) before it writes anything: the optimizer is either fully loaded or
 untouched.
 
-Which optimizers: any made by ``uo.build`` on the own path (torch, Paddle, MindSpore)
-and on torch's native path; for saving, also a native torch optimizer that
-``uo.from_native`` reads (with its ``lr_scheduler``; ``names`` names its parameters).
-The native classes of Paddle and MindSpore are refused for now, naming the class:
-their accumulators (Paddle's ``moment1_0`` and beta-power accumulators, MindSpore's
-``moment1.<name>`` and ``global_step``) are not mapped yet; build with ``path="own"``.
+Which optimizers: any made by ``uo.build``, on the own path or a native one, on every
+backend; for saving, also a native optimizer built by hand that ``uo.from_native``
+reads (with its ``lr_scheduler``; ``names`` names its parameters). A native class's
+state is mapped through its descriptor's ``state`` map, and its step count is read
+from an exact source (the class's own counter, Paddle's beta powers, uo's count or the
+lr scheduler's position); a class whose count or state cannot be read that way is
+refused by name (each backend's ``state`` module says which). ``convert_checkpoint``
+turns a framework's own checkpoint file into such a state file.
 """
 
 from __future__ import annotations
@@ -152,7 +154,8 @@ def _tensors(s: Snapshot) -> dict[str, np.ndarray]:
     out = {}
     for name in s.names:
         for key, array in s.arrays[name].items():
-            out[f"state/{name}/{key}"] = np.ascontiguousarray(array)
+            # ascontiguousarray makes a 0-d array 1-d: keep the state's own shape
+            out[f"state/{name}/{key}"] = np.ascontiguousarray(array).reshape(np.shape(array))
         out[f"step/{name}"] = np.array([s.param_steps[name]], dtype=np.int64)
     return out
 
