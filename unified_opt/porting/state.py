@@ -278,14 +278,15 @@ def load_state(optimizer: Any, path, *, transform=None) -> None:
     backend.write_built(record, optimizer, saved, arrays)
 
 
-def resume(path, params, *, path_taken: str = "auto"):
+def resume(path, params, *, transform=None, path_taken: str = "auto"):
     """``uo.build`` the saved spec and groups over ``params`` (on their framework), load
-    the state into it, and return the optimizer (its scheduler: ``uo.lr_scheduler``).
-    ``path_taken``: ``uo.build``'s ``path``."""
+    the state into it (``transform``: as for :func:`load_state`), and return the
+    optimizer (its scheduler: ``uo.lr_scheduler``). ``path_taken``: ``uo.build``'s
+    ``path``."""
     from ..build import build
 
     saved = read_state(path)
     optimizer = build(saved.spec, params, groups=list(saved.groups) or None,
                       path=path_taken)
-    load_state(optimizer, path)
+    load_state(optimizer, path, transform=transform)
     return optimizer
