@@ -242,3 +242,17 @@ def test_a_native_optimizer_is_refused_by_load_state(saved):
     native = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(3))])
     with pytest.raises(TypeError, match="optimizer must be made by uo.build, got AdamW"):
         uo.load_state(native, saved)
+
+
+def test_a_file_written_by_hand_without_its_names(tmp_path, target):
+    """Complete in form (its own digest), not in content: a clear error, not KeyError."""
+    from safetensors.numpy import save_file
+
+    from unified_opt.porting.state import _digest
+
+    metadata = {"format": FORMAT, "spec": json.dumps(SPEC.to_dict())}
+    tensors = {"step/w": np.array([1], dtype=np.int64)}
+    metadata["sha256"] = _digest(metadata, tensors)
+    save_file(tensors, str(tmp_path / "hand.safetensors"), metadata=metadata)
+    _refused(target, tmp_path / "hand.safetensors", ValueError,
+             "is not a complete state file: KeyError: 'names'")

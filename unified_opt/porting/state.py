@@ -203,6 +203,15 @@ def read_state(path) -> Snapshot:
     if metadata.get("sha256") != _digest(metadata, tensors):
         raise ValueError(f"{CALLER}: {str(path)!r} does not match its sha256: the file was "
                          "changed or damaged after it was written")
+    try:
+        return _snapshot(metadata, tensors)
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        # a file written by hand with its digest: complete in form, not in content
+        raise ValueError(f"{CALLER}: {str(path)!r} is not a complete state file: "
+                         f"{type(error).__name__}: {error}") from None
+
+
+def _snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> Snapshot:
     names = json.loads(metadata["names"])
     arrays: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
     for key, array in tensors.items():
