@@ -244,6 +244,11 @@ class Backend:
         """The name rules see for a parameter passed without a name (None: none)."""
         return None
 
+    def world_size(self) -> int:
+        """How many ranks this process trains with (its framework's process group, or
+        the launcher's environment where no group is initialized yet)."""
+        return 1
+
     def native_state(self, record: BuildRecord, optimizer, p, spec: Spec) -> dict:
         """A native optimizer's state of parameter ``p`` under ``spec``'s state names."""
         raise NotImplementedError
@@ -251,3 +256,16 @@ class Backend:
     def plateau_scheduler(self, optimizer, rule, record: BuildRecord, monitor: str | None):
         """The framework's own plateau scheduler for ``optimizer`` computing ``rule``."""
         raise NotImplementedError
+
+
+def launcher_ranks(variable: str) -> int:
+    """The ranks a launcher's environment variable says this process is one of (1 where
+    it is unset)."""
+    import os
+
+    value = os.environ.get(variable, "1")
+    try:
+        return max(int(value), 1)
+    except ValueError:
+        raise ValueError(f"the environment variable {variable}={value!r} is not a number "
+                         "of ranks") from None

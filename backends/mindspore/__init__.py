@@ -43,7 +43,7 @@ centralization run in the own implementation. What lies around each native class
 
 from __future__ import annotations
 
-from unified_opt.backend import Backend, Context
+from unified_opt.backend import Backend, Context, launcher_ranks
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, every_group_condition, when
 from unified_opt.schedules import Schedule
 
@@ -67,6 +67,12 @@ class MindSporeBackend(Backend):
     own_class = ("unified_opt.backends.mindspore.optimizer.SpecOptimizer "
                  "(a mindspore.nn.Optimizer)")
     classes_module = "unified_opt.backends.mindspore.classes"
+
+    def world_size(self) -> int:
+        # msrun sets MS_WORKER_NUM before the script calls communication.init()
+        from mindspore.communication import GlobalComm, get_group_size
+
+        return get_group_size() if GlobalComm.INITED else launcher_ranks("MS_WORKER_NUM")
 
     def around(self, cls, lowering, spec, context):
         """The conditions on what lies around ``cls``'s algorithm (see the module)."""

@@ -127,6 +127,12 @@ class PaddleBackend(Backend):
         record.names = [n if n is not None else p.name for n, p in named]
         return optimizer, record
 
+    def world_size(self) -> int:
+        # PADDLE_TRAINERS_NUM (paddle.distributed.launch) before init_parallel_env
+        import paddle.distributed
+
+        return paddle.distributed.get_world_size()
+
     def parameter_name(self, p) -> str:
         """The name rules see for a Paddle parameter passed without a name: its own."""
         return p.name

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from unified_opt.backend import Backend, Context
+from unified_opt.backend import Backend, Context, launcher_ranks
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, every_group_condition, when
 from unified_opt.pre_step import has_pre_step
 from unified_opt.schedules import Schedule
@@ -26,6 +26,14 @@ class TorchBackend(Backend):
     name = "torch"
     own_class = "unified_opt.backends.torch.optimizer.SpecOptimizer (a torch.optim.Optimizer)"
     classes_module = "unified_opt.backends.torch.classes"
+
+    def world_size(self) -> int:
+        # torchrun sets WORLD_SIZE before the script calls init_process_group
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size()
+        return launcher_ranks("WORLD_SIZE")
 
     def around(self, cls, lowering, spec, context):
         """What torch runs around each native class (:class:`.steps.NativeStepHooks`):
