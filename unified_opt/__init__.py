@@ -6,26 +6,34 @@ The core is numpy only; a framework is imported when a call needs it.
 
 from . import schedules
 from .algorithms import (
-                         CAME,
-                         LARS,
-                         SGD,
-                         Adadelta,
-                         Adafactor,
-                         Adagrad,
-                         Adam,
-                         Adamax,
-                         AdamOffload,
-                         AdamW,
-                         DGCMomentum,
-                         Lamb,
-                         Lion,
-                         NAdam,
-                         RAdam,
-                         RMSprop,
-                         Rprop,
+    CAME,
+    LARS,
+    SGD,
+    Adadelta,
+    Adafactor,
+    Adagrad,
+    Adam,
+    Adamax,
+    AdamOffload,
+    AdamW,
+    DGCMomentum,
+    Lamb,
+    Lion,
+    NAdam,
+    RAdam,
+    RMSprop,
+    Rprop,
 )
 from .backend import Decision
-from .build import backends, build, explain, lr_scheduler, plateau_scheduler, skipped_steps
+from .build import (
+    backends,
+    build,
+    exchange_stats,
+    explain,
+    lr_scheduler,
+    plateau_scheduler,
+    skipped_steps,
+)
 from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 from .groups import Group
 from .presets import preset, presets
@@ -38,7 +46,8 @@ __version__ = "0.1.0"
 __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
            "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
            "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
-           "build", "explain", "get", "lr_scheduler", "preset", "presets", "reference",
+           "build", "exchange_stats", "explain", "get", "lr_scheduler", "preset", "presets",
+           "reference",
            "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
            "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]
 

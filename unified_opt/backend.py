@@ -49,6 +49,9 @@ class Context:
     all_zero_size: bool = False
     options: dict = field(default_factory=dict)
     total_steps: int | None = None
+    #: the process group a data-parallel spec exchanges over (torch:
+    #: ``options={"process_group": pg}``; None: the default group)
+    process_group: Any = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,9 @@ class Backend:
     def parameter_name(self, p) -> str | None:
         """The name rules see for a parameter passed without a name (None: none)."""
         return None
+
+    #: whether a data-parallel spec's exchange runs over this framework's collectives
+    exchanges_gradients = False
 
     def world_size(self) -> int:
         """How many ranks this process trains with (its framework's process group, or

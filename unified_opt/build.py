@@ -109,16 +109,32 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
 
 
 def _check_workers(spec: Spec, adapter, framework: str) -> None:
-    """A data-parallel spec (DGC) exchanges gradients itself; no backend runs that
-    exchange over real collectives yet, so on more than one rank each rank would step as
-    one worker on its own gradients, silently: refused."""
+    """A data-parallel spec (DGC) exchanges gradients itself; where a backend does not
+    run that exchange over its collectives, each rank would step as one worker on its
+    own gradients, silently: refused on more than one rank."""
+    if not getattr(spec, "data_parallel", False) or adapter.exchanges_gradients:
+        return
     workers = adapter.world_size()
-    if getattr(spec, "data_parallel", False) and workers > 1:
+    if workers > 1:
         raise ValueError(f"build: {type(spec).__name__} on {workers} ranks: its compressed "
                          f"gradient exchange does not run over {framework}'s collectives "
                          "yet, and each rank would step alone on its own gradients; run it "
                          "at world size 1 (uo.reference(spec, params, workers=N) computes "
                          "N workers)")
+
+
+def exchange_stats(optimizer: Any) -> dict:
+    """``{"steps", "bytes_sent", "dense_bytes"}`` of a data-parallel optimizer's exchange
+    on the calling rank: the optimizer steps, the bytes this rank put into the
+    collectives (indices, values, counts and padding), and the bytes of the same
+    gradients as dense tensors (what a dense all-reduce would carry from this rank)."""
+    record_of(optimizer)
+    exchange = getattr(optimizer, "exchange", None)
+    if exchange is None:
+        raise ValueError(f"exchange_stats: this {record_of(optimizer).spec.name} optimizer "
+                         "exchanges no gradients (a data-parallel spec built in an "
+                         "initialized process group does)")
+    return dict(exchange.stats)
 
 
 def lr_scheduler(optimizer: Any):

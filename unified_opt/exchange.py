@@ -9,8 +9,11 @@ over *all* workers. Three exchanges share that contract:
   today, so a data-parallel spec runs as an ordinary single-process optimizer.
 * :class:`SimulatedExchange`: every worker lives in this process; the sum runs over
   the list in worker order. ``uo.reference(spec, params, workers=N)`` uses it.
-* a communicator (later): one local worker per process; ``sum_dense`` is an
-  all-reduce, ``sum_sparse`` an all-gather of the (index, value) pairs then a scatter-add.
+* a communicator: one local worker per process; ``sum_sparse`` all-gathers the
+  (index, value) pairs and adds them in rank order, ``sum_dense`` all-gathers the
+  tensors and adds them in rank order (so every rank, and the simulated sum, get the
+  same bits): ``unified_opt.backends.torch.exchange.TorchExchange`` over a
+  ``torch.distributed`` process group.
 """
 
 from __future__ import annotations

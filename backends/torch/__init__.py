@@ -27,6 +27,26 @@ class TorchBackend(Backend):
     own_class = "unified_opt.backends.torch.optimizer.SpecOptimizer (a torch.optim.Optimizer)"
     classes_module = "unified_opt.backends.torch.classes"
 
+    exchanges_gradients = True
+
+    def _exchange(self, spec, context):
+        """The exchange of a data-parallel spec: over the process group where one is
+        initialized (``options={"process_group": pg}``, else the default group)."""
+        import torch.distributed as dist
+
+        from .exchange import TorchExchange
+
+        if not getattr(spec, "data_parallel", False):
+            return None
+        if dist.is_available() and dist.is_initialized():
+            return TorchExchange(context.process_group)
+        if context.process_group is not None or self.world_size() > 1:
+            raise ValueError(f"build: {type(spec).__name__} on {self.world_size()} ranks "
+                             "(WORLD_SIZE) with no process group: call "
+                             "torch.distributed.init_process_group before uo.build, so that "
+                             "it can exchange the compressed gradients")
+        return None
+
     def world_size(self) -> int:
         # torchrun sets WORLD_SIZE before the script calls init_process_group
         import torch.distributed as dist
@@ -87,7 +107,7 @@ class TorchBackend(Backend):
                                             for _, p in named})),
                        device=",".join(sorted({p.device.type for _, p in named})),
                        zero_size=empty, all_zero_size=len(empty) == len(named),
-                       options=options)
+                       options=options, process_group=_process_group(spec, options))
 
     def _lrs(self, spec, plans):
         # each parameter's lr: with a schedule, the factor LambdaLR multiplies by
@@ -115,7 +135,8 @@ class TorchBackend(Backend):
         # a spec whose state belongs on the host (adam_offload) keeps it there
         offload = getattr(spec, "state_device", None) == "host"
         optimizer = SpecOptimizer([p for _, p in named], spec, plans, self._lrs(spec, plans),
-                                  offload=offload, skipped=skipped)
+                                  offload=offload, skipped=skipped,
+                                  exchange=self._exchange(spec, context))
         return optimizer, _scheduler(spec, optimizer), skipped
 
     def native_state(self, record, optimizer, p, spec):
@@ -156,3 +177,16 @@ def _scheduler(spec, optimizer):
 
 
 BACKEND = TorchBackend()
+
+
+def _process_group(spec, options: dict):
+    """``options["process_group"]`` (taken out of the native class's options): only a
+    data-parallel spec exchanges over it."""
+    if "process_group" not in options:
+        return None
+    group = options.pop("process_group")
+    if not getattr(spec, "data_parallel", False):
+        raise ValueError(f"build: options process_group={group!r} is for data-parallel "
+                         f"specs (dgc_momentum); {spec.name!r} exchanges nothing (wrap the "
+                         "model in DistributedDataParallel instead)")
+    return group

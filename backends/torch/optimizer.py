@@ -31,13 +31,18 @@ class SpecOptimizer(torch.optim.Optimizer):
     spec's state arrays under the spec's names (those ``spec.init`` made: for factored
     specs they depend on the parameter's shape).
 
+    A data-parallel spec (DGC) built in a ``torch.distributed`` process group gets an
+    ``exchange`` (:class:`.exchange.TorchExchange`): its step runs
+    ``spec.exchange_step`` with this process as one worker, and the exchange sums over
+    the ranks.
+
     With ``offload=True`` the state lives in host memory and the update runs there on
     host copies of the parameter and gradient; only the new value goes back to the
     parameter's device (see :mod:`.offload`).
     """
 
     def __init__(self, params, spec, plans, lrs, offload: bool = False,
-                 skipped: list | None = None):
+                 skipped: list | None = None, exchange=None):
         params, plans, lrs = list(params), list(plans), list(lrs)
         parts = partition([(plan.spec, lr) for plan, lr in zip(plans, lrs)])
         super().__init__([{"params": [params[i] for i in indices], "lr": lrs[indices[0]]}
@@ -53,6 +58,8 @@ class SpecOptimizer(torch.optim.Optimizer):
                 self._group_of[i] = g
         self.param_groups[0][STEPS_TAKEN] = 0
         self._staging = HostStaging() if offload else None
+        #: a data-parallel spec's exchange over the process group (None: world size 1)
+        self.exchange = exchange
         if offload:
             self.register_load_state_dict_post_hook(keep_state_on_host)
 
@@ -81,8 +88,14 @@ class SpecOptimizer(torch.optim.Optimizer):
                 state.update(plan.spec.init(value, torch_ops))
             state[STEP] += 1
             arrays = {k: a for k, a in state.items() if k != STEP}
-            new_p, new_state = spec.update(value, grad, arrays, lr=self.param_groups[g]["lr"],
-                                           step=int(state[STEP].item()), ops=torch_ops)
+            lr, step = self.param_groups[g]["lr"], int(state[STEP].item())
+            if self.exchange is None:
+                new_p, new_state = spec.update(value, grad, arrays, lr=lr, step=step,
+                                               ops=torch_ops)
+            else:       # one local worker; the exchange sums over the ranks
+                new_p, (new_state,) = spec.exchange_step(value, [grad], [arrays], lr=lr,
+                                                         step=step, ops=torch_ops,
+                                                         exchange=self.exchange)
             if self.offload and p.device.type != "cpu":
                 value.copy_(new_p)
                 HostStaging.write_back(p, value)
@@ -91,6 +104,8 @@ class SpecOptimizer(torch.optim.Optimizer):
             for key, array in new_state.items():
                 state[key] = array
         self.param_groups[0][STEPS_TAKEN] = t + 1
+        if self.exchange is not None:
+            self.exchange.stats["steps"] += 1
         self.skipped.append(False)
         return loss
 

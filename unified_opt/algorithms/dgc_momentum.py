@@ -35,8 +35,12 @@ the update works on :math:`\tilde g_r = g_r / N`, the worker's share of the glob
 
 (:math:`S` = ``sparsity``, :math:`T` = ``rampup_step``, :math:`n_\theta` the number of
 elements). The sum over workers goes through an :class:`~unified_opt.exchange.Exchange`:
-the identity at world size 1 (:meth:`update`, what the backends run today), simulated
-workers in ``uo.reference(spec, params, workers=N)``, a communicator later.
+the identity at world size 1 (:meth:`update`), simulated workers in
+``uo.reference(spec, params, workers=N)``, and on torch the process group: built inside
+an initialized ``torch.distributed`` group (``options={"process_group": pg}`` for another
+than the default), each rank is one worker, sends only its (index, value) pairs and sums
+everyone's in rank order (``uo.exchange_stats`` counts the bytes). Paddle and MindSpore
+refuse it on more than one rank until their exchange exists.
 
 Differences between frameworks
 ------------------------------
@@ -48,7 +52,9 @@ Differences between frameworks
   (``min_numel``); the others run plain momentum with the ordinary ``grad_clip``
   (``dense_clip_norm``) on the averaged gradient. Paddle's ``nranks`` is
   ``num_trainers``: here it must equal the world size when given.
-* torch and MindSpore have no DGC; DDP communication hooks can carry the exchange.
+* torch and MindSpore have no DGC. Under torch's ``DistributedDataParallel`` the
+  gradients arrive averaged, which is not what DGC compresses: build it on the local
+  model in a process group instead (it does its own exchange).
 """
 
 from __future__ import annotations

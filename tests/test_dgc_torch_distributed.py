@@ -1,0 +1,132 @@
+"""DGC momentum over torch.distributed: ``uo.build(uo.DGCMomentum(...))`` in a gloo process
+group exchanges the compressed gradients itself. On 2 and 4 ranks started by torchrun,
+each rank on its own seeded adversarial gradient stream, 60 steps through the warm-up
+boundary and Paddle's sparsity ramp: every rank's parameters and lr at every step pass the
+conformance rule against ``uo.reference(spec, params, workers=N)``, the ranks agree bit for
+bit, and at sparsity 0.999 a rank sends at most 1/270 of the dense bytes, indices
+counted."""
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import DENSE_PARAMS
+
+import unified_opt as uo
+from unified_opt.conformance.cases import Case
+from unified_opt.conformance.compare import compare
+from unified_opt.conformance.trajectory import Recorder, Trajectory, floor_trajectories
+from unified_opt.ops import numpy_ops
+from unified_opt.reference import Reference
+
+pytest.importorskip("torch")
+RANK_SCRIPT = Path(__file__).parent / "dgc_rank.py"
+RAMP = (0.75, 0.9375, 0.984375, 0.996, 0.999)
+CASE = Case(id="dgc_ranks", steps=60, seed=5, params={**DENSE_PARAMS, "big": (64, 512)},
+            spec=uo.DGCMomentum(lr=0.05, momentum=0.9, rampup_begin_step=5, rampup_step=20,
+                                sparsity=RAMP, min_numel=1, weight_decay=0.01))
+#: one 512K-element parameter at the default sparsity 0.999 from the first step
+TRAFFIC = Case(id="dgc_traffic", steps=50, seed=9, params={"w": (512, 1024)},
+               spec=uo.DGCMomentum(lr=0.05, momentum=0.9))
+
+
+def workers_trajectory(spec, case, dtype="float64", ops=numpy_ops, workers=2):
+    """The reference with ``workers`` simulated workers, worker r on seed ``seed + r``."""
+    streams = [dataclasses.replace(case, seed=case.seed + r) for r in range(workers)]
+    ref = Reference(spec, case.initial_params(), dtype, workers=workers, ops=ops)
+    recorder = Recorder()
+    for t in range(case.steps):
+        lr = ref.step([s.gradients(t) for s in streams])
+        recorder.add(lr, ref.params, {})
+    return recorder.trajectory()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(case: Case, ranks: int, out: Path) -> subprocess.Popen:
+    out.mkdir(parents=True)
+    job = out / "job.json"
+    job.write_text(json.dumps({"case": case.to_dict()}))
+    env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run",
+                             f"--nproc_per_node={ranks}", f"--master_port={_port()}",
+                             str(RANK_SCRIPT), str(job), str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dgc")
+    launched = {(CASE.id, 2): _launch(CASE, 2, root / "ranks2"),
+                (CASE.id, 4): _launch(CASE, 4, root / "ranks4"),
+                (TRAFFIC.id, 2): _launch(TRAFFIC, 2, root / "traffic")}
+    for key, process in launched.items():
+        out, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{key}:\n{out[-4000:]}"
+    return root
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_rank_follows_the_simulated_workers(runs, ranks):
+    reference = lambda spec, case, dtype, ops=numpy_ops: workers_trajectory(  # noqa: E731
+        spec, case, dtype, ops, workers=ranks)
+    oracle = reference(CASE.spec, CASE, "float64")
+    floors = floor_trajectories(CASE.spec, CASE, reference)
+    for rank in range(ranks):
+        run = Trajectory.load(runs / f"ranks{ranks}" / f"rank{rank}.npz")
+        result = compare(run, oracle, floors, state=False)
+        assert result.passed, f"rank {rank} of {ranks}: {result.detail}"
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_ranks_agree_bit_for_bit(runs, ranks):
+    first = Trajectory.load(runs / f"ranks{ranks}" / "rank0.npz")
+    for rank in range(1, ranks):
+        other = Trajectory.load(runs / f"ranks{ranks}" / f"rank{rank}.npz")
+        for name in first.params:
+            np.testing.assert_array_equal(other.params[name], first.params[name],
+                                          err_msg=f"rank {rank}, {name}")
+
+
+def test_a_different_stream_per_rank_matters(runs):
+    """The control: the ranks' own streams are not one stream (else the test above
+    could not tell a rank that stepped alone)."""
+    run = Trajectory.load(runs / "ranks2" / "rank0.npz")
+    alone = workers_trajectory(CASE.spec, CASE, "float64", workers=1)
+    floors = floor_trajectories(CASE.spec, CASE, lambda s, c, d, ops=numpy_ops:
+                                workers_trajectory(s, c, d, ops, workers=1))
+    assert not compare(run, alone, floors, state=False).passed
+
+
+def test_traffic_at_sparsity_0_999_is_under_1_270_of_dense(runs):
+    for rank in range(2):
+        stats = json.loads((runs / "traffic" / f"rank{rank}.json").read_text())
+        assert [s["steps"] for s in stats] == list(range(1, 51))
+        last = stats[-1]
+        assert last["dense_bytes"] == 50 * 512 * 1024 * 4     # 50 steps of 512K float32
+        ratio = last["bytes_sent"] / last["dense_bytes"]
+        # 524 (int32 index, float32 value) pairs + the int64 count per step: 1/499
+        assert ratio <= 1 / 270, ratio
+        assert ratio == pytest.approx((524 * 8 + 8) / (512 * 1024 * 4))
+
+
+def test_exchange_stats_refuses_an_optimizer_that_exchanges_nothing():
+    import torch
+
+    optimizer = uo.build(uo.AdamW(), [torch.nn.Parameter(torch.zeros(3))])
+    with pytest.raises(ValueError, match="exchanges no gradients"):
+        uo.exchange_stats(optimizer)
+    dgc = uo.build(uo.DGCMomentum(), [torch.nn.Parameter(torch.zeros(3))])   # world size 1
+    with pytest.raises(ValueError, match="dgc_momentum optimizer exchanges no gradients"):
+        uo.exchange_stats(dgc)
