@@ -1,9 +1,11 @@
-"""One rank of a DGC run over torch.distributed (``test_dgc_torch_distributed.py``),
-started by ``torchrun --nproc_per_node=N dgc_rank.py JOB.json OUT_DIR``.
+"""One rank of a DGC run over a framework's collectives (``test_dgc_distributed.py``),
+started by the framework's launcher: ``torchrun --nproc_per_node=N dgc_rank.py torch
+JOB.json OUT_DIR`` or ``python -m paddle.distributed.launch ... dgc_rank.py paddle ...``.
 
 JOB.json: the conformance ``case`` (spec, parameter shapes, steps, seed): rank ``r``
 trains on the case's gradient stream with seed ``seed + r`` (adversarial scales and zero
-tensors included). Writes ``OUT_DIR/rank<r>.npz``: every step's lr and parameters, and
+tensors included) through the conformance driver (``uo.build`` in the process group).
+Writes ``OUT_DIR/rank<r>.npz``: every step's lr and parameters, and
 ``OUT_DIR/rank<r>.json``: ``uo.exchange_stats`` after every step.
 """
 
@@ -12,38 +14,38 @@ import json
 import sys
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
 import unified_opt as uo
 from unified_opt.conformance.cases import Case
 from unified_opt.conformance.trajectory import Recorder
+from unified_opt.conformance.worker import driver_class
 
 
-def main(job_file: str, out: str) -> None:
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+def join(framework: str) -> int:
+    """Join the process group; this process's rank."""
+    if framework == "torch":
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        return dist.get_rank()
+    import paddle.distributed as dist
+
+    dist.init_parallel_env()
+    return dist.get_rank()
+
+
+def main(framework: str, job_file: str, out: str) -> None:
+    rank = join(framework)
     case = Case.from_dict(json.loads(Path(job_file).read_text())["case"])
     mine = dataclasses.replace(case, seed=case.seed + rank)
-    params = {n: torch.nn.Parameter(torch.from_numpy(a))
-              for n, a in case.initial_params().items()}
-    optimizer = uo.build(case.spec, list(params.items()))
-    scheduler = uo.lr_scheduler(optimizer)
+    driver = driver_class(framework)(case.spec, case.initial_params(),
+                                     total_steps=case.steps)
     recorder, stats = Recorder(), []
     for t in range(case.steps):
-        grads = mine.gradients(t)
-        for name, p in params.items():
-            p.grad = torch.from_numpy(grads[name])
-        lr = optimizer.param_groups[0]["lr"]
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        recorder.add(lr, {n: p.detach().numpy().copy() for n, p in params.items()}, {})
-        stats.append(uo.exchange_stats(optimizer))
+        lr = driver.step(mine.gradients(t))
+        recorder.add(lr, driver.params_numpy(), {})
+        stats.append(uo.exchange_stats(driver.optimizer))
     recorder.trajectory().save(Path(out) / f"rank{rank}.npz")
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(stats))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Where DGC's compressed exchange does not run over a framework's collectives yet
-(Paddle, MindSpore), ``uo.build`` refuses a data-parallel spec on more than one rank
-(each rank would silently step as one worker on its own gradients): on 2 ranks started by
-``paddle.distributed.launch`` and ``msrun`` (CPU) every rank gets the error and still
-builds AdamW. Under torchrun (gloo) it builds, with its exchange over the process group
-(its numbers: test_dgc_torch_distributed.py); without a process group it is refused."""
+(MindSpore), ``uo.build`` refuses a data-parallel spec on more than one rank (each rank
+would silently step as one worker on its own gradients): on 2 ranks started by ``msrun``
+(CPU) every rank gets the error and still builds AdamW. Under torchrun (gloo) and
+``paddle.distributed.launch`` it builds, with its exchange over the process group (its
+numbers: test_dgc_distributed.py); without a process group it is refused."""
 
 import os
 import socket
@@ -67,7 +67,7 @@ def test_every_rank_refuses_dgc_and_builds_adamw(launched, framework):
     code, text = launched[framework]
     assert code == 0, text[-3000:]
     for rank in (0, 1):
-        if framework == "torch":
+        if framework in ("torch", "paddle"):
             assert f"rank {rank}/2: dgc built" in text, text[-3000:]
         else:
             assert (f"rank {rank}/2: dgc refused: build: DGCMomentum on 2 ranks: its "
@@ -91,4 +91,15 @@ def test_a_launcher_environment_without_a_group_is_more_than_one_rank(monkeypatc
         uo.build(uo.AdamW(), params, options={"process_group": None})
     monkeypatch.setenv("WORLD_SIZE", "two")
     with pytest.raises(ValueError, match="WORLD_SIZE='two' is not a number of ranks"):
+        uo.build(uo.DGCMomentum(), params)
+
+
+@require("paddle")
+def test_a_paddle_launch_environment_without_the_parallel_env(monkeypatch):
+    import paddle
+
+    params = [paddle.create_parameter([3], "float32")]
+    monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
+    with pytest.raises(ValueError, match=r"DGCMomentum on 2 ranks \(PADDLE_TRAINERS_NUM\) "
+                                         "before the parallel env"):
         uo.build(uo.DGCMomentum(), params)

@@ -12,8 +12,9 @@ over *all* workers. Three exchanges share that contract:
 * a communicator: one local worker per process; ``sum_sparse`` all-gathers the
   (index, value) pairs and adds them in rank order, ``sum_dense`` all-gathers the
   tensors and adds them in rank order (so every rank, and the simulated sum, get the
-  same bits): ``unified_opt.backends.torch.exchange.TorchExchange`` over a
-  ``torch.distributed`` process group.
+  same bits): :class:`CollectiveExchange`, with ``TorchExchange`` (a
+  ``torch.distributed`` process group) and ``PaddleExchange`` (Paddle's parallel env)
+  in the backends.
 """
 
 from __future__ import annotations
@@ -60,3 +61,80 @@ class SimulatedExchange(Exchange):
 
 #: world size 1: every sum is the one local tensor
 LOCAL = SimulatedExchange(1)
+
+
+class CollectiveExchange(Exchange):
+    """One worker per process, summing over a framework's collectives (the framework's
+    subclass gives the tensor operations below).
+
+    * ``sum_sparse``: each rank sends only its tensor's nonzero (index, value) pairs: an
+      all-gather of the pair counts, then of the pairs padded to the largest count
+      (indices as int32 where the tensor has fewer than 2**31 elements); the sum adds
+      each rank's pairs into zeros *in rank order*, so every rank gets the same bits, and
+      the same bits as :class:`SimulatedExchange`'s sum over the list (a tensor is zero
+      wherever it sent nothing: adding it there changes nothing).
+    * ``sum_dense``: an all-gather of the tensors, summed in rank order (an all-reduce
+      may add in another order per backend; rank order keeps the ranks and the simulated
+      workers bitwise in step).
+
+    ``stats`` counts, for this rank: ``steps`` (optimizer steps; the optimizer counts
+    them), ``bytes_sent`` (what this rank put into the collectives: pairs, padding and
+    counts) and ``dense_bytes`` (the bytes of the same gradients as dense tensors: what a
+    dense all-reduce would carry from this rank)."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        self.stats = {"steps": 0, "bytes_sent": 0, "dense_bytes": 0}
+
+    # -- the framework's operations ------------------------------------------------
+    def all_gather(self, tensor) -> list:
+        raise NotImplementedError
+
+    def nbytes(self, tensor) -> int:
+        raise NotImplementedError
+
+    def pairs(self, flat, length: int | None = None):
+        """``(indices, values)`` of ``flat``'s nonzero elements, padded with zeros to
+        ``length`` pairs (int32 indices below 2**31 elements)."""
+        raise NotImplementedError
+
+    def count(self, n: int):
+        """``n`` as a one-element int64 tensor."""
+        raise NotImplementedError
+
+    def zeros(self, flat):
+        """Zeros shaped like ``flat`` (not ``flat * 0``: an inf sent would make NaN)."""
+        raise NotImplementedError
+
+    def added(self, flat, indices, values):
+        """``flat`` with ``values`` added at ``indices`` (distinct indices)."""
+        raise NotImplementedError
+
+    # -- the sums ------------------------------------------------------------------
+    def _gather(self, tensor) -> list:
+        self.stats["bytes_sent"] += self.nbytes(tensor)
+        return self.all_gather(tensor)
+
+    def sum_dense(self, tensors):
+        (tensor,) = tensors                     # one worker per process
+        self.stats["dense_bytes"] += self.nbytes(tensor)
+        parts = self._gather(tensor)
+        total = parts[0]
+        for part in parts[1:]:
+            total = total + part
+        return total
+
+    def sum_sparse(self, tensors):
+        (tensor,) = tensors
+        self.stats["dense_bytes"] += self.nbytes(tensor)
+        flat = tensor.reshape([-1])
+        indices, _ = self.pairs(flat)
+        counts = [int(c.item()) for c in self._gather(self.count(int(indices.shape[0])))]
+        total = self.zeros(flat)
+        if max(counts) == 0:        # nothing sent anywhere (gloo cannot gather nothing)
+            return total.reshape(list(tensor.shape))
+        indices, values = self.pairs(flat, max(counts))
+        all_indices, all_values = self._gather(indices), self._gather(values)
+        for n, where, what in zip(counts, all_indices, all_values):
+            total = self.added(total, where[:n], what[:n])
+        return total.reshape(list(tensor.shape))

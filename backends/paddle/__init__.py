@@ -118,8 +118,26 @@ class PaddleBackend(Backend):
         scheduler = ScheduleLR(spec.lr) if isinstance(spec.lr, Schedule) else None
         learning_rate = scheduler if scheduler is not None else float(spec.lr)
         skipped: list[bool] = []
-        optimizer = SpecOptimizer([p for _, p in named], spec, plans, learning_rate, skipped)
+        optimizer = SpecOptimizer([p for _, p in named], spec, plans, learning_rate, skipped,
+                                  exchange=self._exchange(spec))
         return optimizer, scheduler, skipped
+
+    exchanges_gradients = True
+
+    def _exchange(self, spec):
+        """A data-parallel spec's exchange over the parallel env's ranks."""
+        import paddle.distributed as dist
+
+        from .exchange import PaddleExchange
+
+        if not getattr(spec, "data_parallel", False) or self.world_size() == 1:
+            return None
+        if not dist.is_initialized():
+            raise ValueError(f"build: {type(spec).__name__} on {self.world_size()} ranks "
+                             "(PADDLE_TRAINERS_NUM) before the parallel env: call "
+                             "paddle.distributed.init_parallel_env() before uo.build, so that "
+                             "it can exchange the compressed gradients")
+        return PaddleExchange()
 
     def build(self, spec, named, *, path, options, plans):
         optimizer, record = super().build(spec, named, path=path, options=options,

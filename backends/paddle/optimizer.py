@@ -44,7 +44,10 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
     unscale, skip a non-finite step, clip, centralise) once over all parameters, then
     per parameter ``plan.spec.at_step(t).update(...)`` with the parameter's lr
     ``plan.lr(lr)`` (``plans``: one :class:`unified_opt.groups.ParameterPlan` each).
-    ``skipped`` gets one bool per step call (``uo.skipped_steps``).
+    ``skipped`` gets one bool per step call (``uo.skipped_steps``). A data-parallel
+    spec (DGC) built after ``paddle.distributed.init_parallel_env`` gets an ``exchange``
+    (:class:`.exchange.PaddleExchange`): this process is one worker of
+    ``spec.exchange_step``.
 
     State lives in Paddle accumulators (so ``state_dict``/``set_state_dict`` carry it):
     the spec's state arrays under the spec's names plus ``step``, an int64 [1] counter.
@@ -53,9 +56,12 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
     from one build loads into the next one over the same parameters.
     """
 
-    def __init__(self, params, spec, plans, learning_rate, skipped: list | None = None):
+    def __init__(self, params, spec, plans, learning_rate, skipped: list | None = None,
+                 exchange=None):
         super().__init__(learning_rate=learning_rate, parameters=params)
         self.spec = spec
+        #: a data-parallel spec's exchange over the ranks (None: world size 1)
+        self.exchange = exchange
         self.skipped = [] if skipped is None else skipped
         self._plans = {p.name: plan for p, plan in zip(params, plans)}
         # per parameter, the state names its spec.init made (factored specs: they
@@ -111,6 +117,8 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         for param, grad in zip(params, prepared):
             if grad is not None:
                 self._update(param, grad, lr)
+        if self.exchange is not None:
+            self.exchange.stats["steps"] += 1
 
     def _create_accumulators(self, block, parameters):
         pass   # all made in __init__
@@ -122,8 +130,14 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         taken = int(counter.item())
         state = {key: self._get_accumulator(key, param)
                  for key in self._state_names[param.name]}
-        new_param, new_state = plan.spec.at_step(taken).update(
-            param.detach(), grad, state, lr=plan.lr(lr), step=taken + 1, ops=paddle_ops)
+        spec = plan.spec.at_step(taken)
+        if self.exchange is None:
+            new_param, new_state = spec.update(param.detach(), grad, state, lr=plan.lr(lr),
+                                               step=taken + 1, ops=paddle_ops)
+        else:       # one local worker; the exchange sums over the ranks
+            new_param, (new_state,) = spec.exchange_step(
+                param.detach(), [grad], [state], lr=plan.lr(lr), step=taken + 1,
+                ops=paddle_ops, exchange=self.exchange)
         paddle.assign(new_param, output=param)
         for key, value in new_state.items():
             paddle.assign(value, output=state[key])

@@ -36,11 +36,12 @@ the update works on :math:`\tilde g_r = g_r / N`, the worker's share of the glob
 (:math:`S` = ``sparsity``, :math:`T` = ``rampup_step``, :math:`n_\theta` the number of
 elements). The sum over workers goes through an :class:`~unified_opt.exchange.Exchange`:
 the identity at world size 1 (:meth:`update`), simulated workers in
-``uo.reference(spec, params, workers=N)``, and on torch the process group: built inside
+``uo.reference(spec, params, workers=N)``, and the ranks of a process group: built inside
 an initialized ``torch.distributed`` group (``options={"process_group": pg}`` for another
-than the default), each rank is one worker, sends only its (index, value) pairs and sums
-everyone's in rank order (``uo.exchange_stats`` counts the bytes). Paddle and MindSpore
-refuse it on more than one rank until their exchange exists.
+than the default) or after ``paddle.distributed.init_parallel_env()``, each rank is one
+worker, sends only its (index, value) pairs and sums everyone's in rank order
+(:class:`~unified_opt.exchange.CollectiveExchange`; ``uo.exchange_stats`` counts the
+bytes). MindSpore refuses it on more than one rank until its exchange exists.
 
 Differences between frameworks
 ------------------------------

@@ -1,10 +1,10 @@
-"""DGC momentum over torch.distributed: ``uo.build(uo.DGCMomentum(...))`` in a gloo process
-group exchanges the compressed gradients itself. On 2 and 4 ranks started by torchrun,
-each rank on its own seeded adversarial gradient stream, 60 steps through the warm-up
-boundary and Paddle's sparsity ramp: every rank's parameters and lr at every step pass the
-conformance rule against ``uo.reference(spec, params, workers=N)``, the ranks agree bit for
-bit, and at sparsity 0.999 a rank sends at most 1/270 of the dense bytes, indices
-counted."""
+"""DGC momentum over the frameworks' collectives: ``uo.build(uo.DGCMomentum(...))`` in a
+process group exchanges the compressed gradients itself. On 2 and 4 ranks started by
+torchrun (gloo) and 2 started by ``paddle.distributed.launch`` (CPU), each rank on its own
+seeded adversarial gradient stream, 60 steps through the warm-up boundary and Paddle's
+sparsity ramp: every rank's parameters and lr at every step pass the conformance rule
+against ``uo.reference(spec, params, workers=N)``, the ranks agree bit for bit, and at
+sparsity 0.999 a rank sends at most 1/270 of the dense bytes, indices counted."""
 
 import dataclasses
 import json
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import DENSE_PARAMS
+from support import DENSE_PARAMS, installed_frameworks
 
 import unified_opt as uo
 from unified_opt.conformance.cases import Case
@@ -25,7 +25,9 @@ from unified_opt.conformance.trajectory import Recorder, Trajectory, floor_traje
 from unified_opt.ops import numpy_ops
 from unified_opt.reference import Reference
 
-pytest.importorskip("torch")
+#: (framework, ranks) of each launch
+LAUNCHES = [(f, n) for f, n in (("torch", 2), ("torch", 4), ("paddle", 2))
+            if f in installed_frameworks()]
 RANK_SCRIPT = Path(__file__).parent / "dgc_rank.py"
 RAMP = (0.75, 0.9375, 0.984375, 0.996, 0.999)
 CASE = Case(id="dgc_ranks", steps=60, seed=5, params={**DENSE_PARAMS, "big": (64, 512)},
@@ -53,47 +55,55 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(case: Case, ranks: int, out: Path) -> subprocess.Popen:
+def _launch(framework: str, case: Case, ranks: int, out: Path) -> subprocess.Popen:
     out.mkdir(parents=True)
     job = out / "job.json"
     job.write_text(json.dumps({"case": case.to_dict()}))
     env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run",
-                             f"--nproc_per_node={ranks}", f"--master_port={_port()}",
-                             str(RANK_SCRIPT), str(job), str(out)],
+    launcher = ([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                 f"--master_port={_port()}"] if framework == "torch" else
+                [sys.executable, "-m", "paddle.distributed.launch",
+                 f"--nproc_per_node={ranks}", f"--log_dir={out / 'logs'}"])
+    return subprocess.Popen(launcher + [str(RANK_SCRIPT), framework, str(job), str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
 
 
+def _logs(out: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted(out.glob("logs/*")))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """The runs' directories: ``<framework><ranks>`` and ``<framework>-traffic``."""
     root = tmp_path_factory.mktemp("dgc")
-    launched = {(CASE.id, 2): _launch(CASE, 2, root / "ranks2"),
-                (CASE.id, 4): _launch(CASE, 4, root / "ranks4"),
-                (TRAFFIC.id, 2): _launch(TRAFFIC, 2, root / "traffic")}
+    launched = {f"{f}{n}": _launch(f, CASE, n, root / f"{f}{n}") for f, n in LAUNCHES}
+    for framework in sorted({f for f, _ in LAUNCHES}):
+        launched[f"{framework}-traffic"] = _launch(framework, TRAFFIC, 2,
+                                                   root / f"{framework}-traffic")
     for key, process in launched.items():
         out, _ = process.communicate(timeout=600)
-        assert process.returncode == 0, f"{key}:\n{out[-4000:]}"
+        assert process.returncode == 0, f"{key}:\n{out[-3000:]}{_logs(root / key)[-3000:]}"
     return root
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_every_rank_follows_the_simulated_workers(runs, ranks):
+@pytest.mark.parametrize("framework, ranks", LAUNCHES)
+def test_every_rank_follows_the_simulated_workers(runs, framework, ranks):
     reference = lambda spec, case, dtype, ops=numpy_ops: workers_trajectory(  # noqa: E731
         spec, case, dtype, ops, workers=ranks)
     oracle = reference(CASE.spec, CASE, "float64")
     floors = floor_trajectories(CASE.spec, CASE, reference)
     for rank in range(ranks):
-        run = Trajectory.load(runs / f"ranks{ranks}" / f"rank{rank}.npz")
+        run = Trajectory.load(runs / f"{framework}{ranks}" / f"rank{rank}.npz")
         result = compare(run, oracle, floors, state=False)
-        assert result.passed, f"rank {rank} of {ranks}: {result.detail}"
+        assert result.passed, f"{framework} rank {rank} of {ranks}: {result.detail}"
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_the_ranks_agree_bit_for_bit(runs, ranks):
-    first = Trajectory.load(runs / f"ranks{ranks}" / "rank0.npz")
+@pytest.mark.parametrize("framework, ranks", LAUNCHES)
+def test_the_ranks_agree_bit_for_bit(runs, framework, ranks):
+    first = Trajectory.load(runs / f"{framework}{ranks}" / "rank0.npz")
     for rank in range(1, ranks):
-        other = Trajectory.load(runs / f"ranks{ranks}" / f"rank{rank}.npz")
+        other = Trajectory.load(runs / f"{framework}{ranks}" / f"rank{rank}.npz")
         for name in first.params:
             np.testing.assert_array_equal(other.params[name], first.params[name],
                                           err_msg=f"rank {rank}, {name}")
@@ -102,16 +112,18 @@ def test_the_ranks_agree_bit_for_bit(runs, ranks):
 def test_a_different_stream_per_rank_matters(runs):
     """The control: the ranks' own streams are not one stream (else the test above
     could not tell a rank that stepped alone)."""
-    run = Trajectory.load(runs / "ranks2" / "rank0.npz")
+    framework, ranks = LAUNCHES[0]
+    run = Trajectory.load(runs / f"{framework}{ranks}" / "rank0.npz")
     alone = workers_trajectory(CASE.spec, CASE, "float64", workers=1)
     floors = floor_trajectories(CASE.spec, CASE, lambda s, c, d, ops=numpy_ops:
                                 workers_trajectory(s, c, d, ops, workers=1))
     assert not compare(run, alone, floors, state=False).passed
 
 
-def test_traffic_at_sparsity_0_999_is_under_1_270_of_dense(runs):
+@pytest.mark.parametrize("framework", sorted({f for f, _ in LAUNCHES}))
+def test_traffic_at_sparsity_0_999_is_under_1_270_of_dense(runs, framework):
     for rank in range(2):
-        stats = json.loads((runs / "traffic" / f"rank{rank}.json").read_text())
+        stats = json.loads((runs / f"{framework}-traffic" / f"rank{rank}.json").read_text())
         assert [s["steps"] for s in stats] == list(range(1, 51))
         last = stats[-1]
         assert last["dense_bytes"] == 50 * 512 * 1024 * 4     # 50 steps of 512K float32
@@ -122,7 +134,7 @@ def test_traffic_at_sparsity_0_999_is_under_1_270_of_dense(runs):
 
 
 def test_exchange_stats_refuses_an_optimizer_that_exchanges_nothing():
-    import torch
+    torch = pytest.importorskip("torch")
 
     optimizer = uo.build(uo.AdamW(), [torch.nn.Parameter(torch.zeros(3))])
     with pytest.raises(ValueError, match="exchanges no gradients"):
