@@ -1,6 +1,7 @@
 """One rank of a DGC run over a framework's collectives (``test_dgc_distributed.py``),
 started by the framework's launcher: ``torchrun --nproc_per_node=N dgc_rank.py torch
-JOB.json OUT_DIR`` or ``python -m paddle.distributed.launch ... dgc_rank.py paddle ...``.
+JOB.json OUT_DIR``, ``python -m paddle.distributed.launch ... dgc_rank.py paddle ...`` or
+``msrun ... dgc_rank.py mindspore ...``.
 
 JOB.json: the conformance ``case`` (spec, parameter shapes, steps, seed): rank ``r``
 trains on the case's gradient stream with seed ``seed + r`` (adversarial scales and zero
@@ -27,10 +28,17 @@ def join(framework: str) -> int:
 
         dist.init_process_group("gloo")
         return dist.get_rank()
-    import paddle.distributed as dist
+    if framework == "paddle":
+        import paddle.distributed as dist
 
-    dist.init_parallel_env()
-    return dist.get_rank()
+        dist.init_parallel_env()
+        return dist.get_rank()
+    import mindspore as ms
+    from mindspore.communication import get_rank, init
+
+    ms.set_device("CPU")
+    init()
+    return get_rank()
 
 
 def main(framework: str, job_file: str, out: str) -> None:

@@ -1,79 +1,13 @@
-"""Where DGC's compressed exchange does not run over a framework's collectives yet
-(MindSpore), ``uo.build`` refuses a data-parallel spec on more than one rank (each rank
-would silently step as one worker on its own gradients): on 2 ranks started by ``msrun``
-(CPU) every rank gets the error and still builds AdamW. Under torchrun (gloo) and
-``paddle.distributed.launch`` it builds, with its exchange over the process group (its
-numbers: test_dgc_distributed.py); without a process group it is refused."""
-
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
+"""A data-parallel spec (DGC) where the launcher says there are several ranks (torchrun's
+``WORLD_SIZE``, ``paddle.distributed.launch``'s ``PADDLE_TRAINERS_NUM``, ``msrun``'s
+``MS_WORKER_NUM``) but the script has not joined the process group yet: ``uo.build``
+refuses it, naming the call to make, rather than letting each rank step alone on its own
+gradients. (In the group it exchanges: test_dgc_distributed.py.)"""
 
 import pytest
 from conftest import require
-from support import installed_frameworks
 
 import unified_opt as uo
-
-RANK_SCRIPT = Path(__file__).parent / "launched_build.py"
-FRAMEWORKS = [f for f in ("torch", "paddle", "mindspore") if f in installed_frameworks()]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _command(framework: str, logs: Path) -> list[str]:
-    if framework == "torch":
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                f"--master_port={_free_port()}", str(RANK_SCRIPT), "torch"]
-    if framework == "paddle":
-        return [sys.executable, "-m", "paddle.distributed.launch", "--nproc_per_node=2",
-                f"--log_dir={logs}", str(RANK_SCRIPT), "paddle"]
-    return [sys.executable, "-m", "mindspore.parallel.cluster.run", "--worker_num=2",
-            "--local_worker_num=2", f"--master_port={_free_port()}", f"--log_dir={logs}",
-            "--join=True", str(RANK_SCRIPT), "mindspore"]
-
-
-@pytest.fixture(scope="module")
-def launched(tmp_path_factory):
-    """Each launcher's output (its ranks' lines), all launched at once."""
-    root = tmp_path_factory.mktemp("launched")
-    # msrun starts `python` from PATH: this interpreter's
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}"
-                                f"{os.environ.get('PATH', '')}")
-    env.pop("WORLD_SIZE", None)
-    processes = {f: subprocess.Popen(_command(f, root / f), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, env=env, cwd=root)
-                 for f in FRAMEWORKS}
-    out = {}
-    for framework, process in processes.items():
-        text, _ = process.communicate(timeout=300)
-        logs = root / framework
-        if logs.is_dir():       # paddle and msrun write each rank's output to a log file
-            text += "".join(p.read_text(errors="replace") for p in sorted(logs.glob("*.log")))
-            text += "".join(p.read_text(errors="replace")
-                            for p in sorted(logs.glob("workerlog.*")))
-        out[framework] = (process.returncode, text)
-    return out
-
-
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_every_rank_refuses_dgc_and_builds_adamw(launched, framework):
-    code, text = launched[framework]
-    assert code == 0, text[-3000:]
-    for rank in (0, 1):
-        if framework in ("torch", "paddle"):
-            assert f"rank {rank}/2: dgc built" in text, text[-3000:]
-        else:
-            assert (f"rank {rank}/2: dgc refused: build: DGCMomentum on 2 ranks: its "
-                    f"compressed gradient exchange does not run over {framework}'s "
-                    "collectives yet") in text, text[-3000:]
-        assert f"rank {rank}/2: adamw built" in text
 
 
 @require("torch")
@@ -102,4 +36,15 @@ def test_a_paddle_launch_environment_without_the_parallel_env(monkeypatch):
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     with pytest.raises(ValueError, match=r"DGCMomentum on 2 ranks \(PADDLE_TRAINERS_NUM\) "
                                          "before the parallel env"):
+        uo.build(uo.DGCMomentum(), params)
+
+
+@require("mindspore")
+def test_an_msrun_environment_before_communication_init(monkeypatch):
+    import mindspore as ms
+
+    params = [ms.Parameter(ms.Tensor([0.0] * 3, ms.float32), name="w")]
+    monkeypatch.setenv("MS_WORKER_NUM", "2")
+    with pytest.raises(ValueError, match=r"DGCMomentum on 2 ranks \(MS_WORKER_NUM\) before "
+                                         r"communication.init\(\)"):
         uo.build(uo.DGCMomentum(), params)

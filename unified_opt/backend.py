@@ -247,9 +247,6 @@ class Backend:
         """The name rules see for a parameter passed without a name (None: none)."""
         return None
 
-    #: whether a data-parallel spec's exchange runs over this framework's collectives
-    exchanges_gradients = False
-
     def world_size(self) -> int:
         """How many ranks this process trains with (its framework's process group, or
         the launcher's environment where no group is initialized yet)."""

@@ -100,27 +100,11 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     # name rules see the framework's own name of an unnamed parameter where it has one
     rule_names = [n if n is not None else adapter.parameter_name(p) for n, p in named]
     plans = plan_parameters(spec, rule_names, groups, "build")
-    _check_workers(spec, adapter, inferred)
     optimizer, record = adapter.build(spec, named, path=path, options=dict(options or {}),
                                       plans=plans)
     record.groups = tuple(groups or ())
     remember(optimizer, record)
     return optimizer
-
-
-def _check_workers(spec: Spec, adapter, framework: str) -> None:
-    """A data-parallel spec (DGC) exchanges gradients itself; where a backend does not
-    run that exchange over its collectives, each rank would step as one worker on its
-    own gradients, silently: refused on more than one rank."""
-    if not getattr(spec, "data_parallel", False) or adapter.exchanges_gradients:
-        return
-    workers = adapter.world_size()
-    if workers > 1:
-        raise ValueError(f"build: {type(spec).__name__} on {workers} ranks: its compressed "
-                         f"gradient exchange does not run over {framework}'s collectives "
-                         "yet, and each rank would step alone on its own gradients; run it "
-                         "at world size 1 (uo.reference(spec, params, workers=N) computes "
-                         "N workers)")
 
 
 def exchange_stats(optimizer: Any) -> dict:

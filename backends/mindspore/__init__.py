@@ -166,8 +166,24 @@ class MindSporeBackend(Backend):
         if ms.get_context("mode") == ms.GRAPH_MODE:
             raise ValueError(f"build: the own implementation ({decision.reason}) runs in "
                              "PyNative mode only; GRAPH_MODE is set")
-        optimizer = SpecOptimizer([p for _, p in named], spec, plans, context.total_steps)
+        optimizer = SpecOptimizer([p for _, p in named], spec, plans, context.total_steps,
+                                  exchange=self._exchange(spec))
         return optimizer, None, optimizer.skipped
+
+    def _exchange(self, spec):
+        """A data-parallel spec's exchange over the communication group's ranks."""
+        from mindspore.communication import GlobalComm
+
+        from .exchange import MindSporeExchange
+
+        if not getattr(spec, "data_parallel", False) or self.world_size() == 1:
+            return None
+        if not GlobalComm.INITED:
+            raise ValueError(f"build: {type(spec).__name__} on {self.world_size()} ranks "
+                             "(MS_WORKER_NUM) before communication.init(): call "
+                             "mindspore.communication.init() before uo.build, so that it "
+                             "can exchange the compressed gradients")
+        return MindSporeExchange()
 
     def native_state(self, record, optimizer, p, spec):
         from .native import native_state

@@ -40,12 +40,17 @@ class SpecOptimizer(nn.Optimizer):
     parameters (loss scale, overflow skip, clipping, centralization), then each
     parameter's ``plan.spec.at_step(step)`` update. A skipped call (``skip_nonfinite``
     and non-finite unscaled gradients) changes nothing, not ``global_step`` either, and
-    returns False; ``skipped`` (``uo.skipped_steps``) gets one bool per call.
+    returns False; ``skipped`` (``uo.skipped_steps``) gets one bool per call. A
+    data-parallel spec (DGC) built after ``mindspore.communication.init()`` gets an
+    ``exchange`` (:class:`.exchange.MindSporeExchange`): this process is one worker of
+    ``spec.exchange_step``.
     """
 
-    def __init__(self, params, spec, plans, total_steps: int | None = None):
+    def __init__(self, params, spec, plans, total_steps: int | None = None, exchange=None):
         super().__init__(float(spec.lr_at(0)), list(params))
         self.spec = spec
+        #: a data-parallel spec's exchange over the ranks (None: world size 1)
+        self.exchange = exchange
         self.total_steps = total_steps
         self._plans = list(plans)               # one plan per parameter (groups applied)
         self._slots = []                        # per parameter: state name -> Parameter
@@ -93,12 +98,20 @@ class SpecOptimizer(nn.Optimizer):
         if prepared is None:
             return False
         for p, grad, plan, slots in zip(self._parameters, prepared, self._plans, self._slots):
-            new_p, new_state = plan.spec.at_step(step0).update(
-                p, grad, dict(slots), lr=plan.lr(lr), step=step0 + 1, ops=mindspore_ops)
+            spec = plan.spec.at_step(step0)
+            if self.exchange is None:
+                new_p, new_state = spec.update(p, grad, dict(slots), lr=plan.lr(lr),
+                                               step=step0 + 1, ops=mindspore_ops)
+            else:       # one local worker; the exchange sums over the ranks
+                new_p, (new_state,) = spec.exchange_step(
+                    p, [grad], [dict(slots)], lr=plan.lr(lr), step=step0 + 1,
+                    ops=mindspore_ops, exchange=self.exchange)
             ops.assign(p, new_p)
             for key, value in new_state.items():
                 ops.assign(slots[key], value)
         ops.assign_add(self.global_step, self._one)
+        if self.exchange is not None:
+            self.exchange.stats["steps"] += 1
         if not self.follows_learning_rate:
             ops.assign(self.learning_rate, Tensor(self.spec.lr_at(step0 + 1), mstype.float32))
         return True

@@ -122,8 +122,6 @@ class PaddleBackend(Backend):
                                   exchange=self._exchange(spec))
         return optimizer, scheduler, skipped
 
-    exchanges_gradients = True
-
     def _exchange(self, spec):
         """A data-parallel spec's exchange over the parallel env's ranks."""
         import paddle.distributed as dist

@@ -27,8 +27,6 @@ class TorchBackend(Backend):
     own_class = "unified_opt.backends.torch.optimizer.SpecOptimizer (a torch.optim.Optimizer)"
     classes_module = "unified_opt.backends.torch.classes"
 
-    exchanges_gradients = True
-
     def _exchange(self, spec, context):
         """The exchange of a data-parallel spec: over the process group where one is
         initialized (``options={"process_group": pg}``, else the default group)."""
