@@ -13,8 +13,8 @@ over *all* workers. Three exchanges share that contract:
   (index, value) pairs and adds them in rank order, ``sum_dense`` all-gathers the
   tensors and adds them in rank order (so every rank, and the simulated sum, get the
   same bits): :class:`CollectiveExchange`, with ``TorchExchange`` (a
-  ``torch.distributed`` process group) and ``PaddleExchange`` (Paddle's parallel env)
-  in the backends.
+  ``torch.distributed`` process group), ``PaddleExchange`` (Paddle's parallel env) and
+  ``MindSporeExchange`` (``mindspore.communication``) in the backends.
 """
 
 from __future__ import annotations

@@ -38,10 +38,12 @@ elements). The sum over workers goes through an :class:`~unified_opt.exchange.Ex
 the identity at world size 1 (:meth:`update`), simulated workers in
 ``uo.reference(spec, params, workers=N)``, and the ranks of a process group: built inside
 an initialized ``torch.distributed`` group (``options={"process_group": pg}`` for another
-than the default) or after ``paddle.distributed.init_parallel_env()``, each rank is one
-worker, sends only its (index, value) pairs and sums everyone's in rank order
+than the default), after ``paddle.distributed.init_parallel_env()`` or after
+``mindspore.communication.init()``, each rank is one worker, sends only its (index,
+value) pairs and sums everyone's in rank order
 (:class:`~unified_opt.exchange.CollectiveExchange`; ``uo.exchange_stats`` counts the
-bytes). MindSpore refuses it on more than one rank until its exchange exists.
+bytes). A launcher's environment saying there are several ranks before the script joins
+the group is refused at build.
 
 Differences between frameworks
 ------------------------------
