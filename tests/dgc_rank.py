@@ -5,13 +5,15 @@ JOB.json OUT_DIR``, ``python -m paddle.distributed.launch ... dgc_rank.py paddle
 
 JOB.json: the conformance ``case`` (spec, parameter shapes, steps, seed): rank ``r``
 trains on the case's gradient stream with seed ``seed + r`` (adversarial scales and zero
-tensors included) through the conformance driver (``uo.build`` in the process group).
+tensors included) through the conformance driver (``uo.build`` in the process group);
+``kill``: ``[rank, step]``, that rank exits abruptly before that step.
 Writes ``OUT_DIR/rank<r>.npz``: every step's lr and parameters, and
 ``OUT_DIR/rank<r>.json``: ``uo.exchange_stats`` after every step.
 """
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -47,8 +49,12 @@ def main(framework: str, job_file: str, out: str) -> None:
     mine = dataclasses.replace(case, seed=case.seed + rank)
     driver = driver_class(framework)(case.spec, case.initial_params(),
                                      total_steps=case.steps)
+    job = json.loads(Path(job_file).read_text())
     recorder, stats = Recorder(), []
     for t in range(case.steps):
+        if job.get("kill") == [rank, t]:        # a rank dying mid-run (a killed process)
+            print(f"rank {rank}: exiting at step {t}", flush=True)
+            os._exit(3)
         lr = driver.step(mine.gradients(t))
         recorder.add(lr, driver.params_numpy(), {})
         stats.append(uo.exchange_stats(driver.optimizer))

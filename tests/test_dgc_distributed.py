@@ -5,7 +5,8 @@ each rank on its own
 seeded adversarial gradient stream, 60 steps through the warm-up boundary and Paddle's
 sparsity ramp: every rank's parameters and lr at every step pass the conformance rule
 against ``uo.reference(spec, params, workers=N)``, the ranks agree bit for bit, and at
-sparsity 0.999 a rank sends at most 1/270 of the dense bytes, indices counted."""
+sparsity 0.999 a rank sends at most 1/270 of the dense bytes, indices counted. A rank
+killed mid-run fails the job under each launcher, never hangs."""
 
 import dataclasses
 import json
@@ -62,10 +63,11 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(framework: str, case: Case, ranks: int, out: Path) -> subprocess.Popen:
+def _launch(framework: str, case: Case, ranks: int, out: Path,
+            kill: list | None = None) -> subprocess.Popen:
     out.mkdir(parents=True)
     job = out / "job.json"
-    job.write_text(json.dumps({"case": case.to_dict()}))
+    job.write_text(json.dumps({"case": case.to_dict(), "kill": kill}))
     env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
     # msrun starts `python` from PATH: this interpreter's
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
@@ -95,9 +97,18 @@ def runs(tmp_path_factory):
     for framework in TRAFFIC_FRAMEWORKS:
         launched[f"{framework}-traffic"] = _launch(framework, TRAFFIC, 2,
                                                    root / f"{framework}-traffic")
+    killed = {f"{f}-killed": _launch(f, CASES[f], 2, root / f"{f}-killed", kill=[1, 5])
+              for f in sorted({f for f, _ in LAUNCHES})}
     for key, process in launched.items():
         out, _ = process.communicate(timeout=600)
         assert process.returncode == 0, f"{key}:\n{out[-3000:]}{_logs(root / key)[-3000:]}"
+    for key, process in killed.items():
+        try:
+            out, _ = process.communicate(timeout=300)
+        except subprocess.TimeoutExpired:        # a hang: the test below fails on it
+            process.kill()
+            out = "HUNG\n" + process.communicate()[0]
+        (root / key / "launcher.txt").write_text(f"{process.returncode}\n{out}")
     return root
 
 
@@ -146,6 +157,27 @@ def test_traffic_at_sparsity_0_999_is_under_1_270_of_dense(runs, framework):
         # 524 (int32 index, float32 value) pairs + the int64 count per step: 1/499
         assert ratio <= 1 / 270, ratio
         assert ratio == pytest.approx((524 * 8 + 8) / (512 * 1024 * 4))
+
+
+#: what says the peer is gone: the surviving rank's collective (a reset connection, or
+#: gloo's timeout naming the peer), or torchrun's agent, which may stop rank 0 first
+PEER_GONE = {"torch": ("Connection reset by peer", "local_rank: 1 (pid"),
+             "paddle": ("Connection reset by peer", "pair_rank = 1"),
+             "mindspore": ("Timed out node list is",)}
+
+
+@pytest.mark.parametrize("framework", sorted({f for f, _ in LAUNCHES}))
+def test_a_killed_rank_fails_the_job_and_nothing_hangs(runs, framework):
+    """Rank 1 exits abruptly before step 6: rank 0, waiting in the exchange, fails with
+    its collective's error and the launcher exits non-zero (within the launch's 300 s;
+    measured: torch 4 s, Paddle 6 s, msrun 40 s, its heartbeat timeout)."""
+    directory = runs / f"{framework}-killed"
+    code, _, out = (directory / "launcher.txt").read_text().partition("\n")
+    text = out + _logs(directory)
+    assert not out.startswith("HUNG"), text[-3000:]
+    assert code != "0" and "rank 1: exiting at step 5" in text, text[-3000:]
+    assert any(words in text for words in PEER_GONE[framework]), text[-3000:]
+    assert not (directory / "rank0.npz").exists()
 
 
 def test_exchange_stats_refuses_an_optimizer_that_exchanges_nothing():
