@@ -49,6 +49,8 @@ class Context:
     all_zero_size: bool = False
     options: dict = field(default_factory=dict)
     total_steps: int | None = None
+    #: parameters sharded across ranks (torch DTensors: FSDP2, tensor parallel)
+    sharded: tuple[str, ...] = ()
     #: the process group a data-parallel spec exchanges over (torch:
     #: ``options={"process_group": pg}``; None: the default group)
     process_group: Any = None

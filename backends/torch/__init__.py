@@ -105,7 +105,8 @@ class TorchBackend(Backend):
                                             for _, p in named})),
                        device=",".join(sorted({p.device.type for _, p in named})),
                        zero_size=empty, all_zero_size=len(empty) == len(named),
-                       options=options, process_group=_process_group(spec, options))
+                       options=options, process_group=_process_group(spec, options),
+                       sharded=_sharded(named))
 
     def _lrs(self, spec, plans):
         # each parameter's lr: with a schedule, the factor LambdaLR multiplies by
@@ -117,6 +118,12 @@ class TorchBackend(Backend):
         from .native import native_optimizer
         from .steps import NativeStepHooks
 
+        if context.sharded and has_pre_step(spec):
+            raise ValueError(f"build: parameters {list(context.sharded)} are DTensors (FSDP2 "
+                             "fully_shard or tensor parallel): the spec's gradient pre-step "
+                             "(clipping, centralization, loss scale) would see each rank's "
+                             "shard, not the whole gradient; refused (clip with "
+                             "torch.nn.utils.clip_grad_norm_, which reduces across shards)")
         params = [p for _, p in named]
         skipped: list[bool] = []
         optimizer, group_specs = native_optimizer(decision.native_class, decision.lowering,
@@ -129,6 +136,13 @@ class TorchBackend(Backend):
     def build_own(self, decision, spec, named, plans, context):
         from .optimizer import SpecOptimizer
 
+        if context.sharded:
+            raise ValueError(f"build: parameters {list(context.sharded)} are DTensors (FSDP2 "
+                             f"fully_shard or tensor parallel): the own implementation "
+                             f"({decision.reason}) would compute norms, trust ratios and "
+                             "factored moments on each rank's shard, not the whole parameter; "
+                             "refused (a native class that computes the spec runs on shards: "
+                             "uo.explain says which)")
         skipped: list[bool] = []
         # a spec whose state belongs on the host (adam_offload) keeps it there
         offload = getattr(spec, "state_device", None) == "host"
@@ -188,3 +202,13 @@ def _process_group(spec, options: dict):
                          f"specs (dgc_momentum); {spec.name!r} exchanges nothing (wrap the "
                          "model in DistributedDataParallel instead)")
     return group
+
+
+def _sharded(named) -> tuple[str, ...]:
+    """The names (or positions) of DTensor parameters."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:          # a torch built without distributed
+        return ()
+    return tuple(name or f"#{i}" for i, (name, p) in enumerate(named)
+                 if isinstance(p, DTensor))
