@@ -1,0 +1,108 @@
+"""uo optimizers under the engines' data parallelism, 2 ranks on CPU: torch
+``DistributedDataParallel`` (torchrun, gloo) and ``paddle.DataParallel``
+(``paddle.distributed.launch``). Each rank has its own seeded adversarial gradient
+stream; the engine averages them during ``backward``; ``uo.build(spec, wrapped_model)``
+steps on the average. For MindFormers' CAME (own path on both), Lamb (own on torch,
+``paddle.optimizer.Lamb`` on Paddle) and AdamW with a cosine schedule (native), every
+rank's parameters and lr at every step pass the
+conformance rule against a single-process ``uo.reference`` over the averaged gradients,
+and the ranks agree bit for bit."""
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import installed_frameworks
+
+import unified_opt as uo
+from unified_opt.conformance.cases import Case
+from unified_opt.conformance.compare import compare
+from unified_opt.conformance.trajectory import Recorder, Trajectory, floor_trajectories
+from unified_opt.ops import numpy_ops
+from unified_opt.reference import Reference
+
+RANK_SCRIPT = Path(__file__).parent / "dp_rank.py"
+FRAMEWORKS = [f for f in ("torch", "paddle") if f in installed_frameworks()]
+#: module attribute names cannot hold dots: the dense parameters without the norms
+PARAMS = {"w": (65, 65), "bias": (7,), "w3d": (4, 4, 4), "scale": (1,)}
+CASES = [
+    Case(id="dp_came", params=PARAMS, seed=21,
+         spec=uo.preset("mindformers.core.Came", learning_rate=1e-3, weight_decay=0.01)),
+    Case(id="dp_lamb", params=PARAMS, seed=22, spec=uo.Lamb(lr=0.01, weight_decay=0.01)),
+    Case(id="dp_adamw", params=PARAMS, seed=23,
+         spec=uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, T_max=50), weight_decay=0.05)),
+]
+RANKS = 2
+
+
+def averaged_trajectory(spec, case, dtype="float64", ops=numpy_ops):
+    """The single-process reference over the ranks' averaged gradients."""
+    streams = [dataclasses.replace(case, seed=case.seed + r) for r in range(RANKS)]
+    ref = Reference(spec, case.initial_params(), dtype, ops=ops)
+    recorder = Recorder()
+    for t in range(case.steps):
+        grads = [s.gradients(t) for s in streams]
+        lr = ref.step({n: sum(g[n].astype(np.float64) for g in grads) / RANKS
+                       for n in case.params})
+        recorder.add(lr, ref.params, {})
+    return recorder.trajectory()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dp")
+    processes = {}
+    for framework in FRAMEWORKS:
+        out = root / framework
+        out.mkdir()
+        job = out / "job.json"
+        job.write_text(json.dumps({"cases": [c.to_dict() for c in CASES]}))
+        launcher = ([sys.executable, "-m", "torch.distributed.run",
+                     f"--nproc_per_node={RANKS}", f"--master_port={_port()}"]
+                    if framework == "torch" else
+                    [sys.executable, "-m", "paddle.distributed.launch",
+                     f"--nproc_per_node={RANKS}", f"--log_dir={out / 'logs'}"])
+        env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
+        processes[framework] = subprocess.Popen(
+            launcher + [str(RANK_SCRIPT), framework, str(job), str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    for framework, process in processes.items():
+        text, _ = process.communicate(timeout=600)
+        logs = "".join(p.read_text(errors="replace")
+                       for p in sorted((root / framework).glob("logs/*")))
+        assert process.returncode == 0, f"{framework}:\n{text[-3000:]}{logs[-3000:]}"
+    return root
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_every_rank_follows_the_reference_over_the_averaged_gradients(runs, framework,
+                                                                      case):
+    oracle = averaged_trajectory(case.spec, case)
+    floors = floor_trajectories(case.spec, case, averaged_trajectory)
+    first = Trajectory.load(runs / framework / f"{case.id}.rank0.npz")
+    for rank in range(RANKS):
+        run = Trajectory.load(runs / framework / f"{case.id}.rank{rank}.npz")
+        result = compare(run, oracle, floors, state=False)
+        assert result.passed, f"{framework} rank {rank}, {case.id}: {result.detail}"
+        for name in case.params:
+            np.testing.assert_array_equal(run.params[name], first.params[name])
+
+
+def test_the_paths_are_what_the_docstring_says():
+    expected = {"torch": ["own", "own", "native"], "paddle": ["own", "native", "native"]}
+    for framework in FRAMEWORKS:
+        paths = [uo.explain(c.spec, backend=framework).path for c in CASES]
+        assert paths == expected[framework], (framework, paths)
