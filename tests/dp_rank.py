@@ -3,11 +3,13 @@ started by ``torchrun`` (torch ``DistributedDataParallel``, gloo) or
 ``python -m paddle.distributed.launch`` (``paddle.DataParallel``):
 ``dp_rank.py FRAMEWORK JOB.json OUT_DIR``.
 
-JOB.json: conformance ``cases`` (spec, parameter shapes, steps, seed). For each, a
-module holding the case's parameters computes ``sum(p * g)`` over them, so the gradient
-of rank ``r`` is its own stream (seed ``seed + r``) and the engine averages them across
-ranks during ``backward``; ``uo.build(spec, wrapped_model)`` steps on the average.
-Writes ``OUT_DIR/<case id>.rank<r>.npz``: every step's lr and parameters.
+JOB.json: ``runs``, pairs of an engine (``"ddp"``: DistributedDataParallel or
+DataParallel; ``"zero"``: torch's ZeroRedundancyOptimizer over DDP, its local optimizer
+``uo.optimizer_factory(spec)``) and a conformance case (spec, parameter shapes, steps,
+seed). A module holding the case's parameters computes ``sum(p * g)`` over them, so the
+gradient of rank ``r`` is its own stream (seed ``seed + r``) and the engine averages them
+across ranks during ``backward``; the uo optimizer steps on the average. Writes
+``OUT_DIR/<case id>.<engine>.rank<r>.npz``: every step's lr and parameters.
 """
 
 import dataclasses
@@ -20,8 +22,9 @@ from unified_opt.conformance.cases import Case
 from unified_opt.conformance.trajectory import Recorder
 
 
-def run_torch(case: Case, rank: int, out: Path) -> None:
+def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
     import torch
+    from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel
 
     class Linear(torch.nn.Module):
@@ -34,8 +37,13 @@ def run_torch(case: Case, rank: int, out: Path) -> None:
             return sum((self.weights[n] * grads[n]).sum() for n in self.weights)
 
     model = DistributedDataParallel(Linear(case.initial_params()))
-    optimizer = uo.build(case.spec, model)
-    scheduler = uo.lr_scheduler(optimizer)
+    if engine == "zero":     # each rank steps its share of the parameters, then broadcasts
+        optimizer = ZeroRedundancyOptimizer(model.parameters(),
+                                            optimizer_class=uo.optimizer_factory(case.spec))
+        scheduler = None
+    else:
+        optimizer = uo.build(case.spec, model)
+        scheduler = uo.lr_scheduler(optimizer)
     mine, recorder = dataclasses.replace(case, seed=case.seed + rank), Recorder()
     for t in range(case.steps):
         grads = {n: torch.from_numpy(g) for n, g in mine.gradients(t).items()}
@@ -47,10 +55,10 @@ def run_torch(case: Case, rank: int, out: Path) -> None:
             scheduler.step()
         recorder.add(lr, {n: p.detach().numpy().copy()
                           for n, p in model.module.weights.items()}, {})
-    recorder.trajectory().save(out / f"{case.id}.rank{rank}.npz")
+    recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz")
 
 
-def run_paddle(case: Case, rank: int, out: Path) -> None:
+def run_paddle(case: Case, rank: int, out: Path, engine: str) -> None:
     import paddle
 
     class Linear(paddle.nn.Layer):
@@ -79,7 +87,7 @@ def run_paddle(case: Case, rank: int, out: Path) -> None:
         if scheduler is not None:
             scheduler.step()
         recorder.add(lr, {n: getattr(inner, n).numpy().copy() for n in inner.names}, {})
-    recorder.trajectory().save(out / f"{case.id}.rank{rank}.npz")
+    recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz")
 
 
 def main(framework: str, job_file: str, out: str) -> None:
@@ -93,8 +101,8 @@ def main(framework: str, job_file: str, out: str) -> None:
 
         dist.init_parallel_env()
         rank, run = dist.get_rank(), run_paddle
-    for case in json.loads(Path(job_file).read_text())["cases"]:
-        run(Case.from_dict(case), rank, Path(out))
+    for engine, case in json.loads(Path(job_file).read_text())["runs"]:
+        run(Case.from_dict(case), rank, Path(out), engine)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """uo optimizers under the engines' data parallelism, 2 ranks on CPU: torch
-``DistributedDataParallel`` (torchrun, gloo) and ``paddle.DataParallel``
-(``paddle.distributed.launch``). Each rank has its own seeded adversarial gradient
-stream; the engine averages them during ``backward``; ``uo.build(spec, wrapped_model)``
-steps on the average. For MindFormers' CAME (own path on both), Lamb (own on torch,
-``paddle.optimizer.Lamb`` on Paddle) and AdamW with a cosine schedule (native), every
-rank's parameters and lr at every step pass the
-conformance rule against a single-process ``uo.reference`` over the averaged gradients,
-and the ranks agree bit for bit."""
+``DistributedDataParallel`` (torchrun, gloo), torch's ``ZeroRedundancyOptimizer`` (each
+rank steps its share of the parameters with ``uo.optimizer_factory(spec)`` as the local
+optimizer) and ``paddle.DataParallel`` (``paddle.distributed.launch``). Each rank has
+its own seeded adversarial gradient stream; the engine averages them during
+``backward``; the uo optimizer steps on the average. For MindFormers' CAME (own path on
+both), Lamb (own on torch, ``paddle.optimizer.Lamb`` on Paddle) and AdamW (native; with
+a cosine schedule, constant under ZeRO), every rank's parameters and lr at every step
+pass the conformance rule against a single-process ``uo.reference`` over the averaged
+gradients, and the ranks agree bit for bit."""
 
 import dataclasses
 import json
@@ -38,6 +39,11 @@ CASES = [
     Case(id="dp_adamw", params=PARAMS, seed=23,
          spec=uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, T_max=50), weight_decay=0.05)),
 ]
+#: under ZeroRedundancyOptimizer a torch scheduler drives the wrapper's lr: constant here
+ZERO_CASES = CASES[:2] + [Case(id="dp_adamw_constant", params=PARAMS, seed=24,
+                               spec=uo.AdamW(lr=0.01, weight_decay=0.05))]
+RUNS = {"torch": [("ddp", c) for c in CASES] + [("zero", c) for c in ZERO_CASES],
+        "paddle": [("ddp", c) for c in CASES]}
 RANKS = 2
 
 
@@ -68,7 +74,7 @@ def runs(tmp_path_factory):
         out = root / framework
         out.mkdir()
         job = out / "job.json"
-        job.write_text(json.dumps({"cases": [c.to_dict() for c in CASES]}))
+        job.write_text(json.dumps({"runs": [(e, c.to_dict()) for e, c in RUNS[framework]]}))
         launcher = ([sys.executable, "-m", "torch.distributed.run",
                      f"--nproc_per_node={RANKS}", f"--master_port={_port()}"]
                     if framework == "torch" else
@@ -86,17 +92,18 @@ def runs(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("framework, engine, case", [
+    (f, e, c) for f in FRAMEWORKS for e, c in RUNS[f]],
+    ids=[f"{f}-{e}-{c.id}" for f in FRAMEWORKS for e, c in RUNS[f]])
 def test_every_rank_follows_the_reference_over_the_averaged_gradients(runs, framework,
-                                                                      case):
+                                                                      engine, case):
     oracle = averaged_trajectory(case.spec, case)
     floors = floor_trajectories(case.spec, case, averaged_trajectory)
-    first = Trajectory.load(runs / framework / f"{case.id}.rank0.npz")
+    first = Trajectory.load(runs / framework / f"{case.id}.{engine}.rank0.npz")
     for rank in range(RANKS):
-        run = Trajectory.load(runs / framework / f"{case.id}.rank{rank}.npz")
+        run = Trajectory.load(runs / framework / f"{case.id}.{engine}.rank{rank}.npz")
         result = compare(run, oracle, floors, state=False)
-        assert result.passed, f"{framework} rank {rank}, {case.id}: {result.detail}"
+        assert result.passed, f"{framework} {engine} rank {rank}, {case.id}: {result.detail}"
         for name in case.params:
             np.testing.assert_array_equal(run.params[name], first.params[name])
 
@@ -106,3 +113,16 @@ def test_the_paths_are_what_the_docstring_says():
     for framework in FRAMEWORKS:
         paths = [uo.explain(c.spec, backend=framework).path for c in CASES]
         assert paths == expected[framework], (framework, paths)
+
+
+def test_the_factory_refuses_hyperparameters_outside_the_spec():
+    torch = pytest.importorskip("torch")
+    make = uo.optimizer_factory(uo.Lamb())
+    p = torch.nn.Parameter(torch.zeros(3))
+    assert uo.explain(make([{"params": [p]}])).algorithm == "lamb"
+    with pytest.raises(ValueError, match=r"\['lr'\] given to the optimizer class"):
+        make([p], lr=0.1)
+    with pytest.raises(ValueError, match=r"parameter groups with \['weight_decay'\]"):
+        make([{"params": [p], "weight_decay": 0.0}])
+    with pytest.raises(TypeError, match="spec must be a unified_opt spec"):
+        uo.optimizer_factory("lamb")

@@ -31,6 +31,7 @@ from .build import (
     exchange_stats,
     explain,
     lr_scheduler,
+    optimizer_factory,
     plateau_scheduler,
     skipped_steps,
 )
@@ -46,8 +47,8 @@ __version__ = "0.1.0"
 __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
            "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
            "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
-           "build", "exchange_stats", "explain", "get", "lr_scheduler", "preset", "presets",
-           "reference",
+           "build", "exchange_stats", "explain", "get", "lr_scheduler", "optimizer_factory",
+           "preset", "presets", "reference",
            "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
            "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]
 

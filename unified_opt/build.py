@@ -107,6 +107,33 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     return optimizer
 
 
+def optimizer_factory(spec: Spec, **build_kwargs: Any):
+    """A callable ``(params, **defaults) -> uo.build(spec, params, **build_kwargs)`` for
+    wrappers that build the optimizer themselves from an optimizer class, e.g. torch's
+    ``ZeroRedundancyOptimizer(model.parameters(), optimizer_class=uo.optimizer_factory(
+    spec))``. ``params`` may be parameter groups as dicts holding nothing but
+    ``"params"`` (what such wrappers pass); hyperparameters belong in the spec (and group
+    rules in ``groups=``), so group keys or ``defaults`` are refused, naming them."""
+    if not isinstance(spec, Spec):
+        raise TypeError(f"optimizer_factory: spec must be a unified_opt spec, got {spec!r}")
+
+    def make(params: Any, **defaults: Any):
+        if defaults:
+            raise ValueError(f"optimizer_factory: {sorted(defaults)} given to the optimizer "
+                             f"class: set them in the spec ({spec.name})")
+        params = list(params)
+        if params and all(isinstance(p, Mapping) for p in params):
+            extra = sorted({k for group in params for k in group} - {"params"})
+            if extra:
+                raise ValueError(f"optimizer_factory: parameter groups with {extra}: set "
+                                 "them in the spec, or as uo.Group rules in groups=")
+            params = [p for group in params for p in group["params"]]
+        return build(spec, params, **build_kwargs)
+
+    make.__qualname__ = f"optimizer_factory({spec.name})"
+    return make
+
+
 def exchange_stats(optimizer: Any) -> dict:
     """``{"steps", "bytes_sent", "dense_bytes"}`` of a data-parallel optimizer's exchange
     on the calling rank: the optimizer steps, the bytes this rank put into the
