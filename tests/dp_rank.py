@@ -5,7 +5,9 @@ started by ``torchrun`` (torch ``DistributedDataParallel``, gloo) or
 
 JOB.json: ``runs``, pairs of an engine (``"ddp"``: DistributedDataParallel or
 DataParallel; ``"zero"``: torch's ZeroRedundancyOptimizer over DDP, its local optimizer
-``uo.optimizer_factory(spec)``) and a conformance case (spec, parameter shapes, steps,
+``uo.optimizer_factory(spec)``; ``"fsdp"``: FSDP2 ``fully_shard``, whose DTensor
+parameters the own path refuses: the refusal is written to ``<...>.refused``) and a
+conformance case (spec, parameter shapes, steps,
 seed). A module holding the case's parameters computes ``sum(p * g)`` over them, so the
 gradient of rank ``r`` is its own stream (seed ``seed + r``) and the engine averages them
 across ranks during ``backward``; the uo optimizer steps on the average. Writes
@@ -24,6 +26,7 @@ from unified_opt.conformance.trajectory import Recorder
 
 def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
     import torch
+    from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
     from torch.nn.parallel import DistributedDataParallel
 
@@ -36,12 +39,25 @@ def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
         def forward(self, grads):
             return sum((self.weights[n] * grads[n]).sum() for n in self.weights)
 
-    model = DistributedDataParallel(Linear(case.initial_params()))
-    if engine == "zero":     # each rank steps its share of the parameters, then broadcasts
+    if engine == "fsdp":     # FSDP2: DTensor parameters, gradients reduce-scattered
+        model = Linear(case.initial_params())
+        fully_shard(model)
+        try:
+            optimizer = uo.build(case.spec, model)
+        except ValueError as error:          # the own path refuses shards, naming them
+            (out / f"{case.id}.{engine}.rank{rank}.refused").write_text(str(error))
+            return
+        scheduler = uo.lr_scheduler(optimizer)
+        inner = model
+    elif engine == "zero":   # each rank steps its share of the parameters, then broadcasts
+        model = DistributedDataParallel(Linear(case.initial_params()))
+        inner = model.module
         optimizer = ZeroRedundancyOptimizer(model.parameters(),
                                             optimizer_class=uo.optimizer_factory(case.spec))
         scheduler = None
     else:
+        model = DistributedDataParallel(Linear(case.initial_params()))
+        inner = model.module
         optimizer = uo.build(case.spec, model)
         scheduler = uo.lr_scheduler(optimizer)
     mine, recorder = dataclasses.replace(case, seed=case.seed + rank), Recorder()
@@ -53,8 +69,8 @@ def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        recorder.add(lr, {n: p.detach().numpy().copy()
-                          for n, p in model.module.weights.items()}, {})
+        recorder.add(lr, {n: (p.full_tensor() if engine == "fsdp" else p).detach().numpy()
+                          .copy() for n, p in inner.weights.items()}, {})
     recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz")
 
 

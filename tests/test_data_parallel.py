@@ -7,7 +7,9 @@ its own seeded adversarial gradient stream; the engine averages them during
 both), Lamb (own on torch, ``paddle.optimizer.Lamb`` on Paddle) and AdamW (native; with
 a cosine schedule, constant under ZeRO), every rank's parameters and lr at every step
 pass the conformance rule against a single-process ``uo.reference`` over the averaged
-gradients, and the ranks agree bit for bit."""
+gradients, and the ranks agree bit for bit. Under FSDP2 ``fully_shard`` (DTensor
+parameters) AdamW does the same, and CAME and Lamb, whose own path would compute on
+shards, are refused naming the parameters."""
 
 import dataclasses
 import json
@@ -42,8 +44,11 @@ CASES = [
 #: under ZeroRedundancyOptimizer a torch scheduler drives the wrapper's lr: constant here
 ZERO_CASES = CASES[:2] + [Case(id="dp_adamw_constant", params=PARAMS, seed=24,
                                spec=uo.AdamW(lr=0.01, weight_decay=0.05))]
-RUNS = {"torch": [("ddp", c) for c in CASES] + [("zero", c) for c in ZERO_CASES],
+RUNS = {"torch": [("ddp", c) for c in CASES] + [("zero", c) for c in ZERO_CASES]
+        + [("fsdp", CASES[2])],
         "paddle": [("ddp", c) for c in CASES]}
+#: FSDP2 runs the own-path specs too: refused, naming the sharded parameters
+REFUSED = [("fsdp", c) for c in CASES[:2]]
 RANKS = 2
 
 
@@ -74,7 +79,8 @@ def runs(tmp_path_factory):
         out = root / framework
         out.mkdir()
         job = out / "job.json"
-        job.write_text(json.dumps({"runs": [(e, c.to_dict()) for e, c in RUNS[framework]]}))
+        runs = RUNS[framework] + (REFUSED if framework == "torch" else [])
+        job.write_text(json.dumps({"runs": [(e, c.to_dict()) for e, c in runs]}))
         launcher = ([sys.executable, "-m", "torch.distributed.run",
                      f"--nproc_per_node={RANKS}", f"--master_port={_port()}"]
                     if framework == "torch" else
@@ -106,6 +112,15 @@ def test_every_rank_follows_the_reference_over_the_averaged_gradients(runs, fram
         assert result.passed, f"{framework} {engine} rank {rank}, {case.id}: {result.detail}"
         for name in case.params:
             np.testing.assert_array_equal(run.params[name], first.params[name])
+
+
+@pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch is not installed")
+@pytest.mark.parametrize("case", [c for _, c in REFUSED], ids=[c.id for _, c in REFUSED])
+def test_fsdp2_shards_are_refused_by_the_own_path(runs, case):
+    for rank in range(RANKS):
+        text = (runs / "torch" / f"{case.id}.fsdp.rank{rank}.refused").read_text()
+        assert "are DTensors (FSDP2 fully_shard or tensor parallel)" in text
+        assert "'weights.w'" in text and "on each rank's shard" in text
 
 
 def test_the_paths_are_what_the_docstring_says():
