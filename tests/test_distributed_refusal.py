@@ -33,6 +33,9 @@ def test_a_paddle_launch_environment_without_the_parallel_env(monkeypatch):
     import paddle
 
     params = [paddle.create_parameter([3], "float32")]
+    # Paddle caches the environment at its first get_world_size(): read before the launcher
+    # variable is set, it would say 1 (what a suite of tests does; not what uo reads)
+    assert paddle.distributed.get_world_size() == 1
     monkeypatch.setenv("PADDLE_TRAINERS_NUM", "2")
     with pytest.raises(ValueError, match=r"DGCMomentum on 2 ranks \(PADDLE_TRAINERS_NUM\) "
                                          "before the parallel env"):

@@ -11,7 +11,7 @@ stays in the optimizer between steps (:class:`.native._HeldAttributes`)."""
 
 from __future__ import annotations
 
-from unified_opt.backend import Backend, Context
+from unified_opt.backend import Backend, Context, launcher_ranks
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, when
 from unified_opt.schedules import Schedule
@@ -144,10 +144,13 @@ class PaddleBackend(Backend):
         return optimizer, record
 
     def world_size(self) -> int:
-        # PADDLE_TRAINERS_NUM (paddle.distributed.launch) before init_parallel_env
+        # paddle.distributed.launch sets PADDLE_TRAINERS_NUM before init_parallel_env;
+        # read it here: get_world_size() caches the environment of its first call
         import paddle.distributed
 
-        return paddle.distributed.get_world_size()
+        if paddle.distributed.is_initialized():
+            return paddle.distributed.get_world_size()
+        return launcher_ranks("PADDLE_TRAINERS_NUM")
 
     def parameter_name(self, p) -> str:
         """The name rules see for a Paddle parameter passed without a name: its own."""
