@@ -278,6 +278,8 @@ class _Reader:
         from ..schedules import preset as schedule_preset
         from ..schedules._preset_registry import REGISTRY
 
+        if c.name in REGISTRY.names(True):
+            raise ValueError(REGISTRY.refusal(c.name))
         signature = REGISTRY.signature(c.name)
         torch_style = "base_lr" in signature.parameters
         nodes = self.arguments(c, ["optimizer"] if torch_style else [], signature)
@@ -315,6 +317,14 @@ class _Reader:
         return out
 
 
+class SchedulerRefused(ValueError):
+    """An optimizer's scheduler cannot be read: refused on the scheduler's line."""
+
+    def __init__(self, construction, message: str):
+        super().__init__(message)
+        self.construction = construction
+
+
 @dataclass
 class _Optimizer:
     construction: _Construction
@@ -348,7 +358,10 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
     for name, node in nodes.items():
         scheduler = reader.scheduler_of(node) if name == lr_keyword else None
         if scheduler is not None:
-            kwargs[name] = reader.schedule(scheduler, None)
+            try:
+                kwargs[name] = reader.schedule(scheduler, None)
+            except (ValueError, TypeError, NotImplementedError) as error:
+                raise SchedulerRefused(scheduler, str(error)) from None
             schedulers.append(scheduler)
         else:
             kwargs[name] = reader.literal(c, name, node)
@@ -362,7 +375,11 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
         if schedulers or not isinstance(spec.lr, (int, float)):
             raise ValueError(f"a scheduler (line {attached[0].line}) on an optimizer whose "
                              "lr is a schedule already")
-        spec = with_schedule(spec, reader.schedule(attached[0], float(spec.lr)))
+        try:
+            schedule = reader.schedule(attached[0], float(spec.lr))
+        except (ValueError, TypeError, NotImplementedError) as error:
+            raise SchedulerRefused(attached[0], str(error)) from None
+        spec = with_schedule(spec, schedule)
         schedulers = attached
     return _Optimizer(c, spec, params, schedulers)
 
@@ -439,9 +456,17 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
         if c.kind == "optimizer":
             try:
                 optimizers.append(_read_optimizer(reader, c))
+            except SchedulerRefused as error:
+                reader.refuse(error.construction, str(error))
+                reader.refuse(c, f"its scheduler (line {error.construction.line}) cannot "
+                              "be read")
             except (ValueError, TypeError, NotImplementedError) as error:
                 reader.refuse(c, str(error))
     used = {id(s.call) for o in optimizers for s in o.schedulers}
+    # the schedulers of an optimizer refused above are refused with it
+    used |= {id(s.call) for c in finder.found if c.kind == "optimizer"
+             and c.line in {line for line, _ in reader.refusals}
+             for s in reader.torch_schedulers(c)}
     refused_lines = {line for line, _ in reader.refusals}
     for c in finder.found:
         if c.kind == "scheduler" and id(c.call) not in used and c.line not in refused_lines:
