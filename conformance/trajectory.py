@@ -125,9 +125,24 @@ def reference_trajectory(spec, case, dtype: str = "float64", ops=numpy_ops) -> T
     of running a spec that no spec field describes), which makes its own trajectory."""
     if not isinstance(spec, uo.Spec):
         return spec.trajectory(case, dtype)
+    if getattr(case, "workers", 1) > 1:
+        return _workers_trajectory(spec, case, dtype, ops)
     ref = Reference(spec, case.initial_params(), dtype, groups=case.groups or None, ops=ops)
     return run(ref.step, lambda: (ref.params, ref.state), case,
                (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
+
+
+def _workers_trajectory(spec, case, dtype: str, ops) -> Trajectory:
+    """A distributed case's oracle as its rank sees it: the reference simulating
+    ``case.workers`` workers (worker r on rank r's gradient stream); the parameters and
+    lr are every rank's, the state the rank's own."""
+    ref = Reference(spec, case.initial_params(), dtype, workers=case.workers, ops=ops)
+    ranks = [case.at_rank(r) for r in range(case.workers)]
+    recorder = Recorder()
+    for t in range(case.steps):
+        lr = ref.step([rank.gradients(t) for rank in ranks])
+        recorder.add(lr, ref.params, ref.states[case.rank])
+    return recorder.trajectory()
 
 
 def float32_held(spec):

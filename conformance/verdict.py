@@ -32,7 +32,7 @@ class References:
         return floor_trajectories(spec, case, self.of)
 
     def of(self, spec, case: Case, dtype: str, ops=numpy_ops) -> Trajectory:
-        key = (case.id, case.seed, case.steps, spec, dtype, ops.name)
+        key = (case.id, case.seed, case.rank, case.steps, spec, dtype, ops.name)
         if key not in self._cache:
             self._cache[key] = reference_trajectory(spec, case, dtype, ops)
         return self._cache[key]

@@ -35,7 +35,10 @@ import time
 import traceback
 from pathlib import Path
 
+import numpy as np
+
 from .cases import Case
+from .distributed import RanksRun, judge, run_ranks
 from .drivers.base import Driver
 from .report import json_safe
 from .trajectory import Recorder, Trajectory
@@ -130,6 +133,7 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
                "runs": [], "skipped": [], "unstable": [], "trajectories_dropped": []}
     write_summary(out, summary)
     say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")
+    scratch = out / "ranks"            # the distributed runs' launches (job, logs, ranks)
     index = 0
     for case in cases:
         references = References()            # this case's oracle and floors, then dropped
@@ -144,11 +148,18 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
                 continue
             say(f"begin {index}/{total} {case.id} {path}")
             started = time.perf_counter()
-            trajectory, decision, error = run_case(driver_cls, case, path)
+            if case.workers > 1:
+                run = run_ranks(backend, case, path, scratch / stem)
+                result = judge(case, backend, path, run, references)
+                lowering, error = result["lowering"], run.error
+                trajectory = _worst_rank(run, result)
+            else:
+                trajectory, decision, error = run_case(driver_cls, case, path)
+                result = verdict(case, backend, path, trajectory, decision, error, references)
+                lowering = result["lowering"]
             seconds = round(time.perf_counter() - started, 4)
-            if decision is not None:
-                lowered.add(decision.path)
-            result = verdict(case, backend, path, trajectory, decision, error, references)
+            if lowering is not None:
+                lowered.add(lowering["path"])
             kept = keeper.keep(stem, trajectory, result["status"])
             if kept is None and keeper.dropped(stem):
                 summary["trajectories_dropped"].append(stem)
@@ -158,12 +169,21 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
             summary["runs"].append(stem)
             write_summary(out, summary)
             detail = (error.strip().splitlines()[-1] if error else
-                      decision.native if decision.path == "native" else "own")
+                      lowering["native"] if lowering["path"] == "native" else "own")
             say(f"progress {index}/{total} {case.id} {path} {result['status']} {detail}")
         if not references.stable(case):
             summary["unstable"].append(case.id)
             write_summary(out, summary)
     return summary
+
+
+def _worst_rank(run: RanksRun, result: dict) -> Trajectory:
+    """The trajectory a distributed result stands for: its worst rank's (rank 0's when
+    the ranks did not all finish: then there is none)."""
+    if not run.trajectories:
+        return Trajectory(np.zeros(0), {}, {})
+    worst = max(result["ranks"], key=lambda r: (r["status"] != "pass", r["worst_ratio"] or 0))
+    return run.trajectories[worst["rank"]]
 
 
 class TrajectoryKeeper:

@@ -23,6 +23,7 @@ import numpy as np
 import unified_opt as uo
 from unified_opt import _validation as v
 from unified_opt.backend import BACKENDS, PATHS
+from unified_opt.pre_step import has_pre_step
 
 from ..gradients import gradients_at, with_nonfinite
 from .functions import decode_spec, encode_spec
@@ -76,6 +77,13 @@ class Case:
     nonfinite_steps: tuple[int, ...] = ()
     native: Native | None = None
     backends: tuple[str, ...] = ()
+    #: ranks of a distributed case (data-parallel specs: ``dgc_momentum``): the runner
+    #: launches that many processes in the framework's process group, rank ``r`` on the
+    #: gradient stream of seed ``seed + r``; see :mod:`..distributed`
+    workers: int = 1
+    #: the rank this case stands for: its gradient stream and, in the oracle, its state
+    #: (``at_rank``; 0 for the case as written)
+    rank: int = 0
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -131,7 +139,26 @@ class Case:
         if not any(0 not in shape for shape in shapes.values()) and steps:
             raise ValueError(f"{owner}: nonfinite_steps needs a parameter with elements")
         object.__setattr__(self, "nonfinite_steps", steps)
+        self._check_workers(owner)
         encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
+
+    def _check_workers(self, owner: str) -> None:
+        workers = v.check_int(owner, "workers", self.workers, low=1)
+        rank = v.check_int(owner, "rank", self.rank, low=0)
+        if rank >= workers:
+            raise ValueError(f"{owner}: rank must be below workers={workers}, got {rank}")
+        if workers > 1:
+            if not getattr(type(self.spec), "data_parallel", False):
+                raise ValueError(f"{owner}: workers={workers} needs a data-parallel spec "
+                                 f"(one that exchanges gradients, e.g. dgc_momentum), got "
+                                 f"{self.spec.name}")
+            if self.native is not None or self.groups:
+                raise ValueError(f"{owner}: a distributed case (workers={workers}) runs "
+                                 "uo.build without groups; native and groups are not for it")
+            if has_pre_step(self.spec):
+                raise ValueError(f"{owner}: a distributed case (workers={workers}) has no "
+                                 "gradient pre-step (grad_clip, loss_scale, ...): the "
+                                 "reference over workers does not run one")
 
     def _check_native(self, owner: str, shapes: dict) -> None:
         backends = self.backends
@@ -172,11 +199,15 @@ class Case:
 
     def gradients(self, step: int) -> dict[str, np.ndarray]:
         """The float32 gradients of 0-based ``step`` (with a non-finite element at the
-        ``nonfinite_steps``)."""
-        grads = gradients_at(self.seed, step, self.params)
+        ``nonfinite_steps``) on this case's rank."""
+        grads = gradients_at(self.seed + self.rank, step, self.params)
         if step in self.nonfinite_steps:
             grads = with_nonfinite(grads, self.nonfinite_steps.index(step))
         return grads
+
+    def at_rank(self, rank: int) -> "Case":
+        """This case as rank ``rank`` of its workers sees it."""
+        return dataclasses.replace(self, rank=rank)
 
     def with_steps(self, steps: int) -> "Case":
         return dataclasses.replace(self, steps=steps)
@@ -190,7 +221,9 @@ class Case:
                 "groups": [g.to_dict() for g in self.groups],
                 "nonfinite_steps": list(self.nonfinite_steps),
                 **({"native": self.native.to_dict()} if self.native is not None else {}),
-                **({"backends": list(self.backends)} if self.backends else {})}
+                **({"backends": list(self.backends)} if self.backends else {}),
+                **({"workers": self.workers} if self.workers > 1 else {}),
+                **({"rank": self.rank} if self.rank else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -202,7 +235,8 @@ class Case:
                    nonfinite_steps=tuple(data.get("nonfinite_steps", ())),
                    native=None if data.get("native") is None
                    else Native.from_dict(data["native"]),
-                   backends=tuple(data.get("backends", ())))
+                   backends=tuple(data.get("backends", ())),
+                   workers=data.get("workers", 1), rank=data.get("rank", 0))
 
 
 def dense(**fields) -> Case:
