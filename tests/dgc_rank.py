@@ -19,28 +19,9 @@ from pathlib import Path
 
 import unified_opt as uo
 from unified_opt.conformance.cases import Case
+from unified_opt.conformance.rank_process import join
 from unified_opt.conformance.trajectory import Recorder
 from unified_opt.conformance.worker import driver_class
-
-
-def join(framework: str) -> int:
-    """Join the process group; this process's rank."""
-    if framework == "torch":
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        return dist.get_rank()
-    if framework == "paddle":
-        import paddle.distributed as dist
-
-        dist.init_parallel_env()
-        return dist.get_rank()
-    import mindspore as ms
-    from mindspore.communication import get_rank, init
-
-    ms.set_device("CPU")
-    init()
-    return get_rank()
 
 
 def main(framework: str, job_file: str, out: str) -> None:
