@@ -129,6 +129,19 @@ def text_matrix(report: dict) -> str:
     return "\n".join(lines + ["", summary_line(report)])
 
 
+def problems_text(report: dict) -> str:
+    """The summary line, each backend's worker seconds, and every result that did not
+    pass, one line each (what the terminal shows at the end; the matrix is in
+    ``report.md``)."""
+    seconds = ", ".join(f"{b} {w.get('seconds', 0):.0f} s"
+                        for b, w in report["backends"].items())
+    lines = [summary_line(report) + (f" (workers: {seconds})" if seconds else "")]
+    for r in _problems(report):
+        lines.append(f"  {r['status'].upper()} {r['case']} on {r['backend']} "
+                     f"({r['path']}): {_problem_text(r)}")
+    return "\n".join(lines)
+
+
 def _problems(report: dict):
     for r in report["results"]:
         if r["status"] != "pass":

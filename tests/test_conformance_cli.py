@@ -34,7 +34,7 @@ def test_cli_conformance_on_torch_writes_passing_reports(tmp_path):
     out = tmp_path / "report"
     run = subprocess.run([sys.executable, "-m", "unified_opt.cli", "conformance",
                           "--backends", "torch", "--cases", ",".join(E2E_CASES),
-                          "--steps", "60", "--out", str(out)],
+                          "--steps", "60", "--out", str(out), "--verbose"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     # progress relayed: every (case, path) counted, the repeated own path skipped
@@ -107,7 +107,14 @@ def test_cli_exit_status_is_nonzero_on_an_error(tmp_path, monkeypatch, capsys):
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["summary"]["error"] == 1
     assert "path='native'" in report["results"][0]["error"]
-    assert "0 pass, 0 fail, 1 error" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    # compact (stdout is no terminal here): the failing run at once and at the end, no
+    # matrix (report.md has it)
+    assert "0 pass, 0 fail, 1 error (workers: torch " in printed
+    assert "[torch] ERROR no_native (native): ValueError: " in printed
+    assert "  ERROR no_native on torch (native): ValueError: " in printed
+    assert "[torch] 1/1 runs (1 error); finished in " in printed
+    assert "| case |" not in printed and "native ratio" not in printed
 
 
 def test_cli_rejects_an_unknown_backend(tmp_path, capsys):

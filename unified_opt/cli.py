@@ -104,6 +104,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds a backend's worker may run (> 0; default: no limit); "
                           "then its process group is killed and its unfinished runs are "
                           "errors")
+    run.add_argument("--verbose", action="store_true",
+                     help="print a line per run and the whole matrix (default: a progress "
+                          "line per backend, then the summary and the failures; the matrix "
+                          "is in DIR/report.md)")
     run.add_argument("--keep-trajectories", action="store_true",
                      help="keep every run's trajectory (compressed .npz under "
                           "DIR/trajectories/<backend>); by default only those of runs that "
@@ -366,7 +370,8 @@ def _conformance(args) -> int:
     from pathlib import Path
 
     from unified_opt.conformance import runner
-    from unified_opt.conformance.report import text_matrix
+    from unified_opt.conformance.progress import ProgressDisplay
+    from unified_opt.conformance.report import problems_text, text_matrix
 
     try:
         if args.timeout is not None and not 0 < args.timeout < float("inf"):
@@ -375,11 +380,11 @@ def _conformance(args) -> int:
     except (TypeError, ValueError) as error:
         return _usage_error(args, error)
     print(f"{len(cases)} cases on {', '.join(backends)} -> {args.out}", flush=True)
-    report = runner.run(cases, backends, args.out, jobs=args.jobs, timeout=args.timeout,
-                        progress=lambda line: print(line, flush=True),
-                        keep_trajectories=args.keep_trajectories)
+    with ProgressDisplay(verbose=args.verbose) as display:
+        report = runner.run(cases, backends, args.out, jobs=args.jobs, timeout=args.timeout,
+                            progress=display, keep_trajectories=args.keep_trajectories)
     print()
-    print(text_matrix(report))
+    print(text_matrix(report) if args.verbose else problems_text(report))
     kept = [d for d in ("trajectories", "logs") if (Path(args.out) / d).is_dir()]
     print(f"reports: {args.out}/report.json, report.md, report.html, junit.xml"
           + "".join(f", {d}/" for d in kept))
