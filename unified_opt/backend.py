@@ -54,6 +54,9 @@ class Context:
     #: the process group a data-parallel spec exchanges over (torch:
     #: ``options={"process_group": pg}``; None: the default group)
     process_group: Any = None
+    #: when the own implementation runs compiled (torch: ``options={"compile": ...}``,
+    #: "auto", True or False; None: not given, the backend's default)
+    own_compile: Any = None
 
 
 @dataclass(frozen=True)

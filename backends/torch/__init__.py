@@ -106,7 +106,7 @@ class TorchBackend(Backend):
                        device=",".join(sorted({p.device.type for _, p in named})),
                        zero_size=empty, all_zero_size=len(empty) == len(named),
                        options=options, process_group=_process_group(spec, options),
-                       sharded=_sharded(named))
+                       sharded=_sharded(named), own_compile=_own_compile(options))
 
     def _lrs(self, spec, plans):
         # each parameter's lr: with a schedule, the factor LambdaLR multiplies by
@@ -124,6 +124,11 @@ class TorchBackend(Backend):
                              "(clipping, centralization, loss scale) would see each rank's "
                              "shard, not the whole gradient; refused (clip with "
                              "torch.nn.utils.clip_grad_norm_, which reduces across shards)")
+        if context.own_compile is not None:
+            raise ValueError(f"build: options compile={context.own_compile!r} is for the own "
+                             f"implementation; this spec runs natively ({decision.native}), "
+                             "whose implementation flags are the class's own (foreach, "
+                             "fused, ...)")
         params = [p for _, p in named]
         skipped: list[bool] = []
         optimizer, group_specs = native_optimizer(decision.native_class, decision.lowering,
@@ -148,7 +153,9 @@ class TorchBackend(Backend):
         offload = getattr(spec, "state_device", None) == "host"
         optimizer = SpecOptimizer([p for _, p in named], spec, plans, self._lrs(spec, plans),
                                   offload=offload, skipped=skipped,
-                                  exchange=self._exchange(spec, context))
+                                  exchange=self._exchange(spec, context),
+                                  compile="auto" if context.own_compile is None
+                                  else context.own_compile)
         return optimizer, _scheduler(spec, optimizer), skipped
 
     def native_state(self, record, optimizer, p, spec):
@@ -212,3 +219,13 @@ def _sharded(named) -> tuple[str, ...]:
         return ()
     return tuple(name or f"#{i}" for i, (name, p) in enumerate(named)
                  if isinstance(p, DTensor))
+
+
+def _own_compile(options: dict):
+    """``options["compile"]`` (taken out of the native class's options), checked; None
+    when not given."""
+    if "compile" not in options:
+        return None
+    from .compiled import check_mode
+
+    return check_mode(options.pop("compile"))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from unified_opt.pre_step import prepare_gradients
 
+from .compiled import check_mode, compilable, first_compiled_step, kernel
 from .offload import HostStaging, keep_state_on_host
 from .ops import torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
@@ -36,13 +39,18 @@ class SpecOptimizer(torch.optim.Optimizer):
     ``spec.exchange_step`` with this process as one worker, and the exchange sums over
     the ranks.
 
+    ``compile`` ("auto", True, False; ``uo.build(..., options={"compile": ...})``): from
+    which step each parameter's update runs as one compiled in-place kernel of the same
+    spec update (:mod:`.compiled`: "auto" compiles once the eager steps would have cost
+    about one compile, at the same step on every rank).
+
     With ``offload=True`` the state lives in host memory and the update runs there on
     host copies of the parameter and gradient; only the new value goes back to the
     parameter's device (see :mod:`.offload`).
     """
 
     def __init__(self, params, spec, plans, lrs, offload: bool = False,
-                 skipped: list | None = None, exchange=None):
+                 skipped: list | None = None, exchange=None, compile="auto"):
         params, plans, lrs = list(params), list(plans), list(lrs)
         parts = partition([(plan.spec, lr) for plan, lr in zip(plans, lrs)])
         super().__init__([{"params": [params[i] for i in indices], "lr": lrs[indices[0]]}
@@ -62,6 +70,11 @@ class SpecOptimizer(torch.optim.Optimizer):
         self.exchange = exchange
         if offload:
             self.register_load_state_dict_post_hook(keep_state_on_host)
+        # the step from which updates run compiled (.compiled: the same step on every rank)
+        self.compile = check_mode(compile)
+        self._compiled_from = (math.inf if offload or exchange is not None else
+                               first_compiled_step(self.compile, sum(p.numel() for p in params)))
+        self._owned: set[int] = set()      # parameters whose state tensors own their memory
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -89,6 +102,9 @@ class SpecOptimizer(torch.optim.Optimizer):
             state[STEP] += 1
             arrays = {k: a for k, a in state.items() if k != STEP}
             lr, step = self.param_groups[g]["lr"], int(state[STEP].item())
+            if step >= self._compiled_from and compilable(spec, value):
+                self._step_compiled(p, value, grad, spec, state, lr, step)
+                continue
             if self.exchange is None:
                 new_p, new_state = spec.update(value, grad, arrays, lr=lr, step=step,
                                                ops=torch_ops)
@@ -108,6 +124,18 @@ class SpecOptimizer(torch.optim.Optimizer):
             self.exchange.stats["steps"] += 1
         self.skipped.append(False)
         return loss
+
+    def _step_compiled(self, p, value, grad, spec, state, lr, step) -> None:
+        """The spec's update as one compiled in-place kernel (:mod:`.compiled`)."""
+        if id(p) not in self._owned:
+            # the eager update may have left a state tensor aliasing the gradient or
+            # another state tensor (a previous gradient kept as is): the kernel writes
+            # in place, so each gets memory of its own once
+            for key, array in list(state.items()):
+                if key != STEP:
+                    state[key] = array.clone(memory_format=torch.contiguous_format)
+            self._owned.add(id(p))
+        kernel(spec)(value, grad, {k: a for k, a in state.items() if k != STEP}, lr, step)
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}

@@ -1,0 +1,88 @@
+"""torch's own path compiled (``options={"compile": True}``: the spec's update traced by
+``torch.compile`` into in-place Inductor kernels, ``backends/torch/compiled.py``): the
+algorithms torch has no native class for follow the float64 oracle within the
+conformance noise floor on the standard parameter set (kernel sizes 1 to 4225, 1-D to
+3-D, a 0-size tensor) and the adversarial gradient stream, including an lr schedule
+(symbolic: no recompile per step). The "auto" rule's switch step; refusals."""
+
+import math
+
+import numpy as np
+import pytest
+from support import judge
+
+import unified_opt as uo
+from unified_opt.conformance.cases import Case
+from unified_opt.conformance.trajectory import Recorder
+from unified_opt.schedules import Cosine
+
+torch = pytest.importorskip("torch")
+from torch._dynamo.utils import counters  # noqa: E402
+
+from unified_opt.backends.torch import compiled  # noqa: E402
+from unified_opt.conformance.drivers.torch import TorchDriver  # noqa: E402
+
+COSINE = Cosine(lr=0.02, T_max=50, eta_min=0.001)
+#: specs torch runs by the own implementation only (and Adam with eps_hat, own there too)
+SPECS = {
+    "came": uo.CAME(lr=COSINE, weight_decay=0.01),
+    "lamb": uo.Lamb(lr=0.01, weight_decay=0.01),
+    "lars": uo.LARS(lr=0.1, weight_decay=1e-3),
+    "lion": uo.Lion(lr=COSINE, weight_decay=0.1),
+    "adafactor": uo.Adafactor(lr=0.01),
+    "adam_eps_hat": uo.Adam(lr=COSINE, eps=1e-3, eps_placement="eps_hat"),
+}
+
+
+def _run(spec, compile_mode):
+    case = Case(id=f"compiled_{spec.name}", spec=spec, steps=50)
+    driver = TorchDriver(spec, case.initial_params(), path="own",
+                         options={"compile": compile_mode})
+    assert driver.decision.path == "own"
+    recorder = Recorder()
+    for t in range(case.steps):
+        lr = driver.step(case.gradients(t))
+        recorder.add(lr, driver.params_numpy(), driver.state_numpy())
+    return case, driver, recorder.trajectory()
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_compiled_update_follows_the_oracle(name):
+    graphs = counters["stats"]["unique_graphs"]
+    case, driver, trajectory = _run(SPECS[name], True)
+    result = judge(trajectory, case)
+    assert result.passed, f"{name} compiled: {result.detail}"
+    assert driver.optimizer._compiled_from == 1
+    assert counters["stats"]["unique_graphs"] > graphs      # Dynamo did compile it
+
+
+def test_compiled_and_eager_are_the_same_update():
+    """The control: the same run eager passes too, and the two differ only by rounding
+    (neither is a copy of the other)."""
+    case, _, compiled_run = _run(SPECS["lamb"], True)
+    _, _, eager_run = _run(SPECS["lamb"], False)
+    assert judge(eager_run, case).passed
+    w_c, w_e = compiled_run.params["w"][-1], eager_run.params["w"][-1]
+    np.testing.assert_allclose(w_c, w_e, rtol=1e-4, atol=1e-6)
+
+
+def test_auto_compiles_after_about_one_compile_of_eager_steps():
+    assert compiled.first_compiled_step("auto", 4096 * 4096) == 20
+    assert compiled.first_compiled_step("auto", 2**20) == 318
+    assert compiled.first_compiled_step("auto", 4433) > 50_000
+    assert compiled.first_compiled_step(True, 10) == 1
+    assert compiled.first_compiled_step(False, 10**9) == math.inf
+    p = torch.nn.Parameter(torch.zeros(4096, 4096))
+    assert uo.build(uo.CAME(), [p])._compiled_from == 20
+
+
+def test_bad_compile_options_are_refused_before_anything_is_built():
+    p = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match=r"options compile must be one of \('auto', True, "
+                                         r"False\), got 'yes'"):
+        uo.build(uo.CAME(), [p], options={"compile": "yes"})
+    with pytest.raises(ValueError, match="got 1"):
+        uo.build(uo.CAME(), [p], options={"compile": 1})
+    with pytest.raises(ValueError, match=r"compile=True is for the own implementation; this "
+                                         r"spec runs natively \(torch.optim.AdamW\)"):
+        uo.build(uo.AdamW(), [p], options={"compile": True})
