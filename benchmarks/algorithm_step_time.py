@@ -1,0 +1,159 @@
+"""Every algorithm's step against the framework's fastest native Adam, and against the
+peer libraries a torch user would otherwise pick.
+
+    python benchmarks/algorithm_step_time.py [--backends torch,paddle,mindspore]
+                                             [--repeats 7] [--out benchmarks/results]
+
+torch: one 4096x4096 float32 parameter; baseline ``torch.optim.Adam(fused=True)``. Each
+algorithm's uo step eagerly (``options={"compile": False}``) and compiled
+(``{"compile": True}``, measured after its compile, whose seconds are reported), and
+the peers' classes of that algorithm (pytorch-optimizer, came-pytorch,
+torch-optimizer). Paddle and MindSpore (PyNative): one 2048x2048 parameter; baseline
+the fastest native Adam (``paddle.optimizer.Adam``; MindSpore ``nn.Adam``); each
+algorithm's uo step (the own path where no native class computes it).
+
+Every measurement runs in a process of its own (one framework per process; the peak
+memory is that process's): the median of ``--repeats`` timed steps after two untimed
+ones, and the peak resident memory the steps added beyond the parameter and its
+gradient (state and temporaries, MB). Ratios are against the baseline measured in the
+same run. Writes ``OUT/algorithm_step_time.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from step_time import Harness  # this folder's: parameters, gradients, a step
+
+SIZES = {"torch": (4096, 4096), "paddle": (2048, 2048), "mindspore": (2048, 2048)}
+BASELINES = {"torch": ("torch.optim.Adam", {"lr": 1e-3, "fused": True}),
+             "paddle": ("paddle.optimizer.Adam", {"learning_rate": 1e-3}),
+             "mindspore": ("mindspore.nn.Adam", {"learning_rate": 1e-3})}
+#: uo specs, as ``uo.<expression>``
+ALGORITHMS = {"adam": "Adam(lr=1e-3)", "adamw": "AdamW(lr=1e-3, weight_decay=0.01)",
+              "came": "CAME(lr=1e-4)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
+              "lars": "LARS(lr=0.1, weight_decay=1e-4)", "lion": "Lion(lr=1e-4)",
+              "adafactor": "Adafactor(lr=1e-3)"}
+#: torch peers per algorithm: (qualified class, kwargs)
+PEERS = {
+    "adam": [("torch.optim.Adam", {"lr": 1e-3})],
+    "adamw": [("torch.optim.AdamW", {"lr": 1e-3, "weight_decay": 0.01, "fused": True})],
+    "came": [("pytorch_optimizer.CAME", {"lr": 1e-4}), ("came_pytorch.CAME", {"lr": 1e-4})],
+    "lamb": [("pytorch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01}),
+             ("torch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01})],
+    "lars": [("pytorch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4}),
+             ("torch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4})],
+    "lion": [("pytorch_optimizer.Lion", {"lr": 1e-4})],
+    "adafactor": [("pytorch_optimizer.AdaFactor", {"lr": 1e-3}),
+                  ("torch_optimizer.Adafactor", {"lr": 1e-3})],
+}
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(backend: str, what: str, repeats: int) -> dict:
+    """In this process: ``what`` is ``native|<qualified>|<json kwargs>`` or
+    ``uo|<spec expression>|<compile option as JSON>``; returns the timings."""
+    kind, target, extra = what.split("|")
+    harness = Harness(backend)
+    named = harness.params([SIZES[backend]])
+    grads = harness.grads(named)          # set once: every step sees the same gradient
+    before = _rss_mb()
+    started = time.perf_counter()
+    if kind == "uo":
+        import unified_opt as uo
+
+        options = {"compile": json.loads(extra)} if backend == "torch" else {}
+        opt = uo.build(eval("uo." + target), named, options=options)  # noqa: S307
+    else:
+        opt = harness.hand_built(target, json.loads(extra), named)
+
+    def step():
+        harness.step(opt, grads)
+
+    step()
+    first = time.perf_counter() - started
+    step()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return {"ms": round(statistics.median(times) * 1000, 2),
+            "first_step_s": round(first, 2), "peak_extra_mb": round(_rss_mb() - before, 1)}
+
+
+def _run(backend: str, what: str, repeats: int) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--measure", backend, what,
+                          "--repeats", str(repeats)], capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def rows_of(backend: str, repeats: int) -> list[dict]:
+    base_name, base_kwargs = BASELINES[backend]
+    base = _run(backend, f"native|{base_name}|{json.dumps(base_kwargs)}", repeats)
+    rows = [{"backend": backend, "algorithm": "adam", "what": f"{base_name} (baseline)",
+             **base}]
+    for algorithm, expression in ALGORITHMS.items():
+        modes = ["false", "true"] if backend == "torch" else ["null"]
+        for mode in modes:
+            label = {"false": "uo (eager)", "true": "uo (compiled)", "null": "uo"}[mode]
+            rows.append({"backend": backend, "algorithm": algorithm, "what": label,
+                         **_run(backend, f"uo|{expression}|{mode}", repeats)})
+        for qualified, kwargs in PEERS.get(algorithm, []) if backend == "torch" else []:
+            if importlib.util.find_spec(qualified.split(".")[0]) is None:
+                continue
+            rows.append({"backend": backend, "algorithm": algorithm, "what": qualified,
+                         **_run(backend, f"native|{qualified}|{json.dumps(kwargs)}",
+                                repeats)})
+    for row in rows:
+        if "ms" in row and "ms" in base:
+            row["ratio"] = round(row["ms"] / base["ms"], 2)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["| backend | algorithm | step | ms | × fastest native Adam | first step s "
+             "(incl. compile) | peak extra MB |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['backend']} | {r['algorithm']} | {r['what']} | "
+                     f"{r.get('ms', r.get('error'))} | {r.get('ratio', '')} | "
+                     f"{r.get('first_step_s', '')} | {r.get('peak_extra_mb', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backends", default="torch,paddle,mindspore")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--measure", nargs=2, metavar=("BACKEND", "WHAT"))
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(*args.measure, args.repeats)))
+        return
+    rows = []
+    for backend in args.backends.split(","):
+        if importlib.util.find_spec(backend) is None:
+            continue
+        rows += rows_of(backend, args.repeats)
+        print(markdown(rows), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "algorithm_step_time.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / "algorithm_step_time.md").write_text(markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
