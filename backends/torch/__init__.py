@@ -78,7 +78,15 @@ class TorchBackend(Backend):
 
     def notes(self, decision, spec, context):
         """How a native build runs the spec's parts that lie outside the native class."""
+        from unified_opt.native import import_native
+
+        from .native import fast_flags
+
         parts = []
+        if context.plans is not None and fast_flags(import_native(decision.native), context):
+            parts.append(f"{decision.native} runs its fused kernel (fused=True: the same "
+                         "update in one pass per tensor; options fused=False or foreach "
+                         "choose another)")
         if has_pre_step(spec):
             parts.append("the gradient pre-step (loss_scale, skip_nonfinite, grad_clip, "
                          "grad_centralization: unified_opt.pre_step) runs in a step pre-hook "
@@ -115,7 +123,9 @@ class TorchBackend(Backend):
         return [plan.lr(1.0 if scheduled else spec.lr) for plan in plans]
 
     def build_native(self, decision, spec, named, plans, context):
-        from .native import native_optimizer
+        from unified_opt.native import import_native
+
+        from .native import fast_flags, native_optimizer
         from .steps import NativeStepHooks
 
         if context.sharded and has_pre_step(spec):
@@ -131,9 +141,10 @@ class TorchBackend(Backend):
                              "fused, ...)")
         params = [p for _, p in named]
         skipped: list[bool] = []
+        flags = fast_flags(import_native(decision.native), context)
         optimizer, group_specs = native_optimizer(decision.native_class, decision.lowering,
                                                   params, plans, self._lrs(spec, plans),
-                                                  context.options)
+                                                  {**context.options, **flags})
         NativeStepHooks(optimizer, spec, decision.lowering, params, plans, group_specs,
                         skipped)
         return optimizer, _scheduler(spec, optimizer), skipped

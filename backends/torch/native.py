@@ -18,6 +18,29 @@ def check_options(cls, options: dict, hyperparameters: dict) -> None:
                          f"{sorted(accepted - set(hyperparameters))}")
 
 
+#: devices and dtypes torch's fused optimizer kernels take (torch 2.13: CPU and CUDA)
+FUSED_DEVICES = ("cpu", "cuda")
+FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+
+
+def fast_flags(cls, context) -> dict:
+    """The implementation flag ``uo.build`` sets where the options set none: ``fused=True``
+    for the classes with a fused kernel (SGD, Adam, AdamW, Adagrad), on CPU and CUDA,
+    floating dtypes, unsharded parameters. The fused kernel computes the class's update
+    in one pass per tensor (bias corrections in double, as the reference does); it
+    passes the conformance suite like the for-loop it replaces and steps 5x faster on
+    CPU for Adam (4096x4096 float32, benchmarks/results/algorithm_step_time.md). The
+    for-loop stays where the options name ``fused`` or ``foreach``."""
+    if "fused" not in inspect.signature(cls.__init__).parameters or \
+            {"fused", "foreach"} & set(context.options) or context.sharded:
+        return {}
+    devices = set(context.device.split(",")) if context.device else set()
+    if not devices or not devices <= set(FUSED_DEVICES) or \
+            not set(context.dtypes) <= set(FUSED_DTYPES):
+        return {}
+    return {"fused": True}
+
+
 def native_optimizer(cls_info, lowering, params, plans, lrs, options):
     """``cls_info.name`` over ``params``, one param group per distinct (hyperparameters, lr)
     of the parameters' plans (e.g. weight_decay 0 for names in ``no_decay_names`` or a

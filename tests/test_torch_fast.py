@@ -1,9 +1,11 @@
-"""torch's own path compiled (``options={"compile": True}``: the spec's update traced by
-``torch.compile`` into in-place Inductor kernels, ``backends/torch/compiled.py``): the
-algorithms torch has no native class for follow the float64 oracle within the
-conformance noise floor on the standard parameter set (kernel sizes 1 to 4225, 1-D to
-3-D, a 0-size tensor) and the adversarial gradient stream, including an lr schedule
-(symbolic: no recompile per step). The "auto" rule's switch step; refusals."""
+"""torch's fast paths. The own path compiled (``options={"compile": True}``: the spec's
+update traced by ``torch.compile`` into in-place Inductor kernels,
+``backends/torch/compiled.py``): the algorithms torch has no native class for follow the
+float64 oracle within the conformance noise floor on the standard parameter set (kernel
+sizes 1 to 4225, 1-D to 3-D, a 0-size tensor) and the adversarial gradient stream,
+including an lr schedule (symbolic: no recompile per step). The "auto" rule's switch
+step; refusals. The native classes with a fused kernel run it by default (the
+conformance suite runs them so); options that choose an implementation keep theirs."""
 
 import math
 
@@ -86,3 +88,41 @@ def test_bad_compile_options_are_refused_before_anything_is_built():
     with pytest.raises(ValueError, match=r"compile=True is for the own implementation; this "
                                          r"spec runs natively \(torch.optim.AdamW\)"):
         uo.build(uo.AdamW(), [p], options={"compile": True})
+
+
+def test_native_classes_with_a_fused_kernel_run_it_and_explain_says_so():
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    for spec, name in [(uo.AdamW(), "AdamW"), (uo.Adam(), "Adam"),
+                       (uo.SGD(lr=0.1, momentum=0.9), "SGD"), (uo.Adagrad(), "Adagrad")]:
+        optimizer = uo.build(spec, p)
+        assert type(optimizer).__name__ == name and optimizer.defaults["fused"] is True
+        assert f"torch.optim.{name} runs its fused kernel (fused=True" in \
+            uo.explain(optimizer).reason
+    assert uo.build(uo.NAdam(), p).defaults.get("fused") is None      # no fused NAdam
+
+
+def test_options_that_choose_an_implementation_keep_it():
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    for options in ({"foreach": False}, {"foreach": True}, {"fused": False}):
+        optimizer = uo.build(uo.AdamW(), p, options=options)
+        assert not optimizer.defaults["fused"]
+        assert "fused kernel" not in uo.explain(optimizer).reason
+    doubles = [torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))]
+    assert uo.build(uo.AdamW(), doubles).defaults["fused"] is True
+
+
+def test_the_fused_kernel_follows_the_for_loop_within_rounding():
+    """The control for the default: 30 steps of AdamW fused and for-loop on the same
+    gradients agree to float32 rounding, and are not the same tensor."""
+    torch.manual_seed(0)
+    start, grads = torch.randn(65, 65), [torch.randn(65, 65) for _ in range(30)]
+    finals = []
+    for options in ({}, {"foreach": False}):
+        p = torch.nn.Parameter(start.clone())
+        optimizer = uo.build(uo.AdamW(lr=1e-2, weight_decay=0.1), [p], options=options)
+        for g in grads:
+            p.grad = g.clone()
+            optimizer.step()
+        finals.append(p.detach())
+    torch.testing.assert_close(finals[0], finals[1], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(finals[0], start)
