@@ -21,6 +21,7 @@ from pathlib import Path
 
 import unified_opt as uo
 from unified_opt.conformance.cases import Case
+from unified_opt.conformance.rank_process import join
 from unified_opt.conformance.trajectory import Recorder
 
 
@@ -107,16 +108,8 @@ def run_paddle(case: Case, rank: int, out: Path, engine: str) -> None:
 
 
 def main(framework: str, job_file: str, out: str) -> None:
-    if framework == "torch":
-        import torch.distributed as dist
-
-        dist.init_process_group("gloo")
-        rank, run = dist.get_rank(), run_torch
-    else:
-        import paddle.distributed as dist
-
-        dist.init_parallel_env()
-        rank, run = dist.get_rank(), run_paddle
+    rank = join(framework)
+    run = run_torch if framework == "torch" else run_paddle
     for engine, case in json.loads(Path(job_file).read_text())["runs"]:
         run(Case.from_dict(case), rank, Path(out), engine)
 

@@ -13,10 +13,7 @@ shards, are refused naming the parameters."""
 
 import dataclasses
 import json
-import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +23,7 @@ from support import installed_frameworks
 import unified_opt as uo
 from unified_opt.conformance.cases import Case
 from unified_opt.conformance.compare import compare
+from unified_opt.conformance.distributed import launch_environment, launcher
 from unified_opt.conformance.trajectory import Recorder, Trajectory, floor_trajectories
 from unified_opt.ops import numpy_ops
 from unified_opt.reference import Reference
@@ -65,12 +63,6 @@ def averaged_trajectory(spec, case, dtype="float64", ops=numpy_ops):
     return recorder.trajectory()
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("dp")
@@ -81,15 +73,11 @@ def runs(tmp_path_factory):
         job = out / "job.json"
         runs = RUNS[framework] + (REFUSED if framework == "torch" else [])
         job.write_text(json.dumps({"runs": [(e, c.to_dict()) for e, c in runs]}))
-        launcher = ([sys.executable, "-m", "torch.distributed.run",
-                     f"--nproc_per_node={RANKS}", f"--master_port={_port()}"]
-                    if framework == "torch" else
-                    [sys.executable, "-m", "paddle.distributed.launch",
-                     f"--nproc_per_node={RANKS}", f"--log_dir={out / 'logs'}"])
-        env = {k: v for k, v in os.environ.items() if k != "WORLD_SIZE"}
         processes[framework] = subprocess.Popen(
-            launcher + [str(RANK_SCRIPT), framework, str(job), str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            launcher(framework, RANKS, out / "logs")
+            + [str(RANK_SCRIPT), framework, str(job), str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=launch_environment())
     for framework, process in processes.items():
         text, _ = process.communicate(timeout=600)
         logs = "".join(p.read_text(errors="replace")
