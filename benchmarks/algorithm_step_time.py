@@ -5,18 +5,19 @@ peer libraries a torch user would otherwise pick.
                                              [--repeats 7] [--out benchmarks/results]
 
 torch: one 4096x4096 float32 parameter; baseline ``torch.optim.Adam(fused=True)``. Each
-algorithm's uo step eagerly (``options={"compile": False}``) and compiled
-(``{"compile": True}``, measured after its compile, whose seconds are reported), and
+algorithm's uo step eagerly (``path="own", options={"compile": False}``) and compiled
+(``{"compile": True}``, measured after its compile, whose seconds are reported), the
+default build (the native class where one computes the spec), and
 the peers' classes of that algorithm (pytorch-optimizer, came-pytorch,
 torch-optimizer). Paddle and MindSpore (PyNative): one 2048x2048 parameter; baseline
 the fastest native Adam (``paddle.optimizer.Adam``; MindSpore ``nn.Adam``); each
 algorithm's uo step (the own path where no native class computes it).
 
-Every measurement runs in a process of its own (one framework per process; the peak
-memory is that process's): the median of ``--repeats`` timed steps after two untimed
-ones, and the peak resident memory the steps added beyond the parameter and its
-gradient (state and temporaries, MB). Ratios are against the baseline measured in the
-same run. Writes ``OUT/algorithm_step_time.json`` and ``.md``.
+Every measurement runs in a process of its own (one framework per process): the median
+of ``--repeats`` timed steps after two untimed ones. Ratios are against the baseline
+measured in the same run. "step peak MB": how far the resident memory rose above its
+size before the timed steps while they ran (each step's temporaries). Writes
+``OUT/algorithm_step_time.json`` and ``.md``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -57,8 +57,17 @@ PEERS = {
 }
 
 
-def _rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def _status_mb(field: str) -> float:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> None:
+    """Start ``VmHWM`` again from the resident size now (Linux: clear_refs 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 def measure(backend: str, what: str, repeats: int) -> dict:
@@ -68,13 +77,13 @@ def measure(backend: str, what: str, repeats: int) -> dict:
     harness = Harness(backend)
     named = harness.params([SIZES[backend]])
     grads = harness.grads(named)          # set once: every step sees the same gradient
-    before = _rss_mb()
     started = time.perf_counter()
     if kind == "uo":
         import unified_opt as uo
 
-        options = {"compile": json.loads(extra)} if backend == "torch" else {}
-        opt = uo.build(eval("uo." + target), named, options=options)  # noqa: S307
+        mode = json.loads(extra)        # None: the default build; else the own path's
+        own = {} if mode is None else {"path": "own", "options": {"compile": mode}}
+        opt = uo.build(eval("uo." + target), named, **own)  # noqa: S307
     else:
         opt = harness.hand_built(target, json.loads(extra), named)
 
@@ -84,13 +93,15 @@ def measure(backend: str, what: str, repeats: int) -> dict:
     step()
     first = time.perf_counter() - started
     step()
+    resident = _status_mb("VmRSS")
+    _reset_peak()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return {"ms": round(statistics.median(times) * 1000, 2),
-            "first_step_s": round(first, 2), "peak_extra_mb": round(_rss_mb() - before, 1)}
+    return {"ms": round(statistics.median(times) * 1000, 2), "first_step_s": round(first, 2),
+            "step_peak_mb": round(_status_mb("VmHWM") - resident, 1)}
 
 
 def _run(backend: str, what: str, repeats: int) -> dict:
@@ -107,9 +118,10 @@ def rows_of(backend: str, repeats: int) -> list[dict]:
     rows = [{"backend": backend, "algorithm": "adam", "what": f"{base_name} (baseline)",
              **base}]
     for algorithm, expression in ALGORITHMS.items():
-        modes = ["false", "true"] if backend == "torch" else ["null"]
+        modes = ["null", "false", "true"] if backend == "torch" else ["null"]
         for mode in modes:
-            label = {"false": "uo (eager)", "true": "uo (compiled)", "null": "uo"}[mode]
+            label = {"null": "uo (default build)", "false": "uo own, eager",
+                     "true": "uo own, compiled"}[mode]
             rows.append({"backend": backend, "algorithm": algorithm, "what": label,
                          **_run(backend, f"uo|{expression}|{mode}", repeats)})
         for qualified, kwargs in PEERS.get(algorithm, []) if backend == "torch" else []:
@@ -126,11 +138,11 @@ def rows_of(backend: str, repeats: int) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["| backend | algorithm | step | ms | × fastest native Adam | first step s "
-             "(incl. compile) | peak extra MB |", "|---|---|---|---|---|---|---|"]
+             "(incl. compile) | step peak MB |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['algorithm']} | {r['what']} | "
                      f"{r.get('ms', r.get('error'))} | {r.get('ratio', '')} | "
-                     f"{r.get('first_step_s', '')} | {r.get('peak_extra_mb', '')} |")
+                     f"{r.get('first_step_s', '')} | {r.get('step_peak_mb', '')} |")
     return "\n".join(lines) + "\n"
 
 
