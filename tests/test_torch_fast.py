@@ -126,3 +126,25 @@ def test_the_fused_kernel_follows_the_for_loop_within_rounding():
         finals.append(p.detach())
     torch.testing.assert_close(finals[0], finals[1], rtol=1e-5, atol=1e-6)
     assert not torch.equal(finals[0], start)
+
+
+def test_the_topk_mask_selects_what_the_numpy_binding_selects():
+    """DGC's top-k on torch takes the k-th largest value and fills ties up to k by the
+    lowest index (no full sort); on ties, infinities, NaN and every k it selects the
+    elements numpy's stable sort selects."""
+    from unified_opt.backends.torch.ops import torch_ops
+    from unified_opt.ops import numpy_ops
+
+    rng = np.random.default_rng(0)
+    levels = np.array([0.0, 1.0, 2.0, 3.5, np.inf, np.nan])
+    for trial in range(400):
+        n = int(rng.integers(1, 120))
+        a = (rng.choice(levels[:5 + trial % 2], size=n) if trial % 3 else
+             rng.standard_normal(n)).astype(np.float32)
+        for k in (0, 1, int(rng.integers(0, n + 1)), n - 1, n):
+            expected = numpy_ops.topk_mask(a, k)
+            got = torch_ops.topk_mask(torch.from_numpy(a), k).numpy()
+            if np.isnan(a).any():      # torch's sort puts NaN first, numpy's last
+                assert got.sum() == expected.sum() == max(0, min(k, n))
+                continue
+            np.testing.assert_array_equal(got, expected, err_msg=f"{a} k={k}")

@@ -51,10 +51,21 @@ class TorchOps(Ops):
 
     def topk_mask(self, x, k):
         flat = x.reshape(-1)
-        # a stable descending sort: ties keep the lower index first, as numpy's binding
-        order = torch.sort(flat, descending=True, stable=True).indices[:k]
-        mask = torch.zeros(flat.shape, dtype=torch.bool, device=x.device)
-        mask[order] = True
+        if k <= 0 or k >= flat.numel() or bool(torch.isnan(flat).any()):
+            # a stable descending sort: ties keep the lower index first, as numpy's
+            # binding (and NaN first, where torch's sort puts it)
+            order = torch.sort(flat, descending=True, stable=True).indices[:k]
+            mask = torch.zeros(flat.shape, dtype=torch.bool, device=x.device)
+            mask[order] = True
+            return mask.reshape(x.shape)
+        # the same selection without sorting everything: the k-th largest value, all
+        # elements above it, then the lowest-index elements equal to it up to k
+        # (DGC keeps 1 in 1000: a sort of 4M elements took 0.5 s of a 0.6 s step)
+        threshold = torch.topk(flat, k, sorted=False).values.min()
+        mask = flat > threshold
+        missing = k - int(mask.sum())
+        if missing:
+            mask[torch.nonzero(flat == threshold).reshape(-1)[:missing]] = True
         return mask.reshape(x.shape)
 
 
