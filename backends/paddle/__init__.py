@@ -86,6 +86,10 @@ class PaddleBackend(Backend):
     def context(self, spec, named, plans, options):
         import paddle
 
+        from .to_static import check_dynamic_mode, run_eagerly_under_to_static
+
+        check_dynamic_mode(paddle)
+        run_eagerly_under_to_static()
         for name, p in named:
             _check_parameter(name, p, spec, paddle)
         names = [name if name is not None else p.name for name, p in named]
