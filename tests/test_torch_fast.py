@@ -8,6 +8,7 @@ step; refusals. The native classes with a fused kernel run it by default (the
 conformance suite runs them so); options that choose an implementation keep theirs."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -148,3 +149,41 @@ def test_the_topk_mask_selects_what_the_numpy_binding_selects():
                 assert got.sum() == expected.sum() == max(0, min(k, n))
                 continue
             np.testing.assert_array_equal(got, expected, err_msg=f"{a} k={k}")
+
+
+def test_auto_runs_eagerly_after_a_warning_where_inductor_cannot_compile(monkeypatch):
+    """No C++ compiler (planted: Inductor's CPU compile raises): "auto" warns once and
+    keeps stepping eagerly with the same numbers; compile=True raises."""
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    def failing(spec):
+        def kernel(*args):
+            raise BackendCompilerFailed(lambda *a: None, RuntimeError("no C++ compiler"),
+                                        None)
+        return kernel
+
+    monkeypatch.setattr("unified_opt.backends.torch.optimizer.kernel", failing)
+    case = Case(id="no_compiler", spec=SPECS["lion"], steps=50)
+    grads = [case.gradients(t) for t in range(3)]
+    finals = []
+    for mode in (False, "auto"):
+        params = {n: torch.nn.Parameter(torch.from_numpy(a))
+                  for n, a in case.initial_params().items()}
+        optimizer = uo.build(case.spec, list(params.items()), options={"compile": mode})
+        optimizer._compiled_from = 1 if mode == "auto" else math.inf
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for g in grads:
+                for n, p in params.items():
+                    p.grad = torch.from_numpy(g[n])
+                optimizer.step()
+        finals.append({n: p.detach().clone() for n, p in params.items()})
+        assert len(caught) == (1 if mode == "auto" else 0)
+    assert "could not compile the lion update" in str(caught[0].message)
+    for name in finals[0]:
+        assert torch.equal(finals[0][name], finals[1][name])
+    strict = uo.build(case.spec, [torch.nn.Parameter(torch.zeros(3))],
+                      options={"compile": True})
+    strict.param_groups[0]["params"][0].grad = torch.ones(3)
+    with pytest.raises(BackendCompilerFailed):
+        strict.step()

@@ -23,6 +23,10 @@ When to compile (``uo.build(..., options={"compile": ...})`` on the own path):
   process's compile of the same kernel several times faster.
 * ``True``: from the first step; ``False``: never.
 
+Where Inductor cannot compile (no C++ compiler on a CPU machine: ``BackendCompilerFailed``
+at the first compiled step), "auto" warns once and goes on eagerly, the same update;
+``True`` raises the error.
+
 Not compiled (eager, whatever the option): specs whose hyperparameters change per step
 (``spec.varies_per_step()``: each step would be a new kernel), a data-parallel spec in
 a process group (its exchange runs collectives between the update's halves), host

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -102,8 +103,8 @@ class SpecOptimizer(torch.optim.Optimizer):
             state[STEP] += 1
             arrays = {k: a for k, a in state.items() if k != STEP}
             lr, step = self.param_groups[g]["lr"], int(state[STEP].item())
-            if step >= self._compiled_from and compilable(spec, value):
-                self._step_compiled(p, value, grad, spec, state, lr, step)
+            if step >= self._compiled_from and compilable(spec, value) and \
+                    self._step_compiled(p, value, grad, spec, state, lr, step):
                 continue
             if self.exchange is None:
                 new_p, new_state = spec.update(value, grad, arrays, lr=lr, step=step,
@@ -125,8 +126,10 @@ class SpecOptimizer(torch.optim.Optimizer):
         self.skipped.append(False)
         return loss
 
-    def _step_compiled(self, p, value, grad, spec, state, lr, step) -> None:
-        """The spec's update as one compiled in-place kernel (:mod:`.compiled`)."""
+    def _step_compiled(self, p, value, grad, spec, state, lr, step) -> bool:
+        """The spec's update as one compiled in-place kernel (:mod:`.compiled`); False
+        when "auto" could not compile it (then this and later steps run eagerly, the
+        same update, after a warning). With ``compile=True`` the failure is raised."""
         if id(p) not in self._owned:
             # the eager update may have left a state tensor aliasing the gradient or
             # another state tensor (a previous gradient kept as is): the kernel writes
@@ -135,7 +138,18 @@ class SpecOptimizer(torch.optim.Optimizer):
                 if key != STEP:
                     state[key] = array.clone(memory_format=torch.contiguous_format)
             self._owned.add(id(p))
-        kernel(spec)(value, grad, {k: a for k, a in state.items() if k != STEP}, lr, step)
+        try:
+            kernel(spec)(value, grad, {k: a for k, a in state.items() if k != STEP}, lr, step)
+        except torch._dynamo.exc.BackendCompilerFailed as error:   # compiling, not stepping
+            if self.compile is True:
+                raise
+            warnings.warn(f"SpecOptimizer: compile='auto' could not compile the "
+                          f"{spec.name} update ({type(error).__name__}: "
+                          f"{str(error).splitlines()[0]}); it runs eagerly, the same update",
+                          RuntimeWarning, stacklevel=3)
+            self._compiled_from = math.inf
+            return False
+        return True
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}
