@@ -214,3 +214,14 @@ def worker_runs(cases, out, backends=None) -> WorkerRuns:
     report = runner.run(cases, backends, out, jobs=1, keep_trajectories=True,
                         progress=lambda line: None, timeout=1800)
     return WorkerRuns(report, out)
+
+
+def with_built_flags(native, built):
+    """``native`` (a :class:`Native` built by hand) with the implementation flag
+    ``uo.build`` chose for the same class: torch's fused kernel (SGD, Adam, AdamW,
+    Adagrad run it by default), so that bit-identity compares like with like."""
+    import dataclasses
+
+    if getattr(built.optimizer, "defaults", {}).get("fused") and "fused" not in native.kwargs:
+        return dataclasses.replace(native, kwargs={**native.kwargs, "fused": True})
+    return native

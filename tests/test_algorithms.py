@@ -17,12 +17,18 @@ Backends run in this process (conftest imports mindspore first), one per test.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from algorithms import ALGORITHMS, HAND_PARAMS, STEPS
 from conftest import require
-from support import PARAMS, Run, assert_bit_identical, assert_passes, case_of, follow
+from support import (
+    PARAMS,
+    Run,
+    assert_bit_identical,
+    assert_passes,
+    case_of,
+    follow,
+    with_built_flags,
+)
 
 import unified_opt as uo
 from unified_opt.backend import BACKENDS, load
@@ -175,12 +181,8 @@ def test_native_row_follows_the_oracle_and_the_class_built_by_hand(name, index):
             pytest.skip(f"{hand.row_class} has no kernel here: {unmet}")
         raise AssertionError(f"uo.build chose {built.decision.native}, not "
                              f"{hand.row_class}:\n{built.decision}")
-    native = hand.native
-    if getattr(built.optimizer, "defaults", {}).get("fused"):
-        # uo.build runs torch's fused kernel where the class has one (no implementation
-        # flag given): the class built by hand with the same flag computes the same bits
-        native = dataclasses.replace(native, kwargs={**native.kwargs, "fused": True})
-    by_hand = driver(hand.spec, case.initial_params(), native=native, total_steps=STEPS)
+    by_hand = driver(hand.spec, case.initial_params(), native=with_built_flags(hand.native, built),
+                     total_steps=STEPS)
     assert by_hand.decision.path == "hand"
     recorder = Recorder()
     for t in range(case.steps):

@@ -20,6 +20,7 @@ from support import (
     follow,
     judge,
     record,
+    with_built_flags,
 )
 
 import unified_opt as uo
@@ -420,7 +421,7 @@ def test_native_path_is_the_torch_loop_written_by_hand(spec, groups, native):
     case = case_of(f"torch_hand_loop_{native.optimizer}", spec, SMALL_PARAMS, steps=100)
     built = TorchDriver(spec, case.initial_params(), groups=groups)
     assert built.decision.path == "native"
-    by_hand = TorchDriver(spec, case.initial_params(), native=native)
+    by_hand = TorchDriver(spec, case.initial_params(), native=with_built_flags(native, built))
     for t in range(case.steps):
         grads = case.gradients(t)
         assert built.step(grads) == by_hand.step(grads), f"lr at step {t}"
