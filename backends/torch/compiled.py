@@ -15,7 +15,7 @@ When to compile (``uo.build(..., options={"compile": ...})`` on the own path):
 * ``"auto"`` (default): from the step at which the eager steps taken would have cost
   about one compile (:data:`COMPILE_SECONDS`), estimated from the optimizer's element
   count at :data:`EAGER_NS_PER_ELEMENT`: a 4096x4096 parameter compiles after 20
-  steps, 1M elements after 330, the conformance suite's 4,400 never within 50. The
+  steps, 1M elements after 318, the conformance suite's 4,400 never within 50. The
   rule depends only on the element count and the step, so every data-parallel rank
   switches at the same step and the ranks stay bitwise equal. A run never pays more
   than about one compile beyond its eager time; Inductor's on-disk cache
