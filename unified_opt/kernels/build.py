@@ -1,0 +1,135 @@
+"""Building the kernel VM (``vm.cc``) once per machine, and loading it.
+
+The VM is C++ compiled with the system compiler (``$CXX``, else ``c++``) for this
+machine's CPU (``-march=native``), with OpenMP where the compiler has it, into a cache
+folder: ``$UNIFIED_OPT_CACHE``, else ``$XDG_CACHE_HOME/unified_opt``, else
+``~/.cache/unified_opt``. The file's name holds a digest of the source, the flags, the
+compiler's version and the CPU, so a new release, compiler or machine builds anew and
+an old file is never loaded for the wrong one. Building takes about 3 s (2-core CPU);
+processes that start together wait on a lock for the one that builds.
+
+Flags: ``-O3`` and vectorisation; ``-ffp-contract=off`` keeps every ``a * b + c`` two
+roundings, as numpy and the eager bindings compute it; no ``-ffast-math`` (NaN and
+infinities follow IEEE); ``-fno-math-errno`` only lets ``sqrt`` vectorise.
+
+Where no compiler runs, :func:`load` raises :class:`KernelUnavailable` with the
+compiler's message; the own optimizers then run eagerly (``compile="auto"``) or refuse
+(``compile=True``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("vm.cc")
+#: what the VM and the generated kernels include
+HEADER = Path(__file__).with_name("phases.h")
+FLAGS = ["-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-ffp-contract=off",
+         "-fno-math-errno"]
+OPENMP = ["-fopenmp"]
+
+_loaded: ctypes.CDLL | None = None
+_failure: str | None = None
+
+
+class KernelUnavailable(RuntimeError):
+    """The VM cannot be built or loaded on this machine (the message says why)."""
+
+
+def cache_dir() -> Path:
+    if os.environ.get("UNIFIED_OPT_CACHE"):
+        return Path(os.environ["UNIFIED_OPT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "unified_opt"
+
+
+def _compiler() -> str:
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise KernelUnavailable(f"no C++ compiler: {compiler!r} is not on PATH (set CXX)")
+    return compiler
+
+
+def _cpu() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
+        return "\n".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def library_path(compiler: str, openmp: bool) -> Path:
+    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+    flags = " ".join(FLAGS + (OPENMP if openmp else []))
+    digest = hashlib.sha256("\0".join(
+        [SOURCE.read_text(), HEADER.read_text(), flags, version, _cpu(),
+         platform.machine()]).encode()).hexdigest()[:20]
+    return cache_dir() / f"uo_vm_{digest}.so"
+
+
+def _build(compiler: str, target: Path, openmp: bool) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
+        partial = Path(tmp.name)
+    command = [compiler, *FLAGS, *(OPENMP if openmp else []), f"-I{HEADER.parent}", "-o",
+               str(partial), str(SOURCE)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise KernelUnavailable(f"building the kernel VM failed ({' '.join(command)}): "
+                                f"{done.stderr.strip()[-2000:]}")
+    os.replace(partial, target)        # atomic: a reader never sees half a library
+
+
+def load() -> ctypes.CDLL:
+    """The VM library, built on first use (see the module)."""
+    global _loaded, _failure
+    if _loaded is not None:
+        return _loaded
+    if _failure is not None:
+        raise KernelUnavailable(_failure)
+    try:
+        compiler = _compiler()
+        library = None
+        for openmp in (True, False):         # without OpenMP: one thread, same numbers
+            target = library_path(compiler, openmp)
+            try:
+                library = _built(compiler, target, openmp)
+                break
+            except KernelUnavailable:
+                if not openmp:
+                    raise
+        _loaded = _bind(ctypes.CDLL(str(library)))
+    except KernelUnavailable as error:
+        _failure = str(error)
+        raise
+    return _loaded
+
+
+def _built(compiler: str, target: Path, openmp: bool) -> Path:
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # one process builds, the others wait
+        if not target.exists():
+            _build(compiler, target, openmp)
+    return target
+
+
+def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
+    pointer, i64 = ctypes.c_void_p, ctypes.c_int64
+    library.uo_vm_version.restype = ctypes.c_int
+    library.uo_vm_run.restype = ctypes.c_int
+    library.uo_vm_run.argtypes = [ctypes.c_int, pointer, i64, pointer, pointer, pointer]
+    return library

@@ -1,0 +1,254 @@
+"""A traced :class:`~.trace.Program` as code for the kernel VM (``vm.cc``).
+
+The VM runs *phases*. A phase loops over a *domain* (a mask: the B, R and C axes it
+spans) in chunks of up to ``CHUNK`` consecutive elements along C, and runs the same
+instruction list on every chunk: elementwise operations into registers (one chunk
+each), sums, and stores into arrays. What goes where:
+
+* A node spanning the parameter's axes (a *full* node) is never stored: each phase that
+  needs it computes it again from the inputs, so a step reads the parameter, gradient
+  and state a few times and writes them once. Intermediate full-size arrays are never
+  allocated.
+* A sum ends a phase's worth of work: its operand is computed in the phase over the
+  operand's axes, and the total lands in a small array (a row, a column, a number) that
+  later phases read. A node's *level* counts the sums before it; phases run by level,
+  and within a level from the fewest axes to the full ones.
+* A smaller node (a factored moment's row, a norm, a trust ratio) is computed once, in
+  the phase of its level and axes, and stored in an array of its own when another
+  phase reads it.
+* The new parameter and state are written in the last full phase, after every read of
+  the old values (the arrays are updated in place); new state of fewer axes is copied
+  in at the very end.
+
+Code layout (int32): a header ``[VERSION, n_inputs, n_arrays, n_registers,
+n_phases]``, the mask of every array (the inputs, then the VM's scratch arrays), then
+per phase ``[domain, n_instructions]`` and 9 ints per instruction ``[op, dst, aux,
+a_kind, a, b_kind, b, c_kind, c]`` (operand kinds :data:`OPERAND_KINDS`; ``aux``: the
+axes a sum adds over).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .trace import ELEMENTWISE, Program
+
+VERSION = 1
+CHUNK = 512          # elements per chunk: the VM's own constant, written here for the docs
+OPCODES = {name: i for i, name in enumerate(
+    ["add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq", "ne", "and",
+     "or", "neg", "sqrt", "abs", "sign", "where", "sum", "store"])}
+OPERAND_KINDS = {"none": 0, "register": 1, "array": 2, "scalar": 3, "count": 4}
+
+
+def _popcount(mask: int) -> int:
+    return bin(mask).count("1")
+
+
+@dataclass
+class _Phase:
+    level: int
+    domain: int
+    nodes: list          # node indices computed in it (registers)
+    sums: list           # sum nodes accumulated in it
+    stores: list         # (array, node) written at its end
+
+
+def compile_program(program: Program) -> np.ndarray:
+    """The VM code of ``program`` (see the module)."""
+    nodes = program.nodes
+    full = program.input_masks[0]
+    users = defaultdict(list)
+    for i, node in enumerate(nodes):
+        for a in node.args:
+            users[a].append(i)
+    live = _live(program)
+    level = _levels(nodes)
+
+    def is_computed(i):
+        return nodes[i].op in ELEMENTWISE
+
+    # every sum accumulates in the phase of its operand's level and axes
+    phases: dict[tuple[int, int], _Phase] = {}
+
+    def phase(lvl, domain):
+        key = (lvl, domain)
+        if key not in phases:
+            phases[key] = _Phase(lvl, domain, [], [], [])
+        return phases[key]
+
+    for i in sorted(live):
+        node = nodes[i]
+        if node.op == "sum":
+            arg = node.args[0]
+            phase(level[arg], nodes[arg].mask).sums.append(i)
+        elif is_computed(i) and node.mask != full:
+            phase(level[i], node.mask).nodes.append(i)
+    # full nodes: recomputed in every full phase; the last one writes the outputs
+    full_levels = [lvl for (lvl, domain) in phases if domain == full]
+    full_outputs = [(t, v) for t, v in program.outputs if program.input_masks[t] == full]
+    small_outputs = [(t, v) for t, v in program.outputs if program.input_masks[t] != full]
+    last = max(full_levels + [level[v] for _, v in full_outputs if nodes[v].mask == full]
+               + [0])
+    if full_outputs:
+        phase(last, full).stores.extend(full_outputs)
+    for lvl, domain in list(phases):
+        if domain == full:
+            p = phases[(lvl, domain)]
+            wanted = [nodes[s].args[0] for s in p.sums] + [v for _, v in p.stores]
+            p.nodes = sorted(_full_closure(nodes, wanted, full))
+
+    # small nodes read outside their phase get an array; so do sums
+    n_inputs = len(program.inputs)
+    array_masks = list(program.input_masks)
+    array_of: dict[int, int] = {}
+    for i, node in enumerate(nodes):
+        if node.op == "input":
+            array_of[i] = node.attr
+    home = {i: key for key, p in phases.items() for i in p.nodes if nodes[i].mask != full}
+    def read_elsewhere(i):
+        if any(v == i for _, v in program.outputs):
+            return True
+        # a sum of i accumulates in i's own phase
+        return any(home.get(u) != home[i] for u in users[i]
+                   if u in live and nodes[u].op != "sum")
+
+    for i in sorted(live):
+        if nodes[i].op == "sum" or (i in home and read_elsewhere(i)):
+            array_of[i] = len(array_masks)
+            array_masks.append(nodes[i].mask)
+    for key, p in phases.items():
+        if p.domain != full:
+            p.stores.extend((array_of[i], i) for i in p.nodes if array_of.get(i) is not None
+                            and nodes[i].op != "input")
+    ordered = sorted(phases.values(), key=lambda p: (p.level, p.domain == full,
+                                                     _popcount(p.domain), p.domain))
+    # new state of fewer axes: copied in after every phase
+    copies: dict[int, _Phase] = {}
+    for target, value in small_outputs:
+        domain = program.input_masks[target]
+        copies.setdefault(domain, _Phase(-1, domain, [], [], [])).stores.append(
+            (target, value))
+    ordered += [copies[d] for d in sorted(copies, key=_popcount)]
+
+    code, n_registers = [], 0
+    for p in ordered:
+        instructions, used = _phase_code(p, nodes, array_of, full)
+        code.append([p.domain, len(instructions)] + [x for ins in instructions for x in ins])
+        n_registers = max(n_registers, used)
+    header = [VERSION, n_inputs, len(array_masks), n_registers, len(ordered)]
+    return np.asarray(header + array_masks + [x for part in code for x in part],
+                      dtype=np.int32)
+
+
+def _live(program: Program) -> set[int]:
+    live, stack = set(), [v for _, v in program.outputs]
+    while stack:
+        i = stack.pop()
+        if i not in live:
+            live.add(i)
+            stack.extend(program.nodes[i].args)
+    return live
+
+
+def _levels(nodes) -> list[int]:
+    level = []
+    for node in nodes:
+        if node.op == "sum":
+            level.append(level[node.args[0]] + 1)
+        else:
+            level.append(max((level[a] for a in node.args), default=0))
+    return level
+
+
+def _full_closure(nodes, wanted, full) -> set[int]:
+    """The full elementwise nodes that computing ``wanted`` needs (recomputed)."""
+    out, stack = set(), list(wanted)
+    while stack:
+        i = stack.pop()
+        node = nodes[i]
+        if i in out or node.op not in ELEMENTWISE or node.mask != full:
+            continue
+        out.add(i)
+        stack.extend(node.args)
+    return out
+
+
+def _phase_code(p: _Phase, nodes, array_of, full) -> tuple[list[list[int]], int]:
+    """The instructions of one phase, and how many registers they use."""
+    computed = set(p.nodes)
+    order = sorted(computed)
+    # the last instruction that reads each register: stores come after everything
+    last_use: dict[int, int] = {}
+    steps = [("node", i) for i in order]
+    for s in p.sums:
+        steps.insert(_after(steps, nodes[s].args[0]), ("sum", s))
+    steps += [("store", pair) for pair in p.stores]
+    for position, (kind, item) in enumerate(steps):
+        reads = nodes[item].args if kind in ("node", "sum") else (item[1],)
+        for a in reads:
+            if a in computed:
+                last_use[a] = position
+    registers: dict[int, int] = {}
+    free: list[int] = []
+    used = 0
+    out = []
+
+    def operand(i):
+        node = nodes[i]
+        if i in computed:
+            return OPERAND_KINDS["register"], registers[i]
+        if node.op == "scalar":
+            return OPERAND_KINDS["scalar"], node.attr
+        if node.op == "fill":
+            return OPERAND_KINDS["scalar"], nodes[node.args[0]].attr
+        if node.op == "count":
+            return OPERAND_KINDS["count"], node.attr
+        if i in array_of:
+            return OPERAND_KINDS["array"], array_of[i]
+        raise AssertionError(f"node {i} ({node.op}) has no value in this phase")
+
+    for position, (kind, item) in enumerate(steps):
+        if kind == "node":
+            node = nodes[item]
+            args = [operand(a) for a in node.args]
+            # the destination never shares a register with an operand (the VM's loops
+            # take them as non-aliased)
+            if free:
+                reg = free.pop()
+            else:
+                reg, used = used, used + 1
+            registers[item] = reg
+            out.append(_instruction(OPCODES[node.op], reg, 0, args))
+            for a in set(node.args):
+                if a in computed and last_use.get(a) == position:
+                    free.append(registers[a])
+            if last_use.get(item) is None:         # computed but never read here
+                free.append(reg)
+        elif kind == "sum":
+            node = nodes[item]
+            arg = node.args[0]
+            out.append(_instruction(OPCODES["sum"], array_of[item], node.attr, [operand(arg)]))
+            if arg in computed and last_use.get(arg) == position:
+                free.append(registers[arg])
+        else:
+            target, value = item
+            out.append(_instruction(OPCODES["store"], target, 0, [operand(value)]))
+    return out, used
+
+
+def _after(steps, node_index) -> int:
+    """Where a sum of ``node_index`` goes: right after it is computed (first, for a
+    value the phase does not compute)."""
+    for position, (kind, item) in enumerate(steps):
+        if kind == "node" and item == node_index:
+            return position + 1
+    return 0
+
+
+def _instruction(op, dst, aux, operands) -> list[int]:
+    operands = list(operands) + [(0, 0)] * (3 - len(operands))
+    return [op, dst, aux] + [x for pair in operands for x in pair]

@@ -1,0 +1,110 @@
+"""Running specs' updates on the kernel VM: what a backend's own optimizer calls.
+
+A backend hands :meth:`KernelRunner.step` one :class:`Job` per parameter: the spec of
+that parameter at this step, the lr and 1-based step, the shape and dtype, and the
+addresses of its contiguous arrays (parameter, gradient, then the state arrays in
+:meth:`KernelRunner.state_order`). The runner traces the update (once per distinct spec,
+number of dimensions and dtype in a step; per shape where the update reads the size),
+turns each new program structure into VM code (cached for the runner's life), and runs
+the jobs; the arrays are updated in place. Nothing here imports a framework.
+
+:meth:`KernelRunner.plan` says up front whether a parameter can run on the VM (its
+update traces: :class:`~.trace.Untraceable` otherwise; float32 or float64).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import build
+from .bytecode import compile_program
+from .trace import Untraceable, canonical_dims, state_masks, trace_update
+
+DTYPES = {"float32": 0, "float64": 1}
+
+
+@dataclass
+class Job:
+    spec: object
+    shape: tuple[int, ...]
+    dtype: str                 # "float32" or "float64"
+    lr: float
+    step: int                  # 1-based
+    addresses: list[int]       # parameter, gradient, state arrays (state_order)
+
+
+class KernelRunner:
+    """Traces, compiles to VM code and runs parameters' updates (see the module)."""
+
+    def __init__(self):
+        self.library = build.load()
+        self._labels: dict = {}
+        self._codes: dict = {}
+        self._traces: dict = {}
+        self._traced_step = None
+
+    def state_order(self, spec, shape, dtype: str) -> tuple[str, ...]:
+        """The order of the state arrays' addresses in a :class:`Job`."""
+        return tuple(self._state_labels(spec, shape, dtype))
+
+    def _state_labels(self, spec, shape, dtype):
+        key = (spec, len(shape), dtype)
+        if key not in self._labels:
+            self._labels[key] = state_masks(spec, shape, dtype)
+        return self._labels[key]
+
+    def plan(self, spec, shape, dtype: str, *, lr: float, step: int) -> None:
+        """Raise :class:`Untraceable` when this parameter's update cannot run on the VM."""
+        if dtype not in DTYPES:
+            raise Untraceable(f"dtype {dtype} (the VM runs float32 and float64)")
+        self.code_and_scalars(spec, tuple(shape), dtype, lr, step)
+
+    def code_and_scalars(self, spec, shape, dtype, lr, step):
+        if self._traced_step != (lr, step):
+            self._traces.clear()
+            self._traced_step = (lr, step)
+        key = (spec, len(shape), dtype)
+        trace = self._traces.get(key)
+        if trace is not None and trace.shape_read:       # its scalars belong to one size
+            trace = self._traces.get((key, shape))
+        if trace is None:
+            trace = trace_update(spec, shape, dtype, self._state_labels(spec, shape, dtype),
+                                 lr=lr, step=step)
+            self._traces[key] = trace
+            if trace.shape_read:
+                self._traces[(key, shape)] = trace
+        code = self._codes.get(trace.program.key)
+        if code is None:
+            code = self._codes[trace.program.key] = compile_program(trace.program)
+        return code, trace.scalars
+
+    def step(self, jobs: list[Job]) -> None:
+        """Run every job's update in place (in order)."""
+        keep = []                       # what the addresses handed to C point into
+        for job in jobs:
+            code, scalars = self.code_and_scalars(job.spec, tuple(job.shape), job.dtype,
+                                                  job.lr, job.step)
+            addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
+            dims = np.asarray(canonical_dims(job.shape), dtype=np.int64)
+            keep.append((addresses, dims))
+            status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
+                                            addresses, dims.ctypes.data, scalars.ctypes.data)
+            if status:
+                raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
+                                   f"(status {status})")
+
+
+def run_numpy(runner: KernelRunner, spec, param: np.ndarray, grad: np.ndarray, state: dict,
+              *, lr: float, step: int) -> None:
+    """One step on numpy arrays, in place (C-contiguous, float32 or float64): what the
+    tests compare with the numpy update."""
+    dtype = str(param.dtype)
+    arrays = [param, np.ascontiguousarray(grad, dtype=param.dtype)]
+    arrays += [state[k] for k in runner.state_order(spec, param.shape, dtype)]
+    for a in arrays:
+        if not a.flags.c_contiguous or a.dtype != param.dtype:
+            raise ValueError("run_numpy: arrays must be C-contiguous with the parameter's dtype")
+    runner.step([Job(spec, param.shape, dtype, lr, step, [a.ctypes.data for a in arrays])])

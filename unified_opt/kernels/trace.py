@@ -1,0 +1,381 @@
+r"""Tracing a spec's ``update`` into a :class:`Program`: the same Python code that the
+numpy oracle and every eager backend run, called once with stand-in tensors that record
+each operation instead of computing it.
+
+What a trace records
+--------------------
+* **Nodes**: one per tensor operation (``+ - * /``, comparisons, and the ops interface:
+  ``sqrt``, ``where``, ``mean``, ``norm``, ...), in the order the update made them.
+* **Scalars**: every Python number that reaches a tensor operation (a hyperparameter, the
+  lr, a bias correction ``1 - beta^t`` computed in double precision, ``numel``) becomes a
+  numbered *slot*; the trace keeps its value. The program's structure depends only on
+  the slots' positions, so the same program runs every step with that step's values:
+  a schedule, a bias correction or a ramp never changes it. A step whose Python control
+  flow takes another branch (SGD's first step, RAdam's rectification) gives another
+  structure, and so another :attr:`Program.key`.
+* **Axes**: every tensor is viewed as ``(B, R, C)``: C the last axis, R the one before,
+  B all leading axes together (a 1-D parameter is ``(1, 1, N)``, a 0-d one ``(1, 1,
+  1)``). A node's *mask* says which of B, R, C it spans; a factored moment's row is
+  ``B|R``, its column ``B|C``, a norm ``0``. The program is therefore the same for every
+  parameter of the same number of dimensions; the sizes are given when it runs.
+
+What cannot be traced raises :class:`Untraceable`: Python reading a tensor's value
+(``bool(x > 0)``, ``float(norm)``, ``ops.all_finite``), reductions over other axes,
+``topk_mask`` and ``stack``. The caller then runs the update eagerly, unchanged.
+
+Numbers follow numpy's rules, which the eager bindings follow too: a Python scalar meets a
+tensor in the tensor's dtype (rounded once to float32 for a float32 parameter), and
+every operation rounds to the parameter's dtype.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ops import Ops
+
+B, R, C = 1, 2, 4
+FULL = B | R | C
+
+#: elementwise operations a program may hold, with their operand count
+ELEMENTWISE = {"add": 2, "sub": 2, "mul": 2, "div": 2, "max": 2, "min": 2, "gt": 2, "ge": 2,
+               "lt": 2, "le": 2, "eq": 2, "ne": 2, "and": 2, "or": 2, "neg": 1, "sqrt": 1,
+               "abs": 1, "sign": 1, "where": 3}
+#: comparisons and logic produce masks (1 or 0 in the parameter's dtype)
+BOOLEAN = {"gt", "ge", "lt", "le", "eq", "ne", "and", "or"}
+
+
+class Untraceable(Exception):
+    """The update does something a program cannot hold (see the module)."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One value of a program.
+
+    ``op``: "input" (``attr``: the input's index), "scalar" (``attr``: the slot), "fill"
+    (one scalar broadcast over ``mask``), "count" (``attr``: the axes whose sizes it
+    multiplies), "sum" (``attr``: the axes it adds over), or an :data:`ELEMENTWISE`
+    name. ``args`` are node indices."""
+
+    op: str
+    args: tuple[int, ...]
+    mask: int
+    attr: int = 0
+    boolean: bool = False
+
+
+@dataclass(frozen=True)
+class Program:
+    """A traced update: ``nodes`` in order; ``inputs`` the names of the arrays it reads
+    (``param``, ``grad``, then the state names) with their masks; ``outputs`` pairs
+    ``(input index written, node)``. ``key`` identifies the structure: programs with the
+    same key run the same code on different scalars."""
+
+    nodes: tuple[Node, ...]
+    inputs: tuple[str, ...]
+    input_masks: tuple[int, ...]
+    outputs: tuple[tuple[int, int], ...]
+    n_scalars: int
+
+    @property
+    def key(self) -> tuple:
+        return (self.nodes, self.inputs, self.input_masks, self.outputs, self.n_scalars)
+
+
+def canonical_dims(shape) -> tuple[int, int, int]:
+    """``(B, R, C)`` of a tensor of ``shape`` (see the module)."""
+    shape = tuple(int(n) for n in shape)
+    if not shape:
+        return 1, 1, 1
+    if len(shape) == 1:
+        return 1, 1, shape[0]
+    return int(np.prod(shape[:-2], dtype=np.int64)), shape[-2], shape[-1]
+
+
+def _axis_labels(ndim: int) -> tuple[int, ...]:
+    """The canonical axis of each axis of a parameter of ``ndim`` dimensions."""
+    if ndim == 0:
+        return ()
+    if ndim == 1:
+        return (C,)
+    return (B,) * (ndim - 2) + (R, C)
+
+
+class Traced:
+    """A stand-in tensor: arithmetic and the ops interface record nodes on its tracer.
+
+    ``labels``: per axis of the real shape, the canonical axis it stands for, or 0 for
+    an axis of length 1 that a reduction kept (``keepdims``)."""
+
+    __array_ufunc__ = None             # numpy scalars on the left defer to our operators
+
+    def __init__(self, tracer: "Tracer", index: int, labels: tuple[int, ...]):
+        self._tracer, self._index, self._labels = tracer, index, labels
+
+    # what specs read of a tensor: its shape (for its number of dimensions)
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self._tracer.size_of(label) if label else 1 for label in self._labels)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._labels)
+
+    @property
+    def dtype(self):
+        return self._tracer.dtype
+
+    def __len__(self):
+        if not self._labels:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def _binary(self, op, other, reflected=False):
+        a, b = (other, self) if reflected else (self, other)
+        return self._tracer.elementwise(op, a, b)
+
+    def __add__(self, other): return self._binary("add", other)
+    def __radd__(self, other): return self._binary("add", other, True)
+    def __sub__(self, other): return self._binary("sub", other)
+    def __rsub__(self, other): return self._binary("sub", other, True)
+    def __mul__(self, other): return self._binary("mul", other)
+    def __rmul__(self, other): return self._binary("mul", other, True)
+    def __truediv__(self, other): return self._binary("div", other)
+    def __rtruediv__(self, other): return self._binary("div", other, True)
+    def __gt__(self, other): return self._binary("gt", other)
+    def __ge__(self, other): return self._binary("ge", other)
+    def __lt__(self, other): return self._binary("lt", other)
+    def __le__(self, other): return self._binary("le", other)
+    def __eq__(self, other): return self._binary("eq", other)
+    def __ne__(self, other): return self._binary("ne", other)
+    def __and__(self, other): return self._binary("and", other)
+    def __rand__(self, other): return self._binary("and", other, True)
+    def __or__(self, other): return self._binary("or", other)
+    def __ror__(self, other): return self._binary("or", other, True)
+    def __neg__(self): return self._tracer.elementwise("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return self._tracer.elementwise("abs", self)
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, numbers.Real) and exponent == 2:
+            return self * self            # numpy's x ** 2 is x * x, exactly
+        raise Untraceable(f"x ** {exponent!r}")
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        raise Untraceable("Python reads a traced tensor's truth value")
+
+    def __float__(self):
+        raise Untraceable("Python reads a traced tensor's value")
+
+    __int__ = __index__ = __float__
+
+    def __array__(self, *args, **kwargs):
+        raise Untraceable("numpy reads a traced tensor")
+
+
+class Tracer:
+    """Records the nodes and scalar slots of one trace (see :func:`trace_update`)."""
+
+    def __init__(self, shape, dtype):
+        self.dtype = np.dtype(dtype)
+        self.dims = canonical_dims(shape)
+        self.nodes: list[Node] = []
+        self.scalars: list[float] = []
+        self.node_labels: list[tuple[int, ...]] = []
+        self.shape_read = False
+
+    def size_of(self, label: int) -> int:
+        return {B: self.dims[0], R: self.dims[1], C: self.dims[2]}[label]
+
+    def add(self, node: Node, labels: tuple[int, ...]) -> Traced:
+        self.nodes.append(node)
+        self.node_labels.append(labels)
+        return Traced(self, len(self.nodes) - 1, labels)
+
+    def input(self, index: int, labels: tuple[int, ...]) -> Traced:
+        return self.add(Node("input", (), _mask(labels), index), labels)
+
+    def scalar(self, value) -> Traced:
+        if isinstance(value, (bool, np.bool_)):
+            value = float(value)
+        if not isinstance(value, numbers.Real):
+            raise Untraceable(f"an operand of type {type(value).__name__}")
+        self.scalars.append(float(value))
+        return self.add(Node("scalar", (), 0, len(self.scalars) - 1), ())
+
+    def operand(self, x) -> Traced:
+        if isinstance(x, Traced):
+            if x._tracer is not self:
+                raise Untraceable("a tensor of another trace")
+            return x
+        return self.scalar(x)
+
+    def elementwise(self, op: str, *operands) -> Traced:
+        args = [self.operand(x) for x in operands]
+        labels = _broadcast([a._labels for a in args])
+        boolean = op in BOOLEAN
+        return self.add(Node(op, tuple(a._index for a in args), _mask(labels), 0, boolean),
+                        labels)
+
+    def fill(self, labels: tuple[int, ...], value) -> Traced:
+        """``value`` broadcast over axes ``labels`` (``full_like``)."""
+        slot = self.scalar(value)
+        return self.add(Node("fill", (slot._index,), _mask(labels)), labels)
+
+    def reduce_sum(self, x, axis, keepdims) -> tuple[Traced, int]:
+        """The sum of ``x`` over ``axis`` (an int or None: all), and the axes summed."""
+        x = self.operand(x)
+        labels = x._labels
+        if axis is None:
+            positions = range(len(labels))
+        else:
+            if isinstance(axis, bool) or not isinstance(axis, int):
+                raise Untraceable(f"reduction over axis {axis!r}")
+            if not -len(labels) <= axis < len(labels):
+                raise Untraceable(f"axis {axis} of a {len(labels)}-d tensor")
+            positions = [axis % len(labels)]
+        summed = 0
+        for i in positions:
+            summed |= labels[i]
+        if axis is not None and labels[positions[0]] == B and labels.count(B) > 1:
+            raise Untraceable("a reduction over one of several leading axes")
+        kept = tuple((0 if i in positions else label) for i, label in enumerate(labels)) \
+            if keepdims else tuple(label for i, label in enumerate(labels) if i not in positions)
+        if axis is None and not keepdims:
+            kept = ()
+        if not summed & _mask(labels):       # only kept length-1 axes: the values as they are
+            return Traced(self, x._index, kept), 0
+        node = Node("sum", (x._index,), _mask(kept), summed & _mask(labels))
+        return self.add(node, kept), summed & _mask(labels)
+
+    def mean(self, x, axis, keepdims) -> Traced:
+        total, summed = self.reduce_sum(x, axis, keepdims)
+        if not summed:
+            return total
+        count = self.add(Node("count", (), 0, summed), ())
+        return self.elementwise("div", total, count)
+
+
+def _mask(labels) -> int:
+    mask = 0
+    for label in labels:
+        mask |= label
+    return mask
+
+
+def _broadcast(label_sets) -> tuple[int, ...]:
+    """numpy's broadcasting of the operands' axes (aligned on the right)."""
+    ndim = max(len(labels) for labels in label_sets)
+    out = []
+    for position in range(ndim):
+        found = 0
+        for labels in label_sets:
+            offset = position - (ndim - len(labels))
+            label = labels[offset] if offset >= 0 else 0
+            if label and found and label != found:
+                raise Untraceable("operands whose axes do not line up")
+            found = found or label
+        out.append(found)
+    return tuple(out)
+
+
+class TraceOps(Ops):
+    """The ops interface over :class:`Traced` tensors."""
+
+    name = "trace"
+
+    def __init__(self, tracer: Tracer):
+        self.tracer = tracer
+
+    def zeros_like(self, x): return self.tracer.fill(self.tracer.operand(x)._labels, 0.0)
+
+    def full_like(self, x, value):
+        return self.tracer.fill(self.tracer.operand(x)._labels, value)
+
+    def scalar_like(self, x, value): return self.tracer.fill((), value)
+
+    def sqrt(self, x): return self.tracer.elementwise("sqrt", x)
+    def abs(self, x): return self.tracer.elementwise("abs", x)
+    def sign(self, x): return self.tracer.elementwise("sign", x)
+    def maximum(self, x, y): return self.tracer.elementwise("max", x, y)
+    def minimum(self, x, y): return self.tracer.elementwise("min", x, y)
+    def where(self, condition, x, y): return self.tracer.elementwise("where", condition, x, y)
+
+    def clip(self, x, low, high):
+        # numpy's clip is minimum(maximum(x, low), high), NaN kept by both
+        return self.minimum(self.maximum(x, low), high)
+
+    def norm(self, x):
+        total, _ = self.tracer.reduce_sum(self.tracer.elementwise("mul", x, x), None, False)
+        return self.sqrt(total)
+
+    def mean(self, x, axis=None, keepdims=False):
+        return self.tracer.mean(x, axis, keepdims)
+
+    def numel(self, x):
+        self.tracer.shape_read = True
+        return int(np.prod(x.shape, dtype=np.int64))
+
+    def machine_eps(self, x): return float(np.finfo(self.tracer.dtype).eps)
+
+    def stack(self, xs): raise Untraceable("ops.stack")
+    def all_finite(self, x): raise Untraceable("ops.all_finite (Python reads the values)")
+    def topk_mask(self, x, k): raise Untraceable("ops.topk_mask")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A traced step: its :class:`Program`, the values of its scalar slots, and whether
+    the update read the parameter's size (then the values belong to that size)."""
+
+    program: Program
+    scalars: np.ndarray
+    shape_read: bool
+
+
+def state_masks(spec, shape, dtype) -> dict[str, tuple[int, ...]]:
+    """The axes of each state array ``spec.init`` makes for a parameter of ``shape``
+    (traced, so a factored moment's row and column are told apart from the parameter
+    even where a size is 1)."""
+    tracer = Tracer(shape, dtype)
+    param = tracer.input(0, _axis_labels(len(shape)))
+    state = spec.init(param, TraceOps(tracer))
+    return {key: value._labels for key, value in state.items()}
+
+
+def trace_update(spec, shape, dtype, state_labels: dict, *, lr: float, step: int) -> Trace:
+    """Trace ``spec.update`` for a parameter of ``shape`` and ``dtype`` at 1-based ``step``
+    with ``lr``. ``state_labels``: :func:`state_masks` of the same spec and shape."""
+    tracer = Tracer(shape, dtype)
+    labels = _axis_labels(len(shape))
+    names = ("param", "grad", *state_labels)
+    param, grad = tracer.input(0, labels), tracer.input(1, labels)
+    state = {key: tracer.input(2 + i, value) for i, (key, value) in enumerate(state_labels.items())}
+    new_param, new_state = spec.update(param, grad, state, lr=lr, step=step,
+                                       ops=TraceOps(tracer))
+    if set(new_state) != set(state):
+        raise Untraceable(f"the update returns state {sorted(new_state)}, the state is "
+                          f"{sorted(state)}")
+    outputs = []
+    for target, value in [(0, new_param)] + [(names.index(k), v) for k, v in new_state.items()]:
+        value = tracer.operand(value)
+        target_labels = labels if target == 0 else state_labels[names[target]]
+        if tracer.nodes[value._index].boolean:
+            raise Untraceable(f"{names[target]} would be a mask")
+        if _mask(value._labels) & ~_mask(target_labels):
+            raise Untraceable(f"the new {names[target]} spans more axes than the old")
+        node = tracer.nodes[value._index]
+        if node.op == "input" and node.attr == target:
+            continue             # handed back unchanged: nothing to write
+        outputs.append((target, value._index))
+    program = Program(nodes=tuple(tracer.nodes), inputs=names,
+                      input_masks=(_mask(labels), _mask(labels),
+                                   *(_mask(v) for v in state_labels.values())),
+                      outputs=tuple(outputs), n_scalars=len(tracer.scalars))
+    return Trace(program, np.asarray(tracer.scalars, dtype=np.float64), tracer.shape_read)

@@ -1,0 +1,230 @@
+// The kernel VM: runs the code of unified_opt/kernels/bytecode.py over one parameter's
+// arrays, in place, instruction by instruction over chunks of CHUNK elements held in
+// registers. Written once for every algorithm: the algorithms are the specs' Python
+// update functions, traced (trace.py). The walk, the sums and the numbers' rules are
+// phases.h's, shared with the kernels codegen.py writes for one program.
+
+#include <cstdint>
+#include <vector>
+
+#include "phases.h"
+
+namespace {
+
+using uo::CHUNK;
+
+constexpr int VERSION = 1;
+enum Op { ADD, SUB, MUL, DIV, MAX, MIN, GT, GE, LT, LE, EQ, NE, AND, OR, NEG, SQRT, ABS,
+          SIGN, WHERE, SUM, STORE };
+enum Kind { NONE, REG, ARR, SCAL, CNT };
+
+struct Ins { int32_t op, dst, aux, ak, a, bk, b, ck, c; };
+struct Phase { int domain; int n; const Ins* ins; };
+
+struct Program {
+  int n_inputs = 0, n_arrays = 0, n_regs = 0;
+  const int32_t* masks = nullptr;
+  std::vector<Phase> phases;
+};
+
+bool parse(const int32_t* code, int64_t length, Program& p) {
+  if (length < 5 || code[0] != VERSION) return false;
+  p.n_inputs = code[1]; p.n_arrays = code[2]; p.n_regs = code[3];
+  int n_phases = code[4];
+  int64_t at = 5;
+  if (p.n_inputs < 0 || p.n_arrays < p.n_inputs || at + p.n_arrays > length) return false;
+  p.masks = code + at;
+  at += p.n_arrays;
+  for (int k = 0; k < n_phases; ++k) {
+    if (at + 2 > length) return false;
+    Phase ph{code[at], code[at + 1], reinterpret_cast<const Ins*>(code + at + 2)};
+    at += 2 + int64_t(ph.n) * 9;
+    if (at > length) return false;
+    p.phases.push_back(ph);
+  }
+  return at == length;
+}
+
+template <class T> struct Val { const T* p; T s; bool vec; };
+
+template <class T, class F>
+inline void binary(T* __restrict__ d, const Val<T>& a, const Val<T>& b, int64_t n, F f) {
+  if (a.vec && b.vec) {
+    const T* __restrict__ x = a.p; const T* __restrict__ y = b.p;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = f(x[j], y[j]);
+  } else if (a.vec) {
+    const T* __restrict__ x = a.p; const T y = b.s;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = f(x[j], y);
+  } else if (b.vec) {
+    const T x = a.s; const T* __restrict__ y = b.p;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = f(x, y[j]);
+  } else {
+    const T v = f(a.s, b.s);
+    for (int64_t j = 0; j < n; ++j) d[j] = v;
+  }
+}
+
+template <class T, class F>
+inline void unary(T* __restrict__ d, const Val<T>& a, int64_t n, F f) {
+  if (a.vec) {
+    const T* __restrict__ x = a.p;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = f(x[j]);
+  } else {
+    const T v = f(a.s);
+    for (int64_t j = 0; j < n; ++j) d[j] = v;
+  }
+}
+
+template <class T>
+inline void select(T* __restrict__ d, const Val<T>& c, const Val<T>& a, const Val<T>& b,
+                   int64_t n) {
+  if (!c.vec) {
+    unary(d, c.s != T(0) ? a : b, n, [](T x) { return x; });
+    return;
+  }
+  const T* __restrict__ cp = c.p;
+  if (a.vec && b.vec) {
+    const T* __restrict__ x = a.p; const T* __restrict__ y = b.p;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x[j] : y[j];
+  } else if (a.vec) {
+    const T* __restrict__ x = a.p; const T y = b.s;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x[j] : y;
+  } else if (b.vec) {
+    const T x = a.s; const T* __restrict__ y = b.p;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x : y[j];
+  } else {
+    const T x = a.s, y = b.s;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x : y;
+  }
+}
+
+template <class T> struct Interpreter {
+  const Program& prog;
+  const uo::Dims& dims;
+  T* const* arrays;
+  const double* scalars;
+
+  Val<T> value(int kind, int k, T* regs, int64_t b, int64_t r, int64_t c0) const {
+    switch (kind) {
+      case REG: return {regs + int64_t(k) * CHUNK, T(0), true};
+      case ARR: {
+        const int m = prog.masks[k];
+        const int64_t i = dims.index(m, b, r, c0);
+        if (m & uo::AC) return {arrays[k] + i, T(0), true};
+        return {nullptr, arrays[k][i], false};
+      }
+      case SCAL: return {nullptr, T(scalars[k]), false};
+      case CNT: return {nullptr, T(dims.size(k)), false};
+      default: return {nullptr, T(0), false};
+    }
+  }
+
+  // one chunk (b, r, c0 .. c0+n) of a phase, instruction after instruction
+  void chunk(const Phase& ph, std::vector<uo::Sum>& sums, T* regs, int64_t b, int64_t r,
+             int64_t c0, int64_t n, int64_t item) const {
+    int s = 0;
+    for (int k = 0; k < ph.n; ++k) {
+      const Ins& in = ph.ins[k];
+      const Val<T> a = value(in.ak, in.a, regs, b, r, c0);
+      T* d = regs + int64_t(in.dst) * CHUNK;
+      auto second = [&]() { return value(in.bk, in.b, regs, b, r, c0); };
+      switch (in.op) {
+        case ADD: binary(d, a, second(), n, [](T x, T y) { return x + y; }); break;
+        case SUB: binary(d, a, second(), n, [](T x, T y) { return x - y; }); break;
+        case MUL: binary(d, a, second(), n, [](T x, T y) { return x * y; }); break;
+        case DIV: binary(d, a, second(), n, [](T x, T y) { return x / y; }); break;
+        case MAX: binary(d, a, second(), n, [](T x, T y) { return uo::nan_max(x, y); }); break;
+        case MIN: binary(d, a, second(), n, [](T x, T y) { return uo::nan_min(x, y); }); break;
+        case GT: binary(d, a, second(), n, [](T x, T y) { return T(x > y); }); break;
+        case GE: binary(d, a, second(), n, [](T x, T y) { return T(x >= y); }); break;
+        case LT: binary(d, a, second(), n, [](T x, T y) { return T(x < y); }); break;
+        case LE: binary(d, a, second(), n, [](T x, T y) { return T(x <= y); }); break;
+        case EQ: binary(d, a, second(), n, [](T x, T y) { return T(x == y); }); break;
+        case NE: binary(d, a, second(), n, [](T x, T y) { return T(x != y); }); break;
+        case AND:
+          binary(d, a, second(), n, [](T x, T y) { return T(x != T(0) && y != T(0)); });
+          break;
+        case OR:
+          binary(d, a, second(), n, [](T x, T y) { return T(x != T(0) || y != T(0)); });
+          break;
+        case NEG: unary(d, a, n, [](T x) { return -x; }); break;
+        case SQRT: unary(d, a, n, [](T x) { return std::sqrt(x); }); break;
+        case ABS: unary(d, a, n, [](T x) { return std::fabs(x); }); break;
+        case SIGN: unary(d, a, n, [](T x) { return uo::sign_of(x); }); break;
+        case WHERE: select(d, a, second(), value(in.ck, in.c, regs, b, r, c0), n); break;
+        case SUM: {
+          uo::Sum& sum = sums[s++];
+          if (sum.over_c) {
+            sum.acc[item] = a.vec ? uo::lane_sum(a.p, n) : double(a.s) * double(n);
+          } else {
+            double* __restrict__ acc =
+                sum.acc.data() + dims.index(ph.domain & ~in.aux, b, r, c0);
+            if (a.vec) {
+              const T* __restrict__ x = a.p;
+#pragma omp simd
+              for (int64_t j = 0; j < n; ++j) acc[j] += double(x[j]);
+            } else {
+              for (int64_t j = 0; j < n; ++j) acc[j] += double(a.s);
+            }
+          }
+          break;
+        }
+        case STORE: {
+          T* out = arrays[in.dst] + dims.index(prog.masks[in.dst], b, r, c0);
+          if (a.vec) {
+            const T* x = a.p;
+            for (int64_t j = 0; j < n; ++j) out[j] = x[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) out[j] = a.s;
+          }
+          break;
+        }
+      }
+    }
+  }
+};
+
+template <class T>
+int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t* d,
+        const double* scalars) {
+  Program prog;
+  if (!parse(code, length, prog)) return 1;
+  const uo::Dims dims{d[0], d[1], d[2]};
+  uo::Arrays<T> arrays(prog.n_inputs, prog.n_arrays, prog.masks, inputs, dims);
+  const Interpreter<T> vm{prog, dims, arrays.ptr.data(), scalars};
+  for (const Phase& ph : prog.phases) {
+    std::vector<uo::Sum> sums;
+    for (int k = 0; k < ph.n; ++k)
+      if (ph.ins[k].op == SUM) sums.push_back({ph.ins[k].aux, ph.ins[k].dst, false, {}});
+    uo::run_phase<T>(ph.domain, dims, sums, arrays.ptr.data(), int64_t(prog.n_regs) * CHUNK,
+                     [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t item, T* regs) {
+                       vm.chunk(ph, sums, regs, b, r, c0, n, item);
+                     });
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int uo_vm_version() { return VERSION; }
+
+// One parameter's step. dtype: 0 float32, 1 float64. inputs: the program's input arrays
+// (parameter, gradient, state), updated in place. dims: B, R, C.
+int uo_vm_run(int dtype, const int32_t* code, int64_t length, void* const* inputs,
+              const int64_t* dims, const double* scalars) {
+  if (dtype == 0) return run<float>(code, length, inputs, dims, scalars);
+  if (dtype == 1) return run<double>(code, length, inputs, dims, scalars);
+  return 2;
+}
+
+}  // extern "C"
