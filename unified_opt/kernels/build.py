@@ -68,27 +68,49 @@ def _cpu() -> str:
         return platform.processor() or platform.machine()
 
 
-def library_path(compiler: str, openmp: bool) -> Path:
+def library_path(source: str, stem: str, compiler: str, openmp: bool) -> Path:
     version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
     flags = " ".join(FLAGS + (OPENMP if openmp else []))
     digest = hashlib.sha256("\0".join(
-        [SOURCE.read_text(), HEADER.read_text(), flags, version, _cpu(),
+        [source, HEADER.read_text(), flags, version, _cpu(),
          platform.machine()]).encode()).hexdigest()[:20]
-    return cache_dir() / f"uo_vm_{digest}.so"
+    return cache_dir() / f"{stem}_{digest}.so"
 
 
-def _build(compiler: str, target: Path, openmp: bool) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _build(compiler: str, source: str, target: Path, openmp: bool) -> None:
+    source_file = target.with_suffix(".cc")
+    source_file.write_text(source)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
     command = [compiler, *FLAGS, *(OPENMP if openmp else []), f"-I{HEADER.parent}", "-o",
-               str(partial), str(SOURCE)]
+               str(partial), str(source_file)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         partial.unlink(missing_ok=True)
-        raise KernelUnavailable(f"building the kernel VM failed ({' '.join(command)}): "
+        raise KernelUnavailable(f"compiling {source_file.name} failed ({' '.join(command)}): "
                                 f"{done.stderr.strip()[-2000:]}")
     os.replace(partial, target)        # atomic: a reader never sees half a library
+
+
+def compiled(source: str, stem: str) -> Path:
+    """The shared library of C++ ``source`` (including ``phases.h``), compiled into the
+    cache unless it is there (see the module); with OpenMP where the compiler has it."""
+    compiler = _compiler()
+    for openmp in (True, False):         # without OpenMP: one thread, same numbers
+        target = library_path(source, stem, compiler, openmp)
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(target.parent / ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)      # one process builds, the others wait
+                if not target.exists():
+                    _build(compiler, source, target, openmp)
+            return target
+        except KernelUnavailable:
+            if not openmp:
+                raise
+    raise AssertionError("unreachable")
 
 
 def load() -> ctypes.CDLL:
@@ -99,32 +121,20 @@ def load() -> ctypes.CDLL:
     if _failure is not None:
         raise KernelUnavailable(_failure)
     try:
-        compiler = _compiler()
-        library = None
-        for openmp in (True, False):         # without OpenMP: one thread, same numbers
-            target = library_path(compiler, openmp)
-            try:
-                library = _built(compiler, target, openmp)
-                break
-            except KernelUnavailable:
-                if not openmp:
-                    raise
-        _loaded = _bind(ctypes.CDLL(str(library)))
+        _loaded = _bind(ctypes.CDLL(str(compiled(SOURCE.read_text(), "uo_vm"))))
     except KernelUnavailable as error:
         _failure = str(error)
         raise
     return _loaded
 
 
-def _built(compiler: str, target: Path, openmp: bool) -> Path:
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)      # one process builds, the others wait
-        if not target.exists():
-            _build(compiler, target, openmp)
-    return target
+def load_kernel(source: str) -> ctypes.CDLL:
+    """A generated kernel (:mod:`.codegen`), compiled on first use."""
+    library = ctypes.CDLL(str(compiled(source, "uo_kernel")))
+    pointer = ctypes.c_void_p
+    library.uo_kernel_run.restype = ctypes.c_int
+    library.uo_kernel_run.argtypes = [ctypes.c_int, pointer, pointer, pointer]
+    return library
 
 
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:

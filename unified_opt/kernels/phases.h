@@ -66,8 +66,9 @@ template <class T> inline double lane_sum(const T* __restrict__ x, int64_t n) {
 }
 
 // One sum of a phase: over the axes `axes` of the phase's domain, into array `dst`.
-// Over C: one partial per chunk (acc[item]), added in item order at the end; otherwise
-// the result keeps C and each chunk adds its slice into acc (the result's layout).
+// Over C: one partial per chunk (acc[item]), added in item order at the end. Otherwise
+// (a column sum: the result keeps C) one partial row per group of rows
+// (acc[group * C + c]), added in group order at the end.
 struct Sum {
   int axes, dst;
   bool over_c;
@@ -82,23 +83,31 @@ struct Walk {
         Dc(domain & AC ? d.C : 1), nch((Dc + CHUNK - 1) / CHUNK), items(Db * Dr * nch) {}
 };
 
-// Runs body(b, r, c0, n, item, scratch) on every chunk of the phase's domain, on
+// Runs body(b, r, c0, n, item, group, scratch) on every chunk of the phase's domain, on
 // several threads for a large domain, then writes the sums' totals into their arrays.
-// Chunks of a phase without column sums are spread over the threads in any order;
-// with one, each thread owns whole columns and walks their rows in order. No two
-// threads write the same place, and every total is added in the same order.
+// Without column sums the chunks are spread over the threads one by one (group 0).
+// With one, the rows (b, r) form groups of consecutive rows (never across b when the
+// sum keeps B); a thread walks a whole group row after row, each row's chunks in order,
+// adding into that group's partial row. No two threads write the same place, and every
+// total is added in the same order whatever the number of threads.
 template <class T, class Body>
 void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* arrays,
                int64_t scratch_size, Body&& body) {
   const Walk w(domain, dims);
   bool columns = false;
   int sum_over_b = 0;
+  for (const Sum& s : sums)
+    if (!(s.axes & AC)) { columns = true; sum_over_b |= s.axes & AB; }
+  // groups of rows for the column sums: within one b unless a sum adds over B
+  const int64_t rows = w.Db * w.Dr, span = sum_over_b ? rows : w.Dr;
+  const int64_t per_group = std::max<int64_t>(16, (span + 63) / 64);
+  const int64_t groups_per = (span + per_group - 1) / per_group;
+  const int64_t groups = columns ? (sum_over_b ? groups_per : w.Db * groups_per) : 0;
   for (Sum& s : sums) {
     s.over_c = (s.axes & AC) != 0;
-    s.acc.assign(s.over_c ? w.items : dims.size(domain & ~s.axes), 0.0);
-    if (!s.over_c) { columns = true; sum_over_b |= s.axes & AB; }
+    s.acc.assign(s.over_c ? w.items : groups * w.Dc, 0.0);
   }
-  const bool parallel = w.Db * w.Dr * w.Dc >= PARALLEL_MIN;
+  const bool parallel = rows * w.Dc >= PARALLEL_MIN;
   if (!columns) {
 #pragma omp parallel if (parallel)
     {
@@ -106,38 +115,45 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
 #pragma omp for schedule(static)
       for (int64_t item = 0; item < w.items; ++item) {
         int64_t ch = item % w.nch, row = item / w.nch, c0 = ch * CHUNK;
-        body(row / w.Dr, row % w.Dr, c0, std::min(CHUNK, w.Dc - c0), item, scratch.data());
+        body(row / w.Dr, row % w.Dr, c0, std::min(CHUNK, w.Dc - c0), item, int64_t(0),
+             scratch.data());
       }
     }
   } else {
-    const int64_t ub = sum_over_b ? 1 : w.Db, inner_b = sum_over_b ? w.Db : 1;
 #pragma omp parallel if (parallel)
     {
       std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
 #pragma omp for schedule(static)
-      for (int64_t u = 0; u < ub * w.nch; ++u) {
-        int64_t ch = u % w.nch, c0 = ch * CHUNK, n = std::min(CHUNK, w.Dc - c0);
-        for (int64_t bi = 0; bi < inner_b; ++bi) {
-          int64_t b = sum_over_b ? bi : u / w.nch;
-          for (int64_t r = 0; r < w.Dr; ++r)
-            body(b, r, c0, n, (b * w.Dr + r) * w.nch + ch, scratch.data());
-        }
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t base = sum_over_b ? 0 : (g / groups_per) * w.Dr;
+        const int64_t first = base + (g % groups_per) * per_group;
+        const int64_t last = std::min(first + per_group, base + span);
+        for (int64_t row = first; row < last; ++row)
+          for (int64_t ch = 0; ch < w.nch; ++ch) {
+            const int64_t c0 = ch * CHUNK;
+            body(row / w.Dr, row % w.Dr, c0, std::min(CHUNK, w.Dc - c0), row * w.nch + ch, g,
+                 scratch.data());
+          }
       }
     }
   }
   for (Sum& s : sums) {
     const int rm = domain & ~s.axes;
     T* out = arrays[s.dst];
+    std::vector<double> total(dims.size(rm), 0.0);
     if (s.over_c) {
-      std::vector<double> total(dims.size(rm), 0.0);
       for (int64_t item = 0; item < w.items; ++item) {
         int64_t row = item / w.nch;
         total[dims.index(rm, row / w.Dr, row % w.Dr, 0)] += s.acc[item];
       }
-      for (size_t i = 0; i < total.size(); ++i) out[i] = T(total[i]);
     } else {
-      for (size_t i = 0; i < s.acc.size(); ++i) out[i] = T(s.acc[i]);
+      for (int64_t g = 0; g < groups; ++g) {
+        double* t = total.data() + (sum_over_b ? 0 : (g / groups_per) * w.Dc);
+        const double* part = s.acc.data() + g * w.Dc;
+        for (int64_t c = 0; c < w.Dc; ++c) t[c] += part[c];
+      }
     }
+    for (size_t i = 0; i < total.size(); ++i) out[i] = T(total[i]);
   }
 }
 

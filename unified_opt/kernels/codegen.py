@@ -1,0 +1,153 @@
+"""VM code (:mod:`.bytecode`) as C++ of its own: one kernel per program structure.
+
+The VM runs an instruction over a whole chunk before the next, through registers in
+memory; for a large parameter that memory traffic costs more than the arithmetic. The
+kernel written here does the same phases with the same walk, sums and helpers
+(``phases.h``), but runs all of a chunk's instructions element by element in one loop
+over values the compiler keeps in vector registers. Same operations, same order, same
+sums: it gives the VM's bits (tested), so a run may switch from one to the other at any
+step, and ranks that switch at different steps stay equal.
+
+:func:`kernel_source` writes the source; :mod:`.build` compiles it (about 1 s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bytecode import OPCODES, OPERAND_KINDS, VERSION
+
+_NAMES = {v: k for k, v in OPCODES.items()}
+_BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
+           "max": "uo::nan_max({a}, {b})", "min": "uo::nan_min({a}, {b})",
+           "gt": "T({a} > {b})", "ge": "T({a} >= {b})", "lt": "T({a} < {b})",
+           "le": "T({a} <= {b})", "eq": "T({a} == {b})", "ne": "T({a} != {b})",
+           "and": "T({a} != T(0) && {b} != T(0))", "or": "T({a} != T(0) || {b} != T(0))"}
+_UNARY = {"neg": "-{a}", "sqrt": "std::sqrt({a})", "abs": "std::fabs({a})",
+          "sign": "uo::sign_of({a})"}
+_C = 4
+
+
+def _phases(code: np.ndarray):
+    """``(n_inputs, masks, [(domain, [instruction, ...]), ...])`` of VM code."""
+    code = [int(x) for x in code]
+    if code[0] != VERSION:
+        raise ValueError(f"VM code version {code[0]}, this is {VERSION}")
+    n_inputs, n_arrays, _, n_phases = code[1:5]
+    masks = code[5:5 + n_arrays]
+    at, phases = 5 + n_arrays, []
+    for _ in range(n_phases):
+        domain, n = code[at], code[at + 1]
+        body = code[at + 2:at + 2 + 9 * n]
+        phases.append((domain, [body[i:i + 9] for i in range(0, len(body), 9)]))
+        at += 2 + 9 * n
+    return n_inputs, masks, phases
+
+
+def kernel_source(code: np.ndarray) -> str:
+    """The C++ of one program's kernel: ``uo_kernel_run(dtype, inputs, dims, scalars)``
+    with the VM's ``uo_vm_run`` contract (without the code)."""
+    n_inputs, masks, phases = _phases(code)
+    lines = ['#include "phases.h"', "", "namespace {", "",
+             f"constexpr int32_t MASKS[] = {{{', '.join(map(str, masks))}}};", "",
+             "template <class T>",
+             "int kernel(void* const* inputs, const int64_t* d, const double* S) {",
+             "  const uo::Dims dims{d[0], d[1], d[2]};",
+             f"  uo::Arrays<T> arrays({n_inputs}, {len(masks)}, MASKS, inputs, dims);",
+             "  T* const* A = arrays.ptr.data();"]
+    for number, (domain, instructions) in enumerate(phases):
+        lines += _phase(number, domain, instructions, masks)
+    lines += ["  return 0;", "}", "", "}  // namespace", "", 'extern "C" {',
+              "int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims,",
+              "                  const double* scalars) {",
+              "  if (dtype == 0) return kernel<float>(inputs, dims, scalars);",
+              "  if (dtype == 1) return kernel<double>(inputs, dims, scalars);",
+              "  return 2;", "}", '}  // extern "C"', ""]
+    return "\n".join(lines)
+
+
+def _phase(number: int, domain: int, instructions, masks) -> list[str]:
+    sums = [ins for ins in instructions if _NAMES[ins[0]] == "sum"]
+    declared = ", ".join(f"{{{ins[2]}, {ins[1]}, false, {{}}}}" for ins in sums)
+    head, loop, tail = [], [], []
+    reads: dict[tuple[int, int], str] = {}
+    registers: dict[int, str] = {}
+    buffers = 0
+
+    def operand(kind, k):
+        if kind == OPERAND_KINDS["register"]:
+            return registers[k], True
+        if kind == OPERAND_KINDS["scalar"]:
+            key = ("s", k)
+            if key not in reads:
+                reads[key] = f"s{k}"
+                head.append(f"const T s{k} = T(S[{k}]);")
+            return reads[key], False
+        if kind == OPERAND_KINDS["count"]:
+            key = ("n", k)
+            if key not in reads:
+                reads[key] = f"n{k}"
+                head.append(f"const T n{k} = T(dims.size({k}));")
+            return reads[key], False
+        if kind == OPERAND_KINDS["array"]:
+            vector = bool(masks[k] & _C)
+            key = ("a", k)
+            if key not in reads:
+                reads[key] = f"a{k}"
+                if vector:
+                    head.append(f"const T* a{k} = A[{k}] + dims.index({masks[k]}, b, r, c0);")
+                else:
+                    head.append(f"const T a{k} = A[{k}][dims.index({masks[k]}, b, r, 0)];")
+            return (f"a{k}[j]" if vector else f"a{k}"), vector
+        raise ValueError(f"operand kind {kind}")
+
+    sum_index = 0
+    for count, ins in enumerate(instructions):
+        op, dst, aux = _NAMES[ins[0]], ins[1], ins[2]
+        a = operand(ins[3], ins[4]) if ins[3] else None
+        if op == "sum":
+            expression, vector = a
+            slot = sum_index
+            sum_index += 1
+            if aux & _C:
+                if vector:
+                    head.append(f"T* q{slot} = scratch + {buffers} * uo::CHUNK;")
+                    buffers += 1
+                    loop.append(f"q{slot}[j] = {expression};")
+                    tail.append(f"sums[{slot}].acc[item] = uo::lane_sum(q{slot}, n);")
+                else:
+                    tail.append(f"sums[{slot}].acc[item] = double({expression}) * double(n);")
+            else:
+                width = "dims.C" if domain & _C else "1"
+                head.append(f"double* col{slot} = sums[{slot}].acc.data() + "
+                            f"group * {width} + c0;")
+                loop.append(f"col{slot}[j] += double({expression});")
+            continue
+        if op == "store":
+            vector = bool(masks[dst] & _C)
+            head.append(f"T* o{count} = A[{dst}] + dims.index({masks[dst]}, b, r, "
+                        f"{'c0' if vector else '0'});")
+            loop.append(f"o{count}[{'j' if vector else '0'}] = {a[0]};")
+            continue
+        name = f"v{count}"
+        if op in _BINARY:
+            b = operand(ins[5], ins[6])
+            expression = _BINARY[op].format(a=a[0], b=b[0])
+        elif op in _UNARY:
+            expression = _UNARY[op].format(a=a[0])
+        else:                                                       # where
+            b, c = operand(ins[5], ins[6]), operand(ins[7], ins[8])
+            expression = f"{a[0]} != T(0) ? {b[0]} : {c[0]}"
+        loop.append(f"const T {name} = {expression};")
+        registers[dst] = name
+    body = (["    " + line for line in head]
+            + ["    #pragma omp simd", "    for (int64_t j = 0; j < n; ++j) {"]
+            + ["      " + line for line in loop] + ["    }"]
+            + ["    " + line for line in tail])
+    return ([f"  {{  // phase {number}",
+             f"    std::vector<uo::Sum> sums{{{declared}}};",
+             f"    uo::run_phase<T>({domain}, dims, sums, A, {max(buffers, 1)} * uo::CHUNK,",
+             "        [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t item, "
+             "int64_t group, T* scratch) {",
+             "    (void)b; (void)r; (void)c0; (void)item; (void)group; (void)scratch;"]
+            + ["  " + line for line in body] + ["    });", "  }"])
