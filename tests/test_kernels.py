@@ -1,0 +1,197 @@
+"""The kernel VM and the generated kernels (``unified_opt.kernels``), with numpy arrays and
+no framework: every sample of the algorithm table run on the VM follows its float64
+oracle under the conformance rule; a generated kernel gives the VM's bits; the bits do
+not depend on the number of threads; what cannot be traced says what."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from algorithms import ALGORITHMS
+from support import PARAMS, case_of, judge
+
+import unified_opt as uo
+from unified_opt.conformance.trajectory import Recorder
+from unified_opt.kernels import build
+from unified_opt.kernels.codegen import kernel_source
+from unified_opt.kernels.runtime import KernelRunner, run_numpy
+from unified_opt.kernels.trace import Untraceable, canonical_dims, trace_update
+from unified_opt.ops import numpy_ops
+from unified_opt.pre_step import prepare_gradients
+
+try:
+    build.load()
+except build.KernelUnavailable as error:           # no C++ compiler on this machine
+    pytest.skip(f"the kernel VM cannot be built here: {error}", allow_module_level=True)
+
+#: every sample whose update traces (DGC's top-k selection does not)
+TRACED = [(name, i, spec) for name, algorithm in ALGORITHMS.items()
+          for i, spec in enumerate(algorithm.samples) if name != "dgc_momentum"]
+
+
+class _Plan:                       # what prepare_gradients reads of a parameter
+    def __init__(self, spec):
+        self.spec, self.group = spec, None
+        self.clip_excluded = False
+
+
+def vm_trajectory(runner, case, dtype=np.float32):
+    """The case run on the VM over numpy arrays, recorded as a conformance run."""
+    params = {n: np.array(a, dtype=dtype, order="C") for n, a in case.initial_params().items()}
+    specs = {n: case.spec.for_parameter(n) for n in params}
+    state = {n: {k: np.array(v, order="C") for k, v in specs[n].init(p, numpy_ops).items()}
+             for n, p in params.items()}
+    recorder = Recorder()
+    for t in range(case.steps):
+        names = list(params)
+        grads = [np.asarray(case.gradients(t)[n], dtype=dtype) for n in names]
+        with np.errstate(all="ignore"):
+            grads = prepare_gradients(case.spec, [_Plan(specs[n]) for n in names], grads,
+                                      numpy_ops)
+        lr = case.spec.lr_at(t)
+        for n, g in zip(names, grads):
+            run_numpy(runner, specs[n].at_step(t), params[n], g, state[n], lr=lr, step=t + 1)
+        recorder.add(lr, {n: p.copy() for n, p in params.items()},
+                     {n: {k: v.copy() for k, v in s.items()} for n, s in state.items()})
+    return recorder.trajectory()
+
+
+@pytest.fixture(scope="module")
+def runner():
+    return KernelRunner()
+
+
+@pytest.mark.parametrize("name,index,spec", TRACED, ids=[f"{n}-{i}" for n, i, _ in TRACED])
+def test_every_sample_follows_the_oracle_on_the_vm(runner, name, index, spec):
+    case = case_of(f"vm_{name}_{index}", spec, PARAMS)
+    comparison = judge(vm_trajectory(runner, case), case)
+    assert comparison.passed, comparison.detail
+
+
+def test_a_planted_deviation_fails_on_the_vm(runner):
+    """The VM runs what the spec says: run a variant and it no longer matches."""
+    case = case_of("vm_planted", uo.Adam(lr=0.01, eps=1e-3), PARAMS)
+    trajectory = vm_trajectory(runner, case)
+    assert judge(trajectory, case).passed
+    assert not judge(trajectory, case, uo.Adam(lr=0.01, eps=1e-3,
+                                               eps_placement="eps_hat")).passed
+
+
+#: one sample per algorithm whose structure is the same from step 2 on
+KERNEL_SPECS = [uo.Adam(lr=0.01, amsgrad=True, weight_decay=0.1), uo.CAME(lr=1e-3),
+                uo.Lamb(lr=0.01), uo.LARS(lr=0.1, weight_decay=1e-3),
+                uo.Lion(lr=1e-3, weight_decay=0.1), uo.Adafactor(lr=1e-2, beta1=0.9),
+                uo.Rprop(lr=0.01), uo.NAdam(lr=0.01)]
+
+
+@pytest.mark.parametrize("spec", KERNEL_SPECS, ids=[s.name for s in KERNEL_SPECS])
+def test_a_generated_kernel_gives_the_vm_bits(runner, spec):
+    for shape in [(65, 65), (7,), (4, 4, 4), (1, 65), (0, 5)]:
+        for dtype in (np.float32, np.float64):
+            code = runner.code_and_scalars(spec, shape, np.dtype(dtype).name,
+                                           spec.lr_at(1), 2)[0]
+            library = build.load_kernel(kernel_source(code))
+            (p, state), (p2, state2) = _run_both_from_step_two(runner, spec, library, shape,
+                                                               dtype)
+            assert p.tobytes() == p2.tobytes(), (spec.name, shape, dtype)
+            for k in state:
+                assert state[k].tobytes() == state2[k].tobytes(), (spec.name, shape, k)
+
+
+def _run_both_from_step_two(runner, spec, library, shape, dtype):
+    """Step 1 on the VM for both (the first step may differ in structure), then both."""
+    rng = np.random.default_rng(3)
+    p = np.ascontiguousarray(rng.normal(size=shape), dtype=dtype)
+    state = {k: np.array(v, order="C") for k, v in spec.init(p, numpy_ops).items()}
+    g = np.ascontiguousarray(rng.normal(size=shape), dtype=dtype)
+    run_numpy(runner, spec, p, g, state, lr=spec.lr_at(0), step=1)
+    p2, state2 = p.copy(), {k: v.copy() for k, v in state.items()}
+    order = runner.state_order(spec, shape, np.dtype(dtype).name)
+    for step in range(2, 8):
+        g = np.ascontiguousarray(rng.normal(size=shape) * 10.0 ** (step % 5 - 2), dtype=dtype)
+        if step == 5 and g.size:
+            g.reshape(-1)[0] = np.nan
+        lr = spec.lr_at(step - 1)
+        with np.errstate(all="ignore"):       # the means of an empty tensor are NaN
+            run_numpy(runner, spec, p, g, state, lr=lr, step=step)
+        code, scalars = runner.code_and_scalars(spec, shape, np.dtype(dtype).name, lr, step)
+        arrays = [p2, g] + [state2[k] for k in order]
+        addresses = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        dims = np.asarray(canonical_dims(shape), dtype=np.int64)
+        assert library.uo_kernel_run(0 if dtype == np.float32 else 1, addresses,
+                                     dims.ctypes.data, scalars.ctypes.data) == 0
+    return (p, state), (p2, state2)
+
+
+_THREADS_SCRIPT = """
+import hashlib, json, sys
+import numpy as np
+import unified_opt as uo
+from unified_opt.kernels.runtime import KernelRunner, run_numpy
+from unified_opt.ops import numpy_ops
+runner = KernelRunner()
+out = {}
+for spec in [uo.CAME(lr=1e-3, weight_decay=0.1), uo.Lamb(lr=1e-2), uo.Adafactor(lr=1e-2)]:
+    rng = np.random.default_rng(0)
+    p = rng.normal(size=(3, 300, 700)).astype(np.float32)
+    state = {k: np.array(v, order="C") for k, v in spec.init(p, numpy_ops).items()}
+    for step in range(1, 4):
+        g = rng.normal(size=p.shape).astype(np.float32)
+        run_numpy(runner, spec, p, g, state, lr=spec.lr_at(0), step=step)
+    digest = hashlib.sha256(p.tobytes())
+    for k in sorted(state):
+        digest.update(state[k].tobytes())
+    out[spec.name] = digest.hexdigest()
+print(json.dumps(out))
+"""
+
+
+def test_the_vm_gives_the_same_bits_on_one_and_two_threads():
+    """Sums over rows, columns and whole tensors large enough to run on several threads
+    add in an order of their own: one thread or two, the same bits."""
+    digests = []
+    for threads in ("1", "2"):
+        env = dict(os.environ, OMP_NUM_THREADS=threads)
+        done = subprocess.run([sys.executable, "-c", _THREADS_SCRIPT], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        digests.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert digests[0] == digests[1]
+
+
+def test_an_update_that_cannot_be_traced_says_why():
+    dgc = uo.DGCMomentum(lr=0.05, rampup_begin_step=0, sparsity=(0.9,), min_numel=1)
+    with pytest.raises(Untraceable, match="topk_mask"):
+        trace_update(dgc, (8, 8), "float32", {"u": (2, 4), "v": (2, 4)}, lr=0.05, step=1)
+    runner = KernelRunner()
+    with pytest.raises(Untraceable, match="float16"):
+        runner.plan(uo.Adam(), (4,), "float16", lr=1e-3, step=1)
+
+
+def test_the_structure_follows_python_branches_and_the_values_follow_the_step(runner):
+    """SGD's first step takes another branch (a new program); a schedule's lr and the
+    bias corrections only change the slots' values (the same program)."""
+    sgd = uo.SGD(lr=0.1, momentum=0.9)
+    first = runner.code_and_scalars(sgd, (4, 4), "float32", 0.1, 1)[0]
+    second = runner.code_and_scalars(sgd, (4, 4), "float32", 0.1, 2)[0]
+    assert first.tobytes() != second.tobytes()
+    adam = uo.Adam(lr=uo.schedules.Cosine(lr=0.1, T_max=10))
+    code3, values3 = runner.code_and_scalars(adam, (4, 4), "float32", adam.lr_at(2), 3)
+    code7, values7 = runner.code_and_scalars(adam, (4, 4), "float32", adam.lr_at(6), 7)
+    assert code3.tobytes() == code7.tobytes()
+    assert not np.array_equal(values3, values7)
+
+
+def test_a_missing_compiler_is_named():
+    script = ("from unified_opt.kernels import build\n"
+              "try:\n    build.load()\nexcept build.KernelUnavailable as e:\n    print(e)\n")
+    env = dict(os.environ, CXX="no-such-c++", UNIFIED_OPT_CACHE=os.devnull + "-none")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "no C++ compiler: 'no-such-c++' is not on PATH" in done.stdout
