@@ -1,10 +1,12 @@
-"""torch's fast paths. The own path compiled (``options={"compile": True}``: the spec's
-update traced by ``torch.compile`` into in-place Inductor kernels,
-``backends/torch/compiled.py``): the algorithms torch has no native class for follow the
-float64 oracle within the conformance noise floor on the standard parameter set (kernel
-sizes 1 to 4225, 1-D to 3-D, a 0-size tensor) and the adversarial gradient stream,
-including an lr schedule (symbolic: no recompile per step). The "auto" rule's switch
-step; refusals. The native classes with a fused kernel run it by default (the
+"""torch's fast paths. The own path compiled: on CPU tensors the kernel VM and its
+generated kernels (``options={"compile": "auto"|True}``, ``backends/torch/kernels.py``),
+and ``torch.compile``'s Inductor kernels (``{"compile": "inductor"}``, the path of CUDA
+tensors, ``backends/torch/compiled.py``): the algorithms torch has no native class for
+follow the float64 oracle within the conformance noise floor on the standard parameter
+set (kernel sizes 1 to 4225, 1-D to 3-D, a 0-size tensor) and the adversarial gradient
+stream, including an lr schedule (symbolic for Inductor: no recompile per step). The VM
+and the generated kernels give the same bits; Inductor's "auto" rule's switch step;
+refusals and fallbacks. The native classes with a fused kernel run it by default (the
 conformance suite runs them so); options that choose an implementation keep theirs."""
 
 import math
@@ -50,23 +52,61 @@ def _run(spec, compile_mode):
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_the_compiled_update_follows_the_oracle(name):
+def test_the_inductor_update_follows_the_oracle(name):
     graphs = counters["stats"]["unique_graphs"]
-    case, driver, trajectory = _run(SPECS[name], True)
+    case, driver, trajectory = _run(SPECS[name], "inductor")
     result = judge(trajectory, case)
     assert result.passed, f"{name} compiled: {result.detail}"
     assert driver.optimizer._compiled_from == 1
     assert counters["stats"]["unique_graphs"] > graphs      # Dynamo did compile it
 
 
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_update_on_generated_kernels_follows_the_oracle(name):
+    from unified_opt.kernels import runtime
+
+    before = len(runtime._kernels)
+    case, driver, trajectory = _run(SPECS[name], True)
+    result = judge(trajectory, case)
+    assert result.passed, f"{name} on kernels: {result.detail}"
+    assert driver.optimizer._kernels._runner._codes           # it ran on the VM's code
+    assert len(runtime._kernels) > before or name == "lion"   # and compiled its kernels
+
+
+def test_the_vm_and_the_generated_kernels_give_the_same_bits():
+    """"auto" runs the conformance parameters (4225 elements at most) on the VM; True on
+    generated kernels: the same bits, every step."""
+    for name in ("came", "lamb", "adam_eps_hat"):
+        _, _, vm = _run(SPECS[name], "auto")
+        _, _, kernels = _run(SPECS[name], True)
+        for key, values in vm.quantities().items():
+            assert values.tobytes() == kernels.quantities()[key].tobytes(), (name, key)
+
+
 def test_compiled_and_eager_are_the_same_update():
     """The control: the same run eager passes too, and the two differ only by rounding
     (neither is a copy of the other)."""
-    case, _, compiled_run = _run(SPECS["lamb"], True)
+    case, _, compiled_run = _run(SPECS["lamb"], "inductor")
+    _, _, vm_run = _run(SPECS["lamb"], "auto")
     _, _, eager_run = _run(SPECS["lamb"], False)
     assert judge(eager_run, case).passed
-    w_c, w_e = compiled_run.params["w"][-1], eager_run.params["w"][-1]
-    np.testing.assert_allclose(w_c, w_e, rtol=1e-4, atol=1e-6)
+    w_e = eager_run.params["w"][-1]
+    for run in (compiled_run, vm_run):
+        np.testing.assert_allclose(run.params["w"][-1], w_e, rtol=1e-4, atol=1e-6)
+
+
+def test_an_update_that_does_not_trace_runs_eagerly():
+    """DGC's top-k does not trace: the own optimizer runs it eagerly, the other
+    parameters' updates on the VM."""
+    spec = uo.DGCMomentum(lr=0.05, rampup_begin_step=2, sparsity=(0.9,), min_numel=1)
+    case = Case(id="dgc_eager", spec=spec, steps=50)
+    driver = TorchDriver(spec, case.initial_params(), path="own")
+    recorder = Recorder()
+    for t in range(case.steps):
+        recorder.add(driver.step(case.gradients(t)), driver.params_numpy(),
+                     driver.state_numpy())
+    assert judge(recorder.trajectory(), case).passed
+    assert driver.optimizer._kernels._untraceable
 
 
 def test_auto_compiles_after_about_one_compile_of_eager_steps():
@@ -82,7 +122,7 @@ def test_auto_compiles_after_about_one_compile_of_eager_steps():
 def test_bad_compile_options_are_refused_before_anything_is_built():
     p = torch.nn.Parameter(torch.zeros(3))
     with pytest.raises(ValueError, match=r"options compile must be one of \('auto', True, "
-                                         r"False\), got 'yes'"):
+                                         r"False, 'inductor'\), got 'yes'"):
         uo.build(uo.CAME(), [p], options={"compile": "yes"})
     with pytest.raises(ValueError, match="got 1"):
         uo.build(uo.CAME(), [p], options={"compile": 1})
@@ -152,8 +192,9 @@ def test_the_topk_mask_selects_what_the_numpy_binding_selects():
 
 
 def test_auto_runs_eagerly_after_a_warning_where_inductor_cannot_compile(monkeypatch):
-    """No C++ compiler (planted: Inductor's CPU compile raises): "auto" warns once and
-    keeps stepping eagerly with the same numbers; compile=True raises."""
+    """No C++ compiler (planted: Inductor's CPU compile raises): "auto" (the CUDA path's
+    rule) warns once and keeps stepping eagerly with the same numbers; "inductor"
+    raises."""
     from torch._dynamo.exc import BackendCompilerFailed
 
     def failing(spec):
@@ -163,14 +204,38 @@ def test_auto_runs_eagerly_after_a_warning_where_inductor_cannot_compile(monkeyp
         return kernel
 
     monkeypatch.setattr("unified_opt.backends.torch.optimizer.kernel", failing)
-    case = Case(id="no_compiler", spec=SPECS["lion"], steps=50)
+    spec = SPECS["lion"]
+    p = torch.nn.Parameter(torch.ones(3))
+    optimizer = uo.build(spec, [p], options={"compile": "auto"})
+    state = {"exp_avg": torch.zeros(3)}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        done = optimizer._step_compiled(p, p.detach(), torch.ones(3), spec, state, 0.1, 1)
+    assert done is False and optimizer._compiled_from == math.inf
+    assert len(caught) == 1 and "could not compile the lion update" in str(caught[0].message)
+    strict = uo.build(spec, [torch.nn.Parameter(torch.zeros(3))],
+                      options={"compile": "inductor"})
+    strict.param_groups[0]["params"][0].grad = torch.ones(3)
+    with pytest.raises(BackendCompilerFailed):
+        strict.step()
+
+
+def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(monkeypatch):
+    """No C++ compiler for the VM (planted): "auto" warns once and steps eagerly with
+    the numbers of compile=False; compile=True raises, naming the compiler."""
+    from unified_opt.kernels import build
+
+    def unavailable(*args, **kwargs):
+        raise build.KernelUnavailable("no C++ compiler: 'c++' is not on PATH (set CXX)")
+
+    monkeypatch.setattr("unified_opt.backends.torch.kernels.KernelRunner", unavailable)
+    case = Case(id="no_vm", spec=SPECS["lamb"], steps=50)
     grads = [case.gradients(t) for t in range(3)]
     finals = []
     for mode in (False, "auto"):
         params = {n: torch.nn.Parameter(torch.from_numpy(a))
                   for n, a in case.initial_params().items()}
         optimizer = uo.build(case.spec, list(params.items()), options={"compile": mode})
-        optimizer._compiled_from = 1 if mode == "auto" else math.inf
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for g in grads:
@@ -179,11 +244,11 @@ def test_auto_runs_eagerly_after_a_warning_where_inductor_cannot_compile(monkeyp
                 optimizer.step()
         finals.append({n: p.detach().clone() for n, p in params.items()})
         assert len(caught) == (1 if mode == "auto" else 0)
-    assert "could not compile the lion update" in str(caught[0].message)
+    assert "compile='auto' found no kernel VM (no C++ compiler" in str(caught[0].message)
     for name in finals[0]:
         assert torch.equal(finals[0][name], finals[1][name])
     strict = uo.build(case.spec, [torch.nn.Parameter(torch.zeros(3))],
                       options={"compile": True})
     strict.param_groups[0]["params"][0].grad = torch.ones(3)
-    with pytest.raises(BackendCompilerFailed):
+    with pytest.raises(build.KernelUnavailable, match=r"no C\+\+ compiler"):
         strict.step()

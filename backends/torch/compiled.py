@@ -1,6 +1,8 @@
-"""The own update, compiled: a spec's ``update`` traced by ``torch.compile`` into one
-Inductor kernel per (spec, dtype, rank of the tensor) that reads the parameter, the
-gradient and the state once and writes them back in place.
+"""The own update through ``torch.compile``: a spec's ``update`` traced into one Inductor
+kernel per (spec, dtype, rank of the tensor) that reads the parameter, the gradient and
+the state once and writes them back in place. The path of CUDA tensors with
+``compile="auto"`` or True, and of any tensor with ``compile="inductor"`` (CPU tensors
+otherwise take the kernel VM, :mod:`.kernels`).
 
 The math stays the spec's: the kernel is the spec's ``update`` traced with the torch
 ops binding, followed by in-place copies into the parameter and the state tensors, which
@@ -8,24 +10,23 @@ Inductor fuses into the update's loops, so a step allocates no full-size tempora
 The lr and the step count are symbolic (``dynamic=True``): a schedule does not
 recompile. Inductor may contract ``a * b + c`` into one rounding (FMA) and reorder
 reductions, so the compiled numbers differ from the eager ones by float32 rounding,
-inside the conformance noise floor (``tests/test_torch_compiled.py``).
+inside the conformance noise floor (``tests/test_torch_fast.py``).
 
-When to compile (``uo.build(..., options={"compile": ...})`` on the own path):
+From which step (:func:`first_compiled_step`):
 
-* ``"auto"`` (default): from the step at which the eager steps taken would have cost
-  about one compile (:data:`COMPILE_SECONDS`), estimated from the optimizer's element
-  count at :data:`EAGER_NS_PER_ELEMENT`: a 4096x4096 parameter compiles after 20
-  steps, 1M elements after 318, the conformance suite's 4,400 never within 50. The
-  rule depends only on the element count and the step, so every data-parallel rank
-  switches at the same step and the ranks stay bitwise equal. A run never pays more
-  than about one compile beyond its eager time; Inductor's on-disk cache
+* ``"auto"``: from the step at which the eager steps taken would have cost about one
+  compile (:data:`COMPILE_SECONDS`), estimated from the optimizer's element count at
+  :data:`EAGER_NS_PER_ELEMENT`: a 4096x4096 parameter compiles after 20 steps, 1M
+  elements after 318, the conformance suite's 4,400 never within 50. The rule depends
+  only on the element count and the step, so every data-parallel rank switches at the
+  same step and the ranks stay bitwise equal. Inductor's on-disk cache
   (``TORCHINDUCTOR_CACHE_DIR``, by default under the system temp folder) makes a later
   process's compile of the same kernel several times faster.
-* ``True``: from the first step; ``False``: never.
+* ``True`` and ``"inductor"``: from the first step; ``False``: never.
 
 Where Inductor cannot compile (no C++ compiler on a CPU machine: ``BackendCompilerFailed``
 at the first compiled step), "auto" warns once and goes on eagerly, the same update;
-``True`` raises the error.
+``True`` and ``"inductor"`` raise the error.
 
 Not compiled (eager, whatever the option): specs whose hyperparameters change per step
 (``spec.varies_per_step()``: each step would be a new kernel), a data-parallel spec in
@@ -48,7 +49,8 @@ COMPILE_SECONDS = 10.0
 #: what the "auto" rule assumes an eager own step costs per element (measured, 2-core
 #: CPU, one 4096x4096 float32 parameter: Adam 26 ns, Lamb 23, LARS/Lion 11, CAME 54)
 EAGER_NS_PER_ELEMENT = 30.0
-MODES = ("auto", True, False)
+#: the ``compile`` option's values (the own optimizer's docstring says what each does)
+MODES = ("auto", True, False, "inductor")
 
 _kernels: dict = {}
 
@@ -61,8 +63,9 @@ def check_mode(value) -> object:
 
 
 def first_compiled_step(mode, numel: int) -> float:
-    """The 1-based step from which the update runs compiled (inf: never)."""
-    if mode is True:
+    """The 1-based step from which Inductor runs the update (inf: never): ``mode``
+    "auto" by the rule above, True from the first step, False never."""
+    if mode in (True, "inductor"):
         return 1
     if mode is False or numel == 0:
         return math.inf

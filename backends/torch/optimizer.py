@@ -10,6 +10,7 @@ import torch
 from unified_opt.pre_step import prepare_gradients
 
 from .compiled import check_mode, compilable, first_compiled_step, kernel
+from .kernels import TorchKernels
 from .offload import HostStaging, keep_state_on_host
 from .ops import torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
@@ -40,10 +41,21 @@ class SpecOptimizer(torch.optim.Optimizer):
     ``spec.exchange_step`` with this process as one worker, and the exchange sums over
     the ranks.
 
-    ``compile`` ("auto", True, False; ``uo.build(..., options={"compile": ...})``): from
-    which step each parameter's update runs as one compiled in-place kernel of the same
-    spec update (:mod:`.compiled`: "auto" compiles once the eager steps would have cost
-    about one compile, at the same step on every rank).
+    ``compile`` (``uo.build(..., options={"compile": ...})``) says how the spec's update
+    runs, in place and written once in the spec whichever way:
+
+    * CPU tensors, "auto" (default) or True: on the kernel VM, with a kernel of its own
+      per program for large parameters (:mod:`.kernels`, :mod:`unified_opt.kernels`):
+      "auto" compiles those in the background and the VM runs meanwhile (the same bits),
+      True compiles every program before its first step. Where no C++ compiler runs,
+      "auto" warns once and runs eagerly; True raises.
+    * CUDA tensors, "auto" or True, and any tensor with "inductor": traced by
+      ``torch.compile`` into Inductor kernels (:mod:`.compiled`; "auto" from the step at
+      which the eager steps would have cost about one compile, the same on every rank).
+    * False: eagerly, one framework operation at a time.
+
+    A data-parallel spec in a process group runs eagerly (its exchange runs collectives
+    between the update's halves).
 
     With ``offload=True`` the state lives in host memory and the update runs there on
     host copies of the parameter and gradient; only the new value goes back to the
@@ -71,9 +83,12 @@ class SpecOptimizer(torch.optim.Optimizer):
         self.exchange = exchange
         if offload:
             self.register_load_state_dict_post_hook(keep_state_on_host)
-        # the step from which updates run compiled (.compiled: the same step on every rank)
         self.compile = check_mode(compile)
-        self._compiled_from = (math.inf if offload or exchange is not None else
+        eager = exchange is not None
+        self._kernels = (TorchKernels(self.compile, type(self).__name__)
+                         if self.compile in ("auto", True) and not eager else None)
+        # the step from which Inductor runs updates (.compiled: the same step on every rank)
+        self._compiled_from = (math.inf if offload or eager else
                                first_compiled_step(self.compile, sum(p.numel() for p in params)))
         self._owned: set[int] = set()      # parameters whose state tensors own their memory
 
@@ -89,6 +104,7 @@ class SpecOptimizer(torch.optim.Optimizer):
             self.skipped.append(True)
             return loss
         t = steps_taken(self)
+        jobs, kept, staged = [], [], []
         for p, grad, plan, g in zip(self._params, prepared, self.plans, self._group_of):
             if grad is None:
                 continue
@@ -103,7 +119,15 @@ class SpecOptimizer(torch.optim.Optimizer):
             state[STEP] += 1
             arrays = {k: a for k, a in state.items() if k != STEP}
             lr, step = self.param_groups[g]["lr"], int(state[STEP].item())
+            if self._kernels is not None and self.compile != "inductor":
+                job = self._kernels.job(value, grad, spec, arrays, lr, step, kept)
+                if job is not None:
+                    state.update(arrays)          # copies made for the VM's in-place writes
+                    jobs.append(job)
+                    staged.append((p, value))
+                    continue
             if step >= self._compiled_from and compilable(spec, value) and \
+                    (value.device.type == "cuda" or self.compile == "inductor") and \
                     self._step_compiled(p, value, grad, spec, state, lr, step):
                 continue
             if self.exchange is None:
@@ -120,6 +144,10 @@ class SpecOptimizer(torch.optim.Optimizer):
                 p.copy_(new_p)
             for key, array in new_state.items():
                 state[key] = array
+        if jobs:
+            self._kernels.run(jobs)
+            for p, value in staged:
+                HostStaging.write_back(p, value)
         self.param_groups[0][STEPS_TAKEN] = t + 1
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
@@ -141,7 +169,7 @@ class SpecOptimizer(torch.optim.Optimizer):
         try:
             kernel(spec)(value, grad, {k: a for k, a in state.items() if k != STEP}, lr, step)
         except torch._dynamo.exc.BackendCompilerFailed as error:   # compiling, not stepping
-            if self.compile is True:
+            if self.compile in (True, "inductor"):
                 raise
             warnings.warn(f"SpecOptimizer: compile='auto' could not compile the "
                           f"{spec.name} update ({type(error).__name__}: "

@@ -8,22 +8,42 @@ number of dimensions and dtype in a step; per shape where the update reads the s
 turns each new program structure into VM code (cached for the runner's life), and runs
 the jobs; the arrays are updated in place. Nothing here imports a framework.
 
-:meth:`KernelRunner.plan` says up front whether a parameter can run on the VM (its
-update traces: :class:`~.trace.Untraceable` otherwise; float32 or float64).
+Generated kernels (:mod:`.codegen`) give the VM's bits faster; ``specialize`` says when a
+program gets one:
+
+* ``"auto"``: a program run on a parameter of at least :data:`SPECIALIZE_MIN` elements
+  is compiled in a background thread (about 1 to 4 s, once per machine: the library is
+  cached); the VM runs it until the kernel is loaded. The numbers are the same either
+  way, so neither the step at which it switches nor the rank matters.
+* ``True``: every program is compiled before its first step (blocking).
+* ``False``: the VM only.
+
+:meth:`KernelRunner.plan` says up front whether a parameter can run here (its update
+traces: :class:`~.trace.Untraceable` otherwise; float32 or float64).
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import build
 from .bytecode import compile_program
+from .codegen import kernel_source
 from .trace import Untraceable, canonical_dims, state_masks, trace_update
 
 DTYPES = {"float32": 0, "float64": 1}
+#: elements from which "auto" compiles a parameter's program into a kernel of its own
+SPECIALIZE_MIN = 1 << 16
+
+# generated kernels of this process, by VM code (shared by every runner)
+_kernels: dict[bytes, object] = {}
+_compiling: set[bytes] = set()
+_lock = threading.Lock()
 
 
 @dataclass
@@ -39,8 +59,12 @@ class Job:
 class KernelRunner:
     """Traces, compiles to VM code and runs parameters' updates (see the module)."""
 
-    def __init__(self):
+    def __init__(self, specialize="auto"):
+        if specialize not in ("auto", True, False):
+            raise ValueError(f"KernelRunner: specialize must be 'auto', True or False, got "
+                             f"{specialize!r}")
         self.library = build.load()
+        self.specialize = specialize
         self._labels: dict = {}
         self._codes: dict = {}
         self._traces: dict = {}
@@ -57,12 +81,13 @@ class KernelRunner:
         return self._labels[key]
 
     def plan(self, spec, shape, dtype: str, *, lr: float, step: int) -> None:
-        """Raise :class:`Untraceable` when this parameter's update cannot run on the VM."""
+        """Raise :class:`Untraceable` when this parameter's update cannot run here."""
         if dtype not in DTYPES:
             raise Untraceable(f"dtype {dtype} (the VM runs float32 and float64)")
         self.code_and_scalars(spec, tuple(shape), dtype, lr, step)
 
     def code_and_scalars(self, spec, shape, dtype, lr, step):
+        """The VM code of the update at this step and its scalar slots' values."""
         if self._traced_step != (lr, step):
             self._traces.clear()
             self._traced_step = (lr, step)
@@ -83,18 +108,48 @@ class KernelRunner:
 
     def step(self, jobs: list[Job]) -> None:
         """Run every job's update in place (in order)."""
-        keep = []                       # what the addresses handed to C point into
         for job in jobs:
             code, scalars = self.code_and_scalars(job.spec, tuple(job.shape), job.dtype,
                                                   job.lr, job.step)
             addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
             dims = np.asarray(canonical_dims(job.shape), dtype=np.int64)
-            keep.append((addresses, dims))
-            status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
-                                            addresses, dims.ctypes.data, scalars.ctypes.data)
+            kernel = self._kernel(code, int(np.prod(job.shape, dtype=np.int64)), job.spec)
+            if kernel is not None:
+                status = kernel.uo_kernel_run(DTYPES[job.dtype], addresses, dims.ctypes.data,
+                                              scalars.ctypes.data)
+            else:
+                status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data,
+                                                code.size, addresses, dims.ctypes.data,
+                                                scalars.ctypes.data)
             if status:
                 raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
                                    f"(status {status})")
+
+    def _kernel(self, code: np.ndarray, numel: int, spec):
+        """The generated kernel of ``code`` when it is loaded (see ``specialize``)."""
+        key = code.tobytes()
+        kernel = _kernels.get(key)
+        if kernel is not None or self.specialize is False:
+            return kernel
+        if self.specialize is True:
+            _kernels[key] = build.load_kernel(kernel_source(code))
+            return _kernels[key]
+        if numel >= SPECIALIZE_MIN:
+            with _lock:
+                start = key not in _compiling
+                _compiling.add(key)
+            if start:
+                threading.Thread(target=_compile, args=(key, code.copy(), spec.name),
+                                 daemon=True, name="unified_opt kernel").start()
+        return None
+
+
+def _compile(key: bytes, code: np.ndarray, name: str) -> None:
+    try:
+        _kernels[key] = build.load_kernel(kernel_source(code))
+    except build.KernelUnavailable as error:
+        warnings.warn(f"unified_opt: the {name} update stays on the kernel VM (the same "
+                      f"numbers, slower): {error}", RuntimeWarning, stacklevel=1)
 
 
 def run_numpy(runner: KernelRunner, spec, param: np.ndarray, grad: np.ndarray, state: dict,
