@@ -1,7 +1,7 @@
 """A traced :class:`~.trace.Program` as code for the kernel VM (``vm.cc``).
 
 The VM runs *phases*. A phase loops over a *domain* (a mask: the B, R and C axes it
-spans) in chunks of up to ``CHUNK`` consecutive elements along C, and runs the same
+spans) in chunks of consecutive elements along C (``phases.h``), and runs the same
 instruction list on every chunk: elementwise operations into registers (one chunk
 each), sums, and stores into arrays. What goes where:
 
@@ -16,9 +16,10 @@ each), sums, and stores into arrays. What goes where:
 * A smaller node (a factored moment's row, a norm, a trust ratio) is computed once, in
   the phase of its level and axes, and stored in an array of its own when another
   phase reads it.
-* The new parameter and state are written in the last full phase, after every read of
-  the old values (the arrays are updated in place); new state of fewer axes is copied
-  in at the very end.
+* The arrays are updated in place. A new value is written in the first full phase that
+  computes it after which no phase reads the old one, and later phases read it back
+  instead of computing it again (CAME's first moment, Lamb's moments); the others in
+  the last full phase. New state of fewer axes is copied in at the very end.
 
 Code layout (int32): a header ``[VERSION, n_inputs, n_arrays, n_registers,
 n_phases]``, the mask of every array (the inputs, then the VM's scratch arrays), then
@@ -30,14 +31,13 @@ axes a sum adds over).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .trace import ELEMENTWISE, Program
 
 VERSION = 1
-CHUNK = 512          # elements per chunk: the VM's own constant, written here for the docs
 OPCODES = {name: i for i, name in enumerate(
     ["add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq", "ne", "and",
      "or", "neg", "sqrt", "abs", "sign", "where", "sum", "store"])}
@@ -55,6 +55,8 @@ class _Phase:
     nodes: list          # node indices computed in it (registers)
     sums: list           # sum nodes accumulated in it
     stores: list         # (array, node) written at its end
+    reads: dict = field(default_factory=dict)     # node -> the array an earlier phase
+                                                  # wrote it into
 
 
 def compile_program(program: Program) -> np.ndarray:
@@ -87,20 +89,12 @@ def compile_program(program: Program) -> np.ndarray:
             phase(level[arg], nodes[arg].mask).sums.append(i)
         elif is_computed(i) and node.mask != full:
             phase(level[i], node.mask).nodes.append(i)
-    # full nodes: recomputed in every full phase; the last one writes the outputs
-    full_levels = [lvl for (lvl, domain) in phases if domain == full]
+    # full nodes: computed again in every full phase that needs them, from the inputs or
+    # from new values already written (see the module)
     full_outputs = [(t, v) for t, v in program.outputs if program.input_masks[t] == full]
     small_outputs = [(t, v) for t, v in program.outputs if program.input_masks[t] != full]
-    last = max(full_levels + [level[v] for _, v in full_outputs if nodes[v].mask == full]
-               + [0])
-    if full_outputs:
-        phase(last, full).stores.extend(full_outputs)
-    for lvl, domain in list(phases):
-        if domain == full:
-            p = phases[(lvl, domain)]
-            wanted = [nodes[s].args[0] for s in p.sums] + [v for _, v in p.stores]
-            p.nodes = sorted(_full_closure(nodes, wanted, full))
-
+    _schedule_full_phases(nodes, level, full, full_outputs,
+                          lambda lvl: phase(lvl, full), phases)
     # small nodes read outside their phase get an array; so do sums
     n_inputs = len(program.inputs)
     array_masks = list(program.input_masks)
@@ -121,6 +115,8 @@ def compile_program(program: Program) -> np.ndarray:
             array_of[i] = len(array_masks)
             array_masks.append(nodes[i].mask)
     for key, p in phases.items():
+        for value, target in p.reads.items():
+            array_of.setdefault(value, target)
         if p.domain != full:
             p.stores.extend((array_of[i], i) for i in p.nodes if array_of.get(i) is not None
                             and nodes[i].op != "input")
@@ -136,7 +132,7 @@ def compile_program(program: Program) -> np.ndarray:
 
     code, n_registers = [], 0
     for p in ordered:
-        instructions, used = _phase_code(p, nodes, array_of, full)
+        instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
         code.append([p.domain, len(instructions)] + [x for ins in instructions for x in ins])
         n_registers = max(n_registers, used)
     header = [VERSION, n_inputs, len(array_masks), n_registers, len(ordered)]
@@ -164,17 +160,58 @@ def _levels(nodes) -> list[int]:
     return level
 
 
-def _full_closure(nodes, wanted, full) -> set[int]:
-    """The full elementwise nodes that computing ``wanted`` needs (recomputed)."""
-    out, stack = set(), list(wanted)
+def _full_closure(nodes, wanted, full, written=()) -> tuple[set[int], set[int]]:
+    """The full elementwise nodes that computing ``wanted`` needs (computed again), and
+    the other nodes it reads (inputs, smaller nodes, scalars; nodes in ``written`` are
+    read from the array they were written into)."""
+    out, reads, stack = set(), set(), list(wanted)
     while stack:
         i = stack.pop()
         node = nodes[i]
-        if i in out or node.op not in ELEMENTWISE or node.mask != full:
+        if i in out or i in reads:
+            continue
+        if i in written or node.op not in ELEMENTWISE or node.mask != full:
+            reads.add(i)
             continue
         out.add(i)
         stack.extend(node.args)
-    return out
+    return out, reads
+
+
+def _schedule_full_phases(nodes, level, full, outputs, full_phase, phases) -> None:
+    """What each full phase computes and writes. A new value is written in the first
+    full phase that computes it after which no phase needs the old one (later phases
+    then read it from its array instead of computing it again: fewer passes of
+    arithmetic over the inputs); the rest in the last full phase."""
+    ordered = sorted((p for p in phases.values() if p.domain == full), key=lambda p: p.level)
+    last = max([p.level for p in ordered] + [level[v] for _, v in outputs] + [0])
+    if outputs and (not ordered or ordered[-1].level < last):
+        ordered.append(full_phase(last))
+    old = {node.attr: i for i, node in enumerate(nodes) if node.op == "input"}
+    pending = list(outputs)
+    written: dict[int, int] = {}
+
+    def needs(phase, values, done) -> set[int]:
+        wanted = [nodes[s].args[0] for s in phase.sums] + list(values)
+        return _full_closure(nodes, wanted, full, done)[1]
+
+    for position, p in enumerate(ordered):
+        later = ordered[position + 1:]
+        p.reads = dict(written)
+        for target, value in list(pending):
+            if level[value] > p.level:
+                continue
+            if later:
+                trial = {**written, value: target}
+                rest = [v for t, v in pending if t != target]
+                if any(old[target] in needs(q, rest if q is later[-1] else (), trial)
+                       for q in later):
+                    continue          # a later phase still reads the old value
+            p.stores.append((target, value))
+            pending.remove((target, value))
+        p.nodes = sorted(_full_closure(nodes, [nodes[s].args[0] for s in p.sums]
+                                       + [v for _, v in p.stores], full, written)[0])
+        written.update({value: target for target, value in p.stores})
 
 
 def _phase_code(p: _Phase, nodes, array_of, full) -> tuple[list[list[int]], int]:

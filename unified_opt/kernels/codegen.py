@@ -111,12 +111,13 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
             sum_index += 1
             if aux & _C:
                 if vector:
-                    head.append(f"T* q{slot} = scratch + {buffers} * uo::CHUNK;")
+                    head.append(f"T* q{slot} = scratch + {buffers} * uo::KERNEL_CHUNK;")
                     buffers += 1
                     loop.append(f"q{slot}[j] = {expression};")
-                    tail.append(f"sums[{slot}].acc[item] = uo::lane_sum(q{slot}, n);")
+                    tail.append(f"uo::block_sums(sums[{slot}].acc.data() + part, q{slot}, n);")
                 else:
-                    tail.append(f"sums[{slot}].acc[item] = double({expression}) * double(n);")
+                    tail.append(f"uo::block_sums_of(sums[{slot}].acc.data() + part, "
+                                f"double({expression}), n);")
             else:
                 width = "dims.C" if domain & _C else "1"
                 head.append(f"double* col{slot} = sums[{slot}].acc.data() + "
@@ -146,8 +147,9 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
             + ["    " + line for line in tail])
     return ([f"  {{  // phase {number}",
              f"    std::vector<uo::Sum> sums{{{declared}}};",
-             f"    uo::run_phase<T>({domain}, dims, sums, A, {max(buffers, 1)} * uo::CHUNK,",
-             "        [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t item, "
+             f"    uo::run_phase<uo::KERNEL_CHUNK, T>({domain}, dims, sums, A, "
+             f"{max(buffers, 1)} * uo::KERNEL_CHUNK,",
+             "        [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t part, "
              "int64_t group, T* scratch) {",
-             "    (void)b; (void)r; (void)c0; (void)item; (void)group; (void)scratch;"]
+             "    (void)b; (void)r; (void)c0; (void)part; (void)group; (void)scratch;"]
             + ["  " + line for line in body] + ["    });", "  }"])

@@ -17,7 +17,12 @@
 
 namespace uo {
 
-constexpr int64_t CHUNK = 256;
+// Sums over C add per block of SUM_BLOCK elements along C (lane_sum), then the blocks
+// in order: the same bits whatever chunk size a walk uses (a multiple of SUM_BLOCK).
+constexpr int64_t SUM_BLOCK = 256;
+// the VM's chunk (its registers stay in the L1 cache); a generated kernel's
+constexpr int64_t CHUNK = SUM_BLOCK;
+constexpr int64_t KERNEL_CHUNK = 4 * SUM_BLOCK;
 // a phase runs on several threads when its domain has at least this many elements
 constexpr int64_t PARALLEL_MIN = 1 << 15;
 enum Axis { AB = 1, AR = 2, AC = 4 };
@@ -66,57 +71,64 @@ template <class T> inline double lane_sum(const T* __restrict__ x, int64_t n) {
 }
 
 // One sum of a phase: over the axes `axes` of the phase's domain, into array `dst`.
-// Over C: one partial per chunk (acc[item]), added in item order at the end. Otherwise
-// (a column sum: the result keeps C) one partial row per group of rows
-// (acc[group * C + c]), added in group order at the end.
+// Over C: one partial per block of SUM_BLOCK elements of a row (acc[part]), added in
+// order at the end. Otherwise (a column sum: the result keeps C) one partial row per
+// group of rows (acc[group * width + c]), added in group order at the end.
 struct Sum {
   int axes, dst;
   bool over_c;
   std::vector<double> acc;
 };
 
-struct Walk {
-  int domain;
-  int64_t Db, Dr, Dc, nch, items;
-  Walk(int domain, const Dims& d)
-      : domain(domain), Db(domain & AB ? d.B : 1), Dr(domain & AR ? d.R : 1),
-        Dc(domain & AC ? d.C : 1), nch((Dc + CHUNK - 1) / CHUNK), items(Db * Dr * nch) {}
-};
+// The partials of a sum over C of the chunk x[0..n) (its first block is `part`).
+template <class T> inline void block_sums(double* acc, const T* x, int64_t n) {
+  for (int64_t k = 0; k * SUM_BLOCK < n; ++k)
+    acc[k] = lane_sum(x + k * SUM_BLOCK, std::min(SUM_BLOCK, n - k * SUM_BLOCK));
+}
+inline void block_sums_of(double* acc, double value, int64_t n) {
+  for (int64_t k = 0; k * SUM_BLOCK < n; ++k)
+    acc[k] = value * double(std::min(SUM_BLOCK, n - k * SUM_BLOCK));
+}
 
-// Runs body(b, r, c0, n, item, group, scratch) on every chunk of the phase's domain, on
-// several threads for a large domain, then writes the sums' totals into their arrays.
+// Runs body(b, r, c0, n, part, group, scratch) on every chunk of the phase's domain
+// (chunks of CH elements along C; `part`: the chunk's first sum block), on several
+// threads for a large domain, then writes the sums' totals into their arrays.
 // Without column sums the chunks are spread over the threads one by one (group 0).
 // With one, the rows (b, r) form groups of consecutive rows (never across b when the
 // sum keeps B); a thread walks a whole group row after row, each row's chunks in order,
 // adding into that group's partial row. No two threads write the same place, and every
-// total is added in the same order whatever the number of threads.
-template <class T, class Body>
+// total is added in the same order whatever the number of threads or the chunk size.
+template <int64_t CH, class T, class Body>
 void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* arrays,
                int64_t scratch_size, Body&& body) {
-  const Walk w(domain, dims);
+  static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
+  const int64_t Db = domain & AB ? dims.B : 1, Dr = domain & AR ? dims.R : 1;
+  const int64_t Dc = domain & AC ? dims.C : 1;
+  const int64_t nch = (Dc + CH - 1) / CH, blocks = (Dc + SUM_BLOCK - 1) / SUM_BLOCK;
+  const int64_t rows = Db * Dr, items = rows * nch;
   bool columns = false;
   int sum_over_b = 0;
   for (const Sum& s : sums)
     if (!(s.axes & AC)) { columns = true; sum_over_b |= s.axes & AB; }
   // groups of rows for the column sums: within one b unless a sum adds over B
-  const int64_t rows = w.Db * w.Dr, span = sum_over_b ? rows : w.Dr;
+  const int64_t span = sum_over_b ? rows : Dr;
   const int64_t per_group = std::max<int64_t>(16, (span + 63) / 64);
   const int64_t groups_per = (span + per_group - 1) / per_group;
-  const int64_t groups = columns ? (sum_over_b ? groups_per : w.Db * groups_per) : 0;
+  const int64_t groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
   for (Sum& s : sums) {
     s.over_c = (s.axes & AC) != 0;
-    s.acc.assign(s.over_c ? w.items : groups * w.Dc, 0.0);
+    s.acc.assign(s.over_c ? rows * blocks : groups * Dc, 0.0);
   }
-  const bool parallel = rows * w.Dc >= PARALLEL_MIN;
+  const bool parallel = rows * Dc >= PARALLEL_MIN;
   if (!columns) {
 #pragma omp parallel if (parallel)
     {
       std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
 #pragma omp for schedule(static)
-      for (int64_t item = 0; item < w.items; ++item) {
-        int64_t ch = item % w.nch, row = item / w.nch, c0 = ch * CHUNK;
-        body(row / w.Dr, row % w.Dr, c0, std::min(CHUNK, w.Dc - c0), item, int64_t(0),
-             scratch.data());
+      for (int64_t item = 0; item < items; ++item) {
+        const int64_t ch = item % nch, row = item / nch, c0 = ch * CH;
+        body(row / Dr, row % Dr, c0, std::min(CH, Dc - c0), row * blocks + c0 / SUM_BLOCK,
+             int64_t(0), scratch.data());
       }
     }
   } else {
@@ -125,15 +137,13 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
       std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
 #pragma omp for schedule(static)
       for (int64_t g = 0; g < groups; ++g) {
-        const int64_t base = sum_over_b ? 0 : (g / groups_per) * w.Dr;
+        const int64_t base = sum_over_b ? 0 : (g / groups_per) * Dr;
         const int64_t first = base + (g % groups_per) * per_group;
         const int64_t last = std::min(first + per_group, base + span);
         for (int64_t row = first; row < last; ++row)
-          for (int64_t ch = 0; ch < w.nch; ++ch) {
-            const int64_t c0 = ch * CHUNK;
-            body(row / w.Dr, row % w.Dr, c0, std::min(CHUNK, w.Dc - c0), row * w.nch + ch, g,
-                 scratch.data());
-          }
+          for (int64_t c0 = 0; c0 < Dc; c0 += CH)
+            body(row / Dr, row % Dr, c0, std::min(CH, Dc - c0),
+                 row * blocks + c0 / SUM_BLOCK, g, scratch.data());
       }
     }
   }
@@ -142,15 +152,15 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
     T* out = arrays[s.dst];
     std::vector<double> total(dims.size(rm), 0.0);
     if (s.over_c) {
-      for (int64_t item = 0; item < w.items; ++item) {
-        int64_t row = item / w.nch;
-        total[dims.index(rm, row / w.Dr, row % w.Dr, 0)] += s.acc[item];
+      for (int64_t part = 0; part < rows * blocks; ++part) {
+        const int64_t row = part / blocks;
+        total[dims.index(rm, row / Dr, row % Dr, 0)] += s.acc[part];
       }
     } else {
       for (int64_t g = 0; g < groups; ++g) {
-        double* t = total.data() + (sum_over_b ? 0 : (g / groups_per) * w.Dc);
-        const double* part = s.acc.data() + g * w.Dc;
-        for (int64_t c = 0; c < w.Dc; ++c) t[c] += part[c];
+        double* t = total.data() + (sum_over_b ? 0 : (g / groups_per) * Dc);
+        const double* partial = s.acc.data() + g * Dc;
+        for (int64_t c = 0; c < Dc; ++c) t[c] += partial[c];
       }
     }
     for (size_t i = 0; i < total.size(); ++i) out[i] = T(total[i]);

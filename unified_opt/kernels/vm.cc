@@ -129,7 +129,7 @@ template <class T> struct Interpreter {
 
   // one chunk (b, r, c0 .. c0+n) of a phase, instruction after instruction
   void chunk(const Phase& ph, std::vector<uo::Sum>& sums, T* regs, int64_t b, int64_t r,
-             int64_t c0, int64_t n, int64_t item, int64_t group) const {
+             int64_t c0, int64_t n, int64_t part, int64_t group) const {
     int s = 0;
     for (int k = 0; k < ph.n; ++k) {
       const Ins& in = ph.ins[k];
@@ -163,7 +163,8 @@ template <class T> struct Interpreter {
         case SUM: {
           uo::Sum& sum = sums[s++];
           if (sum.over_c) {
-            sum.acc[item] = a.vec ? uo::lane_sum(a.p, n) : double(a.s) * double(n);
+            if (a.vec) uo::block_sums(sum.acc.data() + part, a.p, n);
+            else uo::block_sums_of(sum.acc.data() + part, double(a.s), n);
           } else {
             const int64_t width = ph.domain & uo::AC ? dims.C : 1;
             double* __restrict__ acc = sum.acc.data() + group * width + c0;
@@ -204,11 +205,12 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
     std::vector<uo::Sum> sums;
     for (int k = 0; k < ph.n; ++k)
       if (ph.ins[k].op == SUM) sums.push_back({ph.ins[k].aux, ph.ins[k].dst, false, {}});
-    uo::run_phase<T>(ph.domain, dims, sums, arrays.ptr.data(), int64_t(prog.n_regs) * CHUNK,
-                     [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t item,
-                         int64_t group, T* regs) {
-                       vm.chunk(ph, sums, regs, b, r, c0, n, item, group);
-                     });
+    uo::run_phase<CHUNK, T>(ph.domain, dims, sums, arrays.ptr.data(),
+                            int64_t(prog.n_regs) * CHUNK,
+                            [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t part,
+                                int64_t group, T* regs) {
+                              vm.chunk(ph, sums, regs, b, r, c0, n, part, group);
+                            });
   }
   return 0;
 }
