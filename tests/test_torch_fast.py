@@ -228,7 +228,7 @@ def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(m
     def unavailable(*args, **kwargs):
         raise build.KernelUnavailable("no C++ compiler: 'c++' is not on PATH (set CXX)")
 
-    monkeypatch.setattr("unified_opt.backends.torch.kernels.KernelRunner", unavailable)
+    monkeypatch.setattr("unified_opt.kernels.runtime.KernelRunner", unavailable)
     case = Case(id="no_vm", spec=SPECS["lamb"], steps=50)
     grads = [case.gradients(t) for t in range(3)]
     finals = []

@@ -54,9 +54,25 @@ class Context:
     #: the process group a data-parallel spec exchanges over (torch:
     #: ``options={"process_group": pg}``; None: the default group)
     process_group: Any = None
-    #: when the own implementation runs compiled (torch: ``options={"compile": ...}``,
-    #: "auto", True or False; None: not given, the backend's default)
+    #: how the own implementation runs (``options={"compile": ...}``: "auto", True or
+    #: False, torch also "inductor"; None: not given, "auto")
     own_compile: Any = None
+
+
+#: ``options={"compile": ...}`` of the own implementation on every backend: "auto" (the
+#: kernel VM, generated kernels for large parameters compiled in the background), True
+#: (every program compiled before its first step), False (eagerly, framework operations)
+COMPILE_MODES = ("auto", True, False)
+
+
+def compile_option(options: dict, modes=COMPILE_MODES):
+    """``options["compile"]`` taken out of ``options`` and checked; None when not given."""
+    if "compile" not in options:
+        return None
+    value = options.pop("compile")
+    if value not in modes or isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError(f"build: options compile must be one of {modes}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -234,6 +250,10 @@ class Backend:
         """The one build sequence: ``(optimizer, BuildRecord)``."""
         context = self.context(spec, named, plans, dict(options))
         decision = self.decide(spec, path, context)
+        if decision.path == "native" and context.own_compile is not None:
+            raise ValueError(f"build: options compile={context.own_compile!r} is for the own "
+                             f"implementation; this spec runs natively ({decision.native}), "
+                             "whose implementation flags are the class's own")
         if decision.path == "own":
             if context.options:
                 raise ValueError(f"build: options {sorted(context.options)} apply to native "

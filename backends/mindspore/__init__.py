@@ -43,7 +43,7 @@ centralization run in the own implementation. What lies around each native class
 
 from __future__ import annotations
 
-from unified_opt.backend import Backend, Context, launcher_ranks
+from unified_opt.backend import Backend, Context, compile_option, launcher_ranks
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, every_group_condition, when
 from unified_opt.schedules import Schedule
 
@@ -142,11 +142,12 @@ class MindSporeBackend(Backend):
                                  "holds (pass net.trainable_params())")
         _check_total_steps(spec, plans, options.get("total_steps"))
         empty = tuple(n or p.name for n, p in named if p.size == 0)
+        own_compile = compile_option(options)
         return Context(plans=tuple(plans), dtypes=("float32",),
                        device=ms.get_context("device_target"), zero_size=empty,
                        all_zero_size=len(empty) == len(named),
                        options={k: v for k, v in options.items() if k != "total_steps"},
-                       total_steps=options.get("total_steps"))
+                       total_steps=options.get("total_steps"), own_compile=own_compile)
 
     def build_native(self, decision, spec, named, plans, context):
         from .native import native_optimizer
@@ -167,7 +168,9 @@ class MindSporeBackend(Backend):
             raise ValueError(f"build: the own implementation ({decision.reason}) runs in "
                              "PyNative mode only; GRAPH_MODE is set")
         optimizer = SpecOptimizer([p for _, p in named], spec, plans, context.total_steps,
-                                  exchange=self._exchange(spec))
+                                  exchange=self._exchange(spec),
+                                  compile="auto" if context.own_compile is None
+                                  else context.own_compile)
         return optimizer, None, optimizer.skipped
 
     def _exchange(self, spec):

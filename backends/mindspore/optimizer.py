@@ -19,6 +19,7 @@ from unified_opt.pre_step import prepare_gradients
 from unified_opt.schedules import Schedule
 
 from .cells import past_total_steps
+from .kernels import MindSporeKernels
 from .ops import mindspore_ops
 
 
@@ -46,8 +47,16 @@ class SpecOptimizer(nn.Optimizer):
     ``spec.exchange_step``.
     """
 
-    def __init__(self, params, spec, plans, total_steps: int | None = None, exchange=None):
+    def __init__(self, params, spec, plans, total_steps: int | None = None, exchange=None,
+                 compile="auto"):
         super().__init__(float(spec.lr_at(0)), list(params))
+        #: how the update runs (``uo.build(..., options={"compile": ...})``): "auto" and
+        #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's
+        #: exchange and an update that does not trace run eagerly (not ``compile``: that
+        #: is ``Cell.compile``)
+        self.compile_mode = compile
+        self._kernels = (MindSporeKernels(compile, type(self).__name__)
+                         if compile in ("auto", True) and exchange is None else None)
         self.spec = spec
         #: a data-parallel spec's exchange over the ranks (None: world size 1)
         self.exchange = exchange
@@ -97,8 +106,14 @@ class SpecOptimizer(nn.Optimizer):
         self.skipped.append(prepared is None)
         if prepared is None:
             return False
+        jobs, kept = [], []
         for p, grad, plan, slots in zip(self._parameters, prepared, self._plans, self._slots):
             spec = plan.spec.at_step(step0)
+            if self._kernels is not None:
+                job = self._kernels.job(p, grad, spec, slots, plan.lr(lr), step0 + 1, kept)
+                if job is not None:
+                    jobs.append(job)
+                    continue
             if self.exchange is None:
                 new_p, new_state = spec.update(p, grad, dict(slots), lr=plan.lr(lr),
                                                step=step0 + 1, ops=mindspore_ops)
@@ -109,6 +124,8 @@ class SpecOptimizer(nn.Optimizer):
             ops.assign(p, new_p)
             for key, value in new_state.items():
                 ops.assign(slots[key], value)
+        if jobs:
+            self._kernels.run(jobs)
         ops.assign_add(self.global_step, self._one)
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1

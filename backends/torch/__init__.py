@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from unified_opt.backend import Backend, Context, launcher_ranks
+from unified_opt.backend import COMPILE_MODES, Backend, Context, compile_option, launcher_ranks
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, every_group_condition, when
 from unified_opt.pre_step import has_pre_step
 from unified_opt.schedules import Schedule
@@ -134,11 +134,6 @@ class TorchBackend(Backend):
                              "(clipping, centralization, loss scale) would see each rank's "
                              "shard, not the whole gradient; refused (clip with "
                              "torch.nn.utils.clip_grad_norm_, which reduces across shards)")
-        if context.own_compile is not None:
-            raise ValueError(f"build: options compile={context.own_compile!r} is for the own "
-                             f"implementation; this spec runs natively ({decision.native}), "
-                             "whose implementation flags are the class's own (foreach, "
-                             "fused, ...)")
         params = [p for _, p in named]
         skipped: list[bool] = []
         flags = fast_flags(import_native(decision.native), context)
@@ -234,9 +229,5 @@ def _sharded(named) -> tuple[str, ...]:
 
 def _own_compile(options: dict):
     """``options["compile"]`` (taken out of the native class's options), checked; None
-    when not given."""
-    if "compile" not in options:
-        return None
-    from .compiled import check_mode
-
-    return check_mode(options.pop("compile"))
+    when not given. torch adds "inductor" (:mod:`.compiled`)."""
+    return compile_option(options, COMPILE_MODES + ("inductor",))

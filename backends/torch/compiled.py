@@ -49,7 +49,8 @@ COMPILE_SECONDS = 10.0
 #: what the "auto" rule assumes an eager own step costs per element (measured, 2-core
 #: CPU, one 4096x4096 float32 parameter: Adam 26 ns, Lamb 23, LARS/Lion 11, CAME 54)
 EAGER_NS_PER_ELEMENT = 30.0
-#: the ``compile`` option's values (the own optimizer's docstring says what each does)
+#: the ``compile`` option's values on torch (the own optimizer's docstring says what each
+#: does)
 MODES = ("auto", True, False, "inductor")
 
 _kernels: dict = {}

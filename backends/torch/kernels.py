@@ -7,37 +7,13 @@ update, written once in the spec."""
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
-from unified_opt.kernels.build import KernelUnavailable
-from unified_opt.kernels.runtime import Job, KernelRunner
-from unified_opt.kernels.trace import Untraceable
+from unified_opt.kernels.runtime import Job, KernelPath
 
 
-class TorchKernels:
-    """One optimizer's use of the VM; ``mode`` is its ``compile`` option ("auto" or
-    True): see :mod:`unified_opt.kernels.runtime` (``specialize``)."""
-
-    def __init__(self, mode, owner: str):
-        self.mode, self.owner = mode, owner
-        self._runner: KernelRunner | None = None
-        self._unavailable = False
-        self._untraceable: set = set()
-
-    def runner(self) -> KernelRunner | None:
-        if self._runner is None and not self._unavailable:
-            try:
-                self._runner = KernelRunner(specialize=self.mode)
-            except KernelUnavailable as error:
-                if self.mode is True:
-                    raise
-                self._unavailable = True
-                warnings.warn(f"{self.owner}: compile='auto' found no kernel VM ({error}); "
-                              "the update runs eagerly, the same numbers", RuntimeWarning,
-                              stacklevel=4)
-        return self._runner
+class TorchKernels(KernelPath):
+    """:class:`~unified_opt.kernels.runtime.KernelPath` over torch tensors."""
 
     def job(self, value: torch.Tensor, grad: torch.Tensor, spec, state: dict, lr: float,
             step: int, keep: list) -> Job | None:
@@ -46,20 +22,13 @@ class TorchKernels:
         ``keep`` holds what the job's addresses point into until it has run."""
         dtype = str(value.dtype).removeprefix("torch.")
         shape = tuple(value.shape)
-        if value.device.type != "cpu" or not value.is_contiguous() or \
-                (spec, len(shape), dtype) in self._untraceable:
+        if value.device.type != "cpu" or not value.is_contiguous():
             return None
-        runner = self.runner()
-        if runner is None:
-            return None
-        try:
-            runner.plan(spec, shape, dtype, lr=lr, step=step)
-        except Untraceable:
-            self._untraceable.add((spec, len(shape), dtype))
+        order = self.state_order(spec, shape, dtype, lr=lr, step=step)
+        if order is None:
             return None
         grad = grad.contiguous()
         keep.append(grad)
-        order = runner.state_order(spec, shape, dtype)
         seen = {value.data_ptr(), grad.data_ptr()} if value.numel() else set()
         for key in order:
             array = state[key]
@@ -73,6 +42,3 @@ class TorchKernels:
                 seen.add(array.data_ptr())
         return Job(spec, shape, dtype, lr, step,
                    [value.data_ptr(), grad.data_ptr(), *(state[k].data_ptr() for k in order)])
-
-    def run(self, jobs: list[Job]) -> None:
-        self._runner.step(jobs)

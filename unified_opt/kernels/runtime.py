@@ -144,6 +144,51 @@ class KernelRunner:
         return None
 
 
+class KernelPath:
+    """One own optimizer's use of the kernels, whatever the framework: the runner made
+    on first use (``mode`` is the ``compile`` option: "auto" warns once and returns None
+    where the VM cannot be built, True raises), and which updates do not trace (then the
+    backend runs them eagerly)."""
+
+    def __init__(self, mode, owner: str):
+        self.mode, self.owner = mode, owner
+        self._runner: KernelRunner | None = None
+        self._unavailable = False
+        self._untraceable: set = set()
+
+    def runner(self) -> KernelRunner | None:
+        if self._runner is None and not self._unavailable:
+            try:
+                self._runner = KernelRunner(specialize=self.mode)
+            except build.KernelUnavailable as error:
+                if self.mode is True:
+                    raise
+                self._unavailable = True
+                warnings.warn(f"{self.owner}: compile='auto' found no kernel VM ({error}); "
+                              "the update runs eagerly, the same numbers", RuntimeWarning,
+                              stacklevel=4)
+        return self._runner
+
+    def state_order(self, spec, shape, dtype: str, *, lr: float, step: int):
+        """The state names in a job's order, or None when this update runs eagerly (no
+        VM, a dtype it does not take, an update that does not trace)."""
+        key = (spec, len(shape), dtype)
+        if key in self._untraceable:
+            return None
+        runner = self.runner()
+        if runner is None:
+            return None
+        try:
+            runner.plan(spec, shape, dtype, lr=lr, step=step)
+        except Untraceable:
+            self._untraceable.add(key)
+            return None
+        return runner.state_order(spec, shape, dtype)
+
+    def run(self, jobs: list[Job]) -> None:
+        self._runner.step(jobs)
+
+
 def _compile(key: bytes, code: np.ndarray, name: str) -> None:
     try:
         _kernels[key] = build.load_kernel(kernel_source(code))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,9 +53,8 @@ class Untraceable(Exception):
     """The update does something a program cannot hold (see the module)."""
 
 
-@dataclass(frozen=True)
-class Node:
-    """One value of a program.
+class Node(NamedTuple):
+    """One value of a program (a tuple: programs compare and hash fast).
 
     ``op``: "input" (``attr``: the input's index), "scalar" (``attr``: the slot), "fill"
     (one scalar broadcast over ``mask``), "count" (``attr``: the axes whose sizes it

@@ -1,0 +1,46 @@
+"""The own update on the kernel VM and its generated kernels (:mod:`unified_opt.kernels`)
+where Python calls the optimizer (PyNative): the spec's update traced, run in place over
+the Parameters' memory on the CPU, which ``Tensor.data_ptr`` hands out as host
+addresses. Before it runs, MindSpore's queue of pending operations is drained, so the
+gradients are computed and no queued operation reads a parameter after it changed.
+Compiled into a graph the same programs run through :mod:`.graph`."""
+
+from __future__ import annotations
+
+import mindspore as ms
+
+from unified_opt.kernels.runtime import Job, KernelPath
+
+_DTYPES = {ms.float32: "float32", ms.float64: "float64"}
+
+
+def drain() -> None:
+    """Wait for every queued PyNative operation (MindSpore runs them asynchronously)."""
+    from mindspore.graph.api import _pynative_executor
+
+    _pynative_executor.sync()
+
+
+class MindSporeKernels(KernelPath):
+    """:class:`~unified_opt.kernels.runtime.KernelPath` over MindSpore Parameters."""
+
+    def job(self, p, grad, spec, slots: dict, lr: float, step: int, keep: list) -> Job | None:
+        """The VM job of one parameter's step, or None (then it runs eagerly). ``slots``:
+        the spec's state Parameters by name; ``keep`` holds what the job's addresses
+        point into until it has run."""
+        dtype = _DTYPES.get(p.dtype)
+        shape = tuple(p.shape)
+        if dtype is None or ms.get_context("device_target") != "CPU" or not p.is_contiguous():
+            return None
+        order = self.state_order(spec, shape, dtype, lr=lr, step=step)
+        if order is None:
+            return None
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
+        keep.append(grad)
+        return Job(spec, shape, dtype, lr, step,
+                   [p.data_ptr(), grad.data_ptr(), *(slots[k].data_ptr() for k in order)])
+
+    def run(self, jobs: list[Job]) -> None:
+        drain()
+        super().run(jobs)
