@@ -11,7 +11,7 @@ stays in the optimizer between steps (:class:`.native._HeldAttributes`)."""
 
 from __future__ import annotations
 
-from unified_opt.backend import Backend, Context, launcher_ranks
+from unified_opt.backend import Backend, Context, compile_option, launcher_ranks
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, when
 from unified_opt.schedules import Schedule
@@ -98,11 +98,13 @@ class PaddleBackend(Backend):
             raise ValueError(f"build: parameters and their names must be unique, got names "
                              f"{names} for Paddle parameters {[p.name for p in params]}")
         empty = tuple(n for n, p in zip(names, params) if p.size == 0)
+        own_compile = compile_option(options)
         return Context(plans=tuple(plans),
                        dtypes=tuple(sorted({str(p.dtype).removeprefix("paddle.")
                                             for p in params})),
                        device=paddle.device.get_device(), zero_size=empty,
-                       all_zero_size=len(empty) == len(params), options=options)
+                       all_zero_size=len(empty) == len(params), options=options,
+                       own_compile=own_compile)
 
     def build_native(self, decision, spec, named, plans, context):
         from .native import native_optimizer
@@ -123,7 +125,9 @@ class PaddleBackend(Backend):
         learning_rate = scheduler if scheduler is not None else float(spec.lr)
         skipped: list[bool] = []
         optimizer = SpecOptimizer([p for _, p in named], spec, plans, learning_rate, skipped,
-                                  exchange=self._exchange(spec))
+                                  exchange=self._exchange(spec),
+                                  compile="auto" if context.own_compile is None
+                                  else context.own_compile)
         return optimizer, scheduler, skipped
 
     def _exchange(self, spec):

@@ -9,6 +9,7 @@ from paddle.utils import unique_name
 
 from unified_opt.pre_step import prepare_gradients
 
+from .kernels import PaddleKernels
 from .ops import paddle_ops
 
 STEP = "step"   # accumulator holding each parameter's count of completed steps
@@ -57,9 +58,15 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
     """
 
     def __init__(self, params, spec, plans, learning_rate, skipped: list | None = None,
-                 exchange=None):
+                 exchange=None, compile="auto"):
         super().__init__(learning_rate=learning_rate, parameters=params)
         self.spec = spec
+        #: how the update runs (``uo.build(..., options={"compile": ...})``): "auto" and
+        #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's
+        #: exchange and an update that does not trace run eagerly
+        self.compile_mode = compile
+        self._kernels = (PaddleKernels(compile, type(self).__name__)
+                         if compile in ("auto", True) and exchange is None else None)
         #: a data-parallel spec's exchange over the ranks (None: world size 1)
         self.exchange = exchange
         self.skipped = [] if skipped is None else skipped
@@ -114,23 +121,34 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
                 self._learning_rate.skipped_steps += 1
             return
         lr = self.get_lr()
+        jobs, kept = [], []
         for param, grad in zip(params, prepared):
             if grad is not None:
-                self._update(param, grad, lr)
+                job = self._update(param, grad, lr, kept)
+                if job is not None:
+                    jobs.append(job)
+        if jobs:
+            self._kernels.run(jobs)
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
 
     def _create_accumulators(self, block, parameters):
         pass   # all made in __init__
 
-    def _update(self, param, grad, lr: float) -> None:
-        """One parameter's update at the spec's lr ``lr``."""
+    def _update(self, param, grad, lr: float, kept: list):
+        """One parameter's update at the spec's lr ``lr``: eagerly, or the kernel VM's
+        job for it (returned; the caller runs the jobs)."""
         plan = self._plans[param.name]
         counter = self._get_accumulator(STEP, param)
         taken = int(counter.item())
         state = {key: self._get_accumulator(key, param)
                  for key in self._state_names[param.name]}
         spec = plan.spec.at_step(taken)
+        paddle.assign(counter + 1, output=counter)
+        if self._kernels is not None:
+            job = self._kernels.job(param, grad, spec, state, plan.lr(lr), taken + 1, kept)
+            if job is not None:
+                return job
         if self.exchange is None:
             new_param, new_state = spec.update(param.detach(), grad, state, lr=plan.lr(lr),
                                                step=taken + 1, ops=paddle_ops)
@@ -141,7 +159,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         paddle.assign(new_param, output=param)
         for key, value in new_state.items():
             paddle.assign(value, output=state[key])
-        paddle.assign(counter + 1, output=counter)
+        return None
 
     def spec_state(self, p) -> dict:
         return {key: self._get_accumulator(key, p) for key in self._state_names[p.name]}

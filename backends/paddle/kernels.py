@@ -1,0 +1,33 @@
+"""The own update of CPU tensors on the kernel VM and its generated kernels
+(:mod:`unified_opt.kernels`): the spec's update traced, run in place over the
+parameter's and its accumulators' memory (``Tensor.data_ptr``). Paddle computes eagerly
+on the CPU, so the memory holds every value when Python runs. A GPU parameter, another
+dtype, and an update that does not trace run eagerly: the same update, written once in
+the spec. (Paddle sets ``OMP_NUM_THREADS=1`` when it is imported; the VM's threads
+follow it, as Paddle's own kernels do.)"""
+
+from __future__ import annotations
+
+from unified_opt.kernels.runtime import Job, KernelPath
+
+
+class PaddleKernels(KernelPath):
+    """:class:`~unified_opt.kernels.runtime.KernelPath` over Paddle tensors."""
+
+    def job(self, param, grad, spec, state: dict, lr: float, step: int,
+            keep: list) -> Job | None:
+        """The VM job of one parameter's step, or None (then it runs eagerly). ``state``:
+        the spec's accumulators by name; ``keep`` holds what the job's addresses point
+        into until it has run."""
+        dtype = str(param.dtype).removeprefix("paddle.")
+        shape = tuple(param.shape)
+        if not param.place.is_cpu_place() or not param.is_contiguous():
+            return None
+        order = self.state_order(spec, shape, dtype, lr=lr, step=step)
+        if order is None:
+            return None
+        if not grad.is_contiguous():
+            grad = grad.contiguous()
+        keep.append(grad)
+        return Job(spec, shape, dtype, lr, step,
+                   [param.data_ptr(), grad.data_ptr(), *(state[k].data_ptr() for k in order)])
