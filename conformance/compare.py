@@ -97,15 +97,16 @@ def float32_floor(oracle: np.ndarray, float32) -> tuple[np.ndarray, np.ndarray]:
 
 
 def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float = ULPS,
-                tolerate_finite: bool = False):
+                tolerate_finite: bool = False, floor32=None):
     """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity;
-    ``float32`` is one float32 reference trajectory or a list of them."""
+    ``float32`` is one float32 reference trajectory or a list of them (``floor32``:
+    their :func:`float32_floor`, when already known)."""
     steps = oracle.shape[0]
     b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
     with np.errstate(invalid="ignore", over="ignore"):
         error = _max_abs(b - o, np.isfinite(o) & np.isfinite(b))
-    floor32, magnitude = float32_floor(oracle, float32)
+    floor32, magnitude = float32_floor(oracle, float32) if floor32 is None else floor32
     ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
     floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
     return error / floor, _nonfinite_mismatch(b, o, tolerate_finite), error, floor
@@ -113,11 +114,13 @@ def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float
 
 def compare(backend: Trajectory, oracle: Trajectory, float32, *,
             k: float = K, ulps: float = ULPS, tolerate_finite: bool = False,
-            state: bool = True, lr: bool = True) -> Comparison:
+            state: bool = True, lr: bool = True, floors: dict | None = None) -> Comparison:
     """Does ``backend`` follow ``oracle`` within ``k`` times the float32 noise floor?
     ``float32``: the float32 reference trajectory, or a list of them (see the module);
     ``state=False``: the lr and the parameters only; ``lr=False``: not the lr (an
-    optimizer whose lr cannot be read: its effect shows in the parameters)."""
+    optimizer whose lr cannot be read: its effect shows in the parameters). ``floors``:
+    a dict kept with ``oracle`` and ``float32`` across comparisons with them, where each
+    quantity's :func:`float32_floor` is computed once."""
     if backend.steps != oracle.steps:
         return Comparison(False, float("inf"), failure="steps", first_failing_step=
                           backend.steps + 1 if backend.steps < oracle.steps else None,
@@ -139,9 +142,12 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
             continue
         if expected.shape[0] == 0:
             continue
+        float32_of = [r[name] for r in references32]
+        if floors is not None and name not in floors:
+            floors[name] = float32_floor(expected, float32_of)
         ratio, nonfinite, error, floor = step_ratios(
-            got[name], expected, [r[name] for r in references32], ulps=ulps,
-            tolerate_finite=tolerate_finite)
+            got[name], expected, float32_of, ulps=ulps, tolerate_finite=tolerate_finite,
+            floor32=None if floors is None else floors[name])
         worst = int(np.argmax(ratio))
         out.per_quantity[name] = float(ratio[worst])
         out.series[name] = np.where(nonfinite, np.inf, ratio)

@@ -31,6 +31,12 @@ class References:
         """The float32 references whose error against the oracle is the noise floor."""
         return floor_trajectories(spec, case, self.of)
 
+    def floor_values(self, spec, case: Case) -> dict:
+        """Each quantity's floor against the oracle of ``spec`` (:func:`compare`'s
+        ``floors``), filled by the first comparison and kept for the case's other runs."""
+        return self._cache.setdefault(("floor values", case.id, case.seed, case.rank,
+                                       case.steps, spec), {})
+
     def of(self, spec, case: Case, dtype: str, ops=numpy_ops) -> Trajectory:
         key = (case.id, case.seed, case.rank, case.steps, spec, dtype, ops.name)
         if key not in self._cache:
@@ -81,12 +87,13 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
                                                       f"{type(exc).__name__}: {exc}"}
     if state is None:             # a native optimizer built by hand: lr and parameters
         state = path != HAND
-    comparison = compare(trajectory, oracle, floors, state=state, lr=lr)
+    values = references.floor_values(case.spec, case)
+    comparison = compare(trajectory, oracle, floors, state=state, lr=lr, floors=values)
     departs = (decision is not None and decision.native_class is not None
                and decision.native_class.nonfinite)
     if not comparison.passed and case.nonfinite_steps and departs:
         tolerant = compare(trajectory, oracle, floors, tolerate_finite=True, state=state,
-                           lr=lr)
+                           lr=lr, floors=values)
         if tolerant.passed:
             comparison = tolerant
             result["known"] = f"{decision.native}: {decision.native_class.nonfinite}"

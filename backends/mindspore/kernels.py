@@ -7,11 +7,16 @@ Compiled into a graph the same programs run through :mod:`.graph`."""
 
 from __future__ import annotations
 
+import ctypes
+
 import mindspore as ms
+import numpy as np
 
 from unified_opt.kernels.runtime import Job, KernelPath
 
 _DTYPES = {ms.float32: "float32", ms.float64: "float64"}
+_NUMPY = {ms.float16: np.float16, ms.float32: np.float32, ms.float64: np.float64,
+          ms.int32: np.int32, ms.int64: np.int64, ms.bool_: np.bool_}
 
 
 def drain() -> None:
@@ -19,6 +24,27 @@ def drain() -> None:
     from mindspore.graph.api import _pynative_executor
 
     _pynative_executor.sync()
+
+
+def numpy_dtype(dtype):
+    """The numpy dtype of a MindSpore dtype (float16/32/64, int32/64, bool)."""
+    return np.dtype(_NUMPY[dtype])
+
+
+def host_copy(tensor) -> np.ndarray:
+    """A numpy copy of a tensor: read from its host memory on the CPU (after draining the
+    queue; ``asnumpy`` costs about 0.2 ms a call), ``asnumpy`` elsewhere."""
+    dtype = _NUMPY.get(tensor.dtype)
+    if dtype is None or ms.get_context("device_target") != "CPU" or \
+            not tensor.is_contiguous():
+        return tensor.asnumpy()
+    shape = tuple(tensor.shape)
+    if not tensor.size:
+        return np.empty(shape, dtype=dtype)
+    drain()
+    nbytes = int(tensor.size) * np.dtype(dtype).itemsize
+    raw = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
 
 class MindSporeKernels(KernelPath):

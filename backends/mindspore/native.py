@@ -175,19 +175,31 @@ def native_state(cls_info, optimizer, p, spec) -> dict:
     zero-size parameter reads the class's shared scalars (one 0-d value per parameter,
     the same for every parameter: they depend only on the step and on hyperparameters
     all parameters share) from the first held parameter."""
+    import numpy as np
+
+    from unified_opt.ops import numpy_ops
+
     from .ops import mindspore_ops
 
-    # the spec's state for this parameter's shape (factored specs: it depends on it)
-    state = spec.init(p, mindspore_ops)
     index = next((i for i, q in enumerate(optimizer.parameters) if q is p), None)
     if index is None:   # a zero-size parameter, left out
+        state = spec.init(p, mindspore_ops)
         for ours in cls_info.shared_scalars:
             state[ours] = getattr(optimizer, cls_info.state[ours])[0]
         return state
-    # nn.AdaFactor keeps its row/column moments without the reduced axis: the spec's
-    # keepdims shapes hold the same elements in the same order
-    return {ours: getattr(optimizer, theirs)[index].reshape(state[ours].shape)
-            for ours, theirs in cls_info.state.items() if ours in state}
+    # the spec's state shapes for this parameter (factored specs: they depend on its
+    # shape), from numpy: no framework operation. nn.AdaFactor keeps its row/column
+    # moments without the reduced axis: the spec's keepdims shapes hold the same
+    # elements in the same order
+    shapes = {k: np.shape(v) for k, v in
+              spec.init(np.zeros(tuple(p.shape), dtype=np.float32), numpy_ops).items()}
+    out = {}
+    for ours, theirs in cls_info.state.items():
+        if ours in shapes:
+            value = getattr(optimizer, theirs)[index]
+            out[ours] = value if tuple(value.shape) == shapes[ours] else \
+                value.reshape(shapes[ours])
+    return out
 
 
 def native_lr(cls_info, optimizer, p) -> float:

@@ -10,8 +10,9 @@ class takes its lr list or Cell as ``learning_rate`` and steps it itself)."""
 from __future__ import annotations
 
 import numpy as np
-from mindspore import Parameter, Tensor, dtype_to_nptype
+from mindspore import Parameter, Tensor
 
+from unified_opt.backends.mindspore.kernels import host_copy, numpy_dtype
 from unified_opt.backends.mindspore.native import arguments_of, native_lr
 from unified_opt.native import import_native
 from unified_opt.schedules import Schedule
@@ -58,8 +59,8 @@ class MindSporeDriver(Driver):
     def apply(self, grads):
         # the optimizer's parameters, in its order (a native one leaves zero-size ones out)
         names = {id(p): name for name, p in self.params.items()}
-        self.optimizer(tuple(Tensor(np.asarray(grads[names[id(p)]],
-                                               dtype=dtype_to_nptype(p.dtype)))
+        self.optimizer(tuple(Tensor.from_numpy(np.array(grads[names[id(p)]],
+                                                        dtype=numpy_dtype(p.dtype)))
                              for p in self.optimizer.parameters))
         if self.scheduler is not None:
             self.scheduler.step()
@@ -91,4 +92,4 @@ class MindSporeDriver(Driver):
         return float(lr.asnumpy())
 
     def to_numpy(self, tensor):
-        return tensor.asnumpy()
+        return host_copy(tensor)

@@ -30,6 +30,7 @@ every operation rounds to the parameter's dtype.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -112,6 +113,7 @@ class Traced:
     an axis of length 1 that a reduction kept (``keepdims``)."""
 
     __array_ufunc__ = None             # numpy scalars on the left defer to our operators
+    __slots__ = ("_tracer", "_index", "_labels")
 
     def __init__(self, tracer: "Tracer", index: int, labels: tuple[int, ...]):
         self._tracer, self._index, self._labels = tracer, index, labels
@@ -135,8 +137,15 @@ class Traced:
         return self.shape[0]
 
     def _binary(self, op, other, reflected=False):
-        a, b = (other, self) if reflected else (self, other)
-        return self._tracer.elementwise(op, a, b)
+        tracer = self._tracer
+        if type(other) is Traced and other._tracer is tracer:
+            b = other
+        else:
+            b = tracer.scalar(other)
+        x, y = (b, self) if reflected else (self, b)
+        labels = x._labels if x._labels == y._labels else _broadcast((x._labels, y._labels))
+        return tracer.add(Node(op, (x._index, y._index), _mask(labels), 0, op in BOOLEAN),
+                          labels)
 
     def __add__(self, other): return self._binary("add", other)
     def __radd__(self, other): return self._binary("add", other, True)
@@ -187,27 +196,27 @@ class Tracer:
         self.dims = canonical_dims(shape)
         self.nodes: list[Node] = []
         self.scalars: list[float] = []
-        self.node_labels: list[tuple[int, ...]] = []
         self.shape_read = False
 
     def size_of(self, label: int) -> int:
         return {B: self.dims[0], R: self.dims[1], C: self.dims[2]}[label]
 
     def add(self, node: Node, labels: tuple[int, ...]) -> Traced:
-        self.nodes.append(node)
-        self.node_labels.append(labels)
-        return Traced(self, len(self.nodes) - 1, labels)
+        nodes = self.nodes
+        nodes.append(node)
+        return Traced(self, len(nodes) - 1, labels)
 
     def input(self, index: int, labels: tuple[int, ...]) -> Traced:
         return self.add(Node("input", (), _mask(labels), index), labels)
 
     def scalar(self, value) -> Traced:
-        if isinstance(value, (bool, np.bool_)):
+        if type(value) is not float:
+            if not isinstance(value, (numbers.Real, np.bool_)):
+                raise Untraceable(f"an operand of type {type(value).__name__}")
             value = float(value)
-        if not isinstance(value, numbers.Real):
-            raise Untraceable(f"an operand of type {type(value).__name__}")
-        self.scalars.append(float(value))
-        return self.add(Node("scalar", (), 0, len(self.scalars) - 1), ())
+        scalars = self.scalars
+        scalars.append(value)
+        return self.add(Node("scalar", (), 0, len(scalars) - 1), ())
 
     def operand(self, x) -> Traced:
         if isinstance(x, Traced):
@@ -218,7 +227,7 @@ class Tracer:
 
     def elementwise(self, op: str, *operands) -> Traced:
         args = [self.operand(x) for x in operands]
-        labels = _broadcast([a._labels for a in args])
+        labels = _broadcast(tuple(a._labels for a in args))
         boolean = op in BOOLEAN
         return self.add(Node(op, tuple(a._index for a in args), _mask(labels), 0, boolean),
                         labels)
@@ -262,6 +271,7 @@ class Tracer:
         return self.elementwise("div", total, count)
 
 
+@functools.cache
 def _mask(labels) -> int:
     mask = 0
     for label in labels:
@@ -269,6 +279,7 @@ def _mask(labels) -> int:
     return mask
 
 
+@functools.cache
 def _broadcast(label_sets) -> tuple[int, ...]:
     """numpy's broadcasting of the operands' axes (aligned on the right)."""
     ndim = max(len(labels) for labels in label_sets)
