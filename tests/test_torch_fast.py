@@ -95,18 +95,33 @@ def test_compiled_and_eager_are_the_same_update():
         np.testing.assert_allclose(run.params["w"][-1], w_e, rtol=1e-4, atol=1e-6)
 
 
+class _Branching(uo.SGD):
+    """An update whose Python reads a tensor's value: it cannot be traced."""
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        if ops.norm(grad) > 0.0:
+            return param - grad * lr, state
+        return param, state
+
+
 def test_an_update_that_does_not_trace_runs_eagerly():
-    """DGC's top-k does not trace: the own optimizer runs it eagerly, the other
-    parameters' updates on the VM."""
+    """The own optimizer runs an update that does not trace eagerly, and keeps the VM
+    for the ones that do (DGC's top-k selection traces)."""
+    params = [torch.nn.Parameter(torch.ones(4, 4))]
+    optimizer = uo.build(_Branching(lr=0.5), params, path="own")
+    params[0].grad = torch.full((4, 4), 2.0)
+    optimizer.step()
+    assert torch.equal(params[0].detach(), torch.zeros(4, 4))
+    assert optimizer._kernels._untraceable
     spec = uo.DGCMomentum(lr=0.05, rampup_begin_step=2, sparsity=(0.9,), min_numel=1)
-    case = Case(id="dgc_eager", spec=spec, steps=50)
+    case = Case(id="dgc_vm", spec=spec, steps=50)
     driver = TorchDriver(spec, case.initial_params(), path="own")
     recorder = Recorder()
     for t in range(case.steps):
         recorder.add(driver.step(case.gradients(t)), driver.params_numpy(),
                      driver.state_numpy())
     assert judge(recorder.trajectory(), case).passed
-    assert driver.optimizer._kernels._untraceable
+    assert not driver.optimizer._kernels._untraceable
 
 
 def test_auto_compiles_after_about_one_compile_of_eager_steps():

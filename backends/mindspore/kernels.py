@@ -26,6 +26,18 @@ def drain() -> None:
     _pynative_executor.sync()
 
 
+def on_cpu() -> bool:
+    """Whether MindSpore computes on the CPU (read once: ``get_context`` takes about
+    20 us, and the device is fixed once a tensor exists)."""
+    global _on_cpu
+    if _on_cpu is None:
+        _on_cpu = ms.get_context("device_target") == "CPU"
+    return _on_cpu
+
+
+_on_cpu = None
+
+
 def numpy_dtype(dtype):
     """The numpy dtype of a MindSpore dtype (float16/32/64, int32/64, bool)."""
     return np.dtype(_NUMPY[dtype])
@@ -35,8 +47,7 @@ def host_copy(tensor) -> np.ndarray:
     """A numpy copy of a tensor: read from its host memory on the CPU (after draining the
     queue; ``asnumpy`` costs about 0.2 ms a call), ``asnumpy`` elsewhere."""
     dtype = _NUMPY.get(tensor.dtype)
-    if dtype is None or ms.get_context("device_target") != "CPU" or \
-            not tensor.is_contiguous():
+    if dtype is None or not on_cpu() or not tensor.is_contiguous():
         return tensor.asnumpy()
     shape = tuple(tensor.shape)
     if not tensor.size:
@@ -56,7 +67,7 @@ class MindSporeKernels(KernelPath):
         point into until it has run."""
         dtype = _DTYPES.get(p.dtype)
         shape = tuple(p.shape)
-        if dtype is None or ms.get_context("device_target") != "CPU" or not p.is_contiguous():
+        if dtype is None or not on_cpu() or not p.is_contiguous():
             return None
         order = self.state_order(spec, shape, dtype, lr=lr, step=step)
         if order is None:

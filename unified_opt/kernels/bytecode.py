@@ -11,7 +11,9 @@ each), sums, and stores into arrays. What goes where:
   allocated.
 * A sum ends a phase's worth of work: its operand is computed in the phase over the
   operand's axes, and the total lands in a small array (a row, a column, a number) that
-  later phases read. A node's *level* counts the sums before it; phases run by level,
+  later phases read. ``topk_mask`` likewise: its operand is stored whole, a *select*
+  phase (domain :data:`SELECT`) marks the k largest elements in an array of 1s and 0s
+  that later phases read. A node's *level* counts the sums before it; phases run by level,
   and within a level from the fewest axes to the full ones.
 * A smaller node (a factored moment's row, a norm, a trust ratio) is computed once, in
   the phase of its level and axes, and stored in an array of its own when another
@@ -40,7 +42,9 @@ from .trace import ELEMENTWISE, Program
 VERSION = 1
 OPCODES = {name: i for i, name in enumerate(
     ["add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq", "ne", "and",
-     "or", "neg", "sqrt", "abs", "sign", "where", "sum", "store"])}
+     "or", "neg", "sqrt", "abs", "sign", "where", "sum", "store", "topk"])}
+#: the domain of a phase that selects the top k of a stored array (``topk_mask``)
+SELECT = -1
 OPERAND_KINDS = {"none": 0, "register": 1, "array": 2, "scalar": 3, "count": 4}
 
 
@@ -82,9 +86,19 @@ def compile_program(program: Program) -> np.ndarray:
             phases[key] = _Phase(lvl, domain, [], [], [])
         return phases[key]
 
+    array_masks = list(program.input_masks)
+    array_of: dict[int, int] = {}
     for i in sorted(live):
         node = nodes[i]
-        if node.op == "sum":
+        if node.op == "topk":
+            # the operand stored whole in its phase, then a phase selects into an array
+            arg = node.args[0]
+            operand, array_of[i] = len(array_masks), len(array_masks) + 1
+            array_masks += [full, full]
+            phase(level[arg], full).stores.append((operand, arg))
+            phase(level[i], SELECT).nodes.append(i)
+            array_of[("operand", i)] = operand
+        elif node.op == "sum":
             arg = node.args[0]
             phase(level[arg], nodes[arg].mask).sums.append(i)
         elif is_computed(i) and node.mask != full:
@@ -97,12 +111,11 @@ def compile_program(program: Program) -> np.ndarray:
                           lambda lvl: phase(lvl, full), phases)
     # small nodes read outside their phase get an array; so do sums
     n_inputs = len(program.inputs)
-    array_masks = list(program.input_masks)
-    array_of: dict[int, int] = {}
     for i, node in enumerate(nodes):
         if node.op == "input":
             array_of[i] = node.attr
-    home = {i: key for key, p in phases.items() for i in p.nodes if nodes[i].mask != full}
+    home = {i: key for key, p in phases.items() for i in p.nodes
+            if nodes[i].mask != full and p.domain != SELECT}
     def read_elsewhere(i):
         if any(v == i for _, v in program.outputs):
             return True
@@ -117,11 +130,13 @@ def compile_program(program: Program) -> np.ndarray:
     for key, p in phases.items():
         for value, target in p.reads.items():
             array_of.setdefault(value, target)
-        if p.domain != full:
+        if p.domain not in (full, SELECT):
             p.stores.extend((array_of[i], i) for i in p.nodes if array_of.get(i) is not None
                             and nodes[i].op != "input")
-    ordered = sorted(phases.values(), key=lambda p: (p.level, p.domain == full,
-                                                     _popcount(p.domain), p.domain))
+    # within a level: the selections, then from the fewest axes to the full ones
+    ordered = sorted(phases.values(), key=lambda p: (p.level, p.domain != SELECT,
+                                                     p.domain == full, _popcount(p.domain),
+                                                     p.domain))
     # new state of fewer axes: copied in after every phase
     copies: dict[int, _Phase] = {}
     for target, value in small_outputs:
@@ -132,7 +147,14 @@ def compile_program(program: Program) -> np.ndarray:
 
     code, n_registers = [], 0
     for p in ordered:
-        instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
+        if p.domain == SELECT:
+            instructions, used = [_instruction(
+                OPCODES["topk"], array_of[t], 0,
+                [(OPERAND_KINDS["array"], array_of[("operand", t)]),
+                 (OPERAND_KINDS["scalar"], nodes[nodes[t].args[1]].attr)])
+                for t in p.nodes], 0
+        else:
+            instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
         code.append([p.domain, len(instructions)] + [x for ins in instructions for x in ins])
         n_registers = max(n_registers, used)
     header = [VERSION, n_inputs, len(array_masks), n_registers, len(ordered)]
@@ -153,7 +175,7 @@ def _live(program: Program) -> set[int]:
 def _levels(nodes) -> list[int]:
     level = []
     for node in nodes:
-        if node.op == "sum":
+        if node.op in ("sum", "topk"):
             level.append(level[node.args[0]] + 1)
         else:
             level.append(max((level[a] for a in node.args), default=0))
@@ -192,7 +214,8 @@ def _schedule_full_phases(nodes, level, full, outputs, full_phase, phases) -> No
     written: dict[int, int] = {}
 
     def needs(phase, values, done) -> set[int]:
-        wanted = [nodes[s].args[0] for s in phase.sums] + list(values)
+        wanted = ([nodes[s].args[0] for s in phase.sums] + [v for _, v in phase.stores]
+                  + list(values))
         return _full_closure(nodes, wanted, full, done)[1]
 
     for position, p in enumerate(ordered):

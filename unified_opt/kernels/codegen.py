@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bytecode import OPCODES, OPERAND_KINDS, VERSION
+from .bytecode import OPCODES, OPERAND_KINDS, SELECT, VERSION
 
 _NAMES = {v: k for k, v in OPCODES.items()}
 _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
@@ -56,7 +56,11 @@ def kernel_source(code: np.ndarray) -> str:
              f"  uo::Arrays<T> arrays({n_inputs}, {len(masks)}, MASKS, inputs, dims);",
              "  T* const* A = arrays.ptr.data();"]
     for number, (domain, instructions) in enumerate(phases):
-        lines += _phase(number, domain, instructions, masks)
+        if domain == SELECT:
+            lines += [f"  uo::top_k<T>(A[{ins[4]}], dims.size({masks[ins[4]]}), S[{ins[6]}], "
+                      f"A[{ins[1]}]);  // phase {number}" for ins in instructions]
+        else:
+            lines += _phase(number, domain, instructions, masks)
     lines += ["  return 0;", "}", "", "}  // namespace", "", 'extern "C" {',
               "int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims,",
               "                  const double* scalars) {",

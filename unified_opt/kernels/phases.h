@@ -167,6 +167,36 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
   }
 }
 
+// DGC's top-k: mask[i] = 1 at the k largest of x[0..n), else 0, as the numpy binding
+// selects them (a stable descending sort, first k): ties go to the lower index, NaN
+// comes after every number. k is rounded down and clipped to [0, n].
+template <class T> void top_k(const T* x, int64_t n, double kd, T* mask) {
+  const int64_t k = std::max<int64_t>(0, std::min<int64_t>(n, int64_t(kd)));
+  std::fill(mask, mask + n, T(0));
+  std::vector<T> values;
+  values.reserve(n);
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] == x[i]) values.push_back(x[i]);
+  const int64_t numbers = int64_t(values.size());
+  if (k >= numbers) {         // every number, then the first NaNs
+    int64_t nan_left = k - numbers;
+    for (int64_t i = 0; i < n; ++i) {
+      if (x[i] == x[i]) mask[i] = T(1);
+      else if (nan_left > 0) { mask[i] = T(1); --nan_left; }
+    }
+    return;
+  }
+  if (k == 0) return;
+  std::nth_element(values.begin(), values.begin() + (k - 1), values.end(),
+                   [](T a, T b) { return a > b; });
+  const T threshold = values[k - 1];
+  int64_t taken = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (x[i] > threshold) { mask[i] = T(1); ++taken; }
+  for (int64_t i = 0; i < n && taken < k; ++i)
+    if (x[i] == threshold) { mask[i] = T(1); ++taken; }
+}
+
 // The arrays of one run: the caller's (inputs, updated in place), then scratch.
 template <class T> struct Arrays {
   std::vector<T*> ptr;

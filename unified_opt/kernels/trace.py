@@ -19,9 +19,11 @@ What a trace records
   ``B|R``, its column ``B|C``, a norm ``0``. The program is therefore the same for every
   parameter of the same number of dimensions; the sizes are given when it runs.
 
-What cannot be traced raises :class:`Untraceable`: Python reading a tensor's value
-(``bool(x > 0)``, ``float(norm)``, ``ops.all_finite``), reductions over other axes,
-``topk_mask`` and ``stack``. The caller then runs the update eagerly, unchanged.
+``topk_mask`` (DGC) is a node of its own: the VM selects the k largest elements of its
+operand, stored whole for it, as the numpy binding does (ties to the lower index, NaN
+last). What cannot be traced raises :class:`Untraceable`: Python reading a tensor's
+value (``bool(x > 0)``, ``float(norm)``, ``ops.all_finite``), reductions over other
+axes, ``stack``. The caller then runs the update eagerly, unchanged.
 
 Numbers follow numpy's rules, which the eager bindings follow too: a Python scalar meets a
 tensor in the tensor's dtype (rounded once to float32 for a float32 parameter), and
@@ -209,6 +211,11 @@ class Tracer:
     def input(self, index: int, labels: tuple[int, ...]) -> Traced:
         return self.add(Node("input", (), _mask(labels), index), labels)
 
+    @property
+    def full(self) -> int:
+        """The parameter's mask (input 0)."""
+        return self.nodes[0].mask
+
     def scalar(self, value) -> Traced:
         if type(value) is not float:
             if not isinstance(value, (numbers.Real, np.bool_)):
@@ -337,7 +344,14 @@ class TraceOps(Ops):
 
     def stack(self, xs): raise Untraceable("ops.stack")
     def all_finite(self, x): raise Untraceable("ops.all_finite (Python reads the values)")
-    def topk_mask(self, x, k): raise Untraceable("ops.topk_mask")
+    def topk_mask(self, x, k):
+        tracer = self.tracer
+        x = tracer.operand(x)
+        if _mask(x._labels) != tracer.full:
+            raise Untraceable("ops.topk_mask of a tensor smaller than the parameter")
+        slot = tracer.scalar(k)
+        return tracer.add(Node("topk", (x._index, slot._index), _mask(x._labels), 0, True),
+                          x._labels)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ using uo::CHUNK;
 
 constexpr int VERSION = 1;
 enum Op { ADD, SUB, MUL, DIV, MAX, MIN, GT, GE, LT, LE, EQ, NE, AND, OR, NEG, SQRT, ABS,
-          SIGN, WHERE, SUM, STORE };
+          SIGN, WHERE, SUM, STORE, TOPK };
+constexpr int SELECT = -1;      // a phase that runs TOPK instructions
 enum Kind { NONE, REG, ARR, SCAL, CNT };
 
 struct Ins { int32_t op, dst, aux, ak, a, bk, b, ck, c; };
@@ -202,6 +203,14 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
   uo::Arrays<T> arrays(prog.n_inputs, prog.n_arrays, prog.masks, inputs, dims);
   const Interpreter<T> vm{prog, dims, arrays.ptr.data(), scalars};
   for (const Phase& ph : prog.phases) {
+    if (ph.domain == SELECT) {
+      for (int k = 0; k < ph.n; ++k) {
+        const Ins& in = ph.ins[k];
+        uo::top_k<T>(arrays.ptr[in.a], dims.size(prog.masks[in.a]), scalars[in.b],
+                     arrays.ptr[in.dst]);
+      }
+      continue;
+    }
     std::vector<uo::Sum> sums;
     for (int k = 0; k < ph.n; ++k)
       if (ph.ins[k].op == SUM) sums.push_back({ph.ins[k].aux, ph.ins[k].dst, false, {}});
