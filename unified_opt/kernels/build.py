@@ -37,6 +37,7 @@ FLAGS = ["-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-ffp-contrac
 OPENMP = ["-fopenmp"]
 
 _loaded: ctypes.CDLL | None = None
+_path: Path | None = None
 _failure: str | None = None
 
 
@@ -113,6 +114,13 @@ def compiled(source: str, stem: str) -> Path:
     raise AssertionError("unreachable")
 
 
+def library() -> Path:
+    """The VM library's file, built on first use (see the module): what MindSpore's AOT
+    custom operators load (the same library, so the same registered kernels)."""
+    load()
+    return _path
+
+
 def load() -> ctypes.CDLL:
     """The VM library, built on first use (see the module)."""
     global _loaded, _failure
@@ -120,8 +128,10 @@ def load() -> ctypes.CDLL:
         return _loaded
     if _failure is not None:
         raise KernelUnavailable(_failure)
+    global _path
     try:
-        _loaded = _bind(ctypes.CDLL(str(compiled(SOURCE.read_text(), "uo_vm"))))
+        _path = compiled(SOURCE.read_text(), "uo_vm")
+        _loaded = _bind(ctypes.CDLL(str(_path)))
     except KernelUnavailable as error:
         _failure = str(error)
         raise
@@ -142,4 +152,6 @@ def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     library.uo_vm_version.restype = ctypes.c_int
     library.uo_vm_run.restype = ctypes.c_int
     library.uo_vm_run.argtypes = [ctypes.c_int, pointer, i64, pointer, pointer, pointer]
+    library.uo_vm_register.restype = None
+    library.uo_vm_register.argtypes = [pointer, i64, pointer]
     return library

@@ -40,7 +40,8 @@ DTYPES = {"float32": 0, "float64": 1}
 #: elements from which "auto" compiles a parameter's program into a kernel of its own
 SPECIALIZE_MIN = 1 << 16
 
-# generated kernels of this process, by VM code (shared by every runner)
+# generated kernels of this process, by VM code (shared by every runner; registered with
+# the VM, which runs a program's kernel when it has one)
 _kernels: dict[bytes, object] = {}
 _compiling: set[bytes] = set()
 _lock = threading.Lock()
@@ -113,35 +114,28 @@ class KernelRunner:
                                                   job.lr, job.step)
             addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
             dims = np.asarray(canonical_dims(job.shape), dtype=np.int64)
-            kernel = self._kernel(code, int(np.prod(job.shape, dtype=np.int64)), job.spec)
-            if kernel is not None:
-                status = kernel.uo_kernel_run(DTYPES[job.dtype], addresses, dims.ctypes.data,
-                                              scalars.ctypes.data)
-            else:
-                status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data,
-                                                code.size, addresses, dims.ctypes.data,
-                                                scalars.ctypes.data)
+            self.specialized(code, int(np.prod(job.shape, dtype=np.int64)), job.spec.name)
+            status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
+                                            addresses, dims.ctypes.data, scalars.ctypes.data)
             if status:
                 raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
                                    f"(status {status})")
 
-    def _kernel(self, code: np.ndarray, numel: int, spec):
-        """The generated kernel of ``code`` when it is loaded (see ``specialize``)."""
+    def specialized(self, code: np.ndarray, numel: int, name: str) -> None:
+        """See that ``code`` gets its generated kernel as ``specialize`` says (the VM runs
+        it from the moment it is registered)."""
         key = code.tobytes()
-        kernel = _kernels.get(key)
-        if kernel is not None or self.specialize is False:
-            return kernel
+        if key in _kernels or self.specialize is False:
+            return
         if self.specialize is True:
-            _kernels[key] = build.load_kernel(kernel_source(code))
-            return _kernels[key]
-        if numel >= SPECIALIZE_MIN:
+            _register(self.library, key, code)
+        elif numel >= SPECIALIZE_MIN:
             with _lock:
                 start = key not in _compiling
                 _compiling.add(key)
             if start:
-                threading.Thread(target=_compile, args=(key, code.copy(), spec.name),
+                threading.Thread(target=_compile, args=(self.library, key, code.copy(), name),
                                  daemon=True, name="unified_opt kernel").start()
-        return None
 
 
 class KernelPath:
@@ -189,9 +183,16 @@ class KernelPath:
         self._runner.step(jobs)
 
 
-def _compile(key: bytes, code: np.ndarray, name: str) -> None:
+def _register(library, key: bytes, code: np.ndarray) -> None:
+    kernel = build.load_kernel(kernel_source(code))
+    library.uo_vm_register(code.ctypes.data, code.size,
+                           ctypes.cast(kernel.uo_kernel_run, ctypes.c_void_p).value)
+    _kernels[key] = kernel            # kept loaded: the VM calls into it
+
+
+def _compile(library, key: bytes, code: np.ndarray, name: str) -> None:
     try:
-        _kernels[key] = build.load_kernel(kernel_source(code))
+        _register(library, key, code)
     except build.KernelUnavailable as error:
         warnings.warn(f"unified_opt: the {name} update stays on the kernel VM (the same "
                       f"numbers, slower): {error}", RuntimeWarning, stacklevel=1)

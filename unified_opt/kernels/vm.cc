@@ -5,6 +5,10 @@
 // phases.h's, shared with the kernels codegen.py writes for one program.
 
 #include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "phases.h"
@@ -224,6 +228,31 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
   return 0;
 }
 
+// Generated kernels (codegen.py) registered by their program's code: a program with one
+// runs it, whoever calls (Python through ctypes, or MindSpore's graph through
+// uo_vm_aot); the same bits as the VM either way.
+using Kernel = int (*)(int, void* const*, const int64_t*, const double*);
+std::unordered_map<std::string, Kernel>& kernels() {
+  static std::unordered_map<std::string, Kernel> table;
+  return table;
+}
+std::mutex kernels_lock;
+
+int dispatch(int dtype, const int32_t* code, int64_t length, void* const* inputs,
+             const int64_t* dims, const double* scalars) {
+  Kernel kernel = nullptr;
+  {
+    std::lock_guard<std::mutex> hold(kernels_lock);
+    auto found = kernels().find(std::string(reinterpret_cast<const char*>(code),
+                                            size_t(length) * sizeof(int32_t)));
+    if (found != kernels().end()) kernel = found->second;
+  }
+  if (kernel != nullptr) return kernel(dtype, inputs, dims, scalars);
+  if (dtype == 0) return run<float>(code, length, inputs, dims, scalars);
+  if (dtype == 1) return run<double>(code, length, inputs, dims, scalars);
+  return 2;
+}
+
 }  // namespace
 
 extern "C" {
@@ -234,9 +263,41 @@ int uo_vm_version() { return VERSION; }
 // (parameter, gradient, state), updated in place. dims: B, R, C.
 int uo_vm_run(int dtype, const int32_t* code, int64_t length, void* const* inputs,
               const int64_t* dims, const double* scalars) {
-  if (dtype == 0) return run<float>(code, length, inputs, dims, scalars);
-  if (dtype == 1) return run<double>(code, length, inputs, dims, scalars);
-  return 2;
+  return dispatch(dtype, code, length, inputs, dims, scalars);
+}
+
+// Run the generated kernel `kernel` (its uo_kernel_run) for the program `code` from now on.
+void uo_vm_register(const int32_t* code, int64_t length, void* kernel) {
+  std::lock_guard<std::mutex> hold(kernels_lock);
+  kernels()[std::string(reinterpret_cast<const char*>(code), size_t(length) * sizeof(int32_t))] =
+      reinterpret_cast<Kernel>(kernel);
+}
+
+// MindSpore's AOT custom operator (func_type="aot", CPU): inputs
+//   packed (float64): [next lr, offset of parameter 0's segment, ..., segments...], a
+//     segment [code length, scalar count, code..., scalars...] (backends/mindspore/graph.py)
+//   index (int32 [1]): whose segment; then the parameter, its gradient, its state arrays
+// and one float32 [1] output (0: done). The arrays are updated in place.
+int uo_vm_aot(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
+              void* /*stream*/, void* /*extra*/) {
+  if (nparam < 5) return 3;
+  const double* packed = static_cast<const double*>(params[0]);
+  const int index = static_cast<const int32_t*>(params[1])[0];
+  const double* segment = packed + int64_t(packed[1 + index]);
+  const int64_t length = int64_t(segment[0]);
+  std::vector<int32_t> code(length);
+  for (int64_t i = 0; i < length; ++i) code[i] = int32_t(segment[2 + i]);
+  int64_t dims[3] = {1, 1, 1};
+  const int ndim = ndims[2];
+  if (ndim >= 1) dims[2] = shapes[2][ndim - 1];
+  if (ndim >= 2) dims[1] = shapes[2][ndim - 2];
+  for (int i = 0; i + 2 < ndim; ++i) dims[0] *= shapes[2][i];
+  int dtype = std::strcmp(dtypes[2], "float64") == 0 ? 1
+              : (std::strcmp(dtypes[2], "float32") == 0 || std::strcmp(dtypes[2], "float") == 0
+                 ? 0 : -1);
+  if (dtype < 0) return 4;
+  static_cast<float*>(params[nparam - 1])[0] = 0.0f;
+  return dispatch(dtype, code.data(), length, params + 2, dims, segment + 2 + length);
 }
 
 }  // extern "C"
