@@ -230,22 +230,6 @@ def test_own_optimizer_in_model_train_and_train_one_step_cell():
     assert not np.allclose(finals[0][0], nn.Dense(3, 2).weight.asnumpy())
 
 
-def test_own_optimizer_does_not_run_in_graph_mode():
-    import mindspore as ms
-    spec = uo.Adam(lr=0.01, weight_decay=0.1)
-    p = ms.Parameter(ms.Tensor(np.ones(3, np.float32)), name="w")
-    opt = uo.build(spec, [p])
-    ms.set_context(mode=ms.GRAPH_MODE)
-    try:
-        with pytest.raises(ValueError, match="PyNative mode only"):
-            uo.build(spec, [p])
-        with pytest.raises(RuntimeError, match="GRAPH_MODE"):
-            opt((ms.Tensor(np.ones(3, np.float32)),))
-    finally:
-        ms.set_context(mode=ms.PYNATIVE_MODE)
-    assert np.array_equal(p.asnumpy(), np.ones(3, np.float32))
-
-
 def test_own_state_round_trips_through_a_checkpoint(tmp_path):
     import mindspore as ms
     spec = uo.Adam(lr=0.01, weight_decay=0.1, amsgrad=True)

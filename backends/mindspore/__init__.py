@@ -160,13 +160,8 @@ class MindSporeBackend(Backend):
         return optimizer, None, []   # a native class never skips: skip_nonfinite is own
 
     def build_own(self, decision, spec, named, plans, context):
-        import mindspore as ms
-
         from .optimizer import SpecOptimizer
 
-        if ms.get_context("mode") == ms.GRAPH_MODE:
-            raise ValueError(f"build: the own implementation ({decision.reason}) runs in "
-                             "PyNative mode only; GRAPH_MODE is set")
         optimizer = SpecOptimizer([p for _, p in named], spec, plans, context.total_steps,
                                   exchange=self._exchange(spec),
                                   compile="auto" if context.own_compile is None

@@ -1,16 +1,21 @@
 """A MindSpore optimizer that runs a spec's own update (written once, in the spec).
 
-GRAPH mode does not work: the step reads its counter as a Python int and the spec's
-update is Python code over tensors, which MindSpore cannot compile. ``build`` refuses
-GRAPH_MODE; a call under GRAPH_MODE or ``@ms.jit`` (also inside a compiled
-TrainOneStepCell) fails to compile ("'asnumpy' is not supported in 'construct'") before
-changing anything (tested). In PyNative mode it works in ``ms.Model(net, loss_fn,
-optimizer=opt).train(...)``, ``nn.TrainOneStepCell`` and ``value_and_grad`` then
-``opt(grads)`` (tested).
+Two ways in, the same numbers bit for bit:
+
+* Python calls it (PyNative: ``opt(grads)``, a PyNative ``nn.TrainOneStepCell`` or
+  ``ms.Model.train``): :meth:`SpecOptimizer.__call__` runs the step in Python: the
+  gradient pre-step, then each update on the kernel VM (:mod:`.kernels`), eagerly where
+  it cannot (``compile=False``, a data-parallel exchange, an update that does not
+  trace).
+* Compiled into a graph (GRAPH_MODE, a GRAPH_MODE ``TrainOneStepCell`` or
+  ``ms.Model.train``, an ``@ms.jit`` step calling ``opt(grads)``): ``construct`` is the
+  graph of :mod:`.graph`, the same VM programs as custom operators. What a graph cannot
+  run is refused when it compiles, naming why.
 """
 
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
@@ -19,7 +24,8 @@ from unified_opt.pre_step import prepare_gradients
 from unified_opt.schedules import Schedule
 
 from .cells import past_total_steps
-from .kernels import MindSporeKernels
+from .graph import GraphStep
+from .kernels import MindSporeKernels, host_copy
 from .ops import mindspore_ops
 
 
@@ -74,6 +80,19 @@ class SpecOptimizer(nn.Optimizer):
             flat.extend(slots.values())
         self.spec_state_parameters = ParameterTuple(flat)
         self._one = Tensor([1], mstype.int32)
+        # the graph's operators (.graph), as attributes of this Cell for the compiler
+        graph = GraphStep(self)
+        self._graph_refusal = graph.refusal
+        self._n = len(self._parameters) if not graph.refusal else 0
+        if not graph.refusal:
+            starts = np.cumsum([0] + [len(s) for s in self._slots])
+            self._state_layout = tuple((int(starts[i]), len(order))
+                                       for i, order in enumerate(graph.order))
+            for slots, order in zip(self._slots, graph.order):
+                if tuple(slots) != tuple(order):
+                    raise AssertionError(f"state order {tuple(slots)} != {order}")
+            self._host, self._aot, self._aot_index = graph.host, graph.kernels, graph.indices
+        self._follows = not isinstance(spec.lr, Schedule)
 
     @property
     def follows_learning_rate(self) -> bool:
@@ -83,11 +102,18 @@ class SpecOptimizer(nn.Optimizer):
 
     def next_lr(self) -> float:
         """The lr the next call will use (before any group's factor)."""
-        return self._lr_of_step(int(self.global_step.asnumpy()[0]))
+        return self._lr_of_step(int(host_copy(self.global_step)[0]))
 
     def _lr_of_step(self, step0: int) -> float:
+        return self.lr_of_step(step0, float(host_copy(self.learning_rate).reshape(-1)[0]))
+
+    def lr_of_step(self, step0: int, stored: float) -> float:
+        """The lr of 0-based step ``step0`` with ``stored`` in ``learning_rate`` (see
+        ``follows_learning_rate``); past ``total_steps`` our RuntimeError."""
+        if self.total_steps is not None and step0 >= self.total_steps:
+            raise past_total_steps(type(self).__name__, self.total_steps, step0)
         lr = float(self.spec.lr_at(step0))
-        stored = self.learning_rate.asnumpy()
+        stored = np.float32(stored)
         if stored == np.float32(lr):
             return lr                      # the spec's value, in double precision
         if self.follows_learning_rate:
@@ -96,11 +122,32 @@ class SpecOptimizer(nn.Optimizer):
                            f"outside; with a scheduled lr the own implementation takes the lr "
                            f"from the spec ({lr} at step {step0})")
 
+    def __call__(self, gradients):
+        if ms.get_context("mode") == ms.PYNATIVE_MODE:
+            return self.step_python(gradients)
+        return super().__call__(gradients)
+
     def construct(self, gradients):
+        """The step compiled into a graph (:mod:`.graph`)."""
+        if self._graph_refusal:
+            raise RuntimeError(self._graph_refusal)
+        packed = self._host(self.global_step, self.learning_rate)
+        done = ()
+        for i in range(self._n):
+            start, count = self._state_layout[i]
+            args = (packed, self._aot_index[i], self._parameters[i], gradients[i]) + \
+                self.spec_state_parameters[start:start + count]
+            done = done + (self._aot[i](*args),)
+        ops.assign_add(self.global_step, ops.depend(self._one, done))
+        if not self._follows:
+            ops.assign(self.learning_rate,
+                       ops.depend(ops.cast(packed[0], mstype.float32), done))
+        return ops.depend(True, done)
+
+    def step_python(self, gradients):
+        """One step where Python calls the optimizer (see the module)."""
         self._check(gradients)
-        step0 = int(self.global_step.asnumpy()[0])
-        if self.total_steps is not None and step0 >= self.total_steps:
-            raise past_total_steps(type(self).__name__, self.total_steps, step0)
+        step0 = int(host_copy(self.global_step)[0])
         lr = self._lr_of_step(step0)
         prepared = prepare_gradients(self.spec, self._plans, list(gradients), mindspore_ops)
         self.skipped.append(prepared is None)
