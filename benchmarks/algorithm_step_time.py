@@ -4,6 +4,7 @@ peer libraries a torch user would otherwise pick.
     python benchmarks/algorithm_step_time.py [--backends torch,paddle,mindspore]
                                              [--repeats 7] [--out benchmarks/results]
 
+Rows per backend ("mindspore-graph": MindSpore in GRAPH_MODE, ``opt(grads)`` compiled).
 torch: one 4096x4096 float32 parameter; baseline ``torch.optim.Adam(fused=True)``. Each
 algorithm's uo step: the default build (the native class where one computes the spec,
 else the own update with ``compile="auto"``: the kernel VM at once, its generated kernel
@@ -35,13 +36,18 @@ from pathlib import Path
 
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
-SIZES = {"torch": (4096, 4096), "paddle": (2048, 2048), "mindspore": (2048, 2048)}
+SIZES = {"torch": (4096, 4096), "paddle": (2048, 2048), "mindspore": (2048, 2048),
+         "mindspore-graph": (2048, 2048)}
 #: untimed steps of a uo build before timing, in seconds: the background compile of
 #: compile="auto" lands in them (a long run's steady state)
 SETTLE_SECONDS = 6.0
 BASELINES = {"torch": ("torch.optim.Adam", {"lr": 1e-3, "fused": True}),
              "paddle": ("paddle.optimizer.Adam", {"learning_rate": 1e-3}),
-             "mindspore": ("mindspore.nn.Adam", {"learning_rate": 1e-3})}
+             "mindspore": ("mindspore.nn.Adam", {"learning_rate": 1e-3}),
+             "mindspore-graph": ("mindspore.nn.Adam", {"learning_rate": 1e-3})}
+#: the own update's ``compile`` option per row kind (JSON; null: the default build)
+MODES = {"torch": ["null", "false", "true", '"inductor"'], "paddle": ["null", "false", "true"],
+         "mindspore": ["null", "false", "true"], "mindspore-graph": ["null", "true"]}
 #: uo specs, as ``uo.<expression>``
 ALGORITHMS = {"adam": "Adam(lr=1e-3)", "adamw": "AdamW(lr=1e-3, weight_decay=0.01)",
               "came": "CAME(lr=1e-4)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
@@ -79,7 +85,9 @@ def measure(backend: str, what: str, repeats: int) -> dict:
     """In this process: ``what`` is ``native|<qualified>|<json kwargs>`` or
     ``uo|<spec expression>|<compile option as JSON>``; returns the timings."""
     kind, target, extra = what.split("|")
-    harness = Harness(backend)
+    harness = Harness("mindspore" if backend == "mindspore-graph" else backend)
+    if backend == "mindspore-graph":
+        harness.fw.set_context(mode=harness.fw.GRAPH_MODE)
     named = harness.params([SIZES[backend]])
     grads = harness.grads(named)          # set once: every step sees the same gradient
     started = time.perf_counter()
@@ -126,8 +134,7 @@ def rows_of(backend: str, repeats: int) -> list[dict]:
     rows = [{"backend": backend, "algorithm": "adam", "what": f"{base_name} (baseline)",
              **base}]
     for algorithm, expression in ALGORITHMS.items():
-        modes = ['null', 'false', 'true', '"inductor"'] if backend == "torch" else ["null"]
-        for mode in modes:
+        for mode in MODES[backend]:
             label = {"null": "uo (default build)", "false": "uo own, eager",
                      "true": "uo own, generated kernel",
                      '"inductor"': "uo own, Inductor"}[mode]
@@ -157,7 +164,7 @@ def markdown(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backends", default="torch,paddle,mindspore")
+    parser.add_argument("--backends", default="torch,paddle,mindspore,mindspore-graph")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--measure", nargs=2, metavar=("BACKEND", "WHAT"))
@@ -167,7 +174,7 @@ def main() -> None:
         return
     rows = []
     for backend in args.backends.split(","):
-        if importlib.util.find_spec(backend) is None:
+        if importlib.util.find_spec(backend.split("-")[0]) is None:
             continue
         rows += rows_of(backend, args.repeats)
         print(markdown(rows), flush=True)

@@ -104,8 +104,10 @@ class Harness:
 
     def step(self, optimizer, grads):
         if self.backend == "mindspore":
+            from unified_opt.backends.mindspore.kernels import drain
+
             optimizer(grads)
-            self.fw.runtime.synchronize()
+            drain()        # MindSpore runs asynchronously (runtime.synchronize: not on CPU)
         else:
             optimizer.step()   # gradients stay set: every timed step sees the same ones
 

@@ -115,6 +115,7 @@ class GraphStep:
             spec = plan.spec.at_step(step0)
             code, scalars = runner.code_and_scalars(spec, tuple(p.shape), "float32",
                                                     plan.lr(lr), step0 + 1)
+            runner.specialized(code, int(np.prod(p.shape, dtype=np.int64)), spec.name)
             size = 2 + code.size + scalars.size
             if size > self.sizes[i]:
                 raise RuntimeError(f"{type(optimizer).__name__}: step {step0 + 1} of "
