@@ -41,6 +41,7 @@ from .worker import result_stem
 
 STDERR_TAIL = 2000
 WORK = "runs"               # the working files, under out
+SHARED = "floors"           # under WORK: the floors every worker reads (verdict.References)
 TRAJECTORIES = "trajectories"
 LOGS = "logs"
 PIPE_GRACE = 5.0            # seconds to wait for a worker's stdout to close once it ended
@@ -121,7 +122,8 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
     work.mkdir(parents=True)
     command = [sys.executable, "-m", "unified_opt.conformance.worker", "--backend", backend,
                "--cases", str(cases_file), "--out", str(work),
-               "--trajectories", str(out / TRAJECTORIES / backend)]
+               "--trajectories", str(out / TRAJECTORIES / backend),
+               "--shared", str(out / WORK / SHARED)]
     if keep_trajectories:
         command.append("--keep-trajectories")
     started = time.perf_counter()

@@ -8,10 +8,18 @@ computed once for all its paths, then dropped.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
 from unified_opt.ops import numpy_ops
 
 from .cases import HAND, Case
-from .compare import compare
+from .compare import compare, float32_floor
 from .explainer import explain_failure
 from .series import encode
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
@@ -19,10 +27,16 @@ from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 
 class References:
     """Reference trajectories computed once per (case, spec, dtype): the oracle and the
-    float32 floor of each case, and the explainer's variants."""
+    float32 floor of each case, and the explainer's variants.
 
-    def __init__(self) -> None:
+    ``shared``: a folder where the floors (each quantity's float32 error and magnitude
+    per step, and whether the case is stable) are written once and read by every other
+    worker of the run: three float32 references per case that each backend's worker
+    would otherwise compute again."""
+
+    def __init__(self, shared: Path | None = None) -> None:
         self._cache: dict = {}
+        self.shared = shared
 
     def get(self, case: Case, dtype: str) -> Trajectory:
         return self.of(case.spec, case, dtype)
@@ -33,9 +47,50 @@ class References:
 
     def floor_values(self, spec, case: Case) -> dict:
         """Each quantity's floor against the oracle of ``spec`` (:func:`compare`'s
-        ``floors``), filled by the first comparison and kept for the case's other runs."""
-        return self._cache.setdefault(("floor values", case.id, case.seed, case.rank,
-                                       case.steps, spec), {})
+        ``floors``: ``name -> (float32 error, magnitude)`` per step), for every quantity
+        of the oracle; from the shared folder when another worker wrote it."""
+        key = ("floor values", case.id, case.seed, case.rank, case.steps, spec)
+        if key not in self._cache:
+            file = self._shared_file(spec, case)
+            if file is not None and file.exists():
+                with np.load(file, allow_pickle=False) as data:
+                    loaded = {k: data[k] for k in data.files}
+                prefix = "floor32:"
+                self._cache[key] = {
+                    name[len(prefix):]: (loaded[name],
+                                         loaded["magnitude:" + name[len(prefix):]])
+                    for name in loaded if name.startswith(prefix)}
+                self._cache[("stable", key)] = bool(loaded["stable"])
+            else:
+                self._cache[key] = self._floor_values(spec, case, key, file)
+        return self._cache[key]
+
+    def _floor_values(self, spec, case, key, file) -> dict:
+        oracle = self.of(spec, case, "float64").quantities()
+        float32 = [t.quantities() for t in self.floors(spec, case)]
+        values = {name: float32_floor(expected, [q[name] for q in float32])
+                  for name, expected in oracle.items() if all(name in q for q in float32)}
+        stable = spec != case.spec or self._stable(case)
+        self._cache[("stable", key)] = stable
+        if file is not None:
+            arrays = {f"{kind}:{name}": value[i] for name, value in values.items()
+                      for i, kind in enumerate(("floor32", "magnitude"))}
+            file.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=file.parent, suffix=".npz",
+                                             delete=False) as part:
+                np.savez(part, stable=np.array(stable), **arrays)
+            os.replace(part.name, file)           # whole or not at all for the others
+        return values
+
+    def _shared_file(self, spec, case: Case) -> Path | None:
+        if self.shared is None:
+            return None
+        try:
+            text = json.dumps({"case": case.to_dict(), "rank": case.rank,
+                               "spec": spec.to_dict()}, sort_keys=True)
+        except (TypeError, ValueError):     # not expressible as JSON: not shared
+            return None
+        return self.shared / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.npz"
 
     def of(self, spec, case: Case, dtype: str, ops=numpy_ops) -> Trajectory:
         key = (case.id, case.seed, case.rank, case.steps, spec, dtype, ops.name)
@@ -46,6 +101,13 @@ class References:
     def stable(self, case: Case) -> bool:
         """Does the float32 reference pass against the oracle (else the case is
         unstable)? A case the reference cannot run counts as stable: its results say why."""
+        key = ("stable", ("floor values", case.id, case.seed, case.rank, case.steps,
+                          case.spec))
+        if key in self._cache:
+            return self._cache[key]
+        return self._stable(case)
+
+    def _stable(self, case: Case) -> bool:
         try:
             float32 = self.get(case, "float32")
             return compare(float32, self.get(case, "float64"), float32).passed
@@ -81,18 +143,17 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
         return {**result, "status": "error", "error": error}
     try:
         oracle = references.get(case, "float64")
-        floors = references.floors(case.spec, case)
+        values = references.floor_values(case.spec, case)
     except (TypeError, ValueError) as exc:   # e.g. --steps past a OneCycle's total_steps
         return {**result, "status": "error", "error": f"the reference cannot run this case: "
                                                       f"{type(exc).__name__}: {exc}"}
     if state is None:             # a native optimizer built by hand: lr and parameters
         state = path != HAND
-    values = references.floor_values(case.spec, case)
-    comparison = compare(trajectory, oracle, floors, state=state, lr=lr, floors=values)
+    comparison = compare(trajectory, oracle, [], state=state, lr=lr, floors=values)
     departs = (decision is not None and decision.native_class is not None
                and decision.native_class.nonfinite)
     if not comparison.passed and case.nonfinite_steps and departs:
-        tolerant = compare(trajectory, oracle, floors, tolerate_finite=True, state=state,
+        tolerant = compare(trajectory, oracle, [], tolerate_finite=True, state=state,
                            lr=lr, floors=values)
         if tolerant.passed:
             comparison = tolerant

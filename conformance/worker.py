@@ -1,7 +1,7 @@
 """One backend's conformance runs, in a process of its own.
 
 ``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR
-[--trajectories DIR] [--keep-trajectories]``
+[--trajectories DIR] [--shared DIR] [--keep-trajectories]``
 
 Imports exactly one framework (through ``unified_opt.conformance.drivers.<NAME>``), runs
 every case on every path it lists through that backend's :class:`Driver`, judges each
@@ -14,6 +14,11 @@ within :data:`FAILING_TRAJECTORY_BUDGET` (a broken backend fails every run: its
 trajectories would fill a CI artifact). A path whose lowering repeats one already run
 for the case (``own`` when ``auto`` took the own implementation, which only the build
 knows: MindSpore's depends on the parameters) is skipped.
+
+Distributed cases (``Case.workers > 1``) launch their ranks in a thread of their own
+from the start, while the worker runs the other cases (a launch mostly waits for its
+processes), and are judged after them. ``--shared``: the folder of the floors every
+worker of a run reads (:class:`.verdict.References`).
 
 Prints, flushed, for the runner: ``begin DONE/TOTAL CASE PATH`` before each run (so a
 crash names the run it interrupted) and ``progress DONE/TOTAL CASE PATH STATUS
@@ -33,6 +38,7 @@ import platform
 import sys
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +118,8 @@ def result_stem(case_id: str, path: str) -> str:
 
 def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path,
             say=print, keep_trajectories: bool = False, trajectories: Path | None = None,
-            failing_budget: int = FAILING_TRAJECTORY_BUDGET) -> dict:
+            failing_budget: int = FAILING_TRAJECTORY_BUDGET,
+            shared: Path | None = None) -> dict:
     """Run and judge every case on its paths, writing the result files into ``out`` and
     the kept trajectories into ``trajectories`` (default ``out``; see the module for
     which are kept); return the worker summary (also written as ``worker.json``).
@@ -134,10 +141,16 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     write_summary(out, summary)
     say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")
     scratch = out / "ranks"            # the distributed runs' launches (job, logs, ranks)
+    # distributed cases launch their ranks in a thread of their own while this one runs
+    # the others: a launch mostly waits for its processes
+    distributed = [c for c in cases if c.workers > 1]
+    launches = ThreadPoolExecutor(max_workers=1) if distributed else None
+    launched = {c.id: launches.submit(_launch_all, backend, c, scratch) for c in distributed}
     index = 0
-    for case in cases:
-        references = References()            # this case's oracle and floors, then dropped
+    for case in [c for c in cases if c.workers == 1] + distributed:
+        references = References(shared)      # this case's oracle and floors, then dropped
         lowered = set()                      # decision paths this case already ran
+        ranks_runs = launched[case.id].result() if case.workers > 1 else {}
         for path in case.paths:
             index += 1
             stem = result_stem(case.id, path)
@@ -149,7 +162,7 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
             say(f"begin {index}/{total} {case.id} {path}")
             started = time.perf_counter()
             if case.workers > 1:
-                run = run_ranks(backend, case, path, scratch / stem)
+                run, seconds = ranks_runs[path]
                 result = judge(case, backend, path, run, references)
                 lowering, error = result["lowering"], run.error
                 trajectory = _worst_rank(run, result)
@@ -157,7 +170,8 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
                 trajectory, decision, error = run_case(driver_cls, case, path)
                 result = verdict(case, backend, path, trajectory, decision, error, references)
                 lowering = result["lowering"]
-            seconds = round(time.perf_counter() - started, 4)
+                seconds = 0.0
+            seconds = round(seconds + time.perf_counter() - started, 4)
             if lowering is not None:
                 lowered.add(lowering["path"])
             kept = keeper.keep(stem, trajectory, result["status"])
@@ -174,7 +188,24 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
         if not references.stable(case):
             summary["unstable"].append(case.id)
             write_summary(out, summary)
+    if launches is not None:
+        launches.shutdown()
     return summary
+
+
+def _launch_all(backend: str, case: Case, scratch: Path) -> dict:
+    """Launch ``case``'s ranks on each of its paths in turn: path -> (run, seconds); a
+    path whose lowering an earlier one already ran is left out (as in :func:`run_all`)."""
+    runs, lowered = {}, set()
+    for path in case.paths:
+        if path in lowered:
+            continue
+        started = time.perf_counter()
+        run = run_ranks(backend, case, path, scratch / result_stem(case.id, path))
+        runs[path] = (run, time.perf_counter() - started)
+        if run.decision is not None:
+            lowered.add(run.decision["path"])
+    return runs
 
 
 def _worst_rank(run: RanksRun, result: dict) -> Trajectory:
@@ -233,6 +264,8 @@ def main(argv=None) -> int:
                         help="directory of the result files and worker.json")
     parser.add_argument("--trajectories", type=Path, default=None,
                         help="directory of the kept trajectories (default: --out)")
+    parser.add_argument("--shared", type=Path, default=None,
+                        help="folder of the floors the run's workers share (References)")
     parser.add_argument("--keep-trajectories", action="store_true",
                         help="keep every run's trajectory (default: those of failing runs, "
                              "up to FAILING_TRAJECTORY_BUDGET bytes)")
@@ -241,7 +274,8 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     run_all(driver_class(args.backend), args.backend, cases, args.out,
             say=lambda line: print(line, flush=True),
-            keep_trajectories=args.keep_trajectories, trajectories=args.trajectories)
+            keep_trajectories=args.keep_trajectories, trajectories=args.trajectories,
+            shared=args.shared)
     return 0
 
 
