@@ -105,11 +105,19 @@ def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float
     b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        error = _max_abs(b - o, np.isfinite(o) & np.isfinite(b))
+        difference = np.abs(b - o)
+        error = difference.max(axis=1, initial=0.0)
+        # every difference finite: both finite everywhere (inf - x is not), so nothing
+        # is left out and no non-finite position can differ
+        everywhere = bool(np.isfinite(error).all())
+        if not everywhere:
+            error = _max_abs(difference, np.isfinite(o) & np.isfinite(b))
     floor32, magnitude = float32_floor(oracle, float32) if floor32 is None else floor32
     ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
     floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
-    return error / floor, _nonfinite_mismatch(b, o, tolerate_finite), error, floor
+    mismatch = np.zeros(steps, dtype=bool) if everywhere else \
+        _nonfinite_mismatch(b, o, tolerate_finite)
+    return error / floor, mismatch, error, floor
 
 
 def compare(backend: Trajectory, oracle: Trajectory, float32, *,

@@ -39,7 +39,7 @@ from unified_opt.kernels.trace import Untraceable
 from unified_opt.pre_step import has_pre_step
 
 #: the steps whose programs size each parameter's segment
-PROBE_STEPS = (1, 2, 3, 4, 5, 6, 8, 10, 16, 32, 100, 1000, 10**4, 10**5, 10**6)
+PROBE_STEPS = (1, 2, 3, 4, 5, 6, 8, 10, 16, 32, 100, 1000, 10**4, 10**5)
 
 
 def refusal(optimizer) -> str:
@@ -94,11 +94,11 @@ class GraphStep:
     @staticmethod
     def _segment(runner, p, plan, step) -> int:
         """The segment's size at ``step`` (0 for a step the schedule does not reach: a
-        OneCycle past its total_steps raises there)."""
+        OneCycle past its total_steps raises there, an exponential cycle overflows)."""
         try:
             spec = plan.spec.at_step(step - 1)
             lr = plan.lr(float(spec.lr_at(step - 1)))
-        except ValueError:
+        except (ValueError, ArithmeticError):
             return 0
         code, scalars = runner.code_and_scalars(spec, tuple(p.shape), "float32", lr, step)
         return 2 + code.size + scalars.size

@@ -43,19 +43,26 @@ def numpy_dtype(dtype):
     return np.dtype(_NUMPY[dtype])
 
 
-def host_copy(tensor) -> np.ndarray:
-    """A numpy copy of a tensor: read from its host memory on the CPU (after draining the
-    queue; ``asnumpy`` costs about 0.2 ms a call), ``asnumpy`` elsewhere."""
+def host_view(tensor) -> np.ndarray | None:
+    """A numpy array over a CPU tensor's own memory (no copy; valid while the tensor
+    lives, after draining the queue), or None (another device, dtype or layout)."""
     dtype = _NUMPY.get(tensor.dtype)
     if dtype is None or not on_cpu() or not tensor.is_contiguous():
-        return tensor.asnumpy()
+        return None
     shape = tuple(tensor.shape)
     if not tensor.size:
         return np.empty(shape, dtype=dtype)
     drain()
     nbytes = int(tensor.size) * np.dtype(dtype).itemsize
     raw = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
-    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def host_copy(tensor) -> np.ndarray:
+    """A numpy copy of a tensor: read from its host memory on the CPU (``asnumpy``
+    costs about 0.2 ms a call), ``asnumpy`` elsewhere."""
+    view = host_view(tensor)
+    return tensor.asnumpy() if view is None else view.copy()
 
 
 class MindSporeKernels(KernelPath):
@@ -72,11 +79,16 @@ class MindSporeKernels(KernelPath):
         order = self.state_order(spec, shape, dtype, lr=lr, step=step)
         if order is None:
             return None
-        if not grad.is_contiguous():
-            grad = grad.contiguous()
+        if isinstance(grad, np.ndarray):         # a gradient the host pre-step made
+            grad = np.ascontiguousarray(grad, dtype=_NUMPY[p.dtype])
+            address = grad.ctypes.data
+        else:
+            if not grad.is_contiguous():
+                grad = grad.contiguous()
+            address = grad.data_ptr()
         keep.append(grad)
         return Job(spec, shape, dtype, lr, step,
-                   [p.data_ptr(), grad.data_ptr(), *(slots[k].data_ptr() for k in order)])
+                   [p.data_ptr(), address, *(slots[k].data_ptr() for k in order)])
 
     def run(self, jobs: list[Job]) -> None:
         drain()

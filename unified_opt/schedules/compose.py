@@ -154,7 +154,8 @@ class Multiplicative(Schedule):
         return {"fn": check_callable(owner, "fn", self.fn), "lr": check_lr(owner, "lr", self.lr)}
 
     def value(self, step):
-        out = self.lr
-        for t in range(1, step + 1):
-            out = out * self.fn(t)
-        return out
+        # the running products, kept: lr * fn(1) * ... * fn(t), multiplied in that order
+        products = self.__dict__.setdefault("_products", [self.lr])
+        while len(products) <= step:
+            products.append(products[-1] * self.fn(len(products)))
+        return products[step]
