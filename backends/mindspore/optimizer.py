@@ -162,6 +162,9 @@ class SpecOptimizer(nn.Optimizer):
                 if job is not None:
                     jobs.append(job)
                     continue
+            if self.exchange is not None and self._exchange_on_host(p, grad, slots, spec,
+                                                                    plan.lr(lr), step0 + 1):
+                continue
             if isinstance(grad, np.ndarray):
                 grad = Tensor.from_numpy(np.ascontiguousarray(grad))
             if self.exchange is None:
@@ -183,12 +186,31 @@ class SpecOptimizer(nn.Optimizer):
             ops.assign(self.learning_rate, Tensor(self.spec.lr_at(step0 + 1), mstype.float32))
         return True
 
+    def _exchange_on_host(self, p, grad, slots, spec, lr: float, step: int) -> bool:
+        """A data-parallel spec's step on the CPU: its local math in numpy over the
+        Parameters' memory, the gathers through MindSpore (:mod:`.exchange`); False
+        where the memory cannot be read so (then MindSpore operations run it)."""
+        value = host_view(p)
+        state = {k: host_view(v) for k, v in slots.items()}
+        gradient = grad if isinstance(grad, np.ndarray) else host_view(grad)
+        if value is None or gradient is None or any(v is None for v in state.values()):
+            return False
+        with np.errstate(all="ignore"):
+            new_p, (new_state,) = spec.exchange_step(value, [gradient], [state], lr=lr,
+                                                     step=step, ops=numpy_ops,
+                                                     exchange=self.exchange)
+            value[...] = new_p
+            for key, array in new_state.items():
+                state[key][...] = array
+        return True
+
     def _prepared(self, gradients: list):
         """The gradient pre-step (:mod:`unified_opt.pre_step`). On the CPU with the kernel
         VM it runs in numpy over the gradients' own memory (one MindSpore operation in
         PyNative costs about 0.5 ms; numpy's float32 follows the same rules), its results
         numpy arrays the VM reads; else in MindSpore operations."""
-        if self._kernels is None or not has_pre_step(self.spec):
+        on_host = self._kernels is not None or self.exchange is not None
+        if not on_host or not has_pre_step(self.spec):
             return prepare_gradients(self.spec, self._plans, gradients, mindspore_ops)
         views = [host_view(g) for g in gradients]
         if any(v is None for v in views):
