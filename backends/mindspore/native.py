@@ -176,14 +176,14 @@ def native_state(cls_info, optimizer, p, spec) -> dict:
     the same for every parameter: they depend only on the step and on hyperparameters
     all parameters share) from the first held parameter."""
     import numpy as np
+    from mindspore import Tensor
 
     from unified_opt.ops import numpy_ops
 
-    from .ops import mindspore_ops
-
     index = next((i for i, q in enumerate(optimizer.parameters) if q is p), None)
     if index is None:   # a zero-size parameter, left out
-        state = spec.init(p, mindspore_ops)
+        state = {k: Tensor.from_numpy(np.array(v)) for k, v in
+                 spec.init(np.zeros(tuple(p.shape), dtype=np.float32), numpy_ops).items()}
         for ours in cls_info.shared_scalars:
             state[ours] = getattr(optimizer, cls_info.state[ours])[0]
         return state

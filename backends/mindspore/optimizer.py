@@ -73,9 +73,10 @@ class SpecOptimizer(nn.Optimizer):
         self.skipped: list[bool] = []
         flat = []
         for p, plan in zip(self._parameters, self._plans):
-            initial = plan.spec.init(p, mindspore_ops)
-            slots = {key: Parameter(initial[key], name=f"{key}.{p.name}",
-                                    requires_grad=False)
+            # the initial state from numpy (no MindSpore operation; init reads the shape)
+            initial = plan.spec.init(np.zeros(tuple(p.shape), dtype=np.float32), numpy_ops)
+            slots = {key: Parameter(Tensor(np.array(initial[key], dtype=np.float32)),
+                                    name=f"{key}.{p.name}", requires_grad=False)
                      for key in initial}
             self._slots.append(slots)
             flat.extend(slots.values())
@@ -179,12 +180,23 @@ class SpecOptimizer(nn.Optimizer):
                 ops.assign(slots[key], value)
         if jobs:
             self._kernels.run(jobs)
-        ops.assign_add(self.global_step, self._one)
+        self._write(self.global_step, step0 + 1)
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
         if not self.follows_learning_rate:
-            ops.assign(self.learning_rate, Tensor(self.spec.lr_at(step0 + 1), mstype.float32))
+            self._write(self.learning_rate, self.spec.lr_at(step0 + 1))
         return True
+
+    @staticmethod
+    def _write(parameter, value) -> None:
+        """``parameter`` (a counter or the lr) set to ``value``: in its host memory on the
+        CPU (no MindSpore operation), else by ``ops.assign``."""
+        view = host_view(parameter)
+        if view is not None:
+            view[...] = value
+        else:
+            ops.assign(parameter, Tensor(np.full(parameter.shape, value,
+                                                 dtype=host_copy(parameter).dtype)))
 
     def _exchange_on_host(self, p, grad, slots, spec, lr: float, step: int) -> bool:
         """A data-parallel spec's step on the CPU: its local math in numpy over the
