@@ -205,3 +205,17 @@ def test_a_missing_compiler_is_named():
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=60)
     assert "no C++ compiler: 'no-such-c++' is not on PATH" in done.stdout
+
+
+def test_a_cache_that_cannot_be_written_is_named(tmp_path):
+    """A file where the cache folder should be: KernelUnavailable naming the folder (what
+    compile='auto' turns into its warning), not an OSError out of a step."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a folder")
+    script = ("from unified_opt.kernels import build\n"
+              "try:\n    build.load()\nexcept build.KernelUnavailable as e:\n    print(e)\n")
+    env = dict(os.environ, UNIFIED_OPT_CACHE=str(blocker / "inner"))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert f"the kernel cache {blocker / 'inner'} cannot be written" in done.stdout, \
+        done.stdout + done.stderr

@@ -130,3 +130,28 @@ def test_what_a_graph_cannot_run_is_refused_when_it_compiles(pynative_after):
         ms.set_context(mode=ms.PYNATIVE_MODE)
         nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)(Tensor(x), Tensor(y))
         assert not np.array_equal(before[0], net.trainable_params()[0].asnumpy())
+
+
+def test_a_gradient_of_another_dtype_is_refused_when_the_graph_compiles(pynative_after):
+    net = nn.Dense(8, 4)
+    opt = uo.build(uo.Lamb(lr=1e-2), net.trainable_params(), path="own")
+    before = [p.asnumpy().copy() for p in net.trainable_params()]
+
+    @ms.jit
+    def step(weight_grad, bias_grad):
+        return opt((weight_grad, bias_grad))
+
+    with pytest.raises(TypeError, match="each gradient must have its parameter's dtype"):
+        step(Tensor(np.ones((4, 8), np.float16)), Tensor(np.ones((4,), np.float16)))
+    for a, p in zip(before, net.trainable_params()):
+        assert np.array_equal(a, p.asnumpy())
+    step(Tensor(np.ones((4, 8), np.float32)), Tensor(np.ones((4,), np.float32)))
+    assert not np.array_equal(before[0], net.trainable_params()[0].asnumpy())
+
+
+def test_a_device_other_than_the_cpu_is_refused_in_a_graph(monkeypatch):
+    from unified_opt.backends.mindspore import graph
+
+    monkeypatch.setattr(graph, "on_cpu", lambda: False)
+    opt = uo.build(uo.Lion(lr=1e-3), nn.Dense(8, 4).trainable_params(), path="own")
+    assert "runs custom CPU operators, and the device_target is 'CPU'" in graph.refusal(opt)

@@ -139,7 +139,7 @@ def test_bad_compile_options_are_refused_before_anything_is_built():
     with pytest.raises(ValueError, match=r"options compile must be one of \('auto', True, "
                                          r"False, 'inductor'\), got 'yes'"):
         uo.build(uo.CAME(), [p], options={"compile": "yes"})
-    with pytest.raises(ValueError, match="got 1"):
+    with pytest.raises(TypeError, match="got 1 of type int"):
         uo.build(uo.CAME(), [p], options={"compile": 1})
     with pytest.raises(ValueError, match=r"compile=True is for the own implementation; this "
                                          r"spec runs natively \(torch.optim.AdamW\)"):
@@ -267,3 +267,21 @@ def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(m
     strict.param_groups[0]["params"][0].grad = torch.ones(3)
     with pytest.raises(build.KernelUnavailable, match=r"no C\+\+ compiler"):
         strict.step()
+
+
+@pytest.mark.parametrize("spec", [uo.CAME(lr=1e-3), uo.Adafactor(lr=1e-3), uo.Lamb()],
+                         ids=["came", "adafactor", "lamb"])
+def test_a_state_of_another_shape_is_refused_before_the_vm_writes(spec):
+    """torch's load_state_dict checks no shapes; the VM walks the parameter's dims."""
+    p = torch.nn.Parameter(torch.randn(5, 6, 7))
+    opt = uo.build(spec, [p], path="own")
+    p.grad = torch.randn_like(p)
+    opt.step()
+    q = torch.nn.Parameter(torch.randn(5, 6, 8))
+    other = uo.build(spec, [q], path="own")
+    other.load_state_dict(opt.state_dict())
+    q.grad = torch.randn_like(q)
+    before = q.detach().clone()
+    with pytest.raises(ValueError, match=r"of a parameter of shape \[5, 6, 8\] has shape"):
+        other.step()
+    assert torch.equal(q.detach(), before)

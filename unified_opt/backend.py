@@ -69,10 +69,13 @@ def compile_option(options: dict, modes=COMPILE_MODES):
     """``options["compile"]`` taken out of ``options`` and checked; None when not given."""
     if "compile" not in options:
         return None
-    value = options.pop("compile")
-    if value not in modes or isinstance(value, (int, float)) and not isinstance(value, bool):
+    value = options["compile"]
+    if not isinstance(value, (bool, str)):
+        raise TypeError(f"build: options compile must be a bool or a str, one of {modes}; "
+                        f"got {value!r} of type {type(value).__name__}")
+    if value not in modes:
         raise ValueError(f"build: options compile must be one of {modes}, got {value!r}")
-    return value
+    return options.pop("compile")
 
 
 @dataclass(frozen=True)

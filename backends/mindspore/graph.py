@@ -38,6 +38,8 @@ from unified_opt.kernels import build
 from unified_opt.kernels.trace import Untraceable
 from unified_opt.pre_step import has_pre_step
 
+from .kernels import on_cpu
+
 #: the steps whose programs size each parameter's segment
 PROBE_STEPS = (1, 2, 3, 4, 5, 6, 8, 10, 16, 32, 100, 1000, 10**4, 10**5)
 
@@ -49,6 +51,12 @@ def refusal(optimizer) -> str:
         why = ("options compile=False" if optimizer.compile_mode is False else
                "a data-parallel spec exchanges between the ranks in Python")
         return f"{owner} runs eagerly here ({why}); in GRAPH_MODE or @ms.jit it cannot run"
+    if not on_cpu():
+        import mindspore as ms
+
+        return (f"{owner}: compiled into a graph it runs custom CPU operators, and the "
+                f"device_target is {ms.get_context('device_target')!r}; run it in PyNative "
+                "(where its update runs as framework operations on that device)")
     if has_pre_step(optimizer.spec):
         return (f"{owner}: its gradient pre-step (grad_clip, loss_scale, skip_nonfinite, "
                 "grad_centralization) runs in Python on PyNative only; in a graph, clip and "

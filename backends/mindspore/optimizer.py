@@ -26,7 +26,7 @@ from unified_opt.schedules import Schedule
 
 from .cells import past_total_steps
 from .graph import GraphStep
-from .kernels import MindSporeKernels, host_copy, host_view
+from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype
 from .ops import mindspore_ops
 
 
@@ -74,8 +74,12 @@ class SpecOptimizer(nn.Optimizer):
         flat = []
         for p, plan in zip(self._parameters, self._plans):
             # the initial state from numpy (no MindSpore operation; init reads the shape)
-            initial = plan.spec.init(np.zeros(tuple(p.shape), dtype=np.float32), numpy_ops)
-            slots = {key: Parameter(Tensor(np.array(initial[key], dtype=np.float32)),
+            if p.dtype not in (mstype.float32, mstype.float64):
+                raise TypeError(f"SpecOptimizer: parameter {p.name} is {p.dtype}; the own "
+                                "implementation takes float32 or float64 parameters")
+            dtype = numpy_dtype(p.dtype)      # the state in the parameter's dtype
+            initial = plan.spec.init(np.zeros(tuple(p.shape), dtype=dtype), numpy_ops)
+            slots = {key: Parameter(Tensor(np.array(initial[key], dtype=dtype)),
                                     name=f"{key}.{p.name}", requires_grad=False)
                      for key in initial}
             self._slots.append(slots)
@@ -133,6 +137,13 @@ class SpecOptimizer(nn.Optimizer):
         """The step compiled into a graph (:mod:`.graph`)."""
         if self._graph_refusal:
             raise RuntimeError(self._graph_refusal)
+        for i in range(self._n):
+            # checked when the graph compiles (shapes and dtypes are constants there), so
+            # a mismatch changes nothing; the AOT operator checks them again
+            if gradients[i].dtype != self._parameters[i].dtype or \
+                    gradients[i].shape != self._parameters[i].shape:
+                raise TypeError("SpecOptimizer: each gradient must have its parameter's "
+                                "dtype and shape")
         packed = self._host(self.global_step, self.learning_rate)
         done = ()
         for i in range(self._n):

@@ -21,8 +21,10 @@ class PaddleKernels(KernelPath):
         into until it has run."""
         dtype = str(param.dtype).removeprefix("paddle.")
         shape = tuple(param.shape)
-        if not param.place.is_cpu_place() or not param.is_contiguous():
-            return None
+        if not param.place.is_cpu_place() or not param.is_contiguous() or \
+                grad.dtype != param.dtype or tuple(grad.shape) != shape or \
+                not grad.place.is_cpu_place():
+            return None       # the eager update does what Paddle does with such a gradient
         order = self.state_order(spec, shape, dtype, lr=lr, step=step)
         if order is None:
             return None

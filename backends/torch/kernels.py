@@ -27,6 +27,13 @@ class TorchKernels(KernelPath):
         order = self.state_order(spec, shape, dtype, lr=lr, step=step)
         if order is None:
             return None
+        sizes = self.runner().state_sizes(spec, shape, dtype)
+        for key in order:      # torch's load_state_dict checks no shapes; the VM must
+            if state[key].numel() != sizes[key]:
+                raise ValueError(f"SpecOptimizer: state {key!r} of a parameter of shape "
+                                 f"{list(shape)} has shape {list(state[key].shape)} "
+                                 f"({state[key].numel()} elements, the spec's has "
+                                 f"{sizes[key]}): a state_dict of another model?")
         grad = grad.contiguous()
         keep.append(grad)
         seen = {value.data_ptr(), grad.data_ptr()} if value.numel() else set()

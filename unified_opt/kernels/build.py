@@ -101,8 +101,8 @@ def compiled(source: str, stem: str) -> Path:
         target = library_path(source, stem, compiler, openmp)
         if target.exists():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
         try:
+            target.parent.mkdir(parents=True, exist_ok=True)
             with open(target.parent / ".lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)      # one process builds, the others wait
                 if not target.exists():
@@ -111,7 +111,19 @@ def compiled(source: str, stem: str) -> Path:
         except KernelUnavailable:
             if not openmp:
                 raise
+        except OSError as error:     # a read-only or full cache: not OpenMP's fault
+            raise KernelUnavailable(f"the kernel cache {target.parent} cannot be written "
+                                    f"(set UNIFIED_OPT_CACHE to another folder): {error}"
+                                    ) from error
     raise AssertionError("unreachable")
+
+
+def _open(path: Path) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(str(path))
+    except OSError as error:         # e.g. a cache on a noexec file system
+        raise KernelUnavailable(f"{path} cannot be loaded (set UNIFIED_OPT_CACHE to a "
+                                f"folder whose libraries can be loaded): {error}") from error
 
 
 def library() -> Path:
@@ -131,7 +143,7 @@ def load() -> ctypes.CDLL:
     global _path
     try:
         _path = compiled(SOURCE.read_text(), "uo_vm")
-        _loaded = _bind(ctypes.CDLL(str(_path)))
+        _loaded = _bind(_open(_path))
     except KernelUnavailable as error:
         _failure = str(error)
         raise
@@ -140,7 +152,7 @@ def load() -> ctypes.CDLL:
 
 def load_kernel(source: str) -> ctypes.CDLL:
     """A generated kernel (:mod:`.codegen`), compiled on first use."""
-    library = ctypes.CDLL(str(compiled(source, "uo_kernel")))
+    library = _open(compiled(source, "uo_kernel"))
     pointer = ctypes.c_void_p
     library.uo_kernel_run.restype = ctypes.c_int
     library.uo_kernel_run.argtypes = [ctypes.c_int, pointer, pointer, pointer]
@@ -149,7 +161,6 @@ def load_kernel(source: str) -> ctypes.CDLL:
 
 def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
     pointer, i64 = ctypes.c_void_p, ctypes.c_int64
-    library.uo_vm_version.restype = ctypes.c_int
     library.uo_vm_run.restype = ctypes.c_int
     library.uo_vm_run.argtypes = [ctypes.c_int, pointer, i64, pointer, pointer, pointer]
     library.uo_vm_register.restype = None

@@ -34,7 +34,7 @@ import numpy as np
 from . import build
 from .bytecode import compile_program
 from .codegen import kernel_source
-from .trace import Untraceable, canonical_dims, state_masks, trace_update
+from .trace import B, C, R, Untraceable, canonical_dims, state_masks, trace_update
 
 DTYPES = {"float32": 0, "float64": 1}
 #: elements from which "auto" compiles a parameter's program into a kernel of its own
@@ -55,6 +55,10 @@ class Job:
     lr: float
     step: int                  # 1-based
     addresses: list[int]       # parameter, gradient, state arrays (state_order)
+
+
+#: state layouts a runner keeps (one per spec, rank and dtype)
+LABELS_KEPT = 1024
 
 
 class KernelRunner:
@@ -78,8 +82,23 @@ class KernelRunner:
     def _state_labels(self, spec, shape, dtype):
         key = (spec, len(shape), dtype)
         if key not in self._labels:
+            if len(self._labels) >= LABELS_KEPT:   # a knob schedule: a new spec each step
+                self._labels.clear()
             self._labels[key] = state_masks(spec, shape, dtype)
         return self._labels[key]
+
+    def state_sizes(self, spec, shape, dtype: str) -> dict[str, int]:
+        """The number of elements of each state array (a job's arrays must have them:
+        the VM walks them by the parameter's dims)."""
+        dims = dict(zip((B, R, C), canonical_dims(shape)))
+        sizes = {}
+        for key, labels in self._state_labels(spec, shape, dtype).items():
+            mask = 0
+            for label in labels:
+                mask |= label
+            sizes[key] = int(np.prod([n for axis, n in dims.items() if mask & axis],
+                                     dtype=np.int64))
+        return sizes
 
     def plan(self, spec, shape, dtype: str, *, lr: float, step: int) -> None:
         """Raise :class:`Untraceable` when this parameter's update cannot run here."""
@@ -108,13 +127,18 @@ class KernelRunner:
         return code, trace.scalars
 
     def step(self, jobs: list[Job]) -> None:
-        """Run every job's update in place (in order)."""
+        """Run every job's update in place (in order). Every program is made (and, with
+        ``specialize=True``, compiled) before the first job runs: a failure changes
+        nothing."""
+        programs = []
         for job in jobs:
             code, scalars = self.code_and_scalars(job.spec, tuple(job.shape), job.dtype,
                                                   job.lr, job.step)
+            self.specialized(code, int(np.prod(job.shape, dtype=np.int64)), job.spec.name)
+            programs.append((code, scalars))
+        for job, (code, scalars) in zip(jobs, programs):
             addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
             dims = np.asarray(canonical_dims(job.shape), dtype=np.int64)
-            self.specialized(code, int(np.prod(job.shape, dtype=np.int64)), job.spec.name)
             status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
                                             addresses, dims.ctypes.data, scalars.ctypes.data)
             if status:
@@ -175,6 +199,8 @@ class KernelPath:
         try:
             runner.plan(spec, shape, dtype, lr=lr, step=step)
         except Untraceable:
+            if len(self._untraceable) >= LABELS_KEPT:
+                self._untraceable.clear()
             self._untraceable.add(key)
             return None
         return runner.state_order(spec, shape, dtype)

@@ -277,7 +277,9 @@ void uo_vm_register(const int32_t* code, int64_t length, void* kernel) {
 //   packed (float64): [next lr, offset of parameter 0's segment, ..., segments...], a
 //     segment [code length, scalar count, code..., scalars...] (backends/mindspore/graph.py)
 //   index (int32 [1]): whose segment; then the parameter, its gradient, its state arrays
-// and one float32 [1] output (0: done). The arrays are updated in place.
+// and one float32 [1] output (0: done). The arrays are updated in place. Returns 4 for a
+// dtype the VM does not run, 5 for a gradient whose shape is not the parameter's, 6 for
+// a gradient or state array whose dtype is not the parameter's.
 int uo_vm_aot(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes,
               void* /*stream*/, void* /*extra*/) {
   if (nparam < 5) return 3;
@@ -296,6 +298,13 @@ int uo_vm_aot(int nparam, void** params, int* ndims, int64_t** shapes, const cha
               : (std::strcmp(dtypes[2], "float32") == 0 || std::strcmp(dtypes[2], "float") == 0
                  ? 0 : -1);
   if (dtype < 0) return 4;
+  // the gradient has the parameter's dtype and shape, the state arrays its dtype: the
+  // VM reads them as the parameter's element type (a mismatch would read out of bounds)
+  if (ndims[3] != ndim) return 5;
+  for (int i = 0; i < ndim; ++i)
+    if (shapes[3][i] != shapes[2][i]) return 5;
+  for (int i = 3; i < nparam - 1; ++i)
+    if (std::strcmp(dtypes[i], dtypes[2]) != 0) return 6;
   static_cast<float*>(params[nparam - 1])[0] = 0.0f;
   return dispatch(dtype, code.data(), length, params + 2, dims, segment + 2 + length);
 }
