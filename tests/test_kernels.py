@@ -198,6 +198,21 @@ def test_the_structure_follows_python_branches_and_the_values_follow_the_step(ru
     assert not np.array_equal(values3, values7)
 
 
+class _PerWidth(uo.SGD):
+    """An update that reads a size as a number: its trace is that size's."""
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        return param - grad * (lr / param.shape[-1]), state
+
+
+def test_an_update_reading_a_size_is_traced_per_size(runner):
+    spec = _PerWidth(lr=1.0)
+    for width in (4, 8, 4):
+        param = np.zeros((2, width), np.float32)
+        run_numpy(runner, spec, param, np.ones((2, width), np.float32), {}, lr=1.0, step=2)
+        np.testing.assert_array_equal(param, np.float32(-1.0 / width))
+
+
 def test_a_missing_compiler_is_named():
     script = ("from unified_opt.kernels import build\n"
               "try:\n    build.load()\nexcept build.KernelUnavailable as e:\n    print(e)\n")

@@ -108,6 +108,37 @@ def _axis_labels(ndim: int) -> tuple[int, ...]:
     return (B,) * (ndim - 2) + (R, C)
 
 
+class _Shape(tuple):
+    """A stand-in tensor's shape: its length is the rank (one program serves a rank);
+    reading a size marks the trace as that size's (:attr:`Tracer.shape_read`)."""
+
+    def __new__(cls, tracer, sizes):
+        shape = super().__new__(cls, sizes)
+        shape._tracer = tracer
+        return shape
+
+    def _read(self):
+        self._tracer.shape_read = True
+
+    def __getitem__(self, index):
+        self._read()
+        return tuple.__getitem__(self, index)
+
+    def __iter__(self):
+        self._read()
+        return tuple.__iter__(self)
+
+    def __eq__(self, other):
+        self._read()
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other):
+        self._read()
+        return tuple.__ne__(self, other)
+
+    __hash__ = tuple.__hash__
+
+
 class Traced:
     """A stand-in tensor: arithmetic and the ops interface record nodes on its tracer.
 
@@ -120,10 +151,12 @@ class Traced:
     def __init__(self, tracer: "Tracer", index: int, labels: tuple[int, ...]):
         self._tracer, self._index, self._labels = tracer, index, labels
 
-    # what specs read of a tensor: its shape (for its number of dimensions)
+    # what specs read of a tensor: its shape (for its number of dimensions; a size read
+    # marks the trace as one size's)
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._tracer.size_of(label) if label else 1 for label in self._labels)
+        return _Shape(self._tracer,
+                      (self._tracer.size_of(label) if label else 1 for label in self._labels))
 
     @property
     def ndim(self) -> int:
@@ -136,7 +169,8 @@ class Traced:
     def __len__(self):
         if not self._labels:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        self._tracer.shape_read = True
+        return self._tracer.size_of(self._labels[0]) if self._labels[0] else 1
 
     def _binary(self, op, other, reflected=False):
         tracer = self._tracer
