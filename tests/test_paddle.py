@@ -589,3 +589,16 @@ def test_resume_keeps_the_count_of_skipped_steps():
     run_steps(fresh, resumed, 4, start=4)
     assert_bit_identical({n: p.numpy() for n, p in whole}, {n: p.numpy() for n, p in resumed})
     assert fresh.get_lr() == uninterrupted.get_lr() == 0.1 * 0.5 ** 6
+
+
+def test_a_parameter_saved_for_backward_and_stepped_on_the_vm_makes_backward_raise():
+    """As after Paddle's own in-place step: autograd's version check sees the VM's write."""
+    layer = paddle.nn.Linear(4, 4)
+    opt = uo.build(uo.Lion(lr=0.1), layer)
+    before = layer.weight.numpy().copy()
+    loss = (layer.weight * layer.weight).sum()          # saves the weight for backward
+    layer.weight.sum().backward()
+    opt.step()
+    assert not np.array_equal(before, layer.weight.numpy())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

@@ -285,3 +285,15 @@ def test_a_state_of_another_shape_is_refused_before_the_vm_writes(spec):
     with pytest.raises(ValueError, match=r"of a parameter of shape \[5, 6, 8\] has shape"):
         other.step()
     assert torch.equal(q.detach(), before)
+
+
+def test_a_parameter_saved_for_backward_and_stepped_on_the_vm_makes_backward_raise():
+    """As after torch's own in-place step: autograd sees the VM's write."""
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    opt = uo.build(uo.Lion(lr=0.1), [p])
+    loss = (p * p).sum()                         # saves p for backward
+    p.grad = torch.ones(4, 4)
+    opt.step()
+    assert not torch.equal(p.detach(), torch.ones(4, 4))
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()

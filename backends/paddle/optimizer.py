@@ -121,14 +121,17 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
                 self._learning_rate.skipped_steps += 1
             return
         lr = self.get_lr()
-        jobs, kept = [], []
+        jobs, kept, on_vm = [], [], []
         for param, grad in zip(params, prepared):
             if grad is not None:
                 job = self._update(param, grad, lr, kept)
                 if job is not None:
                     jobs.append(job)
+                    on_vm.append(param)
         if jobs:
             self._kernels.run(jobs)
+            for param in on_vm:    # the VM wrote in place: autograd's version check sees it
+                param._bump_inplace_version()
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
 

@@ -6,6 +6,7 @@ import math
 import warnings
 
 import torch
+from torch.autograd.graph import increment_version
 
 from unified_opt.pre_step import prepare_gradients
 
@@ -146,6 +147,9 @@ class SpecOptimizer(torch.optim.Optimizer):
                 state[key] = array
         if jobs:
             self._kernels.run(jobs)
+            # the VM wrote through data_ptr: tell autograd, as an in-place op would (a
+            # parameter saved for a pending backward then raises instead of misleading)
+            increment_version([value for _, value in staged])
             for p, value in staged:
                 HostStaging.write_back(p, value)
         self.param_groups[0][STEPS_TAKEN] = t + 1
