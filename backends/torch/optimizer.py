@@ -120,7 +120,7 @@ class SpecOptimizer(torch.optim.Optimizer):
             state[STEP] += 1
             arrays = {k: a for k, a in state.items() if k != STEP}
             lr, step = self.param_groups[g]["lr"], int(state[STEP].item())
-            if self._kernels is not None and self.compile != "inductor":
+            if self._kernels is not None:
                 job = self._kernels.job(value, grad, spec, arrays, lr, step, kept)
                 if job is not None:
                     state.update(arrays)          # copies made for the VM's in-place writes

@@ -229,9 +229,12 @@ def run_numpy(runner: KernelRunner, spec, param: np.ndarray, grad: np.ndarray, s
     """One step on numpy arrays, in place (C-contiguous, float32 or float64): what the
     tests compare with the numpy update."""
     dtype = str(param.dtype)
-    arrays = [param, np.ascontiguousarray(grad, dtype=param.dtype)]
-    arrays += [state[k] for k in runner.state_order(spec, param.shape, dtype)]
-    for a in arrays:
+    arrays = {"param": param, "grad": grad}
+    arrays.update((k, state[k]) for k in runner.state_order(spec, param.shape, dtype))
+    for name, a in arrays.items():
         if not a.flags.c_contiguous or a.dtype != param.dtype:
-            raise ValueError("run_numpy: arrays must be C-contiguous with the parameter's dtype")
+            raise ValueError(f"run_numpy: {name} is {a.dtype}"
+                             f"{'' if a.flags.c_contiguous else ', not C-contiguous'}; the "
+                             f"arrays must be C-contiguous {param.dtype}")
+    arrays = list(arrays.values())
     runner.step([Job(spec, param.shape, dtype, lr, step, [a.ctypes.data for a in arrays])])
