@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from unified_opt import SGD
 from unified_opt.backend import BACKENDS
 from unified_opt.conformance.cases import DENSE_PARAMS, PARAMS, Case
 from unified_opt.conformance.compare import Comparison, compare
@@ -225,3 +226,13 @@ def with_built_flags(native, built):
     if getattr(built.optimizer, "defaults", {}).get("fused") and "fused" not in native.kwargs:
         return dataclasses.replace(native, kwargs={**native.kwargs, "fused": True})
     return native
+
+
+class UntraceableSGD(SGD):
+    """SGD whose Python reads a tensor's value (the gradient's norm): the kernel VM
+    cannot trace it, so it runs eagerly (or ``compile=True`` refuses it)."""
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        if ops.norm(grad) > 0.0:
+            return param - grad * lr, state
+        return param, state

@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from algorithms import ALGORITHMS
-from support import PARAMS, case_of, judge
+from support import PARAMS, UntraceableSGD, case_of, judge
 
 import unified_opt as uo
 from unified_opt.conformance.trajectory import Recorder
@@ -167,18 +167,9 @@ def test_the_vm_gives_the_same_bits_on_one_and_two_threads():
     assert digests[0] == digests[1]
 
 
-class _Branching(uo.SGD):
-    """An update whose Python reads a tensor's value: it cannot be traced."""
-
-    def update(self, param, grad, state, *, lr, step, ops):
-        if ops.norm(grad) > 0.0:
-            return param - grad * lr, state
-        return param, state
-
-
 def test_an_update_that_cannot_be_traced_says_why():
     with pytest.raises(Untraceable, match="truth value"):
-        trace_update(_Branching(lr=0.1), (8, 8), "float32", {}, lr=0.1, step=1)
+        trace_update(UntraceableSGD(lr=0.1), (8, 8), "float32", {}, lr=0.1, step=1)
     runner = KernelRunner()
     with pytest.raises(Untraceable, match="float16"):
         runner.plan(uo.Adam(), (4,), "float16", lr=1e-3, step=1)

@@ -18,6 +18,7 @@ from conftest import require
 from support import (
     LOOP_PARAMS,
     Run,
+    UntraceableSGD,
     assert_bit_identical,
     assert_passes,
     case_of,
@@ -693,3 +694,12 @@ def test_mindspore_groups_reproduce_the_group_rule():
 def test_mindspore_groups_refuse_what_has_no_exact_form(group_params, spec, error, phrase):
     with pytest.raises(error, match=phrase):
         mindspore_groups(group_params, spec)
+
+
+def test_compile_true_refuses_at_build_an_update_that_would_run_eagerly():
+    net = _nn("Dense")(4, 4)
+    with pytest.raises(ValueError, match=r"options compile=True, but the sgd update of "
+                                         r"\S+ cannot run on the kernels: .*truth value"):
+        uo.build(UntraceableSGD(lr=0.1), net.trainable_params(), path="own",
+                 options={"compile": True})
+    uo.build(UntraceableSGD(lr=0.1), net.trainable_params(), path="own")   # "auto": eagerly

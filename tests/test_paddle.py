@@ -11,7 +11,16 @@ Paddle runs in this process (conftest imports mindspore first when it is install
 import numpy as np
 import pytest
 from conftest import require
-from support import PARAMS, assert_bit_identical, assert_passes, case_of, follow, judge, record
+from support import (
+    PARAMS,
+    UntraceableSGD,
+    assert_bit_identical,
+    assert_passes,
+    case_of,
+    follow,
+    judge,
+    record,
+)
 
 import unified_opt as uo
 from unified_opt import schedules
@@ -602,3 +611,11 @@ def test_a_parameter_saved_for_backward_and_stepped_on_the_vm_makes_backward_rai
     assert not np.array_equal(before, layer.weight.numpy())
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_compile_true_refuses_at_build_an_update_that_would_run_eagerly():
+    layer = paddle.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match=r"options compile=True, but the sgd update of "
+                                         r"\S+ cannot run on the kernels: .*truth value"):
+        uo.build(UntraceableSGD(lr=0.1), layer, path="own", options={"compile": True})
+    uo.build(UntraceableSGD(lr=0.1), layer, path="own")          # "auto": eagerly

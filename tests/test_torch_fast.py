@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from support import judge
+from support import UntraceableSGD, judge
 
 import unified_opt as uo
 from unified_opt.conformance.cases import Case
@@ -95,20 +95,11 @@ def test_compiled_and_eager_are_the_same_update():
         np.testing.assert_allclose(run.params["w"][-1], w_e, rtol=1e-4, atol=1e-6)
 
 
-class _Branching(uo.SGD):
-    """An update whose Python reads a tensor's value: it cannot be traced."""
-
-    def update(self, param, grad, state, *, lr, step, ops):
-        if ops.norm(grad) > 0.0:
-            return param - grad * lr, state
-        return param, state
-
-
 def test_an_update_that_does_not_trace_runs_eagerly():
     """The own optimizer runs an update that does not trace eagerly, and keeps the VM
     for the ones that do (DGC's top-k selection traces)."""
     params = [torch.nn.Parameter(torch.ones(4, 4))]
-    optimizer = uo.build(_Branching(lr=0.5), params, path="own")
+    optimizer = uo.build(UntraceableSGD(lr=0.5), params, path="own")
     params[0].grad = torch.full((4, 4), 2.0)
     optimizer.step()
     assert torch.equal(params[0].detach(), torch.zeros(4, 4))
@@ -237,7 +228,7 @@ def test_auto_runs_eagerly_after_a_warning_where_inductor_cannot_compile(monkeyp
 
 def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(monkeypatch):
     """No C++ compiler for the VM (planted): "auto" warns once and steps eagerly with
-    the numbers of compile=False; compile=True raises, naming the compiler."""
+    the numbers of compile=False; compile=True raises at build, naming the compiler."""
     from unified_opt.kernels import build
 
     def unavailable(*args, **kwargs):
@@ -262,11 +253,8 @@ def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(m
     assert "compile='auto' found no kernel VM (no C++ compiler" in str(caught[0].message)
     for name in finals[0]:
         assert torch.equal(finals[0][name], finals[1][name])
-    strict = uo.build(case.spec, [torch.nn.Parameter(torch.zeros(3))],
-                      options={"compile": True})
-    strict.param_groups[0]["params"][0].grad = torch.ones(3)
     with pytest.raises(build.KernelUnavailable, match=r"no C\+\+ compiler"):
-        strict.step()
+        uo.build(case.spec, [torch.nn.Parameter(torch.zeros(3))], options={"compile": True})
 
 
 @pytest.mark.parametrize("spec", [uo.CAME(lr=1e-3), uo.Adafactor(lr=1e-3), uo.Lamb()],
@@ -297,3 +285,18 @@ def test_a_parameter_saved_for_backward_and_stepped_on_the_vm_makes_backward_rai
     assert not torch.equal(p.detach(), torch.ones(4, 4))
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         loss.backward()
+
+
+def test_compile_true_refuses_at_build_what_would_run_eagerly():
+    """compile=True promises the kernels: an update that does not trace, a dtype the VM
+    does not run and a non-contiguous parameter are refused before any step."""
+    for spec, p, phrase in [
+            (UntraceableSGD(lr=0.5), torch.nn.Parameter(torch.ones(4, 4)), "truth value"),
+            (uo.Lion(), torch.nn.Parameter(torch.ones(4, 4, dtype=torch.float16)),
+             "dtype float16"),
+            (uo.Lion(), torch.nn.Parameter(torch.ones(4, 4).t()), "not contiguous")]:
+        with pytest.raises(ValueError, match=r"options compile=True, but the \w+ update of "
+                                             rf"parameter 0 \[4, 4\] cannot run on the "
+                                             rf"kernels: .*{phrase}"):
+            uo.build(spec, [p], path="own", options={"compile": True})
+        uo.build(spec, [p], path="own")            # "auto": eagerly

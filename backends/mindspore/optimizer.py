@@ -20,13 +20,14 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 
+from unified_opt.kernels.runtime import EXCHANGE_RUNS_EAGERLY
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
 
 from .cells import past_total_steps
 from .graph import GraphStep
-from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype
+from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
 from .ops import mindspore_ops
 
 
@@ -62,8 +63,16 @@ class SpecOptimizer(nn.Optimizer):
         #: exchange and an update that does not trace run eagerly (not ``compile``: that
         #: is ``Cell.compile``)
         self.compile_mode = compile
+        if exchange is not None and compile is True:
+            raise ValueError(EXCHANGE_RUNS_EAGERLY.format(type(self).__name__))
         self._kernels = (MindSporeKernels(compile, type(self).__name__)
                          if compile in ("auto", True) and exchange is None else None)
+        if self._kernels is not None:
+            self._kernels.require(
+                (p.name, plan.spec, tuple(p.shape), str(p.dtype).lower(),
+                 "" if on_cpu() else
+                 f"the device_target is {ms.get_context('device_target')!r}")
+                for p, plan in zip(self._parameters, plans))
         self.spec = spec
         #: a data-parallel spec's exchange over the ranks (None: world size 1)
         self.exchange = exchange

@@ -57,6 +57,11 @@ class Job:
     addresses: list[int]       # parameter, gradient, state arrays (state_order)
 
 
+#: the refusal of ``compile=True`` for a data-parallel spec exchanging between ranks
+EXCHANGE_RUNS_EAGERLY = ("{}: options compile=True, but a data-parallel spec exchanging "
+                         "between ranks runs eagerly (its collectives sit between the "
+                         "update's halves); use compile='auto'")
+
 #: state layouts a runner keeps (one per spec, rank and dtype)
 LABELS_KEPT = 1024
 
@@ -186,6 +191,25 @@ class KernelPath:
                               "the update runs eagerly, the same numbers", RuntimeWarning,
                               stacklevel=4)
         return self._runner
+
+    def require(self, parameters) -> None:
+        """``compile=True`` promises the kernels: raise at build, before any step, where a
+        parameter's update cannot run on them (``"auto"`` runs it eagerly instead).
+        ``parameters``: ``(name, spec, shape, dtype, why_not)``, ``why_not`` the backend's
+        reason its tensors cannot be handed to the VM (device, layout) or ""."""
+        if self.mode is not True:
+            return
+        runner = self.runner()                       # KernelUnavailable: no VM here
+        for name, spec, shape, dtype, why_not in parameters:
+            if not why_not:
+                try:
+                    runner.plan(spec, tuple(shape), dtype, lr=float(spec.lr_at(0)), step=1)
+                except Untraceable as error:
+                    why_not = str(error)
+            if why_not:
+                raise ValueError(f"{self.owner}: options compile=True, but the {spec.name} "
+                                 f"update of {name} cannot run on the kernels: {why_not} "
+                                 "(compile='auto' runs such an update eagerly)")
 
     def state_order(self, spec, shape, dtype: str, *, lr: float, step: int):
         """The state names in a job's order, or None when this update runs eagerly (no
