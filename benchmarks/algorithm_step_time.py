@@ -48,7 +48,7 @@ BASELINES = {"torch": ("torch.optim.Adam", {"lr": 1e-3, "fused": True}),
 #: the own update's ``compile`` option per row kind (JSON; null: the default build)
 MODES = {"torch": ["null", "false", "true", '"inductor"'], "paddle": ["null", "false", "true"],
          "mindspore": ["null", "false", "true"], "mindspore-graph": ["null", "true"]}
-#: uo specs, as ``uo.<expression>``
+#: uo specs, as :func:`unified_opt.expressions.parse_spec` reads them
 ALGORITHMS = {"adam": "Adam(lr=1e-3)", "adamw": "AdamW(lr=1e-3, weight_decay=0.01)",
               "came": "CAME(lr=1e-4)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
               "lars": "LARS(lr=0.1, weight_decay=1e-4)", "lion": "Lion(lr=1e-4)",
@@ -93,10 +93,11 @@ def measure(backend: str, what: str, repeats: int) -> dict:
     started = time.perf_counter()
     if kind == "uo":
         import unified_opt as uo
+        from unified_opt.expressions import parse_spec
 
         mode = json.loads(extra)        # None: the default build; else the own path's
         own = {} if mode is None else {"path": "own", "options": {"compile": mode}}
-        opt = uo.build(eval("uo." + target), named, **own)  # noqa: S307
+        opt = uo.build(parse_spec(target), named, **own)
     else:
         opt = harness.hand_built(target, json.loads(extra), named)
 
