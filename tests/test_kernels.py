@@ -225,3 +225,15 @@ def test_a_cache_that_cannot_be_written_is_named(tmp_path):
                           text=True, timeout=120)
     assert f"the kernel cache {blocker / 'inner'} cannot be written" in done.stdout, \
         done.stdout + done.stderr
+
+
+def test_an_exchanging_optimizer_runs_eagerly_and_compile_true_refuses_it():
+    from unified_opt.kernels.runtime import KernelPath
+
+    assert KernelPath.for_optimizer("auto", "Opt", exchanges=True) is None
+    assert KernelPath.for_optimizer(False, "Opt", exchanges=False) is None
+    assert KernelPath.for_optimizer("inductor", "Opt", exchanges=False) is None
+    assert isinstance(KernelPath.for_optimizer(True, "Opt", exchanges=False), KernelPath)
+    with pytest.raises(ValueError, match="Opt: options compile=True, but a data-parallel "
+                                         "spec exchanging between ranks runs eagerly"):
+        KernelPath.for_optimizer(True, "Opt", exchanges=True)

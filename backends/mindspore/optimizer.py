@@ -20,7 +20,6 @@ import numpy as np
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore import dtype as mstype
 
-from unified_opt.kernels.runtime import EXCHANGE_RUNS_EAGERLY
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
@@ -63,10 +62,8 @@ class SpecOptimizer(nn.Optimizer):
         #: exchange and an update that does not trace run eagerly (not ``compile``: that
         #: is ``Cell.compile``)
         self.compile_mode = compile
-        if exchange is not None and compile is True:
-            raise ValueError(EXCHANGE_RUNS_EAGERLY.format(type(self).__name__))
-        self._kernels = (MindSporeKernels(compile, type(self).__name__)
-                         if compile in ("auto", True) and exchange is None else None)
+        self._kernels = MindSporeKernels.for_optimizer(compile, type(self).__name__,
+                                                       exchanges=exchange is not None)
         if self._kernels is not None:
             self._kernels.require(
                 (p.name, plan.spec, tuple(p.shape), str(p.dtype).lower(),

@@ -7,7 +7,6 @@ import paddle
 from paddle.optimizer.lr import LRScheduler
 from paddle.utils import unique_name
 
-from unified_opt.kernels.runtime import EXCHANGE_RUNS_EAGERLY
 from unified_opt.pre_step import prepare_gradients
 
 from .kernels import PaddleKernels
@@ -66,10 +65,8 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's
         #: exchange and an update that does not trace run eagerly
         self.compile_mode = compile
-        if exchange is not None and compile is True:
-            raise ValueError(EXCHANGE_RUNS_EAGERLY.format(type(self).__name__))
-        self._kernels = (PaddleKernels(compile, type(self).__name__)
-                         if compile in ("auto", True) and exchange is None else None)
+        self._kernels = PaddleKernels.for_optimizer(compile, type(self).__name__,
+                                                    exchanges=exchange is not None)
         if self._kernels is not None:
             self._kernels.require(
                 (p.name, plan.spec, tuple(p.shape), str(p.dtype).removeprefix("paddle."),

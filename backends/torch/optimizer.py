@@ -8,7 +8,6 @@ import warnings
 import torch
 from torch.autograd.graph import increment_version
 
-from unified_opt.kernels.runtime import EXCHANGE_RUNS_EAGERLY
 from unified_opt.pre_step import prepare_gradients
 
 from .compiled import check_mode, compilable, first_compiled_step, kernel
@@ -87,10 +86,8 @@ class SpecOptimizer(torch.optim.Optimizer):
             self.register_load_state_dict_post_hook(keep_state_on_host)
         self.compile = check_mode(compile)
         eager = exchange is not None
-        if eager and self.compile is True:
-            raise ValueError(EXCHANGE_RUNS_EAGERLY.format(type(self).__name__))
-        self._kernels = (TorchKernels(self.compile, type(self).__name__)
-                         if self.compile in ("auto", True) and not eager else None)
+        self._kernels = TorchKernels.for_optimizer(self.compile, type(self).__name__,
+                                                   exchanges=eager)
         if self._kernels is not None and not offload:
             self._kernels.require(
                 (f"parameter {i} {list(p.shape)}", plan.spec, tuple(p.shape),

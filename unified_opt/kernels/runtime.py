@@ -57,11 +57,6 @@ class Job:
     addresses: list[int]       # parameter, gradient, state arrays (state_order)
 
 
-#: the refusal of ``compile=True`` for a data-parallel spec exchanging between ranks
-EXCHANGE_RUNS_EAGERLY = ("{}: options compile=True, but a data-parallel spec exchanging "
-                         "between ranks runs eagerly (its collectives sit between the "
-                         "update's halves); use compile='auto'")
-
 #: state layouts a runner keeps (one per spec, rank and dtype)
 LABELS_KEPT = 1024
 
@@ -191,6 +186,22 @@ class KernelPath:
                               "the update runs eagerly, the same numbers", RuntimeWarning,
                               stacklevel=4)
         return self._runner
+
+    @classmethod
+    def for_optimizer(cls, mode, owner: str, *, exchanges: bool):
+        """An own optimizer's kernel path for its ``compile`` option ``mode``, or None
+        where its updates run eagerly: ``False``, another backend's mode ("inductor"),
+        and a data-parallel spec exchanging between ranks (its collectives sit between
+        the update's halves), which ``True`` refuses."""
+        if mode not in ("auto", True):
+            return None
+        if exchanges:
+            if mode is True:
+                raise ValueError(f"{owner}: options compile=True, but a data-parallel spec "
+                                 "exchanging between ranks runs eagerly (its collectives "
+                                 "sit between the update's halves); use compile='auto'")
+            return None
+        return cls(mode, owner)
 
     def require(self, parameters) -> None:
         """``compile=True`` promises the kernels: raise at build, before any step, where a
