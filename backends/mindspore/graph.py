@@ -30,6 +30,7 @@ pyfunc and AOT operators run on the CPU here).
 
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
 from mindspore import dtype as mstype
@@ -52,8 +53,6 @@ def refusal(optimizer) -> str:
                "a data-parallel spec exchanges between the ranks in Python")
         return f"{owner} runs eagerly here ({why}); in GRAPH_MODE or @ms.jit it cannot run"
     if not on_cpu():
-        import mindspore as ms
-
         return (f"{owner}: compiled into a graph it runs custom CPU operators, and the "
                 f"device_target is {ms.get_context('device_target')!r}; run it in PyNative "
                 "(where its update runs as framework operations on that device)")
