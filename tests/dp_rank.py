@@ -5,12 +5,12 @@ started by ``torchrun`` (torch ``DistributedDataParallel``, gloo) or
 
 JOB.json: ``runs``, pairs of an engine (``"ddp"``: DistributedDataParallel or
 DataParallel; ``"zero"``: torch's ZeroRedundancyOptimizer over DDP, its local optimizer
-``uo.optimizer_factory(spec)``; ``"fsdp"``: FSDP2 ``fully_shard``, whose DTensor
-parameters the own path refuses: the refusal is written to ``<...>.refused``) and a
-conformance case (spec, parameter shapes, steps,
-seed). A module holding the case's parameters computes ``sum(p * g)`` over them, so the
-gradient of rank ``r`` is its own stream (seed ``seed + r``) and the engine averages them
-across ranks during ``backward``; the uo optimizer steps on the average. Writes
+``uo.optimizer_factory(spec)``; ``"fsdp"``: FSDP2 ``fully_shard``, DTensor parameters
+sharded by rows, gradients reduce-scattered) and a conformance case (spec, parameter
+shapes, steps, seed, planted non-finite steps). A module holding the case's parameters
+computes ``sum(p * g)`` over them, so the gradient of rank ``r`` is its own stream
+(seed ``seed + r``) and the engine averages them across ranks during ``backward``; the
+uo optimizer steps on the average. Writes
 ``OUT_DIR/<case id>.<engine>.rank<r>.npz``: every step's lr and parameters.
 """
 
@@ -43,11 +43,7 @@ def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
     if engine == "fsdp":     # FSDP2: DTensor parameters, gradients reduce-scattered
         model = Linear(case.initial_params())
         fully_shard(model)
-        try:
-            optimizer = uo.build(case.spec, model)
-        except ValueError as error:          # the own path refuses shards, naming them
-            (out / f"{case.id}.{engine}.rank{rank}.refused").write_text(str(error))
-            return
+        optimizer = uo.build(case.spec, model)
         scheduler = uo.lr_scheduler(optimizer)
         inner = model
     elif engine == "zero":   # each rank steps its share of the parameters, then broadcasts

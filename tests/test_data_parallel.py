@@ -8,8 +8,10 @@ both), Lamb (own on torch, ``paddle.optimizer.Lamb`` on Paddle) and AdamW (nativ
 a cosine schedule, constant under ZeRO), every rank's parameters and lr at every step
 pass the conformance rule against a single-process ``uo.reference`` over the averaged
 gradients, and the ranks agree bit for bit. Under FSDP2 ``fully_shard`` (DTensor
-parameters) AdamW does the same, and CAME and Lamb, whose own path would compute on
-shards, are refused naming the parameters."""
+parameters, each rank holding half the rows) all three do the same: the own path's
+norms, trust ratios and factored moments reduce across the shards. So does the gradient
+pre-step there (loss scale, a non-finite gradient planted in rank 0's shard only, which
+both ranks skip, and a global-norm clip), on Lamb's own path and AdamW's native one."""
 
 import dataclasses
 import json
@@ -39,14 +41,20 @@ CASES = [
     Case(id="dp_adamw", params=PARAMS, seed=23,
          spec=uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, T_max=50), weight_decay=0.05)),
 ]
+#: FSDP2 with the gradient pre-step: the planted non-finite element 0 is in rank 0's shard
+PRE_STEP = dict(loss_scale=4.0, skip_nonfinite=True, grad_clip=uo.ClipByGlobalNorm(max_norm=1.0))
+SHARDED_PRE_STEP_CASES = [
+    Case(id="dp_lamb_pre_step", params=PARAMS, seed=25, nonfinite_steps=(5, 17),
+         spec=uo.Lamb(lr=0.01, weight_decay=0.01, **PRE_STEP)),
+    Case(id="dp_adamw_pre_step", params=PARAMS, seed=26, nonfinite_steps=(5, 17),
+         spec=uo.AdamW(lr=0.01, weight_decay=0.05, **PRE_STEP)),
+]
 #: under ZeroRedundancyOptimizer a torch scheduler drives the wrapper's lr: constant here
 ZERO_CASES = CASES[:2] + [Case(id="dp_adamw_constant", params=PARAMS, seed=24,
                                spec=uo.AdamW(lr=0.01, weight_decay=0.05))]
 RUNS = {"torch": [("ddp", c) for c in CASES] + [("zero", c) for c in ZERO_CASES]
-        + [("fsdp", CASES[2])],
+        + [("fsdp", c) for c in CASES + SHARDED_PRE_STEP_CASES],
         "paddle": [("ddp", c) for c in CASES]}
-#: FSDP2 runs the own-path specs too: refused, naming the sharded parameters
-REFUSED = [("fsdp", c) for c in CASES[:2]]
 RANKS = 2
 
 
@@ -71,8 +79,7 @@ def runs(tmp_path_factory):
         out = root / framework
         out.mkdir()
         job = out / "job.json"
-        runs = RUNS[framework] + (REFUSED if framework == "torch" else [])
-        job.write_text(json.dumps({"runs": [(e, c.to_dict()) for e, c in runs]}))
+        job.write_text(json.dumps({"runs": [(e, c.to_dict()) for e, c in RUNS[framework]]}))
         processes[framework] = subprocess.Popen(
             launcher(framework, RANKS, out / "logs")
             + [str(RANK_SCRIPT), framework, str(job), str(out)],
@@ -103,12 +110,16 @@ def test_every_rank_follows_the_reference_over_the_averaged_gradients(runs, fram
 
 
 @pytest.mark.skipif("torch" not in FRAMEWORKS, reason="torch is not installed")
-@pytest.mark.parametrize("case", [c for _, c in REFUSED], ids=[c.id for _, c in REFUSED])
-def test_fsdp2_shards_are_refused_by_the_own_path(runs, case):
-    for rank in range(RANKS):
-        text = (runs / "torch" / f"{case.id}.fsdp.rank{rank}.refused").read_text()
-        assert "are DTensors (FSDP2 fully_shard or tensor parallel)" in text
-        assert "'weights.w'" in text and "on each rank's shard" in text
+def test_the_planted_non_finite_gradient_is_in_one_shard_and_skipped():
+    """The pre-step cases test what they claim: element 0 (rank 0's rows) is planted, and
+    the reference skips those steps (its parameters do not move)."""
+    for case in SHARDED_PRE_STEP_CASES:
+        planted = [n for n, g in case.gradients(5).items() if not np.isfinite(g).all()]
+        assert planted and all(not np.isfinite(case.gradients(5)[n].reshape(-1)[0])
+                               for n in planted)
+        oracle = averaged_trajectory(case.spec, case)
+        for name in case.params:
+            np.testing.assert_array_equal(oracle.params[name][5], oracle.params[name][4])
 
 
 def test_the_paths_are_what_the_docstring_says():

@@ -1,11 +1,12 @@
-"""DTensor parameters (FSDP2 ``fully_shard``, tensor parallel): a native torch class runs
-on shards as torch intends, but uo's own implementation would compute norms, trust
-ratios and factored moments on each rank's shard, and its gradient pre-step would clip
-each shard by its own norm: ``uo.build`` refuses both, naming the parameters, rather than
-compute other numbers. (A one-rank gloo group on CPU: a DTensor of one shard.)"""
+"""DTensor parameters (FSDP2 ``fully_shard``, tensor parallel) on a one-rank gloo group
+on CPU (a DTensor of one shard): the own path runs their update eagerly through
+DTensor's operations and keeps the placements; what it cannot do with shards is refused
+at build, naming the parameters. The numbers on 2 ranks under ``fully_shard`` are
+checked in ``test_data_parallel.py``."""
 
 import socket
 
+import numpy as np
 import pytest
 
 import unified_opt as uo
@@ -13,11 +14,12 @@ import unified_opt as uo
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
+SHAPES = {"w": (8, 4), "one_row": (1, 5), "b": (4,)}
+
 
 @pytest.fixture
-def sharded():
+def mesh():
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -25,34 +27,98 @@ def sharded():
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
                             world_size=1)
     try:
-        mesh = init_device_mesh("cpu", (1,))
-        yield [("w", torch.nn.Parameter(distribute_tensor(torch.ones(8, 4), mesh,
-                                                          [Shard(0)]))),
-               ("b", torch.nn.Parameter(torch.zeros(4)))]
+        yield init_device_mesh("cpu", (1,))
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.parametrize("spec", [uo.Lamb(), uo.preset("mindformers.core.Came",
-                                                        learning_rate=1e-3)])
-def test_the_own_implementation_refuses_sharded_parameters(sharded, spec):
-    with pytest.raises(ValueError, match=r"parameters \['w'\] are DTensors .* the own "
-                                         "implementation .* on each rank's shard"):
-        uo.build(spec, sharded)
+def _params(mesh=None):
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    rng = np.random.default_rng(0)
+    out = []
+    for name, shape in SHAPES.items():
+        value = torch.from_numpy(rng.standard_normal(shape).astype(np.float32))
+        if mesh is not None and len(shape) > 1:
+            value = distribute_tensor(value, mesh, [Shard(0)])
+        out.append((name, torch.nn.Parameter(value)))
+    return out
 
 
-def test_a_native_class_runs_on_them(sharded):
-    optimizer = uo.build(uo.AdamW(lr=0.1), sharded)
+def _run(spec, params, steps=4):
+    from torch.distributed.tensor import distribute_tensor
+
+    optimizer = uo.build(spec, params, path="own")
+    rng = np.random.default_rng(1)
+    for t in range(steps):
+        for _, p in params:
+            g = torch.from_numpy(rng.standard_normal(tuple(p.shape)).astype(np.float32))
+            if t == 2 and spec.skip_nonfinite:
+                g[0] = float("nan")                       # the spec skips this step
+            p.grad = (distribute_tensor(g, p.device_mesh, p.placements)
+                      if hasattr(p, "device_mesh") else g)
+        optimizer.step()
+    return optimizer
+
+
+@pytest.mark.parametrize("spec", [
+    uo.Lamb(lr=0.01, weight_decay=0.01),
+    uo.preset("mindformers.core.Came", learning_rate=1e-3),
+    uo.Adafactor(),              # own path: torch.optim.Adafactor fails on a row shard
+    uo.Lamb(lr=0.01, loss_scale=4.0, skip_nonfinite=True,
+            grad_clip=uo.ClipByGlobalNorm(max_norm=0.5)),
+], ids=["lamb", "came", "adafactor", "lamb-pre-step"])
+def test_the_own_path_steps_shards_as_it_steps_whole_tensors(mesh, spec):
+    from torch.distributed.tensor import DTensor, Shard
+
+    sharded, plain = _params(mesh), _params()
+    optimizer = _run(spec, sharded)
+    assert uo.explain(optimizer).path == "own"
+    _run(spec, plain)
+    for (name, p), (_, q) in zip(sharded, plain):
+        if isinstance(p, DTensor):
+            assert p.placements == (Shard(0),), name
+            for key, array in optimizer.spec_state(p).items():
+                # full-size state stays sharded by rows; a factored column moment
+                # (reduced over the rows) is whole on every rank
+                assert isinstance(array, DTensor), (name, key)
+                if array.shape == p.shape and not key.endswith("_col"):
+                    assert array.placements == (Shard(0),), (name, key)
+            p = p.full_tensor()
+        # DTensor takes a norm as the root of the shards' summed squares, not in
+        # vector_norm's one pass: a trust ratio or clipping factor may move by an ulp
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=4e-7,
+                                   atol=0, err_msg=name)
+    if spec.skip_nonfinite:
+        assert uo.skipped_steps(optimizer) == [False, False, True, False]
+
+
+def test_a_native_class_runs_on_them(mesh):
+    params = _params(mesh)
+    optimizer = uo.build(uo.AdamW(lr=0.1), params)
     assert uo.explain(optimizer).native == "torch.optim.AdamW"
-    for _, p in sharded:
+    for _, p in params:
         p.grad = torch.ones_like(p)
     optimizer.step()
-    w = sharded[0][1].full_tensor()
+    w = params[0][1].full_tensor()
     # AdamW's first step: w - lr * (wd * w) - lr * sign(g) (m / sqrt(v) = 1)
-    torch.testing.assert_close(w, torch.full((8, 4), 1 - 0.1 * 0.01 - 0.1))
+    start = dict(_params())["w"].detach()
+    torch.testing.assert_close(w, start - 0.1 * 0.01 * start - 0.1)
 
 
-def test_the_gradient_pre_step_refuses_them(sharded):
-    spec = uo.AdamW(grad_clip=uo.ClipByGlobalNorm(max_norm=1.0))
-    with pytest.raises(ValueError, match="gradient pre-step .* each rank's shard"):
-        uo.build(spec, sharded)
+@pytest.mark.parametrize("spec, options, match", [
+    (uo.Lamb(), {"compile": True}, r"compile=True, but parameters \['w', 'one_row'\] are "
+                                   "DTensors .* runs eagerly"),
+    (uo.Lamb(), {"compile": "inductor"}, r"compile='inductor', but parameters"),
+    (uo.DGCMomentum(lr=0.1), {}, r"\['w', 'one_row'\] are DTensors .* 'dgc_momentum' "
+                                 "exchanges its gradients"),
+    (uo.AdamOffload(lr=0.1), {}, r"'adam_offload' keeps its state in host memory"),
+])
+def test_what_the_own_path_cannot_do_with_shards_is_refused(mesh, spec, options, match):
+    params = _params(mesh)
+    before = [p.full_tensor().clone() if hasattr(p, "full_tensor") else p.clone()
+              for _, p in params]
+    with pytest.raises(ValueError, match=match):
+        uo.build(spec, params, path="own", options=options)
+    for (_, p), b in zip(params, before):
+        torch.testing.assert_close(p.full_tensor() if hasattr(p, "full_tensor") else p, b)

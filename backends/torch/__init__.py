@@ -128,12 +128,6 @@ class TorchBackend(Backend):
         from .native import fast_flags, native_optimizer
         from .steps import NativeStepHooks
 
-        if context.sharded and has_pre_step(spec):
-            raise ValueError(f"build: parameters {list(context.sharded)} are DTensors (FSDP2 "
-                             "fully_shard or tensor parallel): the spec's gradient pre-step "
-                             "(clipping, centralization, loss scale) would see each rank's "
-                             "shard, not the whole gradient; refused (clip with "
-                             "torch.nn.utils.clip_grad_norm_, which reduces across shards)")
         params = [p for _, p in named]
         skipped: list[bool] = []
         flags = fast_flags(import_native(decision.native), context)
@@ -148,12 +142,7 @@ class TorchBackend(Backend):
         from .optimizer import SpecOptimizer
 
         if context.sharded:
-            raise ValueError(f"build: parameters {list(context.sharded)} are DTensors (FSDP2 "
-                             f"fully_shard or tensor parallel): the own implementation "
-                             f"({decision.reason}) would compute norms, trust ratios and "
-                             "factored moments on each rank's shard, not the whole parameter; "
-                             "refused (a native class that computes the spec runs on shards: "
-                             "uo.explain says which)")
+            _check_sharded_own(spec, context)
         skipped: list[bool] = []
         # a spec whose state belongs on the host (adam_offload) keeps it there
         offload = getattr(spec, "state_device", None) == "host"
@@ -225,6 +214,31 @@ def _sharded(named) -> tuple[str, ...]:
         return ()
     return tuple(name or f"#{i}" for i, (name, p) in enumerate(named)
                  if isinstance(p, DTensor))
+
+
+def _check_sharded_own(spec, context) -> None:
+    """Refuse what the own path cannot do with DTensor parameters (FSDP2 ``fully_shard``,
+    tensor parallel). Their update runs eagerly through DTensor's operations, which reduce
+    across the shards (a norm, a trust ratio, a factored moment's mean are those of the
+    whole parameter); the kernel VM sees one rank's memory, Inductor is not tried on
+    them, a data-parallel exchange would exchange shards, and host offload stages whole
+    tensors."""
+    names = list(context.sharded)
+    if getattr(spec, "data_parallel", False):
+        raise ValueError(f"build: parameters {names} are DTensors (FSDP2 fully_shard or "
+                         f"tensor parallel); {spec.name!r} exchanges its gradients between "
+                         "ranks itself and does not take sharded parameters (build it on "
+                         "the unsharded model in the process group)")
+    if getattr(spec, "state_device", None) == "host":
+        raise ValueError(f"build: parameters {names} are DTensors (FSDP2 fully_shard or "
+                         f"tensor parallel); {spec.name!r} keeps its state in host memory, "
+                         "which stages whole tensors: refused (FSDP2's "
+                         "CPUOffloadPolicy offloads shards)")
+    if context.own_compile in (True, "inductor"):
+        raise ValueError(f"build: options compile={context.own_compile!r}, but parameters "
+                         f"{names} are DTensors (FSDP2 fully_shard or tensor parallel): "
+                         "their update runs eagerly through DTensor's operations, which "
+                         "reduce across the shards (compile='auto' or False)")
 
 
 def _own_compile(options: dict):

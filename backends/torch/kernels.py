@@ -2,14 +2,19 @@
 (:mod:`unified_opt.kernels`): the spec's update traced, run in place over the tensors'
 memory. What a tensor needs for it: the CPU, float32 or float64, contiguous parameter
 (the gradient is made contiguous when it is not), and state tensors that own their
-memory. Anything else, and an update that does not trace, runs eagerly: the same
-update, written once in the spec."""
+memory. Anything else (a DTensor's memory is one rank's shard), and an update that does
+not trace, runs eagerly: the same update, written once in the spec."""
 
 from __future__ import annotations
 
 import torch
 
 from unified_opt.kernels.runtime import Job, KernelPath
+
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:             # a torch built without distributed: nothing is sharded
+    DTensor = ()
 
 
 class TorchKernels(KernelPath):
@@ -22,7 +27,8 @@ class TorchKernels(KernelPath):
         ``keep`` holds what the job's addresses point into until it has run."""
         dtype = str(value.dtype).removeprefix("torch.")
         shape = tuple(value.shape)
-        if value.device.type != "cpu" or not value.is_contiguous():
+        if isinstance(value, DTensor) or value.device.type != "cpu" or \
+                not value.is_contiguous():
             return None
         order = self.state_order(spec, shape, dtype, lr=lr, step=step)
         if order is None:

@@ -40,13 +40,21 @@ class TorchOps(Ops):
     def minimum(self, x, y): return torch.minimum(x, y)
     def where(self, condition, x, y): return torch.where(condition, x, y)
     def clip(self, x, low, high): return torch.clamp(x, low, high)
-    def norm(self, x): return torch.linalg.vector_norm(x)
+    def norm(self, x):
+        norm = torch.linalg.vector_norm(x)
+        # a DTensor's norm is partial over the shards: the whole tensor's, as a plain 0-d
+        # tensor (a global clipping norm stacks those of sharded and plain gradients)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     def mean(self, x, axis=None, keepdims=False): return torch.mean(x, dim=axis, keepdim=keepdims)
 
     def numel(self, x): return x.numel()
     def machine_eps(self, x): return float(torch.finfo(x.dtype).eps)
-    def all_finite(self, x): return bool(torch.isfinite(x).all())
+    def all_finite(self, x):
+        finite = torch.isfinite(x).all()
+        # a DTensor's (FSDP2, tensor parallel) reduction is partial: bool() of it reads
+        # this rank's shard only, so ranks would disagree on skipping a step
+        return bool(finite.full_tensor() if hasattr(finite, "full_tensor") else finite)
     def stack(self, xs): return torch.stack(xs)
 
     def topk_mask(self, x, k):

@@ -11,7 +11,7 @@ from torch.autograd.graph import increment_version
 from unified_opt.pre_step import prepare_gradients
 
 from .compiled import check_mode, compilable, first_compiled_step, kernel
-from .kernels import TorchKernels
+from .kernels import DTensor, TorchKernels
 from .offload import HostStaging, keep_state_on_host
 from .ops import torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
@@ -56,7 +56,10 @@ class SpecOptimizer(torch.optim.Optimizer):
     * False: eagerly, one framework operation at a time.
 
     A data-parallel spec in a process group runs eagerly (its exchange runs collectives
-    between the update's halves).
+    between the update's halves). So do DTensor parameters (FSDP2 ``fully_shard``, tensor
+    parallel): DTensor's operations reduce across the shards, so a norm, a trust ratio or
+    a factored moment's mean is the whole parameter's; the new value and state keep the
+    placements they started with.
 
     With ``offload=True`` the state lives in host memory and the update runs there on
     host copies of the parameter and gradient; only the new value goes back to the
@@ -96,7 +99,8 @@ class SpecOptimizer(torch.optim.Optimizer):
                 for i, (p, plan) in enumerate(zip(params, plans))
                 if p.device.type == "cpu")          # CUDA: Inductor's kernels
         # the step from which Inductor runs updates (.compiled: the same step on every rank)
-        self._compiled_from = (math.inf if offload or eager else
+        sharded = any(isinstance(p, DTensor) for p in params)
+        self._compiled_from = (math.inf if offload or eager or sharded else
                                first_compiled_step(self.compile, sum(p.numel() for p in params)))
         self._owned: set[int] = set()      # parameters whose state tensors own their memory
 
@@ -149,9 +153,9 @@ class SpecOptimizer(torch.optim.Optimizer):
                 value.copy_(new_p)
                 HostStaging.write_back(p, value)
             else:
-                p.copy_(new_p)
+                p.copy_(_placed_as(new_p, p))
             for key, array in new_state.items():
-                state[key] = array
+                state[key] = _placed_as(array, state.get(key))
         if jobs:
             self._kernels.run(jobs)
             # the VM wrote through data_ptr: tell autograd, as an in-place op would (a
@@ -192,3 +196,13 @@ class SpecOptimizer(torch.optim.Optimizer):
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}
+
+
+def _placed_as(new, old):
+    """``new`` with ``old``'s DTensor placements: DTensor's operations may leave a result
+    replicated (a 1-row parameter's shard 0) or partial, where the parameter and its
+    state stay sharded as they were made."""
+    if isinstance(new, DTensor) and isinstance(old, DTensor) and \
+            new.placements != old.placements:
+        return new.redistribute(old.device_mesh, old.placements)
+    return new
