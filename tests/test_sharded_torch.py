@@ -122,3 +122,26 @@ def test_what_the_own_path_cannot_do_with_shards_is_refused(mesh, spec, options,
         uo.build(spec, params, path="own", options=options)
     for (_, p), b in zip(params, before):
         torch.testing.assert_close(p.full_tensor() if hasattr(p, "full_tensor") else p, b)
+
+
+@pytest.mark.parametrize("spec, native", [
+    (uo.Adafactor(), "torch.optim.Adafactor"),
+    (uo.preset("torch.optim.Rprop", lr=0.01), "torch.optim.Rprop"),
+])
+def test_a_native_class_that_fails_on_shards_gives_way_to_the_own_path(mesh, spec, native):
+    """torch's Adafactor and Rprop raise on a row shard (measured); on whole tensors
+    they are what uo.build picks."""
+    assert uo.explain(uo.build(spec, _params())).native == native
+    sharded = _params(mesh)
+    optimizer = uo.build(spec, sharded)
+    decision = uo.explain(optimizer)
+    assert decision.path == "own"
+    assert any("no DTensor parameter" in u and "['w', 'one_row']" in u
+               for u in dict(decision.rejected)[native]), decision
+    plain = _params()
+    _run(spec, sharded)
+    _run(spec, plain)
+    for (name, p), (_, q) in zip(sharded, plain):
+        p = p.full_tensor() if hasattr(p, "full_tensor") else p
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=4e-7,
+                                   atol=0, err_msg=name)

@@ -56,8 +56,8 @@ class TorchBackend(Backend):
     def around(self, cls, lowering, spec, context):
         """What torch runs around each native class (:class:`.steps.NativeStepHooks`):
         the gradient pre-step always; per-step group values where the class reads them;
-        the row's conditions for every group's spec; zero-size parameters where the class
-        takes them."""
+        the row's conditions for every group's spec; zero-size parameters and DTensor
+        shards where the class takes them."""
         reads = cls.reads_per_step
 
         def per_step(s) -> bool:
@@ -74,6 +74,9 @@ class TorchBackend(Backend):
         if cls.zero_size and context.zero_size:
             conditions.append(when(f"no zero-size parameter ({cls.name} {cls.zero_size}; "
                                    f"zero-size: {list(context.zero_size)})", lambda s: False))
+        if cls.sharded and context.sharded:
+            conditions.append(when(f"no DTensor parameter ({cls.name} {cls.sharded}; "
+                                   f"DTensors: {list(context.sharded)})", lambda s: False))
         return conditions
 
     def notes(self, decision, spec, context):

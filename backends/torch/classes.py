@@ -32,10 +32,13 @@ class TorchClass(NativeClass):
     """A torch optimizer class. ``reads_per_step``: the param-group values the class
     reads at every step (measured on torch 2.13), which the step pre-hook may change
     per step (a weight-decay schedule, momentum cycling); ``zero_size``: why the class
-    cannot take a zero-size parameter (empty: it can)."""
+    cannot take a zero-size parameter (empty: it can); ``sharded``: why it cannot step
+    DTensor parameters sharded by rows (FSDP2 ``fully_shard``; empty: it can, measured on
+    2 gloo ranks against the same class on whole tensors)."""
 
     reads_per_step: frozenset = field(default_factory=frozenset)
     zero_size: str = ""
+    sharded: str = ""
 
 
 # -- presets: the native call read as a spec -------------------------------------------------
@@ -265,7 +268,9 @@ CLASSES = (
                   lambda s: s.weight_decay == 0.0),),
             lambda s: {"etas": s.etas, "step_sizes": s.step_sizes,
                        "maximize": s.maximize}),),
-        state={"prev": "prev", "step_size": "step_size"}),
+        state={"prev": "prev", "step_size": "step_size"},
+        sharded="raises on a row shard (its in-place masked write, aten.index_put_, cannot "
+                "keep the placement; measured on torch 2.13)"),
     TorchClass(
         name="torch.optim.Adafactor", from_native=adafactor,
         nonfinite=("Python's max drops a NaN RMS (torch/optim/_adafactor.py), so a NaN "
@@ -292,7 +297,9 @@ CLASSES = (
                "exp_avg_sq": "variance"},
         reads_per_step=frozenset({"weight_decay"}),
         zero_size="divides by the element count (ZeroDivisionError at the first step, "
-                  "measured on torch 2.13)"),
+                  "measured on torch 2.13)",
+        sharded="raises on a row shard (its in-place column norm, aten.pow_ of a partial "
+                "norm, cannot keep the placement; measured on torch 2.13)"),
     TorchClass(
         name="unified_opt.backends.torch.offload.OffloadAdam", from_native=offload_adam,
         lowerings=(Lowering(
