@@ -73,7 +73,6 @@ def test_the_own_path_steps_shards_as_it_steps_whole_tensors(mesh, spec):
 
     sharded, plain = _params(mesh), _params()
     optimizer = _run(spec, sharded)
-    assert uo.explain(optimizer).path == "own"
     _run(spec, plain)
     for (name, p), (_, q) in zip(sharded, plain):
         if isinstance(p, DTensor):
@@ -122,6 +121,21 @@ def test_what_the_own_path_cannot_do_with_shards_is_refused(mesh, spec, options,
         uo.build(spec, params, path="own", options=options)
     for (_, p), b in zip(params, before):
         torch.testing.assert_close(p.full_tensor() if hasattr(p, "full_tensor") else p, b)
+
+
+def test_adam_offload_is_refused_on_the_default_path_too(mesh):
+    """Its native class (OffloadAdam, whole-tensor host state) raises on a DTensor at the
+    first step; its descriptor says so, and the own path refuses host state on shards."""
+    with pytest.raises(ValueError, match=r"'adam_offload' keeps its state in host memory"):
+        uo.build(uo.AdamOffload(lr=0.1), _params(mesh))
+
+
+def test_a_state_file_is_refused_naming_the_sharded_parameters(mesh, tmp_path):
+    optimizer = _run(uo.Lamb(lr=0.01), _params(mesh))
+    with pytest.raises(ValueError, match=r"save_state: parameters \['w', 'one_row'\] are "
+                                         "DTensors .* torch.distributed.checkpoint"):
+        uo.save_state(optimizer, tmp_path / "state.safetensors")
+    assert not (tmp_path / "state.safetensors").exists()
 
 
 @pytest.mark.parametrize("spec, native", [

@@ -128,10 +128,32 @@ def optimizer_factory(spec: Spec, **build_kwargs: Any):
                 raise ValueError(f"optimizer_factory: parameter groups with {extra}: set "
                                  "them in the spec, or as uo.Group rules in groups=")
             params = [p for group in params for p in group["params"]]
+        _refuse_per_share_pre_step(spec, params)
         return build(spec, params, **build_kwargs)
 
     make.__qualname__ = f"optimizer_factory({spec.name})"
     return make
+
+
+def _refuse_per_share_pre_step(spec: Spec, params: list) -> None:
+    """A wrapper that builds one optimizer per rank over that rank's share of the
+    parameters (ZeroRedundancyOptimizer) would decide a global-norm clip or a non-finite
+    skip on the share: each rank another norm, or one rank skipping alone."""
+    from .clipping import ClipByGlobalNorm
+
+    spans = [what for what, on in (("grad_clip=ClipByGlobalNorm", isinstance(
+        spec.grad_clip, ClipByGlobalNorm)), ("skip_nonfinite=True", spec.skip_nonfinite)) if on]
+    named = named_parameters(params, "optimizer_factory") if spans else []
+    if not named or framework_of(named[0][1]) is None:
+        return
+    world = load_installed(framework_of(named[0][1])).world_size()
+    if world > 1:
+        raise ValueError(f"optimizer_factory: {' and '.join(spans)} span every parameter, "
+                         f"but on {world} ranks a wrapper that builds the optimizer (e.g. "
+                         "ZeroRedundancyOptimizer) gives each rank a share of them: each "
+                         "rank would clip by, or skip on, its share alone; refused (clip "
+                         "before optimizer.step(), e.g. torch.nn.utils.clip_grad_norm_ over "
+                         "model.parameters())")
 
 
 def exchange_stats(optimizer: Any) -> dict:

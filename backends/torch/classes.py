@@ -306,7 +306,9 @@ CLASSES = (
             "adam_offload", _ADAM_FORM, _adam_arguments,
             note="torch's fused CPU Adam kernel over state in host memory; only the new "
                  "parameters go back to their device"),),
-        state=_ADAM_STATE, reads_per_step=_ADAM_READS),
+        state=_ADAM_STATE, reads_per_step=_ADAM_READS,
+        sharded="keeps whole-tensor state in host memory (a fused step over a DTensor and "
+                "a plain state tensor raises)"),
     TorchClass(name="torch.optim.ASGD",
                refused="averaged SGD (the ax average, eta and mu schedules) is not a "
                        "registered algorithm"),

@@ -59,7 +59,8 @@ class SpecOptimizer(torch.optim.Optimizer):
     between the update's halves). So do DTensor parameters (FSDP2 ``fully_shard``, tensor
     parallel): DTensor's operations reduce across the shards, so a norm, a trust ratio or
     a factored moment's mean is the whole parameter's; the new value and state keep the
-    placements they started with.
+    placements they started with. (An optimizer holding any DTensor runs no parameter
+    through Inductor; plain CPU parameters beside them still take the kernel VM.)
 
     With ``offload=True`` the state lives in host memory and the update runs there on
     host copies of the parameter and gradient; only the new value goes back to the

@@ -20,6 +20,7 @@ from unified_opt.backend import load
 from unified_opt.ops import numpy_ops
 from unified_opt.porting.state import Snapshot
 
+from .kernels import DTensor
 from .optimizer import STEP, SpecOptimizer
 from .steps import STEPS_TAKEN
 
@@ -65,9 +66,21 @@ def _named(names, params) -> list:
     return list(zip(names, params))
 
 
+def _refuse_sharded(caller: str, named) -> None:
+    """A state file holds each parameter's whole arrays; a DTensor's state is one rank's
+    shard (``.numpy()`` of it raises, and a whole array written back would replace it)."""
+    sharded = [name for name, p in named if isinstance(p, DTensor)]
+    if sharded:
+        raise ValueError(f"{caller}: parameters {sharded} are DTensors (FSDP2 fully_shard or "
+                         "tensor parallel): a uo state file holds whole arrays; save and "
+                         "load a sharded optimizer with torch.distributed.checkpoint "
+                         "(get_optimizer_state_dict / set_optimizer_state_dict)")
+
+
 def snapshot_built(record, optimizer) -> Snapshot:
     own = isinstance(optimizer, SpecOptimizer)
     named = _named(record.names, record.params)
+    _refuse_sharded("save_state", named)
     scheduler = record.lr_scheduler
     known = optimizer.param_groups[0].get(
         STEPS_TAKEN, None if scheduler is None else scheduler.last_epoch)
@@ -103,6 +116,7 @@ def snapshot_native(reading, optimizer, names) -> Snapshot:
         raise ValueError(f"save_state: names must name every parameter of the optimizer; "
                          f"parameters {unnamed} (in param-group order) have none")
     named = [(given[id(p)], p) for p in params]
+    _refuse_sharded("save_state", named)
     plans = plan_parameters(reading.spec, [n for n, _ in named], reading.groups or None,
                             "save_state")
     mapping = load("torch").native_class(reading.native_class).state
@@ -132,6 +146,7 @@ def check_writable(record, optimizer) -> None:
 
 
 def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
+    _refuse_sharded("load_state", list(zip(record.names, record.params)))
     own = isinstance(optimizer, SpecOptimizer)
     mapping = None if own else record.decision.native_class.state
     for name, p in zip(record.names, record.params):
