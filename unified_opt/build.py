@@ -141,12 +141,16 @@ def _refuse_per_share_pre_step(spec: Spec, params: list) -> None:
     skip on the share: each rank another norm, or one rank skipping alone."""
     from .clipping import ClipByGlobalNorm
 
-    spans = [what for what, on in (("grad_clip=ClipByGlobalNorm", isinstance(
-        spec.grad_clip, ClipByGlobalNorm)), ("skip_nonfinite=True", spec.skip_nonfinite)) if on]
+    spans = []
+    if isinstance(spec.grad_clip, ClipByGlobalNorm):
+        spans.append("grad_clip=ClipByGlobalNorm")
+    if spec.skip_nonfinite:
+        spans.append("skip_nonfinite=True")
     named = named_parameters(params, "optimizer_factory") if spans else []
-    if not named or framework_of(named[0][1]) is None:
+    framework = framework_of(named[0][1]) if named else None
+    if framework is None:
         return
-    world = load_installed(framework_of(named[0][1])).world_size()
+    world = load_installed(framework).world_size()
     if world > 1:
         raise ValueError(f"optimizer_factory: {' and '.join(spans)} span every parameter, "
                          f"but on {world} ranks a wrapper that builds the optimizer (e.g. "

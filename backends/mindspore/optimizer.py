@@ -213,7 +213,7 @@ class SpecOptimizer(nn.Optimizer):
             view[...] = value
         else:
             ops.assign(parameter, Tensor(np.full(parameter.shape, value,
-                                                 dtype=host_copy(parameter).dtype)))
+                                                 dtype=numpy_dtype(parameter.dtype))))
 
     def _exchange_on_host(self, p, grad, slots, spec, lr: float, step: int) -> bool:
         """A data-parallel spec's step on the CPU: its local math in numpy over the

@@ -211,10 +211,8 @@ def _process_group(spec, options: dict):
 
 def _sharded(named) -> tuple[str, ...]:
     """The names (or positions) of DTensor parameters."""
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:          # a torch built without distributed
-        return ()
+    from .ops import DTensor
+
     return tuple(name or f"#{i}" for i, (name, p) in enumerate(named)
                  if isinstance(p, DTensor))
 

@@ -11,10 +11,7 @@ import torch
 
 from unified_opt.kernels.runtime import Job, KernelPath
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:             # a torch built without distributed: nothing is sharded
-    DTensor = ()
+from .ops import DTensor
 
 
 class TorchKernels(KernelPath):

@@ -4,6 +4,18 @@ import torch
 
 from unified_opt.ops import Ops
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:             # a torch built without distributed: nothing is sharded
+    DTensor = ()
+
+
+def _whole(reduced):
+    """A reduction's whole-tensor value: a DTensor's (FSDP2, tensor parallel) is partial
+    over the shards, and reading it (bool, or beside plain tensors) would take this
+    rank's part only; gathered, it is a plain tensor."""
+    return reduced.full_tensor() if isinstance(reduced, DTensor) else reduced
+
 
 def warm_up_cpu_sqrt() -> None:
     """Run one small CPU ``sqrt`` in this process (once; later calls do nothing).
@@ -40,21 +52,15 @@ class TorchOps(Ops):
     def minimum(self, x, y): return torch.minimum(x, y)
     def where(self, condition, x, y): return torch.where(condition, x, y)
     def clip(self, x, low, high): return torch.clamp(x, low, high)
-    def norm(self, x):
-        norm = torch.linalg.vector_norm(x)
-        # a DTensor's norm is partial over the shards: the whole tensor's, as a plain 0-d
-        # tensor (a global clipping norm stacks those of sharded and plain gradients)
-        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+    # (a global clipping norm stacks the norms of sharded and plain gradients)
+    def norm(self, x): return _whole(torch.linalg.vector_norm(x))
 
     def mean(self, x, axis=None, keepdims=False): return torch.mean(x, dim=axis, keepdim=keepdims)
 
     def numel(self, x): return x.numel()
     def machine_eps(self, x): return float(torch.finfo(x.dtype).eps)
-    def all_finite(self, x):
-        finite = torch.isfinite(x).all()
-        # a DTensor's (FSDP2, tensor parallel) reduction is partial: bool() of it reads
-        # this rank's shard only, so ranks would disagree on skipping a step
-        return bool(finite.full_tensor() if hasattr(finite, "full_tensor") else finite)
+    # (every rank then decides a non-finite skip alike)
+    def all_finite(self, x): return bool(_whole(torch.isfinite(x).all()))
     def stack(self, xs): return torch.stack(xs)
 
     def topk_mask(self, x, k):

@@ -11,9 +11,9 @@ from torch.autograd.graph import increment_version
 from unified_opt.pre_step import prepare_gradients
 
 from .compiled import check_mode, compilable, first_compiled_step, kernel
-from .kernels import DTensor, TorchKernels
+from .kernels import TorchKernels
 from .offload import HostStaging, keep_state_on_host
-from .ops import torch_ops
+from .ops import DTensor, torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
 
 STEP = "step"

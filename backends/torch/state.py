@@ -20,7 +20,7 @@ from unified_opt.backend import load
 from unified_opt.ops import numpy_ops
 from unified_opt.porting.state import Snapshot
 
-from .kernels import DTensor
+from .ops import DTensor
 from .optimizer import STEP, SpecOptimizer
 from .steps import STEPS_TAKEN
 
