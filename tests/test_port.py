@@ -203,9 +203,23 @@ def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, w
         learning_rate=0.01)),
     uo.preset("mindformers.core.Came", learning_rate=1e-3),
     uo.SGD(lr=0.1, momentum=0.9, nesterov=True, no_decay_names=("bias",)),
+    uo.Lamb(lr=0.01, grad_clip=uo.ClipByGlobalNorm(max_norm=1.0), skip_nonfinite=True),
 ])
 def test_the_spec_is_written_as_code_that_evaluates_to_it(spec):
     assert eval(spec_code(spec), {"uo": uo}) == spec
+
+
+def test_without_constructor_code_the_spec_is_written_as_a_python_dict(monkeypatch):
+    """The fallback is Python (JSON's false would not evaluate)."""
+    import unified_opt.porting.script as script
+
+    def no_literal(value):
+        raise ValueError("no literal")
+
+    spec = uo.Lamb(lr=0.01, grad_clip=uo.ClipByGlobalNorm(max_norm=1.0), skip_nonfinite=True)
+    monkeypatch.setattr(script, "_literal", no_literal)
+    code = spec_code(spec)
+    assert code.startswith("uo.spec_from_dict({") and eval(code, {"uo": uo}) == spec
 
 
 def test_the_command_writes_the_script_and_lists_the_rewrites(tmp_path, capsys):
