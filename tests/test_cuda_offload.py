@@ -1,0 +1,205 @@
+"""OffloadAdam's pipelined transfers (backends/torch/offload.py: HostPipeline): the same
+numbers as the unstaged host update, bit for bit, and no optimizer state on the GPU.
+
+The CPU tests run the pipeline's batching and cutting with plain copies
+(``stage_cpu=True``); the CUDA tests (skipped without a GPU) run it with its side streams
+and compare against the same class on the CPU."""
+
+import pytest
+from conftest import require
+
+pytestmark = require("torch")
+torch = pytest.importorskip("torch")
+
+from unified_opt.backends.torch.offload import (  # noqa: E402
+    PIECE_ALIGNMENT,
+    HostPipeline,
+    OffloadAdam,
+    plan_pieces,
+)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+#: mixed sizes: large ones cut into pieces (one not a multiple of any vector width),
+#: small ones batched together, a 0-size one
+SHAPES = [(3 * PIECE_ALIGNMENT + 13,), (7, 5), (2 * PIECE_ALIGNMENT,), (0,), (1,),
+          (300, 700), (33,)]
+#: small batches so that these sizes take several batches and cuts
+SMALL_BATCHES = {"batch_elements": 2 * PIECE_ALIGNMENT, "first_batch_elements": PIECE_ALIGNMENT}
+STEPS = 4
+
+
+def _params(device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s, generator=g).to(device)) for s in SHAPES]
+
+
+def _grads(step):
+    g = torch.Generator().manual_seed(1000 + step)
+    out = [torch.randn(s, generator=g) * 10.0 ** (i % 3 - 1) for i, s in enumerate(SHAPES)]
+    out[1][2] = 0.0                     # zeros and tiny values beside large ones
+    out[4].fill_(1e-30)
+    return out
+
+
+def _two_groups(params, **kw):
+    return OffloadAdam([{"params": params[:3], "weight_decay": 0.1},
+                        {"params": params[3:], "amsgrad": True, "maximize": True}],
+                       lr=0.01, **kw)
+
+
+def _run(optimizer, params, steps=STEPS, skip=None):
+    for t in range(steps):
+        for i, (p, g) in enumerate(zip(params, _grads(t))):
+            p.grad = None if skip == (t, i) else g.to(p.device)
+        optimizer.step()
+    return [p.detach().cpu() for p in params]
+
+
+def _assert_same(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert torch.equal(x, y), f"parameter {i} {list(x.shape)}"
+
+
+def _state(optimizer, params):
+    return [{k: v.clone() for k, v in optimizer.state[p].items()} for p in params]
+
+
+def _assert_same_state(a, b):
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.keys() == y.keys(), i
+        for k in x:
+            assert torch.equal(x[k], y[k]), f"parameter {i} state {k}"
+
+
+# -- the batches -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("split", [True, False])
+def test_pieces_cover_each_parameter_once_in_order(split):
+    sizes = [torch.Size(s).numel() for s in SHAPES]
+    batches = plan_pieces(sizes, [split] * len(sizes), **SMALL_BATCHES)
+    pieces = [piece for batch in batches for piece in batch]
+    for index, numel in enumerate(sizes):
+        mine = [(start, stop) for i, start, stop in pieces if i == index]
+        assert mine[0][0] == 0 and mine[-1][1] == numel
+        assert all(a[1] == b[0] for a, b in zip(mine, mine[1:]))      # contiguous, ordered
+        assert all(start % PIECE_ALIGNMENT == 0 for start, _ in mine)
+        assert split or len(mine) == 1
+    assert [i for i, _, _ in pieces] == sorted(i for i, _, _ in pieces)
+    if split:
+        assert sum(stop - start for _, start, stop in batches[0]) <= PIECE_ALIGNMENT
+        assert all(sum(stop - start for _, start, stop in b) <= 2 * PIECE_ALIGNMENT
+                   for b in batches)
+        assert any(len(b) > 1 for b in batches)          # small tensors share a call
+
+
+def test_batch_sizes_below_the_alignment_are_refused():
+    with pytest.raises(ValueError, match="at least"):
+        plan_pieces([10], [True], 100, 100)
+
+
+# -- on the CPU: the staged loop with plain copies -----------------------------------------
+
+def test_staged_and_cut_updates_are_the_plain_host_update_bit_for_bit():
+    plain_params, staged_params = _params("cpu"), _params("cpu")
+    plain = _two_groups(plain_params)
+    staged = _two_groups(staged_params)
+    staged.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
+    _assert_same(_run(staged, staged_params, skip=(2, 0)),
+                 _run(plain, plain_params, skip=(2, 0)))
+    _assert_same_state(_state(staged, staged_params), _state(plain, plain_params))
+    assert staged.state[staged_params[0]]["step"].item() == STEPS - 1   # skipped once
+
+
+def test_the_host_update_is_torch_adams_fused_kernel():
+    ours, theirs = _params("cpu"), _params("cpu")
+    offload = OffloadAdam(ours, lr=0.01, weight_decay=0.1)
+    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
+    adam = torch.optim.Adam(theirs, lr=0.01, weight_decay=0.1, fused=True)
+    _assert_same(_run(offload, ours), _run(adam, theirs))
+
+
+def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
+    params = _params("cpu")
+    for p, g in zip(params, _grads(0)):
+        p.grad = g
+    seen = []
+
+    def update(batch):
+        for piece in batch:
+            assert piece.whole and piece.value.shape == piece.param.shape
+            seen.append(piece.index)
+            piece.value.sub_(piece.grad.norm() * piece.grad)
+
+    expected = [(p.detach() - p.grad.norm() * p.grad).clone() for p in params]
+    HostPipeline(stage_cpu=True, **SMALL_BATCHES).run(params, update)
+    assert seen == list(range(len(params)))
+    _assert_same([p.detach() for p in params], expected)
+
+
+# -- on CUDA ------------------------------------------------------------------------------
+
+@needs_cuda
+@pytest.mark.parametrize("batches", [SMALL_BATCHES, {}], ids=["small-batches", "default"])
+def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches):
+    cpu_params, cuda_params = _params("cpu"), _params("cuda")
+    on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
+    on_cuda.pipeline = HostPipeline(split=True, **batches)
+    for p in cuda_params:                  # gradients allocated before the measurement
+        p.grad = torch.zeros_like(p)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for t in range(STEPS):
+        for p, g in zip(cuda_params, _grads(t)):
+            p.grad.copy_(g)
+        for p, g in zip(cpu_params, _grads(t)):
+            p.grad = g
+        on_cuda.step()
+        on_cpu.step()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_allocated() == before     # parameters and gradients only
+    _assert_same([p.detach().cpu() for p in cuda_params], [p.detach() for p in cpu_params])
+    states = _state(on_cuda, cuda_params)
+    assert all(v.device.type == "cpu" for s in states for v in s.values())
+    _assert_same_state(states, _state(on_cpu, cpu_params))
+
+
+@needs_cuda
+def test_cuda_offload_adam_reads_a_value_changed_on_the_device():
+    cpu_params, cuda_params = _params("cpu"), _params("cuda")
+    on_cpu, on_cuda = OffloadAdam(cpu_params, lr=0.01), OffloadAdam(cuda_params, lr=0.01)
+    on_cuda.pipeline = HostPipeline(split=True, **SMALL_BATCHES)
+    for step in range(3):
+        for p, g in zip(cuda_params, _grads(step)):
+            p.grad = g.cuda()
+        for p, g in zip(cpu_params, _grads(step)):
+            p.grad = g
+        on_cuda.step()
+        on_cpu.step()
+        with torch.no_grad():                   # e.g. a weight edited between steps
+            cuda_params[0].mul_(0.5)
+            cpu_params[0].mul_(0.5)
+    _assert_same([p.detach().cpu() for p in cuda_params], [p.detach() for p in cpu_params])
+
+
+@needs_cuda
+def test_cuda_pipeline_results_are_ordered_before_later_work_on_the_stream():
+    """A kernel queued right after the step (no synchronize) sees the new values, and the
+    next step's downloads see the caller's writes: run on a non-default stream."""
+    params = [torch.nn.Parameter(torch.zeros(4 * PIECE_ALIGNMENT + 1, device="cuda"))
+              for _ in range(3)]
+    pipeline = HostPipeline(split=True, **SMALL_BATCHES)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.no_grad():
+        sums = []
+        for step in range(5):
+            for p in params:
+                p.grad = torch.full_like(p, 1.0)
+            pipeline.run(params, lambda batch: [piece.value.add_(piece.grad)
+                                                for piece in batch])
+            sums.append(torch.stack([p.sum() for p in params]))   # queued on `stream`
+            for p in params:
+                p.add_(1.0)                     # the next step must read this
+    torch.cuda.synchronize()
+    n = 4 * PIECE_ALIGNMENT + 1
+    assert [s.tolist() for s in sums] == [[float(n * (2 * k + 1))] * 3 for k in range(5)]
