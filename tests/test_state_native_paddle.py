@@ -1,7 +1,7 @@
 """State files of Paddle's native optimizers (``uo.build`` on path="auto", and
 ``paddle.optimizer`` classes built by hand): a resumed native run is bit-identical to the
-uninterrupted one, beta powers included; native <-> own within Paddle stays within the
-float32 difference of the two paths; a hand-built AdamW + CosineAnnealingDecay continues
+uninterrupted one, beta powers included; a run switching native <-> own within Paddle
+follows the oracle by the conformance rule; a hand-built AdamW + CosineAnnealingDecay continues
 through ``uo.resume``; ``uo.convert_checkpoint`` reads a real ``paddle.save`` file
 without running code; what cannot be mapped is refused by name, nothing changed."""
 
@@ -10,10 +10,12 @@ import pickle
 import numpy as np
 import pytest
 from conftest import require
+from support import judge
 
 import unified_opt as uo
 from unified_opt.backend import record_of
 from unified_opt.conformance.cases import DENSE_PARAMS, Case
+from unified_opt.conformance.trajectory import Recorder
 from unified_opt.porting.state import read_state
 
 pytestmark = require("paddle")
@@ -21,7 +23,9 @@ pytestmark = require("paddle")
 COSINE = uo.schedules.Cosine(lr=0.01, T_max=40)
 SPEC = uo.AdamW(lr=COSINE, weight_decay=0.1)
 GROUPS = [uo.Group(match="bias", weight_decay=0.0)]
-CASE = Case(id="state_native_paddle", spec=SPEC, params=DENSE_PARAMS, steps=50)
+#: the groups are the drivers' (``_driver``): the oracle of ``judge`` applies them too
+CASE = Case(id="state_native_paddle", spec=SPEC, params=DENSE_PARAMS, steps=50,
+            groups=GROUPS)
 
 #: id -> (spec, groups, the native class uo.build picks)
 CONFIGS = {
@@ -144,36 +148,39 @@ def test_beta_powers_are_paddle_s_float32_running_products(paddle):
 
 @pytest.mark.parametrize("source, target", [("auto", "own"), ("own", "auto")])
 def test_native_and_own_paths_load_each_other(tmp_path, paddle, source, target):
-    """Within Paddle the own update and the native kernel differ by float32 rounding
-    (the kernel forms 1-beta2 from float32(beta2)): a run switching paths at step 15 stays
-    as close to each uninterrupted run as the two runs are to each other."""
-    first = _driver(path=source)
-    _steps(first, range(15))
-    uo.save_state(first.optimizer, tmp_path / "run.safetensors")
-    second = _driver(arrays=first.params_numpy(), path=target)
-    uo.load_state(second.optimizer, tmp_path / "run.safetensors")
-    assert record_of(second.optimizer).decision.path == ("native" if target == "auto"
-                                                          else "own")
-    assert second.current_lr() == SPEC.lr_at(15)
-    _steps(second, range(15, 30))
+    """A run that switches between the native kernel and the own update at step 15
+    follows the oracle by the conformance rule (the float64 oracle, the float32 floors,
+    K) at every one of CASE's steps, the steps before the switch included; the same
+    switch without load_state breaks it. The two paths round differently, and how the
+    native kernel rounds depends on the CPU (docs/backends.md: FMA code with AVX-512, the
+    plain C++ loop without), so no fixed margin between the runs holds everywhere."""
+    def switched(load: bool):
+        recorder = Recorder()
+        first = _driver(path=source)
+        for t in range(15):
+            recorder.add(first.step(CASE.gradients(t)), first.params_numpy(),
+                         first.state_numpy())
+        uo.save_state(first.optimizer, tmp_path / "run.safetensors")
+        second = _driver(arrays=first.params_numpy(), path=target)
+        assert record_of(second.optimizer).decision.path == ("native" if target == "auto"
+                                                              else "own")
+        if load:
+            uo.load_state(second.optimizer, tmp_path / "run.safetensors")
+            assert second.current_lr() == SPEC.lr_at(15)
+        for t in range(15, CASE.steps):
+            recorder.add(second.step(CASE.gradients(t)), second.params_numpy(),
+                         second.state_numpy())
+        return second, recorder.trajectory()
+
+    second, trajectory = switched(load=True)
+    comparison = judge(trajectory, CASE)
+    assert comparison.passed, comparison.detail
     uo.save_state(second.optimizer, tmp_path / "after.safetensors")
     after = read_state(tmp_path / "after.safetensors")
-    assert (after.steps, after.position) == (30, 30)
-    runs = {}
-    for path in ("auto", "own"):
-        runs[path] = _driver(path=path)
-        _steps(runs[path], range(30))
-    own, native = runs["own"].params_numpy(), runs["auto"].params_numpy()
-    for name, value in second.params_numpy().items():
-        gap = np.abs(own[name] - native[name]).max()
-        assert 0 < gap < 2e-6 or name == "scale", name
-        for other in (own, native):
-            assert np.abs(value - other[name]).max() <= 2 * gap + 2e-7, name
-    uo.save_state(runs[target].optimizer, tmp_path / "whole.safetensors")
-    whole = read_state(tmp_path / "whole.safetensors")
-    for name in whole.names:
-        for key, value in whole.arrays[name].items():
-            np.testing.assert_allclose(after.arrays[name][key], value, rtol=1e-4, atol=1e-9)
+    assert (after.steps, after.position) == (CASE.steps, CASE.steps)
+    # the rule tells a resumed state from a fresh one (a restarted bias correction)
+    comparison = judge(switched(load=False)[1], CASE)
+    assert not comparison.passed and comparison.first_failing_step == 16, comparison.detail
 
 
 # -- native optimizers built by hand ----------------------------------------------------------
