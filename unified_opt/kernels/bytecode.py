@@ -162,6 +162,33 @@ def compile_program(program: Program) -> np.ndarray:
                       dtype=np.int32)
 
 
+@dataclass(frozen=True)
+class Decoded:
+    """VM code read back: what every generator (``codegen.py``'s C++, ``triton_source.py``'s
+    Triton) writes its kernels from, so that the layout above is read in one place."""
+
+    n_inputs: int
+    masks: tuple[int, ...]                 # every array's axes: the inputs, then scratch
+    #: per phase ``(domain, instructions)``; an instruction is its 9 ints (see the module)
+    phases: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...]
+
+
+def decode(code: np.ndarray) -> Decoded:
+    """The phases of VM ``code`` (see the module)."""
+    code = [int(x) for x in code]
+    if code[0] != VERSION:
+        raise ValueError(f"VM code version {code[0]}, this is {VERSION}")
+    n_inputs, n_arrays, _, n_phases = code[1:5]
+    masks = tuple(code[5:5 + n_arrays])
+    at, phases = 5 + n_arrays, []
+    for _ in range(n_phases):
+        domain, n = code[at], code[at + 1]
+        body = code[at + 2:at + 2 + 9 * n]
+        phases.append((domain, tuple(tuple(body[i:i + 9]) for i in range(0, len(body), 9))))
+        at += 2 + 9 * n
+    return Decoded(n_inputs, masks, tuple(phases))
+
+
 def _live(program: Program) -> set[int]:
     live, stack = set(), [v for _, v in program.outputs]
     while stack:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bytecode import OPCODES, OPERAND_KINDS, SELECT, VERSION
+from .bytecode import OPCODES, OPERAND_KINDS, SELECT, decode
 
 _NAMES = {v: k for k, v in OPCODES.items()}
 _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
@@ -28,26 +28,11 @@ _UNARY = {"neg": "-{a}", "sqrt": "std::sqrt({a})", "abs": "std::fabs({a})",
 _C = 4
 
 
-def _phases(code: np.ndarray):
-    """``(n_inputs, masks, [(domain, [instruction, ...]), ...])`` of VM code."""
-    code = [int(x) for x in code]
-    if code[0] != VERSION:
-        raise ValueError(f"VM code version {code[0]}, this is {VERSION}")
-    n_inputs, n_arrays, _, n_phases = code[1:5]
-    masks = code[5:5 + n_arrays]
-    at, phases = 5 + n_arrays, []
-    for _ in range(n_phases):
-        domain, n = code[at], code[at + 1]
-        body = code[at + 2:at + 2 + 9 * n]
-        phases.append((domain, [body[i:i + 9] for i in range(0, len(body), 9)]))
-        at += 2 + 9 * n
-    return n_inputs, masks, phases
-
-
 def kernel_source(code: np.ndarray) -> str:
     """The C++ of one program's kernel: ``uo_kernel_run(dtype, inputs, dims, scalars)``
     with the VM's ``uo_vm_run`` contract (without the code)."""
-    n_inputs, masks, phases = _phases(code)
+    decoded = decode(code)
+    n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
     lines = ['#include "phases.h"', "", "namespace {", "",
              f"constexpr int32_t MASKS[] = {{{', '.join(map(str, masks))}}};", "",
              "template <class T>",

@@ -61,25 +61,21 @@ class Job:
 LABELS_KEPT = 1024
 
 
-class KernelRunner:
-    """Traces, compiles to VM code and runs parameters' updates (see the module)."""
+class Programs:
+    """Traced updates as VM code, cached: what every kernel path (the VM here, the CUDA
+    kernels of ``backends/torch/cuda.py``) asks for a parameter's step. Framework-free."""
 
-    def __init__(self, specialize="auto"):
-        if specialize not in ("auto", True, False):
-            raise ValueError(f"KernelRunner: specialize must be 'auto', True or False, got "
-                             f"{specialize!r}")
-        self.library = build.load()
-        self.specialize = specialize
+    def __init__(self):
         self._labels: dict = {}
         self._codes: dict = {}
         self._traces: dict = {}
         self._traced_step = None
 
     def state_order(self, spec, shape, dtype: str) -> tuple[str, ...]:
-        """The order of the state arrays' addresses in a :class:`Job`."""
-        return tuple(self._state_labels(spec, shape, dtype))
+        """The order of the state arrays after the parameter and the gradient."""
+        return tuple(self.state_labels(spec, shape, dtype))
 
-    def _state_labels(self, spec, shape, dtype):
+    def state_labels(self, spec, shape, dtype):
         key = (spec, len(shape), dtype)
         if key not in self._labels:
             if len(self._labels) >= LABELS_KEPT:   # a knob schedule: a new spec each step
@@ -88,11 +84,11 @@ class KernelRunner:
         return self._labels[key]
 
     def state_sizes(self, spec, shape, dtype: str) -> dict[str, int]:
-        """The number of elements of each state array (a job's arrays must have them:
-        the VM walks them by the parameter's dims)."""
+        """The number of elements of each state array (the kernels walk them by the
+        parameter's dims)."""
         dims = dict(zip((B, R, C), canonical_dims(shape)))
         sizes = {}
-        for key, labels in self._state_labels(spec, shape, dtype).items():
+        for key, labels in self.state_labels(spec, shape, dtype).items():
             mask = 0
             for label in labels:
                 mask |= label
@@ -116,7 +112,7 @@ class KernelRunner:
         if trace is not None and trace.shape_read:       # its scalars belong to one size
             trace = self._traces.get((key, shape))
         if trace is None:
-            trace = trace_update(spec, shape, dtype, self._state_labels(spec, shape, dtype),
+            trace = trace_update(spec, shape, dtype, self.state_labels(spec, shape, dtype),
                                  lr=lr, step=step)
             self._traces[key] = trace
             if trace.shape_read:
@@ -125,6 +121,18 @@ class KernelRunner:
         if code is None:
             code = self._codes[trace.program.key] = compile_program(trace.program)
         return code, trace.scalars
+
+
+class KernelRunner(Programs):
+    """Traces, compiles to VM code and runs parameters' updates (see the module)."""
+
+    def __init__(self, specialize="auto"):
+        if specialize not in ("auto", True, False):
+            raise ValueError(f"KernelRunner: specialize must be 'auto', True or False, got "
+                             f"{specialize!r}")
+        super().__init__()
+        self.library = build.load()
+        self.specialize = specialize
 
     def step(self, jobs: list[Job]) -> None:
         """Run every job's update in place (in order). Every program is made (and, with
