@@ -33,7 +33,7 @@ from unified_opt.conformance.trajectory import (
 from unified_opt.conformance.verdict import References, verdict
 
 __all__ = ["DENSE_PARAMS", "FLAT_PARAMS", "LOOP_PARAMS", "PARAMS", "SMALL_PARAMS", "Run",
-           "assert_passes", "assert_planted_deviation_fails", "case_of", "follow",
+           "Replay", "assert_passes", "assert_planted_deviation_fails", "case_of", "follow",
            "installed_frameworks", "judge", "record", "reference_steps", "worker_runs"]
 
 #: the conformance parameters of at most two dimensions (a peer library that fails on
@@ -119,12 +119,38 @@ def assert_passes(run: Run) -> Run:
     return run
 
 
-def judge(trajectory: Trajectory, case: Case, spec=None, *, state: bool = True) -> Comparison:
-    """``trajectory`` against the oracle of ``spec`` (default the case's) on ``case``,
-    with the conformance floors: :func:`compare` as the suite applies it."""
+def judge(trajectory: Trajectory, case, spec=None, *, state: bool = True,
+          lr: bool = True) -> Comparison:
+    """``trajectory`` against the oracle of ``spec`` (default the case's) on ``case`` (a
+    :class:`Case` or a :class:`Replay`), with the conformance floors: :func:`compare` as
+    the suite applies it (``lr=False``: a loop that cannot read its lr back)."""
     spec = case.spec if spec is None else spec
     return compare(trajectory, reference_trajectory(spec, case),
-                   floor_trajectories(spec, case), state=state)
+                   floor_trajectories(spec, case), state=state, lr=lr)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Inputs recorded from a run that has no case (a network's own gradients, a stream
+    made by hand), judged like a case: :func:`judge` replays them through the float64
+    oracle and the float32 floors. ``params``: name -> the values before the first step;
+    ``grads``: name -> array, one dict per step (any number of steps)."""
+
+    spec: object
+    params: dict
+    grads: tuple
+    groups: tuple = ()
+    workers: int = 1
+
+    @property
+    def steps(self) -> int:
+        return len(self.grads)
+
+    def initial_params(self) -> dict:
+        return {n: np.array(a, dtype=np.float32) for n, a in self.params.items()}
+
+    def gradients(self, step: int) -> dict:
+        return {n: np.array(g, dtype=np.float32) for n, g in self.grads[step].items()}
 
 
 def reference_steps(spec, params, grads, steps=1):
