@@ -7,10 +7,12 @@ uninterrupted one: every Parameter the optimizer holds, the parameters and the l
 import numpy as np
 import pytest
 from conftest import require
+from support import Replay, judge
 
 import unified_opt as uo
 from unified_opt.backend import record_of
 from unified_opt.conformance.cases import DENSE_PARAMS, Case
+from unified_opt.conformance.trajectory import Recorder
 from unified_opt.conformance.worker import driver_class
 from unified_opt.porting.state import read_state
 
@@ -107,22 +109,35 @@ def test_native_to_own_within_mindspore(tmp_path):
     _steps(own, range(K, 2 * K))
     for name, value in whole.params_numpy().items():
         np.testing.assert_array_equal(own.params_numpy()[name], value, err_msg=name)
-    # experimental.optim.AdamW: the own Adam differs in the last float32 bits (as it does
-    # from the first step: measured max 4.8e-7 absolute after 12 steps either way)
+    # experimental.optim.AdamW: the own Adam rounds differently from the first step, and
+    # the native kernel's rounding may depend on the CPU (docs/backends.md): the run that
+    # switches at step K is judged by the conformance rule over the case's steps
     spec = SPECS["experimental.AdamW"]
-    whole, first = _driver(spec), _driver(spec)
-    _steps(whole, range(2 * K))
-    _steps(first, range(K))
-    uo.save_state(first.optimizer, tmp_path / "a.safetensors")
-    own = _driver(spec, first.params_numpy(), path="own")
-    uo.load_state(own.optimizer, tmp_path / "a.safetensors")
-    assert np.float32(own.current_lr()) == np.float32(first.current_lr())
-    np.testing.assert_array_equal(own.state_numpy()["w"]["exp_avg"],
-                                  first.state_numpy()["w"]["exp_avg"])
-    _steps(own, range(K, 2 * K))
-    for name, value in whole.params_numpy().items():
-        np.testing.assert_allclose(own.params_numpy()[name], value, rtol=0, atol=1e-6,
-                                   err_msg=name)
+    case = _case(spec)
+
+    def switched(load: bool):
+        recorder = Recorder()
+        first = _driver(spec)
+        for t in range(K):
+            recorder.add(first.step(case.gradients(t)), first.params_numpy(),
+                         first.state_numpy())
+        uo.save_state(first.optimizer, tmp_path / "a.safetensors")
+        own = _driver(spec, first.params_numpy(), path="own")
+        if load:
+            uo.load_state(own.optimizer, tmp_path / "a.safetensors")
+            assert np.float32(own.current_lr()) == np.float32(first.current_lr())
+            np.testing.assert_array_equal(own.state_numpy()["w"]["exp_avg"],
+                                          first.state_numpy()["w"]["exp_avg"])
+        for t in range(K, case.steps):
+            recorder.add(own.step(case.gradients(t)), own.params_numpy(), own.state_numpy())
+        return recorder.trajectory()
+
+    comparison = judge(switched(load=True), case)
+    assert comparison.passed, comparison.detail
+    # the rule tells a resumed state from a fresh one (a restarted bias correction)
+    comparison = judge(switched(load=False), case)
+    assert not comparison.passed and comparison.first_failing_step == K + 1, \
+        comparison.detail
 
 
 # -- native optimizers built by hand -----------------------------------------------------------
@@ -202,8 +217,16 @@ def test_a_hand_built_nn_adam_resumes_on_its_trajectory(tmp_path, kind):
     # steps 6-11; the parameters stayed equal here, up to 1.2e-7 for other Cells)
     assert abs(int(lr.view(np.int32)) - int(native_lr.view(np.int32))) <= 8
     assert np.float32(uo.schedules.Cosine(lr=0.01, T_max=10, eta_min=0.001)(K)) == lr
-    for name, value in _values(whole_net).items():
-        np.testing.assert_allclose(_values(resumed_net)[name], value, rtol=0, atol=1e-6)
+    # so the resumed run is the uninterrupted one with the file's schedule from step K
+    # on (float32 lrs in a list): the same kernel on the same numbers
+    from mindspore import Tensor, int32, nn
+
+    cell = _lr(kind)
+    lrs = [float(cell(Tensor(t, int32)).asnumpy()) for t in range(K)] + \
+        [float(np.float32(saved.spec.lr(t))) for t in range(K, 2 * K)]
+    listed_net = _net()
+    _hand_steps(nn.Adam(listed_net.trainable_params(), learning_rate=lrs), range(2 * K))
+    _assert_same(_values(listed_net), _values(resumed_net))
 
 
 def test_an_experimental_scheduler_position_round_trips(tmp_path):
@@ -213,12 +236,16 @@ def test_an_experimental_scheduler_position_round_trips(tmp_path):
         optimizer = optim.AdamW(net.trainable_params(), lr=0.01)
         return optimizer, optim.lr_scheduler.StepLR(optimizer, 3, 0.5)
 
-    whole_net = _net()
-    whole, whole_scheduler = built(whole_net)
-    _hand_steps(whole, range(2 * K), whole_scheduler)
+    recorder = Recorder()
+
+    def steps(optimizer, net, steps, scheduler=None):
+        for t in steps:
+            _hand_steps(optimizer, [t], scheduler)
+            recorder.add(0.0, _values(net), {})
+
     net = _net()
     first, scheduler = built(net)
-    _hand_steps(first, range(K), scheduler)
+    steps(first, net, range(K), scheduler)
     uo.save_state(first, tmp_path / "exp.safetensors", lr_scheduler=scheduler)
     saved = read_state(tmp_path / "exp.safetensors")
     assert (saved.steps, saved.position) == (K, K)
@@ -229,9 +256,12 @@ def test_an_experimental_scheduler_position_round_trips(tmp_path):
     assert record_of(resumed).decision.path == "own"
     assert np.float32(resumed.next_lr()) == first.param_groups[0]["lr"].asnumpy() \
         == np.float32(0.0025)
-    _hand_steps(resumed, range(K, 2 * K))
-    for name, value in _values(whole_net).items():   # the own Adam: float32 noise
-        np.testing.assert_allclose(_values(resumed_net)[name], value, rtol=0, atol=1e-6)
+    steps(resumed, resumed_net, range(K, 2 * K))
+    # native steps, then the own Adam's: they round differently (and the native kernel
+    # by the CPU), so the run is judged by the conformance rule on its gradients
+    replay = Replay(saved.spec, _values(_net()), tuple(GRADS))
+    comparison = judge(recorder.trajectory(), replay, state=False, lr=False)
+    assert comparison.passed, comparison.detail
 
 
 # -- MindSpore's own checkpoints -----------------------------------------------------------------
