@@ -5,6 +5,8 @@ The CPU tests run the pipeline's batching and cutting with plain copies
 (``stage_cpu=True``); the CUDA tests (skipped without a GPU) run it with its side streams
 and compare against the same class on the CPU."""
 
+import contextlib
+
 import pytest
 from conftest import require
 
@@ -135,6 +137,81 @@ def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
     HostPipeline(stage_cpu=True, **SMALL_BATCHES).run(params, update)
     assert seen == list(range(len(params)))
     _assert_same([p.detach() for p in params], expected)
+
+
+class _StandInCuda:
+    """``torch.cuda``'s streams and events as the pipeline calls them, logged, over CPU
+    tensors: the streamed loop's order of waits, records and updates, without a GPU."""
+
+    def __init__(self):
+        self.log, self.current, self.streams = [], "caller", 0
+
+    def device(self, device):
+        return contextlib.nullcontext()
+
+    def current_stream(self, device):
+        return _Stream(self, self.current)
+
+    def Stream(self, device):  # noqa: N802 (torch.cuda's name)
+        self.streams += 1
+        return _Stream(self, ["down", "up"][self.streams - 1])
+
+    @contextlib.contextmanager
+    def stream(self, stream):
+        before, self.current = self.current, stream.name
+        yield
+        self.current = before
+
+    def Event(self):  # noqa: N802
+        return _Event(self)
+
+
+class _Stream:
+    def __init__(self, cuda, name):
+        self.cuda, self.name = cuda, name
+
+    def wait_stream(self, other):
+        self.cuda.log.append(f"{self.name} waits for {other.name}")
+
+
+class _Event:
+    def __init__(self, cuda):
+        self.cuda, self.number = cuda, sum(e.startswith("record") for e in cuda.log)
+
+    def record(self, stream):
+        self.cuda.log.append(f"record {self.number} on {stream.name}")
+
+    def synchronize(self):
+        self.cuda.log.append(f"synchronize {self.number}")
+
+
+class _StreamedOnCpu(HostPipeline):
+    def __init__(self, cuda, **kw):
+        super().__init__(stage_cpu=True, **kw)
+        self.cuda = cuda
+
+    def _run_staged(self, device, indexed, update):
+        self._run_streamed(device, self.batches(indexed), update, self.cuda)
+
+
+def test_the_streamed_loop_waits_records_and_updates_in_order():
+    cuda = _StandInCuda()
+    params, plain_params = _params("cpu"), _params("cpu")
+    streamed, plain = _two_groups(params), _two_groups(plain_params)
+    streamed.pipeline = _StreamedOnCpu(cuda, split=True, **SMALL_BATCHES)
+    original = streamed._adam
+    streamed._adam = lambda group, pieces, cut: (cuda.log.append("update"),
+                                                 original(group, pieces, cut))
+    _assert_same(_run(streamed, params, steps=1), _run(plain, plain_params, steps=1))
+    batches = len(streamed.pipeline.batches(list(enumerate(params))))
+    assert batches > 3
+    log = cuda.log
+    assert log[:2] == ["down waits for caller", "up waits for caller"]
+    assert log[2:2 + batches] == [f"record {i} on down" for i in range(batches)]
+    rest = [e for e in log[2 + batches:-1] if e != "update"]
+    assert rest == [f"synchronize {i}" for i in range(batches)]
+    assert log[-1] == "caller waits for up" and log.count("update") >= batches
+    assert log.index("synchronize 1") > log.index("update")     # batch 0 updated first
 
 
 # -- on CUDA ------------------------------------------------------------------------------

@@ -210,44 +210,48 @@ class HostPipeline:
 
     def _run_staged(self, device, indexed, update) -> None:
         batches = self.batches(indexed)
-        if device.type != "cuda":          # stage_cpu: the same loop, plain copies
-            for batch in batches:
-                for piece in batch:
-                    piece.value.copy_(piece.device_value)
-                    piece.grad.copy_(piece.device_grad)
-                update(batch)
-                for piece in batch:
-                    piece.device_value.copy_(piece.value)
+        if device.type == "cuda":
+            self._run_streamed(device, batches, update, torch.cuda)
             return
-        with torch.cuda.device(device):
-            down, up = self._side_streams(device)
-            caller = torch.cuda.current_stream(device)
+        for batch in batches:           # stage_cpu: the same loop, plain copies
+            for piece in batch:
+                piece.value.copy_(piece.device_value)
+                piece.grad.copy_(piece.device_grad)
+            update(batch)
+            for piece in batch:
+                piece.device_value.copy_(piece.value)
+
+    def _run_streamed(self, device, batches, update, cuda) -> None:
+        """The overlapped loop; ``cuda`` is ``torch.cuda`` (a stand-in in a CPU test)."""
+        with cuda.device(device):
+            down, up = self._side_streams(device, cuda)
+            caller = cuda.current_stream(device)
             # the gradients, and any change to the values, are work queued on the caller's
             # stream; the uploads overwrite values that work may still read
             down.wait_stream(caller)
             up.wait_stream(caller)
             arrived = []
-            with torch.cuda.stream(down):
+            with cuda.stream(down):
                 for batch in batches:
                     for piece in batch:
                         piece.value.copy_(piece.device_value, non_blocking=True)
                         piece.grad.copy_(piece.device_grad, non_blocking=True)
-                    event = torch.cuda.Event()
+                    event = cuda.Event()
                     event.record(down)
                     arrived.append(event)
             for batch, event in zip(batches, arrived):
                 event.synchronize()
                 update(batch)
-                with torch.cuda.stream(up):
+                with cuda.stream(up):
                     for piece in batch:
                         piece.device_value.copy_(piece.value, non_blocking=True)
             # later work on the caller's stream (the forward pass, the next step's
             # downloads into these host buffers) comes after the uploads
             caller.wait_stream(up)
 
-    def _side_streams(self, device):
+    def _side_streams(self, device, cuda):
         if device not in self._streams:
-            self._streams[device] = (torch.cuda.Stream(device), torch.cuda.Stream(device))
+            self._streams[device] = (cuda.Stream(device), cuda.Stream(device))
         return self._streams[device]
 
 
@@ -297,6 +301,9 @@ class OffloadAdam(torch.optim.Optimizer):
                     state["exp_avg_sq"] = host_zeros_like(p)
                     if group["amsgrad"]:
                         state["max_exp_avg_sq"] = host_zeros_like(p)
+                for key in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq"):
+                    if key in state and not state[key].is_contiguous():
+                        state[key] = state[key].contiguous()    # (loaded) cut as flat views
                 params.append(p)
                 group_of.append(g)
         cut: set[int] = set()          # parameters updated in pieces: their step counted here
