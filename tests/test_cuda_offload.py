@@ -95,6 +95,30 @@ def test_pieces_cover_each_parameter_once_in_order(split):
         assert any(len(b) > 1 for b in batches)          # small tensors share a call
 
 
+def test_pieces_of_random_sizes_fill_batches_within_their_bounds():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(200):
+        sizes = [rng.choice([0, 1, 17, PIECE_ALIGNMENT, 5 * PIECE_ALIGNMENT + 3,
+                             rng.randrange(1, 20 * PIECE_ALIGNMENT)])
+                 for _ in range(rng.randrange(1, 12))]
+        split = [rng.random() < 0.7 for _ in sizes]
+        first = PIECE_ALIGNMENT * rng.randrange(1, 4)
+        most = first * rng.randrange(1, 9)
+        batches = plan_pieces(sizes, split, most, first)
+        covered = {}
+        for batch in batches:
+            assert batch
+            total = sum(stop - start for _, start, stop in batch)
+            over = [i for i, start, stop in batch if not split[i] and stop - start > most]
+            assert total <= most or over, (sizes, split, batch)
+            for i, start, stop in batch:
+                assert start == covered.get(i, 0) and (start % PIECE_ALIGNMENT == 0)
+                covered[i] = stop
+        assert covered == dict(enumerate(sizes))
+
+
 def test_batch_sizes_below_the_alignment_are_refused():
     with pytest.raises(ValueError, match="at least"):
         plan_pieces([10], [True], 100, 100)

@@ -122,12 +122,8 @@ def plan_pieces(sizes, splittable, batch_elements: int, first_batch_elements: in
         while start < numel:
             take = numel - start
             if take > room:
-                if split:
-                    cut = room // PIECE_ALIGNMENT * PIECE_ALIGNMENT
-                    if cut == 0:
-                        close()
-                        continue
-                    take = cut
+                if split:       # room >= PIECE_ALIGNMENT here: a full batch was closed
+                    take = room // PIECE_ALIGNMENT * PIECE_ALIGNMENT
                 elif current:
                     close()
                     continue
