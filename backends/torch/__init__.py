@@ -83,13 +83,17 @@ class TorchBackend(Backend):
         """How a native build runs the spec's parts that lie outside the native class."""
         from unified_opt.native import import_native
 
-        from .native import fast_flags
+        from .native import fast_flags, fused_devices, fused_elsewhere
 
         parts = []
-        if context.plans is not None and fast_flags(import_native(decision.native), context):
+        cls = import_native(decision.native)
+        if context.plans is not None and fast_flags(cls, context):
             parts.append(f"{decision.native} runs its fused kernel (fused=True: the same "
                          "update in one pass per tensor; options fused=False or foreach "
                          "choose another)")
+        elif context.plans is not None and fused_elsewhere(cls, context):
+            parts.append(f"{decision.native} runs without fused=True on {context.device}: "
+                         f"uo.build takes its fused kernel on {fused_devices(cls)} only")
         if has_pre_step(spec):
             parts.append("the gradient pre-step (loss_scale, skip_nonfinite, grad_clip, "
                          "grad_centralization: unified_opt.pre_step) runs in a step pre-hook "

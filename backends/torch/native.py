@@ -21,21 +21,42 @@ def check_options(cls, options: dict, hyperparameters: dict) -> None:
 #: devices and dtypes torch's fused optimizer kernels take (torch 2.13: CPU and CUDA)
 FUSED_DEVICES = ("cpu", "cuda")
 FUSED_DTYPES = ("float16", "bfloat16", "float32", "float64")
+#: classes whose fused kernel runs on fewer devices than :data:`FUSED_DEVICES`.
+#: ``Adagrad(fused=True)`` is CPU-only up to torch 2.11 (its device check passes
+#: ``cuda_unsupported=True``: "fused=True requires all the params to be floating point
+#: Tensors of supported devices: [..., 'cpu', ...] but torch.float32 and cuda", measured
+#: on an H200, issue 20); later versions add a CUDA kernel no run here has checked. The
+#: for-loop Adagrad is exact on every device, so fused is chosen on the CPU only.
+FUSED_DEVICES_OF = {"Adagrad": ("cpu",)}
+
+
+def fused_devices(cls) -> tuple[str, ...]:
+    """The device types on which ``uo.build`` gives ``cls`` ``fused=True``."""
+    return FUSED_DEVICES_OF.get(cls.__name__, FUSED_DEVICES)
+
+
+def fused_elsewhere(cls, context) -> bool:
+    """Whether ``cls`` has a fused kernel that :func:`fast_flags` leaves out only for
+    the parameters' device (Adagrad on CUDA), the options naming no implementation."""
+    return "fused" in inspect.signature(cls.__init__).parameters and \
+        not {"fused", "foreach"} & set(context.options) and bool(context.device) and \
+        not set(context.device.split(",")) <= set(fused_devices(cls))
 
 
 def fast_flags(cls, context) -> dict:
     """The implementation flag ``uo.build`` sets where the options set none: ``fused=True``
-    for the classes with a fused kernel (SGD, Adam, AdamW, Adagrad), on CPU and CUDA,
-    floating dtypes, unsharded parameters. The fused kernel computes the class's update
-    in one pass per tensor (bias corrections in double, as the reference does); it
-    passes the conformance suite like the for-loop it replaces and steps 5x faster on
-    CPU for Adam (4096x4096 float32, benchmarks/results/algorithm_step_time.md). The
-    for-loop stays where the options name ``fused`` or ``foreach``."""
+    for the classes with a fused kernel (SGD, Adam, AdamW on CPU and CUDA; Adagrad on
+    the CPU only: :data:`FUSED_DEVICES_OF`), floating dtypes, unsharded parameters. The
+    fused kernel computes the class's update in one pass per tensor (bias corrections
+    in double, as the reference does); it passes the conformance suite like the
+    for-loop it replaces and steps 5x faster on CPU for Adam (4096x4096 float32,
+    benchmarks/results/algorithm_step_time.md). The for-loop stays where the options
+    name ``fused`` or ``foreach``, and where any parameter is on another device."""
     if "fused" not in inspect.signature(cls.__init__).parameters or \
             {"fused", "foreach"} & set(context.options) or context.sharded:
         return {}
     devices = set(context.device.split(",")) if context.device else set()
-    if not devices or not devices <= set(FUSED_DEVICES) or \
+    if not devices or not devices <= set(fused_devices(cls)) or \
             not set(context.dtypes) <= set(FUSED_DTYPES):
         return {}
     return {"fused": True}

@@ -6,7 +6,8 @@ A native ``torch.optim`` class computes the spec's update; :class:`NativeStepHoo
 runs the rest with ``Optimizer.register_step_pre_hook`` / ``register_step_post_hook``:
 
 * before the step: ``prepare_gradients`` over every parameter (the torch binding of
-  the one implementation), its results written into ``p.grad``; then each param
+  the one implementation), its results written into ``p.grad`` laid out like the
+  parameter (:func:`laid_out_like`: the fused kernels take no other); then each param
   group's per-step hyperparameters (``weight_decay`` of a weight-decay schedule,
   ``momentum`` / ``betas`` of a momentum-cycling lr schedule), which every torch class
   in the table reads from the group at every step;
@@ -25,7 +26,7 @@ import torch
 
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 
-from .ops import torch_ops
+from .ops import DTensor, torch_ops
 
 STEPS_TAKEN = "steps_taken"
 
@@ -72,6 +73,35 @@ def closure_first(args, kwargs):
     return loss, args, kwargs
 
 
+def same_strides(a, b) -> bool:
+    """Whether ``a`` and ``b`` (of one shape) have the same strides in every dimension of
+    a size other than 1: the condition of torch's fused and foreach kernels
+    (``check_fast_path_restrictions``: ``_check_tensors_share_sizes_and_strides``)."""
+    return all(n == 1 or x == y for n, x, y in zip(a.shape, a.stride(), b.stride()))
+
+
+def laid_out_like(grad, param):
+    """``grad`` with ``param``'s strides: itself where they agree, else a copy laid out
+    like the parameter.
+
+    The pre-step's torch operations return new tensors in the default layout, while a
+    parameter (and the state a native class makes ``like`` it) may have others: a
+    zero-size dimension has any stride (``torch.from_numpy`` of an empty array gives
+    stride 0, ``torch.zeros(0)`` stride 1), a transposed parameter has permuted ones.
+    The CUDA fused kernels refuse a gradient whose strides differ from its parameter's
+    (``_fused_sgd_``: "check_fast_path_restrictions"; ``_fused_adam_``: "params, grads,
+    exp_avgs, and exp_avg_sqs must have same dtype, device, and layout"); autograd lays a
+    gradient out like its parameter for the same reason. A DTensor (never fused) is
+    left as it is."""
+    if isinstance(grad, DTensor) or same_strides(grad, param):
+        return grad
+    # empty_like keeps the strides of a parameter without gaps or overlaps (every one
+    # a fused kernel takes); of any other, it gives a dense layout
+    out = torch.empty_like(param, dtype=grad.dtype, device=grad.device)
+    out.copy_(grad)
+    return out
+
+
 class NativeStepHooks:
     """The pre-step, per-step hyperparameters and the skip rule around a native class.
 
@@ -109,7 +139,7 @@ class NativeStepHooks:
                 return changed
             for p, g, new in zip(self.params, grads, prepared):
                 if new is not g:
-                    p.grad = new
+                    p.grad = laid_out_like(new, p)
         if self.varies:
             t = steps_taken(optimizer)
             for group, spec in zip(optimizer.param_groups, self.group_specs):
