@@ -23,6 +23,7 @@ names it, or the one framework this process has imported.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import platform
 import sys
@@ -36,6 +37,7 @@ import unified_opt as uo
 from unified_opt.backend import BACKENDS
 
 from .cases import DENSE_PARAMS, MIN_STEPS, Case
+from .device import Device, parse_device, place
 from .drivers.base import spec_state_shapes
 from .report import build_report, write_reports
 from .trajectory import Recorder
@@ -117,14 +119,22 @@ def _backend_of(backend: str | None) -> str:
 
 
 def check(factory: Callable, spec, backend: str | None = None, steps: int | None = None, *,
-          out: str | Path | None = None, nonfinite: bool = True) -> CheckResult:
+          out: str | Path | None = None, nonfinite: bool = True,
+          device: str = "cpu") -> CheckResult:
     """Run ``factory``'s optimizer through ``spec``'s conformance streams (module doc).
 
     ``steps``: per stream (default and minimum 50); ``out``: a directory to write the
     reports into (report.json, report.md, junit.xml and the others of
     :func:`.report.write_reports`); ``nonfinite=False`` leaves out the stream with NaN
     and Inf elements (for an optimizer that treats them its own way by design: the spec
-    defines where they go, e.g. Lamb's trust ratio is 1 when a norm is NaN)."""
+    defines where they go, e.g. Lamb's trust ratio is 1 when a norm is NaN).
+
+    ``device``: where the parameters the factory gets live: ``"cpu"`` (default),
+    ``"cuda"`` / ``"gpu"`` (``"cuda:1"``), ``"npu"`` (:mod:`.device`); a device the
+    backend cannot use is a :class:`.device.DeviceUnavailable` (a ValueError) before any
+    stream runs. Paddle's default device is set for the check and put back after it;
+    MindSpore's ``device_target`` is one per process, so a check on another device sets
+    it for the rest of the process (refused once MindSpore has started on another)."""
     if not callable(factory):
         raise TypeError(f"check: factory must be callable (params -> optimizer), got "
                         f"{factory!r}")
@@ -136,13 +146,17 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
         raise ValueError(f"check: steps must be >= {MIN_STEPS}, got {steps}")
     if not isinstance(nonfinite, bool):
         raise TypeError(f"check: nonfinite must be a bool, got {nonfinite!r}")
+    device = parse_device(device, "check: device")
     cases = check_cases(spec, steps, nonfinite)
     driver_cls = driver_class(backend)
-    started = time.perf_counter()
-    results = [_run(driver_cls, backend, case, factory) for case in cases]
+    with _placed(backend, device) as placement:
+        started = time.perf_counter()
+        results = [_run(driver_cls, backend, case, factory, placement) for case in cases]
     worker = {"exit_code": 0, "seconds": round(time.perf_counter() - started, 2),
               "framework_version": framework_version(backend), "error": None,
-              "python": sys.version.split()[0], "platform": platform.platform()}
+              "python": sys.version.split()[0], "platform": platform.platform(),
+              "device": placement.device, "framework_device": placement.framework_device,
+              "device_name": placement.name, "not_run": []}
     report = build_report(cases, [backend], {backend: worker}, results)
     report["unexercised_lowering_rows"] = {backend: []}   # no uo.build lowering ran
     report["checked"] = {"factory": _name(factory), "spec": spec.to_json()}
@@ -155,12 +169,30 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     return CheckResult(passed, worst, "" if passed else explanation(results), report)
 
 
-def _run(driver_cls, backend: str, case: Case, factory) -> dict:
+@contextlib.contextmanager
+def _placed(backend: str, device: Device):
+    """The :class:`.device.Placement` of ``device`` on ``backend`` for a check; Paddle's
+    process-wide default device is put back afterwards."""
+    previous = None
+    if backend == "paddle":
+        import paddle
+
+        previous = paddle.device.get_device()
+    try:
+        yield place(backend, device)
+    finally:
+        if previous is not None:
+            import paddle
+
+            paddle.set_device(previous)
+
+
+def _run(driver_cls, backend: str, case: Case, factory, placement=None) -> dict:
     started = time.perf_counter()
     recorder, decision, error = Recorder(), None, None
     try:
         driver = driver_cls(case.spec, case.initial_params(), total_steps=case.steps,
-                            factory=factory)
+                            factory=factory, device=placement)
         decision = driver.decision
         drive(driver, case, recorder)
     except Exception:  # the result carries the text; the next stream still runs

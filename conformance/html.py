@@ -99,6 +99,11 @@ def environment(report: dict) -> str:
     for backend, worker in report["backends"].items():
         text = (f"{worker.get('framework_version') or '?'}; {worker.get('seconds', '?')} s, "
                 f"exit status {worker.get('exit_code', '?')}")
+        if worker.get("framework_device"):
+            text += f"; on {worker['framework_device']} ({worker.get('device_name') or '?'})"
+        if worker.get("not_run"):
+            text += (f"; {len(worker['not_run'])} run(s) not run there: "
+                     f"{worker['not_run'][0]['reason']}")
         if worker.get("error"):
             text += f"; {worker['error'].splitlines()[0]}"
         rows.append((backend, text))

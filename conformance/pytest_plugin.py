@@ -2,9 +2,10 @@
 unified-opt is installed).
 
 * Fixture ``uo_check``: ``uo_check(factory, spec, backend=None, steps=None,
-  nonfinite=True)`` runs :func:`unified_opt.conformance.check` and fails the test with
-  its explanation (the first failing stream, step and quantity, and the knob the
-  optimizer follows); it returns the :class:`~unified_opt.conformance.CheckResult`.
+  nonfinite=True, device=None)`` runs :func:`unified_opt.conformance.check` and fails
+  the test with its explanation (the first failing stream, step and quantity, and the
+  knob the optimizer follows); it returns the
+  :class:`~unified_opt.conformance.CheckResult`. ``device=None``: ``--uo-device``'s.
 * ``--uo-report DIR``: every check of the session in one report (report.json,
   report.md, junit.xml, ...), each result's case named ``<test>.<stream>``.
 * ``--uo-conformance``: the project's own conformance suite as test items, one per
@@ -12,6 +13,10 @@ unified-opt is installed).
   default: every installed backend, every case). The backends run in worker
   processes (one framework per process) from the end of collection on; each item
   waits for its result. A path whose build repeats ``auto`` is skipped, saying so.
+* ``--uo-device DEVICE``: where the parameters live, for the suite and ``uo_check``:
+  ``cpu`` (default), ``cuda``/``gpu`` (``cuda:1``), ``npu``. A device a selected backend
+  cannot use is a usage error at collection; the distributed cases are skipped off the
+  CPU, with the reason.
 """
 
 from __future__ import annotations
@@ -41,20 +46,32 @@ def pytest_addoption(parser):
                     help="algorithms of --uo-conformance (default: all)")
     group.addoption("--uo-cases", metavar="GLOB,...", default=None,
                     help="case id patterns of --uo-conformance (default: all)")
+    group.addoption("--uo-device", metavar="DEVICE", default="cpu",
+                    help="where the parameters of --uo-conformance and uo_check live: cpu "
+                         "(default), cuda or gpu (cuda:N), npu (npu:N)")
 
 
 def pytest_configure(config):
     config.stash[_REPORTS] = []
+    from .device import parse_device
+
+    try:
+        parse_device(config.getoption("--uo-device"), "--uo-device")
+    except (TypeError, ValueError) as error:
+        raise pytest.UsageError(str(error)) from None
 
 
 @pytest.fixture
 def uo_check(request):
-    """``uo_check(factory, spec, backend=None, steps=None, nonfinite=True)``: see the
-    module."""
+    """``uo_check(factory, spec, backend=None, steps=None, nonfinite=True, device=None)``:
+    see the module."""
     from unified_opt.conformance import check
 
-    def run(factory, spec, backend=None, steps=None, nonfinite=True):
-        result = check(factory, spec, backend=backend, steps=steps, nonfinite=nonfinite)
+    def run(factory, spec, backend=None, steps=None, nonfinite=True, device=None):
+        if device is None:
+            device = request.config.getoption("--uo-device")
+        result = check(factory, spec, backend=backend, steps=steps, nonfinite=nonfinite,
+                       device=device)
         request.config.stash[_REPORTS].append((request.node.name, result.report))
         if not result.passed:
             pytest.fail(f"uo_check: {result}", pytrace=False)
@@ -115,8 +132,8 @@ def _names(text):
 class _Suite:
     """The selected cases, run in the background by the conformance runner."""
 
-    def __init__(self, cases, backends):
-        self.cases, self.backends = cases, backends
+    def __init__(self, cases, backends, device):
+        self.cases, self.backends, self.device = cases, backends, device
         self.out = tempfile.mkdtemp(prefix="uo-conformance-")
         self.report = self.error = None
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -126,7 +143,7 @@ class _Suite:
 
         try:
             self.report = runner.run(self.cases, self.backends, self.out,
-                                     progress=lambda line: None)
+                                     progress=lambda line: None, device=self.device)
         except BaseException as error:   # re-raised by every item
             self.error = error
 
@@ -139,6 +156,13 @@ class _Suite:
                 return r
         return None
 
+    def not_run(self, case_id, backend, path) -> str | None:
+        """Why the run was left out on the suite's device (None: it was not)."""
+        for entry in self.report["backends"][backend].get("not_run") or ():
+            if (entry["case"], entry["path"]) == (case_id, path):
+                return entry["reason"]
+        return None
+
 
 class ConformanceItem(pytest.Item):
     def __init__(self, *, suite, case_id, backend, path, **kwargs):
@@ -147,6 +171,9 @@ class ConformanceItem(pytest.Item):
 
     def runtest(self):
         result = self.suite.result(self.case_id, self.backend, self.path)
+        reason = self.suite.not_run(self.case_id, self.backend, self.path)
+        if result is None and reason is not None:
+            pytest.skip(reason)
         if result is None:
             pytest.skip(f"{self.path} repeats the auto build of {self.case_id} on "
                         f"{self.backend}")
@@ -187,7 +214,15 @@ def pytest_collection_modifyitems(session, config, items):
             cases = select(cases, patterns)
     except (TypeError, ValueError) as error:
         raise pytest.UsageError(f"--uo-conformance: {error}") from None
-    suite = _Suite(cases, backends)
+    from .device import DeviceUnavailable, parse_device, probe_all
+
+    device = parse_device(config.getoption("--uo-device"), "--uo-device")
+    if not device.is_cpu:
+        try:
+            probe_all(backends, device)
+        except DeviceUnavailable as error:
+            raise pytest.UsageError(f"--uo-device: {error}") from None
+    suite = _Suite(cases, backends, device)
     config.stash[_SUITE] = suite
     parent = ConformanceSuite.from_parent(session, name="unified-opt-conformance")
     for case in cases:

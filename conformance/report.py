@@ -2,7 +2,9 @@
 (the matrix of cases x backend/path, counts, failures with their explanation),
 ``report.html`` (one self-contained page: the filterable matrix and every result's
 error/floor per step plotted, :mod:`.html`) and ``junit.xml`` (one testcase per case x
-backend x path, for CI)."""
+backend x path, for CI). Each backend's entry names the device it ran on
+(``device``, ``framework_device``, ``device_name``) and the runs it left out there
+(``not_run``: JUnit ``skipped``, ``not run`` in the matrix, the reason in the notes)."""
 
 from __future__ import annotations
 
@@ -104,11 +106,14 @@ def cell(result: dict | None) -> str:
 
 
 def matrix(report: dict) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: one row per case, one column per backend/path."""
+    """Header and rows: one row per case, one column per backend/path; ``not run`` where
+    the backend left the case out on its device."""
     cols = columns(report)
     by_key = {(r["case"], r["backend"], r["path"]): r for r in report["results"]}
+    left_out = {(e["case"], e["backend"], e["path"]) for e in not_run_entries(report)}
     header = ["case"] + [f"{b} {p}" for b, p in cols]
-    rows = [[c["id"]] + [cell(by_key.get((c["id"], b, p))) for b, p in cols]
+    rows = [[c["id"]] + ["not run" if (c["id"], b, p) in left_out
+                         else cell(by_key.get((c["id"], b, p))) for b, p in cols]
             for c in report["cases"]]
     return header, rows
 
@@ -136,6 +141,15 @@ def problems_text(report: dict) -> str:
     seconds = ", ".join(f"{b} {w.get('seconds', 0):.0f} s"
                         for b, w in report["backends"].items())
     lines = [summary_line(report) + (f" (workers: {seconds})" if seconds else "")]
+    devices = device_text(report)
+    if devices and any(w.get("device") != "cpu" for w in report["backends"].values()):
+        lines.append(f"device: {devices}")
+    reasons: dict[tuple[str, str], set] = {}
+    for entry in not_run_entries(report):
+        reasons.setdefault((entry["backend"], entry["reason"]), set()).add(entry["case"])
+    for (backend, reason), cases in reasons.items():
+        lines.append(f"  NOT RUN {len(cases)} case(s) on {backend} "
+                     f"({', '.join(sorted(cases))}): {reason}")
     for r in _problems(report):
         lines.append(f"  {r['status'].upper()} {r['case']} on {r['backend']} "
                      f"({r['path']}): {_problem_text(r)}")
@@ -159,14 +173,31 @@ def _problem_text(r: dict) -> str:
     return text
 
 
+def device_text(report: dict) -> str | None:
+    """Where each backend ran (``torch on cuda:0 (NVIDIA H200)``); None for a report
+    without device entries (written before they existed, a merged one)."""
+    placed = [f"{b} on {w['framework_device']} ({w.get('device_name') or '?'})"
+              for b, w in report["backends"].items() if w.get("framework_device")]
+    return ", ".join(placed) or None
+
+
+def not_run_entries(report: dict) -> list[dict]:
+    """Every (case, backend, path) a backend did not run on its device, with the reason
+    (``backends[b]["not_run"]``)."""
+    return [{**entry, "backend": b} for b, w in report["backends"].items()
+            for entry in w.get("not_run") or ()]
+
+
 def markdown(report: dict) -> str:
     header, rows = matrix(report)
     versions = ", ".join(f"{b} {w.get('framework_version') or '?'}"
                          for b, w in report["backends"].items())
+    devices = device_text(report)
     out = ["# unified-opt conformance report", "",
            f"Suite {report['suite_version']}, unified-opt {report['unified_opt_version']}, "
            f"{versions}; Python {report['python']}, numpy {report['numpy']}, "
-           f"{report['platform']}; {report['created']}.", "",
+           f"{report['platform']}; {report['created']}."
+           + (f" Device: {devices}." if devices else ""), "",
            f"Rule: {report['tolerance']['rule']}; K = {report['tolerance']['k']:g}, "
            f"ULPS = {report['tolerance']['ulps']:g}. A cell shows the worst ratio "
            "error/floor over all steps and quantities, and whether the build used the "
@@ -190,6 +221,14 @@ def markdown(report: dict) -> str:
         notes.append("- `pass*`: a native class that declares how it departs from the spec "
                      "under a non-finite gradient, compared with that tolerance (elements "
                      "the oracle holds non-finite may stay finite): " + "; ".join(known))
+    skipped = not_run_entries(report)
+    if skipped:
+        reasons = {}
+        for entry in skipped:
+            reasons.setdefault((entry["backend"], entry["reason"]), []).append(
+                f"{entry['case']} ({entry['path']})")
+        notes += [f"- {backend}: {', '.join(runs)}: {reason}"
+                  for (backend, reason), runs in reasons.items()]
     if report["unstable_cases"]:
         notes.append("- cases whose float32 reference has NaN/Inf where the oracle has "
                      f"none: {', '.join(report['unstable_cases'])}")
@@ -210,17 +249,25 @@ def junit(report: dict) -> str:
     # XML 1.0 has no control characters but tab, newline and carriage return (a worker's
     # stderr may hold a terminal colour's ESC)
     xml_text = dict.fromkeys(c for c in range(32) if c not in (9, 10, 13))
+    skipped = not_run_entries(report)
     root = ET.Element("testsuites", name="unified-opt conformance",
-                      tests=str(report["summary"]["total"]),
+                      tests=str(report["summary"]["total"] + len(skipped)),
                       failures=str(report["summary"]["fail"]),
-                      errors=str(report["summary"]["error"]))
-    for backend in report["backends"]:
+                      errors=str(report["summary"]["error"]),
+                      skipped=str(len(skipped)))
+    for backend, worker in report["backends"].items():
         mine = [r for r in report["results"] if r["backend"] == backend]
+        left_out = [e for e in skipped if e["backend"] == backend]
         suite = ET.SubElement(root, "testsuite", name=f"conformance.{backend}",
-                              tests=str(len(mine)),
+                              tests=str(len(mine) + len(left_out)),
                               failures=str(sum(r["status"] == "fail" for r in mine)),
                               errors=str(sum(r["status"] == "error" for r in mine)),
+                              skipped=str(len(left_out)),
                               time=f"{sum(r['seconds'] or 0.0 for r in mine):.3f}")
+        if worker.get("framework_device"):
+            properties = ET.SubElement(suite, "properties")
+            for key in ("device", "framework_device", "device_name"):
+                ET.SubElement(properties, "property", name=key, value=str(worker.get(key)))
         for r in mine:
             case = ET.SubElement(suite, "testcase", classname=f"conformance.{backend}",
                                  name=f"{r['case']}[{backend}-{r['path']}]",
@@ -233,6 +280,10 @@ def junit(report: dict) -> str:
                 node = ET.SubElement(case, "error",
                                      message=_problem_text(r).translate(xml_text))
                 node.text = (r["error"] or "").translate(xml_text)
+        for entry in left_out:
+            case = ET.SubElement(suite, "testcase", classname=f"conformance.{backend}",
+                                 name=f"{entry['case']}[{backend}-{entry['path']}]", time="0")
+            ET.SubElement(case, "skipped", message=entry["reason"])
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 

@@ -14,6 +14,11 @@ with ``keep_trajectories``, else failing runs' up to
 and ``.stdout.log`` of a worker that did not exit 0. The working files (``runs/``:
 the cases and the workers' per-run JSON) are removed once the reports are written.
 
+``device`` puts every backend's parameters on ``cpu`` (the default), ``cuda[:N]`` or
+``npu[:N]`` (:mod:`.device`); each backend's entry in the report names the device
+(``device``, ``framework_device``, ``device_name``) and the cases it did not run there
+with the reason (``not_run``).
+
 A worker that crashes, is killed or runs past ``timeout`` (then its whole process
 group is killed) loses only the runs it had not finished: those are errors naming how
 it ended (the one it was running also gets its stderr's end); its finished results and
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .cases import Case
+from .device import CPU, Device, parse_device, probe_all
 from .report import build_report, write_reports
 from .worker import result_stem
 
@@ -112,7 +118,8 @@ def _ending(code: int, timed_out: bool, timeout: float | None) -> str | None:
 
 
 def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[str], None],
-                timeout: float | None, keep_trajectories: bool = False) -> dict:
+                timeout: float | None, keep_trajectories: bool = False,
+                device: Device = CPU) -> dict:
     """Run ``backend``'s worker to its end (``timeout``: then kill its process group);
     its entry for the report's ``backends``, with the :data:`INTERNAL` keys for
     :func:`run`."""
@@ -126,6 +133,8 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
                "--shared", str(out / WORK / SHARED)]
     if keep_trajectories:
         command.append("--keep-trajectories")
+    if not device.is_cpu:
+        command += ["--device", str(device)]
     started = time.perf_counter()
     relay = _Relay(backend, progress, work / "stdout.log")
     with open(work / "stderr.log", "w") as stderr, _running_lock:
@@ -147,12 +156,17 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
     seconds = time.perf_counter() - started
     info = {"exit_code": code, "seconds": round(seconds, 2), "framework_version": None,
             "error": None, "logs": [], "trajectories_dropped": [], "skipped": [],
-            "unstable": [], "running": relay.running, "ending": None, "stderr_tail": ""}
+            "unstable": [], "running": relay.running, "ending": None, "stderr_tail": "",
+            "device": str(device), "framework_device": None, "device_name": None,
+            "not_run": []}
     summary = work / "worker.json"
     if summary.exists():
         written = json.loads(summary.read_text())
         for key in ("framework_version", "skipped", "unstable", "trajectories_dropped"):
             info[key] = written[key]
+        placed = written.get("device") or {}
+        info["framework_device"] = placed.get("framework_device")
+        info["device_name"] = placed.get("name")
     ending = _ending(code, timed_out, timeout)
     if ending is not None:
         info["logs"] = _keep_logs(work, out, backend)
@@ -231,16 +245,31 @@ def _prune(out: Path) -> None:
 START_ORDER = ("mindspore", "paddle", "torch")
 
 
+def not_run(case: Case, device: Device) -> str | None:
+    """Why ``case`` is not run on ``device`` (None: it is). A distributed case's ranks
+    join a gloo group and keep their parameters on the CPU; on an accelerator they would
+    need a device each (NCCL takes one GPU per rank) and are not run: the report lists
+    them with this reason."""
+    if case.workers > 1 and not device.is_cpu:
+        return (f"not run on {device}: a distributed case ({case.workers} ranks) runs on "
+                "the CPU only (its ranks would need a device each)")
+    return None
+
+
 def _start_rank(backend: str) -> int:
     return START_ORDER.index(backend) if backend in START_ORDER else len(START_ORDER)
 
 
 def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs: int = 2,
         progress: Callable[[str], None] = print, timeout: float | None = None,
-        keep_trajectories: bool = False) -> dict:
+        keep_trajectories: bool = False, device="cpu") -> dict:
     """Run ``cases`` on ``backends``; write the reports into ``out``; return the report.
 
-    ``timeout``: seconds each backend's worker may run (None: no limit)."""
+    ``timeout``: seconds each backend's worker may run (None: no limit). ``device``
+    (``"cpu"``, ``"cuda"``, ``"gpu:1"``, ``"npu"``: :mod:`.device`): where every backend
+    puts the parameters; off the CPU each backend is asked first, and a device one of
+    them cannot use raises :class:`.device.DeviceUnavailable` before anything runs or
+    ``out`` is touched. Distributed cases are not run off the CPU (:func:`not_run`)."""
     cases, backends, out = list(cases), list(backends), Path(out)
     if not cases or not backends:
         raise ValueError(f"conformance run: need cases and backends, got {len(cases)} "
@@ -248,11 +277,16 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
     if timeout is not None and not 0 < timeout < float("inf"):
         raise ValueError(f"conformance run: timeout must be a number of seconds > 0, "
                          f"got {timeout!r}")
+    device = parse_device(device)
+    if not device.is_cpu:
+        probe_all(backends, device)
+    left_out = {c.id: reason for c in cases if (reason := not_run(c, device)) is not None}
+    ran = [c for c in cases if c.id not in left_out]
     out.mkdir(parents=True, exist_ok=True)
     _clear(out)
     (out / WORK).mkdir()
     cases_file = out / WORK / "cases.json"
-    cases_file.write_text(json.dumps([c.to_dict() for c in cases], indent=1))
+    cases_file.write_text(json.dumps([c.to_dict() for c in ran], indent=1))
     lock = threading.Lock()
 
     def say(line: str) -> None:
@@ -261,7 +295,7 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         futures = {b: pool.submit(_run_worker, b, cases_file, out, say, timeout,
-                                  keep_trajectories)
+                                  keep_trajectories, device)
                    for b in sorted(backends, key=_start_rank)}
         try:
             workers = {b: futures[b].result() for b in backends}
@@ -278,6 +312,10 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
         unstable |= set(worker["unstable"])
         for case in cases:
             if not case.runs_on(backend):
+                continue
+            if case.id in left_out:
+                worker["not_run"] += [{"case": case.id, "path": path,
+                                       "reason": left_out[case.id]} for path in case.paths]
                 continue
             for path in case.paths:
                 if result_stem(case.id, path) not in skipped:

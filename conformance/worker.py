@@ -1,7 +1,7 @@
 """One backend's conformance runs, in a process of its own.
 
 ``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR
-[--trajectories DIR] [--shared DIR] [--keep-trajectories]``
+[--trajectories DIR] [--shared DIR] [--keep-trajectories] [--device DEVICE]``
 
 Imports exactly one framework (through ``unified_opt.conformance.drivers.<NAME>``), runs
 every case on every path it lists through that backend's :class:`Driver`, judges each
@@ -45,6 +45,7 @@ import numpy as np
 
 from .cases import Case
 from .distributed import RanksRun, judge, run_ranks
+from .device import CPU, Placement, parse_device, place
 from .drivers.base import Driver
 from .report import json_safe
 from .trajectory import Recorder, Trajectory
@@ -75,13 +76,16 @@ def framework_version(backend: str) -> str:
     return str(getattr(module, "__version__", "unknown"))
 
 
-def start(driver_cls: type[Driver], case: Case, path: str, spec=None) -> Driver:
+def start(driver_cls: type[Driver], case: Case, path: str, spec=None,
+          device: Placement | None = None) -> Driver:
     """The driver of ``case`` on ``path`` (with ``spec`` in place of ``case.spec`` if
-    given): ``uo.build``'s optimizer, or the case's native optimizer built by hand."""
+    given): ``uo.build``'s optimizer, or the case's native optimizer built by hand, with
+    the parameters on ``device`` (None: the CPU)."""
     spec = case.spec if spec is None else spec
     return driver_cls(spec, case.initial_params(),
                       path="auto" if case.native is not None else path,
-                      total_steps=case.steps, groups=case.groups or None, native=case.native)
+                      total_steps=case.steps, groups=case.groups or None, native=case.native,
+                      device=device)
 
 
 def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Trajectory:
@@ -95,8 +99,10 @@ def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Traje
     return recorder.trajectory()
 
 
-def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
-    """Run ``case`` (with ``spec`` in place of ``case.spec`` if given) through a driver.
+def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
+             device: Placement | None = None):
+    """Run ``case`` (with ``spec`` in place of ``case.spec`` if given) through a driver,
+    on ``device`` (a :class:`.device.Placement`; None: the CPU).
 
     Returns ``(trajectory, decision, error)``: on an exception, the trajectory holds
     the steps completed before it, and ``error`` is the traceback text.
@@ -104,7 +110,7 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None):
     recorder = Recorder()
     decision = None
     try:
-        driver = start(driver_cls, case, path, spec)
+        driver = start(driver_cls, case, path, spec, device)
         decision = driver.decision
         drive(driver, case, recorder)
     except Exception:  # the report carries the text; the next case still runs
@@ -119,7 +125,7 @@ def result_stem(case_id: str, path: str) -> str:
 def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path,
             say=print, keep_trajectories: bool = False, trajectories: Path | None = None,
             failing_budget: int = FAILING_TRAJECTORY_BUDGET,
-            shared: Path | None = None) -> dict:
+            shared: Path | None = None, device=CPU) -> dict:
     """Run and judge every case on its paths, writing the result files into ``out`` and
     the kept trajectories into ``trajectories`` (default ``out``; see the module for
     which are kept); return the worker summary (also written as ``worker.json``).
@@ -128,8 +134,18 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     asks for (``own`` after an ``auto`` that took the own implementation). Cases that do
     not run on ``backend`` (``Case.backends``, a native optimizer of another framework)
     are left out.
+
+    ``device`` (``"cpu"``, ``"cuda:0"``, a :class:`.device.Device`): where the
+    parameters go; it is checked and made the framework's default first
+    (:func:`.device.place`: an unavailable one raises before any case runs). Distributed
+    cases run on the CPU only: the runner leaves them out on another device.
     """
     cases = [c for c in cases if c.runs_on(backend)]
+    device = parse_device(device)
+    if not device.is_cpu and any(c.workers > 1 for c in cases):
+        raise ValueError(f"distributed cases run on the CPU only, not on {device}: "
+                         f"{[c.id for c in cases if c.workers > 1]}")
+    placement = place(backend, device)
     out.mkdir(parents=True, exist_ok=True)
     keeper = TrajectoryKeeper(out if trajectories is None else trajectories,
                               keep_trajectories, failing_budget)
@@ -137,9 +153,11 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     total = sum(len(c.paths) for c in cases)
     summary = {"backend": backend, "framework_version": version,
                "python": sys.version.split()[0], "platform": platform.platform(),
-               "runs": [], "skipped": [], "unstable": [], "trajectories_dropped": []}
+               "runs": [], "skipped": [], "unstable": [], "trajectories_dropped": [],
+               "device": placement.to_dict()}
     write_summary(out, summary)
-    say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}")
+    where = "" if device.is_cpu else f" on {placement.framework_device} ({placement.name})"
+    say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}{where}")
     scratch = out / "ranks"            # the distributed runs' launches (job, logs, ranks)
     # distributed cases launch their ranks in a thread of their own while this one runs
     # the others: a launch mostly waits for its processes
@@ -167,7 +185,8 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
                 lowering, error = result["lowering"], run.error
                 trajectory = _worst_rank(run, result)
             else:
-                trajectory, decision, error = run_case(driver_cls, case, path)
+                trajectory, decision, error = run_case(driver_cls, case, path,
+                                                       device=placement)
                 result = verdict(case, backend, path, trajectory, decision, error, references)
                 lowering = result["lowering"]
                 seconds = 0.0
@@ -266,6 +285,8 @@ def main(argv=None) -> int:
                         help="directory of the kept trajectories (default: --out)")
     parser.add_argument("--shared", type=Path, default=None,
                         help="folder of the floors the run's workers share (References)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the parameters go: cpu, cuda[:N] (gpu[:N]), npu[:N]")
     parser.add_argument("--keep-trajectories", action="store_true",
                         help="keep every run's trajectory (default: those of failing runs, "
                              "up to FAILING_TRAJECTORY_BUDGET bytes)")
@@ -275,7 +296,7 @@ def main(argv=None) -> int:
     run_all(driver_class(args.backend), args.backend, cases, args.out,
             say=lambda line: print(line, flush=True),
             keep_trajectories=args.keep_trajectories, trajectories=args.trajectories,
-            shared=args.shared)
+            shared=args.shared, device=args.device)
     return 0
 
 

@@ -1,11 +1,12 @@
 """The ``unified-opt`` command.
 
 ``unified-opt conformance [--backends torch,paddle,mindspore] [--algorithms sgd,adam]
-[--cases GLOB,...] [--steps N] [--out DIR] [--jobs N] [--timeout S] [--keep-trajectories]``
-runs the suite (one worker process per backend, each judging its own runs), prints the
+[--cases GLOB,...] [--steps N] [--out DIR] [--jobs N] [--timeout S] [--keep-trajectories]
+[--device cpu|cuda[:N]|gpu[:N]|npu[:N]]`` runs the suite (one worker process per backend,
+each judging its own runs) with the parameters on the device (default cpu), prints the
 matrix, writes ``DIR/report.json``, ``report.md``, ``report.html`` and ``junit.xml``, and
 exits 0 only when every result passes (1 when one fails or errors, 2 for a bad command
-line).
+line or a device a selected backend cannot use, before any case runs).
 
 ``unified-opt explain SPEC --backend NAME [key=value ...]`` prints the spec and which
 path ``uo.build`` takes, and why. SPEC is a registry name in any case (``adamw``,
@@ -22,7 +23,7 @@ x path, preset x backend) generated from the lowering tables as Markdown, or wri
 to FILE (``unified-opt matrix --out docs/compatibility.md`` regenerates the committed one).
 
 ``unified-opt check MODULE:FACTORY (--spec EXPR | --preset EXPR) [--backend NAME]
-[--steps N] [--out DIR] [--finite-only]`` checks a user's optimizer (``FACTORY(params)``) against a
+[--steps N] [--out DIR] [--finite-only] [--device DEVICE]`` checks a user's optimizer (``FACTORY(params)``) against a
 spec's conformance streams (:mod:`unified_opt.conformance.checker`); exit 1 when it does
 not conform.
 
@@ -45,6 +46,9 @@ import sys
 import textwrap
 
 USAGE_ERROR = 2
+DEVICE_HELP = ("where the parameters live: cpu (default), cuda or gpu (cuda:N), npu (npu:N; "
+               "torch through torch_npu); torch cuda:N, Paddle gpu:N, MindSpore "
+               "device_target GPU/Ascend. A device a backend cannot use is exit status 2")
 
 
 def _names(text: str) -> list[str]:
@@ -85,9 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "conformance", help="run the conformance suite and write its reports",
         description="Run every selected case on every selected backend (one worker process "
-                    "per backend) against the numpy reference, print the matrix and write "
-                    "DIR/report.json, report.md and junit.xml. Exit status 0 when every "
-                    "result passes, 1 when one fails or errors, 2 for a bad command line.")
+                    "per backend) against the numpy reference, with the parameters on "
+                    "--device, print the matrix and write DIR/report.json, report.md, "
+                    "report.html and junit.xml. Exit status 0 when every result passes, 1 "
+                    "when one fails or errors, 2 for a bad command line or a device a "
+                    "selected backend cannot use (said before any case runs).")
     run.add_argument("--backends", type=_names, default=None, metavar="NAME,...",
                      help="comma-separated backends (default: every installed one)")
     run.add_argument("--algorithms", type=_names, default=None, metavar="NAME,...",
@@ -104,6 +110,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds a backend's worker may run (> 0; default: no limit); "
                           "then its process group is killed and its unfinished runs are "
                           "errors")
+    run.add_argument("--device", default="cpu", metavar="DEVICE",
+                     help=DEVICE_HELP + "; distributed cases (ranks over gloo) run on "
+                          "the CPU only and are listed as not run elsewhere")
     run.add_argument("--verbose", action="store_true",
                      help="print a line per run and the whole matrix (default: a progress "
                           "line per backend, then the summary and the failures; the matrix "
@@ -183,6 +192,8 @@ def _add_check(commands) -> None:
                        help="write report.json, report.md, report.html, junit.xml to DIR")
     check.add_argument("--finite-only", action="store_true",
                        help="leave out the stream with NaN and Inf gradient elements")
+    check.add_argument("--device", default="cpu", metavar="DEVICE",
+                       help=DEVICE_HELP + " (the parameters the factory gets)")
 
 
 def _add_report(commands) -> None:
@@ -288,7 +299,7 @@ def _check(args) -> int:
         spec = parse_spec(text)
         factory = load_factory(args.factory)
         result = check(factory, spec, backend=args.backend, steps=args.steps, out=args.out,
-                       nonfinite=not args.finite_only)
+                       nonfinite=not args.finite_only, device=args.device)
     except (TypeError, ValueError, NotImplementedError) as error:
         return _usage_error(args, error)
     print(f"{args.factory} against {spec}")
@@ -370,6 +381,7 @@ def _conformance(args) -> int:
     from pathlib import Path
 
     from unified_opt.conformance import runner
+    from unified_opt.conformance.device import DeviceUnavailable, parse_device
     from unified_opt.conformance.progress import ProgressDisplay
     from unified_opt.conformance.report import problems_text, text_matrix
 
@@ -377,12 +389,19 @@ def _conformance(args) -> int:
         if args.timeout is not None and not 0 < args.timeout < float("inf"):
             raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
         cases, backends = _plan(args)
+        device = parse_device(args.device, "--device")
     except (TypeError, ValueError) as error:
         return _usage_error(args, error)
-    print(f"{len(cases)} cases on {', '.join(backends)} -> {args.out}", flush=True)
-    with ProgressDisplay(verbose=args.verbose) as display:
-        report = runner.run(cases, backends, args.out, jobs=args.jobs, timeout=args.timeout,
-                            progress=display, keep_trajectories=args.keep_trajectories)
+    where = "" if device.is_cpu else f" on {device}"
+    print(f"{len(cases)} cases on {', '.join(backends)}{where} -> {args.out}", flush=True)
+    try:
+        with ProgressDisplay(verbose=args.verbose) as display:
+            # off the CPU the runner asks each backend for the device before anything runs
+            report = runner.run(cases, backends, args.out, jobs=args.jobs,
+                                timeout=args.timeout, progress=display,
+                                keep_trajectories=args.keep_trajectories, device=device)
+    except DeviceUnavailable as error:
+        return _usage_error(args, error)      # it names the device and the backend
     print()
     print(text_matrix(report) if args.verbose else problems_text(report))
     kept = [d for d in ("trajectories", "logs") if (Path(args.out) / d).is_dir()]

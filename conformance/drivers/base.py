@@ -11,7 +11,11 @@ scheduler stepped the framework's usual way. Such a run records the lr and the
 parameters; its decision has the path "hand". With ``factory`` (``unified-opt check``:
 a user's function of the parameter list that returns an optimizer, or an
 ``(optimizer, lr_scheduler)`` pair), the optimizer is the factory's; its decision has
-the path "check", and its state is read where it can be mapped (:meth:`spec_state`)."""
+the path "check", and its state is read where it can be mapped (:meth:`spec_state`).
+
+With ``device`` (a :class:`..device.Placement`), the parameters and the gradients are
+on that device, and so is whatever the optimizer makes from them; trajectories are
+read back into host memory (:meth:`Driver.to_numpy`)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from unified_opt.build import build, skipped_steps
 from unified_opt.native import import_native
 
 from ..cases.native import Native, decode
+from ..device import Placement
 
 
 class Driver:
@@ -32,8 +37,12 @@ class Driver:
 
     def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
                  options: Mapping | None = None, total_steps: int | None = None,
-                 groups=None, native: Native | None = None, factory=None):
+                 groups=None, native: Native | None = None, factory=None,
+                 device: Placement | None = None):
         self.spec = spec
+        # where the parameters and gradients go (None: the framework's CPU); a
+        # process-wide default (Paddle, MindSpore) was set by device.place
+        self.device = device
         self.names = list(arrays)
         self.total_steps = total_steps
         self.params = {name: self.make_param(name, np.ascontiguousarray(a))

@@ -5,7 +5,9 @@ case's step count) only on a device where the native form is the per-step list; 
 it is a schedule Cell with no step limit, and the case runs without one. A native
 optimizer built by hand takes its parameters (or group dicts) first; an
 ``experimental.optim`` scheduler is built on it and stepped after each step (an ``nn``
-class takes its lr list or Cell as ``learning_rate`` and steps it itself)."""
+class takes its lr list or Cell as ``learning_rate`` and steps it itself). The device is
+the process's ``device_target``, which :func:`..device.place` set
+(``ms.set_device("GPU", N)``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """Conformance driver for Paddle: ``p.grad = paddle.to_tensor(g)``, ``step``,
 ``clear_grad(set_to_zero=False)``, then the lr scheduler's ``step()``. A native
 optimizer built by hand gets its scheduler as ``learning_rate`` and its parameters as
-``parameters=`` (``parameter_list=`` for the incubate classes that still take it)."""
+``parameters=`` (``parameter_list=`` for the incubate classes that still take it).
+Parameters and gradients go to Paddle's default place, which
+:func:`..device.place` set to the run's device (``paddle.set_device("gpu:N")``)."""
 
 from __future__ import annotations
 

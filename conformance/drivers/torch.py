@@ -3,7 +3,8 @@ then ``scheduler.step()``. A native optimizer built by hand takes its parameters
 its scheduler is built on it, and ``before_step`` functions (``clip_grad_norm_``) run
 between the gradients and the step. Loading it runs the backend's
 :func:`~unified_opt.backends.torch.ops.warm_up_cpu_sqrt` (a race in torch's first CPU
-``sqrt`` of a process), also before a native optimizer built by hand."""
+``sqrt`` of a process), also before a native optimizer built by hand. On a device
+(``cuda:N``, ``npu:N``) each parameter and gradient is moved there with ``.to()``."""
 
 from __future__ import annotations
 
@@ -21,8 +22,13 @@ warm_up_cpu_sqrt()
 class TorchDriver(Driver):
     backend = "torch"
 
+    @property
+    def torch_device(self) -> str:
+        return "cpu" if self.device is None else self.device.framework_device
+
     def make_param(self, name, array):
-        return torch.nn.Parameter(torch.from_numpy(array.copy()))
+        # .to() returns the CPU tensor itself, so on the CPU nothing changes
+        return torch.nn.Parameter(torch.from_numpy(array.copy()).to(self.torch_device))
 
     def current_lr(self):
         """The spec's lr for the next step, read from the optimizer: the lr of a param
@@ -40,7 +46,7 @@ class TorchDriver(Driver):
 
     def apply(self, grads):
         for name, p in self.params.items():
-            p.grad = torch.from_numpy(np.array(grads[name], dtype=array_dtype(p)))
+            p.grad = torch.from_numpy(np.array(grads[name], dtype=array_dtype(p))).to(p.device)
         self.run_before_step()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
