@@ -20,9 +20,17 @@ one class on the same inputs then differ by an ulp now and then under load (seen
 1 element of 4225, 1 ulp, at step 15). The tests here compare such instances bit for
 bit; one thread makes the cut the same every time. The conformance workers keep
 MindSpore's default threads.
+
+The run starts by naming the CPU, its vector extensions and any setting that limits
+the frameworks' vector code (:func:`cpu_lines`, with ``-q`` too): Paddle's and
+MindSpore's CPU kernels round by the vector code the CPU allows (docs/backends.md), so a
+failure is tied to a CPU. ``.ci/without_avx512/run`` emulates a CPU without AVX-512.
 """
 
 import importlib.util
+import os
+import platform
+import re
 import shutil
 import tempfile
 import threading
@@ -33,6 +41,51 @@ if importlib.util.find_spec("mindspore") is not None:
     import mindspore  # (import order: see the module docstring)
 
     mindspore.device_context.cpu.op_tuning.threads_num(1)
+
+
+#: the /proc/cpuinfo flags that name vector extensions (x86, Arm, POWER)
+_VECTOR = re.compile(r"^(sse|ssse|avx|fma|f16c|amx|asimd|sve|neon|vsx|altivec)")
+#: environment variables that keep a framework from vector code the CPU has
+#: (.ci/without_avx512/run sets them, with a preloaded shim)
+LIMITS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH", "MKL_ENABLE_INSTRUCTIONS",
+          "ONEDNN_MAX_CPU_ISA", "NPY_DISABLE_CPU_FEATURES", "OPENBLAS_CORETYPE", "LD_PRELOAD")
+
+
+def cpu_lines(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
+    """The CPU model and its vector extensions (``cpuinfo``, else what ``platform``
+    says), and the settings that limit the vector code in this process."""
+    model, flags = None, []
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if model is None and key in ("model name", "Model", "cpu") and value:
+                    model = value
+                if not flags and key in ("flags", "Features"):
+                    flags = [f for f in value.split() if _VECTOR.match(f)]
+    except OSError:
+        pass
+    model = model or platform.processor() or "unknown model"
+    lines = [f"cpu: {model} ({platform.machine()}, {os.cpu_count()} cores)",
+             "cpu vector extensions: " + (" ".join(flags) or "not listed")]
+    limits = [f"{k}={os.environ[k]}" for k in LIMITS if os.environ.get(k)]
+    if limits:
+        lines.append("cpu vector code limited by: " + ", ".join(limits))
+    return lines
+
+
+def pytest_report_header(config):
+    return cpu_lines()
+
+
+def pytest_sessionstart(session):
+    # -q hides the header; these lines still come first
+    if session.config.get_verbosity() < 0:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            for line in cpu_lines():
+                reporter.write_line(line)
 
 
 def require(framework: str):
