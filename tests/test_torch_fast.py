@@ -84,15 +84,15 @@ def test_the_vm_and_the_generated_kernels_give_the_same_bits():
 
 
 def test_compiled_and_eager_are_the_same_update():
-    """The control: the same run eager passes too, and the two differ only by rounding
-    (neither is a copy of the other)."""
+    """The control: the same run eager passes too; the compiled and VM runs differ from
+    it only by rounding (Inductor's and the VM's kernels order and fuse operations their
+    own way), so all three pass the conformance rule on the same case."""
     case, _, compiled_run = _run(SPECS["lamb"], "inductor")
     _, _, vm_run = _run(SPECS["lamb"], "auto")
     _, _, eager_run = _run(SPECS["lamb"], False)
-    assert judge(eager_run, case).passed
-    w_e = eager_run.params["w"][-1]
-    for run in (compiled_run, vm_run):
-        np.testing.assert_allclose(run.params["w"][-1], w_e, rtol=1e-4, atol=1e-6)
+    for way, run in (("eager", eager_run), ("inductor", compiled_run), ("vm", vm_run)):
+        comparison = judge(run, case)
+        assert comparison.passed, f"{way}: {comparison.detail}"
 
 
 def test_an_update_that_does_not_trace_runs_eagerly():
@@ -159,20 +159,21 @@ def test_options_that_choose_an_implementation_keep_it():
 
 
 def test_the_fused_kernel_follows_the_for_loop_within_rounding():
-    """The control for the default: 30 steps of AdamW fused and for-loop on the same
-    gradients agree to float32 rounding, and are not the same tensor."""
-    torch.manual_seed(0)
-    start, grads = torch.randn(65, 65), [torch.randn(65, 65) for _ in range(30)]
-    finals = []
+    """The control for the default: AdamW fused and for-loop on the same gradients both
+    follow the oracle by the conformance rule (the fused kernel's vector code rounds by
+    the CPU's vector width and FMA; no fixed margin between the two holds on every
+    CPU)."""
+    spec = uo.AdamW(lr=1e-2, weight_decay=0.1)
+    case = Case(id="fused_adamw", spec=spec, params={"w": (65, 65)}, steps=50)
     for options in ({}, {"foreach": False}):
-        p = torch.nn.Parameter(start.clone())
-        optimizer = uo.build(uo.AdamW(lr=1e-2, weight_decay=0.1), [p], options=options)
-        for g in grads:
-            p.grad = g.clone()
-            optimizer.step()
-        finals.append(p.detach())
-    torch.testing.assert_close(finals[0], finals[1], rtol=1e-5, atol=1e-6)
-    assert not torch.equal(finals[0], start)
+        driver = TorchDriver(spec, case.initial_params(), path="auto", options=options)
+        assert bool(driver.optimizer.defaults["fused"]) == (not options)
+        recorder = Recorder()
+        for t in range(case.steps):
+            lr = driver.step(case.gradients(t))
+            recorder.add(lr, driver.params_numpy(), driver.state_numpy())
+        comparison = judge(recorder.trajectory(), case)
+        assert comparison.passed, f"{options}: {comparison.detail}"
 
 
 def test_the_topk_mask_selects_what_the_numpy_binding_selects():
