@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 
 from .cases import Case
-from .distributed import RanksRun, judge, run_ranks
 from .device import CPU, Placement, parse_device, place
+from .distributed import RanksRun, judge, run_ranks
 from .drivers.base import Driver
 from .report import json_safe
 from .trajectory import Recorder, Trajectory

@@ -23,9 +23,9 @@ x path, preset x backend) generated from the lowering tables as Markdown, or wri
 to FILE (``unified-opt matrix --out docs/compatibility.md`` regenerates the committed one).
 
 ``unified-opt check MODULE:FACTORY (--spec EXPR | --preset EXPR) [--backend NAME]
-[--steps N] [--out DIR] [--finite-only] [--device DEVICE]`` checks a user's optimizer (``FACTORY(params)``) against a
-spec's conformance streams (:mod:`unified_opt.conformance.checker`); exit 1 when it does
-not conform.
+[--steps N] [--out DIR] [--finite-only] [--device DEVICE]`` checks a user's optimizer
+(``FACTORY(params)``) against a spec's conformance streams
+(:mod:`unified_opt.conformance.checker`); exit 1 when it does not conform.
 
 ``unified-opt diff A B`` says whether two configurations (native constructor calls or
 spec expressions) compute the same numbers, and which knobs differ
