@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import math
-import warnings
-
 import torch
-from torch.autograd.graph import increment_version
 
-from unified_opt.pre_step import prepare_gradients
+from unified_opt.step_loop import Host, StepLoop
 
-from .compiled import check_mode, compilable, first_compiled_step, kernel
+from .compiled import check_mode
+from .cuda import CudaKernels
+from .engines import STEP, Eager, Inductor, Kernels, Offload
 from .kernels import TorchKernels
-from .offload import HostStaging, keep_state_on_host
+from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
-
-STEP = "step"
 
 
 class SpecOptimizer(torch.optim.Optimizer):
@@ -27,11 +23,13 @@ class SpecOptimizer(torch.optim.Optimizer):
     groups: one per distinct (spec, lr), as on the native path. The lr is
     ``param_groups[i]["lr"]``, so torch LR schedulers drive it as usual.
 
-    Each step runs ``unified_opt.pre_step.prepare_gradients`` once over every parameter
-    (loss scale, non-finite skip, clipping, centralisation; the prepared gradients are
-    left in ``p.grad``), then ``plan.spec.at_step(t)`` for each parameter, ``t`` the
-    steps taken so far (``param_groups[0]["steps_taken"]``). A skipped step changes
-    nothing and appends True to ``skipped`` (False otherwise).
+    The step is :class:`unified_opt.step_loop.StepLoop`'s, the same on every backend: the
+    gradient pre-step (loss scale, non-finite skip, clipping, centralisation; the
+    prepared gradients are left in ``p.grad``), then ``plan.spec.at_step(t)`` for each
+    parameter with a gradient, ``t`` the steps taken so far
+    (``param_groups[0]["steps_taken"]``), on the parameter's engines
+    (:mod:`.engines`). A skipped step changes nothing and appends True to ``skipped``
+    (False otherwise).
 
     State per parameter: ``step`` (a float tensor, like torch's own optimizers) and the
     spec's state arrays under the spec's names (those ``spec.init`` made: for factored
@@ -50,9 +48,12 @@ class SpecOptimizer(torch.optim.Optimizer):
       "auto" compiles those in the background and the VM runs meanwhile (the same bits),
       True compiles every program before its first step. Where no C++ compiler runs,
       "auto" warns once and runs eagerly; True raises.
-    * CUDA tensors, "auto" or True, and any tensor with "inductor": traced by
-      ``torch.compile`` into Inductor kernels (:mod:`.compiled`; "auto" from the step at
-      which the eager steps would have cost about one compile, the same on every rank).
+    * CUDA tensors, "auto" or True: one Triton kernel per phase of the program over
+      every tensor of a group (:mod:`.cuda`), the float32 references' operation order.
+      Without Triton, or for an update these kernels do not run (DGC's top-k), "auto"
+      warns once and runs eagerly; True raises when the optimizer is built.
+    * any tensor with "inductor": traced by ``torch.compile`` into Inductor kernels, one
+      per tensor (:mod:`.compiled`); Inductor may contract into fused multiply-adds.
     * False: eagerly, one framework operation at a time.
 
     A data-parallel spec in a process group runs eagerly (its exchange runs collectives
@@ -83,7 +84,6 @@ class SpecOptimizer(torch.optim.Optimizer):
             for i in indices:
                 self._group_of[i] = g
         self.param_groups[0][STEPS_TAKEN] = 0
-        self._staging = HostStaging() if offload else None
         #: a data-parallel spec's exchange over the process group (None: world size 1)
         self.exchange = exchange
         if offload:
@@ -98,12 +98,37 @@ class SpecOptimizer(torch.optim.Optimizer):
                  str(p.dtype).removeprefix("torch."),
                  "" if p.device.type != "cpu" or p.is_contiguous() else "not contiguous")
                 for i, (p, plan) in enumerate(zip(params, plans))
-                if p.device.type == "cpu")          # CUDA: Inductor's kernels
-        # the step from which Inductor runs updates (.compiled: the same step on every rank)
-        sharded = any(isinstance(p, DTensor) for p in params)
-        self._compiled_from = (math.inf if offload or eager or sharded else
-                               first_compiled_step(self.compile, sum(p.numel() for p in params)))
-        self._owned: set[int] = set()      # parameters whose state tensors own their memory
+                if p.device.type == "cpu")
+        self._cuda = CudaKernels(self.compile, type(self).__name__) \
+            if self.compile in ("auto", True) and not eager and not offload else None
+        if self._cuda is not None:
+            self._cuda.require(params, plans)
+        self._eager = Eager(exchange)
+        vm = [Kernels(self._kernels)] if self._kernels is not None else []
+        self._offload = Offload(vm + [self._eager]) if offload else None
+        self._inductor = Inductor()
+        # an optimizer holding any DTensor runs no parameter through Inductor
+        self._sharded = any(isinstance(p, DTensor) for p in params)
+        self._vm = vm
+        self._loop = StepLoop(spec, plans, params, self._engines, _Host(self))
+
+    def _engines(self, index: int, spec) -> list:
+        """The engines of a parameter, first to last (the module of each says what it
+        runs)."""
+        p = self._params[index]
+        if self.exchange is not None:
+            return [self._eager]
+        if self._offload is not None:
+            return [self._offload]
+        if isinstance(p, DTensor) or self.compile is False:
+            return [self._eager]
+        if self.compile == "inductor" and not self._sharded:
+            return [self._inductor, self._eager]
+        if self._cuda is not None and self._cuda.claims(p, spec):
+            return [self._cuda, self._eager]
+        if p.device.type == "cpu":
+            return self._vm + [self._eager]
+        return [self._eager]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -111,99 +136,61 @@ class SpecOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        grads = checked_gradients(self._params, "SpecOptimizer")
-        prepared = prepare_gradients(self.spec, self.plans, grads, torch_ops)
-        if prepared is None:
-            self.skipped.append(True)
-            return loss
-        t = steps_taken(self)
-        jobs, kept, staged = [], [], []
-        for p, grad, plan, g in zip(self._params, prepared, self.plans, self._group_of):
-            if grad is None:
-                continue
-            if grad is not p.grad:
-                p.grad = grad
-            spec = plan.spec.at_step(t)
-            value, grad = self._staging.fetch(p) if self.offload else (p.detach(), grad)
-            state = self.state[p]
-            if not state:
-                state[STEP] = torch.tensor(0.0)
-                state.update(plan.spec.init(value, torch_ops))
-            state[STEP] += 1
-            arrays = {k: a for k, a in state.items() if k != STEP}
-            lr, step = self.param_groups[g]["lr"], int(state[STEP].item())
-            if self._kernels is not None:
-                job = self._kernels.job(value, grad, spec, arrays, lr, step, kept)
-                if job is not None:
-                    state.update(arrays)          # copies made for the VM's in-place writes
-                    jobs.append(job)
-                    staged.append((p, value))
-                    continue
-            if step >= self._compiled_from and compilable(spec, value) and \
-                    (value.device.type == "cuda" or self.compile == "inductor") and \
-                    self._step_compiled(p, value, grad, spec, state, lr, step):
-                continue
-            if self.exchange is None:
-                new_p, new_state = spec.update(value, grad, arrays, lr=lr, step=step,
-                                               ops=torch_ops)
-            else:       # one local worker; the exchange sums over the ranks
-                new_p, (new_state,) = spec.exchange_step(value, [grad], [arrays], lr=lr,
-                                                         step=step, ops=torch_ops,
-                                                         exchange=self.exchange)
-            if self.offload and p.device.type != "cpu":
-                value.copy_(new_p)
-                HostStaging.write_back(p, value)
-            else:
-                p.copy_(_placed_as(new_p, p))
-            for key, array in new_state.items():
-                state[key] = _placed_as(array, state.get(key))
-        if jobs:
-            self._kernels.run(jobs)
-            # the VM wrote through data_ptr: tell autograd, as an in-place op would (a
-            # parameter saved for a pending backward then raises instead of misleading)
-            increment_version([value for _, value in staged])
-            for p, value in staged:
-                HostStaging.write_back(p, value)
-        self.param_groups[0][STEPS_TAKEN] = t + 1
-        if self.exchange is not None:
+        taken = self._loop.step()
+        self.skipped.append(not taken)
+        if taken and self.exchange is not None:
             self.exchange.stats["steps"] += 1
-        self.skipped.append(False)
         return loss
-
-    def _step_compiled(self, p, value, grad, spec, state, lr, step) -> bool:
-        """The spec's update as one compiled in-place kernel (:mod:`.compiled`); False
-        when "auto" could not compile it (then this and later steps run eagerly, the
-        same update, after a warning). With ``compile=True`` the failure is raised."""
-        if id(p) not in self._owned:
-            # the eager update may have left a state tensor aliasing the gradient or
-            # another state tensor (a previous gradient kept as is): the kernel writes
-            # in place, so each gets memory of its own once
-            for key, array in list(state.items()):
-                if key != STEP:
-                    state[key] = array.clone(memory_format=torch.contiguous_format)
-            self._owned.add(id(p))
-        try:
-            kernel(spec)(value, grad, {k: a for k, a in state.items() if k != STEP}, lr, step)
-        except torch._dynamo.exc.BackendCompilerFailed as error:   # compiling, not stepping
-            if self.compile in (True, "inductor"):
-                raise
-            warnings.warn(f"SpecOptimizer: compile='auto' could not compile the "
-                          f"{spec.name} update ({type(error).__name__}: "
-                          f"{str(error).splitlines()[0]}); it runs eagerly, the same update",
-                          RuntimeWarning, stacklevel=3)
-            self._compiled_from = math.inf
-            return False
-        return True
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}
 
 
-def _placed_as(new, old):
-    """``new`` with ``old``'s DTensor placements: DTensor's operations may leave a result
-    replicated (a 1-row parameter's shard 0) or partial, where the parameter and its
-    state stay sharded as they were made."""
-    if isinstance(new, DTensor) and isinstance(old, DTensor) and \
-            new.placements != old.placements:
-        return new.redistribute(old.device_mesh, old.placements)
-    return new
+class _Host(Host):
+    """What :class:`~unified_opt.step_loop.StepLoop` asks of a :class:`SpecOptimizer`."""
+
+    ops = torch_ops
+
+    def __init__(self, optimizer: SpecOptimizer):
+        self.optimizer = optimizer
+
+    def gradients(self) -> list:
+        return checked_gradients(self.optimizer._params, "SpecOptimizer")
+
+    def set_gradients(self, prepared: list) -> None:
+        for p, grad in zip(self.optimizer._params, prepared):
+            if grad is not None and grad is not p.grad:
+                p.grad = grad
+
+    def steps_taken(self) -> int:
+        return steps_taken(self.optimizer)
+
+    def lr_group(self, index: int) -> int:
+        return self.optimizer._group_of[index]
+
+    def lr(self, index: int, t: int) -> float:
+        return self.optimizer.param_groups[self.optimizer._group_of[index]]["lr"]
+
+    def state(self, index: int, spec) -> dict:
+        optimizer = self.optimizer
+        p = optimizer._params[index]
+        state = optimizer.state[p]
+        if not state:
+            state[STEP] = torch.tensor(0.0)
+            # offloaded state is made from a host tensor of the parameter's shape
+            like = torch.empty(p.shape, dtype=p.dtype) \
+                if optimizer.offload and p.device.type != "cpu" else p.detach()
+            state.update(spec.init(like, torch_ops))
+        return state
+
+    def advance(self, indices: list[int]) -> list[int]:
+        state, params = self.optimizer.state, self.optimizer._params
+        counters = [state[params[i]][STEP] for i in indices]
+        torch._foreach_add_(counters, 1.0)
+        try:
+            return [int(c) for c in torch.stack(counters).tolist()]
+        except RuntimeError:          # counters on several devices (a loaded state dict)
+            return [int(c.item()) for c in counters]
+
+    def finish(self, t: int) -> None:
+        self.optimizer.param_groups[0][STEPS_TAKEN] = t

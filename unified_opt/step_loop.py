@@ -1,0 +1,178 @@
+"""The own optimizers' step, written once for every framework.
+
+A backend's own optimizer (``backends/<framework>/optimizer.py``) is a thin class of its
+framework: it holds the parameters and state the framework's way and answers the
+questions of a :class:`Host`. :class:`StepLoop` runs the step the same way on every
+backend:
+
+1. the gradient pre-step (:func:`unified_opt.pre_step.prepare_gradients`: unscale, skip
+   a non-finite step, clip, centralise) once over every parameter; a skipped step
+   changes nothing and returns False;
+2. ``t``, the optimizer's count of steps taken (skipped ones not counted: the schedule
+   position), and per parameter group the spec of this step, ``plan.spec.at_step(t)``:
+   the same ``t`` for every parameter, whether or not a parameter had a gradient at
+   every earlier step (the per-step hyperparameters follow the optimizer's steps, as the
+   lr schedule does);
+3. per parameter with a gradient, its own count of updates advances (the ``step`` of
+   its update: bias corrections count the updates the parameter received, as in
+   torch's and Paddle's native optimizers); a parameter without a gradient is left
+   alone, its count too;
+4. the updates run on the *engines*: each parameter group has an ordered list of them
+   (say, the CUDA kernels, then eager operations); an engine runs what it can of a
+   :class:`Batch` in place and hands back the rest to the next one. The last engine of
+   every list runs everything (the spec's ``update`` with the framework's ops binding).
+
+Parameter groups here are the parameters that share a plan spec (the same object: name
+rules give parameters their own specs), an lr group of the host and an engine list; the
+loop forms them once. Nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from .pre_step import prepare_gradients
+
+
+@dataclass
+class Batch:
+    """Updates of one parameter group in one step, run together by an engine.
+
+    ``params``, ``grads`` and ``states`` (the spec's state arrays by name) are the
+    framework's tensors; ``steps`` the 1-based count of each parameter's updates, this one
+    included; ``indices`` their positions in the optimizer's parameter list."""
+
+    spec: Any
+    lr: float
+    indices: list[int]
+    params: list
+    grads: list
+    states: list[dict]
+    steps: list[int]
+
+    def subset(self, positions: Sequence[int]) -> "Batch":
+        return Batch(self.spec, self.lr, [self.indices[k] for k in positions],
+                     [self.params[k] for k in positions], [self.grads[k] for k in positions],
+                     [self.states[k] for k in positions], [self.steps[k] for k in positions])
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class Engine:
+    """One way of running own updates in place: a plug-in of :class:`StepLoop`.
+
+    :meth:`claims` says (once, when the loop forms its groups) whether a parameter's
+    updates go to this engine first; :meth:`run` runs a batch and returns the positions
+    it left for the next engine (an empty list: all done)."""
+
+    name = "engine"
+
+    def claims(self, param, spec) -> bool:
+        return True
+
+    def run(self, batch: Batch) -> list[int]:
+        raise NotImplementedError
+
+
+class Host:
+    """What the loop asks the framework's optimizer (see the module)."""
+
+    ops: Any                                     # the framework's ops binding
+
+    def gradients(self) -> list:
+        """Every parameter's gradient, None where it has none."""
+        raise NotImplementedError
+
+    def set_gradients(self, prepared: list) -> None:
+        """The pre-step's results (the update reads them; torch leaves them in
+        ``p.grad``)."""
+
+    def steps_taken(self) -> int:
+        raise NotImplementedError
+
+    def lr_group(self, index: int) -> object:
+        """A key of the parameter's lr (parameters with equal keys share an lr)."""
+        return 0
+
+    def lr(self, index: int, t: int) -> float:
+        """The lr of the parameter at ``index`` for 0-based step ``t``."""
+        raise NotImplementedError
+
+    def state(self, index: int, spec) -> dict:
+        """The spec's state arrays of a parameter (made with ``spec.init`` the first time)."""
+        raise NotImplementedError
+
+    def advance(self, indices: list[int]) -> list[int]:
+        """Count one more update of each parameter; their counts (1-based) after it."""
+        raise NotImplementedError
+
+    def finish(self, t: int) -> None:
+        """The step is done: ``t`` steps taken now."""
+        raise NotImplementedError
+
+
+@dataclass
+class _Group:
+    spec: Any                  # the plan spec (at_step gives the step's)
+    engines: list
+    indices: list[int] = field(default_factory=list)
+
+
+class StepLoop:
+    """The step of an own optimizer (see the module). ``plans``: one
+    :class:`unified_opt.groups.ParameterPlan` per parameter; ``engines(index, spec)``
+    gives a parameter's engine list (the last runs anything)."""
+
+    def __init__(self, spec, plans: Sequence, params: Sequence, engines, host: Host):
+        self.spec = spec
+        self.plans = list(plans)
+        self.params = list(params)
+        self.host = host
+        self._engines = engines
+        self._groups: list[_Group] | None = None
+
+    def regroup(self) -> None:
+        """Form the groups again at the next step (an engine changed its mind)."""
+        self._groups = None
+
+    def groups(self) -> list[_Group]:
+        if self._groups is None:
+            groups: dict = {}
+            for i, (p, plan) in enumerate(zip(self.params, self.plans)):
+                engines = self._engines(i, plan.spec)
+                key = (id(plan.spec), self.host.lr_group(i), tuple(id(e) for e in engines))
+                if key not in groups:
+                    groups[key] = _Group(plan.spec, engines)
+                groups[key].indices.append(i)
+            self._groups = list(groups.values())
+        return self._groups
+
+    def step(self) -> bool:
+        """One optimizer step; False when the pre-step skipped it."""
+        host = self.host
+        prepared = prepare_gradients(self.spec, self.plans, host.gradients(), host.ops)
+        if prepared is None:
+            return False
+        host.set_gradients(prepared)
+        t = host.steps_taken()
+        for group in self.groups():
+            present = [i for i in group.indices if prepared[i] is not None]
+            if not present:
+                continue
+            spec = group.spec.at_step(t)
+            states = [host.state(i, group.spec) for i in present]
+            steps = host.advance(present)
+            batch = Batch(spec, host.lr(present[0], t), present,
+                          [self.params[i] for i in present], [prepared[i] for i in present],
+                          states, steps)
+            for engine in group.engines:
+                rest = engine.run(batch)
+                if not rest:
+                    break
+                batch = batch.subset(rest)
+            else:
+                raise RuntimeError(f"no engine ran the updates of parameters {batch.indices}")
+        host.finish(t + 1)
+        return True
