@@ -118,17 +118,27 @@ def test_npu_on_torch_needs_torch_npu():
 
 
 @require("paddle")
-def test_paddle_without_cuda_is_asked_in_a_process_of_its_own():
-    import_paddle = "paddle" in sys.modules
+def test_paddle_is_asked_in_a_process_of_its_own():
+    imported_before = "paddle" in sys.modules
     placed = probe("paddle", "cpu")
     assert (placed.backend, placed.device, placed.framework_device) == ("paddle", "cpu", "cpu")
-    try:
-        probe("paddle", "cuda:1")
-    except DeviceUnavailable as error:
-        assert str(error).startswith("device cuda:1 is not available to paddle: ")
-    else:            # a CUDA build with two GPUs
-        pass
-    assert ("paddle" in sys.modules) == import_paddle      # this process imported nothing
+    with pytest.raises(DeviceUnavailable, match="device cuda:7 is not available to paddle: "):
+        probe("paddle", "cuda:7")     # a CPU-only build, or fewer than 8 GPUs
+    assert ("paddle" in sys.modules) == imported_before     # this process imported nothing
+
+
+@require("torch")
+@require("mindspore")
+@pytest.mark.skipif(importlib.util.find_spec("torch_npu") is not None,
+                    reason="torch_npu is installed")
+def test_probe_all_names_every_backend_that_refuses_the_device():
+    from unified_opt.conformance.device import probe_all
+
+    with pytest.raises(DeviceUnavailable) as error:
+        probe_all(["torch", "mindspore"], "npu:1")
+    parts = str(error.value).split("; ")
+    assert parts[0].startswith("device npu:1 is not available to torch: ")
+    assert parts[1].startswith("device npu:1 is not available to mindspore: ")
 
 
 @require("mindspore")
