@@ -89,6 +89,11 @@ class Host:
         """The pre-step's results (the update reads them; torch leaves them in
         ``p.grad``)."""
 
+    def prepare(self, spec, plans: Sequence) -> list | None:
+        """The gradient pre-step over :meth:`gradients` (None: the step is skipped). A
+        framework may run it elsewhere (MindSpore: in numpy over host memory)."""
+        return prepare_gradients(spec, plans, self.gradients(), self.ops)
+
     def steps_taken(self) -> int:
         raise NotImplementedError
 
@@ -152,7 +157,7 @@ class StepLoop:
     def step(self) -> bool:
         """One optimizer step; False when the pre-step skipped it."""
         host = self.host
-        prepared = prepare_gradients(self.spec, self.plans, host.gradients(), host.ops)
+        prepared = host.prepare(self.spec, self.plans)
         if prepared is None:
             return False
         host.set_gradients(prepared)

@@ -3,10 +3,11 @@
 Two ways in, the same numbers bit for bit:
 
 * Python calls it (PyNative: ``opt(grads)``, a PyNative ``nn.TrainOneStepCell`` or
-  ``ms.Model.train``): :meth:`SpecOptimizer.__call__` runs the step in Python: the
-  gradient pre-step, then each update on the kernel VM (:mod:`.kernels`), eagerly where
-  it cannot (``compile=False``, a data-parallel exchange, an update that does not
-  trace).
+  ``ms.Model.train``): :meth:`SpecOptimizer.__call__` runs the step in Python, the step
+  of :class:`unified_opt.step_loop.StepLoop` (every backend's): the gradient pre-step,
+  then each update on the engines of :mod:`.engines`: the kernel VM (:mod:`.kernels`),
+  a data-parallel spec's exchange in numpy on the host, else eagerly (``compile=False``,
+  an update that does not trace).
 * Compiled into a graph (GRAPH_MODE, a GRAPH_MODE ``TrainOneStepCell`` or
   ``ms.Model.train``, an ``@ms.jit`` step calling ``opt(grads)``): ``construct`` is the
   graph of :mod:`.graph`, the same VM programs as custom operators. What a graph cannot
@@ -23,8 +24,10 @@ from mindspore import dtype as mstype
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
+from unified_opt.step_loop import Host, StepLoop
 
 from .cells import past_total_steps
+from .engines import Eager, ExchangeOnHost, Kernels
 from .graph import GraphStep
 from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
 from .ops import mindspore_ops
@@ -46,7 +49,9 @@ class SpecOptimizer(nn.Optimizer):
 
     Each call runs :func:`unified_opt.pre_step.prepare_gradients` once over all
     parameters (loss scale, overflow skip, clipping, centralization), then each
-    parameter's ``plan.spec.at_step(step)`` update. A skipped call (``skip_nonfinite``
+    parameter's ``plan.spec.at_step(t)`` update, ``t = global_step`` (the steps taken)
+    and the update's ``step`` ``t + 1``: every parameter has a gradient at every step
+    here, so its count of updates is the optimizer's. A skipped call (``skip_nonfinite``
     and non-finite unscaled gradients) changes nothing, not ``global_step`` either, and
     returns False; ``skipped`` (``uo.skipped_steps``) gets one bool per call. A
     data-parallel spec (DGC) built after ``mindspore.communication.init()`` gets an
@@ -105,6 +110,13 @@ class SpecOptimizer(nn.Optimizer):
                     raise AssertionError(f"state order {tuple(slots)} != {order}")
             self._host, self._aot, self._aot_index = graph.host, graph.kernels, graph.indices
         self._follows = not isinstance(spec.lr, Schedule)
+        engines = [Kernels(self._kernels)] if self._kernels is not None else []
+        if exchange is not None:
+            engines.append(ExchangeOnHost(exchange))
+        self._engine_list = engines + [Eager(exchange)]
+        self._loop_host = _Host(self)
+        self._loop = StepLoop(spec, self._plans, list(self._parameters),
+                              lambda index, spec: self._engine_list, self._loop_host)
 
     @property
     def follows_learning_rate(self) -> bool:
@@ -164,40 +176,20 @@ class SpecOptimizer(nn.Optimizer):
         return ops.depend(True, done)
 
     def step_python(self, gradients):
-        """One step where Python calls the optimizer (see the module)."""
+        """One step where Python calls the optimizer (see the module): the step of
+        :class:`unified_opt.step_loop.StepLoop` on the engines of :mod:`.engines`."""
         self._check(gradients)
         step0 = int(host_copy(self.global_step)[0])
-        lr = self._lr_of_step(step0)
-        prepared = self._prepared(list(gradients))
-        self.skipped.append(prepared is None)
-        if prepared is None:
+        # the lr first: past total_steps (or an lr set from outside with a schedule)
+        # raises before anything changes
+        self._loop_host.begin(list(gradients), self._lr_of_step(step0), step0)
+        try:
+            taken = self._loop.step()
+        finally:
+            self._loop_host.begin(None, None, None)
+        self.skipped.append(not taken)
+        if not taken:
             return False
-        jobs, kept = [], []
-        for p, grad, plan, slots in zip(self._parameters, prepared, self._plans, self._slots):
-            spec = plan.spec.at_step(step0)
-            if self._kernels is not None:
-                job = self._kernels.job(p, grad, spec, slots, plan.lr(lr), step0 + 1, kept)
-                if job is not None:
-                    jobs.append(job)
-                    continue
-            if self.exchange is not None and self._exchange_on_host(p, grad, slots, spec,
-                                                                    plan.lr(lr), step0 + 1):
-                continue
-            if isinstance(grad, np.ndarray):
-                grad = Tensor.from_numpy(np.ascontiguousarray(grad))
-            if self.exchange is None:
-                new_p, new_state = spec.update(p, grad, dict(slots), lr=plan.lr(lr),
-                                               step=step0 + 1, ops=mindspore_ops)
-            else:       # one local worker; the exchange sums over the ranks
-                new_p, (new_state,) = spec.exchange_step(
-                    p, [grad], [dict(slots)], lr=plan.lr(lr), step=step0 + 1,
-                    ops=mindspore_ops, exchange=self.exchange)
-            ops.assign(p, new_p)
-            for key, value in new_state.items():
-                ops.assign(slots[key], value)
-        if jobs:
-            self._kernels.run(jobs)
-        self._write(self.global_step, step0 + 1)
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
         if not self.follows_learning_rate:
@@ -214,38 +206,6 @@ class SpecOptimizer(nn.Optimizer):
         else:
             ops.assign(parameter, Tensor(np.full(parameter.shape, value,
                                                  dtype=numpy_dtype(parameter.dtype))))
-
-    def _exchange_on_host(self, p, grad, slots, spec, lr: float, step: int) -> bool:
-        """A data-parallel spec's step on the CPU: its local math in numpy over the
-        Parameters' memory, the gathers through MindSpore (:mod:`.exchange`); False
-        where the memory cannot be read so (then MindSpore operations run it)."""
-        value = host_view(p)
-        state = {k: host_view(v) for k, v in slots.items()}
-        gradient = grad if isinstance(grad, np.ndarray) else host_view(grad)
-        if value is None or gradient is None or any(v is None for v in state.values()):
-            return False
-        with np.errstate(all="ignore"):
-            new_p, (new_state,) = spec.exchange_step(value, [gradient], [state], lr=lr,
-                                                     step=step, ops=numpy_ops,
-                                                     exchange=self.exchange)
-            value[...] = new_p
-            for key, array in new_state.items():
-                state[key][...] = array
-        return True
-
-    def _prepared(self, gradients: list):
-        """The gradient pre-step (:mod:`unified_opt.pre_step`). On the CPU with the kernel
-        VM it runs in numpy over the gradients' own memory (one MindSpore operation in
-        PyNative costs about 0.5 ms; numpy's float32 follows the same rules), its results
-        numpy arrays the VM reads; else in MindSpore operations."""
-        on_host = self._kernels is not None or self.exchange is not None
-        if not on_host or not has_pre_step(self.spec):
-            return prepare_gradients(self.spec, self._plans, gradients, mindspore_ops)
-        views = [host_view(g) for g in gradients]
-        if any(v is None for v in views):
-            return prepare_gradients(self.spec, self._plans, gradients, mindspore_ops)
-        with np.errstate(all="ignore"):          # inf and NaN are the pre-step's to judge
-            return prepare_gradients(self.spec, self._plans, views, numpy_ops)
 
     def _check(self, gradients) -> None:
         if not isinstance(gradients, tuple):
@@ -268,3 +228,65 @@ class SpecOptimizer(nn.Optimizer):
     def spec_state(self, p) -> dict:
         index = next(i for i, q in enumerate(self._parameters) if q is p)
         return dict(self._slots[index])
+
+
+class _Host(Host):
+    """What :class:`~unified_opt.step_loop.StepLoop` asks of a :class:`SpecOptimizer`.
+
+    MindSpore's gradient tuple holds one gradient for every parameter (a parameter the
+    loss does not reach gets zeros), so every parameter is updated at every step taken:
+    each parameter's count of updates is ``global_step``, the one counter (as in
+    MindSpore's own optimizers), and the update's ``step`` is ``global_step + 1``."""
+
+    ops = mindspore_ops
+
+    def __init__(self, optimizer: SpecOptimizer):
+        self.optimizer = optimizer
+        self._gradients: list | None = None
+        self._lr: float | None = None
+        self._taken: int | None = None
+
+    def begin(self, gradients: list | None, lr: float | None, taken: int | None) -> None:
+        """The step's gradients, its spec lr and ``global_step`` (read before the loop
+        runs: the lr may refuse the step)."""
+        self._gradients, self._lr, self._taken = gradients, lr, taken
+
+    def gradients(self) -> list:
+        return self._gradients
+
+    def prepare(self, spec, plans) -> list | None:
+        """The gradient pre-step (:mod:`unified_opt.pre_step`). On the CPU with the kernel
+        VM or an exchange it runs in numpy over the gradients' own memory (one MindSpore
+        operation in PyNative costs about 0.5 ms; numpy's float32 follows the same
+        rules), its results numpy arrays the engines read; else in MindSpore
+        operations."""
+        optimizer, gradients = self.optimizer, self._gradients
+        on_host = optimizer._kernels is not None or optimizer.exchange is not None
+        if not on_host or not has_pre_step(spec):
+            return prepare_gradients(spec, plans, gradients, mindspore_ops)
+        views = [host_view(g) for g in gradients]
+        if any(v is None for v in views):
+            return prepare_gradients(spec, plans, gradients, mindspore_ops)
+        with np.errstate(all="ignore"):          # inf and NaN are the pre-step's to judge
+            return prepare_gradients(spec, plans, views, numpy_ops)
+
+    def steps_taken(self) -> int:
+        return self._taken
+
+    def lr_group(self, index: int) -> object:
+        plan = self.optimizer._plans[index]
+        return (plan.lr_scale, plan.fixed_lr)
+
+    def lr(self, index: int, t: int) -> float:
+        return self.optimizer._plans[index].lr(self._lr)
+
+    def state(self, index: int, spec) -> dict:
+        return self.optimizer._slots[index]
+
+    def advance(self, indices: list[int]) -> list[int]:
+        # every parameter has a gradient at every step (see the class): global_step + 1,
+        # which finish() writes
+        return [self.steps_taken() + 1] * len(indices)
+
+    def finish(self, t: int) -> None:
+        self.optimizer._write(self.optimizer.global_step, t)

@@ -3,16 +3,21 @@
 
 from __future__ import annotations
 
+import numpy as np
 import paddle
 from paddle.optimizer.lr import LRScheduler
 from paddle.utils import unique_name
 
-from unified_opt.pre_step import prepare_gradients
+from unified_opt.step_loop import Host, StepLoop
 
+from .engines import Eager, Kernels
 from .kernels import PaddleKernels
 from .ops import paddle_ops
 
-STEP = "step"   # accumulator holding each parameter's count of completed steps
+STEP = "step"   # accumulator holding each parameter's count of updates
+#: accumulator (int64 [1], on the first parameter) holding the optimizer's count of
+#: steps taken: the position of the per-step hyperparameters (``spec.at_step``)
+STEPS_TAKEN = "steps_taken"
 
 
 class ScheduleLR(LRScheduler):
@@ -41,25 +46,33 @@ class ScheduleLR(LRScheduler):
 class SpecOptimizer(paddle.optimizer.Optimizer):
     """``paddle.optimizer.Optimizer`` running the spec's own update.
 
-    Each step: the gradient pre-step (:func:`unified_opt.pre_step.prepare_gradients`:
-    unscale, skip a non-finite step, clip, centralise) once over all parameters, then
-    per parameter ``plan.spec.at_step(t).update(...)`` with the parameter's lr
-    ``plan.lr(lr)`` (``plans``: one :class:`unified_opt.groups.ParameterPlan` each).
-    ``skipped`` gets one bool per step call (``uo.skipped_steps``). A data-parallel
-    spec (DGC) built after ``paddle.distributed.init_parallel_env`` gets an ``exchange``
+    The step is :class:`unified_opt.step_loop.StepLoop`'s, the same on every backend: the
+    gradient pre-step (:func:`unified_opt.pre_step.prepare_gradients`: unscale, skip a
+    non-finite step, clip, centralise) once over all parameters, then for each parameter
+    with a gradient ``plan.spec.at_step(t).update(...)``, ``t`` the optimizer's steps
+    taken, ``step`` the parameter's own count of updates, with the parameter's lr
+    ``plan.lr(lr)`` (``plans``: one :class:`unified_opt.groups.ParameterPlan` each), on
+    the engines of :mod:`.engines` (the kernel VM, then eagerly). ``skipped`` gets one
+    bool per step call (``uo.skipped_steps``). A data-parallel spec (DGC) built after
+    ``paddle.distributed.init_parallel_env`` gets an ``exchange``
     (:class:`.exchange.PaddleExchange`): this process is one worker of
     ``spec.exchange_step``.
 
     State lives in Paddle accumulators (so ``state_dict``/``set_state_dict`` carry it):
-    the spec's state arrays under the spec's names plus ``step``, an int64 [1] counter.
-    They are created here, not at the first step, inside ``unique_name.guard()``: their
-    names are then ``<param.name>_<state>_0`` in every build, and a state dict saved
-    from one build loads into the next one over the same parameters.
+    the spec's state arrays under the spec's names plus ``step``, an int64 [1] count of
+    the parameter's updates, and on the first parameter ``steps_taken``, an int64 [1]
+    count of the optimizer's steps (a parameter without a gradient at a step is not
+    updated, so no parameter's ``step`` can stand for it; an accumulator, unlike an
+    attribute, travels in ``state_dict``). They are created here, not at the first
+    step, inside ``unique_name.guard()``: their names are then
+    ``<param.name>_<state>_0`` in every build, and a state dict saved from one build
+    loads into the next one over the same parameters.
     """
 
     def __init__(self, params, spec, plans, learning_rate, skipped: list | None = None,
                  exchange=None, compile="auto"):
         super().__init__(learning_rate=learning_rate, parameters=params)
+        params, plans = list(params), list(plans)
         self.spec = spec
         #: how the update runs (``uo.build(..., options={"compile": ...})``): "auto" and
         #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's
@@ -76,21 +89,30 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         #: a data-parallel spec's exchange over the ranks (None: world size 1)
         self.exchange = exchange
         self.skipped = [] if skipped is None else skipped
+        self._params = params
         self._plans = {p.name: plan for p, plan in zip(params, plans)}
         # per parameter, the state names its spec.init made (factored specs: they
         # depend on the parameter's shape)
         self._state_names: dict[str, tuple[str, ...]] = {}
         with unique_name.guard():
-            for p, plan in zip(params, plans):
+            for i, (p, plan) in enumerate(zip(params, plans)):
                 initial = plan.spec.init(p.detach(), paddle_ops)
-                if STEP in initial:
+                clash = sorted({STEP, STEPS_TAKEN} & set(initial))
+                if clash:
                     raise ValueError(f"SpecOptimizer: {plan.spec.name} has a state named "
-                                     f"{STEP!r}, which is the step counter's accumulator")
+                                     f"{clash[0]!r}, which is a step counter's accumulator")
                 self._state_names[p.name] = tuple(initial)
                 self._add_accumulator(STEP, p, dtype=paddle.int64, shape=[1])
+                if i == 0:
+                    self._add_accumulator(STEPS_TAKEN, p, dtype=paddle.int64, shape=[1])
                 for key, value in initial.items():
                     self._add_accumulator(key, p, dtype=value.dtype,
                                           shape=value.shape).set_value(value)
+        engines = [Kernels(self._kernels)] if self._kernels is not None else []
+        self._engines = engines + [Eager(exchange)]
+        self._host = _Host(self)
+        self._loop = StepLoop(spec, plans, params, lambda index, spec: self._engines,
+                              self._host)
 
     @paddle.no_grad()
     def step(self) -> None:
@@ -117,58 +139,81 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
             if found_inf:
                 self.skipped.append(False)
                 return
-        params = [p for p in params if not p.stop_gradient]
-        grads = [p._grad_ivar() for p in params]
-        prepared = prepare_gradients(self.spec, [self._plans[p.name] for p in params],
-                                     grads, paddle_ops)
-        self.skipped.append(prepared is None)
-        if prepared is None:
+        self._host.stepping = {id(p) for p in params if not p.stop_gradient}
+        try:
+            taken = self._loop.step()
+        finally:
+            self._host.stepping = set()
+        self.skipped.append(not taken)
+        if not taken:
             if isinstance(self._learning_rate, ScheduleLR):
                 self._learning_rate.skipped_steps += 1
             return
-        lr = self.get_lr()
-        jobs, kept, on_vm = [], [], []
-        for param, grad in zip(params, prepared):
-            if grad is not None:
-                job = self._update(param, grad, lr, kept)
-                if job is not None:
-                    jobs.append(job)
-                    on_vm.append(param)
-        if jobs:
-            self._kernels.run(jobs)
-            for param in on_vm:    # the VM wrote in place: autograd's version check sees it
-                param._bump_inplace_version()
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
 
     def _create_accumulators(self, block, parameters):
         pass   # all made in __init__
 
-    def _update(self, param, grad, lr: float, kept: list):
-        """One parameter's update at the spec's lr ``lr``: eagerly, or the kernel VM's
-        job for it (returned; the caller runs the jobs)."""
-        plan = self._plans[param.name]
-        counter = self._get_accumulator(STEP, param)
-        taken = int(counter.item())
-        state = {key: self._get_accumulator(key, param)
-                 for key in self._state_names[param.name]}
-        spec = plan.spec.at_step(taken)
-        paddle.assign(counter + 1, output=counter)
-        if self._kernels is not None:
-            job = self._kernels.job(param, grad, spec, state, plan.lr(lr), taken + 1, kept)
-            if job is not None:
-                return job
-        if self.exchange is None:
-            new_param, new_state = spec.update(param.detach(), grad, state, lr=plan.lr(lr),
-                                               step=taken + 1, ops=paddle_ops)
-        else:       # one local worker; the exchange sums over the ranks
-            new_param, (new_state,) = spec.exchange_step(
-                param.detach(), [grad], [state], lr=plan.lr(lr), step=taken + 1,
-                ops=paddle_ops, exchange=self.exchange)
-        paddle.assign(new_param, output=param)
-        for key, value in new_state.items():
-            paddle.assign(value, output=state[key])
-        return None
+    def set_state_dict(self, state_dict) -> None:
+        counter = self._get_accumulator(STEPS_TAKEN, self._params[0])
+        if counter.name not in state_dict:
+            # saved before the optimizer counted its steps: every parameter had a
+            # gradient at every step then as far as the state can tell, so the most
+            # updates any parameter received is the count of steps taken
+            counts = [int(np.asarray(state_dict[c.name]).reshape(-1)[0])
+                      for c in self._accumulators[STEP].values() if c.name in state_dict]
+            state_dict = {**state_dict,
+                          counter.name: np.array([max(counts, default=0)], dtype=np.int64)}
+        super().set_state_dict(state_dict)
+
+    def steps_taken(self) -> int:
+        """The optimizer's count of steps taken (skipped ones not counted)."""
+        return int(self._get_accumulator(STEPS_TAKEN, self._params[0]).item())
 
     def spec_state(self, p) -> dict:
         return {key: self._get_accumulator(key, p) for key in self._state_names[p.name]}
+
+
+class _Host(Host):
+    """What :class:`~unified_opt.step_loop.StepLoop` asks of a :class:`SpecOptimizer`."""
+
+    ops = paddle_ops
+
+    def __init__(self, optimizer: SpecOptimizer):
+        self.optimizer = optimizer
+        #: ids of the parameters this step updates (``step``: every one that does not
+        #: stop gradients; ``minimize``: those its backward gave)
+        self.stepping: set[int] = set()
+
+    def gradients(self) -> list:
+        return [p._grad_ivar() if id(p) in self.stepping else None
+                for p in self.optimizer._params]
+
+    def steps_taken(self) -> int:
+        return self.optimizer.steps_taken()
+
+    def lr_group(self, index: int) -> object:
+        plan = self.optimizer._loop.plans[index]
+        return (plan.lr_scale, plan.fixed_lr)
+
+    def lr(self, index: int, t: int) -> float:
+        # the optimizer's lr (a ScheduleLR stepped by the loop, or a constant) times the
+        # parameter's group factor
+        return self.optimizer._loop.plans[index].lr(self.optimizer.get_lr())
+
+    def state(self, index: int, spec) -> dict:
+        return self.optimizer.spec_state(self.optimizer._params[index])
+
+    def advance(self, indices: list[int]) -> list[int]:
+        counts = []
+        for i in indices:
+            counter = self.optimizer._get_accumulator(STEP, self.optimizer._params[i])
+            count = int(counter.item()) + 1
+            counter.set_value(np.array([count], dtype=np.int64))
+            counts.append(count)
+        return counts
+
+    def finish(self, t: int) -> None:
+        counter = self.optimizer._get_accumulator(STEPS_TAKEN, self.optimizer._params[0])
+        counter.set_value(np.array([t], dtype=np.int64))

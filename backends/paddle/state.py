@@ -4,7 +4,9 @@ Facts relied on (Paddle 3.3.1, measured; ``tests/test_state_native_paddle.py`` c
 them):
 
 * ``uo.build``'s own optimizer (:class:`.optimizer.SpecOptimizer`) keeps the spec's
-  arrays and ``step`` (int64 [1]) in Paddle accumulators, created at construction; its
+  arrays and ``step`` (int64 [1]: the parameter's updates) in Paddle accumulators,
+  created at construction, and the optimizer's steps taken in ``steps_taken`` (int64
+  [1], on its first parameter: the file's ``steps``); its
   scheduled lr is a :class:`.optimizer.ScheduleLR` whose lr at ``last_epoch`` is
   ``schedule(last_epoch - skipped_steps)``: the position is that difference.
 * A native class keeps its state in ``optimizer._accumulators[<name>][param.name]``
@@ -53,7 +55,7 @@ from unified_opt.backend import load
 from unified_opt.ops import numpy_ops
 from unified_opt.porting.state import Snapshot
 
-from .optimizer import STEP, ScheduleLR
+from .optimizer import STEP, STEPS_TAKEN, ScheduleLR
 
 #: the beta-power accumulators, by class, and the optimizer attribute holding each beta
 POWERS = {"paddle.optimizer.Adam": ("beta1_pow_acc", "beta2_pow_acc"),
@@ -254,13 +256,15 @@ def snapshot_built(record, optimizer) -> Snapshot:
         for name, p in zip(record.names, record.params):
             arrays[name] = {k: t.numpy().copy() for k, t in optimizer.spec_state(p).items()}
             steps[name] = int(optimizer._get_accumulator(STEP, p).item())
+        taken = optimizer.steps_taken()
     else:
         arrays, steps = _native_snapshot(record.decision.native_class, optimizer,
                                          list(zip(record.names, record.params)),
                                          record.plans, position, "save_state")
+        taken = max(steps.values())
     return Snapshot(record.spec, record.groups, list(record.names),
                     {n: tuple(p.shape) for n, p in zip(record.names, record.params)},
-                    max(steps.values()), position, steps, arrays, "paddle")
+                    taken, position, steps, arrays, "paddle")
 
 
 def snapshot_native(reading, optimizer, names) -> Snapshot:
@@ -336,6 +340,8 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
                 held.set_value(arrays[name][key])
             optimizer._get_accumulator(STEP, p).set_value(
                 np.array([saved.param_steps[name]], dtype=np.int64))
+        optimizer._get_accumulator(STEPS_TAKEN, optimizer._params[0]).set_value(
+            np.array([saved.steps], dtype=np.int64))
     else:
         for accumulator, value in _native_values(record, optimizer, saved, arrays):
             accumulator.set_value(value)

@@ -1,0 +1,105 @@
+"""The engines of MindSpore's own optimizer where Python calls it (PyNative;
+:mod:`unified_opt.step_loop`): each runs a batch of parameters' updates in place and
+hands back what it cannot run.
+
+* :class:`Kernels`: the kernel VM and its generated kernels over the Parameters' host
+  memory (:mod:`.kernels`).
+* :class:`ExchangeOnHost`: a data-parallel spec's step on the CPU, its local math in
+  numpy over the Parameters' memory, the gathers through MindSpore (:mod:`.exchange`).
+* :class:`Eager`: the spec's ``update`` with the MindSpore ops binding; runs anything
+  (with an exchange: one worker of ``spec.exchange_step``).
+
+A batch's gradients are MindSpore Tensors, or numpy arrays where the pre-step ran in
+numpy over host memory; its states are the spec's state Parameters by name.
+Compiled into a graph the same VM programs run through :mod:`.graph`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mindspore import Tensor, ops
+
+from unified_opt.ops import numpy_ops
+from unified_opt.step_loop import Batch, Engine
+
+from .kernels import MindSporeKernels, host_view
+from .ops import mindspore_ops
+
+
+class Kernels(Engine):
+    """The kernel VM (see the module); what it cannot run (another device or dtype, an
+    update that does not trace) is handed on."""
+
+    name = "vm"
+
+    def __init__(self, kernels: MindSporeKernels):
+        self.kernels = kernels
+
+    def run(self, batch: Batch) -> list[int]:
+        jobs, kept, rest = [], [], []
+        for k, (p, grad, slots, step) in enumerate(zip(batch.params, batch.grads,
+                                                       batch.states, batch.steps)):
+            job = self.kernels.job(p, grad, batch.spec, slots, batch.lr, step, kept)
+            if job is None:
+                rest.append(k)
+            else:
+                jobs.append(job)
+        if jobs:
+            self.kernels.run(jobs)
+        return rest
+
+
+class ExchangeOnHost(Engine):
+    """A data-parallel spec's step in numpy over the CPU Parameters' memory (one
+    MindSpore operation in PyNative costs about 0.5 ms); a parameter whose memory
+    cannot be read so is handed on."""
+
+    name = "exchange-on-host"
+
+    def __init__(self, exchange):
+        self.exchange = exchange
+
+    def run(self, batch: Batch) -> list[int]:
+        rest = []
+        for k, (p, grad, slots, step) in enumerate(zip(batch.params, batch.grads,
+                                                       batch.states, batch.steps)):
+            value = host_view(p)
+            state = {key: host_view(v) for key, v in slots.items()}
+            gradient = grad if isinstance(grad, np.ndarray) else host_view(grad)
+            if value is None or gradient is None or any(v is None for v in state.values()):
+                rest.append(k)
+                continue
+            with np.errstate(all="ignore"):
+                new_p, (new_state,) = batch.spec.exchange_step(
+                    value, [gradient], [state], lr=batch.lr, step=step, ops=numpy_ops,
+                    exchange=self.exchange)
+                value[...] = new_p
+                for key, array in new_state.items():
+                    state[key][...] = array
+        return rest
+
+
+class Eager(Engine):
+    """The spec's update with MindSpore operations (see the module)."""
+
+    name = "eager"
+
+    def __init__(self, exchange=None):
+        self.exchange = exchange
+
+    def run(self, batch: Batch) -> list[int]:
+        for p, grad, slots, step in zip(batch.params, batch.grads, batch.states,
+                                        batch.steps):
+            if isinstance(grad, np.ndarray):         # a gradient the host pre-step made
+                grad = Tensor.from_numpy(np.ascontiguousarray(grad))
+            if self.exchange is None:
+                new_p, new_state = batch.spec.update(p, grad, dict(slots), lr=batch.lr,
+                                                     step=step, ops=mindspore_ops)
+            else:       # one local worker; the exchange sums over the ranks
+                new_p, (new_state,) = batch.spec.exchange_step(
+                    p, [grad], [dict(slots)], lr=batch.lr, step=step, ops=mindspore_ops,
+                    exchange=self.exchange)
+            ops.assign(p, new_p)
+            for key, value in new_state.items():
+                ops.assign(slots[key], value)
+        return []
