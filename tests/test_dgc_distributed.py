@@ -143,6 +143,7 @@ def test_traffic_at_sparsity_0_999_is_under_1_270_of_dense(runs, framework):
         sent = TRAFFIC.spec.sent_count(numel, 50)
         assert sent == {512 * 1024: 524, 128 * 512: 65}[numel]
         assert ratio <= 1 / 270, ratio
+        # byte counts are integers: the two quotients are the same to an ulp
         assert ratio == pytest.approx((sent * 8 + 8) / (numel * 4))
 
 

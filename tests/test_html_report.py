@@ -35,6 +35,7 @@ def _round_trip(values):
 
 
 def test_the_grid_spans_1e_4_to_6e11_with_k_on_a_code():
+    # the grid's ends to the digits written here (no rounding question: a statement)
     assert BOTTOM == pytest.approx(9.24e-5, rel=1e-3) and TOP == pytest.approx(6.0e11, rel=1e-2)
     assert _round_trip([K])[0] == pytest.approx(K, rel=1e-12)
 

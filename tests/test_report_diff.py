@@ -92,6 +92,7 @@ def test_planted_changes_land_in_their_lists(planted):
     assert diff.still_failing == []
     assert names(diff.regressions) == ["sgd_momentum[torch-auto]"]
     regression = diff.regressions[0]
+    # ratios read back from the reports' JSON (float64): 10 times to an ulp
     assert regression.new_ratio == pytest.approx(10 * regression.old_ratio)
     assert diff.results_added == ["sgd_extra[torch-auto]"]
     assert diff.results_removed == ["sgd_momentum[torch-own]"]

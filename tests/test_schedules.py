@@ -11,6 +11,11 @@ import pytest
 import unified_opt as uo
 from unified_opt import schedules as S
 
+# Margins (rel=1e-14 or so, pytest.approx's default rel=1e-6): a schedule computes in
+# Python floats and the expected numbers are its formulas worked out so. +, -, *, / and
+# sqrt round correctly on every CPU, and libm's cos, exp and pow may move by an ulp from
+# one platform to another; no vector code is involved, so these margins hold everywhere.
+
 TORCH, PADDLE = "torch.optim.lr_scheduler", "paddle.optimizer.lr"
 NN, EXP = "mindspore.nn", "mindspore.experimental.optim.lr_scheduler"
 
