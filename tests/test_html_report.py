@@ -37,6 +37,8 @@ def _round_trip(values):
 def test_the_grid_spans_1e_4_to_6e11_with_k_on_a_code():
     # the grid's ends to the digits written here (no rounding question: a statement)
     assert BOTTOM == pytest.approx(9.24e-5, rel=1e-3) and TOP == pytest.approx(6.0e11, rel=1e-2)
+    # a code decodes as K * 10 ** (n / PER_DECADE) in float64 (numpy's power: an ulp or
+    # so apart between CPUs); K's own code has n = 0, far inside rel=1e-12 anywhere
     assert _round_trip([K])[0] == pytest.approx(K, rel=1e-12)
 
 
@@ -57,6 +59,8 @@ def test_zero_below_the_grid_nonfinite_and_above_the_grid():
     back = _round_trip([0.0, 1e-6, np.inf, np.nan, 1e30, BOTTOM])
     assert back[:2].tolist() == [0.0, 0.0]
     assert np.isinf(back[2]) and np.isinf(back[3])      # inf marks differing NaN/Inf
+    # the grid's ends decoded (numpy's float64 power, an ulp or so apart between CPUs)
+    # against their definition: far inside approx's default rel=1e-6
     assert back[4] == pytest.approx(TOP) and back[5] == pytest.approx(BOTTOM)
 
 
