@@ -107,7 +107,8 @@ class Deviation:
         def step(grads):
             k = ref.step_count
             # the decay in the loss-scaled units the gradients arrive in
-            moved = {n: np.asarray(grads[n], dtype=np.float64) + sign * spec.loss_scale
+            moved = {n: None if grads[n] is None else   # no gradient: no decay either
+                     np.asarray(grads[n], dtype=np.float64) + sign * spec.loss_scale
                      * plan.spec.at_step(k).weight_decay * ref.params[n]
                      for n, plan in zip(names, plans)}
             return ref.step(moved)
@@ -124,7 +125,8 @@ class Deviation:
         ref = uo.reference(spec.replace(weight_decay=0.0), case.initial_params(), dtype=dtype)
 
         def step(grads):
-            before = {n: p.copy() for n, p in ref.params.items()}
+            # a parameter without a gradient is not updated, so not decayed either
+            before = {n: p.copy() for n, p in ref.params.items() if grads[n] is not None}
             lr = ref.step(grads)
             with np.errstate(invalid="ignore", over="ignore"):   # non-finite gradients
                 for n, p in before.items():

@@ -227,8 +227,8 @@ def pytest_collection_modifyitems(session, config, items):
     parent = ConformanceSuite.from_parent(session, name="unified-opt-conformance")
     for case in cases:
         for backend in backends:
-            if not case.runs_on(backend):
-                continue
+            if not case.runs_on(backend) and case.refused_on(backend) is None:
+                continue           # a refused case is collected: skipped with the reason
             for path in case.paths:
                 items.append(ConformanceItem.from_parent(
                     parent, name=f"{case.id}[{backend}-{path}]", suite=suite,

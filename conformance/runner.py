@@ -311,11 +311,13 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
         skipped = set(worker["skipped"])
         unstable |= set(worker["unstable"])
         for case in cases:
-            if not case.runs_on(backend):
+            refused = case.refused_on(backend)     # a loop the backend cannot express
+            if refused is None and not case.runs_on(backend):
                 continue
-            if case.id in left_out:
-                worker["not_run"] += [{"case": case.id, "path": path,
-                                       "reason": left_out[case.id]} for path in case.paths]
+            reason = left_out.get(case.id) or refused
+            if reason is not None:
+                worker["not_run"] += [{"case": case.id, "path": path, "reason": reason}
+                                      for path in case.paths]
                 continue
             for path in case.paths:
                 if result_stem(case.id, path) not in skipped:

@@ -22,6 +22,12 @@ class Reference:
     the lr it used. ``params``, ``state`` (name -> {state name -> array}) and
     ``lrs`` (the lr of every step so far) are public.
 
+    A gradient may be None: that parameter has none at this step (torch's ``p.grad is
+    None``). It is left alone, state included, and its own count of updates
+    (``param_steps``: the update's 1-based ``step``, which bias corrections count) does
+    not advance; the step still counts for the optimizer (``step_count``: the lr
+    schedule and ``spec.at_step`` follow the optimizer's steps, as on every backend).
+
     ``groups`` (a list of :class:`unified_opt.Group`) set per-parameter lr factors and
     weight decay by name, as in ``uo.build``; ``plans`` holds what each parameter got.
     ``skipped`` has one bool per ``step`` call: True where ``skip_nonfinite`` skipped it
@@ -66,6 +72,8 @@ class Reference:
                         for name, p in self.params.items()}
                        for _ in range(self.workers or 1)]
         self.step_count = 0
+        #: each parameter's count of updates (those of steps where it had a gradient)
+        self.param_steps = {name: 0 for name in self.params}
         self.lrs: list[float] = []
         self.skipped: list[bool] = []
 
@@ -84,7 +92,8 @@ class Reference:
                                  f"{type(grads).__name__}"
                                  + (f" of length {len(grads)}" if isinstance(grads, (list, tuple))
                                     else ""))
-            per_worker = [self._checked(g, f"grads[{r}]") for r, g in enumerate(grads)]
+            per_worker = [self._checked(g, f"grads[{r}]", missing=False)
+                          for r, g in enumerate(grads)]
         lr = self.spec.lr_at(self.step_count)
         with np.errstate(all="ignore"):  # NaN/Inf propagate as in the frameworks
             if self.workers is None:
@@ -98,15 +107,19 @@ class Reference:
                 per_worker = [dict(zip(names, prepared))]
             self.step_count += 1
             for name in self.params:
+                if per_worker[0][name] is None:
+                    continue          # no gradient: nothing changes, its count neither
                 spec = self._specs[name].at_step(self.step_count - 1)
+                self.param_steps[name] += 1
                 if self.workers is None:
                     self.params[name], self.states[0][name] = spec.update(
                         self.params[name], per_worker[0][name], self.states[0][name],
-                        lr=self.plans[name].lr(lr), step=self.step_count, ops=self.ops)
+                        lr=self.plans[name].lr(lr), step=self.param_steps[name],
+                        ops=self.ops)
                     continue
                 self.params[name], states = spec.exchange_step(
                     self.params[name], [g[name] for g in per_worker],
-                    [s[name] for s in self.states], lr=lr, step=self.step_count,
+                    [s[name] for s in self.states], lr=lr, step=self.param_steps[name],
                     ops=self.ops, exchange=self.exchange)
                 for worker_states, new in zip(self.states, states):
                     worker_states[name] = new
@@ -115,13 +128,22 @@ class Reference:
             self.skipped.append(False)
         return lr
 
-    def _checked(self, grads, what: str) -> dict:
+    def _checked(self, grads, what: str, missing: bool = True) -> dict:
         if not isinstance(grads, Mapping) or set(grads) != set(self.params):
             got = sorted(grads) if isinstance(grads, Mapping) else type(grads).__name__
             raise ValueError(f"reference.step: {what} must have exactly the parameter names "
                              f"{sorted(self.params)}, got {got}")
         arrays = {}
         for name, grad in grads.items():
+            if grad is None:
+                if not missing:
+                    # a worker's missing gradient would leave the exchange's sum over
+                    # the workers without its part: no framework's data-parallel step
+                    # has one
+                    raise ValueError(f"reference.step: {what}[{name!r}] is None; with "
+                                     "workers every worker has every gradient")
+                arrays[name] = None
+                continue
             grad = np.asarray(grad)
             if grad.shape != self.params[name].shape:
                 raise ValueError(f"reference.step: {what}[{name!r}] has shape {grad.shape}, "

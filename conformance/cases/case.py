@@ -30,8 +30,9 @@ from .functions import decode_spec, encode_spec
 from .native import Native
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
-SUITE_VERSION = "3"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
-#                       algorithm, NaN and Inf interchangeable where both are non-finite
+SUITE_VERSION = "4"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
+#                       algorithm, NaN and Inf interchangeable where both are non-finite;
+#                       4: parameters without a gradient at some steps
 MIN_STEPS = 50
 DEFAULT_STEPS = 50
 
@@ -53,6 +54,14 @@ DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
 DEFAULT_PATHS = ("auto", "own")
 #: the one path of a case with a native optimizer built by hand (``Case.native``)
 HAND = "hand"
+
+#: why a backend cannot run a case with missing gradients (``Case.missing_gradients``)
+MISSING_GRADIENTS_REFUSED = {
+    "mindspore": "MindSpore's optimizers take a tuple of one gradient per parameter (a "
+                 "parameter the loss does not reach gets zeros from GradOperation, and "
+                 "its update runs on them): a parameter without a gradient at a step "
+                 "cannot be expressed there",
+}
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,12 @@ class Case:
     #: the rank this case stands for: its gradient stream and, in the oracle, its state
     #: (``at_rank``; 0 for the case as written)
     rank: int = 0
+    #: parameter name -> 0-based steps at which it has no gradient (torch's ``p.grad =
+    #: None``): it is left alone there and its own count of updates stays, while the
+    #: step counts for the optimizer (lr schedule, per-step hyperparameters). Backends
+    #: that cannot express it (:data:`MISSING_GRADIENTS_REFUSED`) do not run the case,
+    #: and the report says why (:meth:`refused_on`)
+    missing_gradients: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -139,8 +154,34 @@ class Case:
         if not any(0 not in shape for shape in shapes.values()) and steps:
             raise ValueError(f"{owner}: nonfinite_steps needs a parameter with elements")
         object.__setattr__(self, "nonfinite_steps", steps)
+        self._check_missing_gradients(owner, shapes)
         self._check_workers(owner)
         encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
+
+    def _check_missing_gradients(self, owner: str, shapes: dict) -> None:
+        missing = self.missing_gradients
+        if not isinstance(missing, Mapping):
+            raise TypeError(f"{owner}: missing_gradients must be a mapping parameter name "
+                            f"-> steps, got {missing!r}")
+        checked = {}
+        for name, steps in missing.items():
+            if name not in shapes:
+                raise ValueError(f"{owner}: missing_gradients names {name!r}, which is not "
+                                 f"a parameter of the case ({sorted(shapes)})")
+            if isinstance(steps, (str, bytes)) or not isinstance(steps, (list, tuple)):
+                raise TypeError(f"{owner}: missing_gradients[{name!r}] must be a sequence "
+                                f"of step indices, got {steps!r}")
+            steps = tuple(v.check_int(owner, f"missing_gradients[{name!r}][{i}]", s, low=0)
+                          for i, s in enumerate(steps))
+            if list(steps) != sorted(set(steps)):
+                raise ValueError(f"{owner}: missing_gradients[{name!r}] must be increasing, "
+                                 f"got {list(steps)}")
+            if steps:
+                checked[name] = steps
+        if checked and self.workers > 1:
+            raise ValueError(f"{owner}: a distributed case (workers={self.workers}) has "
+                             "every gradient on every rank; missing_gradients is not for it")
+        object.__setattr__(self, "missing_gradients", checked)
 
     def _check_workers(self, owner: str) -> None:
         workers = v.check_int(owner, "workers", self.workers, low=1)
@@ -189,7 +230,17 @@ class Case:
 
     def runs_on(self, backend: str) -> bool:
         """Does this case run on ``backend``?"""
-        return not self.backends or backend in self.backends
+        return (not self.backends or backend in self.backends) and \
+            self.refused_on(backend) is None
+
+    def refused_on(self, backend: str) -> str | None:
+        """Why ``backend`` cannot run this case (None: it can, or the case is not for it):
+        the report lists the case as not run there, with this reason."""
+        if self.backends and backend not in self.backends:
+            return None
+        if self.missing_gradients and backend in MISSING_GRADIENTS_REFUSED:
+            return f"not run on {backend}: {MISSING_GRADIENTS_REFUSED[backend]}"
+        return None
 
     # -- data the worker and the parent both derive from the case ---------------------
     def initial_params(self) -> dict[str, np.ndarray]:
@@ -197,12 +248,16 @@ class Case:
         return {name: rng.standard_normal(shape).astype(np.float32)
                 for name, shape in self.params.items()}
 
-    def gradients(self, step: int) -> dict[str, np.ndarray]:
+    def gradients(self, step: int) -> dict[str, np.ndarray | None]:
         """The float32 gradients of 0-based ``step`` (with a non-finite element at the
-        ``nonfinite_steps``) on this case's rank."""
+        ``nonfinite_steps``) on this case's rank; None for a parameter without one at
+        this step (``missing_gradients``)."""
         grads = gradients_at(self.seed + self.rank, step, self.params)
         if step in self.nonfinite_steps:
             grads = with_nonfinite(grads, self.nonfinite_steps.index(step))
+        if self.missing_gradients:
+            grads = {name: None if step in self.missing_gradients.get(name, ()) else g
+                     for name, g in grads.items()}
         return grads
 
     def at_rank(self, rank: int) -> "Case":
@@ -223,7 +278,10 @@ class Case:
                 **({"native": self.native.to_dict()} if self.native is not None else {}),
                 **({"backends": list(self.backends)} if self.backends else {}),
                 **({"workers": self.workers} if self.workers > 1 else {}),
-                **({"rank": self.rank} if self.rank else {})}
+                **({"rank": self.rank} if self.rank else {}),
+                **({"missing_gradients": {n: list(s) for n, s in
+                                          self.missing_gradients.items()}}
+                   if self.missing_gradients else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -236,7 +294,9 @@ class Case:
                    native=None if data.get("native") is None
                    else Native.from_dict(data["native"]),
                    backends=tuple(data.get("backends", ())),
-                   workers=data.get("workers", 1), rank=data.get("rank", 0))
+                   workers=data.get("workers", 1), rank=data.get("rank", 0),
+                   missing_gradients={n: tuple(s) for n, s in
+                                      data.get("missing_gradients", {}).items()})
 
 
 def dense(**fields) -> Case:

@@ -59,6 +59,12 @@ class MindSporeDriver(Driver):
         return lr if plan.lr_scale == 1.0 else lr / plan.lr_scale
 
     def apply(self, grads):
+        missing = sorted(name for name, g in grads.items() if g is None)
+        if missing:    # the runner does not run such a case here (Case.refused_on)
+            from ..cases.case import MISSING_GRADIENTS_REFUSED
+
+            raise ValueError(f"no gradient for {missing}: "
+                             f"{MISSING_GRADIENTS_REFUSED['mindspore']}")
         # the optimizer's parameters, in its order (a native one leaves zero-size ones out)
         names = {id(p): name for name, p in self.params.items()}
         self.optimizer(tuple(Tensor.from_numpy(np.array(grads[names[id(p)]],

@@ -1,5 +1,6 @@
-"""Conformance driver for Paddle: ``p.grad = paddle.to_tensor(g)``, ``step``,
-``clear_grad(set_to_zero=False)``, then the lr scheduler's ``step()``. A native
+"""Conformance driver for Paddle: ``p.grad = paddle.to_tensor(g)`` (``p.grad = None``
+where the case has no gradient), ``step``, ``clear_grad(set_to_zero=False)``, then the
+lr scheduler's ``step()``. A native
 optimizer built by hand gets its scheduler as ``learning_rate`` and its parameters as
 ``parameters=`` (``parameter_list=`` for the incubate classes that still take it).
 Parameters and gradients go to Paddle's default place, which
@@ -37,6 +38,11 @@ class PaddleDriver(Driver):
     def apply(self, grads):
         tensors = {}
         for name, p in self.params.items():
+            if grads[name] is None:
+                # no gradient at this step (Case.missing_gradients): the parameter keeps
+                # none, as after a backward it took no part in
+                tensors[name] = None
+                continue
             g = np.asarray(grads[name])
             # Paddle accepts a wrong shape of the same size, and a wrong dtype fails
             # only inside step() (measured on Paddle 3.3): check here, before anything

@@ -1,10 +1,11 @@
-"""Conformance driver for torch: backward-style ``p.grad``, ``step``, ``zero_grad``,
-then ``scheduler.step()``. A native optimizer built by hand takes its parameters first,
-its scheduler is built on it, and ``before_step`` functions (``clip_grad_norm_``) run
-between the gradients and the step. Loading it runs the backend's
-:func:`~unified_opt.backends.torch.ops.warm_up_cpu_sqrt` (a race in torch's first CPU
-``sqrt`` of a process), also before a native optimizer built by hand. On a device
-(``cuda:N``, ``npu:N``) each parameter and gradient is moved there with ``.to()``."""
+"""Conformance driver for torch: backward-style ``p.grad`` (None where the case has no
+gradient), ``step``, ``zero_grad``, then ``scheduler.step()``. A native optimizer built
+by hand takes its parameters first, its scheduler is built on it, and ``before_step``
+functions (``clip_grad_norm_``) run between the gradients and the step. Loading it
+runs the backend's :func:`~unified_opt.backends.torch.ops.warm_up_cpu_sqrt` (a race in
+torch's first CPU ``sqrt`` of a process), also before a native optimizer built by hand.
+On a device (``cuda:N``, ``npu:N``) each parameter and gradient is moved there with
+``.to()``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from unified_opt.backends.torch.ops import warm_up_cpu_sqrt
 from unified_opt.native import import_native
+from unified_opt.ops import numpy_ops
 
 from .base import Driver
 
@@ -46,7 +48,10 @@ class TorchDriver(Driver):
 
     def apply(self, grads):
         for name, p in self.params.items():
-            p.grad = torch.from_numpy(np.array(grads[name], dtype=array_dtype(p))).to(p.device)
+            # None: no gradient at this step (Case.missing_gradients), as after a
+            # backward the parameter took no part in
+            p.grad = None if grads[name] is None else torch.from_numpy(
+                np.array(grads[name], dtype=array_dtype(p))).to(p.device)
         self.run_before_step()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -72,6 +77,17 @@ class TorchDriver(Driver):
 
     def to_numpy(self, tensor):
         return tensor.detach().cpu().numpy()
+
+    def spec_state(self, name):
+        state = super().spec_state(name)
+        if state or self.native is not None or self.factory is not None:
+            return state
+        # torch makes a parameter's state at its first update: until then (no gradient
+        # at any step so far, Case.missing_gradients) it holds the spec's initial state
+        p = self.params[name]
+        spec = self.record.plans[self.names.index(name)].spec
+        initial = spec.init(np.zeros(tuple(p.shape), dtype=array_dtype(p)), numpy_ops)
+        return {k: torch.as_tensor(np.asarray(a)) for k, a in initial.items()}
 
     def optimizer_state(self, param):
         """``optimizer.state[param]``'s tensors (a user's torch optimizer)."""
