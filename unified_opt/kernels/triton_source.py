@@ -297,7 +297,7 @@ def _partial(plan: SumPlan, number: int, value: str, layout: str, head: list, ta
     axes, kept = plan.axes, plan.kept
     head += [f"P{number} = tl.load(parts + {number} * n_tensors + t)"
              ".to(tl.pointer_type(tl.float64))",
-             "nrp = tl.cdiv(Rd, BR * ITERS)", "ncb = tl.cdiv(Cd, BC)",
+             "nrp = (Rd + BR * ITERS - 1) // (BR * ITERS)", "ncb = (Cd + BC - 1) // BC",
              f"k{number} = (({'b' if axes & B else '0'}) * "
              f"({'nrp' if axes & R else '1'}) + ({'rp' if axes & R else '0'})) * "
              f"({'ncb' if axes & C else '1'}) + ({'cb' if axes & C else '0'})",

@@ -1,0 +1,186 @@
+"""The CUDA engine (``backends/torch/cuda.py``): every phase of a spec's VM program as one
+Triton kernel over all tensors of a group. Here its kernels run in Triton's interpreter
+(``TRITON_INTERPRET=1``: numpy on the CPU, no GPU needed) over CPU tensors:
+
+* bit for bit the kernel VM's numbers (itself the numpy float32 rules without FMA), for
+  every algorithm over tensors of every rank, odd sizes that cut the tiles, a 0-d and
+  zero-size tensors, several tensors per launch, adversarial gradients (zeros, tiny,
+  huge, NaN and inf);
+* a sign decided by a value within float32 rounding of 0 (Lion) as the float32 reference
+  decides it: the kernels keep the spec's operation order without fused multiply-adds;
+* through ``uo.build``'s own optimizer, the conformance rule against the float64 oracle;
+* what the kernels do not run (DGC's top-k) is refused by ``compile=True`` and handed to
+  the eager update by ``"auto"``.
+
+The same kernels compiled for a GPU: ``tests/test_cuda_native.py`` and the device script
+``benchmarks/gpu_check.sh``.
+"""
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import LOOP_PARAMS, case_of, judge
+
+import unified_opt as uo
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+#: without a GPU the tests run in a process of their own with Triton's interpreter on from
+#: the start (Triton's own jit functions, tl.sum among them, take it only as Triton loads,
+#: and this session loaded Triton with MindSpore)
+CHILD = "UO_TRITON_INTERPRETER_CHILD"
+HERE = CUDA or os.environ.get(CHILD) == "1"
+here = pytest.mark.skipif(not HERE, reason="runs in test_under_triton_s_interpreter")
+
+
+@pytest.mark.skipif(HERE, reason="the tests run in this process")
+def test_under_triton_s_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1", **{CHILD: "1"})
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-W", "ignore::RuntimeWarning", __file__],
+                          cwd=Path(__file__).parent.parent, env=env, capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert " passed" in done.stdout and " skipped" in done.stdout   # (this test itself)
+
+
+from unified_opt.backends.torch import cuda  # noqa: E402
+from unified_opt.backends.torch.ops import torch_ops  # noqa: E402
+from unified_opt.conformance.trajectory import Recorder  # noqa: E402
+from unified_opt.kernels.runtime import KernelRunner, run_numpy  # noqa: E402
+from unified_opt.ops import numpy_ops  # noqa: E402
+from unified_opt.step_loop import Batch  # noqa: E402
+
+#: ranks 0 to 3, a tile's edges crossed (8 rows x 256 columns per tile, 64 rows per
+#: program), zero-size tensors, 1-row and 1-column matrices
+SHAPES = [(70, 300), (300,), (3, 5, 9), (), (0,), (4, 0), (1, 1), (33, 2), (1, 257)]
+SPECS = {name: uo.get(name) for name in uo.algorithms() if name != "dgc_momentum"}
+SPECS.update({
+    "adam_eps_hat_amsgrad": uo.Adam(eps_placement="eps_hat", amsgrad=True, lr=1e-2),
+    "sgd_nesterov": uo.SGD(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3),
+    "lamb_clamped": uo.Lamb(lr=1e-2, weight_decay=0.01, weight_norm_clamp=10.0,
+                            trust_eps=1e-6, always_adapt=True),
+    "came_relative": uo.CAME(relative_step=True, scale_parameter=True, warmup_init=True),
+})
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    with warnings.catch_warnings():
+        # the interpreter's numpy warns where the kernels divide by zero (inf, as on a GPU)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _gradients(rng, step):
+    out = []
+    for shape in SHAPES:
+        g = np.asarray(rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 2))
+        flat = g.reshape(-1)
+        if flat.size > 8:
+            flat[:3] = (0.0, 1e-30, 500.0)
+            if step == 3:
+                flat[5] = np.nan if flat.size % 2 else np.inf
+        out.append(g.astype(np.float32))
+    return out
+
+
+@here
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_the_kernels_give_the_vm_s_bits(name):
+    spec = SPECS[name]
+    rng = np.random.default_rng(7)
+    engine = cuda.CudaKernels(True, "test")
+    runner = KernelRunner(specialize=False)
+    params = [torch.tensor(np.asarray(rng.standard_normal(s), dtype=np.float32),
+                           device=DEVICE) for s in SHAPES]
+    on_vm = [p.cpu().numpy() for p in params]
+    states = [{k: v.clone() for k, v in spec.init(p, torch_ops).items()} for p in params]
+    vm_states = [{k: v.cpu().numpy() for k, v in s.items()} for s in states]
+    for step in range(1, 5):
+        grads = _gradients(rng, step)
+        lr = float(spec.lr_at(step - 1))
+        batch = Batch(spec, lr, list(range(len(SHAPES))), params,
+                      [torch.tensor(g, device=DEVICE) for g in grads], states,
+                      [step] * len(SHAPES))
+        assert engine.run(batch) == []
+        for p, g, state in zip(on_vm, grads, vm_states):
+            run_numpy(runner, spec, p, g.copy(), state, lr=lr, step=step)
+        for shape, p, q, state, vm_state in zip(SHAPES, params, on_vm, states, vm_states):
+            np.testing.assert_array_equal(p.cpu().numpy(), q,
+                                          err_msg=f"{name} {shape} step {step}")
+            for key, value in vm_state.items():
+                np.testing.assert_array_equal(state[key].cpu().numpy(), value,
+                                              err_msg=f"{name} {shape} {key} step {step}")
+
+
+@here
+def test_a_sign_near_zero_decides_as_the_float32_reference():
+    """Lion's update is sign(beta1 m + (1 - beta1) g): with m and g chosen so the two
+    terms cancel to within float32 rounding, a contracted a*b+c would round once and
+    could take the other sign; the kernels round each operation as numpy does."""
+    spec = uo.Lion(lr=1e-2, betas=(0.9, 0.99), weight_decay=0.0)
+    rng = np.random.default_rng(3)
+    m = rng.standard_normal(4096).astype(np.float32)
+    g = (-np.float32(0.9) * m / np.float32(0.1)).astype(np.float32)   # cancels to ~ulps
+    g += rng.choice([-1, 0, 1], 4096).astype(np.float32) * np.spacing(g)
+    p = rng.standard_normal(4096).astype(np.float32)
+    expected, expected_state = spec.update(p.copy(), g.copy(), {"exp_avg": m.copy()},
+                                           lr=1e-2, step=1, ops=numpy_ops)
+    mixed = np.sign(np.float32(0.9) * m + np.float32(0.1) * g)
+    assert (mixed == 0).sum() > 100 and len(set(mixed.tolist())) == 3   # near ties exist
+    param, state = torch.tensor(p, device=DEVICE), {"exp_avg": torch.tensor(m, device=DEVICE)}
+    engine = cuda.CudaKernels(True, "test")
+    assert engine.run(Batch(spec, 1e-2, [0], [param], [torch.tensor(g, device=DEVICE)],
+                            [state], [1])) == []
+    np.testing.assert_array_equal(param.cpu().numpy(), expected)
+    np.testing.assert_array_equal(state["exp_avg"].cpu().numpy(), expected_state["exp_avg"])
+
+
+@here
+@pytest.mark.parametrize("name", ["lion"] + (["lamb", "came", "adafactor"] if CUDA else []))
+def test_the_own_optimizer_on_the_kernels_follows_the_oracle(name):
+    """``uo.build``'s own optimizer puts the tensors the engine claims (CUDA ones; CPU
+    ones under the interpreter) on it, and the run passes the conformance rule. (The
+    interpreter takes about a second per step of a program with sums: those run here on
+    a GPU only; their kernels are checked bit for bit above.)"""
+    from unified_opt.conformance.device import place
+    from unified_opt.conformance.drivers.torch import TorchDriver
+
+    spec = SPECS[name]
+    case = case_of(f"cuda_engine_{name}", spec, LOOP_PARAMS)
+    driver = TorchDriver(spec, case.initial_params(), path="own", options={"compile": True},
+                         device=place("torch", DEVICE))
+    assert driver.optimizer._engines(0, spec)[0].name == "cuda"
+    recorder = Recorder()
+    for t in range(case.steps):
+        lr = driver.step(case.gradients(t))
+        recorder.add(lr, driver.params_numpy(), driver.state_numpy())
+    result = judge(recorder.trajectory(), case)
+    assert result.passed, result.detail
+    assert driver.optimizer._cuda._launches           # the kernels ran
+
+
+@here
+def test_a_top_k_update_is_refused_by_true_and_run_eagerly_by_auto():
+    spec = uo.DGCMomentum(lr=0.1, momentum=0.9, sparsity=(0.5,), rampup_begin_step=0,
+                          min_numel=1)
+    p = torch.nn.Parameter(torch.ones(8, 8, device=DEVICE))
+    with pytest.raises(ValueError, match=r"cannot run on the CUDA kernels: ops.topk_mask"):
+        uo.build(spec, [p], path="own", options={"compile": True})
+    opt = uo.build(spec, [p], path="own", options={"compile": "auto"})
+    p.grad = torch.arange(64.0, device=DEVICE).reshape(8, 8)
+    with pytest.warns(RuntimeWarning, match="runs eagerly"):
+        opt.step()
+    eager = torch.nn.Parameter(torch.ones(8, 8, device=DEVICE))
+    reference = uo.build(spec, [eager], path="own", options={"compile": False})
+    eager.grad = torch.arange(64.0, device=DEVICE).reshape(8, 8)
+    reference.step()
+    assert torch.equal(p.detach(), eager.detach())
