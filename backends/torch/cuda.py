@@ -26,6 +26,7 @@ compiles nothing.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 import threading
@@ -34,8 +35,9 @@ import numpy as np
 import torch
 
 from unified_opt.kernels import build
+from unified_opt.kernels.bytecode import OPCODES, OPERAND_KINDS, decode
 from unified_opt.kernels.runtime import LABELS_KEPT, Programs
-from unified_opt.kernels.trace import Untraceable, canonical_dims
+from unified_opt.kernels.trace import B, C, R, Untraceable, canonical_dims
 from unified_opt.kernels.triton_source import (
     REDUCE_MANY,
     REDUCE_TOTAL,
@@ -122,6 +124,9 @@ class _Launch:
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             table[k] = buffer.data_ptr() + starts * buffer.element_size()
         self.table = table
+        self.order = tuple(order)
+        #: the state tensors the tables point into (the launch holds while they are in place)
+        self.held = [s[key] for s in states for key in order]
         self.phases = []
         for phase in program.phases:
             programs = self._programs(phase.domain, dims)
@@ -146,6 +151,12 @@ class _Launch:
                     in enumerate(sums)]
             self.phases.append((phase, programs, parts_device, sums))
 
+    def holds(self, states) -> bool:
+        """Whether ``states`` still hold the tensors the tables point into (a loaded
+        state dict or a state written by hand puts others in)."""
+        held = iter(self.held)
+        return all(s[key] is next(held) for s in states for key in self.order)
+
     def _programs(self, domain: int, dims) -> torch.Tensor | None:
         rows = []
         for t, d in enumerate(dims):
@@ -167,6 +178,7 @@ class _Launch:
         then the phases and their reductions, in order on the current stream."""
         table = self.table
         table[1] = _addresses(grads)
+        aligned = bool((table[:self.program.n_inputs] % 16 == 0).all())
         n_scalars = scalars.shape[1]
         host = torch.empty(table.size + self.count + scalars.size, dtype=torch.int64,
                            pin_memory=self.device.type == "cuda")
@@ -184,7 +196,7 @@ class _Launch:
             if programs is not None:
                 getattr(self.module, phase.kernel)[(programs.shape[0],)](
                     programs, self.dims, arrays, self.count, values, rows, n_scalars, parts,
-                    T=self.dtype, BR=br, BC=bc, ITERS=iters, num_warps=4,
+                    T=self.dtype, BR=br, BC=bc, ITERS=iters, ALIGNED=aligned, num_warps=4,
                     enable_fp_fusion=False)
             for plan, jobs, extents, part_row in sums:
                 if not jobs.shape[0]:
@@ -210,6 +222,8 @@ class CudaKernels(Engine):
         self.mode, self.owner = mode, owner
         self.programs = Programs()
         self._launches: dict = {}
+        self._partitions: dict = {}
+        self._flat: dict = {}
         self._triton: dict = {}
         self._refused: set = set()
         self._warned = False
@@ -259,32 +273,81 @@ class CudaKernels(Engine):
         return program
 
     # -- a step ------------------------------------------------------------------------
+    def _shapes(self, params) -> tuple[dict, list[int]]:
+        """The positions of ``params`` by (dtype, shape), and those these kernels never
+        take (another dtype, not contiguous): worked out once per parameter list."""
+        key = tuple(map(id, params))
+        found = self._partitions.get(key)
+        if found is None:
+            by_shape: dict = {}
+            never = []
+            for k, p in enumerate(params):
+                dtype = DTYPES.get(p.dtype)
+                if dtype is None or not p.is_contiguous():
+                    never.append(k)
+                else:
+                    by_shape.setdefault((dtype, tuple(p.shape)), []).append(k)
+            if len(self._partitions) >= 64:
+                self._partitions.clear()
+            found = self._partitions[key] = (by_shape, never)
+        return found
+
     def run(self, batch: Batch) -> list[int]:
-        leftover = []
-        sets: dict = {}
-        for k, (p, grad, step) in enumerate(zip(batch.params, batch.grads, batch.steps)):
-            dtype = DTYPES.get(p.dtype)
-            key = (dtype, p.dim(), step, tuple(p.shape))
-            if dtype is None or not p.is_contiguous() or key in self._refused:
-                leftover.append(k)
-                continue
-            sets.setdefault(key, []).append(k)
+        by_shape, never = self._shapes(batch.params)
+        leftover = list(never)
+        steps = batch.steps
+        uniform = steps.count(steps[0]) == len(steps)
         by_code: dict = {}
-        for (dtype, _, step, shape), positions in sets.items():
-            try:
-                code, scalars = self.programs.code_and_scalars(batch.spec, shape, dtype,
-                                                               batch.lr, step)
-                program = self._program(code, dtype)
-            except (Untraceable, Unsupported, TritonUnavailable) as error:
-                self._refuse((dtype, len(shape), step, shape), batch, error)
-                leftover += positions
-                continue
-            entry = by_code.setdefault(program.digest, (program, [], []))
-            entry[1].extend(positions)
-            entry[2].extend([scalars] * len(positions))
-        for program, positions, scalars in by_code.values():
-            self._launch(program, batch, positions, scalars)
+        for (dtype, shape), positions in by_shape.items():
+            if uniform:
+                sets = {steps[0]: positions}
+            else:
+                sets = {}
+                for k in positions:
+                    sets.setdefault(steps[k], []).append(k)
+            for step, members in sets.items():
+                if (dtype, len(shape), step, shape) in self._refused:
+                    leftover += members
+                    continue
+                try:
+                    view, code, scalars = self._code(batch.spec, shape, dtype, batch.lr, step)
+                    program = self._program(code, dtype)
+                except (Untraceable, Unsupported, TritonUnavailable) as error:
+                    self._refuse((dtype, len(shape), step, shape), batch, error)
+                    leftover += members
+                    continue
+                by_code.setdefault(program.digest, (program, view, []))[2].append(
+                    (members, scalars))
+        for program, view, parts in by_code.values():
+            positions = [k for members, _ in parts for k in members]
+            rows, row_of = _scalar_table(parts)
+            self._launch(program, batch, positions, rows, row_of, flat=len(view) == 1)
         return sorted(leftover)
+
+    def _code(self, spec, shape, dtype, lr, step):
+        """``(the shape the kernels see, VM code, scalars)`` of a parameter's update: a
+        program that is elementwise but for whole-tensor sums (Adam, Lion, Lamb's and
+        LARS's norms) runs every tensor as 1-D, so that tensors of every rank share one
+        program and one launch. Checked, not assumed: the 1-D trace must be the same
+        program with the tensor's axes read as one."""
+        code, scalars = self.programs.code_and_scalars(spec, shape, dtype, lr, step)
+        if len(shape) == 1:
+            return shape, code, scalars
+        key = code.tobytes()
+        flat = self._flat.get(key)
+        numel = math.prod(shape)
+        if flat is False:
+            return shape, code, scalars
+        flat_code, flat_scalars = self.programs.code_and_scalars(spec, (numel,), dtype, lr,
+                                                                 step)
+        if flat is None:
+            if len(self._flat) >= LABELS_KEPT:
+                self._flat.clear()
+            flat = self._flat[key] = flattens(code, flat_code, len(shape)) and \
+                np.array_equal(scalars, flat_scalars)
+            if not flat:
+                return shape, code, scalars
+        return (numel,), flat_code, flat_scalars
 
     def _refuse(self, key, batch: Batch, error) -> None:
         if self.mode is True:
@@ -299,27 +362,57 @@ class CudaKernels(Engine):
                           f"device ({error}); compile='auto' takes the same numbers "
                           "without the CUDA kernels", RuntimeWarning, stacklevel=4)
 
-    def _launch(self, program: TritonProgram, batch: Batch, positions, scalars) -> None:
-        params = [batch.params[k] for k in positions]
-        states = [batch.states[k] for k in positions]
-        order = self.programs.state_order(batch.spec, tuple(params[0].shape), program.dtype)
-        key = (program.digest, tuple(id(p) for p in params),
-               tuple(state[name].data_ptr() for state in states for name in order))
+    def _launch(self, program: TritonProgram, batch: Batch, positions, rows, row_of, *,
+                flat: bool) -> None:
+        key = (program.digest, tuple(id(batch.params[k]) for k in positions))
         launch = self._launches.get(key)
-        if launch is None:
-            for p, state in zip(params, states):
+        states = [batch.states[k] for k in positions]
+        if launch is None or not launch.holds(states):
+            params = [batch.params[k] for k in positions]
+            views = [p.view(-1) if flat and p.dim() != 1 else p for p in params]
+            order = self.programs.state_order(batch.spec, tuple(views[0].shape),
+                                              program.dtype)
+            for p, view, state in zip(params, views, states):
                 _own_memory(p, state, order, self.programs.state_sizes(
-                    batch.spec, tuple(p.shape), program.dtype))
+                    batch.spec, tuple(view.shape), program.dtype))
             if len(self._launches) >= 64:
                 self._launches.clear()
-            key = key[:2] + (tuple(state[name].data_ptr() for state in states
-                                   for name in order),)
-            launch = self._launches[key] = _Launch(program, params, states, order,
+            launch = self._launches[key] = _Launch(program, views, states, order,
                                                    params[0].device)
         grads = [batch.grads[k] for k in positions]
-        grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
-        rows, scalar_rows = _scalar_table(scalars)
-        launch.run(grads, rows, scalar_rows)
+        launch.run([g if g.is_contiguous() else g.contiguous() for g in grads], rows, row_of)
+
+
+def flattens(code: np.ndarray, flat_code: np.ndarray, ndim: int) -> bool:
+    """Whether VM ``code`` of a parameter of ``ndim`` dimensions is ``flat_code`` (the same
+    update traced on the parameter seen as 1-D) with every full mask read as the 1-D one:
+    no array, phase or sum of ``code`` spans part of the parameter's axes."""
+    full = {0: 0, 1: C, 2: R | C}.get(ndim, B | R | C)
+
+    def normalized(decoded, whole):
+        def axes(mask):
+            return "all" if mask == whole else ("none" if mask == 0 else None)
+
+        masks = [axes(m) for m in decoded.masks]
+        phases = []
+        for domain, instructions in decoded.phases:
+            body = []
+            for ins in instructions:
+                ins = list(ins)
+                if ins[0] == OPCODES["sum"]:
+                    ins[2] = axes(ins[2])
+                for kind, value in ((3, 4), (5, 6), (7, 8)):
+                    if ins[kind] == OPERAND_KINDS["count"]:
+                        ins[value] = axes(ins[value])
+                body.append(tuple(ins))
+            phases.append((axes(domain), tuple(body)))
+        return decoded.n_inputs, tuple(masks), tuple(phases)
+
+    mine = normalized(decode(code), full)
+    if None in mine[1] or any(d is None for d, _ in mine[2]) or any(
+            None in ins for _, body in mine[2] for ins in body):
+        return False
+    return mine == normalized(decode(flat_code), C)
 
 
 def _own_memory(p, state: dict, order, sizes: dict) -> None:
@@ -342,17 +435,17 @@ def _own_memory(p, state: dict, order, sizes: dict) -> None:
             seen.add(array.data_ptr())
 
 
-def _scalar_table(scalars: list) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct scalar vectors as rows, and each tensor's row."""
+def _scalar_table(parts) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct scalar vectors of ``parts`` (``(positions, scalars)`` pairs) as rows,
+    and each position's row, in the order of the positions."""
     rows, index, of = [], {}, []
-    for values in scalars:
+    for members, values in parts:
         key = values.tobytes()
         if key not in index:
             index[key] = len(rows)
             rows.append(values)
-        of.append(index[key])
-    width = max(1, max(len(r) for r in rows))
-    table = np.zeros((len(rows), width), dtype=np.float64)
+        of += [index[key]] * len(members)
+    table = np.zeros((len(rows), max(1, max(len(r) for r in rows))), dtype=np.float64)
     for i, r in enumerate(rows):
         table[i, :len(r)] = r
     return table, np.asarray(of, dtype=np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from unified_opt.step_loop import Host, StepLoop
@@ -153,6 +154,12 @@ class _Host(Host):
 
     def __init__(self, optimizer: SpecOptimizer):
         self.optimizer = optimizer
+        # every parameter's count of updates; each state's "step" is a 0-d view of it, so
+        # a step counts with one operation (a state dict loaded or written by hand brings
+        # other tensors: their values are taken back in, see advance)
+        self._counts = torch.zeros(len(optimizer._params))
+        self._linked: list = [None] * len(optimizer._params)
+        self._index: dict = {}
 
     def gradients(self) -> list:
         return checked_gradients(self.optimizer._params, "SpecOptimizer")
@@ -184,13 +191,21 @@ class _Host(Host):
         return state
 
     def advance(self, indices: list[int]) -> list[int]:
-        state, params = self.optimizer.state, self.optimizer._params
-        counters = [state[params[i]][STEP] for i in indices]
-        torch._foreach_add_(counters, 1.0)
-        try:
-            return [int(c) for c in torch.stack(counters).tolist()]
-        except RuntimeError:          # counters on several devices (a loaded state dict)
-            return [int(c.item()) for c in counters]
+        state, params, counts = self.optimizer.state, self.optimizer._params, self._counts
+        values, linked = counts.numpy(), self._linked
+        for i in indices:
+            held = state[params[i]]
+            if held[STEP] is not linked[i]:
+                values[i] = float(held[STEP])
+                held[STEP] = linked[i] = counts[i]
+        key = tuple(indices)
+        index = self._index.get(key)
+        if index is None:
+            if len(self._index) >= 64:
+                self._index.clear()
+            index = self._index[key] = np.asarray(indices, dtype=np.int64)
+        values[index] += 1
+        return values[index].astype(np.int64).tolist()
 
     def finish(self, t: int) -> None:
         self.optimizer.param_groups[0][STEPS_TAKEN] = t

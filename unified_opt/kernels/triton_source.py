@@ -41,7 +41,8 @@ from .bytecode import OPCODES, OPERAND_KINDS, SELECT, decode
 from .trace import B, C, R
 
 _NAMES = {v: k for k, v in OPCODES.items()}
-#: tile shapes per layout: (BR, BC, ITERS)
+#: tile shapes per layout: (BR, BC, ITERS); the "cols" layout runs a tile wholly inside
+#: the tensor without masks (vector loads where the tensors are 16-byte aligned)
 BLOCKS = {"2d": (8, 256, 8), "cols": (1, 2048, 1), "rows": (1024, 1, 1), "single": (1, 1, 1)}
 #: the reduction kernels' blocks: contributions x outputs, and contributions alone
 REDUCE_MANY = (32, 128)
@@ -88,10 +89,7 @@ class TritonProgram:
     n_inputs: int
     masks: tuple[int, ...]
     phases: tuple[PhasePlan, ...]
-
-    @property
-    def digest(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:24]
+    digest: str            # of the source: the module's file name
 
 
 def layout_of(domain: int) -> str:
@@ -143,11 +141,12 @@ def triton_program(code: np.ndarray, dtype: str) -> TritonProgram:
         sums = tuple(SumPlan(ins[1], ins[2], domain & ~ins[2] & (B | R | C))
                      for ins in instructions if _NAMES[ins[0]] == "sum")
         plan = PhasePlan(f"phase_{number}", domain, layout, sums)
-        lines += _phase(plan, instructions, masks, T)
+        lines += _phase(plan, instructions, masks, decoded.n_inputs)
         plans.append(plan)
     lines += _reductions()
-    return TritonProgram("\n".join(lines) + "\n", dtype, decoded.n_inputs, masks,
-                         tuple(plans))
+    source = "\n".join(lines) + "\n"
+    return TritonProgram(source, dtype, decoded.n_inputs, masks, tuple(plans),
+                         hashlib.sha256(source.encode()).hexdigest()[:24])
 
 
 def _helpers(T: str) -> list[str]:
@@ -190,7 +189,7 @@ def _valid(mask: int) -> str | None:
     return " & ".join(parts) or None
 
 
-def _phase(plan: PhasePlan, instructions, masks, T: str) -> list[str]:
+def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
     domain, layout = plan.domain, plan.layout
     head = ["pid = tl.program_id(0)",
             "t = tl.load(programs + pid * 4)", "b = tl.load(programs + pid * 4 + 1)",
@@ -212,10 +211,8 @@ def _phase(plan: PhasePlan, instructions, masks, T: str) -> list[str]:
     else:
         head += ["r = 0", "c = 0"]
         loop = []
-    body: list[str] = []
     tail: list[str] = []
-    registers: dict[int, str] = {}
-    loaded: dict[int, str] = {}
+    hoisted: dict[int, str] = {}
     pointers: set[int] = set()
     named: set[str] = set()
 
@@ -223,64 +220,93 @@ def _phase(plan: PhasePlan, instructions, masks, T: str) -> list[str]:
         if k not in pointers:
             pointers.add(k)
             head.append(f"A{k} = tl.load(arrays + {k} * n_tensors + t).to(tl.pointer_type(T))")
+            if layout == "cols" and k < n_inputs and masks[k] & C:
+                # the caller's tensors start 16-byte aligned (ALIGNED): whole tiles load
+                # and store 4 floats at a time
+                head.extend(["if ALIGNED:", f"    A{k} = tl.multiple_of(A{k}, 16)"])
         return f"A{k}"
 
-    def operand(kind: int, k: int) -> str:
-        if kind == OPERAND_KINDS["register"]:
-            return registers[k]
-        if kind == OPERAND_KINDS["scalar"]:
-            name = f"s{k}"
-            if name not in named:
-                named.add(name)
-                head.append(f"{name} = tl.load(scalars + srow * n_scalars + {k}).to(T)")
-            return name
-        if kind == OPERAND_KINDS["count"]:
-            name = f"n{k}"
-            if name not in named:
-                named.add(name)
-                factors = [x for axis, x in ((B, "Bt"), (R, "R"), (C, "C")) if k & axis] or ["1"]
-                head.append(f"{name} = ({' * '.join(factors)}).to(T)")
-            return name
-        if kind == OPERAND_KINDS["array"]:
-            if k not in loaded:
-                name = loaded[k] = f"a{k}"
-                where = _index(masks[k], "b", "r", "c")
-                valid = _valid(masks[k])
-                target = (head if not masks[k] & (R | C) or
-                          (layout == "2d" and not masks[k] & R) else body)
-                load = (f"tl.load({pointer(k)} + {where}, mask={valid}, other=0)" if valid
-                        else f"tl.load({pointer(k)} + {where})")
-                target.append(f"{name} = {load}")
-            return loaded[k]
-        raise ValueError(f"operand kind {kind}")
+    def emit(masked: bool) -> list[str]:
+        """The instructions over one tile; ``masked=False``: a tile inside the domain."""
+        body: list[str] = []
+        registers: dict[int, str] = {}
+        loaded: dict[int, str] = {}
 
-    sum_number = 0
-    for count, ins in enumerate(instructions):
-        op, dst = _NAMES[ins[0]], ins[1]
-        a = operand(ins[3], ins[4]) if ins[3] else None
-        if op == "sum":
-            body += _partial(plan.sums[sum_number], sum_number, a, layout, head, tail)
-            sum_number += 1
-        elif op == "store":
-            valid = _valid(masks[dst])
-            where = _index(masks[dst], "b", "r", "c")
-            body.append(f"tl.store({pointer(dst)} + {where}, {a}"
-                        + (f", mask={valid})" if valid else ")"))
-        else:
-            if op in _BINARY:
-                expression = _BINARY[op].format(a=a, b=operand(ins[5], ins[6]))
-            elif op in _UNARY:
-                expression = _UNARY[op].format(a=a)
-            else:                                                  # where
-                expression = (f"tl.where({a} != 0, {operand(ins[5], ins[6])}, "
-                              f"{operand(ins[7], ins[8])})")
-            name = f"v{count}"
-            body.append(f"{name} = {expression}")
-            registers[dst] = name
+        def mask_of(mask: int) -> str | None:
+            return _valid(mask) if masked else None
+
+        def operand(kind: int, k: int) -> str:
+            if kind == OPERAND_KINDS["register"]:
+                return registers[k]
+            if kind == OPERAND_KINDS["scalar"]:
+                name = f"s{k}"
+                if name not in named:
+                    named.add(name)
+                    head.append(f"{name} = tl.load(scalars + srow * n_scalars + {k}).to(T)")
+                return name
+            if kind == OPERAND_KINDS["count"]:
+                name = f"n{k}"
+                if name not in named:
+                    named.add(name)
+                    factors = [x for axis, x in ((B, "Bt"), (R, "R"), (C, "C"))
+                               if k & axis] or ["1"]
+                    head.append(f"{name} = ({' * '.join(factors)}).to(T)")
+                return name
+            if kind == OPERAND_KINDS["array"]:
+                where = _index(masks[k], "b", "r", "c")
+                if not masks[k] & (R | C) or (layout == "2d" and not masks[k] & R):
+                    if k not in hoisted:         # the same for the whole program
+                        hoisted[k] = f"a{k}"
+                        valid = _valid(masks[k])
+                        head.append(f"a{k} = " + (
+                            f"tl.load({pointer(k)} + {where}, mask={valid}, other=0)"
+                            if valid else f"tl.load({pointer(k)} + {where})"))
+                    return hoisted[k]
+                if k not in loaded:
+                    loaded[k] = f"a{k}"
+                    valid = mask_of(masks[k])
+                    body.append(f"a{k} = " + (
+                        f"tl.load({pointer(k)} + {where}, mask={valid}, other=0)" if valid
+                        else f"tl.load({pointer(k)} + {where})"))
+                return loaded[k]
+            raise ValueError(f"operand kind {kind}")
+
+        sum_number = 0
+        for count, ins in enumerate(instructions):
+            op, dst = _NAMES[ins[0]], ins[1]
+            a = operand(ins[3], ins[4]) if ins[3] else None
+            if op == "sum":
+                body += _partial(plan.sums[sum_number], sum_number, a, layout, head, tail,
+                                 masked)
+                sum_number += 1
+            elif op == "store":
+                valid = mask_of(masks[dst])
+                where = _index(masks[dst], "b", "r", "c")
+                body.append(f"tl.store({pointer(dst)} + {where}, {a}"
+                            + (f", mask={valid})" if valid else ")"))
+            else:
+                if op in _BINARY:
+                    expression = _BINARY[op].format(a=a, b=operand(ins[5], ins[6]))
+                elif op in _UNARY:
+                    expression = _UNARY[op].format(a=a)
+                else:                                                  # where
+                    expression = (f"tl.where({a} != 0, {operand(ins[5], ins[6])}, "
+                                  f"{operand(ins[7], ins[8])})")
+                name = f"v{count}"
+                body.append(f"{name} = {expression}")
+                registers[dst] = name
+        return body
+
+    if layout == "cols":
+        whole, partial = emit(False), emit(True)
+        body = (["if (cb + 1) * BC <= Cd:"] + ["    " + x for x in whole]
+                + ["else:"] + ["    " + x for x in partial])
+    else:
+        body = emit(True)
     lines = ["@triton.jit",
              f"def {plan.kernel}(programs, dims, arrays, n_tensors, scalars, scalar_rows, "
              "n_scalars, parts, T: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, "
-             "ITERS: tl.constexpr):"]
+             "ITERS: tl.constexpr, ALIGNED: tl.constexpr):"]
     lines += ["    " + line for line in head]
     if layout in ("2d", "rows"):
         lines.append("    for it in range(ITERS):")
@@ -291,10 +317,14 @@ def _phase(plan: PhasePlan, instructions, masks, T: str) -> list[str]:
     return lines + ["", ""]
 
 
-def _partial(plan: SumPlan, number: int, value: str, layout: str, head: list, tail: list
-             ) -> list[str]:
-    """The code that adds ``value`` into sum ``number``'s partial buffer (see the module)."""
+def _partial(plan: SumPlan, number: int, value: str, layout: str, head: list, tail: list,
+             masked: bool = True) -> list[str]:
+    """The code that adds ``value`` into sum ``number``'s partial buffer (see the module);
+    ``masked=False``: a tile inside the domain. The set-up and the final store are added
+    to ``head`` and ``tail`` once."""
     axes, kept = plan.axes, plan.kept
+    if f"acc{number} = " in "\n".join(head) or f"P{number} = " in "\n".join(head):
+        head, tail = [], []             # the other branch's code already made them
     head += [f"P{number} = tl.load(parts + {number} * n_tensors + t)"
              ".to(tl.pointer_type(tl.float64))",
              "nrp = (Rd + BR * ITERS - 1) // (BR * ITERS)", "ncb = (Cd + BC - 1) // BC",
@@ -308,11 +338,13 @@ def _partial(plan: SumPlan, number: int, value: str, layout: str, head: list, ta
         return [f"tl.store({base} + {_index(kept, 'b', '0', '0')}, "
                 f"{value}.to(tl.float64))"]
     x = f"x{number}"
-    lines = [f"{x} = tl.where(valid, ({value}).to(tl.float64), 0.0)"]
+    lines = [f"{x} = tl.where(valid, ({value}).to(tl.float64), 0.0)" if masked else
+             f"{x} = tl.broadcast_to(({value}).to(tl.float64), [BC])"]
     if layout == "2d" and kept & R and kept & C or layout == "cols" and kept & C or \
             layout == "rows" and kept & R:             # every element its own output
-        valid = _valid(kept & (R | C))
-        return lines + [f"tl.store({base} + {_index(kept, 'b', 'r', 'c')}, {x}, mask={valid})"]
+        valid = _valid(kept & (R | C)) if masked else None
+        return lines + [f"tl.store({base} + {_index(kept, 'b', 'r', 'c')}, {x}"
+                        + (f", mask={valid})" if valid else ")")]
     if layout == "2d" and kept & R:                 # row totals, tile by tile
         return lines + [f"tl.store({base} + {_index(kept, 'b', 'r1', '0')}, "
                         f"tl.sum({x}, axis=1), mask=r1 < Rd)"]
