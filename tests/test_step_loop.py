@@ -260,3 +260,42 @@ def test_a_run_with_missing_gradients_resumes_from_its_state_file(tmp_path, firs
     _run(two, range(25, 50), recorder)
     comparison = judge(recorder.trajectory(), ADAMW)
     assert comparison.passed, comparison.detail
+
+
+# -- MindSpore: the graph form indexes at_step as the PyNative loop does ---------------------
+
+@require("mindspore")
+def test_mindspore_graph_and_pynative_agree_on_per_step_hyperparameters():
+    """A weight-decay schedule that changes every 3 steps and a momentum-cycling lr:
+    GRAPH_MODE's ``construct`` (backends/mindspore/graph.py) and PyNative's step loop give
+    the same bits over 10 steps."""
+    import mindspore as ms
+    from mindspore import Tensor, nn
+
+    specs = [uo.AdamW(lr=0.01, weight_decay=Step(lr=0.3, step_size=3, gamma=0.5)),
+             uo.SGD(lr=uo.schedules.OneCycle(max_lr=0.1, total_steps=10, start_lr=0.004,
+                                             end_lr=1e-4, cycle_momentum=True),
+                    momentum=0.9)]
+    rng = np.random.default_rng(0)
+    data = [(Tensor(rng.standard_normal((8, 4)).astype(np.float32)),
+             Tensor(rng.standard_normal((8, 2)).astype(np.float32))) for _ in range(10)]
+
+    def train(spec, mode):
+        ms.set_context(mode=mode)
+        ms.set_seed(0)
+        net = nn.Dense(4, 2, weight_init="normal")
+        opt = uo.build(spec, net.trainable_params(), path="own")
+        step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), opt)
+        for x, y in data:
+            step(x, y)
+        return [p.asnumpy().copy() for p in net.trainable_params()], opt
+
+    try:
+        for spec in specs:
+            pynative, _ = train(spec, ms.PYNATIVE_MODE)
+            graph, opt = train(spec, ms.GRAPH_MODE)
+            assert int(opt.global_step.asnumpy()[0]) == 10
+            for a, b in zip(pynative, graph):
+                assert a.tobytes() == b.tobytes(), spec
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -6,7 +6,10 @@ The graph holds, per step, one ``ops.Custom(..., func_type="pyfunc")`` operator 
 ``ops.Custom(..., func_type="aot")`` operator per parameter:
 
 * the pyfunc operator (*host*) gets the optimizer's ``global_step`` and
-  ``learning_rate`` and runs Python: each parameter's spec at this step, traced
+  ``learning_rate`` and runs Python: each parameter's spec at this step
+  (``plan.spec.at_step(global_step)``, update step ``global_step + 1``: the semantics of
+  the PyNative step's :class:`unified_opt.step_loop.StepLoop`, where every parameter
+  has a gradient at every step), traced
   (:mod:`unified_opt.kernels`), into one float64 tensor ``[next lr, offsets...,
   segments...]``, a segment ``[code length, scalar count, code..., scalars...]`` holding
   that parameter's VM code and the values of its scalar slots (the lr, bias corrections,
