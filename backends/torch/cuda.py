@@ -33,6 +33,7 @@ import threading
 
 import numpy as np
 import torch
+from torch.autograd.graph import increment_version
 
 from unified_opt.kernels import build
 from unified_opt.kernels.bytecode import OPCODES, OPERAND_KINDS, decode
@@ -286,7 +287,7 @@ class CudaKernels(Engine):
                 if dtype is None or not p.is_contiguous():
                     never.append(k)
                 else:
-                    by_shape.setdefault((dtype, tuple(p.shape)), []).append(k)
+                    by_shape.setdefault((dtype, tuple(p.shape), p.device), []).append(k)
             if len(self._partitions) >= 64:
                 self._partitions.clear()
             found = self._partitions[key] = (by_shape, never)
@@ -298,7 +299,7 @@ class CudaKernels(Engine):
         steps = batch.steps
         uniform = steps.count(steps[0]) == len(steps)
         by_code: dict = {}
-        for (dtype, shape), positions in by_shape.items():
+        for (dtype, shape, device), positions in by_shape.items():
             if uniform:
                 sets = {steps[0]: positions}
             else:
@@ -316,12 +317,17 @@ class CudaKernels(Engine):
                     self._refuse((dtype, len(shape), step, shape), batch, error)
                     leftover += members
                     continue
-                by_code.setdefault(program.digest, (program, view, []))[2].append(
+                by_code.setdefault((program.digest, device), (program, view, []))[2].append(
                     (members, scalars))
+        written = []
         for program, view, parts in by_code.values():
             positions = [k for members, _ in parts for k in members]
             rows, row_of = _scalar_table(parts)
             self._launch(program, batch, positions, rows, row_of, flat=len(view) == 1)
+            written += [batch.params[k].detach() for k in positions]
+        if written:
+            # the kernels wrote through addresses: tell autograd, as an in-place op would
+            increment_version(written)
         return sorted(leftover)
 
     def _code(self, spec, shape, dtype, lr, step):
@@ -380,7 +386,12 @@ class CudaKernels(Engine):
             launch = self._launches[key] = _Launch(program, views, states, order,
                                                    params[0].device)
         grads = [batch.grads[k] for k in positions]
-        launch.run([g if g.is_contiguous() else g.contiguous() for g in grads], rows, row_of)
+        grads = [g if g.is_contiguous() else g.contiguous() for g in grads]
+        if launch.device.type == "cuda":
+            with torch.cuda.device(launch.device):    # Triton launches on the current one
+                launch.run(grads, rows, row_of)
+        else:
+            launch.run(grads, rows, row_of)
 
 
 def flattens(code: np.ndarray, flat_code: np.ndarray, ndim: int) -> bool:
