@@ -31,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_TESTS = ["tests/test_cuda_engine.py", "tests/test_cuda_native.py",
-              "tests/test_cuda_offload.py", "tests/test_device_option.py"]
+              "tests/test_cuda_offload.py", "tests/test_device_option.py",
+              "tests/test_torch.py::test_on_cuda_device_memory_holds_no_optimizer_state"]
 #: conformance shards: algorithms grouped so each shard's kernels and cases weigh about
 #: the same (the factored ones compile the most phases)
 SHARDS = [["came", "sgd", "rprop"], ["adafactor", "adam", "adagrad"],
@@ -153,8 +154,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"),
                         help="cpu: a dry run of the sequence on the CPU")
-    parser.add_argument("--bench-budget-s", type=float, default=150.0)
-    parser.add_argument("--part-timeout-s", type=float, default=260.0,
+    parser.add_argument("--bench-budget-s", type=float, default=170.0)
+    parser.add_argument("--part-timeout-s", type=float, default=240.0,
                         help="the most each part (benchmark; conformance and tests) takes")
     parser.add_argument("--algorithms", default="",
                         help="comma-separated: only these (a dry run's subset)")
@@ -207,7 +208,7 @@ def main(argv=None) -> int:
                                                  stderr=subprocess.STDOUT, text=True)))
     tests = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *CUDA_TESTS]
     if args.device == "cpu":
-        tests += ["-k", "not under_triton_s_interpreter and not compiles"]
+        tests = tests[:-1] + ["-k", "not under_triton_s_interpreter and not compiles"]
     done = run(out, tests, args.part_timeout_s, env=env)
     (out / "cuda_tests.txt").write_text(
         "timed out\n" if done is None else done.stdout[-60000:] + done.stderr[-20000:])
