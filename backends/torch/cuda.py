@@ -40,6 +40,7 @@ from unified_opt.kernels.bytecode import OPCODES, OPERAND_KINDS, decode
 from unified_opt.kernels.runtime import LABELS_KEPT, Programs
 from unified_opt.kernels.trace import B, C, R, Untraceable, canonical_dims
 from unified_opt.kernels.triton_source import (
+    NUM_WARPS,
     REDUCE_MANY,
     REDUCE_TOTAL,
     TritonProgram,
@@ -197,7 +198,8 @@ class _Launch:
             if programs is not None:
                 getattr(self.module, phase.kernel)[(programs.shape[0],)](
                     programs, self.dims, arrays, self.count, values, rows, n_scalars, parts,
-                    T=self.dtype, BR=br, BC=bc, ITERS=iters, ALIGNED=aligned, num_warps=4,
+                    T=self.dtype, BR=br, BC=bc, ITERS=iters, ALIGNED=aligned,
+                    num_warps=NUM_WARPS[phase.layout],
                     enable_fp_fusion=False)
             for plan, jobs, extents, part_row in sums:
                 if not jobs.shape[0]:
@@ -225,6 +227,7 @@ class CudaKernels(Engine):
         self._launches: dict = {}
         self._partitions: dict = {}
         self._flat: dict = {}
+        self._memo: dict = {}
         self._triton: dict = {}
         self._refused: set = set()
         self._warned = False
@@ -335,25 +338,36 @@ class CudaKernels(Engine):
         program that is elementwise but for whole-tensor sums (Adam, Lion, Lamb's and
         LARS's norms) runs every tensor as 1-D, so that tensors of every rank share one
         program and one launch. Checked, not assumed: the 1-D trace must be the same
-        program with the tensor's axes read as one."""
-        code, scalars = self.programs.code_and_scalars(spec, shape, dtype, lr, step)
-        if len(shape) == 1:
-            return shape, code, scalars
-        key = code.tobytes()
-        flat = self._flat.get(key)
-        numel = math.prod(shape)
-        if flat is False:
-            return shape, code, scalars
-        flat_code, flat_scalars = self.programs.code_and_scalars(spec, (numel,), dtype, lr,
-                                                                 step)
-        if flat is None:
-            if len(self._flat) >= LABELS_KEPT:
-                self._flat.clear()
-            flat = self._flat[key] = flattens(code, flat_code, len(shape)) and \
-                np.array_equal(scalars, flat_scalars)
-            if not flat:
+        program with the tensor's axes read as one, and the update must not read the
+        tensor's size. Worked out once per spec, rank, dtype and step."""
+        memo_key = (id(spec), len(shape), dtype, lr, step)
+        memo = self._memo.get(memo_key)
+        if memo is not None and memo[0] is spec:
+            if memo[1] is not None:                       # the rank's shared flat program
+                return (math.prod(shape),), memo[1], memo[2]
+            if not memo[3]:
+                code, scalars = self.programs.code_and_scalars(spec, shape, dtype, lr, step)
                 return shape, code, scalars
-        return (numel,), flat_code, flat_scalars
+        trace, code = self.programs.traced(spec, shape, dtype, lr, step)
+        flat = None
+        if len(shape) != 1 and not trace.shape_read:
+            numel = math.prod(shape)
+            flat_trace, flat_code = self.programs.traced(spec, (numel,), dtype, lr, step)
+            key = code.tobytes()
+            if key not in self._flat:
+                if len(self._flat) >= LABELS_KEPT:
+                    self._flat.clear()
+                self._flat[key] = (not flat_trace.shape_read
+                                   and flattens(code, flat_code, len(shape))
+                                   and np.array_equal(trace.scalars, flat_trace.scalars))
+            if self._flat[key]:
+                flat = (flat_code, flat_trace.scalars)
+        if len(self._memo) >= LABELS_KEPT:
+            self._memo.clear()
+        self._memo[memo_key] = (spec, *(flat or (None, None)), trace.shape_read)
+        if flat is not None:
+            return (math.prod(shape),), flat[0], flat[1]
+        return shape, code, trace.scalars
 
     def _refuse(self, key, batch: Batch, error) -> None:
         if self.mode is True:

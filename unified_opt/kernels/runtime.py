@@ -104,23 +104,28 @@ class Programs:
 
     def code_and_scalars(self, spec, shape, dtype, lr, step):
         """The VM code of the update at this step and its scalar slots' values."""
+        trace, code = self.traced(spec, shape, dtype, lr, step)
+        return code, trace.scalars
+
+    def traced(self, spec, shape, dtype, lr, step):
+        """``(trace, VM code)`` of the update at this step (see :class:`.trace.Trace`)."""
         if self._traced_step != (lr, step):
             self._traces.clear()
             self._traced_step = (lr, step)
         key = (spec, len(shape), dtype)
-        trace = self._traces.get(key)
-        if trace is not None and trace.shape_read:       # its scalars belong to one size
-            trace = self._traces.get((key, shape))
-        if trace is None:
+        found = self._traces.get(key)
+        if found is not None and found[0].shape_read:     # its scalars belong to one size
+            found = self._traces.get((key, shape))
+        if found is None:
             trace = trace_update(spec, shape, dtype, self.state_labels(spec, shape, dtype),
                                  lr=lr, step=step)
-            self._traces[key] = trace
+            code = self._codes.get(trace.program.key)
+            if code is None:
+                code = self._codes[trace.program.key] = compile_program(trace.program)
+            found = self._traces[key] = (trace, code)
             if trace.shape_read:
-                self._traces[(key, shape)] = trace
-        code = self._codes.get(trace.program.key)
-        if code is None:
-            code = self._codes[trace.program.key] = compile_program(trace.program)
-        return code, trace.scalars
+                self._traces[(key, shape)] = found
+        return found
 
 
 class KernelRunner(Programs):

@@ -43,7 +43,9 @@ from .trace import B, C, R
 _NAMES = {v: k for k, v in OPCODES.items()}
 #: tile shapes per layout: (BR, BC, ITERS); the "cols" layout runs a tile wholly inside
 #: the tensor without masks (vector loads where the tensors are 16-byte aligned)
-BLOCKS = {"2d": (8, 256, 8), "cols": (1, 2048, 1), "rows": (1024, 1, 1), "single": (1, 1, 1)}
+BLOCKS = {"2d": (4, 256, 16), "cols": (1, 2048, 1), "rows": (1024, 1, 1), "single": (1, 1, 1)}
+#: warps per program by layout
+NUM_WARPS = {"2d": 4, "cols": 4, "rows": 4, "single": 1}
 #: the reduction kernels' blocks: contributions x outputs, and contributions alone
 REDUCE_MANY = (32, 128)
 REDUCE_TOTAL = 1024
@@ -303,7 +305,9 @@ def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
                 + ["else:"] + ["    " + x for x in partial])
     else:
         body = emit(True)
-    lines = ["@triton.jit",
+    # one compiled kernel whatever the number of tensors and scalars (Triton would
+    # otherwise compile a variant for a count of 1 and for multiples of 16)
+    lines = ['@triton.jit(do_not_specialize=["n_tensors", "n_scalars"])',
              f"def {plan.kernel}(programs, dims, arrays, n_tensors, scalars, scalar_rows, "
              "n_scalars, parts, T: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, "
              "ITERS: tl.constexpr, ALIGNED: tl.constexpr):"]
