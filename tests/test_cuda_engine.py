@@ -200,7 +200,12 @@ def test_every_kernel_compiles_for_the_gpu_without_contraction_or_approximation(
     from triton.compiler import ASTSource
 
     from unified_opt.kernels.runtime import Programs
-    from unified_opt.kernels.triton_source import Unsupported, triton_program
+    from unified_opt.kernels.triton_source import (
+        REDUCE_MANY,
+        REDUCE_TOTAL,
+        Unsupported,
+        triton_program,
+    )
 
     signature = {"programs": "*i64", "dims": "*i64", "arrays": "*i64", "n_tensors": "i32",
                  "scalars": "*fp64", "scalar_rows": "*i64", "n_scalars": "i32",
@@ -219,6 +224,7 @@ def test_every_kernel_compiles_for_the_gpu_without_contraction_or_approximation(
             continue
         if program.digest in seen:
             continue
+        first = program.digest if not seen else None
         seen.add(program.digest)
         module = cuda.module_of(program)
         for phase in program.phases:
@@ -233,4 +239,12 @@ def test_every_kernel_compiles_for_the_gpu_without_contraction_or_approximation(
             assert not re.search(r"\bfma\.|(div|sqrt|rcp)\.(approx|full)", ptx), \
                 (name, shape, phase.kernel)
             compiled += 1
+        reductions = [("reduce_many", {"BK": REDUCE_MANY[0], "BO": REDUCE_MANY[1]}),
+                      ("reduce_total", {"BK": REDUCE_TOTAL})]
+        for kernel_name, blocks in reductions if program.digest == first else ():
+            triton.compile(ASTSource(getattr(module, kernel_name),
+                                     {"jobs": "*i64", "T": "constexpr",
+                                      **{k: "constexpr" for k in blocks}},
+                                     {"T": getattr(tl, dtype), **blocks}),
+                           target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
     assert compiled > 40 and len(seen) > 15

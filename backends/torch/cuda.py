@@ -132,26 +132,30 @@ class _Launch:
         self.phases = []
         for phase in program.phases:
             programs = self._programs(phase.domain, dims)
-            sums = []
             parts = np.zeros((max(1, len(phase.sums)), self.count), dtype=np.int64)
+            many, total = [], []
             for s, plan in enumerate(phase.sums):
-                extents = np.array([sum_extent(plan, phase.domain, d) for d in dims],
-                                   dtype=np.int64).reshape(-1, 2)
-                sizes = np.maximum(1, extents[:, 0] * extents[:, 1])
-                buffer = torch.empty(int(sizes.sum()), dtype=torch.float64, device=device)
+                extents = [sum_extent(plan, phase.domain, d) for d in dims]
+                sizes = [max(1, k * n) for k, n in extents]
+                buffer = torch.empty(sum(sizes), dtype=torch.float64, device=device)
                 self._keep.append(buffer)
                 starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
                 parts[s] = buffer.data_ptr() + starts * 8
-                jobs = []
-                for t, (_, outputs) in enumerate(extents):
-                    step = REDUCE_MANY[1] if plan.many else 1
-                    jobs += [(t, o) for o in range(0, int(outputs), step)]
-                sums.append((plan, torch.tensor(jobs, dtype=torch.int64).reshape(-1, 2)
-                             .to(device), torch.from_numpy(extents).to(device)))
-            parts_device = torch.from_numpy(parts).to(device)
-            sums = [(plan, jobs, extents, parts_device[s]) for s, (plan, jobs, extents)
-                    in enumerate(sums)]
-            self.phases.append((phase, programs, parts_device, sums))
+                # a sum's totals land in a scratch array: its addresses never change
+                for t, (contributions, outputs) in enumerate(extents):
+                    row = (int(parts[s, t]), contributions, outputs)
+                    total_at = int(table[plan.dst, t])
+                    if plan.many:
+                        many += [(*row, o, total_at) for o in range(0, outputs, REDUCE_MANY[1])]
+                    else:
+                        total += [(*row, o, total_at) for o in range(outputs)]
+            self.phases.append((phase, programs, torch.from_numpy(parts).to(device),
+                                self._jobs(many), self._jobs(total)))
+
+    def _jobs(self, rows) -> torch.Tensor | None:
+        if not rows:
+            return None
+        return torch.tensor(rows, dtype=torch.int64).reshape(-1, 5).to(self.device)
 
     def holds(self, states) -> bool:
         """Whether ``states`` still hold the tensors the tables point into (a loaded
@@ -193,7 +197,7 @@ class _Launch:
         arrays = device[:table.size].view(table.shape)
         rows = device[table.size:table.size + self.count]
         values = device[table.size + self.count:].view(torch.float64)
-        for phase, programs, parts, sums in self.phases:
+        for phase, programs, parts, many, total in self.phases:
             br, bc, iters = phase.block
             if programs is not None:
                 getattr(self.module, phase.kernel)[(programs.shape[0],)](
@@ -201,18 +205,12 @@ class _Launch:
                     T=self.dtype, BR=br, BC=bc, ITERS=iters, ALIGNED=aligned,
                     num_warps=NUM_WARPS[phase.layout],
                     enable_fp_fusion=False)
-            for plan, jobs, extents, part_row in sums:
-                if not jobs.shape[0]:
-                    continue
-                if plan.many:
-                    self.module.reduce_many[(jobs.shape[0],)](
-                        jobs, part_row, extents, arrays[plan.dst], T=self.dtype,
-                        BK=REDUCE_MANY[0], BO=REDUCE_MANY[1], num_warps=8)
-                else:
-                    self.module.reduce_total[(jobs.shape[0],)](
-                        jobs, part_row, extents, arrays[plan.dst], T=self.dtype,
-                        BK=REDUCE_TOTAL, num_warps=4)
-
+            if many is not None:
+                self.module.reduce_many[(many.shape[0],)](
+                    many, T=self.dtype, BK=REDUCE_MANY[0], BO=REDUCE_MANY[1], num_warps=8)
+            if total is not None:
+                self.module.reduce_total[(total.shape[0],)](
+                    total, T=self.dtype, BK=REDUCE_TOTAL, num_warps=4)
 
 class CudaKernels(Engine):
     """The engine of CUDA tensors (see the module). ``mode`` is the ``compile`` option:

@@ -49,6 +49,8 @@ NUM_WARPS = {"2d": 4, "cols": 4, "rows": 4, "single": 1}
 #: the reduction kernels' blocks: contributions x outputs, and contributions alone
 REDUCE_MANY = (32, 128)
 REDUCE_TOTAL = 1024
+#: the columns of a reduction job (see ``_reductions``)
+JOB = ("partials", "contributions", "outputs", "first_output", "total")
 DTYPES = {"float32": "tl.float32", "float64": "tl.float64"}
 
 
@@ -363,36 +365,32 @@ def _partial(plan: SumPlan, number: int, value: str, layout: str, head: list, ta
 
 
 def _reductions() -> list[str]:
-    """The second stage of the sums: each output adds its contributions in order."""
-    return ["@triton.jit",
-            "def reduce_many(jobs, parts, extents, dst, T: tl.constexpr, BK: tl.constexpr, "
-            "BO: tl.constexpr):",
-            "    pid = tl.program_id(0)",
-            "    t = tl.load(jobs + pid * 2)",
-            "    o = tl.load(jobs + pid * 2 + 1) + tl.arange(0, BO)",
-            "    P = tl.load(parts + t).to(tl.pointer_type(tl.float64))",
-            "    nk = tl.load(extents + t * 2)",
-            "    no = tl.load(extents + t * 2 + 1)",
-            "    acc = tl.zeros([BK, BO], tl.float64)",
-            "    for k0 in range(0, nk, BK):",
-            "        k = k0 + tl.arange(0, BK)",
-            "        acc += tl.load(P + k[:, None] * no + o[None, :], "
-            "mask=(k[:, None] < nk) & (o[None, :] < no), other=0.0)",
-            "    D = tl.load(dst + t).to(tl.pointer_type(T))",
-            "    tl.store(D + o, tl.sum(acc, axis=0).to(T), mask=o < no)",
-            "", "",
-            "@triton.jit",
-            "def reduce_total(jobs, parts, extents, dst, T: tl.constexpr, BK: tl.constexpr):",
-            "    pid = tl.program_id(0)",
-            "    t = tl.load(jobs + pid * 2)",
-            "    o = tl.load(jobs + pid * 2 + 1)",
-            "    P = tl.load(parts + t).to(tl.pointer_type(tl.float64))",
-            "    nk = tl.load(extents + t * 2)",
-            "    no = tl.load(extents + t * 2 + 1)",
-            "    acc = tl.zeros([BK], tl.float64)",
-            "    for k0 in range(0, nk, BK):",
-            "        k = k0 + tl.arange(0, BK)",
-            "        acc += tl.load(P + k * no + o, mask=k < nk, other=0.0)",
-            "    D = tl.load(dst + t).to(tl.pointer_type(T))",
-            "    tl.store(D + o, tl.sum(acc).to(T))",
-            ""]
+    """The second stage of the sums: each output adds its contributions in order. One
+    launch takes every sum of a phase: a job row is ``(partial buffer address,
+    contributions, outputs, first output, total's address)`` (see :data:`JOB`)."""
+    head = ["    pid = tl.program_id(0)",
+            "    P = tl.load(jobs + pid * 5).to(tl.pointer_type(tl.float64))",
+            "    nk = tl.load(jobs + pid * 5 + 1)",
+            "    no = tl.load(jobs + pid * 5 + 2)",
+            "    o0 = tl.load(jobs + pid * 5 + 3)",
+            "    D = tl.load(jobs + pid * 5 + 4).to(tl.pointer_type(T))"]
+    return (["@triton.jit",
+             "def reduce_many(jobs, T: tl.constexpr, BK: tl.constexpr, BO: tl.constexpr):"]
+            + head +
+            ["    o = o0 + tl.arange(0, BO)",
+             "    acc = tl.zeros([BK, BO], tl.float64)",
+             "    for k0 in range(0, nk, BK):",
+             "        k = k0 + tl.arange(0, BK)",
+             "        acc += tl.load(P + k[:, None] * no + o[None, :], "
+             "mask=(k[:, None] < nk) & (o[None, :] < no), other=0.0)",
+             "    tl.store(D + o, tl.sum(acc, axis=0).to(T), mask=o < no)",
+             "", "",
+             "@triton.jit",
+             "def reduce_total(jobs, T: tl.constexpr, BK: tl.constexpr):"]
+            + head +
+            ["    acc = tl.zeros([BK], tl.float64)",
+             "    for k0 in range(0, nk, BK):",
+             "        k = k0 + tl.arange(0, BK)",
+             "        acc += tl.load(P + k * no + o0, mask=k < nk, other=0.0)",
+             "    tl.store(D + o0, tl.sum(acc).to(T))",
+             ""])
