@@ -61,13 +61,18 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
     given = live.parameter_names(names)
     if cls.experimental:
         return _read_experimental(optimizer, cls, given, lr_scheduler, sample_steps)
-    if lr_scheduler is not None:
+    # the schedule Cell the optimizer holds is accepted (a script passes what it has)
+    if lr_scheduler is not None and lr_scheduler is not getattr(optimizer, "learning_rate",
+                                                                None):
         raise TypeError(f"{live.CALLER}: a mindspore.nn optimizer holds its dynamic lr as "
-                        f"its learning_rate; pass lr_scheduler=None, got {lr_scheduler!r}")
+                        f"its learning_rate; pass lr_scheduler=None (or the schedule it "
+                        f"holds), got {lr_scheduler!r}")
     return _read_nn(optimizer, cls, given)
 
 
 def position(optimizer, lr_scheduler=None):
+    if lr_scheduler is not None and lr_scheduler is getattr(optimizer, "learning_rate", None):
+        lr_scheduler = None             # an nn optimizer's own schedule Cell
     if lr_scheduler is not None:
         return _number(lr_scheduler.last_epoch, int)
     if getattr(optimizer, "dynamic_lr", False):

@@ -400,10 +400,13 @@ def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -
 
     from .checkpoint import checked_state, read_pdopt
 
-    if lr_scheduler is not None or scheduler_checkpoint is not None:
+    # the scheduler the optimizer holds is accepted (a script passes what it has)
+    if (lr_scheduler is not None and lr_scheduler is not optimizer._learning_rate) or \
+            scheduler_checkpoint is not None:
         raise ValueError("convert_checkpoint: a Paddle optimizer holds its scheduler as its "
                          "learning_rate and saves its position in its own state dict "
-                         "(LR_Scheduler); pass neither lr_scheduler nor scheduler_checkpoint")
+                         "(LR_Scheduler); pass no scheduler_checkpoint, and as lr_scheduler "
+                         "only the scheduler the optimizer holds (or None)")
     if isinstance(checkpoint, dict):
         where = "the checkpoint dict"
         state = checked_state(checkpoint, where)

@@ -90,26 +90,57 @@ class NativeReading:
 
 
 def from_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
-                sample_steps: int | None = None) -> tuple[Spec, list[Group]]:
+                sample_steps: int | None = None,
+                constant_lr: bool = False) -> tuple[Spec, list[Group]]:
     """``(spec, groups)`` computing what the live ``optimizer`` (and ``lr_scheduler``)
     computes; see the module docstring and :func:`read_native`."""
-    reading = read_native(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
+    reading = read_native(optimizer, lr_scheduler, names=names, sample_steps=sample_steps,
+                          constant_lr=constant_lr)
     return reading.spec, reading.groups
 
 
+#: keys a torch-style scheduler writes into the param groups it drives (LRScheduler's
+#: ``initial_lr``; OneCycleLR's and CyclicLR's lr and momentum bounds)
+SCHEDULER_TRACES = ("initial_lr", "max_lr", "min_lr", "base_momentum", "max_momentum")
+
+
+def scheduler_traces(optimizer: Any) -> list[str]:
+    """The :data:`SCHEDULER_TRACES` keys ``optimizer``'s param groups hold (a torch or
+    MindSpore experimental optimizer a scheduler was attached to)."""
+    groups = getattr(optimizer, "param_groups", None)
+    if not isinstance(groups, (list, tuple)):
+        return []
+    return [k for k in SCHEDULER_TRACES
+            if any(isinstance(g, dict) and k in g for g in groups)]
+
+
 def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
-                sample_steps: int | None = None) -> NativeReading:
+                sample_steps: int | None = None, constant_lr: bool = False) -> NativeReading:
     """The full reading of a live optimizer (:class:`NativeReading`).
 
     ``lr_scheduler``: a torch ``lr_scheduler`` (or MindSpore experimental scheduler) over
     ``optimizer``; Paddle and MindSpore ``nn`` optimizers hold their schedule as their
     ``learning_rate`` and take none here. ``names``: a module or ``(name, parameter)``
     pairs naming the optimizer's parameters. ``sample_steps``: tabulate a Python lr
-    function over this many steps (see the module docstring)."""
+    function over this many steps (see the module docstring).
+
+    An optimizer whose param groups carry a scheduler's traces (``initial_lr``,
+    ``max_lr``, ``base_momentum``, ...) is driven by a scheduler: read without it, its
+    lr (and momentum) would be frozen at today's values, so it is a ValueError naming
+    the keys, unless ``constant_lr=True`` says the constant lr is meant."""
     if sample_steps is not None:
         sample_steps = v.check_int(CALLER, "sample_steps", sample_steps, low=1)
+    constant_lr = v.check_bool(CALLER, "constant_lr", constant_lr)
     reader = _reader(optimizer)
     _not_built_here(optimizer)
+    if lr_scheduler is None and not constant_lr:
+        traces = scheduler_traces(optimizer)
+        if traces:
+            raise ValueError(f"{CALLER}: the optimizer's param groups hold {traces}, which a "
+                             "scheduler writes: a scheduler drives its lr, and read without "
+                             "it the schedule would be frozen at its current values; pass "
+                             "lr_scheduler=<the scheduler>, or constant_lr=True to read the "
+                             "current lr as a constant")
     return reader.read(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
 
 

@@ -86,11 +86,14 @@ def _record(optimizer: Any) -> BuildRecord | None:
 
 # -- saving -------------------------------------------------------------------------------
 
-def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = None) -> None:
+def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = None,
+               constant_lr: bool = False) -> None:
     """Write ``optimizer``'s state to the safetensors file ``path`` (module docstring).
     ``lr_scheduler``: a native optimizer's scheduler (a ``uo.build`` optimizer's own is
     found by itself); ``names``: a module or ``(name, parameter)`` pairs naming a native
-    optimizer's parameters."""
+    optimizer's parameters; ``constant_lr=True``: a native optimizer whose groups show a
+    scheduler's traces is saved with its current lr as a constant (else refused, see
+    ``uo.from_native``)."""
     framework = _framework(optimizer)
     record = _record(optimizer)
     backend = _backend_state(framework)
@@ -102,13 +105,14 @@ def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = N
     else:
         from .live import read_native
 
-        reading = read_native(optimizer, lr_scheduler, names=names)
+        reading = read_native(optimizer, lr_scheduler, names=names, constant_lr=constant_lr)
         snapshot = backend.snapshot_native(reading, optimizer, names)
     _write(snapshot, Path(path))
 
 
 def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = None,
-                       scheduler_checkpoint=None, names: Any = None) -> None:
+                       scheduler_checkpoint=None, names: Any = None,
+                       constant_lr: bool = False) -> None:
     """Turn a framework's own checkpoint of a native optimizer into a state file ``path``
     that ``uo.resume`` / ``uo.load_state`` read on any backend.
 
@@ -127,7 +131,9 @@ def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = 
     * MindSpore: a ``.ckpt`` file of the optimizer's Parameters (``ms.save_checkpoint``
       of the optimizer or of a training cell holding it; a protobuf, no code).
 
-    ``optimizer`` is changed (it holds the checkpoint's state afterwards)."""
+    ``optimizer`` is changed (it holds the checkpoint's state afterwards). A checkpoint
+    whose param groups carry a scheduler's traces (``initial_lr``, ...) needs its
+    ``lr_scheduler`` (or ``constant_lr=True``), as for ``save_state``."""
     framework = _framework(optimizer)
     if _record(optimizer) is not None:
         raise TypeError("convert_checkpoint: optimizer must be the native optimizer the "
@@ -135,7 +141,8 @@ def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = 
                         "writes those directly)")
     _backend_state(framework).load_checkpoint(optimizer, lr_scheduler, checkpoint,
                                               scheduler_checkpoint)
-    save_state(optimizer, path, lr_scheduler=lr_scheduler, names=names)
+    save_state(optimizer, path, lr_scheduler=lr_scheduler, names=names,
+               constant_lr=constant_lr)
 
 
 def _metadata(s: Snapshot) -> dict[str, str]:
