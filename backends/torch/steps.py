@@ -102,6 +102,25 @@ def laid_out_like(grad, param):
     return out
 
 
+def _late_momentum_buffers(optimizer) -> list[dict]:
+    """The fused SGD groups whose step would mix parameters with a momentum buffer and
+    parameters getting their first gradient now (a layer unfrozen later): torch's fused
+    SGD kernel (torch 2.13 and 2.11) raises a TypeError on such a mix, while its
+    for-loop starts the new buffers as torch's SGD defines. Those groups run this one
+    step unfused (the same update; the kernels may round an element differently)."""
+    if not isinstance(optimizer, torch.optim.SGD):
+        return []
+    out = []
+    for group in optimizer.param_groups:
+        if not group.get("fused") or group.get("momentum", 0) == 0:
+            continue
+        made = [optimizer.state.get(p, {}).get("momentum_buffer") is not None
+                for p in group["params"] if p.grad is not None]
+        if any(made) and not all(made):
+            out.append(group)
+    return out
+
+
 class NativeStepHooks:
     """The pre-step, per-step hyperparameters and the skip rule around a native class.
 
@@ -119,6 +138,7 @@ class NativeStepHooks:
         self.pre_step = has_pre_step(spec)
         self.varies = spec.varies_per_step()
         self._stash: list | None = None
+        self._unfused: list = []
         steps_taken(optimizer)
         optimizer.register_step_pre_hook(self.before)
         optimizer.register_step_post_hook(self.after)
@@ -146,10 +166,16 @@ class NativeStepHooks:
                 for key, value in self.lowering.to_native(spec.at_step(t)).items():
                     if group[key] != value:
                         group[key] = value
+        self._unfused = _late_momentum_buffers(optimizer)
+        for group in self._unfused:
+            group["fused"] = False
         self.skipped.append(False)
         return changed
 
     def after(self, optimizer, args, kwargs):
+        for group in self._unfused:
+            group["fused"] = True
+        self._unfused = []
         if self._stash is not None:
             for p, g in zip(self.params, self._stash):
                 p.grad = g
