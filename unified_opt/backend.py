@@ -59,6 +59,57 @@ class Context:
     own_compile: Any = None
 
 
+def _framework_of(obj: Any) -> str | None:
+    for klass in type(obj).__mro__:
+        root = (klass.__module__ or "").split(".")[0]
+        if root in BACKENDS:
+            return root
+    return None
+
+
+def _integral(dtype: Any) -> bool:
+    """An integer or bool dtype (torch ``torch.int64``, Paddle ``paddle.int64``,
+    MindSpore ``Int64``, numpy ``int64``): nothing an optimizer can step."""
+    text = str(dtype).rsplit(".", 1)[-1].lower()
+    return text == "bool" or text.startswith(("int", "uint"))
+
+
+def check_parameters(named: Sequence[tuple[str | None, Any]], caller: str = "build") -> str:
+    """The framework of ``named`` ((name or None, parameter) pairs), after refusing what
+    would run wrong without a word: an object of no framework (a Python float), parameters
+    of several frameworks, one parameter given twice (it would be stepped twice per
+    step), an integer or bool parameter (never updated). Each error names the parameter
+    (its name, else its position) and what it is."""
+    def label(i: int, name: str | None) -> str:
+        return f"parameter {name!r}" if name is not None else f"params[{i}]"
+
+    frameworks: dict[str, int] = {}
+    for i, (name, p) in enumerate(named):
+        framework = _framework_of(p)
+        if framework is None:
+            raise TypeError(f"{caller}: parameters must all come from one framework: "
+                            f"{label(i, name)} is {p!r} of type {type(p).__name__}, not a "
+                            "torch, Paddle or MindSpore parameter")
+        frameworks.setdefault(framework, i)
+    if len(frameworks) > 1:
+        where = ", ".join(f"{f} ({label(i, named[i][0])})" for f, i in frameworks.items())
+        raise TypeError(f"{caller}: parameters must all come from one framework, got {where}")
+    seen: dict[int, int] = {}
+    for i, (name, p) in enumerate(named):
+        if id(p) in seen:
+            first = seen[id(p)]
+            raise ValueError(f"{caller}: {label(i, name)} is the same parameter as "
+                             f"{label(first, named[first][0])}: given twice, it would be "
+                             "stepped twice per step")
+        seen[id(p)] = i
+        dtype = getattr(p, "dtype", None)
+        if dtype is not None and _integral(dtype):
+            raise TypeError(f"{caller}: {label(i, name)} has dtype {dtype} (shape "
+                            f"{tuple(getattr(p, 'shape', ()))}): an optimizer updates "
+                            "floating-point parameters only, this one would never change")
+    return next(iter(frameworks))
+
+
 #: ``options={"compile": ...}`` of the own implementation on every backend: "auto" (the
 #: kernel VM, generated kernels for large parameters compiled in the background), True
 #: (every program compiled before its first step), False (eagerly, framework operations)

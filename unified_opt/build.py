@@ -14,6 +14,7 @@ from .backend import (
     PATHS,
     Context,
     Decision,
+    check_parameters,
     installed,
     load,
     load_installed,
@@ -85,11 +86,7 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     named = named_parameters(params)
     if not named:
         raise ValueError("build: params is empty")
-    kinds = {framework_of(p) for _, p in named}
-    if None in kinds or len(kinds) != 1:
-        raise TypeError(f"build: parameters must all come from one framework, got "
-                        f"{sorted(str(k) for k in kinds)}")
-    inferred = kinds.pop()
+    inferred = check_parameters(named, "build")
     if backend is not None and backend != inferred:
         raise ValueError(f"build: backend={backend!r} but the parameters are {inferred} "
                          "objects")
