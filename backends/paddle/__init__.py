@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from unified_opt.backend import Backend, Context, compile_option, launcher_ranks
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
+from unified_opt.devices import check_device
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, when
 from unified_opt.schedules import Schedule
 
@@ -99,6 +100,7 @@ class PaddleBackend(Backend):
                              f"{names} for Paddle parameters {[p.name for p in params]}")
         empty = tuple(n for n, p in zip(names, params) if p.size == 0)
         own_compile = compile_option(options)
+        check_device("paddle", paddle.device.get_device())
         return Context(plans=tuple(plans),
                        dtypes=tuple(sorted({str(p.dtype).removeprefix("paddle.")
                                             for p in params})),

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from unified_opt.backend import COMPILE_MODES, Backend, Context, compile_option, launcher_ranks
+from unified_opt.devices import check_device
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, every_group_condition, when
 from unified_opt.pre_step import has_pre_step
 from unified_opt.schedules import Schedule
@@ -115,6 +116,8 @@ class TorchBackend(Backend):
                 raise TypeError(f"build: torch parameters must be leaf tensors, got "
                                 f"{name or ''} {type(p).__name__}")
         empty = tuple(name or f"#{i}" for i, (name, p) in enumerate(named) if p.numel() == 0)
+        for device in sorted({p.device.type for _, p in named}):
+            check_device("torch", device)
         return Context(plans=tuple(plans),
                        dtypes=tuple(sorted({str(p.dtype).removeprefix("torch.")
                                             for _, p in named})),
