@@ -209,8 +209,7 @@ def test_every_kernel_compiles_for_the_gpu_without_contraction_or_approximation(
 
     signature = {"programs": "*i64", "dims": "*i64", "arrays": "*i64", "n_tensors": "i32",
                  "scalars": "*fp64", "scalar_rows": "*i64", "n_scalars": "i32",
-                 "parts": "*i64", "T": "constexpr", "BR": "constexpr", "BC": "constexpr",
-                 "ITERS": "constexpr", "ALIGNED": "constexpr"}
+                 "parts": "*i64", "T": "constexpr", "ALIGNED": "constexpr"}
     programs, compiled = Programs(), 0
     runs = [(name, "float32", shape) for name in SPECS for shape in ((64, 96), (3, 4, 5))]
     runs += [("adamw", "float64", (64, 96)), ("came", "float64", (64, 96))]
@@ -227,17 +226,15 @@ def test_every_kernel_compiles_for_the_gpu_without_contraction_or_approximation(
         first = program.digest if not seen else None
         seen.add(program.digest)
         module = cuda.module_of(program)
-        for phase in program.phases:
-            br, bc, iters = phase.block
+        for launch in program.launches:
             kernel = triton.compile(
-                ASTSource(getattr(module, phase.kernel), signature,
-                          {"T": getattr(tl, dtype), "BR": br, "BC": bc, "ITERS": iters,
-                           "ALIGNED": True}),
+                ASTSource(getattr(module, launch.kernel), signature,
+                          {"T": getattr(tl, dtype), "ALIGNED": True}),
                 target=GPUTarget("cuda", 90, 32),
-                options={"num_warps": 4, "enable_fp_fusion": False})
+                options={"num_warps": launch.num_warps, "enable_fp_fusion": False})
             ptx = kernel.asm["ptx"]
             assert not re.search(r"\bfma\.|(div|sqrt|rcp)\.(approx|full)", ptx), \
-                (name, shape, phase.kernel)
+                (name, shape, launch.kernel)
             compiled += 1
         reductions = [("reduce_many", {"BK": REDUCE_MANY[0], "BO": REDUCE_MANY[1]}),
                       ("reduce_total", {"BK": REDUCE_TOTAL})]
@@ -247,4 +244,4 @@ def test_every_kernel_compiles_for_the_gpu_without_contraction_or_approximation(
                                       **{k: "constexpr" for k in blocks}},
                                      {"T": getattr(tl, dtype), **blocks}),
                            target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
-    assert compiled > 40 and len(seen) > 15
+    assert compiled > 30 and len(seen) > 15

@@ -40,7 +40,6 @@ from unified_opt.kernels.bytecode import OPCODES, OPERAND_KINDS, decode
 from unified_opt.kernels.runtime import LABELS_KEPT, Programs
 from unified_opt.kernels.trace import B, C, R, Untraceable, canonical_dims
 from unified_opt.kernels.triton_source import (
-    NUM_WARPS,
     REDUCE_MANY,
     REDUCE_TOTAL,
     TritonProgram,
@@ -129,28 +128,36 @@ class _Launch:
         self.order = tuple(order)
         #: the state tensors the tables point into (the launch holds while they are in place)
         self.held = [s[key] for s in states for key in order]
-        self.phases = []
-        for phase in program.phases:
-            programs = self._programs(phase.domain, dims)
-            parts = np.zeros((max(1, len(phase.sums)), self.count), dtype=np.int64)
+        self.launches = []
+        for launch in program.launches:
+            tables = [self._programs(phase.domain, dims, q)
+                      for q, phase in enumerate(launch.phases)]
+            tables = [t for t in tables if t is not None]
+            programs = (torch.from_numpy(np.concatenate(tables)).to(device) if tables
+                        else None)
+            parts = np.zeros((max(1, len(launch.sums)), self.count), dtype=np.int64)
             many, total = [], []
-            for s, plan in enumerate(phase.sums):
-                extents = [sum_extent(plan, phase.domain, d) for d in dims]
-                sizes = [max(1, k * n) for k, n in extents]
-                buffer = torch.empty(sum(sizes), dtype=torch.float64, device=device)
-                self._keep.append(buffer)
-                starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-                parts[s] = buffer.data_ptr() + starts * 8
-                # a sum's totals land in a scratch array: its addresses never change
-                for t, (contributions, outputs) in enumerate(extents):
-                    row = (int(parts[s, t]), contributions, outputs)
-                    total_at = int(table[plan.dst, t])
-                    if plan.many:
-                        many += [(*row, o, total_at) for o in range(0, outputs, REDUCE_MANY[1])]
-                    else:
-                        total += [(*row, o, total_at) for o in range(outputs)]
-            self.phases.append((phase, programs, torch.from_numpy(parts).to(device),
-                                self._jobs(many), self._jobs(total)))
+            s = 0
+            for phase in launch.phases:
+                for plan in phase.sums:
+                    extents = [sum_extent(plan, phase.domain, d) for d in dims]
+                    sizes = [max(1, k * n) for k, n in extents]
+                    buffer = torch.empty(sum(sizes), dtype=torch.float64, device=device)
+                    self._keep.append(buffer)
+                    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+                    parts[s] = buffer.data_ptr() + starts * 8
+                    # a sum's totals land in a scratch array: its addresses never change
+                    for t, (contributions, outputs) in enumerate(extents):
+                        row = (int(parts[s, t]), contributions, outputs)
+                        total_at = int(table[plan.dst, t])
+                        if plan.many:
+                            many += [(*row, o, total_at)
+                                     for o in range(0, outputs, REDUCE_MANY[1])]
+                        else:
+                            total += [(*row, o, total_at) for o in range(outputs)]
+                    s += 1
+            self.launches.append((launch, programs, torch.from_numpy(parts).to(device),
+                                  self._jobs(many), self._jobs(total)))
 
     def _jobs(self, rows) -> torch.Tensor | None:
         if not rows:
@@ -163,7 +170,9 @@ class _Launch:
         held = iter(self.held)
         return all(s[key] is next(held) for s in states for key in self.order)
 
-    def _programs(self, domain: int, dims) -> torch.Tensor | None:
+    def _programs(self, domain: int, dims, q: int) -> np.ndarray | None:
+        """The launch table's rows of one phase: ``(tensor, b, row program, column
+        block, the phase's place in the launch)``."""
         rows = []
         for t, d in enumerate(dims):
             bd = extent(domain, d)[0]
@@ -172,11 +181,11 @@ class _Launch:
                 continue
             b, rp, cb = np.meshgrid(np.arange(bd), np.arange(row_programs),
                                     np.arange(col_blocks), indexing="ij")
-            rows.append(np.stack([np.full(b.size, t), b.ravel(), rp.ravel(), cb.ravel()],
-                                 axis=1))
+            rows.append(np.stack([np.full(b.size, t), b.ravel(), rp.ravel(), cb.ravel(),
+                                  np.full(b.size, q)], axis=1))
         if not rows:
             return None
-        return torch.from_numpy(np.concatenate(rows).astype(np.int64)).to(self.device)
+        return np.concatenate(rows).astype(np.int64)
 
     def run(self, grads, scalars: np.ndarray, scalar_rows: np.ndarray) -> None:
         """One step: the gradients' addresses and the scalars go down in one copy (a
@@ -197,13 +206,11 @@ class _Launch:
         arrays = device[:table.size].view(table.shape)
         rows = device[table.size:table.size + self.count]
         values = device[table.size + self.count:].view(torch.float64)
-        for phase, programs, parts, many, total in self.phases:
-            br, bc, iters = phase.block
+        for launch, programs, parts, many, total in self.launches:
             if programs is not None:
-                getattr(self.module, phase.kernel)[(programs.shape[0],)](
+                getattr(self.module, launch.kernel)[(programs.shape[0],)](
                     programs, self.dims, arrays, self.count, values, rows, n_scalars, parts,
-                    T=self.dtype, BR=br, BC=bc, ITERS=iters, ALIGNED=aligned,
-                    num_warps=NUM_WARPS[phase.layout],
+                    T=self.dtype, ALIGNED=aligned, num_warps=launch.num_warps,
                     enable_fp_fusion=False)
             if many is not None:
                 self.module.reduce_many[(many.shape[0],)](

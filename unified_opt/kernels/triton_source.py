@@ -1,5 +1,5 @@
 """VM code (:mod:`.bytecode`) as Triton kernels that run one program over many tensors
-in one launch per phase: the own update's CUDA path (``backends/torch/cuda.py`` builds
+in few launches: the own update's CUDA path (``backends/torch/cuda.py`` builds
 the tables and launches them). This module writes source text only; it imports neither
 Triton nor a framework.
 
@@ -22,6 +22,10 @@ launch covers every tensor. Layouts by D's axes:
 * ``cols`` (C only): one row, ``BC`` columns per program;
 * ``rows`` (R only): ``BR`` rows per program;
 * ``single`` (neither): one value per program (per tensor and b).
+
+Consecutive phases that touch no array another of them writes run in one launch
+(:class:`LaunchPlan`; CAME's 17 phases take 11 launches): each program's table row says
+which phase it runs.
 
 A sum writes, per program, partial totals in float64 into a buffer of the tensor's
 ``[contributions, outputs]`` (:func:`sum_extent`); a second kernel adds each output's
@@ -85,6 +89,24 @@ class PhasePlan:
 
 
 @dataclass(frozen=True)
+class LaunchPlan:
+    """Consecutive phases that run in one launch (none reads or writes what another one
+    writes): a program of the launch's table says which phase it runs. The sums of all
+    of them are reduced after it."""
+
+    kernel: str
+    phases: tuple[PhasePlan, ...]
+
+    @property
+    def num_warps(self) -> int:
+        return max(NUM_WARPS[phase.layout] for phase in self.phases)
+
+    @property
+    def sums(self) -> tuple[SumPlan, ...]:
+        return tuple(plan for phase in self.phases for plan in phase.sums)
+
+
+@dataclass(frozen=True)
 class TritonProgram:
     """The Triton module of one VM program and dtype, and what its launcher needs."""
 
@@ -92,8 +114,12 @@ class TritonProgram:
     dtype: str
     n_inputs: int
     masks: tuple[int, ...]
-    phases: tuple[PhasePlan, ...]
+    launches: tuple[LaunchPlan, ...]
     digest: str            # of the source: the module's file name
+
+    @property
+    def phases(self) -> tuple[PhasePlan, ...]:
+        return tuple(phase for launch in self.launches for phase in launch.phases)
 
 
 def layout_of(domain: int) -> str:
@@ -147,10 +173,66 @@ def triton_program(code: np.ndarray, dtype: str) -> TritonProgram:
         plan = PhasePlan(f"phase_{number}", domain, layout, sums)
         lines += _phase(plan, instructions, masks, decoded.n_inputs)
         plans.append(plan)
+    launches = []
+    for number, members in enumerate(_launch_groups(decoded.phases)):
+        launch = LaunchPlan(f"launch_{number}", tuple(plans[i] for i in members))
+        lines += _launch(launch)
+        launches.append(launch)
     lines += _reductions()
     source = "\n".join(lines) + "\n"
-    return TritonProgram(source, dtype, decoded.n_inputs, masks, tuple(plans),
+    return TritonProgram(source, dtype, decoded.n_inputs, masks, tuple(launches),
                          hashlib.sha256(source.encode()).hexdigest()[:24])
+
+
+def _launch_groups(phases) -> list[list[int]]:
+    """Consecutive phases with no array one of them writes (a store, a sum's total) that
+    another reads or writes: they may run in one launch, in any order."""
+    array = OPERAND_KINDS["array"]
+    touched = []
+    for _, instructions in phases:
+        reads, writes = set(), set()
+        for ins in instructions:
+            reads.update(v for k, v in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8]))
+                         if k == array)
+            if _NAMES[ins[0]] in ("store", "sum"):
+                writes.add(ins[1])
+        touched.append((reads, writes))
+    groups = [[0]] if phases else []
+    for j in range(1, len(phases)):
+        reads, writes = touched[j]
+        if all(not (touched[k][1] & (reads | writes)) and not (touched[k][0] & writes)
+               for k in groups[-1]):
+            groups[-1].append(j)
+        else:
+            groups.append([j])
+    return groups
+
+
+def _launch(plan: LaunchPlan) -> list[str]:
+    """The kernel of one launch: each program runs the phase its table row names, with
+    that phase's tile shape, and its sums' partials at their place in ``parts``."""
+    lines = ['@triton.jit(do_not_specialize=["n_tensors", "n_scalars"])',
+             f"def {plan.kernel}(programs, dims, arrays, n_tensors, scalars, scalar_rows, "
+             "n_scalars, parts, T: tl.constexpr, ALIGNED: tl.constexpr):",
+             "    pid = tl.program_id(0)",
+             "    t = tl.load(programs + pid * 5)", "    b = tl.load(programs + pid * 5 + 1)",
+             "    rp = tl.load(programs + pid * 5 + 2)",
+             "    cb = tl.load(programs + pid * 5 + 3)"]
+    call = ("(t, b, rp, cb, dims, arrays, n_tensors, scalars, scalar_rows, n_scalars, "
+            "parts + {offset} * n_tensors, T, {br}, {bc}, {iters}, ALIGNED)")
+    offset = 0
+    if len(plan.phases) > 1:
+        lines.append("    q = tl.load(programs + pid * 5 + 4)")
+    for number, phase in enumerate(plan.phases):
+        br, bc, iters = phase.block
+        invocation = phase.kernel + call.format(offset=offset, br=br, bc=bc, iters=iters)
+        if len(plan.phases) == 1:
+            lines.append("    " + invocation)
+        else:
+            lines += [f"    {'if' if number == 0 else 'elif'} q == {number}:",
+                      "        " + invocation]
+        offset += len(phase.sums)
+    return lines + ["", ""]
 
 
 def _helpers(T: str) -> list[str]:
@@ -195,10 +277,7 @@ def _valid(mask: int) -> str | None:
 
 def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
     domain, layout = plan.domain, plan.layout
-    head = ["pid = tl.program_id(0)",
-            "t = tl.load(programs + pid * 4)", "b = tl.load(programs + pid * 4 + 1)",
-            "rp = tl.load(programs + pid * 4 + 2)", "cb = tl.load(programs + pid * 4 + 3)",
-            "Bt = tl.load(dims + t * 3)", "R = tl.load(dims + t * 3 + 1)",
+    head = ["Bt = tl.load(dims + t * 3)", "R = tl.load(dims + t * 3 + 1)",
             "C = tl.load(dims + t * 3 + 2)",
             f"Rd = {'R' if domain & R else '1'}", f"Cd = {'C' if domain & C else '1'}",
             "srow = tl.load(scalar_rows + t)"]
@@ -307,10 +386,10 @@ def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
                 + ["else:"] + ["    " + x for x in partial])
     else:
         body = emit(True)
-    # one compiled kernel whatever the number of tensors and scalars (Triton would
-    # otherwise compile a variant for a count of 1 and for multiples of 16)
-    lines = ['@triton.jit(do_not_specialize=["n_tensors", "n_scalars"])',
-             f"def {plan.kernel}(programs, dims, arrays, n_tensors, scalars, scalar_rows, "
+    # the body of a phase over one program's tile (t, b, rp, cb): a launch kernel
+    # (_launch) calls it, with the phase's tile shape
+    lines = ["@triton.jit",
+             f"def {plan.kernel}(t, b, rp, cb, dims, arrays, n_tensors, scalars, scalar_rows, "
              "n_scalars, parts, T: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, "
              "ITERS: tl.constexpr, ALIGNED: tl.constexpr):"]
     lines += ["    " + line for line in head]
