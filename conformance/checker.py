@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import platform
 import sys
 import time
@@ -42,7 +43,7 @@ from .drivers.base import spec_state_shapes
 from .report import build_report, write_reports
 from .trajectory import Recorder
 from .verdict import References, verdict
-from .worker import drive, driver_class, framework_version
+from .worker import FRAMEWORK_MODULES, drive, driver_class, framework_version
 
 #: seeded gradient streams per check, besides the one with non-finite elements
 STREAMS = 3
@@ -103,13 +104,25 @@ def _spec_of(spec) -> uo.Spec:
     return spec
 
 
+class FactoryError(ValueError):
+    """The factory failed or returned no optimizer of the backend: a usage error (the
+    command line's exit 2), not a conformance failure."""
+
+
+def _installed(backend: str) -> str:
+    if importlib.util.find_spec(FRAMEWORK_MODULES.get(backend, backend)) is None:
+        raise ValueError(f"check: backend {backend!r} is not installed in this Python "
+                         f"({sys.executable}); pip install 'unified-opt[{backend}]'")
+    return backend
+
+
 def _backend_of(backend: str | None) -> str:
     if backend is not None:
         if not isinstance(backend, str):
             raise TypeError(f"check: backend must be a str, got {backend!r}")
         if backend not in BACKENDS:
             raise ValueError(f"check: backend must be one of {BACKENDS}, got {backend!r}")
-        return backend
+        return _installed(backend)
     imported = [b for b in BACKENDS if b in sys.modules]
     if len(imported) != 1:
         raise ValueError(f"check: backend=None needs exactly one framework imported in this "
@@ -149,9 +162,10 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     device = parse_device(device, "check: device")
     cases = check_cases(spec, steps, nonfinite)
     driver_cls = driver_class(backend)
+    called = _Called(factory, backend)
     with _placed(backend, device) as placement:
         started = time.perf_counter()
-        results = [_run(driver_cls, backend, case, factory, placement) for case in cases]
+        results = [_run(driver_cls, backend, case, called, placement) for case in cases]
     worker = {"exit_code": 0, "seconds": round(time.perf_counter() - started, 2),
               "framework_version": framework_version(backend), "error": None,
               "python": sys.version.split()[0], "platform": platform.platform(),
@@ -195,6 +209,8 @@ def _run(driver_cls, backend: str, case: Case, factory, placement=None) -> dict:
                             factory=factory, device=placement)
         decision = driver.decision
         drive(driver, case, recorder)
+    except FactoryError:
+        raise
     except Exception:  # the result carries the text; the next stream still runs
         error = traceback.format_exc()
     trajectory = recorder.trajectory()
@@ -209,6 +225,67 @@ def _run(driver_cls, backend: str, case: Case, factory, placement=None) -> dict:
                   steps_done=trajectory.steps, trajectory=None,
                   compared=["params"] + [k for k, v in compared.items() if v])
     return result
+
+
+#: what a factory's optimizer must have, per framework: the calls the driver makes
+_CALLS = {"torch": ("step", "zero_grad"), "paddle": ("step", "clear_grad"),
+          "mindspore": ("__call__",)}
+_BASES = {"torch": ("torch.nn", "Module"), "paddle": ("paddle.nn", "Layer"),
+          "mindspore": ("mindspore.nn", "Cell")}
+
+
+class _Called:
+    """``factory`` as the drivers call it: what it raises or returns that is not an
+    optimizer of ``backend`` is a :class:`FactoryError` naming the factory."""
+
+    def __init__(self, factory, backend: str):
+        self.factory, self.backend = factory, backend
+        self.__qualname__ = getattr(factory, "__qualname__", repr(factory))
+        self.name = getattr(factory, "__name__", self.__qualname__)
+
+    def __call__(self, params):
+        try:
+            made = self.factory(params)
+        except Exception as error:
+            text = " ".join(str(error).split())
+            raise FactoryError(
+                f"check: {self.name} raised {type(error).__name__}: {text} (called with a "
+                f"list of {len(params)} {self.backend} parameters; --backend / backend= "
+                "names the framework the factory is written for)") from error
+        optimizer = made[0] if isinstance(made, tuple) and len(made) == 2 else made
+        problem = self._problem(optimizer, made)
+        if problem:
+            raise FactoryError(f"check: {self.name} returned {problem}, not a "
+                               f"{self.backend} optimizer (or an (optimizer, "
+                               "lr_scheduler) pair)")
+        return made
+
+    def _problem(self, optimizer, made) -> str | None:
+        shown = f"{type(made).__name__} {made!r}"[:120]
+        if isinstance(made, tuple) and len(made) != 2:
+            return f"a tuple of {len(made)} items"
+        if optimizer is None or isinstance(optimizer, (list, dict, set, str, bytes, int,
+                                                       float, bool)):
+            return "None" if made is None else f"a {shown}"
+        root = (type(optimizer).__module__ or "").split(".")[0]
+        framework = {"mindformers": "mindspore"}.get(root, root)
+        if framework in BACKENDS and framework != self.backend:
+            return f"a {framework} object ({type(optimizer).__qualname__})"
+        module, base = _BASES[self.backend]
+        container = getattr(sys.modules.get(module), base, None)
+        if self.backend != "mindspore" and container is not None and isinstance(
+                optimizer, container):
+            return f"a {module}.{base} ({type(optimizer).__qualname__}), a model"
+        if self.backend == "mindspore" and container is not None and isinstance(
+                optimizer, container) and not isinstance(
+                    optimizer, sys.modules["mindspore.nn"].Optimizer):
+            return f"a {module}.{base} ({type(optimizer).__qualname__}) that is no optimizer"
+        missing = [c for c in _CALLS[self.backend] if not callable(getattr(optimizer, c,
+                                                                            None))]
+        if missing:
+            return (f"a {type(optimizer).__qualname__} without "
+                    f"{', '.join(m + '()' for m in missing)}")
+        return None
 
 
 def _state_complete(driver, case: Case) -> bool:
@@ -227,7 +304,10 @@ def explanation(results: list[dict]) -> str:
         lines = (bad["error"] or "").strip().splitlines()
         return f"{bad['case']}: error: {lines[-1] if lines else 'unknown'}"
     c = bad["comparison"]
-    text = f"{bad['case']}: first failure at step {c['first_failing_step']}: {c['detail']}"
+    step = c["first_failing_step"]
+    # the detail names the step too ("param:w at step 1: ..."): say it once
+    detail = (c["detail"] or "").replace(f" at step {step}:", ":", 1)
+    text = f"{bad['case']}: first failure at step {step}: {detail}"
     if bad.get("explanation"):
         text += f"; {bad['explanation']['text']}"
     return text
@@ -250,8 +330,12 @@ def load_factory(target: str) -> Callable:
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"factory {target!r}: cannot import {module_name!r}: {error}") \
-            from None
+        hint = ""
+        if getattr(error, "name", None) == module_name.split(".")[0]:
+            hint = (" (it is looked up on sys.path: run from the folder that holds it, or "
+                    "add that folder to PYTHONPATH)")
+        raise ValueError(f"factory {target!r}: cannot import {module_name!r}: {error}"
+                         f"{hint}") from None
     found = module
     for part in attribute.split("."):
         if not hasattr(found, part):

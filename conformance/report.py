@@ -25,7 +25,7 @@ from .compare import TINY, ULPS, K
 from .html import cpu_name, write_html
 
 FORMAT_VERSION = 1
-PATH_ORDER = ("auto", "own", "native", "hand")
+PATH_ORDER = ("auto", "own", "native", "hand", "check")
 STATUSES = ("pass", "fail", "error")
 
 RULE = ("per step and quantity: max|backend - oracle(float64)| <= K * max(float32 "
@@ -100,7 +100,8 @@ def cell(result: dict | None) -> str:
     ratio = result["comparison"]["worst_ratio"]
     ratio = "inf" if ratio is None else f"{ratio:.3g}"
     lowering = result.get("lowering") or {}
-    kind = {"native": "native", "hand": "by hand"}.get(lowering.get("path"), "own")
+    kind = {"native": "native", "hand": "by hand", "check": "checked"}.get(
+        lowering.get("path"), "own")
     known = "*" if result.get("known") else ""
     return f"{'pass' if result['status'] == 'pass' else 'FAIL'}{known} {ratio} ({kind})"
 

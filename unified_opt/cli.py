@@ -288,6 +288,8 @@ def _diff(args) -> int:
 
 
 def _check(args) -> int:
+    import os
+
     from unified_opt.conformance.checker import check, load_factory
     from unified_opt.expressions import parse_spec
 
@@ -297,6 +299,13 @@ def _check(args) -> int:
             raise ValueError(f"--preset {args.preset!r}: write the constructor call, e.g. "
                              "\"paddle.optimizer.Lamb(learning_rate=1e-3)\"")
         spec = parse_spec(text)
+        if args.backend is not None:
+            # the backend's framework first: MindSpore cannot be imported after paddle
+            # (a oneDNN symbol clash), which a factory's module may import
+            _import_framework(args.backend)
+        # MODULE from the current folder, as python -m and pytest find it
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())
         factory = load_factory(args.factory)
         result = check(factory, spec, backend=args.backend, steps=args.steps, out=args.out,
                        nonfinite=not args.finite_only, device=args.device)
@@ -307,6 +316,26 @@ def _check(args) -> int:
     if args.out is not None:
         print(f"reports: {args.out}/")
     return 0 if result.passed else 1
+
+
+def _import_framework(backend: str) -> None:
+    """Import ``backend``'s framework (ValueError naming the fix when it is missing or
+    cannot be imported)."""
+    import importlib
+    import importlib.util
+
+    from unified_opt.backend import BACKENDS
+
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if importlib.util.find_spec(backend) is None:
+        raise ValueError(f"--backend {backend}: {backend} is not installed in this Python "
+                         f"({sys.executable}); pip install 'unified-opt[{backend}]'")
+    try:
+        importlib.import_module(backend)
+    except Exception as error:      # a broken install: its import fails, not the check
+        raise ValueError(f"--backend {backend}: importing {backend} failed: "
+                         f"{type(error).__name__}: {error}") from None
 
 
 def _report(args) -> int:
