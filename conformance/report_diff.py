@@ -135,10 +135,44 @@ def validate_report(report, name: str) -> None:
         if result["status"] not in STATUSES:
             raise ValueError(f"{name}: results[{index}] has status {result['status']!r}; "
                              f"expected one of {STATUSES}")
+        _check_fields(result, f"{name}: results[{index}]")
         key = _key(result)
         if key in seen:
             raise ValueError(f"{name}: result {display_name(key)} appears twice")
         seen.add(key)
+
+
+def _check_fields(result: dict, where: str) -> None:
+    """The fields the diff reads, of the types it reads them as (a report edited by hand
+    or written by another tool is refused here, not with an AttributeError later)."""
+    for key in ("case", "backend", "path"):
+        if not isinstance(result[key], str):
+            raise ValueError(f"{where}: {key} is {result[key]!r}, expected a string")
+    comparison = result.get("comparison")
+    if comparison is not None:
+        if not isinstance(comparison, dict):
+            raise ValueError(f"{where}: comparison is {comparison!r:.100}, expected an "
+                             "object or null")
+        ratio = comparison.get("worst_ratio")
+        if ratio is not None and (isinstance(ratio, bool)
+                                  or not isinstance(ratio, (int, float))):
+            raise ValueError(f"{where}: comparison.worst_ratio is {ratio!r:.100}, expected "
+                             "a number or null")
+        detail = comparison.get("detail")
+        if detail is not None and not isinstance(detail, str):
+            raise ValueError(f"{where}: comparison.detail is {detail!r:.100}, expected a "
+                             "string")
+    explanation = result.get("explanation")
+    # a check run or an older report writes the explanation as its text alone
+    if explanation is not None and not isinstance(explanation, (dict, str)):
+        raise ValueError(f"{where}: explanation is {explanation!r:.100}, expected an "
+                         "object, a string or null")
+    if isinstance(explanation, dict) and not isinstance(explanation.get("text", ""), str):
+        raise ValueError(f"{where}: explanation.text is {explanation['text']!r:.100}, "
+                         "expected a string")
+    error = result.get("error")
+    if error is not None and not isinstance(error, str):
+        raise ValueError(f"{where}: error is {error!r:.100}, expected a string or null")
 
 
 def load_report(path) -> dict:
@@ -186,7 +220,9 @@ def _problem(result: dict) -> str:
         return lines[-1] if lines else "error"
     if result["status"] == "fail":
         text = (result.get("comparison") or {}).get("detail") or "fail"
-        explanation = (result.get("explanation") or {}).get("text")
+        explanation = result.get("explanation") or ""
+        if isinstance(explanation, dict):
+            explanation = explanation.get("text") or ""
         return f"{text}; {explanation}" if explanation else text
     return ""
 

@@ -263,3 +263,36 @@ def test_bad_reports_and_thresholds():
     for bad in (0.5, float("nan"), float("inf")):
         with pytest.raises(ValueError, match=f"ratio_threshold must be .* got {bad}"):
             diff_reports(good, good, ratio_threshold=bad)
+
+
+# -- issue 22: an explanation as a string; unreadable fields -----------------------------
+
+def test_a_string_explanation_is_read_as_its_text(tmp_path, capsys):
+    failing = dict(result("adam_x", "fail"), explanation="eps_placement='inside' follows")
+    old, new = report(result("adam_x")), report(failing)
+    found = diff_reports(old, new)
+    assert found.new_failures[0].detail.endswith("; eps_placement='inside' follows")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    (tmp_path / "new.json").write_text(json.dumps(new))
+    assert cli_main(["report", "diff", str(tmp_path / "old.json"),
+                     str(tmp_path / "new.json")]) == 1
+    assert "eps_placement='inside' follows" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("explanation", 7, "explanation is 7, expected an object, a string or null"),
+    ("comparison", "bad", "comparison is 'bad', expected an object or null"),
+    ("error", ["x"], "error is ['x'], expected a string or null"),
+    ("case", None, "case is None, expected a string"),
+])
+def test_an_unreadable_result_is_exit_2_naming_it(tmp_path, capsys, field, value, words):
+    bad = dict(result("adam_x", "fail"), **{field: value})
+    (tmp_path / "old.json").write_text(json.dumps(report(result("adam_x"))))
+    (tmp_path / "new.json").write_text(json.dumps(report(bad)))
+    assert cli_main(["report", "diff", str(tmp_path / "old.json"),
+                     str(tmp_path / "new.json")]) == 2
+    err = capsys.readouterr().err
+    assert "results[0]: " + words in err and "Traceback" not in err
+    with pytest.raises(ValueError, match="worst_ratio is 'x'"):
+        diff_reports(report(result("a")), report({**result("a"), "comparison": {
+            "worst_ratio": "x"}}))
