@@ -472,3 +472,15 @@ def test_documented_explain_and_matrix_commands_work(tmp_path, monkeypatch, caps
     # the documented regeneration command writes the generated matrix (that the committed
     # file is current is tests/test_docs.py's check)
     assert (tmp_path / "docs" / "compatibility.md").read_text() == markdown()
+
+
+@pytest.mark.parametrize("text, words", [
+    ("adam(lr=float('nan'))", "write nan as a bare word"),
+    ("adam(eps=float('-inf'))", "write -inf as a bare word"),
+    ("adam(betas=tuple([0.9, 0.99]))", "the Python builtin 'tuple'"),
+])
+def test_a_python_builtin_is_not_taken_for_a_misspelt_spec(text, words):
+    """float('nan') once suggested "did you mean 'AdamOffload'?" (issue 22)."""
+    with pytest.raises(ValueError) as info:
+        parse_spec(text)
+    assert words in str(info.value) and "did you mean" not in str(info.value)

@@ -311,6 +311,29 @@ class _Reader:
                           self.table.suggestion(dotted)
                           + f"; for a string, quote it ('{dotted}'); " + _ALLOWED)
 
+    def _refuse_builtin(self, node: ast.Call) -> None:
+        """A Python builtin (``float('nan')``, ``tuple([...])``) is no spec's near
+        miss: say what to write instead of suggesting a spec by its spelling."""
+        import builtins
+
+        if not isinstance(node.func, ast.Name) or not hasattr(builtins, node.func.id) or \
+                self.table.resolve(node.func.id) is not None:
+            return
+        name = node.func.id
+        argument = node.args[0] if len(node.args) == 1 and not node.keywords else None
+        if name == "float" and isinstance(argument, ast.Constant) and isinstance(
+                argument.value, str):
+            word = argument.value.strip().lower().lstrip("+")
+            sign = "-" if word.startswith("-") else ""
+            word = {"infinity": "inf"}.get(word.lstrip("-"), word.lstrip("-"))
+            if word in ("nan", "inf"):
+                raise self.refuse(f"calling the Python builtin {name!r}", node,
+                                  f"; write {sign}{word} as a bare word (e.g. "
+                                  f"eps={sign}{word}); " + _ALLOWED)
+        raise self.refuse(f"calling the Python builtin {name!r}", node,
+                          "; nothing is evaluated: write the value as a literal; "
+                          + _ALLOWED)
+
     def constructor(self, func: ast.AST) -> _Constructor:
         dotted = _dotted(func)
         if dotted is None:
@@ -339,6 +362,7 @@ class _Reader:
         return args, kwargs
 
     def call(self, node: ast.Call) -> Any:
+        self._refuse_builtin(node)
         constructor = self.constructor(node.func)
         args, kwargs = self.arguments(node)
         return constructor(args, kwargs)

@@ -180,11 +180,13 @@ def _digest(metadata: Mapping[str, str], tensors: Mapping[str, np.ndarray]) -> s
 
 
 def _write(s: Snapshot, path: Path) -> None:
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     metadata, tensors = _metadata(s), _tensors(s)
     metadata["sha256"] = _digest(metadata, tensors)
-    save_file(tensors, str(path), metadata=metadata)
+    # written by open(), so with the umask's mode like every other output (safetensors'
+    # save_file leaves 0600)
+    path.write_bytes(save(tensors, metadata=metadata))
 
 
 # -- reading a file -----------------------------------------------------------------------
@@ -195,6 +197,8 @@ def read_state(path) -> Snapshot:
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{CALLER}: no state file {str(path)!r}")
     if not path.is_file():
         raise ValueError(f"{CALLER}: {str(path)!r} is not a file")
     try:
@@ -235,6 +239,20 @@ def _snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> Snaps
         arrays=arrays, framework=metadata["framework"])
 
 
+def spec_differences(saved: Spec, built: Spec) -> str:
+    """The fields in which ``saved`` (the file's) and ``built`` (the optimizer's) differ,
+    each with both values (two whole specs hide the one that differs)."""
+    import dataclasses
+
+    if type(saved) is not type(built):
+        return f"the file's is {saved.name}, the optimizer's {built.name}"
+    parts = [f"{f.name}={getattr(saved, f.name)!r} in the file, "
+             f"{getattr(built, f.name)!r} in the optimizer"
+             for f in dataclasses.fields(saved)
+             if getattr(saved, f.name) != getattr(built, f.name)]
+    return "; ".join(parts) or f"{saved} vs {built}"
+
+
 # -- loading ------------------------------------------------------------------------------
 
 def _transformer(transform) -> Callable[[str], Callable | None]:
@@ -261,8 +279,8 @@ def load_state(optimizer: Any, path, *, transform=None) -> None:
     transform_of = _transformer(transform)
     saved = read_state(path)
     if saved.spec != record.spec:
-        raise ValueError(f"{CALLER}: the file holds the state of {saved.spec}, the optimizer "
-                         f"computes {record.spec}")
+        raise ValueError(f"{CALLER}: the file holds the state of another spec than the "
+                         f"optimizer computes: {spec_differences(saved.spec, record.spec)}")
     if tuple(saved.groups) != tuple(record.groups):
         raise ValueError(f"{CALLER}: the file's groups {list(saved.groups)} differ from the "
                          f"optimizer's {list(record.groups)}")
