@@ -145,6 +145,8 @@ class ProgressDisplay:
         state = self.backends.setdefault(backend, BackendProgress())
         if self._bars is not None and backend in self._tasks:
             self._bars.update(self._tasks[backend], completed=state.done, last=rest)
-        else:
+        elif state.total or state.done:
             self._print(f"[{backend}] {state.done}/{state.total} runs ({state.counted()}); "
                         f"{rest}")
+        else:        # it ended before it said how many runs it had ("0/0 runs" said nothing)
+            self._print(f"[{backend}] no run started; {rest}")

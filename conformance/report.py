@@ -151,10 +151,24 @@ def problems_text(report: dict) -> str:
     for (backend, reason), cases in reasons.items():
         lines.append(f"  NOT RUN {len(cases)} case(s) on {backend} "
                      f"({', '.join(sorted(cases))}): {reason}")
-    for r in _problems(report):
-        lines.append(f"  {r['status'].upper()} {r['case']} on {r['backend']} "
-                     f"({r['path']}): {_problem_text(r)}")
+    # the runs a worker that ended early never began share one reason: one line per
+    # backend with their count, not one line per run
+    problems = [(r, _problem_text(r)) for r in _problems(report)]
+    unstarted: dict[tuple[str, str], int] = {}
+    for r, text in problems:
+        if r["status"] == "error" and text.startswith(NOT_STARTED):
+            unstarted[(r["backend"], text)] = unstarted.get((r["backend"], text), 0) + 1
+    for r, text in problems:
+        if unstarted.get((r["backend"], text), 0) < 2:
+            lines.append(f"  {r['status'].upper()} {r['case']} on {r['backend']} "
+                         f"({r['path']}): {text}")
+    lines += [f"  ERROR {count} runs on {backend} {text}"
+              for (backend, text), count in unstarted.items() if count > 1]
     return "\n".join(lines)
+
+
+#: the error of a run that a worker ending early never began (runner._missing)
+NOT_STARTED = "not run: the worker "
 
 
 def _problems(report: dict):

@@ -66,6 +66,20 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
 
 
+#: seconds a timed-out worker gets to write its stacks (SIGABRT, faulthandler)
+ABORT_GRACE = 5.0
+
+
+def _abort(process: subprocess.Popen) -> None:
+    """SIGABRT the worker (its faulthandler writes where every thread is) and give it
+    :data:`ABORT_GRACE` seconds; the group is killed after this either way."""
+    try:
+        os.kill(process.pid, signal.SIGABRT)
+        process.wait(timeout=ABORT_GRACE)
+    except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+        pass
+
+
 def _stop_running() -> None:
     """Kill every running worker. A worker has a session of its own, out of reach of
     the terminal's Ctrl-C, so an interrupted run (or an interpreter that exits with a run
@@ -137,9 +151,12 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         command += ["--device", str(device)]
     started = time.perf_counter()
     relay = _Relay(backend, progress, work / "stdout.log")
+    # faulthandler: a worker that crashes in C code, or that is aborted at the timeout,
+    # writes every thread's Python stack to its stderr log (else empty after a kill)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
     with open(work / "stderr.log", "w") as stderr, _running_lock:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                   start_new_session=True)
+                                   start_new_session=True, env=env)
         _running.add(process)
     relay.start(process.stdout)
     timed_out = False
@@ -147,6 +164,7 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
+        _abort(process)
     finally:                          # a timeout, an interrupt, or what the worker left
         _kill_group(process)
         code = process.wait()
@@ -169,9 +187,12 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         info["device_name"] = placed.get("name")
     ending = _ending(code, timed_out, timeout)
     if ending is not None:
-        info["logs"] = _keep_logs(work, out, backend)
         where = (f"while running {relay.running[0]} ({relay.running[1]})" if relay.running
                  else "outside any run")
+        with open(work / "stderr.log", "a") as log:     # the log says how it ended too
+            log.write(f"\n[unified-opt conformance runner] the {backend} worker {ending} "
+                      f"{where}\n")
+        info["logs"] = _keep_logs(work, out, backend)
         info["ending"] = ending
         tail = (work / "stderr.log").read_text(errors="replace")[-STDERR_TAIL:].strip()
         info["stderr_tail"] = f"stderr ends:\n{tail}\n" if tail else "stderr is empty\n"

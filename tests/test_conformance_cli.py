@@ -166,3 +166,17 @@ def test_worker_skips_a_path_that_repeats_auto(tmp_path):
     trajectory = Trajectory.load(tmp_path / info["trajectory"])
     assert trajectory.steps == 50 and trajectory.params["w"].shape == (50, 65, 65)
     assert sorted(trajectory.state["empty"]) == ["exp_avg", "exp_avg_sq"]
+
+
+def test_cases_matching_nothing_name_the_closest_few(capsys, tmp_path):
+    """Not all 300 ids (issue 22)."""
+    from unified_opt.cli import main
+
+    assert main(["conformance", "--cases", "adamw_cosin", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "--cases: no case matches 'adamw_cosin' (of " in err
+    closest = err.split("closest: ")[1].strip().split(", ")
+    assert len(closest) <= 5 and any(c.startswith("adamw_cosine") for c in closest)
+    assert main(["conformance", "--cases", "zzz*", "--out", str(tmp_path)]) == 2
+    assert "no case matches 'zzz*'" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists()

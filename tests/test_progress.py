@@ -58,3 +58,32 @@ def test_a_terminal_gets_one_bar_per_backend():
     assert [b.split()[0] for b in bars] == ["torch", "paddle"]
     assert "4/4" in bars[0] and "1 error" in bars[0] and "2/2" in bars[1]
     assert "sgd_momentum auto" not in shown       # passing runs do not get lines
+
+
+def test_a_backend_that_ends_before_its_start_line_says_no_run_started():
+    """Not "0/0 runs" (issue 22)."""
+    stream = io.StringIO()
+    with ProgressDisplay(stream, interactive=False) as display:
+        display("[mindspore] finished in 2.0 s (the worker crashed with exit status 1)")
+    assert stream.getvalue().splitlines() == [
+        "[mindspore] no run started; finished in 2.0 s (the worker crashed with exit "
+        "status 1)"]
+
+
+def test_the_runs_a_killed_worker_never_began_are_one_line_per_backend():
+    """294 near-identical lines were one per run (issue 22)."""
+    from unified_opt.conformance.report import problems_text
+
+    not_run = "not run: the worker timed out after 60 s and was killed during adam_x (auto)"
+    results = [{"case": "adam_x", "backend": "torch", "path": "auto", "status": "error",
+                "error": "stderr ends:\nx\nthe worker timed out after 60 s and was killed "
+                         "during this run", "comparison": None}]
+    results += [{"case": f"c{i}", "backend": "torch", "path": "auto", "status": "error",
+                 "error": not_run, "comparison": None} for i in range(294)]
+    report = {"summary": {"total": 295, "pass": 0, "fail": 0, "error": 295},
+              "backends": {"torch": {"seconds": 60.0}}, "results": results}
+    lines = problems_text(report).splitlines()
+    assert lines[1:] == [
+        "  ERROR adam_x on torch (auto): the worker timed out after 60 s and was killed "
+        "during this run",
+        f"  ERROR 294 runs on torch {not_run}"]

@@ -137,6 +137,9 @@ def test_a_worker_killed_by_sigkill_leaves_the_other_backend_alone(tmp_path):
     assert got[("before", "paddle")] == got[("after", "paddle")] == ("pass", None)
     assert ("killed", "paddle") not in got
     assert report["backends"]["torch"]["exit_code"] == -9
+    # nothing of its own on stderr: the runner's line says what happened (issue 22)
+    assert "the torch worker was killed by signal SIGKILL while running killed (hand)" in (
+        tmp_path / "logs" / "torch.stderr.log").read_text()
     assert report["backends"]["paddle"]["exit_code"] == 0
     assert report["backends"]["paddle"]["error"] is None
     assert report["summary"]["error"] == 2 and report["summary"]["pass"] == 3
@@ -164,6 +167,12 @@ def test_a_hanging_worker_is_killed_with_its_children_at_the_timeout(tmp_path, m
     assert got[("after", "torch")] == (
         "error", "not run: the worker timed out after 25 s and was killed during hangs "
                  "(hand)")
+    # the log says where the worker hung (faulthandler at SIGABRT) and how it ended
+    # (issue 22: it was empty)
+    log = (tmp_path / "out" / "logs" / "torch.stderr.log").read_text()
+    assert "fault_optimizers.py" in log and "in fault" in log, log
+    assert log.rstrip().endswith("[unified-opt conformance runner] the torch worker timed "
+                                 "out after 25 s and was killed while running hangs (hand)")
     child = int(child_pid_file.read_text())
     deadline = time.monotonic() + 5
     while alive(child) and time.monotonic() < deadline:

@@ -35,8 +35,11 @@ spec expressions) compute the same numbers, and which knobs differ
 changed between two reports (:mod:`unified_opt.conformance.report_diff`); exit 1 on a
 new failure.
 
-Exit status: 0 ok, 1 a conformance result failed, 2 a bad command line (a one-line
-message naming the argument and the value).
+Exit status: 0 ok; 1 what the command judges does not hold (a conformance result fails
+or errors, a checked optimizer does not conform, ``diff``'s configurations differ,
+``report diff`` finds a new failure, ``port`` refuses a construction); 2 a bad command
+line or input that cannot be used (a one-line message naming the argument and the
+value).
 """
 
 from __future__ import annotations
@@ -84,7 +87,11 @@ def _parser() -> argparse.ArgumentParser:
                     "PaddlePaddle and MindSpore optimizers: run the conformance suite, "
                     "explain a lowering, or write the compatibility matrix.",
         epilog="Run 'unified-opt COMMAND --help' for a command's options. Exit status: 0 "
-               "ok, 1 a conformance result failed, 2 a bad command line.")
+               "ok; 1 what the command judges does not hold (a conformance result fails "
+               "or errors, a checked optimizer does not conform, diff's two "
+               "configurations differ, report diff finds a new failure, port refuses a "
+               "construction); 2 a bad command line or input that cannot be used (each "
+               "command's --help says which).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "conformance", help="run the conformance suite and write its reports",
@@ -103,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=None, metavar="N",
                      help="steps per case (>= 50; default: each case's own)")
     run.add_argument("--out", default="conformance-report", metavar="DIR",
-                     help="report directory (default: %(default)s)")
+                     help="report directory: report.json, report.md, report.html, "
+                          "junit.xml (default: %(default)s)")
     run.add_argument("--jobs", type=int, default=2, metavar="N",
                      help="backend workers run at once (default: %(default)s)")
     run.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -400,10 +408,29 @@ def _plan(args):
         raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     cases = default_cases(args.algorithms)
     if args.cases is not None:
+        _some_case_matches(cases, args.cases)
         cases = select(cases, args.cases)
     if args.steps is not None:
         cases = [c.with_steps(args.steps) for c in cases]
     return cases, backends
+
+
+def _some_case_matches(cases, patterns: list[str]) -> None:
+    """ValueError naming the patterns and the few closest ids when no id matches (the
+    whole list of ids is hundreds of lines)."""
+    import difflib
+    import fnmatch
+
+    ids = [c.id for c in cases]
+    if any(fnmatch.fnmatchcase(i, p) for i in ids for p in patterns):
+        return
+    stems = [p.replace("*", "").replace("?", "").strip("[]") for p in patterns]
+    close: list[str] = []
+    for stem in stems:
+        close += difflib.get_close_matches(stem, ids, n=5, cutoff=0.0) if stem else []
+    close = list(dict.fromkeys(close))[:5]
+    raise ValueError(f"--cases: no case matches {', '.join(map(repr, patterns))} (of "
+                     f"{len(ids)} cases); closest: {', '.join(close) or ids[0]}")
 
 
 def _conformance(args) -> int:
