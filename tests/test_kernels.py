@@ -20,7 +20,7 @@ import unified_opt as uo
 from unified_opt.conformance.trajectory import Recorder
 from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
-from unified_opt.kernels.runtime import KernelRunner, run_numpy
+from unified_opt.kernels.runtime import KernelRunner, Programs, run_numpy
 from unified_opt.kernels.trace import Untraceable, canonical_dims, trace_update
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import prepare_gradients
@@ -237,3 +237,37 @@ def test_an_exchanging_optimizer_runs_eagerly_and_compile_true_refuses_it():
     with pytest.raises(ValueError, match="Opt: options compile=True, but a data-parallel "
                                          "spec exchanging between ranks runs eagerly"):
         KernelPath.for_optimizer(True, "Opt", exchanges=True)
+
+
+def test_abi_h_is_generated_from_the_one_abi():
+    """The opcodes, operand kinds, layout, axis bits, dtype codes and C signatures are
+    written once (bytecode.py); abi.h, which vm.cc, phases.h and every generated kernel
+    include, is its output (`python -m unified_opt.kernels.bytecode` rewrites it), and a
+    definition in vm.cc that differs from its declaration there does not compile."""
+    from unified_opt.kernels.bytecode import ABI_HEADER, abi_header
+
+    assert ABI_HEADER.read_text() == abi_header()
+    vm = build.SOURCE.read_text()
+    assert '#include "abi.h"' in build.HEADER.read_text()
+    for stale in ("enum Op", "enum Kind", "constexpr int VERSION", "struct Ins"):
+        assert stale not in vm, f"vm.cc writes the ABI's {stale} again"
+
+
+@pytest.mark.parametrize("name,index,spec", TRACED, ids=[f"{n}-{i}" for n, i, _ in TRACED])
+def test_the_vm_code_is_the_schedule_every_generator_reads(name, index, spec):
+    """One IR: the tracer's program is scheduled once (bytecode.schedule); the VM's code
+    is that Schedule encoded, and decode gives it back whole."""
+    from unified_opt.kernels.bytecode import decode, encode, schedule
+
+    for shape in [(5, 7), (9,), (2, 3, 4)]:
+        labels = Programs().state_labels(spec, shape, "float32")
+        try:
+            trace = trace_update(spec, shape, "float32", labels, lr=float(spec.lr_at(0)),
+                                 step=2)
+        except Untraceable:
+            continue
+        scheduled = schedule(trace.program)
+        code = encode(scheduled)
+        assert decode(code) == scheduled
+        assert encode(decode(code)).tobytes() == code.tobytes()
+        assert kernel_source(code) == kernel_source(scheduled)

@@ -22,18 +22,26 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import hashlib
+import importlib.util
 import os
 import platform
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
+from .bytecode import FUNCTIONS
+
 SOURCE = Path(__file__).with_name("vm.cc")
-#: what the VM and the generated kernels include
+#: what the VM and the generated kernels include (abi.h: generated from bytecode.py)
 HEADER = Path(__file__).with_name("phases.h")
-FLAGS = ["-O3", "-march=native", "-std=c++17", "-fPIC", "-shared", "-ffp-contract=off",
-         "-fno-math-errno"]
+HEADERS = (HEADER, Path(__file__).with_name("abi.h"))
+#: the CPU the code is compiled for: this machine's, unless a build names another
+#: (:mod:`.prebuilt` builds the VM for several x86-64 levels)
+MARCH = "native"
+FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
 OPENMP = ["-fopenmp"]
 
 _loaded: ctypes.CDLL | None = None
@@ -52,11 +60,48 @@ def cache_dir() -> Path:
     return Path(base) / "unified_opt"
 
 
-def _compiler() -> str:
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        raise KernelUnavailable(f"no C++ compiler: {compiler!r} is not on PATH (set CXX)")
-    return compiler
+class Compiler(tuple):
+    """A compiler's command (a tuple of words), whether it has OpenMP's runtime, and
+    whether it is zig's clang (which names a CPU other than this one ``-mcpu=x86_64_v3``
+    where gcc and clang say ``-march=x86-64-v3``)."""
+
+    openmp: bool = True
+    zig: bool = False
+
+
+def _compiler() -> Compiler:
+    """``$CXX`` (words, as a shell splits them); else ``c++`` on PATH; else the clang in
+    the ``ziglang`` package where it is installed (``pip install unified-opt[compiler]``:
+    no OpenMP runtime there, so the threads are std::thread's; same code, same bits)."""
+    if os.environ.get("CXX"):
+        words = shlex.split(os.environ["CXX"])
+        if not words or shutil.which(words[0]) is None:
+            raise KernelUnavailable(f"no C++ compiler: {os.environ['CXX']!r} is not on PATH "
+                                    "(set CXX)")
+        return Compiler(words)
+    if shutil.which("c++") is not None:
+        return Compiler(["c++"])
+    if importlib.util.find_spec("ziglang") is not None:
+        return zig_compiler()
+    raise KernelUnavailable("no C++ compiler: 'c++' is not on PATH (set CXX, or install "
+                            "unified-opt[compiler], the clang of the ziglang package)")
+
+
+def zig_compiler() -> Compiler:
+    """The clang of the ``ziglang`` package (see :func:`_compiler`)."""
+    zig = Compiler([sys.executable, "-m", "ziglang", "c++"])
+    zig.openmp, zig.zig = False, True
+    return zig
+
+
+_versions: dict = {}
+
+
+def _version(compiler: Compiler) -> str:
+    if compiler not in _versions:
+        _versions[compiler] = subprocess.run([*compiler, "--version"], capture_output=True,
+                                             text=True).stdout
+    return _versions[compiler]
 
 
 def _cpu() -> str:
@@ -69,21 +114,32 @@ def _cpu() -> str:
         return platform.processor() or platform.machine()
 
 
-def library_path(source: str, stem: str, compiler: str, openmp: bool) -> Path:
-    version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
-    flags = " ".join(FLAGS + (OPENMP if openmp else []))
+def flags(march: str = MARCH, openmp: bool = True, zig: bool = False) -> list[str]:
+    """The compiler's flags for code for CPU ``march`` (see the module); without OpenMP
+    its ``simd`` pragmas still vectorise."""
+    cpu = (f"-mcpu={march.replace('-', '_')}" if zig and march != "native"
+           else f"-march={march}")
+    return [*FLAGS, cpu, *(OPENMP if openmp else ["-fopenmp-simd"])]
+
+
+def library_path(source: str, stem: str, compiler: Compiler, openmp: bool,
+                 march: str = MARCH) -> Path:
+    version = _version(compiler)
     digest = hashlib.sha256("\0".join(
-        [source, HEADER.read_text(), flags, version, _cpu(),
-         platform.machine()]).encode()).hexdigest()[:20]
+        [source, *(h.read_text() for h in HEADERS), " ".join(flags(march, openmp, compiler.zig)),
+         version,
+         _cpu() if march == "native" else march, platform.machine()]).encode()
+    ).hexdigest()[:20]
     return cache_dir() / f"{stem}_{digest}.so"
 
 
-def _build(compiler: str, source: str, target: Path, openmp: bool) -> None:
+def _build(compiler: Compiler, source: str, target: Path, openmp: bool,
+           march: str = MARCH) -> None:
     source_file = target.with_suffix(".cc")
     source_file.write_text(source)
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
         partial = Path(tmp.name)
-    command = [compiler, *FLAGS, *(OPENMP if openmp else []), f"-I{HEADER.parent}", "-o",
+    command = [*compiler, *flags(march, openmp, compiler.zig), f"-I{HEADER.parent}", "-o",
                str(partial), str(source_file)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
@@ -93,12 +149,13 @@ def _build(compiler: str, source: str, target: Path, openmp: bool) -> None:
     os.replace(partial, target)        # atomic: a reader never sees half a library
 
 
-def compiled(source: str, stem: str) -> Path:
+def compiled(source: str, stem: str, march: str = MARCH) -> Path:
     """The shared library of C++ ``source`` (including ``phases.h``), compiled into the
     cache unless it is there (see the module); with OpenMP where the compiler has it."""
     compiler = _compiler()
-    for openmp in (True, False):         # without OpenMP: one thread, same numbers
-        target = library_path(source, stem, compiler, openmp)
+    for openmp in (True, False) if compiler.openmp else (False,):
+        # without OpenMP: std::thread, the same numbers
+        target = library_path(source, stem, compiler, openmp, march)
         if target.exists():
             return target
         try:
@@ -106,7 +163,7 @@ def compiled(source: str, stem: str) -> Path:
             with open(target.parent / ".lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)      # one process builds, the others wait
                 if not target.exists():
-                    _build(compiler, source, target, openmp)
+                    _build(compiler, source, target, openmp, march)
             return target
         except KernelUnavailable:
             if not openmp:
@@ -150,19 +207,22 @@ def load() -> ctypes.CDLL:
     return _loaded
 
 
-def load_kernel(source: str) -> ctypes.CDLL:
+def load_kernel(source: str, march: str = MARCH) -> ctypes.CDLL:
     """A generated kernel (:mod:`.codegen`), compiled on first use."""
-    library = _open(compiled(source, "uo_kernel"))
-    pointer = ctypes.c_void_p
-    library.uo_kernel_run.restype = ctypes.c_int
-    library.uo_kernel_run.argtypes = [ctypes.c_int, pointer, pointer, pointer]
-    return library
+    return _bind(_open(compiled(source, "uo_kernel", march)), ("uo_kernel_run",))
 
 
-def _bind(library: ctypes.CDLL) -> ctypes.CDLL:
-    pointer, i64 = ctypes.c_void_p, ctypes.c_int64
-    library.uo_vm_run.restype = ctypes.c_int
-    library.uo_vm_run.argtypes = [ctypes.c_int, pointer, i64, pointer, pointer, pointer]
-    library.uo_vm_register.restype = None
-    library.uo_vm_register.argtypes = [pointer, i64, pointer]
+#: C types of bytecode.FUNCTIONS as ctypes
+_CTYPES = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "void": None}
+
+
+def _bind(library: ctypes.CDLL, names=("uo_vm_version", "uo_vm_run", "uo_vm_register")
+          ) -> ctypes.CDLL:
+    """Set the result and argument types of ``names`` from the one ABI
+    (:data:`.bytecode.FUNCTIONS`: what abi.h declares)."""
+    for name in names:
+        result, arguments = FUNCTIONS[name]
+        function = getattr(library, name)
+        function.restype = _CTYPES[result]
+        function.argtypes = [_CTYPES.get(t, ctypes.c_void_p) for t, _ in arguments]
     return library

@@ -1,4 +1,4 @@
-"""A traced :class:`~.trace.Program` as code for the kernel VM (``vm.cc``).
+r"""A traced :class:`~.trace.Program` as code for the kernel VM (``vm.cc``).
 
 The VM runs *phases*. A phase loops over a *domain* (a mask: the B, R and C axes it
 spans) in chunks of consecutive elements along C (``phases.h``), and runs the same
@@ -28,17 +28,39 @@ n_phases]``, the mask of every array (the inputs, then the VM's scratch arrays),
 per phase ``[domain, n_instructions]`` and 9 ints per instruction ``[op, dst, aux,
 a_kind, a, b_kind, b, c_kind, c]`` (operand kinds :data:`OPERAND_KINDS`; ``aux``: the
 axes a sum adds over).
+
+One IR, one ABI
+---------------
+The schedule is a :class:`Schedule` (its phases and :class:`Instruction`\ s):
+:func:`schedule` makes it from the tracer's :class:`~.trace.Program`, :func:`encode`
+writes it as the int32 code above (what the VM runs and what keys a program's kernel),
+:func:`decode` reads code back into it. Every generator (``codegen.py``'s C++,
+``numba_source.py``'s numba, ``triton_source.py``'s Triton) writes its kernels from a
+:class:`Schedule`.
+
+The ABI (the numbers above, the axis bits, the dtype codes and the C functions' signatures)
+is written here once. ``abi.h``, which ``vm.cc``, ``phases.h`` and every generated kernel
+include, is generated from it (:func:`abi_header`; ``python -m
+unified_opt.kernels.bytecode`` rewrites it, a test checks it is current), and
+``build.py`` binds the C functions from :data:`FUNCTIONS`; a definition in ``vm.cc`` that
+differs from its declaration in ``abi.h`` does not compile.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from .trace import ELEMENTWISE, Program
+from .trace import B as _B
+from .trace import C as _C
+from .trace import R as _R
 
+# ---- the ABI (the only place it is written; see the module) ----
 VERSION = 1
 OPCODES = {name: i for i, name in enumerate(
     ["add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq", "ne", "and",
@@ -46,6 +68,92 @@ OPCODES = {name: i for i, name in enumerate(
 #: the domain of a phase that selects the top k of a stored array (``topk_mask``)
 SELECT = -1
 OPERAND_KINDS = {"none": 0, "register": 1, "array": 2, "scalar": 3, "count": 4}
+#: ints in the code's header, in a phase's header, in an instruction
+HEADER_INTS, PHASE_INTS, INSTRUCTION_INTS = 5, 2, 9
+#: the axis bits of masks and domains (``trace.py``'s B, R, C)
+AXES = {"AB": _B, "AR": _R, "AC": _C}
+#: element types: the ``dtype`` argument of the C functions
+DTYPES = {"float32": 0, "float64": 1}
+#: the C functions of the VM library and of a generated kernel: name -> (result,
+#: ((C type, argument), ...)); ``build.py`` binds them by these types
+FUNCTIONS = {
+    "uo_vm_version": ("int", ()),
+    "uo_vm_run": ("int", (("int", "dtype"), ("const int32_t*", "code"), ("int64_t", "length"),
+                          ("void* const*", "inputs"), ("const int64_t*", "dims"),
+                          ("const double*", "scalars"))),
+    "uo_vm_register": ("void", (("const int32_t*", "code"), ("int64_t", "length"),
+                                ("void*", "kernel"))),
+    "uo_kernel_run": ("int", (("int", "dtype"), ("void* const*", "inputs"),
+                              ("const int64_t*", "dims"), ("const double*", "scalars"))),
+    # MindSpore's AOT custom operator calls it (func_type="aot")
+    "uo_vm_aot": ("int", (("int", "nparam"), ("void**", "params"), ("int*", "ndims"),
+                          ("int64_t**", "shapes"), ("const char**", "dtypes"),
+                          ("void*", "stream"), ("void*", "extra"))),
+}
+#: the file :func:`abi_header` writes
+ABI_HEADER = Path(__file__).with_name("abi.h")
+
+
+def abi_header() -> str:
+    """``abi.h``: the ABI above as C++ (see the module)."""
+    def enum(name, items):
+        return [f"enum {name} {{"] + [f"  {k} = {v}," for k, v in items] + ["};"]
+
+    lines = ["// Generated from unified_opt/kernels/bytecode.py (abi_header) by",
+             "// `python -m unified_opt.kernels.bytecode`: do not edit (a test checks it).",
+             "#pragma once", "", "#include <cstdint>", "", "namespace uo {", "namespace abi {",
+             "", f"constexpr int VERSION = {VERSION};",
+             f"constexpr int HEADER_INTS = {HEADER_INTS}, PHASE_INTS = {PHASE_INTS}, "
+             f"INSTRUCTION_INTS = {INSTRUCTION_INTS};",
+             f"constexpr int SELECT = {SELECT};  // a phase that runs TOPK instructions", ""]
+    lines += enum("Op", [(k.upper(), v) for k, v in OPCODES.items()])
+    lines += enum("Kind", [({"register": "REG", "array": "ARR", "scalar": "SCAL",
+                             "count": "CNT"}.get(k, k.upper()), v)
+                            for k, v in OPERAND_KINDS.items()])
+    lines += enum("Axis", AXES.items())
+    lines += enum("DType", [(k.upper(), v) for k, v in DTYPES.items()])
+    lines += ["", "// an instruction as the code holds it",
+              "struct Ins { int32_t " + ", ".join(Instruction._fields) + "; };",
+              "static_assert(sizeof(Ins) == INSTRUCTION_INTS * sizeof(int32_t), \"Ins\");",
+              "", "}  // namespace abi", "}  // namespace uo", "", 'extern "C" {']
+    for name, (result, arguments) in FUNCTIONS.items():
+        lines.append(f"{result} {name}(" + ", ".join(f"{t} {a}" for t, a in arguments) + ");")
+    lines += ['}  // extern "C"', ""]
+    return "\n".join(lines)
+
+
+# ---- the IR ----
+class Instruction(NamedTuple):
+    """One instruction of a phase (its 9 ints in the code)."""
+
+    op: int
+    dst: int
+    aux: int
+    a_kind: int
+    a: int
+    b_kind: int
+    b: int
+    c_kind: int
+    c: int
+
+
+class Phase(NamedTuple):
+    domain: int                          # the axes it loops over, or SELECT
+    instructions: tuple[Instruction, ...]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A program scheduled into phases (see the module): what every generator reads."""
+
+    n_inputs: int
+    masks: tuple[int, ...]                 # every array's axes: the inputs, then scratch
+    n_registers: int
+    phases: tuple[Phase, ...]
+
+
+#: the name codegen.py and triton_source.py knew it by
+Decoded = Schedule
 
 
 def _popcount(mask: int) -> int:
@@ -64,7 +172,12 @@ class _Phase:
 
 
 def compile_program(program: Program) -> np.ndarray:
-    """The VM code of ``program`` (see the module)."""
+    """The VM code of ``program``: ``encode(schedule(program))`` (see the module)."""
+    return encode(schedule(program))
+
+
+def schedule(program: Program) -> Schedule:
+    """``program`` scheduled into phases (see the module)."""
     nodes = program.nodes
     full = program.input_masks[0]
     users = defaultdict(list)
@@ -145,7 +258,7 @@ def compile_program(program: Program) -> np.ndarray:
             (target, value))
     ordered += [copies[d] for d in sorted(copies, key=_popcount)]
 
-    code, n_registers = [], 0
+    out, n_registers = [], 0
     for p in ordered:
         if p.domain == SELECT:
             instructions, used = [_instruction(
@@ -155,38 +268,41 @@ def compile_program(program: Program) -> np.ndarray:
                 for t in p.nodes], 0
         else:
             instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
-        code.append([p.domain, len(instructions)] + [x for ins in instructions for x in ins])
+        out.append(Phase(p.domain, tuple(Instruction(*ins) for ins in instructions)))
         n_registers = max(n_registers, used)
-    header = [VERSION, n_inputs, len(array_masks), n_registers, len(ordered)]
-    return np.asarray(header + array_masks + [x for part in code for x in part],
-                      dtype=np.int32)
+    return Schedule(n_inputs, tuple(array_masks), n_registers, tuple(out))
 
 
-@dataclass(frozen=True)
-class Decoded:
-    """VM code read back: what every generator (``codegen.py``'s C++, ``triton_source.py``'s
-    Triton) writes its kernels from, so that the layout above is read in one place."""
+def encode(scheduled: Schedule) -> np.ndarray:
+    """The int32 code of ``scheduled`` (see the module)."""
+    code = [VERSION, scheduled.n_inputs, len(scheduled.masks), scheduled.n_registers,
+            len(scheduled.phases), *scheduled.masks]
+    for domain, instructions in scheduled.phases:
+        code += [domain, len(instructions)]
+        for ins in instructions:
+            code += ins
+    return np.asarray(code, dtype=np.int32)
 
-    n_inputs: int
-    masks: tuple[int, ...]                 # every array's axes: the inputs, then scratch
-    #: per phase ``(domain, instructions)``; an instruction is its 9 ints (see the module)
-    phases: tuple[tuple[int, tuple[tuple[int, ...], ...]], ...]
 
-
-def decode(code: np.ndarray) -> Decoded:
-    """The phases of VM ``code`` (see the module)."""
+def decode(code) -> Schedule:
+    """The :class:`Schedule` that ``code`` encodes (see the module); a Schedule as it is."""
+    if isinstance(code, Schedule):
+        return code
     code = [int(x) for x in code]
     if code[0] != VERSION:
         raise ValueError(f"VM code version {code[0]}, this is {VERSION}")
-    n_inputs, n_arrays, _, n_phases = code[1:5]
-    masks = tuple(code[5:5 + n_arrays])
-    at, phases = 5 + n_arrays, []
+    n_inputs, n_arrays, n_registers, n_phases = code[1:HEADER_INTS]
+    masks = tuple(code[HEADER_INTS:HEADER_INTS + n_arrays])
+    at, phases = HEADER_INTS + n_arrays, []
     for _ in range(n_phases):
         domain, n = code[at], code[at + 1]
-        body = code[at + 2:at + 2 + 9 * n]
-        phases.append((domain, tuple(tuple(body[i:i + 9]) for i in range(0, len(body), 9))))
-        at += 2 + 9 * n
-    return Decoded(n_inputs, masks, tuple(phases))
+        body = code[at + PHASE_INTS:at + PHASE_INTS + INSTRUCTION_INTS * n]
+        phases.append(Phase(domain, tuple(Instruction(*body[i:i + INSTRUCTION_INTS])
+                                          for i in range(0, len(body), INSTRUCTION_INTS))))
+        at += PHASE_INTS + INSTRUCTION_INTS * n
+    if at != len(code):
+        raise ValueError(f"VM code of {len(code)} ints holds {at}")
+    return Schedule(n_inputs, masks, n_registers, tuple(phases))
 
 
 def _live(program: Program) -> set[int]:
@@ -339,3 +455,8 @@ def _after(steps, node_index) -> int:
 def _instruction(op, dst, aux, operands) -> list[int]:
     operands = list(operands) + [(0, 0)] * (3 - len(operands))
     return [op, dst, aux] + [x for pair in operands for x in pair]
+
+
+if __name__ == "__main__":
+    ABI_HEADER.write_text(abi_header())
+    print(f"wrote {ABI_HEADER}")

@@ -1,4 +1,5 @@
-"""VM code (:mod:`.bytecode`) as C++ of its own: one kernel per program structure.
+"""A program's schedule (:class:`.bytecode.Schedule`, the IR every generator reads) as
+C++ of its own: one kernel per program structure.
 
 The VM runs an instruction over a whole chunk before the next, through registers in
 memory; for a large parameter that memory traffic costs more than the arithmetic. The
@@ -8,29 +9,32 @@ over values the compiler keeps in vector registers. Same operations, same order,
 sums: it gives the VM's bits (tested), so a run may switch from one to the other at any
 step, and ranks that switch at different steps stay equal.
 
-:func:`kernel_source` writes the source; :mod:`.build` compiles it (about 1 s).
+:func:`kernel_source` writes the source; :mod:`.build` compiles it (about 1 s). Every
+operation is branch-free (``phases.h``'s selects and blends), so its speed does not
+depend on the data.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .bytecode import OPCODES, OPERAND_KINDS, SELECT, decode
+from .bytecode import AXES, DTYPES, OPCODES, OPERAND_KINDS, SELECT, decode
 
 _NAMES = {v: k for k, v in OPCODES.items()}
 _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
            "max": "uo::nan_max({a}, {b})", "min": "uo::nan_min({a}, {b})",
            "gt": "T({a} > {b})", "ge": "T({a} >= {b})", "lt": "T({a} < {b})",
            "le": "T({a} <= {b})", "eq": "T({a} == {b})", "ne": "T({a} != {b})",
-           "and": "T({a} != T(0) && {b} != T(0))", "or": "T({a} != T(0) || {b} != T(0))"}
+           "and": "uo::logical_and({a}, {b})", "or": "uo::logical_or({a}, {b})"}
 _UNARY = {"neg": "-{a}", "sqrt": "std::sqrt({a})", "abs": "std::fabs({a})",
           "sign": "uo::sign_of({a})"}
-_C = 4
+_C = AXES["AC"]
 
 
 def kernel_source(code: np.ndarray) -> str:
-    """The C++ of one program's kernel: ``uo_kernel_run(dtype, inputs, dims, scalars)``
-    with the VM's ``uo_vm_run`` contract (without the code)."""
+    """The C++ of one program's kernel (``code``: its VM code or its :class:`Schedule`):
+    ``uo_kernel_run(dtype, inputs, dims, scalars)`` with the VM's ``uo_vm_run`` contract
+    (without the code)."""
     decoded = decode(code)
     n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
     lines = ['#include "phases.h"', "", "namespace {", "",
@@ -49,8 +53,8 @@ def kernel_source(code: np.ndarray) -> str:
     lines += ["  return 0;", "}", "", "}  // namespace", "", 'extern "C" {',
               "int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims,",
               "                  const double* scalars) {",
-              "  if (dtype == 0) return kernel<float>(inputs, dims, scalars);",
-              "  if (dtype == 1) return kernel<double>(inputs, dims, scalars);",
+              f"  if (dtype == {DTYPES['float32']}) return kernel<float>(inputs, dims, scalars);",
+              f"  if (dtype == {DTYPES['float64']}) return kernel<double>(inputs, dims, scalars);",
               "  return 2;", "}", '}  // extern "C"', ""]
     return "\n".join(lines)
 
@@ -127,7 +131,7 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
             expression = _UNARY[op].format(a=a[0])
         else:                                                       # where
             b, c = operand(ins[5], ins[6]), operand(ins[7], ins[8])
-            expression = f"{a[0]} != T(0) ? {b[0]} : {c[0]}"
+            expression = f"uo::select({a[0]}, {b[0]}, {c[0]})"
         loop.append(f"const T {name} = {expression};")
         registers[dst] = name
     body = (["    " + line for line in head]

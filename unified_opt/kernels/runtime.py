@@ -32,11 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import build
-from .bytecode import compile_program
+from .bytecode import DTYPES, compile_program
 from .codegen import kernel_source
 from .trace import B, C, R, Untraceable, canonical_dims, state_masks, trace_update
 
-DTYPES = {"float32": 0, "float64": 1}
 #: elements from which "auto" compiles a parameter's program into a kernel of its own
 SPECIALIZE_MIN = 1 << 16
 

@@ -16,14 +16,9 @@
 namespace {
 
 using uo::CHUNK;
+// the code's layout, opcodes and operand kinds: abi.h, generated from bytecode.py
+using namespace uo::abi;
 
-constexpr int VERSION = 1;
-enum Op { ADD, SUB, MUL, DIV, MAX, MIN, GT, GE, LT, LE, EQ, NE, AND, OR, NEG, SQRT, ABS,
-          SIGN, WHERE, SUM, STORE, TOPK };
-constexpr int SELECT = -1;      // a phase that runs TOPK instructions
-enum Kind { NONE, REG, ARR, SCAL, CNT };
-
-struct Ins { int32_t op, dst, aux, ak, a, bk, b, ck, c; };
 struct Phase { int domain; int n; const Ins* ins; };
 
 struct Program {
@@ -33,17 +28,17 @@ struct Program {
 };
 
 bool parse(const int32_t* code, int64_t length, Program& p) {
-  if (length < 5 || code[0] != VERSION) return false;
+  if (length < HEADER_INTS || code[0] != VERSION) return false;
   p.n_inputs = code[1]; p.n_arrays = code[2]; p.n_regs = code[3];
   int n_phases = code[4];
-  int64_t at = 5;
+  int64_t at = HEADER_INTS;
   if (p.n_inputs < 0 || p.n_arrays < p.n_inputs || at + p.n_arrays > length) return false;
   p.masks = code + at;
   at += p.n_arrays;
   for (int k = 0; k < n_phases; ++k) {
-    if (at + 2 > length) return false;
-    Phase ph{code[at], code[at + 1], reinterpret_cast<const Ins*>(code + at + 2)};
-    at += 2 + int64_t(ph.n) * 9;
+    if (at + PHASE_INTS > length) return false;
+    Phase ph{code[at], code[at + 1], reinterpret_cast<const Ins*>(code + at + PHASE_INTS)};
+    at += PHASE_INTS + int64_t(ph.n) * INSTRUCTION_INTS;
     if (at > length) return false;
     p.phases.push_back(ph);
   }
@@ -95,19 +90,19 @@ inline void select(T* __restrict__ d, const Val<T>& c, const Val<T>& a, const Va
   if (a.vec && b.vec) {
     const T* __restrict__ x = a.p; const T* __restrict__ y = b.p;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x[j] : y[j];
+    for (int64_t j = 0; j < n; ++j) d[j] = uo::select(cp[j], x[j], y[j]);
   } else if (a.vec) {
     const T* __restrict__ x = a.p; const T y = b.s;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x[j] : y;
+    for (int64_t j = 0; j < n; ++j) d[j] = uo::select(cp[j], x[j], y);
   } else if (b.vec) {
     const T x = a.s; const T* __restrict__ y = b.p;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x : y[j];
+    for (int64_t j = 0; j < n; ++j) d[j] = uo::select(cp[j], x, y[j]);
   } else {
     const T x = a.s, y = b.s;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) d[j] = cp[j] != T(0) ? x : y;
+    for (int64_t j = 0; j < n; ++j) d[j] = uo::select(cp[j], x, y);
   }
 }
 
@@ -138,9 +133,9 @@ template <class T> struct Interpreter {
     int s = 0;
     for (int k = 0; k < ph.n; ++k) {
       const Ins& in = ph.ins[k];
-      const Val<T> a = value(in.ak, in.a, regs, b, r, c0);
+      const Val<T> a = value(in.a_kind, in.a, regs, b, r, c0);
       T* d = regs + int64_t(in.dst) * CHUNK;
-      auto second = [&]() { return value(in.bk, in.b, regs, b, r, c0); };
+      auto second = [&]() { return value(in.b_kind, in.b, regs, b, r, c0); };
       switch (in.op) {
         case ADD: binary(d, a, second(), n, [](T x, T y) { return x + y; }); break;
         case SUB: binary(d, a, second(), n, [](T x, T y) { return x - y; }); break;
@@ -154,17 +149,13 @@ template <class T> struct Interpreter {
         case LE: binary(d, a, second(), n, [](T x, T y) { return T(x <= y); }); break;
         case EQ: binary(d, a, second(), n, [](T x, T y) { return T(x == y); }); break;
         case NE: binary(d, a, second(), n, [](T x, T y) { return T(x != y); }); break;
-        case AND:
-          binary(d, a, second(), n, [](T x, T y) { return T(x != T(0) && y != T(0)); });
-          break;
-        case OR:
-          binary(d, a, second(), n, [](T x, T y) { return T(x != T(0) || y != T(0)); });
-          break;
+        case AND: binary(d, a, second(), n, [](T x, T y) { return uo::logical_and(x, y); }); break;
+        case OR: binary(d, a, second(), n, [](T x, T y) { return uo::logical_or(x, y); }); break;
         case NEG: unary(d, a, n, [](T x) { return -x; }); break;
         case SQRT: unary(d, a, n, [](T x) { return std::sqrt(x); }); break;
         case ABS: unary(d, a, n, [](T x) { return std::fabs(x); }); break;
         case SIGN: unary(d, a, n, [](T x) { return uo::sign_of(x); }); break;
-        case WHERE: select(d, a, second(), value(in.ck, in.c, regs, b, r, c0), n); break;
+        case WHERE: select(d, a, second(), value(in.c_kind, in.c, regs, b, r, c0), n); break;
         case SUM: {
           uo::Sum& sum = sums[s++];
           if (sum.over_c) {
@@ -248,8 +239,8 @@ int dispatch(int dtype, const int32_t* code, int64_t length, void* const* inputs
     if (found != kernels().end()) kernel = found->second;
   }
   if (kernel != nullptr) return kernel(dtype, inputs, dims, scalars);
-  if (dtype == 0) return run<float>(code, length, inputs, dims, scalars);
-  if (dtype == 1) return run<double>(code, length, inputs, dims, scalars);
+  if (dtype == FLOAT32) return run<float>(code, length, inputs, dims, scalars);
+  if (dtype == FLOAT64) return run<double>(code, length, inputs, dims, scalars);
   return 2;
 }
 
@@ -294,9 +285,9 @@ int uo_vm_aot(int nparam, void** params, int* ndims, int64_t** shapes, const cha
   if (ndim >= 1) dims[2] = shapes[2][ndim - 1];
   if (ndim >= 2) dims[1] = shapes[2][ndim - 2];
   for (int i = 0; i + 2 < ndim; ++i) dims[0] *= shapes[2][i];
-  int dtype = std::strcmp(dtypes[2], "float64") == 0 ? 1
+  int dtype = std::strcmp(dtypes[2], "float64") == 0 ? FLOAT64
               : (std::strcmp(dtypes[2], "float32") == 0 || std::strcmp(dtypes[2], "float") == 0
-                 ? 0 : -1);
+                 ? FLOAT32 : -1);
   if (dtype < 0) return 4;
   // the gradient has the parameter's dtype and shape, the state arrays its dtype: the
   // VM reads them as the parameter's element type (a mismatch would read out of bounds)

@@ -1,0 +1,70 @@
+"""What tests/test_kernel_speed.py and tests/test_no_compiler.py share: the benchmark
+table's specs, one step's job file for ``kernel_driver.cc`` and callgrind's counts of it."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+import unified_opt as uo
+from unified_opt.kernels import build
+from unified_opt.kernels.codegen import kernel_source
+from unified_opt.kernels.runtime import Programs
+from unified_opt.ops import numpy_ops
+
+#: the algorithms of benchmarks/algorithm_step_time.py's table, its specs
+TABLE = {"adam": uo.Adam(lr=1e-3), "adamw": uo.AdamW(lr=1e-3, weight_decay=0.01),
+         "came": uo.CAME(lr=1e-4), "lamb": uo.Lamb(lr=1e-3, weight_decay=0.01),
+         "lars": uo.LARS(lr=0.1, weight_decay=1e-4), "lion": uo.Lion(lr=1e-4),
+         "adafactor": uo.Adafactor(lr=1e-3)}
+SHAPE = (32, 2048)                     # 65,536 elements: every element loop runs long
+MARCH = "x86-64-v3"
+DRIVER = Path(__file__).with_name("kernel_driver.cc")
+#: mispredicted conditional branches per element that random signs may add: a branch
+#: per element on the data costs about 0.5
+MISSES_PER_ELEMENT = 0.01
+#: instructions random signs may add
+INSTRUCTIONS = 1.02
+
+
+def job(path: Path, spec, gradient: str) -> tuple[Path, np.ndarray]:
+    """One step's job file (see kernel_driver.cc) on ``gradient`` ("constant": all ones,
+    "random": standard normal, random signs), and the program's code."""
+    programs = Programs()
+    code, scalars = programs.code_and_scalars(spec, SHAPE, "float32", 1e-3, 2)
+    rng = np.random.default_rng(0)
+    param = rng.standard_normal(SHAPE, dtype=np.float32)
+    grad = (np.ones(SHAPE, np.float32) if gradient == "constant"
+            else rng.standard_normal(SHAPE, dtype=np.float32))
+    state = spec.init(param, numpy_ops)
+    arrays = [param, grad] + [np.ascontiguousarray(state[k], np.float32)
+                              for k in programs.state_order(spec, SHAPE, "float32")]
+    with open(path, "wb") as f:
+        f.write(np.int32(0).tobytes())
+        f.write(np.asarray([1, *SHAPE], np.int64).tobytes())
+        for values, dtype in ((code, np.int32), (scalars, np.float64)):
+            f.write(np.int64(values.size).tobytes() + np.asarray(values, dtype).tobytes())
+        f.write(np.int64(len(arrays)).tobytes())
+        for a in arrays:
+            f.write(np.int64(a.nbytes).tobytes() + a.tobytes())
+    return path, code
+
+
+def counts(driver: Path, library: Path, job_file: Path, out: Path) -> dict[str, int]:
+    """callgrind's totals (Ir, Bc, Bcm, ...) of the library's step (one thread)."""
+    subprocess.run(["valgrind", "--tool=callgrind", "--branch-sim=yes",
+                    f"--callgrind-out-file={out}", "--toggle-collect=uo_vm_run",
+                    "--toggle-collect=uo_kernel_run", str(driver), str(library),
+                    str(job_file)], check=True, capture_output=True,
+                   env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=600)
+    text = out.read_text().splitlines()
+    events = next(line for line in text if line.startswith("events:")).split()[1:]
+    totals = next(line for line in text if line.startswith(("totals:", "summary:")))
+    return dict(zip(events, map(int, totals.split()[1:])))
+
+
+def libraries(code) -> dict[str, Path]:
+    return {"vm": build.compiled(build.SOURCE.read_text(), "uo_vm", MARCH),
+            "kernel": build.compiled(kernel_source(code), "uo_kernel", MARCH)}
