@@ -34,10 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 import unified_opt as uo
 from unified_opt.backend import BACKENDS
 
 from .cases import DENSE_PARAMS, MIN_STEPS, Case
+from .deviations import has_trust_ratio
 from .device import Device, parse_device, place
 from .drivers.base import spec_state_shapes
 from .report import build_report, write_reports
@@ -74,14 +77,39 @@ class CheckResult:
         return head + (f"\n{self.explanation}" if self.explanation else "")
 
 
+#: how much larger the parameters of the trust-ratio stream start
+TRUST_SCALE = 100.0
+
+
+@dataclass(frozen=True)
+class ScaledCase(Case):
+    """A check stream whose parameters start ``scale`` times the usual ones (checks run
+    in this process: the case never travels as JSON)."""
+
+    scale: float = 1.0
+
+    def initial_params(self):
+        return {n: (a * np.float32(self.scale)).astype(np.float32)
+                for n, a in super().initial_params().items()}
+
+
 def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
                 ) -> list[Case]:
-    """The cases a check runs: :data:`STREAMS` seeded streams and, with ``nonfinite``, one
-    with non-finite elements."""
+    """The cases a check runs: :data:`STREAMS` seeded streams, for a spec with a trust
+    ratio one more whose parameters start :data:`TRUST_SCALE` times larger (its ratios
+    are ~100 from step 1, so a clipped ratio or a clamp shows at once; on the others a
+    ratio reaches 10 only when small gradients have shrunk the update), and with
+    ``nonfinite`` one with non-finite elements."""
     steps = MIN_STEPS if steps is None else steps
     cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=DENSE_PARAMS, steps=steps,
                   description=f"gradient stream {i} of adversarial magnitudes")
              for i in range(STREAMS)]
+    if has_trust_ratio(spec):
+        cases.append(ScaledCase(
+            id=f"check_{spec.name}_large_weights", spec=spec, params=DENSE_PARAMS,
+            steps=steps, scale=TRUST_SCALE,
+            description=f"parameters {TRUST_SCALE:g} times larger: trust ratios above 10 "
+                        "from step 1"))
     if nonfinite:
         cases.append(Case(id=f"check_{spec.name}_nonfinite", spec=spec, params=DENSE_PARAMS,
                           steps=steps, nonfinite_steps=NONFINITE_STEPS,
@@ -298,8 +326,13 @@ def _state_complete(driver, case: Case) -> bool:
 
 
 def explanation(results: list[dict]) -> str:
-    """The first failing result said in one line: stream, step, quantity, knob."""
-    bad = next(r for r in results if r["status"] != "pass")
+    """The failing result that fails first said in one line: stream, step, quantity,
+    knob (an error before any failure)."""
+    def first(r):
+        step = (r.get("comparison") or {}).get("first_failing_step")
+        return (r["status"] != "error", step if step is not None else float("inf"))
+
+    bad = min((r for r in results if r["status"] != "pass"), key=first)
     if bad["status"] == "error":
         lines = (bad["error"] or "").strip().splitlines()
         return f"{bad['case']}: error: {lines[-1] if lines else 'unknown'}"

@@ -18,6 +18,7 @@ and makes its trajectory from the numpy reference, changing only what goes in:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from dataclasses import dataclass
 
@@ -25,14 +26,46 @@ import numpy as np
 
 import unified_opt as uo
 from unified_opt.groups import plan_parameters
-from unified_opt.ops import numpy_ops
-from unified_opt.reference import with_float32_hyperparameters
+from unified_opt.ops import NumpyOps, numpy_ops
+from unified_opt.reference import Reference, with_float32_hyperparameters
 from unified_opt.schedules import Schedule
 
 from .trajectory import run
 
 KINDS = ("decay_before_clip", "schedule_counts_skipped", "without_groups",
-         "momentum_before_decay")
+         "momentum_before_decay", "coupled_decay", "decay_first", "eps_inside",
+         "global_trust_ratio", "trust_ratio_clip", "stale_gradients", "step_ahead",
+         "first_step_lr_zero")
+
+#: the common implementation slips (:func:`slips`): what the optimizer computes, said
+#: against what the spec computes
+SLIPS = {
+    "coupled_decay": "the weight decay coupled into the gradient: this optimizer computes "
+                     "the moments of g + wd * p; the spec decays outside the moments",
+    "decay_first": "the weight decay applied before the update: this optimizer computes "
+                   "p * (1 - lr * wd) first and the update without decay; the spec puts "
+                   "wd * p into the update",
+    "eps_inside": "eps inside the square root: this optimizer computes sqrt(v + eps); the "
+                  "spec computes sqrt(v) + eps",
+    "global_trust_ratio": "one trust ratio over all parameters: this optimizer computes "
+                          "||all parameters|| / ||all updates||; the spec computes one "
+                          "per parameter tensor (per layer)",
+    "trust_ratio_clip": "the trust ratio clipped at 10: this optimizer computes "
+                        "min(ratio, 10); the spec does not clip the ratio",
+    "stale_gradients": "the update applied one step late: this optimizer steps on the "
+                       "previous step's gradients (none at step 1); the spec on the "
+                       "current step's",
+    "step_ahead": "the step counter one ahead: this optimizer computes step t with t + 1 "
+                  "(the next step's bias corrections); the spec with t",
+    "first_step_lr_zero": "lr 0 at step 1: this optimizer moves nothing at the first step "
+                          "(a warmup from 0) while it reports the lr; the spec uses the lr "
+                          "from step 1",
+    "momentum_before_decay": "the moments updated before the weight decay: this optimizer "
+                             "adds wd * p to the update; the spec adds it to the gradient "
+                             "the moments accumulate",
+}
+#: the ratio ``trust_ratio_clip`` caps (NVIDIA's and several hand-written LAMBs)
+TRUST_RATIO_CAP = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,13 +148,101 @@ class Deviation:
         return _run(ref, case, spec, step)
 
 
+    def _coupled_decay(self, case, dtype):
+        """The reference without decay on ``g + wd * p`` (a trust ratio kept running)."""
+        spec = self.spec
+        bare = spec.replace(weight_decay=0.0, **({"always_adapt": True} if _adapts(spec)
+                                                 else {}))
+        ref = uo.reference(bare, case.initial_params(), dtype=dtype)
+
+        def step(grads):
+            moved = {n: None if g is None else np.asarray(g, dtype=ref.dtype)
+                     + spec.weight_decay * ref.params[n] for n, g in grads.items()}
+            return ref.step(moved)
+        return _run(ref, case, spec, step)
+
+    def _decay_first(self, case, dtype):
+        """``p *= 1 - lr * wd``, then the reference's update without decay."""
+        spec = self.spec
+        ref = uo.reference(spec.replace(weight_decay=0.0, always_adapt=True),
+                           case.initial_params(), dtype=dtype)
+
+        def step(grads):
+            lr = spec.lr_at(ref.step_count)
+            with np.errstate(all="ignore"):
+                for n, g in grads.items():
+                    if g is not None:
+                        p = ref.params[n]
+                        ref.params[n] = (p - p * (lr * spec.weight_decay)).astype(p.dtype)
+            return ref.step(grads)
+        return _run(ref, case, spec, step)
+
+    def _eps_inside(self, case, dtype):
+        spec = self.spec
+        ref = Reference(spec.replace(eps=0.0), case.initial_params(), dtype,
+                        ops=_EpsInside(spec.eps))
+        return _run(ref, case, spec)
+
+    def _global_trust_ratio(self, case, dtype):
+        """Each step twice: once on a copy recording every tensor's two norms, then with
+        the norms of all tensors together in their place."""
+        spec = self.spec
+        ref = Reference(spec, case.initial_params(), dtype)
+
+        def step(grads):
+            probe = copy.deepcopy(ref)
+            probe.ops = recorder = _Norms()
+            probe.step(grads)
+            norms = np.asarray(recorder.calls, dtype=ref.dtype).reshape(-1, 2)
+            with np.errstate(all="ignore"):
+                total = np.sqrt(np.sum(norms * norms, axis=0))
+            ref.ops = _Norms(replace=tuple(total))
+            return ref.step(grads)
+        return _run(ref, case, spec, step)
+
+    def _trust_ratio_clip(self, case, dtype):
+        spec = self.spec
+        ops = _Norms(cap=TRUST_RATIO_CAP, clamp=spec.weight_norm_clamp,
+                     trust_eps=spec.trust_eps)
+        ref = Reference(spec, case.initial_params(), dtype, ops=ops)
+        return _run(ref, case, spec)
+
+    def _stale_gradients(self, case, dtype):
+        spec = self.spec
+        ref = uo.reference(spec, case.initial_params(), dtype=dtype)
+        held = {"grads": {n: None for n in case.params}}
+
+        def step(grads):
+            previous, held["grads"] = held["grads"], grads
+            return ref.step(previous)
+        return _run(ref, case, spec, step)
+
+    def _step_ahead(self, case, dtype):
+        spec = self.spec
+        ref = uo.reference(spec, case.initial_params(), dtype=dtype)
+        ref.param_steps = {n: 1 for n in ref.param_steps}     # every count one ahead
+        return _run(ref, case, spec)
+
+    def _first_step_lr_zero(self, case, dtype):
+        """lr 0 at step 1 while the optimizer reports the spec's lr."""
+        spec = self.spec
+        ref = uo.reference(spec.replace(lr=FirstStepZero(base=spec.lr)),
+                           case.initial_params(), dtype=dtype)
+        calls = iter(range(case.steps))
+
+        def step(grads):
+            ref.step(grads)
+            return spec.lr_at(next(calls))
+        return _run(ref, case, spec, step)
+
     def _momentum_before_decay(self, case, dtype):
         """The reference without decay, then ``lr * wd * p`` (``p`` before the step)."""
         spec = self.spec
         if not momentum_before_decay_applies(spec, case):
             raise ValueError("Deviation: momentum_before_decay needs an SGD spec with "
-                             "momentum, a constant coupled weight decay, no maximize, no "
-                             f"no_decay_names and no groups, got {spec}")
+                             "momentum (or another with coupled L2 decay into its moments), "
+                             "a constant weight decay, no maximize, no no_decay_names and "
+                             f"no groups, got {spec}")
         ref = uo.reference(spec.replace(weight_decay=0.0), case.initial_params(), dtype=dtype)
 
         def step(grads):
@@ -138,11 +259,165 @@ class Deviation:
 
 def momentum_before_decay_applies(spec, case=None) -> bool:
     """Is :class:`Deviation` ``momentum_before_decay`` a candidate for ``spec`` (and
-    ``case``): an SGD with momentum and a constant coupled decay on every parameter."""
+    ``case``): an SGD with momentum, or another spec whose decay is coupled L2 into the
+    gradient its moments accumulate (Adam), with a constant decay on every parameter."""
     decay = getattr(spec, "weight_decay", None)
-    return (isinstance(spec, uo.Spec) and spec.name == "sgd" and spec.momentum != 0.0
-            and isinstance(decay, float) and decay > 0.0 and not spec.maximize
-            and not spec.no_decay_names and (case is None or not case.groups))
+    if not (isinstance(spec, uo.Spec) and isinstance(decay, float) and decay > 0.0
+            and not getattr(spec, "maximize", False)
+            and not getattr(spec, "no_decay_names", ()) and (case is None or not case.groups)):
+        return False
+    if spec.name == "sgd":
+        return spec.momentum != 0.0
+    return _has_state(spec) and coupled_decay_sign(spec) == 1
+
+
+# -- the common implementation slips -------------------------------------------------
+
+class _Counting(NumpyOps):
+    """numpy ops counting the square roots and norms an update takes."""
+
+    def __init__(self):
+        self.sqrts = self.norms = 0
+
+    def sqrt(self, x):
+        self.sqrts += 1
+        return super().sqrt(x)
+
+    def norm(self, x):
+        self.norms += 1
+        return super().norm(x)
+
+
+def _probe(spec, *, step: int = 1, ops=None, param=None, grad=None):
+    """One update of ``spec`` on a fixed small parameter (its result and the ops)."""
+    ops = _Counting() if ops is None else ops
+    rng = np.random.default_rng(0)
+    param = rng.standard_normal(5) if param is None else param
+    grad = rng.standard_normal(5) if grad is None else grad
+    state = spec.init(param, ops)
+    with np.errstate(all="ignore"):
+        out, _ = spec.update(param, grad, state, lr=0.1, step=step, ops=ops)
+    return out, ops
+
+
+def _has_state(spec) -> bool:
+    """Does ``spec`` keep state (moments) across steps?"""
+    return bool(spec.init(np.zeros(3), numpy_ops))
+
+
+def _plain(spec) -> bool:
+    """A spec these slips are tried on: one constant lr or schedule, nothing run before
+    the update (no clip, loss scale, skipping, centralisation), a float decay."""
+    return (isinstance(spec, uo.Spec) and spec.grad_clip is None and spec.loss_scale == 1.0
+            and not spec.skip_nonfinite and not spec.grad_centralization
+            and not isinstance(getattr(spec, "weight_decay", 0.0), Schedule))
+
+
+def _adapts(spec) -> bool:
+    """A trust-ratio spec whose ratio runs (decay > 0 or ``always_adapt``)."""
+    return hasattr(spec, "always_adapt") and (spec.always_adapt or spec.weight_decay > 0.0)
+
+
+def has_trust_ratio(spec) -> bool:
+    """Does ``spec``'s update scale by a trust ratio (two norms, LAMB's or LARS's) that
+    runs with these hyperparameters?"""
+    try:
+        return _adapts(spec) and _probe(spec)[1].norms == 2
+    except Exception:      # a spec this probe cannot run
+        return False
+
+
+def slips(spec, case=None) -> list[str]:
+    """The :data:`SLIPS` kinds that are candidates for ``spec`` (and ``case``): each
+    only where the spec has no knob saying it and the slip changes its numbers."""
+    if not _plain(spec) or (case is not None and (case.groups or case.workers > 1)):
+        return []
+    try:
+        _, counted = _probe(spec)
+        moved = _has_state(spec)
+    except Exception:        # a spec this probe cannot run (needs 2-D parameters, ...)
+        return []
+    out = []
+    decay = getattr(spec, "weight_decay", 0.0)
+    no_decay = getattr(spec, "no_decay_names", ())
+    if isinstance(decay, float) and decay > 0.0 and not no_decay and moved \
+            and coupled_decay_sign(spec) is None:
+        out.append("coupled_decay")
+        if _adapts(spec):
+            out.append("decay_first")
+    eps = getattr(spec, "eps", None)
+    if isinstance(eps, float) and eps > 0.0 and not hasattr(spec, "eps_placement") \
+            and counted.sqrts == 1:
+        out.append("eps_inside")
+    if counted.norms == 2 and _adapts(spec):
+        out += ["global_trust_ratio", "trust_ratio_clip"]
+    out.append("stale_gradients")
+    first, _ = _probe(spec, step=1)
+    second, _ = _probe(spec, step=2)
+    if not np.allclose(first, second, rtol=1e-12, atol=0.0):
+        out.append("step_ahead")
+    if not (isinstance(spec.lr, (int, float)) and spec.lr == 0.0):
+        out.append("first_step_lr_zero")
+    return out
+
+
+def slip_variants(spec, case=None) -> list[tuple[str, "Deviation"]]:
+    """``(description, Deviation)`` of every slip :func:`slips` finds for ``spec``."""
+    return [(SLIPS[kind], Deviation(spec, kind)) for kind in slips(spec, case)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FirstStepZero(Schedule):
+    """``base`` (a schedule or a constant lr) with lr 0 at step 0: a warmup that starts
+    at 0. Built only by the explainer (not registered, never serialised)."""
+
+    name = "first_step_zero"
+    base: object
+
+    def value(self, step):
+        if step == 0:
+            return 0.0
+        return self.base(step) if isinstance(self.base, Schedule) else self.base
+
+    def momentum(self, step):
+        return self.base.momentum(step) if isinstance(self.base, Schedule) else None
+
+
+class _EpsInside(NumpyOps):
+    """``sqrt(x)`` as ``sqrt(x + eps)`` (the spec run with eps 0 then puts eps inside)."""
+
+    def __init__(self, eps: float):
+        self.eps = eps
+
+    def sqrt(self, x):
+        return np.sqrt(x + self.eps)
+
+
+class _Norms(NumpyOps):
+    """The two norms of a trust ratio, taken in order (the parameter's, then the
+    update's): recorded (``replace`` None), replaced by the global ones, or the update's
+    raised so that the ratio stays <= ``cap``."""
+
+    def __init__(self, *, replace=None, cap=None, clamp=None, trust_eps=0.0):
+        self.calls: list = []
+        self.replace, self.cap, self.clamp, self.trust_eps = replace, cap, clamp, trust_eps
+        self.index = 0
+
+    def norm(self, x):
+        value = super().norm(x)
+        first = self.index % 2 == 0
+        self.index += 1
+        if self.replace is not None:
+            return np.asarray(self.replace[0 if first else 1], dtype=value.dtype)
+        if self.cap is not None:
+            if first:
+                self.phi = value if self.clamp is None else np.minimum(value, self.clamp)
+                return value
+            # phi / (u + trust_eps) <= cap, a zero norm keeps its rule
+            floor = self.phi / self.cap - self.trust_eps
+            return np.where(value > 0.0, np.maximum(value, floor), value).astype(value.dtype)
+        self.calls.append(value)
+        return value
 
 
 def _run(ref, case, spec, step=None):

@@ -22,7 +22,14 @@ from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
 from unified_opt.schedules import Schedule
 
 from .compare import ULPS, K, compare
-from .deviations import Deviation, coupled_decay_sign, momentum_before_decay_applies
+from .deviations import (
+    SLIPS,
+    Deviation,
+    FirstStepZero,
+    coupled_decay_sign,
+    momentum_before_decay_applies,
+    slip_variants,
+)
 from .trajectory import Trajectory, floor_trajectories, reference_trajectory
 
 
@@ -78,7 +85,8 @@ def loop_variants(spec, case=None) -> list[tuple[str, object]]:
                     Deviation(spec, "decay_before_clip")))
     if momentum_before_decay_applies(spec, case):
         out.append(("the momentum applied before the weight decay (decay added to the "
-                    "momentum's output, not to the gradient)",
+                    "momentum's output, not to the gradient)" if spec.name == "sgd" else
+                    SLIPS["momentum_before_decay"],
                     Deviation(spec, "momentum_before_decay")))
     if spec.loss_scale != 1.0:
         out.append(("loss_scale=1 (gradients not unscaled)", spec.replace(loss_scale=1.0)))
@@ -97,7 +105,9 @@ def loop_variants(spec, case=None) -> list[tuple[str, object]]:
                         Deviation(spec, "schedule_counts_skipped", skipped)))
     if case is not None and case.groups:
         out.append(("the parameter groups ignored", Deviation(spec, "without_groups")))
-    return out
+    # the slips a hand-written optimizer makes, whether or not the spec has a knob for
+    # them (Lamb has none for eps placement or decay coupling)
+    return out + slip_variants(spec, case)
 
 
 def knob_variants(spec, case=None) -> list[tuple[str, object]]:
@@ -113,7 +123,17 @@ def knob_variants(spec, case=None) -> list[tuple[str, object]]:
         moved = shifted(spec, shift)
         if moved is not None:
             out.append((f"lr schedule shifted by {shift:+d} step", moved))
+    if not (isinstance(spec.lr, (int, float)) and spec.lr == 0.0):
+        # the lr the optimizer reports shows the 0 (a scheduler's warmup from 0)
+        out.append(("lr 0 at step 1: this optimizer's lr is 0 at the first step (a warmup "
+                    "from 0), then the spec's; the spec's lr is "
+                    f"{_lr_text(spec.lr)} from step 1",
+                    spec.replace(lr=FirstStepZero(base=spec.lr))))
     return out + loop_variants(spec, case)
+
+
+def _lr_text(lr) -> str:
+    return f"{lr!r}" if isinstance(lr, (int, float)) else "its schedule"
 
 
 def variants(spec, case=None) -> list[tuple[str, object]]:
@@ -133,17 +153,31 @@ def _pairs(spec, case=None) -> list[tuple[str, object]]:
     return out
 
 
+#: how far past the rule a trajectory may be from a variant, on the claimed spec's
+#: floor, and still have the variant's own floors measured (a variant's float32 noise is
+#: of the claimed spec's size; 1000 times leaves no doubt)
+PREFILTER = 1000.0
+
+
 def matching(trajectory: Trajectory, case, candidates, *, k: float = K, ulps: float = ULPS,
-             reference=reference_trajectory, state: bool = True, lr: bool = True) -> list[str]:
+             reference=reference_trajectory, state: bool = True, lr: bool = True,
+             floor_values: dict | None = None) -> list[str]:
     """Descriptions of the candidate specs whose reference ``trajectory`` passes against.
     ``reference(spec, case, dtype)`` makes (or looks up) a reference trajectory;
     ``state=False``: compared on the lr and the parameters, ``lr=False``: not on the lr
-    (:func:`.compare.compare`)."""
+    (:func:`.compare.compare`). ``floor_values``: the claimed spec's floor per quantity
+    (:func:`.compare.compare`'s ``floors``): a candidate the trajectory misses by
+    :data:`PREFILTER` times the rule on them is not a match, without measuring its own
+    floors (three float32 runs each)."""
     found = []
     for description, spec in candidates:
         try:
             oracle = reference(spec, case, "float64")
         except (TypeError, ValueError):     # a variant this case cannot run is no candidate
+            continue
+        if floor_values is not None and not compare(
+                trajectory, oracle, [], k=k * PREFILTER, ulps=ulps * PREFILTER, state=state,
+                lr=lr, floors=floor_values).passed:
             continue
         floors = floor_trajectories(spec, case, reference)
         if compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state, lr=lr).passed:
@@ -155,6 +189,8 @@ def knob_text(description: str, spec) -> str:
     """``description`` of a matching variant said against ``spec``: a knob written as
     ``field=value`` gets the spec's own value, "eps_placement='inside' follows this
     optimizer; the spec has 'outside'"."""
+    if "this optimizer" in description:      # a slip says both sides itself
+        return description
     field, sep, _ = description.partition("=")
     field = field.strip()
     known = isinstance(spec, uo.Spec) and field in {f.name for f in dataclasses.fields(spec)}
@@ -172,7 +208,16 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
     spec = case.spec if spec is None else spec
     if trajectory.steps != case.steps:
         return {"matches": [], "text": "incomplete trajectory: nothing to explain"}
-    options = dict(k=k, ulps=ulps, reference=reference, state=state, lr=lr)
+    # the claimed spec's floor per quantity, for matching's prefilter
+    values: dict = {}
+    try:
+        compare(trajectory, reference(spec, case, "float64"),
+                floor_trajectories(spec, case, reference), k=k, ulps=ulps, state=state, lr=lr,
+                floors=values)
+    except (TypeError, ValueError):
+        values = None
+    options = dict(k=k, ulps=ulps, reference=reference, state=state, lr=lr,
+                   floor_values=values)
     found = matching(trajectory, case, variants(spec, case), **options)
     if not found:
         found = matching(trajectory, case, _pairs(spec, case), **options)

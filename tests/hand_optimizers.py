@@ -6,9 +6,16 @@ planted bugs the check must name (``bug=``):
 * ``no_bias_correction``: Adam without bias correction;
 * ``coupled_decay``: AdamW's decay added to the gradient (Adam's L2);
 * ``no_clamp``: Lamb without its weight-norm clamp;
-* ``momentum_before_decay``: SGD's decay added after the momentum.
+* ``momentum_before_decay``: SGD's decay added after the momentum (Adam's: the moments
+  of the bare gradient, ``wd * p`` added to the update);
+* ``lr_zero_first``: Adam with lr 0 at step 1 (a warmup from 0), the lr it reports
+  unchanged;
+* Lamb's: ``eps_inside``, ``coupled_decay`` (``wd * p`` into the gradient, the trust
+  ratio kept), ``trust_ratio_clip`` (the ratio capped at 10), ``global_trust_ratio``
+  (one ratio over all parameters) and ``stale_gradients`` (every update one step late,
+  on the previous step's gradients: the last two in the torch class).
 
-(The sixth, a one-step lr shift, is a scheduler built one step ahead: ``test_check.py``.)
+(A one-step lr shift is a scheduler built one step ahead: ``test_check.py``.)
 
 The update rules are written once over tensors (``+ - * /`` with Python floats, and the
 few calls of :class:`Ops`); each framework gets a thin optimizer class that stores the
@@ -58,27 +65,40 @@ def mindspore_ops():
 def adam(o, p, g, s, t, *, lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
          decoupled=False, bug=None):
     b1, b2 = betas
-    if weight_decay and (not decoupled or bug == "coupled_decay"):
+    if bug == "lr_zero_first" and t == 1:
+        lr = 0.0
+    late_decay = weight_decay if bug == "momentum_before_decay" else 0.0
+    if weight_decay and (not decoupled or bug == "coupled_decay") and not late_decay:
         g = g + p * weight_decay
-    elif weight_decay:
+    elif weight_decay and not late_decay:
         p = p - p * (lr * weight_decay)
     m = s["exp_avg"] * b1 + g * (1 - b1)
     v = s["exp_avg_sq"] * b2 + g * g * (1 - b2)
     m_hat, v_hat = (m, v) if bug == "no_bias_correction" else (m / (1 - b1 ** t),
                                                                v / (1 - b2 ** t))
     denominator = o.sqrt(v_hat + eps) if bug == "eps_inside" else o.sqrt(v_hat) + eps
-    return p - m_hat / denominator * lr, {"exp_avg": m, "exp_avg_sq": v}
+    return p - (m_hat / denominator + p * late_decay) * lr, {"exp_avg": m, "exp_avg_sq": v}
 
 
 def lamb(o, p, g, s, t, *, lr, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
-         clamp=None, bug=None):
+         clamp=None, bug=None, norms=None):
+    """``norms``: the (weight, update) norms to use instead of this tensor's (one trust
+    ratio over all parameters); with ``norms="direction"`` the direction ``u`` alone."""
     b1, b2 = betas
+    if bug == "coupled_decay":
+        g, weight_decay = g + p * weight_decay, 0.0
     m = s["exp_avg"] * b1 + g * (1 - b1)
     v = s["exp_avg_sq"] * b2 + g * g * (1 - b2)
-    u = (m / (1 - b1 ** t)) / (o.sqrt(v / (1 - b2 ** t)) + eps) + p * weight_decay
-    weight_norm, update_norm = o.norm(p), o.norm(u)
+    v_hat = v / (1 - b2 ** t)
+    root = o.sqrt(v_hat + eps) if bug == "eps_inside" else o.sqrt(v_hat) + eps
+    u = (m / (1 - b1 ** t)) / root + p * weight_decay
+    if norms == "direction":
+        return u
+    weight_norm, update_norm = norms if norms is not None else (o.norm(p), o.norm(u))
     phi = weight_norm if clamp is None or bug == "no_clamp" else min(weight_norm, clamp)
     ratio = phi / update_norm if weight_norm > 0 and update_norm > 0 else 1.0
+    if bug == "trust_ratio_clip":
+        ratio = min(ratio, 10.0)
     return p - u * (lr * ratio), {"exp_avg": m, "exp_avg_sq": v}
 
 
@@ -153,19 +173,40 @@ def torch_optimizer(rule, params, **hyper):
 
         @torch.no_grad()
         def step(self):
+            bug = hyper.get("bug")
             for group in self.param_groups:
-                for p in group["params"]:
-                    if p.grad is None:
+                grads = [p.grad for p in group["params"]]
+                if bug == "stale_gradients":     # this step's gradient waits for the next
+                    held = [None if g is None else g.clone() for g in grads]
+                    grads, group["held"] = group.get("held", [None] * len(grads)), held
+                norms = self._global_norms(group, grads) if bug == "global_trust_ratio" \
+                    else None
+                for p, grad in zip(group["params"], grads):
+                    if grad is None:
                         continue
                     state = self.state[p]
                     if not state:
                         state.update(initial_state(self.ops, rule, p), step=0)
                     state["step"] += 1
                     arrays = {k: v for k, v in state.items() if k != "step"}
-                    new_p, new_state = rule(self.ops, p, p.grad, arrays, state["step"],
-                                            lr=group["lr"], **hyper)
+                    extra = {"norms": norms} if norms is not None else {}
+                    new_p, new_state = rule(self.ops, p, grad, arrays, state["step"],
+                                            lr=group["lr"], **hyper, **extra)
                     p.copy_(new_p)
                     state.update(new_state)
+
+        def _global_norms(self, group, grads):
+            """The norms of all parameters and all of this step's directions."""
+            weights, updates = 0.0, 0.0
+            for p, grad in zip(group["params"], grads):
+                state = self.state[p] or initial_state(self.ops, rule, p)
+                t = int(self.state[p].get("step", 0)) + 1
+                arrays = {k: v for k, v in state.items() if k != "step"}
+                u = rule(self.ops, p, grad, arrays, t, lr=group["lr"], **hyper,
+                         norms="direction")
+                weights += self.ops.norm(p) ** 2
+                updates += self.ops.norm(u) ** 2
+            return math.sqrt(weights), math.sqrt(updates)
 
     return HandWritten(params)
 

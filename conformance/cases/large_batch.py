@@ -29,6 +29,10 @@ def _lamb() -> list[Case]:
         Case(id="lamb_no_decay_names_keep_ratio",
              spec=uo.Lamb(**a, no_decay_names=NN_NAMES, always_adapt=True)),
         Case(id="lamb_cosine", spec=uo.Lamb(lr=COSINE, weight_decay=0.05, betas=(0.8, 0.99))),
+        # eps 100 keeps the update ~g/100, so the trust ratio is ~100 from step 1: a ratio
+        # clipped at 10 (or a clamp) shows at once, not after many steps (issue 22)
+        Case(id="lamb_trust_ratio_above_10",
+             spec=uo.Lamb(lr=0.01, weight_decay=0.0, always_adapt=True, eps=100.0)),
         dense(id="preset_paddle_lamb", spec=uo.preset(
             "paddle.optimizer.Lamb", learning_rate=0.01, lamb_weight_decay=0.05)),
         dense(id="preset_paddle_lamb_no_decay", spec=uo.preset(
