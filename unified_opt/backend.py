@@ -110,6 +110,16 @@ def check_parameters(named: Sequence[tuple[str | None, Any]], caller: str = "bui
     return next(iter(frameworks))
 
 
+def nonfinite_applies(text: str, spec: Spec) -> bool:
+    """Whether a native class's non-finite departure applies to ``spec``: one written
+    "with FLAG, ..." (Paddle's Adam: "with amsgrad, its max keeps ...") only where the
+    spec sets that flag."""
+    words = text.split(",", 1)[0].split()
+    if len(words) == 2 and words[0] == "with" and words[1].isidentifier():
+        return bool(getattr(spec, words[1], True))
+    return True
+
+
 #: ``options={"compile": ...}`` of the own implementation on every backend: "auto" (the
 #: kernel VM, generated kernels for large parameters compiled in the background), True
 #: (every program compiled before its first step), False (eagerly, framework operations)
@@ -264,7 +274,7 @@ class Backend:
             reason = f"{cls.name} computes exactly this spec"
             if lowering.note:
                 reason += f" ({lowering.note})"
-            if cls.nonfinite:
+            if cls.nonfinite and nonfinite_applies(cls.nonfinite, spec):
                 reason += f"; with a non-finite gradient it departs: {cls.nonfinite}"
             decision = Decision(self.name, spec.name, "native", cls.name, reason,
                                 tuple(rejected), lowering, cls, self.own_class)

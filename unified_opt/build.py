@@ -7,6 +7,7 @@ parameters' types by the name of the module that defines them, and loaded by nam
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping
 
 from .backend import (
@@ -21,7 +22,7 @@ from .backend import (
     record_of,
     remember,
 )
-from .groups import plan_parameters
+from .groups import Group, plan_parameters
 from .spec import Spec, check_momentum_cycling
 
 
@@ -186,12 +187,106 @@ def skipped_steps(optimizer: Any) -> list[bool]:
     return record_of(optimizer).skipped
 
 
+@dataclass(frozen=True)
+class BuiltDecision(Decision):
+    """The decision of an optimizer ``build`` made (``uo.explain(optimizer)``), with how
+    the build lowered its parameter groups and its pre-step (clipping, loss scale,
+    skipping, centralisation): ``built``, the lines its text adds."""
+
+    built: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return "\n".join([Decision.__str__(self), *self.built])
+
+
+#: names listed per group before "... and N more"
+_LISTED = 6
+
+
+def _names_text(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f", ... and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def _rule_text(rule: Group) -> str:
+    match = rule.match if isinstance(rule.match, str) or callable(rule.match) \
+        else list(rule.match)
+    parts = [f"match={match!r}"]
+    for key in ("lr", "lr_scale", "weight_decay"):
+        if getattr(rule, key) is not None:
+            parts.append(f"{key}={getattr(rule, key)!r}")
+    if rule.exclude_from:
+        parts.append(f"exclude_from={list(rule.exclude_from)!r}")
+    return f"uo.Group({', '.join(parts)})"
+
+
+def _pre_step_how(record: Any, optimizer: Any) -> str:
+    """Where the pre-step runs, read from the built object."""
+    decision = record.decision
+    if decision.path == "own":
+        return "run in the own step before the update (unified_opt.pre_step)"
+    if decision.backend == "torch" and getattr(optimizer, "_optimizer_step_pre_hooks", None):
+        return f"run by a step pre-hook on {decision.native}, before its step"
+    if decision.backend == "paddle" and getattr(optimizer, "_grad_clip", None) is not None:
+        clip = type(optimizer._grad_clip)
+        return f"run by Paddle's own grad_clip ({clip.__module__}.{clip.__qualname__})"
+    return f"run around {decision.native}'s step"
+
+
+def _count(n: int, what: str = "parameter") -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def built_lines(record: Any, optimizer: Any) -> tuple[str, ...]:
+    """What a build made of its groups and pre-step, one line each (see
+    :class:`BuiltDecision`)."""
+    spec, plans = record.spec, record.plans or []
+    names = [n if n is not None else f"params[{i}]" for i, n in enumerate(record.names)]
+    if record.groups:
+        native_groups = getattr(optimizer, "param_groups", None)      # torch
+        if not isinstance(native_groups, list):
+            native_groups = getattr(optimizer, "_param_groups", None)  # Paddle
+        lowered = (f", lowered to {_count(len(native_groups), 'param group')} of the "
+                   "optimizer" if isinstance(native_groups, list) and native_groups
+                   and isinstance(native_groups[0], dict) else "")
+        lines = [f"  groups: {_count(len(record.groups), 'rule')} over "
+                 f"{_count(len(names))}{lowered}"]
+        for index, rule in enumerate(record.groups):
+            members = [n for n, plan in zip(names, plans) if plan.group == index]
+            lines.append(f"    {_rule_text(rule)}: {_count(len(members))}"
+                         + (f" ({_names_text(members)})" if members else ", matches none"))
+        rest = [n for n, plan in zip(names, plans) if plan.group is None]
+        lines.append(f"    the spec's own values: {_count(len(rest))}"
+                     + (f" ({_names_text(rest)})" if rest else ""))
+    else:
+        lines = [f"  groups: none (all {_count(len(names))} run the spec's own values)"]
+    steps = []
+    if spec.grad_clip is not None:
+        left = sum(1 for plan in plans if not plan.clipped)
+        steps.append(f"grad_clip={spec.grad_clip!r} over {_count(len(names) - left)}"
+                     + (f" ({left} excluded by a group)" if left else ""))
+    if spec.loss_scale != 1.0:
+        steps.append(f"loss_scale={spec.loss_scale!r} (gradients unscaled first)")
+    if spec.skip_nonfinite:
+        steps.append("skip_nonfinite=True")
+    if spec.grad_centralization:
+        steps.append("grad_centralization=True")
+    if steps:
+        lines.append(f"  pre-step: {'; '.join(steps)}; {_pre_step_how(record, optimizer)}")
+    else:
+        lines.append("  pre-step: none (no clipping, loss scale, skipping or centralisation)")
+    return tuple(lines)
+
+
 def explain(spec: Any, backend: str | None = None) -> Decision:
     """Which path ``build`` takes for ``spec`` on ``backend`` and why. Also accepts an
     optimizer made by ``build`` (then ``backend`` is not needed, and the decision is the
     one the build made with its parameters: groups, dtypes, device, zero-size ones)."""
     if not isinstance(spec, Spec):
-        return record_of(spec).decision
+        # a built optimizer: its text also says how its groups and pre-step were lowered
+        record = record_of(spec)
+        values = {f.name: getattr(record.decision, f.name) for f in fields(Decision)}
+        return BuiltDecision(**values, built=built_lines(record, spec))
     if backend is None:
         raise TypeError(f"explain: backend is required for a spec (one of {BACKENDS})")
     if backend not in BACKENDS:
