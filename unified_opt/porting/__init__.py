@@ -8,7 +8,13 @@
   references under the suite's rule): do two configurations compute the same numbers,
   and if not, which knobs differ;
 * :mod:`.script`: ``unified-opt port SCRIPT --to FRAMEWORK`` rewrites a script's
-  optimizer and scheduler constructions.
+  optimizer and scheduler constructions;
+* :mod:`.names`: ``uo.porting.name_map(source_framework, target_model)`` and the weight
+  layout of each module type, which ``resume`` and ``load_state`` use across frameworks.
 
 Like the rest of the core, nothing here imports a framework at import time.
 """
+
+from .names import name_map
+
+__all__ = ["name_map"]

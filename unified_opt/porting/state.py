@@ -31,6 +31,7 @@ turns a framework's own checkpoint file into such a state file.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import json
@@ -266,18 +267,129 @@ def _transformer(transform) -> Callable[[str], Callable | None]:
                     f"or a function of the name, got {transform!r}")
 
 
-def load_state(optimizer: Any, path, *, transform=None) -> None:
+def _model_of(model: Any, framework: str) -> Any:
+    """``model`` checked to be a module of ``framework`` (None stays None)."""
+    if model is None:
+        return None
+    from ..build import framework_of
+
+    if framework_of(model) != framework or not any(hasattr(model, m) for m in (
+            "named_modules", "named_sublayers", "cells_and_names")):
+        raise TypeError(f"{CALLER}: model must be the {framework} module whose parameters "
+                        f"the optimizer holds, got {type(model).__qualname__}")
+    return model
+
+
+def _renamed(saved: Snapshot, rename: dict[str, str]) -> Snapshot:
+    """``saved`` under the names ``rename`` gives; its groups and the spec's name rules
+    (written over the old names) become rules over exactly the parameters they took."""
+    from ..groups import NAME_RULES, name_matches, plan_parameters
+    from .live import escaped
+
+    new = [rename[n] for n in saved.names]
+    plans = plan_parameters(saved.spec, saved.names, list(saved.groups) or None, CALLER)
+    groups = []
+    for index, rule in enumerate(saved.groups):
+        taken = sorted(rename[n] for n, plan in zip(saved.names, plans) if plan.group == index)
+        groups.append(dataclasses.replace(rule, match=tuple(escaped(n) for n in taken)))
+    changes = {}
+    for key in NAME_RULES:
+        patterns = getattr(saved.spec, key, ())
+        if patterns:
+            taken = sorted(rename[n] for n in saved.names if name_matches(n, patterns))
+            changes[key] = tuple(escaped(n) for n in taken)
+    return dataclasses.replace(
+        saved, spec=saved.spec.replace(**changes) if changes else saved.spec,
+        groups=tuple(groups), names=new,
+        shapes={rename[n]: s for n, s in saved.shapes.items()},
+        param_steps={rename[n]: s for n, s in saved.param_steps.items()},
+        arrays={rename[n]: a for n, a in saved.arrays.items()})
+
+
+def _transposed(name: str, shape: tuple, arrays: dict, why: str) -> dict:
+    """A 2-D weight's state in the other layout: arrays of its shape transposed, a
+    factored moment's row and column statistics exchanged, scalars kept."""
+    out = {}
+    for key, array in arrays.items():
+        partner = {"_row": "_col", "_col": "_row"}.get(key[-4:])
+        if array.shape == tuple(shape):
+            out[key] = np.ascontiguousarray(array.T)
+        elif partner is not None and key[:-4] + partner in arrays:
+            out[key] = arrays[key[:-4] + partner]
+        elif array.size == 1 or array.ndim == 0:
+            out[key] = array
+        else:
+            raise ValueError(f"{CALLER}: parameter {name!r} is stored transposed ({why}), "
+                             f"and its state {key!r} of shape {array.shape} has no known "
+                             "transposed form; pass transform= for it")
+    return out
+
+
+def across(saved: Snapshot, framework: str, names: list[str], model: Any = None,
+           transform=None) -> Snapshot:
+    """``saved`` as a run on ``framework`` reads it (:mod:`.names`): a file written on
+    another framework is renamed by :func:`.names.name_map` where ``model`` (the target
+    module) is given and the names differ, and the state of each 2-D weight whose module
+    types keep other layouts there is transposed; a square 2-D weight of no known
+    module type is refused where the frameworks' layouts differ (its shape cannot tell).
+    A parameter ``transform`` covers is left to it."""
+    from .names import layout, layouts_differ, name_map, parameter_modules
+
+    if saved.framework == framework:
+        return saved
+    transform_of = _transformer(transform)
+    modules = parameter_modules(model) if model is not None else {}
+    if model is not None and sorted(saved.names) != sorted(names):
+        mapping = name_map(saved.framework, model)
+        saved = _renamed(saved, {n: mapping.get(n, n) for n in saved.names})
+    arrays, shapes = dict(saved.arrays), dict(saved.shapes)
+    for name in saved.names:
+        shape = tuple(saved.shapes[name])
+        if len(shape) != 2 or transform_of(name) is not None:
+            continue
+        kind = modules.get(name, (None, None))[0]
+        if kind is None:
+            if shape[0] == shape[1] and layouts_differ(saved.framework, framework):
+                where = ("its module is of no known type" if name in modules else
+                         "no model says its module type")
+                raise ValueError(
+                    f"{CALLER}: parameter {name!r} is a square {shape} weight saved on "
+                    f"{saved.framework} and loaded on {framework}, and {where}: a Linear "
+                    f"keeps its weight {layout(saved.framework, 'linear')} on "
+                    f"{saved.framework} and {layout(framework, 'linear')} on {framework}, "
+                    "which a square shape cannot tell; pass model=<the module> (its "
+                    f"module types decide), or transform={{{name!r}: np.transpose}} (or "
+                    "an identity function) for it")
+            continue
+        source, target = layout(saved.framework, kind), layout(framework, kind)
+        if source is not None and target is not None and source != target:
+            why = f"a {kind} weight: {source} on {saved.framework}, {target} on {framework}"
+            arrays[name] = _transposed(name, shape, saved.arrays[name], why)
+            shapes[name] = shape[::-1]
+    return dataclasses.replace(saved, arrays=arrays, shapes=shapes)
+
+
+def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> None:
     """Restore the state file ``path`` into ``optimizer``, made by ``uo.build`` on any
     backend for the same spec, groups and parameter names. ``transform``: a parameter
     name -> a function applied to each of that parameter's state arrays (e.g.
     ``np.transpose`` between torch's ``(out, in)`` and Paddle's ``(in, out)`` Linear
-    weights); a mapping, or a function of the name returning one or None."""
+    weights); a mapping, or a function of the name returning one or None.
+
+    ``model``: the module whose parameters the optimizer holds. A file written on
+    another framework is then read under that module's parameter names
+    (:func:`.names.name_map`: MindSpore's ``gamma``/``beta`` for torch's LayerNorm
+    ``weight``/``bias``) and layouts (a Linear weight's state transposed between torch
+    or MindSpore and Paddle) by its module types. Without it a square 2-D weight is
+    refused where the two frameworks' layouts differ (:func:`across`)."""
     record = _record(optimizer)
     if record is None:
         raise TypeError(f"{CALLER}: optimizer must be made by uo.build, got "
                         f"{type(optimizer).__name__} (uo.resume builds one from the file)")
     transform_of = _transformer(transform)
-    saved = read_state(path)
+    framework = _framework(optimizer)
+    saved = across(read_state(path), framework, list(record.names),
+                   _model_of(model, framework), transform)
     if saved.spec != record.spec:
         raise ValueError(f"{CALLER}: the file holds the state of another spec than the "
                          f"optimizer computes: {spec_differences(saved.spec, record.spec)}")
@@ -287,9 +399,12 @@ def load_state(optimizer: Any, path, *, transform=None) -> None:
     if sorted(saved.names) != sorted(record.names):
         missing = sorted(set(record.names) - set(saved.names))
         extra = sorted(set(saved.names) - set(record.names))
+        hint = ("" if model is not None or saved.framework == framework else
+                f" (written on {saved.framework}: pass model=<the {framework} module> to "
+                "read it under that module's names, uo.porting.name_map)")
         raise ValueError(f"{CALLER}: parameter names differ: not in the file {missing}, "
-                         f"not in the optimizer {extra}")
-    backend = _backend_state(_framework(optimizer))
+                         f"not in the optimizer {extra}{hint}")
+    backend = _backend_state(framework)
     arrays = {}
     for name, p, plan in zip(record.names, record.params, record.plans):
         expected = backend.expected_state(plan.spec, p)    # name -> (shape, dtype)
@@ -317,10 +432,19 @@ def resume(path, params, *, transform=None, path_taken: str = "auto"):
     the state into it (``transform``: as for :func:`load_state`), and return the
     optimizer (its scheduler: ``uo.lr_scheduler``). ``path_taken``: ``uo.build``'s
     ``path``."""
-    from ..build import build
+    from ..build import build, framework_of, named_parameters
 
     saved = read_state(path)
+    if framework_of(params) is None and not isinstance(params, Mapping):
+        params = list(params)                  # read twice: here and by build
+    named = named_parameters(params, "resume")
+    framework = framework_of(named[0][1]) if named else None
+    walks = any(hasattr(params, m) for m in ("named_modules", "named_sublayers",
+                                              "cells_and_names"))
+    model = params if walks and framework_of(params) == framework else None
+    if framework is not None:     # the spec and groups as read on the target (across)
+        saved = across(saved, framework, [n for n, _ in named], model, transform)
     optimizer = build(saved.spec, params, groups=list(saved.groups) or None,
                       path=path_taken)
-    load_state(optimizer, path, transform=transform)
+    load_state(optimizer, path, transform=transform, model=model)
     return optimizer

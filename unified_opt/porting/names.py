@@ -1,0 +1,146 @@
+"""Parameter names and weight layouts across frameworks.
+
+The same model written in two frameworks names some parameters differently and keeps
+some weights transposed. Both follow from the module type, so they are a table here:
+
+* **names** (:data:`ATTRIBUTES`): MindSpore's ``LayerNorm``, ``BatchNorm*`` and
+  ``GroupNorm`` call their parameters ``gamma`` and ``beta`` where torch and Paddle say
+  ``weight`` and ``bias``; MindSpore's ``Embedding`` keeps ``embedding_table`` where the
+  others keep ``weight``. The module path before the attribute is the model's own (the
+  attribute names a script gives its submodules) and is kept.
+* **layouts** (:data:`LAYOUTS`): torch's ``Linear`` and MindSpore's ``Dense`` keep their
+  weight as ``(out, in)``, Paddle's ``Linear`` as ``(in, out)``; convolutions and
+  embeddings keep one layout everywhere.
+
+:func:`name_map` maps a source framework's names onto a target model's parameters;
+:func:`parameter_modules` gives each parameter's module type and attribute. State files
+(:mod:`.state`) use both when a run moves between frameworks: ``uo.resume`` and
+``uo.load_state`` rename and transpose by them, and refuse a square weight whose
+layout no module type decides (its shape cannot tell).
+
+A module type is known when the module is the framework's own class (or a subclass of
+it): ``torch.nn.Linear``, ``paddle.nn.Linear``, ``mindspore.nn.Dense``, ... Nothing here
+imports a framework: the model's classes are read by their module and name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: module type -> framework -> class names (in that framework's ``nn``)
+KINDS = {
+    "linear": {"torch": ("Linear",), "paddle": ("Linear",), "mindspore": ("Dense",)},
+    "layer_norm": {"torch": ("LayerNorm",), "paddle": ("LayerNorm",),
+                   "mindspore": ("LayerNorm",)},
+    "batch_norm": {"torch": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
+                   "paddle": ("BatchNorm", "BatchNorm1D", "BatchNorm2D", "BatchNorm3D"),
+                   "mindspore": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")},
+    "group_norm": {"torch": ("GroupNorm",), "paddle": ("GroupNorm",),
+                   "mindspore": ("GroupNorm",)},
+    "embedding": {"torch": ("Embedding",), "paddle": ("Embedding",),
+                  "mindspore": ("Embedding",)},
+    "conv": {"torch": ("Conv1d", "Conv2d", "Conv3d"), "paddle": ("Conv1D", "Conv2D", "Conv3D"),
+             "mindspore": ("Conv1d", "Conv2d", "Conv3d")},
+}
+_NORM = {"torch": ("weight", "bias"), "paddle": ("weight", "bias"),
+         "mindspore": ("gamma", "beta")}
+_WEIGHT_BIAS = {"torch": ("weight", "bias"), "paddle": ("weight", "bias"),
+                "mindspore": ("weight", "bias")}
+#: module type -> framework -> its parameters' attribute names, position by position
+ATTRIBUTES = {
+    "linear": _WEIGHT_BIAS, "conv": _WEIGHT_BIAS,
+    "layer_norm": _NORM, "batch_norm": _NORM, "group_norm": _NORM,
+    "embedding": {"torch": ("weight",), "paddle": ("weight",),
+                  "mindspore": ("embedding_table",)},
+}
+#: module type -> framework -> the layout of its 2-D weight
+LAYOUTS = {"linear": {"torch": "(out, in)", "paddle": "(in, out)", "mindspore": "(out, in)"}}
+FRAMEWORKS = ("torch", "paddle", "mindspore")
+
+
+def _framework(obj: Any) -> str | None:
+    for klass in type(obj).__mro__:
+        root = (klass.__module__ or "").split(".")[0]
+        if root in FRAMEWORKS:
+            return root
+    return None
+
+
+def module_kind(module: Any, framework: str) -> str | None:
+    """The module type of ``module`` (its class or the first base class that is
+    ``framework``'s own, by name), None when none is in :data:`KINDS`."""
+    for klass in type(module).__mro__:
+        if (klass.__module__ or "").split(".")[0] != framework:
+            continue
+        for kind, classes in KINDS.items():
+            if klass.__name__ in classes[framework]:
+                return kind
+    return None
+
+
+def _modules(model: Any, framework: str):
+    """``(path, module, [(attribute, parameter), ...])`` of every module of ``model``,
+    the parameters its own (not its submodules')."""
+    if framework == "torch":
+        for path, module in model.named_modules():
+            yield path, module, list(module.named_parameters(recurse=False))
+    elif framework == "paddle":
+        for path, layer in model.named_sublayers(include_self=True):
+            yield path, layer, list(layer.named_parameters(include_sublayers=False))
+    else:
+        for path, cell in model.cells_and_names():
+            yield path, cell, list(cell._params.items())
+
+
+def parameter_modules(model: Any) -> dict[str, tuple[str | None, str]]:
+    """``{parameter name: (module type or None, attribute)}`` for every parameter of
+    ``model`` (a torch Module, Paddle Layer or MindSpore Cell), under the names
+    ``uo.build`` gives them."""
+    framework = _framework(model)
+    if framework is None or not any(hasattr(model, m) for m in (
+            "named_modules", "named_sublayers", "cells_and_names")):
+        raise TypeError(f"name_map: model must be a torch Module, Paddle Layer or "
+                        f"MindSpore Cell, got {type(model).__qualname__}")
+    out = {}
+    for path, module, params in _modules(model, framework):
+        kind = module_kind(module, framework)
+        for attribute, _ in params:
+            name = f"{path}.{attribute}" if path else attribute
+            out[name] = (kind, attribute)
+    return out
+
+
+def name_map(source_framework: str, target_model: Any) -> dict[str, str]:
+    """``{name in source_framework: name in target_model}`` for every parameter of
+    ``target_model``: the same module path, the attribute as ``source_framework``'s
+    class of that module type calls it (``ln.weight`` -> ``ln.gamma`` into MindSpore).
+    A parameter of a module type not in the table keeps its name."""
+    if source_framework not in FRAMEWORKS:
+        raise ValueError(f"name_map: source_framework must be one of {FRAMEWORKS}, got "
+                         f"{source_framework!r}")
+    target = _framework(target_model)
+    out = {}
+    for name, (kind, attribute) in parameter_modules(target_model).items():
+        source = name
+        if kind is not None and target is not None:
+            own = ATTRIBUTES[kind][target]
+            if attribute in own:
+                path = name[:len(name) - len(attribute)]
+                source = path + ATTRIBUTES[kind][source_framework][own.index(attribute)]
+        if source in out:
+            raise ValueError(f"name_map: {source!r} would name both {out[source]!r} and "
+                             f"{name!r} of the {target} model")
+        out[source] = name
+    return out
+
+
+def layout(framework: str, kind: str | None) -> str | None:
+    """The layout of a 2-D weight of module type ``kind`` in ``framework`` (None: the
+    module type keeps one layout in every framework, or is unknown)."""
+    return LAYOUTS.get(kind, {}).get(framework)
+
+
+def layouts_differ(a: str, b: str) -> bool:
+    """Whether some module type keeps its weight in another layout in ``a`` than in
+    ``b`` (then a square weight of an unknown module type is undecidable)."""
+    return any(t.get(a) != t.get(b) for t in LAYOUTS.values())
