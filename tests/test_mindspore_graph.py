@@ -1,9 +1,11 @@
-"""The own MindSpore optimizer compiled into a graph (``backends/mindspore/graph.py``):
-a GRAPH_MODE ``nn.TrainOneStepCell``, an ``@ms.jit`` train step calling ``opt(grads)``
-in PyNative, and ``ms.Model.train`` in GRAPH_MODE give the PyNative run's numbers bit
-for bit, for CAME (MindFormers' preset), Lamb, Lion, AdamW with a cosine schedule and
-DGC, and the PyNative run follows the float64 oracle; what a graph cannot run is
-refused when it compiles, naming why, with nothing changed."""
+"""The own MindSpore optimizer compiled into a graph as custom operators over the kernel
+VM (``options={"graph": "custom"}``, ``backends/mindspore/graph.py``; the other form,
+MindSpore operations, is ``test_mindspore_graph_ops.py``'s): a GRAPH_MODE
+``nn.TrainOneStepCell``, an ``@ms.jit`` train step calling ``opt(grads)`` in PyNative,
+and ``ms.Model.train`` in GRAPH_MODE give the PyNative run's numbers bit for bit, for
+CAME (MindFormers' preset), Lamb, Lion, AdamW with a cosine schedule and DGC, and the
+PyNative run follows the float64 oracle; what a graph cannot run is refused when it
+compiles, naming why, with nothing changed."""
 
 import numpy as np
 import pytest
@@ -51,7 +53,8 @@ def _train(spec, form: str):
     ms.set_context(mode=ms.GRAPH_MODE if form in ("graph_cell", "model") else
                    ms.PYNATIVE_MODE)
     net = _network()
-    opt = uo.build(spec, net.trainable_params(), path="own")
+    opt = uo.build(spec, net.trainable_params(), path="own", options={"graph": "custom"})
+    assert opt.graph_form == "custom"
     loss_net = nn.WithLossCell(net, nn.MSELoss())
     data = _data()
     if form in ("pynative_cell", "graph_cell"):
@@ -121,7 +124,8 @@ def test_what_a_graph_cannot_run_is_refused_when_it_compiles(pynative_after):
     clipped = uo.Lamb(lr=1e-2, grad_clip=uo.ClipByGlobalNorm(max_norm=1.0))
     for spec, options, phrase in [
             (clipped, {}, "its gradient pre-step"),
-            (uo.Lamb(lr=1e-2), {"compile": False}, "options compile=False")]:
+            (uo.Lamb(lr=1e-2), {"compile": False, "graph": "custom"},
+             "options compile=False")]:
         ms.set_context(mode=ms.GRAPH_MODE)
         net = _network()
         before = [p.asnumpy().copy() for p in net.trainable_params()]
@@ -137,9 +141,13 @@ def test_what_a_graph_cannot_run_is_refused_when_it_compiles(pynative_after):
         assert not np.array_equal(before[0], net.trainable_params()[0].asnumpy())
 
 
-def test_a_gradient_of_another_dtype_is_refused_when_the_graph_compiles(pynative_after):
+@pytest.mark.parametrize("form", ["custom", "ops"])
+def test_a_gradient_of_another_dtype_is_refused_when_the_graph_compiles(pynative_after,
+                                                                        form):
     net = nn.Dense(8, 4)
-    opt = uo.build(uo.Lamb(lr=1e-2), net.trainable_params(), path="own")
+    opt = uo.build(uo.Lamb(lr=1e-2), net.trainable_params(), path="own",
+                   options={"graph": form})
+    assert opt.graph_form == form
     before = [p.asnumpy().copy() for p in net.trainable_params()]
 
     @ms.jit
@@ -158,5 +166,7 @@ def test_a_device_other_than_the_cpu_is_refused_in_a_graph(monkeypatch):
     from unified_opt.backends.mindspore import graph
 
     monkeypatch.setattr(graph, "on_cpu", lambda: False)
-    opt = uo.build(uo.Lion(lr=1e-3), nn.Dense(8, 4).trainable_params(), path="own")
-    assert "runs custom CPU operators, and the device_target is 'CPU'" in graph.refusal(opt)
+    opt = uo.build(uo.Lion(lr=1e-3), nn.Dense(8, 4).trainable_params(), path="own",
+                   options={"graph": "custom"})
+    assert opt.graph_form == ""
+    assert "runs custom CPU operators, and the device_target is 'CPU'" in opt.graph_why

@@ -43,6 +43,8 @@ centralization run in the own implementation. What lies around each native class
 
 from __future__ import annotations
 
+import dataclasses
+
 from unified_opt.backend import Backend, Context, compile_option, launcher_ranks
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, every_group_condition, when
 from unified_opt.schedules import Schedule
@@ -60,6 +62,14 @@ _NO_MOMENTUM_CYCLING = when(
 #: devices where a scheduled lr or weight decay runs as a ScheduleCell (an ops.Custom
 #: "pyfunc" op, which MindSpore runs on CPU only); elsewhere it is the per-step list
 SCHEDULE_CELL_DEVICES = ("CPU",)
+
+
+@dataclasses.dataclass(frozen=True)
+class MindSporeContext(Context):
+    """:class:`Context` plus the own optimizer's graph form (``options={"graph":
+    ...}``: "auto", "custom" or "ops"; None: not given)."""
+
+    graph: str | None = None
 
 
 class MindSporeBackend(Backend):
@@ -114,6 +124,25 @@ class MindSporeBackend(Backend):
                     and len({repr(p.spec.weight_decay) for p in plans}) == 1))
         return conditions
 
+    def decide(self, spec, path="auto", context=None, *args, **kwargs):
+        """:meth:`Backend.decide`, the own implementation's reason followed by the graph
+        form GRAPH_MODE and ``@ms.jit`` compile it into (the rule; a built optimizer's
+        record says the form it took, :meth:`build`)."""
+        decision = super().decide(spec, path, context, *args, **kwargs)
+        if decision.path != "own":
+            return decision
+        return dataclasses.replace(decision, reason=f"{decision.reason}; "
+                                   f"{_graph_note(spec, context)}")
+
+    def build(self, spec, named, **kwargs):
+        optimizer, record = super().build(spec, named, **kwargs)
+        why = getattr(optimizer, "graph_why", None)
+        if record.decision.path == "own" and why is not None:
+            reason = record.decision.reason.split("; in GRAPH_MODE")[0]
+            record.decision = dataclasses.replace(
+                record.decision, reason=f"{reason}; in GRAPH_MODE and @ms.jit: {why}")
+        return optimizer, record
+
     def notes(self, decision, spec, context):
         notes = []
         scheduled = _scheduled(spec, context.plans)
@@ -140,18 +169,25 @@ class MindSporeBackend(Backend):
                 raise ValueError(f"build: parameter {name or p.name} has requires_grad="
                                  "False; a MindSpore optimizer updates every parameter it "
                                  "holds (pass net.trainable_params())")
+        from .graph_ops import graph_option
+
         _check_total_steps(spec, plans, options.get("total_steps"))
         empty = tuple(n or p.name for n, p in named if p.size == 0)
         own_compile = compile_option(options)
-        return Context(plans=tuple(plans), dtypes=("float32",),
-                       device=ms.get_context("device_target"), zero_size=empty,
-                       all_zero_size=len(empty) == len(named),
-                       options={k: v for k, v in options.items() if k != "total_steps"},
-                       total_steps=options.get("total_steps"), own_compile=own_compile)
+        graph = graph_option(options)
+        return MindSporeContext(
+            plans=tuple(plans), dtypes=("float32",), device=ms.get_context("device_target"),
+            zero_size=empty, all_zero_size=len(empty) == len(named),
+            options={k: v for k, v in options.items() if k != "total_steps"},
+            total_steps=options.get("total_steps"), own_compile=own_compile, graph=graph)
 
     def build_native(self, decision, spec, named, plans, context):
         from .native import native_optimizer
 
+        if getattr(context, "graph", None) is not None:
+            raise ValueError(f"build: options graph={context.graph!r} is for the own "
+                             f"implementation; this spec runs natively ({decision.native}), "
+                             "whose construct is the class's own")
         # around() sent a schedule without total_steps off a device that needs the list
         optimizer = native_optimizer(decision.native_class, decision.lowering,
                                      [p for _, p in named], plans, spec, context.options,
@@ -165,7 +201,8 @@ class MindSporeBackend(Backend):
         optimizer = SpecOptimizer([p for _, p in named], spec, plans, context.total_steps,
                                   exchange=self._exchange(spec),
                                   compile="auto" if context.own_compile is None
-                                  else context.own_compile)
+                                  else context.own_compile,
+                                  graph=getattr(context, "graph", None) or "auto")
         return optimizer, None, optimizer.skipped
 
     def _exchange(self, spec):
@@ -213,6 +250,28 @@ class MindSporeBackend(Backend):
                 f"written from outside, which {MS_CALLBACK} does; build a spec that lowers "
                 "to a mindspore.nn class")
         return ReduceLROnPlateau(**kwargs)
+
+
+def _graph_note(spec, context) -> str:
+    """The graph form an own optimizer of ``spec`` compiles into, by the rule of
+    ``backends/mindspore/graph.py`` (the measured CPU figures of ``graph_ops``)."""
+    from .graph_ops import cpu_choice
+
+    option = getattr(context, "graph", None) or "auto"
+    device = context.device if context is not None else "CPU"
+    names = {"custom": "custom operators over the kernel VM", "ops": "the update as "
+             "MindSpore operations"}
+    if option != "auto":
+        form, why = option, f"options graph={option!r}"
+    elif device != "CPU":
+        form, why = "ops", (f"graph='ops': on {device}; verified on the CPU only "
+                            "(docs/devices.md)")
+    elif context is not None and context.own_compile is False:
+        form, why = "ops", "graph='ops': options compile=False"
+    else:
+        form, measured = cpu_choice(spec.name)
+        why = f"graph={form!r}; {measured}"
+    return f"in GRAPH_MODE and @ms.jit: {names[form]} ({why})"
 
 
 def _decay_scheduled(plans) -> bool:

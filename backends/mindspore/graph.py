@@ -2,7 +2,19 @@
 ``nn.TrainOneStepCell`` or ``ms.Model.train``, an ``@ms.jit`` step that calls
 ``opt(grads)``.
 
-The graph holds, per step, one ``ops.Custom(..., func_type="pyfunc")`` operator and one
+Two forms (``uo.build(..., options={"graph": ...})``, chosen by :func:`choose`):
+
+* ``"custom"`` (this module): custom operators over the kernel VM, the PyNative
+  path's code and numbers bit for bit; the CPU only;
+* ``"ops"`` (:mod:`.graph_ops`): the spec's update as MindSpore operations, which
+  MindSpore compiles for any device;
+* ``"auto"`` (the default): on the CPU the faster of the two for the algorithm as
+  measured (:data:`.graph_ops.CPU_STEP_MS`), the other where that one refuses the
+  spec; on any other device ``"ops"``, with an
+  :class:`unified_opt.devices.UnverifiedDeviceWarning` (verified on the CPU only,
+  docs/devices.md).
+
+The custom form holds, per step, one ``ops.Custom(..., func_type="pyfunc")`` operator and one
 ``ops.Custom(..., func_type="aot")`` operator per parameter:
 
 * the pyfunc operator (*host*) gets the optimizer's ``global_step`` and
@@ -33,6 +45,9 @@ pyfunc and AOT operators run on the CPU here).
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, ops
@@ -42,29 +57,42 @@ from unified_opt.kernels import build
 from unified_opt.kernels.trace import Untraceable
 from unified_opt.pre_step import has_pre_step
 
+from .graph_ops import GRAPH_FORMS, OpsGraph, cpu_choice
 from .kernels import on_cpu
 
 #: the steps whose programs size each parameter's segment
 PROBE_STEPS = (1, 2, 3, 4, 5, 6, 8, 10, 16, 32, 100, 1000, 10**4, 10**5)
 
 
-def refusal(optimizer) -> str:
-    """Why ``optimizer`` cannot run compiled into a graph ("" when it can)."""
+def common_refusal(optimizer) -> str:
+    """Why ``optimizer`` cannot run compiled into a graph in either form ("" when it
+    may): its exchange between ranks and its gradient pre-step run in Python."""
     owner = f"{type(optimizer).__name__} ({optimizer.spec.name})"
-    if optimizer._kernels is None:
-        why = ("options compile=False" if optimizer.compile_mode is False else
-               "a data-parallel spec exchanges between the ranks in Python")
-        return f"{owner} runs eagerly here ({why}); in GRAPH_MODE or @ms.jit it cannot run"
-    if not on_cpu():
-        return (f"{owner}: compiled into a graph it runs custom CPU operators, and the "
-                f"device_target is {ms.get_context('device_target')!r}; run it in PyNative "
-                "(where its update runs as framework operations on that device)")
+    if optimizer.exchange is not None:
+        return (f"{owner}: a data-parallel spec exchanges between the ranks in Python; in "
+                "GRAPH_MODE or @ms.jit it cannot run (run it in PyNative)")
     if has_pre_step(optimizer.spec):
         return (f"{owner}: its gradient pre-step (grad_clip, loss_scale, skip_nonfinite, "
                 "grad_centralization) runs in Python on PyNative only; in a graph, clip and "
                 "scale in the train step (e.g. ops.clip_by_global_norm) and build the spec "
                 "without them")
     return ""
+
+
+def refusal(optimizer) -> str:
+    """Why ``optimizer`` cannot run compiled into a graph as custom operators ("" when
+    it can)."""
+    owner = f"{type(optimizer).__name__} ({optimizer.spec.name})"
+    if optimizer._kernels is None:
+        why = ("options compile=False" if optimizer.compile_mode is False else
+               "a data-parallel spec exchanges between the ranks in Python")
+        return (f"{owner} runs eagerly here ({why}); as custom operators over the kernel "
+                "VM (graph='custom') it cannot run")
+    if not on_cpu():
+        return (f"{owner}: as custom operators (graph='custom') it runs custom CPU "
+                f"operators, and the device_target is {ms.get_context('device_target')!r}; "
+                "graph='ops' runs its update as MindSpore operations on that device")
+    return common_refusal(optimizer)
 
 
 class GraphStep:
@@ -137,3 +165,78 @@ class GraphStep:
             out[at:at + size] = np.concatenate([[code.size, scalars.size], code, scalars])
         optimizer.skipped.append(False)
         return out
+
+
+_warned_devices: set = set()
+
+
+@dataclass
+class GraphChoice:
+    """The graph form an optimizer compiles into: ``form`` "custom" or "ops" ("" where
+    none can run: ``refusal`` says why), the built form (:class:`GraphStep` or
+    :class:`.graph_ops.OpsGraph`) and ``why`` (for ``uo.explain``)."""
+
+    form: str
+    built: object
+    refusal: str
+    why: str
+
+
+def choose(optimizer, option: str, total_steps: int | None) -> GraphChoice:
+    """The graph form of ``optimizer`` for ``options={"graph": option}`` (see the
+    module); each form is built only when it is tried."""
+    if option not in GRAPH_FORMS:
+        raise ValueError(f"graph must be one of {GRAPH_FORMS}, got {option!r}")
+    common = common_refusal(optimizer)
+    if common:
+        return GraphChoice("", None, common, common)
+    cpu = on_cpu()
+    device = ms.get_context("device_target")
+    if option == "auto":
+        if not cpu:
+            order, why = ["ops"], (f"{_FORM_NAMES['ops']} (graph='ops'; the device_target "
+                                   f"is {device!r}, and the custom operators run on the CPU "
+                                   "only)")
+        elif optimizer._kernels is None:
+            order, why = ["ops"], (f"{_FORM_NAMES['ops']} (graph='ops'; the kernel VM is off: "
+                                   "options compile=False)")
+        else:
+            first, measured = cpu_choice(optimizer.spec.name)
+            order = [first, "ops" if first == "custom" else "custom"]
+            why = f"{_FORM_NAMES[first]} (graph={first!r}; {measured})"
+    else:
+        order, why = [option], f"{_FORM_NAMES[option]} (options graph={option!r})"
+    form_why = {"custom": "graph='custom'", "ops": "graph='ops'"}
+    refusals = []
+    for form in order:
+        built = GraphStep(optimizer) if form == "custom" else \
+            OpsGraph(optimizer, total_steps=total_steps, on_cpu=cpu)
+        if not built.refusal:
+            if form != order[0]:
+                why = (f"{_FORM_NAMES[form]} ({form_why[form]}), as {_FORM_NAMES[order[0]]} "
+                       f"cannot run it: {refusals[0]}")
+            if form == "ops" and not cpu:
+                _warn_unverified(device)
+                why += (f"; not verified on {device} (docs/devices.md: verified on the CPU "
+                        "only)")
+            return GraphChoice(form, built, "", why)
+        refusals.append(built.refusal)
+    text = "; ".join(refusals)
+    return GraphChoice("", None, text, f"in a graph it is refused: {text}")
+
+
+_FORM_NAMES = {"custom": "custom operators over the kernel VM", "ops": "the update as "
+               "MindSpore operations"}
+
+
+def _warn_unverified(device: str) -> None:
+    from unified_opt.devices import UnverifiedDeviceWarning
+
+    if device in _warned_devices:
+        return
+    _warned_devices.add(device)
+    warnings.warn(f"unified_opt: in GRAPH_MODE or @ms.jit the own MindSpore optimizer runs "
+                  f"as MindSpore operations (options graph='ops'), which has been verified "
+                  f"on the CPU only, not on {device} (docs/devices.md); compare a few steps "
+                  "with PyNative there before relying on it", UnverifiedDeviceWarning,
+                  stacklevel=5)

@@ -9,8 +9,10 @@ Two ways in, the same numbers bit for bit:
   a data-parallel spec's exchange in numpy on the host, else eagerly (``compile=False``,
   an update that does not trace).
 * Compiled into a graph (GRAPH_MODE, a GRAPH_MODE ``TrainOneStepCell`` or
-  ``ms.Model.train``, an ``@ms.jit`` step calling ``opt(grads)``): ``construct`` is the
-  graph of :mod:`.graph`, the same VM programs as custom operators. What a graph cannot
+  ``ms.Model.train``, an ``@ms.jit`` step calling ``opt(grads)``): ``construct`` is one
+  of two graph forms (``options={"graph": "auto" | "custom" | "ops"}``, :mod:`.graph`):
+  the same VM programs as custom operators (the CPU), or the spec's update traced and
+  written as MindSpore operations (:mod:`.graph_ops`, any device). What a graph cannot
   run is refused when it compiles, naming why.
 """
 
@@ -26,9 +28,9 @@ from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
 from unified_opt.step_loop import Host, StepLoop
 
+from . import graph as graph_forms
 from .cells import past_total_steps
 from .engines import Eager, ExchangeOnHost, Kernels
-from .graph import GraphStep
 from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
 from .ops import mindspore_ops
 
@@ -60,7 +62,7 @@ class SpecOptimizer(nn.Optimizer):
     """
 
     def __init__(self, params, spec, plans, total_steps: int | None = None, exchange=None,
-                 compile="auto"):
+                 compile="auto", graph="auto"):
         super().__init__(float(spec.lr_at(0)), list(params))
         #: how the update runs (``uo.build(..., options={"compile": ...})``): "auto" and
         #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's
@@ -97,19 +99,20 @@ class SpecOptimizer(nn.Optimizer):
             flat.extend(slots.values())
         self.spec_state_parameters = ParameterTuple(flat)
         self._one = Tensor([1], mstype.int32)
-        # the graph's operators (.graph), as attributes of this Cell for the compiler
-        graph = GraphStep(self)
-        self._graph_refusal = graph.refusal
-        self._n = len(self._parameters) if not graph.refusal else 0
-        if not graph.refusal:
-            starts = np.cumsum([0] + [len(s) for s in self._slots])
-            self._state_layout = tuple((int(starts[i]), len(order))
-                                       for i, order in enumerate(graph.order))
-            for slots, order in zip(self._slots, graph.order):
-                if tuple(slots) != tuple(order):
-                    raise AssertionError(f"state order {tuple(slots)} != {order}")
-            self._host, self._aot, self._aot_index = graph.host, graph.kernels, graph.indices
         self._follows = not isinstance(spec.lr, Schedule)
+        # the graph form (.graph), its operators as attributes of this Cell for the compiler
+        self.graph_option = graph
+        choice = graph_forms.choose(self, graph, total_steps)
+        #: the graph form ``construct`` compiles ("custom", "ops", or "" where refused)
+        #: and why (``uo.explain``)
+        self.graph_form, self.graph_why = choice.form, choice.why
+        self._graph_built = choice.built
+        self._graph_refusal = choice.refusal
+        self._n = len(self._parameters) if not choice.refusal else 0
+        if choice.form == "custom":
+            self._custom_form(choice.built)
+        elif choice.form == "ops":
+            self._ops_form(choice.built)
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
         if exchange is not None:
             engines.append(ExchangeOnHost(exchange))
@@ -117,6 +120,34 @@ class SpecOptimizer(nn.Optimizer):
         self._loop_host = _Host(self)
         self._loop = StepLoop(spec, self._plans, list(self._parameters),
                               lambda index, spec: self._engine_list, self._loop_host)
+
+    def _custom_form(self, graph) -> None:
+        """The custom operators' attributes (:class:`.graph.GraphStep`)."""
+        starts = np.cumsum([0] + [len(s) for s in self._slots])
+        self._state_layout = tuple((int(starts[i]), len(order))
+                                   for i, order in enumerate(graph.order))
+        for slots, order in zip(self._slots, graph.order):
+            if tuple(slots) != tuple(order):
+                raise AssertionError(f"state order {tuple(slots)} != {order}")
+        self._host, self._aot, self._aot_index = graph.host, graph.kernels, graph.indices
+
+    def _ops_form(self, graph) -> None:
+        """The ops form's attributes (:class:`.graph_ops.OpsGraph`): its generated step,
+        its float64 constants, the map over parameters and the step's lr source."""
+        self._ops_step = graph.step
+        self._ops_k = Tensor(graph.constants, mstype.float64)
+        self._ops_map = ops.HyperMap()
+        source = graph.lr
+        self._ops_lr_kind = source.kind
+        if source.kind == "constant":
+            self._ops_lr32 = Tensor(np.float32(source.constant), mstype.float32)
+            self._ops_lr64 = Tensor(np.float64(source.constant), mstype.float64)
+        elif source.kind == "table":
+            self._ops_lr_table = Tensor(np.array(source.table, np.float64))
+            self._ops_next_table = Tensor(np.array(source.next_table, np.float64))
+        else:
+            self._ops_host = ops.Custom(_host_lr(self), out_shape=(2,),
+                                        out_dtype=mstype.float64, func_type="pyfunc")
 
     @property
     def follows_learning_rate(self) -> bool:
@@ -152,7 +183,7 @@ class SpecOptimizer(nn.Optimizer):
         return super().__call__(gradients)
 
     def construct(self, gradients):
-        """The step compiled into a graph (:mod:`.graph`)."""
+        """The step compiled into a graph (:mod:`.graph`: :attr:`graph_form`)."""
         if self._graph_refusal:
             raise RuntimeError(self._graph_refusal)
         for i in range(self._n):
@@ -162,6 +193,45 @@ class SpecOptimizer(nn.Optimizer):
                     gradients[i].shape != self._parameters[i].shape:
                 raise TypeError("SpecOptimizer: each gradient must have its parameter's "
                                 "dtype and shape")
+        if self.graph_form == "ops":
+            return self._construct_ops(gradients)
+        return self._construct_custom(gradients)
+
+    def _construct_ops(self, gradients):
+        """The ops form (:mod:`.graph_ops`): the step's lr, the generated step over the
+        parameters, then ``global_step`` (and a scheduled lr's next value)."""
+        if self._follows:
+            done = self._ops_step(self._ops_map, self._parameters, gradients,
+                                  self.spec_state_parameters, self.global_step,
+                                  self._ops_constant_lr(), self._ops_k)
+            ops.assign_add(self.global_step, ops.depend(self._one, done))
+            return ops.depend(True, done)
+        both = self._ops_scheduled_lr()
+        done = self._ops_step(self._ops_map, self._parameters, gradients,
+                              self.spec_state_parameters, self.global_step, both[0],
+                              self._ops_k)
+        ops.assign_add(self.global_step, ops.depend(self._one, done))
+        ops.assign(self.learning_rate, ops.depend(ops.cast(both[1], mstype.float32), done))
+        return ops.depend(True, done)
+
+    def _ops_constant_lr(self):
+        """A constant spec lr as :meth:`lr_of_step` takes it: in double precision, unless
+        ``learning_rate`` was written from outside (then that float32 value)."""
+        stored = self.learning_rate
+        return ops.where(stored == self._ops_lr32, self._ops_lr64,
+                         ops.cast(stored, mstype.float64))
+
+    def _ops_scheduled_lr(self):
+        """A scheduled lr: this step's and the next step's, float64 (see
+        :class:`.graph_ops.LrSource`)."""
+        if self._ops_lr_kind == "table":
+            return ops.concat((ops.gather(self._ops_lr_table, self.global_step, 0),
+                               ops.gather(self._ops_next_table, self.global_step, 0)))
+        return self._ops_host(self.global_step, self.learning_rate)
+
+    def _construct_custom(self, gradients):
+        """The custom form (:mod:`.graph`): the host operator, then one AOT operator of
+        the kernel VM per parameter."""
         packed = self._host(self.global_step, self.learning_rate)
         done = ()
         for i in range(self._n):
@@ -228,6 +298,18 @@ class SpecOptimizer(nn.Optimizer):
     def spec_state(self, p) -> dict:
         index = next(i for i, q in enumerate(self._parameters) if q is p)
         return dict(self._slots[index])
+
+
+def _host_lr(optimizer):
+    """The ops form's lr operator on the CPU (a scheduled lr without total_steps): the
+    step's lr as :meth:`SpecOptimizer.lr_of_step` gives it, and the next step's spec lr,
+    float64. A function, not a method: MindSpore's registry of pyfunc operators keeps
+    it."""
+    def value(global_step, learning_rate) -> np.ndarray:
+        step0 = int(np.asarray(global_step).reshape(-1)[0])
+        lr = optimizer.lr_of_step(step0, float(np.asarray(learning_rate).reshape(-1)[0]))
+        return np.array([lr, optimizer.spec.lr_at(step0 + 1)], dtype=np.float64)
+    return value
 
 
 class _Host(Host):

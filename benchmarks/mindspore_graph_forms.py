@@ -1,0 +1,138 @@
+"""The own MindSpore optimizer's two graph forms on the CPU, per algorithm: custom
+operators over the kernel VM (``options={"graph": "custom"}``) and the update as
+MindSpore operations (``{"graph": "ops"}``), against ``mindspore.nn.Adam``, all in
+GRAPH_MODE with ``opt(grads)`` compiled.
+
+    python benchmarks/mindspore_graph_forms.py [--algorithms adam,came,...]
+                                               [--size 2048] [--repeats 15]
+                                               [--out benchmarks/results]
+
+One parameter of ``size x size`` float32; four random gradient tuples drawn once and
+taken in turn (gradients of random signs, as training has). Each algorithm runs in a
+process of its own; its three optimizers are timed in interleaved rounds (each round
+steps each once: load from other processes falls on all alike), the median of
+``--repeats`` rounds after three untimed ones. "first step s": the build and the first
+step (the graph's compile). Writes ``OUT/mindspore_graph_forms.json`` and ``.md``; the
+figures of ``backends/mindspore/graph_ops.py``'s ``CPU_STEP_MS`` come from this table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from algorithm_step_time import ALGORITHMS  # this folder's: the algorithms' specs
+from step_time import Harness, interleaved_medians
+
+FORMS = ("custom", "ops")
+
+
+def measure(algorithm: str, size: int, repeats: int) -> dict:
+    """In this process: nn.Adam and the two forms of ``algorithm``; ms per step."""
+    import unified_opt as uo
+    from unified_opt.expressions import parse_spec
+
+    harness = Harness("mindspore")
+    ms = harness.fw
+    ms.set_context(mode=ms.GRAPH_MODE)
+    rng = np.random.default_rng(1)
+    gradients = [(ms.Tensor(rng.standard_normal((size, size), dtype=np.float32)),)
+                 for _ in range(4)]
+    runs, first = [], {}
+    for what in ("nn.Adam",) + FORMS:
+        named = harness.params([(size, size)])
+        started = time.perf_counter()
+        if what == "nn.Adam":
+            opt = harness.hand_built("mindspore.nn.Adam", {"learning_rate": 1e-3}, named)
+        else:
+            opt = uo.build(parse_spec(ALGORITHMS[algorithm]), named, path="own",
+                           options={"graph": what})
+            if opt.graph_form != what:
+                raise RuntimeError(f"{algorithm}: graph={what!r} took {opt.graph_form!r}")
+        harness.step(opt, gradients[0])
+        first[what] = round(time.perf_counter() - started, 2)
+        runs.append(opt)
+
+    class Cycling:          # the next gradient tuple at each call
+        def __init__(self, opt):
+            self.opt, self.calls = opt, 0
+
+        def __call__(self, _):
+            self.calls += 1
+            return self.opt(gradients[self.calls % len(gradients)])
+
+    medians = interleaved_medians(harness, [(Cycling(opt), None) for opt in runs], repeats)
+    return {"algorithm": algorithm, "size": size,
+            **{f"{what}_ms": round(m, 2) for what, m in zip(("nn.Adam",) + FORMS, medians)},
+            **{f"{what}_first_s": first[what] for what in first}}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [f"{meta['machine']}, {meta['cpus']} CPUs, MindSpore {meta['mindspore']}; load "
+             f"average {meta['load_before']} before, {meta['load_after']} after (other "
+             "processes share the machine: the forms are interleaved, so their ratio holds "
+             "better than the milliseconds)", "",
+             "| algorithm | nn.Adam ms | custom operators ms | MindSpore operations ms | "
+             "ops / custom | first step s (custom, ops) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['algorithm']} | {r['error']} | | | | |")
+            continue
+        lines.append(f"| {r['algorithm']} | {r['nn.Adam_ms']} | {r['custom_ms']} | "
+                     f"{r['ops_ms']} | {r['ops_ms'] / r['custom_ms']:.2f} | "
+                     f"{r['custom_first_s']}, {r['ops_first_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    parser.add_argument("--size", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    parser.add_argument("--measure", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.size, args.repeats)))
+        return
+    rows = []
+    load_before = round(os.getloadavg()[0], 1)
+    for algorithm in args.algorithms.split(","):
+        out = subprocess.run([sys.executable, __file__, "--measure", algorithm,
+                              "--size", str(args.size), "--repeats", str(args.repeats)],
+                             capture_output=True, text=True)
+        row = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else \
+            {"algorithm": algorithm,
+             "error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+        print(row, flush=True)
+        rows.append(row)
+    folder = Path(args.out)
+    folder.mkdir(parents=True, exist_ok=True)
+    meta = {"machine": _cpu_name(), "cpus": os.cpu_count(),
+            "mindspore": importlib.metadata.version("mindspore"),
+            "load_before": load_before, "load_after": round(os.getloadavg()[0], 1)}
+    (folder / "mindspore_graph_forms.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (folder / "mindspore_graph_forms.md").write_text(markdown(rows, meta))
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+if __name__ == "__main__":
+    main()
