@@ -31,7 +31,7 @@ class UnverifiedDeviceWarning(UserWarning):
 def check_device(backend: str, device: str) -> None:
     """Warn once per process if ``backend``'s parameters live on ``device`` (its type,
     e.g. ``"gpu"``, ``"mps"``, ``"Ascend"``) and that pair is not in :data:`VERIFIED`."""
-    key = (backend, device.split(":")[0])
+    key = (backend, device.split(":")[0].lower())
     if key in VERIFIED or key in _warned:
         return
     _warned.add(key)

@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 
 from unified_opt.backend import Backend, Context, compile_option, launcher_ranks
+from unified_opt.devices import check_device
 from unified_opt.native import CONSTANT_HYPERPARAMETERS, NO_PRE_STEP, every_group_condition, when
 from unified_opt.schedules import Schedule
 
@@ -175,6 +176,7 @@ class MindSporeBackend(Backend):
         empty = tuple(n or p.name for n, p in named if p.size == 0)
         own_compile = compile_option(options)
         graph = graph_option(options)
+        check_device("mindspore", ms.get_context("device_target"))
         return MindSporeContext(
             plans=tuple(plans), dtypes=("float32",), device=ms.get_context("device_target"),
             zero_size=empty, all_zero_size=len(empty) == len(named),
