@@ -16,6 +16,16 @@ seconds show in "first step s". Paddle and MindSpore (PyNative): one 2048x2048 p
 the fastest native Adam (``paddle.optimizer.Adam``; MindSpore ``nn.Adam``); each
 algorithm's uo step (the own path where no native class computes it).
 
+Every step sees fresh random gradients (``step_time.Gradients``: four standard normal
+draws taken in turn; random signs, as training gradients have).
+
+Data independence (torch rows "own kernel: random / constant gradients"): each
+algorithm's generated kernel (``compile=True``) timed on random-sign gradients and on
+constant ones (all ones), in one process, the two optimizers' steps interleaved; the
+ratio must be at most :data:`INDEPENDENCE` (met/missed in the results). Speed that does
+not depend on the data is also tested deterministically (tests/test_kernel_speed.py:
+callgrind's mispredicted branches, the same on both).
+
 Every measurement runs in a process of its own (one framework per process): the median
 of ``--repeats`` timed steps after two untimed ones. Ratios are against the baseline
 measured in the same run. "step peak MB": how far the resident memory rose above its
@@ -53,6 +63,10 @@ ALGORITHMS = {"adam": "Adam(lr=1e-3)", "adamw": "AdamW(lr=1e-3, weight_decay=0.0
               "came": "CAME(lr=1e-4)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
               "lars": "LARS(lr=0.1, weight_decay=1e-4)", "lion": "Lion(lr=1e-4)",
               "adafactor": "Adafactor(lr=1e-3)"}
+#: the own kernel on random-sign gradients over its time on constant ones, at most
+INDEPENDENCE = 1.3
+#: Lion's own kernel over fused Adam (torch, random gradients), at most (issue 21)
+LION_OVER_ADAM = 1.2
 #: torch peers per algorithm: (qualified class, kwargs)
 PEERS = {
     "adam": [("torch.optim.Adam", {"lr": 1e-3})],
@@ -82,14 +96,17 @@ def _reset_peak() -> None:
 
 
 def measure(backend: str, what: str, repeats: int) -> dict:
-    """In this process: ``what`` is ``native|<qualified>|<json kwargs>`` or
-    ``uo|<spec expression>|<compile option as JSON>``; returns the timings."""
+    """In this process: ``what`` is ``native|<qualified>|<json kwargs>``,
+    ``uo|<spec expression>|<compile option as JSON>`` or ``independence|<spec
+    expression>|true`` (:func:`independence`); returns the timings."""
     kind, target, extra = what.split("|")
     harness = Harness("mindspore" if backend == "mindspore-graph" else backend)
     if backend == "mindspore-graph":
         harness.fw.set_context(mode=harness.fw.GRAPH_MODE)
+    if kind == "independence":
+        return independence(harness, SIZES[backend], target, repeats)
     named = harness.params([SIZES[backend]])
-    grads = harness.grads(named)          # set once: every step sees the same gradient
+    grads = harness.grads(named)          # a new random set each step
     started = time.perf_counter()
     if kind == "uo":
         import unified_opt as uo
@@ -121,6 +138,33 @@ def measure(backend: str, what: str, repeats: int) -> dict:
             "step_peak_mb": round(_status_mb("VmHWM") - resident, 1)}
 
 
+def independence(harness, shape, expression: str, repeats: int) -> dict:
+    """The own kernel of ``expression`` (``compile=True``) on random-sign and on constant
+    gradients: two optimizers, their steps interleaved (load on the machine falls on both
+    alike); medians and their ratio."""
+    import unified_opt as uo
+    from unified_opt.expressions import parse_spec
+
+    runs = {}
+    for gradient in ("random", "constant"):
+        named = harness.params([shape])
+        opt = uo.build(parse_spec(expression), named, path="own", options={"compile": True})
+        runs[gradient] = (opt, harness.grads(named, gradient))
+    times = {gradient: [] for gradient in runs}
+    for round_ in range(repeats + 2):
+        for gradient, (opt, grads) in runs.items():
+            t0 = time.perf_counter()
+            harness.step(opt, grads)
+            if round_ >= 2:
+                times[gradient].append(time.perf_counter() - t0)
+    random_ms, constant_ms = (statistics.median(times[g]) * 1000 for g in ("random",
+                                                                            "constant"))
+    ratio = random_ms / constant_ms
+    return {"random_ms": round(random_ms, 2), "constant_ms": round(constant_ms, 2),
+            "independence": round(ratio, 2),
+            "met": "met" if ratio <= INDEPENDENCE else "missed"}
+
+
 def _run(backend: str, what: str, repeats: int) -> dict:
     out = subprocess.run([sys.executable, __file__, "--measure", backend, what,
                           "--repeats", str(repeats)], capture_output=True, text=True)
@@ -147,19 +191,61 @@ def rows_of(backend: str, repeats: int) -> list[dict]:
             rows.append({"backend": backend, "algorithm": algorithm, "what": qualified,
                          **_run(backend, f"native|{qualified}|{json.dumps(kwargs)}",
                                 repeats)})
+    if backend == "torch":
+        for algorithm, expression in ALGORITHMS.items():
+            rows.append({"backend": backend, "algorithm": algorithm,
+                         "what": "own kernel: random / constant gradients",
+                         **_run(backend, f"independence|{expression}|true", repeats)})
     for row in rows:
         if "ms" in row and "ms" in base:
             row["ratio"] = round(row["ms"] / base["ms"], 2)
     return rows
 
 
+def summary(rows: list[dict]) -> list[str]:
+    """The issue's targets, met or missed, from ``rows``."""
+    lines = []
+    independence = [r for r in rows if "independence" in r]
+    if independence:
+        worst = max(independence, key=lambda r: r["independence"])
+        lines.append(f"- data independence (own kernel, random-sign over constant "
+                     f"gradients, at most {INDEPENDENCE}): "
+                     f"{'met' if all(r['met'] == 'met' for r in independence) else 'missed'}"
+                     f"; the largest {worst['independence']} ({worst['algorithm']})")
+    lion = [r for r in rows if r["backend"] == "torch" and r["algorithm"] == "lion"
+            and r["what"] == "uo own, generated kernel" and "ratio" in r]
+    if lion:
+        ratio = lion[0]["ratio"]
+        met = "met" if ratio <= LION_OVER_ADAM else "missed"
+        lines.append(f"- Lion's own kernel over fused Adam (torch, random gradients, at most "
+                     f"{LION_OVER_ADAM}): {ratio}, {met}")
+    return lines
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| backend | algorithm | step | ms | × fastest native Adam | first step s "
              "(incl. compile) | step peak MB |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if "independence" in r:
+            continue
         lines.append(f"| {r['backend']} | {r['algorithm']} | {r['what']} | "
                      f"{r.get('ms', r.get('error'))} | {r.get('ratio', '')} | "
                      f"{r.get('first_step_s', '')} | {r.get('step_peak_mb', '')} |")
+    independence = [r for r in rows if "independence" in r or (
+        "error" in r and r["what"].startswith("own kernel:"))]
+    if independence:
+        lines += ["", f"Data independence (torch {SIZES['torch'][0]}², own kernel, "
+                  f"`compile=True`): random-sign over constant gradients, at most "
+                  f"{INDEPENDENCE}", "",
+                  "| algorithm | random ms | constant ms | random / constant | |",
+                  "|---|---|---|---|---|"]
+        for r in independence:
+            lines.append(f"| {r['algorithm']} | {r.get('random_ms', r.get('error'))} | "
+                         f"{r.get('constant_ms', '')} | {r.get('independence', '')} | "
+                         f"{r.get('met', '')} |")
+    found = summary(rows)
+    if found:
+        lines += ["", "Targets:", ""] + found
     return "\n".join(lines) + "\n"
 
 
@@ -182,6 +268,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "algorithm_step_time.json").write_text(json.dumps(rows, indent=1) + "\n")
     (args.out / "algorithm_step_time.md").write_text(markdown(rows))
+    print("\n".join(summary(rows)))
 
 
 if __name__ == "__main__":

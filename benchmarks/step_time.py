@@ -4,8 +4,10 @@ by hand, and of the own-implementation path against the native one.
     python benchmarks/step_time.py [--backends torch,paddle,mindspore] [--repeats 15]
                                    [--out benchmarks/results]
 
-Each backend runs in its own process (never two frameworks in one). Two parameter
-sets: "model" (4 x 1024x1024 + 4 x 1024, like a few layers) and "big" (one 4096x4096).
+Each backend runs in its own process (never two frameworks in one). Every step sees
+fresh random gradients, as in training (a pool of four random draws, taken in turn:
+:class:`Gradients`), so a kernel whose speed depends on the values shows it. Two
+parameter sets: "model" (4 x 1024x1024 + 4 x 1024, like a few layers) and "big" (one 4096x4096).
 Reports medians in ms and the ratios ``uo/hand`` (the adapter's overhead: 1.0 is
 free) and ``own/hand`` (the generic own path against the native kernel) as
 ``OUT/step_time.json`` and a Markdown table ``OUT/step_time.md``.
@@ -80,19 +82,11 @@ class Harness:
                 out.append((name, self.fw.Parameter(self.fw.Tensor(a), name=name)))
         return out
 
-    def grads(self, named):
-        rng = np.random.default_rng(1)
-        arrays = [rng.standard_normal(tuple(p.shape), dtype=np.float32) for _, p in named]
-        if self.backend == "torch":
-            for (_, p), g in zip(named, arrays):
-                p.grad = self.fw.from_numpy(g)
-            return None
-        if self.backend == "paddle":
-            tensors = [self.fw.to_tensor(g) for g in arrays]
-            for (_, p), g in zip(named, tensors):
-                p.grad = g
-            return None
-        return tuple(self.fw.Tensor(g) for g in arrays)
+    def grads(self, named, kind="random", sets=4):
+        """The parameters' gradients for the steps to come (:class:`Gradients`): ``sets``
+        draws of standard normal values (random signs, as training gradients have), or
+        with ``kind="constant"`` all ones."""
+        return Gradients(self, named, kind, sets)
 
     def hand_built(self, qualified, kwargs, named):
         from unified_opt.native import import_native
@@ -103,13 +97,49 @@ class Harness:
         return import_native(qualified)(params, **kwargs)
 
     def step(self, optimizer, grads):
+        """One step on ``grads``: a :class:`Gradients` (its next set: a few pointer
+        assignments, no copy), or for MindSpore a tuple of gradient tensors."""
+        if isinstance(grads, Gradients):
+            grads = grads.next()
         if self.backend == "mindspore":
             from unified_opt.backends.mindspore.kernels import drain
 
             optimizer(grads)
             drain()        # MindSpore runs asynchronously (runtime.synchronize: not on CPU)
         else:
-            optimizer.step()   # gradients stay set: every timed step sees the same ones
+            optimizer.step()
+
+
+class Gradients:
+    """Gradient sets for ``named``, one per step in turn: each step reads other values
+    (``sets`` random draws made up front, so drawing costs no step time)."""
+
+    def __init__(self, harness, named, kind="random", sets=4):
+        if kind not in ("random", "constant"):
+            raise ValueError(f"kind {kind!r}")
+        rng = np.random.default_rng(1)
+        self.harness, self.named, self.count = harness, named, 0
+        self.sets = []
+        for _ in range(sets if kind == "random" else 1):
+            arrays = [rng.standard_normal(tuple(p.shape), dtype=np.float32) if kind == "random"
+                      else np.ones(tuple(p.shape), np.float32) for _, p in named]
+            fw = harness.fw
+            if harness.backend == "torch":
+                self.sets.append([fw.from_numpy(a) for a in arrays])
+            elif harness.backend == "paddle":
+                self.sets.append([fw.to_tensor(a) for a in arrays])
+            else:
+                self.sets.append(tuple(fw.Tensor(a) for a in arrays))
+
+    def next(self):
+        """Install the next set (torch, Paddle: ``.grad``); MindSpore: return it."""
+        chosen = self.sets[self.count % len(self.sets)]
+        self.count += 1
+        if self.harness.backend == "mindspore":
+            return chosen
+        for (_, p), g in zip(self.named, chosen):
+            p.grad = g
+        return None
 
 
 def interleaved_medians(harness, runs, repeats, warmup=3):

@@ -1,6 +1,8 @@
 """Building the kernel VM (``vm.cc``) once per machine, and loading it.
 
-The VM is C++ compiled with the system compiler (``$CXX``, else ``c++``) for this
+The VM is C++ compiled with the system compiler (``$CXX``, else ``c++``; where neither
+is there, the clang of the ``ziglang`` package, ``pip install unified-opt[compiler]``,
+without OpenMP's runtime: ``phases.h`` then runs its threads on std::thread) for this
 machine's CPU (``-march=native``), with OpenMP where the compiler has it, into a cache
 folder: ``$UNIFIED_OPT_CACHE``, else ``$XDG_CACHE_HOME/unified_opt``, else
 ``~/.cache/unified_opt``. The file's name holds a digest of the source, the flags, the
@@ -12,9 +14,9 @@ Flags: ``-O3`` and vectorisation; ``-ffp-contract=off`` keeps every ``a * b + c`
 roundings, as numpy and the eager bindings compute it; no ``-ffast-math`` (NaN and
 infinities follow IEEE); ``-fno-math-errno`` only lets ``sqrt`` vectorise.
 
-Where no compiler runs, :func:`load` raises :class:`KernelUnavailable` with the
-compiler's message; the own optimizers then run eagerly (``compile="auto"``) or refuse
-(``compile=True``).
+Where no compiler runs (none on PATH and no ziglang), :func:`load` raises
+:class:`KernelUnavailable` with the compiler's message; the own optimizers then run
+eagerly (``compile="auto"``) or refuse (``compile=True``).
 """
 
 from __future__ import annotations
@@ -226,3 +228,10 @@ def _bind(library: ctypes.CDLL, names=("uo_vm_version", "uo_vm_run", "uo_vm_regi
         function.restype = _CTYPES[result]
         function.argtypes = [_CTYPES.get(t, ctypes.c_void_p) for t, _ in arguments]
     return library
+
+
+if __name__ == "__main__":
+    # `python -m unified_opt.kernels.build`: build the VM now (an image's build step, so
+    # that no first step waits: with ziglang, its first build on a machine also builds
+    # its C++ runtime, 1 to 3 minutes on 2 cores)
+    print(library(), " ".join(_compiler()))

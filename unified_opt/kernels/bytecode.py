@@ -31,12 +31,11 @@ axes a sum adds over).
 
 One IR, one ABI
 ---------------
-The schedule is a :class:`Schedule` (its phases and :class:`Instruction`\ s):
+The schedule is a :class:`Schedule` (its phases, each a list of :class:`Instruction`):
 :func:`schedule` makes it from the tracer's :class:`~.trace.Program`, :func:`encode`
 writes it as the int32 code above (what the VM runs and what keys a program's kernel),
 :func:`decode` reads code back into it. Every generator (``codegen.py``'s C++,
-``numba_source.py``'s numba, ``triton_source.py``'s Triton) writes its kernels from a
-:class:`Schedule`.
+``triton_source.py``'s Triton) writes its kernels from a :class:`Schedule`.
 
 The ABI (the numbers above, the axis bits, the dtype codes and the C functions' signatures)
 is written here once. ``abi.h``, which ``vm.cc``, ``phases.h`` and every generated kernel
