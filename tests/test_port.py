@@ -18,7 +18,7 @@ from unified_opt import cli
 from unified_opt.conformance.cases import Case
 from unified_opt.conformance.compare import compare
 from unified_opt.conformance.trajectory import Trajectory, floor_trajectories, reference_trajectory
-from unified_opt.porting.script import PortRefused, _module_constants, port_source, spec_code
+from unified_opt.porting.script import _module_constants, port_source, spec_code
 
 ROOT = Path(__file__).parent.parent
 SAMPLE = ROOT / "examples" / "port" / "train_torch.py"
@@ -176,6 +176,8 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
      "lr=args.lr is not a literal"),
     ("import torch\n\nopt = torch.optim.AdamW([{'params': a}, {'params': b, "
      "'weight_decay': 0}], lr=1e-3)\n", 3, "parameter groups as a list of dicts"),
+    ("import torch\nopt = torch.optim.AdamW([{'params': [p for n, p in m.named_parameters() "
+     "if p.ndim > 1]}], lr=1e-3)\n", 2, "is not a test of the name"),
     ("import torch\nopt = torch.optim.Adam(m.parameters(), **kw)\n", 2, "cannot be read"),
     ("import torch\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
      "s = torch.optim.lr_scheduler.LambdaLR(opt, lambda e: 0.9 ** e)\n", 3,
@@ -190,11 +192,14 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
      "schedules no optimizer"),
 ])
 def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
-    with pytest.raises(PortRefused) as refused:
-        port_source(source, "paddle")
-    lines = [n for n, _ in refused.value.refusals]
-    assert line in lines and words in str(refused.value), str(refused.value)
-    assert "schedules no optimizer" not in str(refused.value) or "make_optimizer" in source
+    ported = port_source(source, "paddle")
+    text = "; ".join(message for _, message in ported.refusals)
+    assert line in [n for n, _ in ported.refusals] and words in text, text
+    assert "schedules no optimizer" not in text or "make_optimizer" in source
+    # left as written, marked where it stands (issue 22: nothing else is blocked)
+    out = ported.source.splitlines()
+    index = out.index(source.splitlines()[line - 1])
+    assert out[index - 1].startswith("# unified-opt port: not ported: "), ported.source
 
 
 @pytest.mark.parametrize("spec", [
@@ -232,12 +237,168 @@ def test_the_command_writes_the_script_and_lists_the_rewrites(tmp_path, capsys):
     assert out.read_text() == port_source(SAMPLE.read_text(), "paddle").source
 
 
-def test_the_command_refuses_and_writes_nothing(tmp_path, capsys):
+def test_the_command_marks_what_it_refuses_and_writes_the_rest(tmp_path, capsys):
     script = tmp_path / "train.py"
     script.write_text("import torch\n\n\nopt = torch.optim.Adam(m.parameters(), lr=cfg.lr)\n")
     out = tmp_path / "out.py"
     assert cli.main(["port", str(script), "--to", "mindspore", "-o", str(out)]) == 1
     assert f"{script}:4: cannot port: torch.optim.Adam: lr=cfg.lr" in capsys.readouterr().err
-    assert not out.exists()
+    # the rest is written; the construction stays as it was, with the reason above it
+    assert out.read_text() == ("import torch\n\n\n# unified-opt port: not ported: "
+                               "torch.optim.Adam: lr=cfg.lr is not a literal or a "
+                               "module-level constant: its value is only known at run "
+                               "time\nopt = torch.optim.Adam(m.parameters(), lr=cfg.lr)\n")
     assert cli.main(["port", str(script), "--to", "jax"]) == 2
     assert cli.main(["port", str(tmp_path / "missing.py"), "--to", "paddle"]) == 2
+
+
+# -- issue 22: the script shapes people write ----------------------------------------------
+
+GROUPS_SCRIPT = '''\
+import torch
+from torch import nn
+
+NO_DECAY = ["bias", "LayerNorm.weight"]
+STEPS = 60
+
+
+def make_optimizer(model):
+    grouped = [
+        {"params": [p for n, p in model.named_parameters()
+                    if not any(nd in n for nd in NO_DECAY)], "weight_decay": 0.05},
+        {"params": [p for n, p in model.named_parameters()
+                    if any(nd in n for nd in NO_DECAY)], "weight_decay": 0.0},
+    ]
+    optimizer = torch.optim.AdamW(grouped, lr=3e-3, betas=(0.9, 0.99))
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3,
+                                                    total_steps=STEPS)
+    return optimizer, scheduler
+
+
+def train(model, batches):
+    optimizer, scheduler = make_optimizer(model)
+    for x, y in batches:
+        loss = nn.functional.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+'''
+GROUP_PARAMS = {"fc.weight": (65, 65), "fc.bias": (65,), "LayerNorm.weight": (22,),
+                "LayerNorm.bias": (22,), "head.weight": (7, 65), "head.bias": (7,)}
+#: MindSpore's LayerNorm calls its parameters gamma and beta
+MINDSPORE_NAMES = {"LayerNorm.weight": "LayerNorm.gamma", "LayerNorm.bias": "LayerNorm.beta"}
+GROUPS_WORKER = Path(__file__).parent / "port_groups_worker.py"
+
+
+def _groups_case(framework, spec=uo.SGD(lr=0.1)):
+    names = MINDSPORE_NAMES if framework == "mindspore" else {}
+    # the same shapes in the same order: the same seeded parameters and gradients
+    return Case(id="port_groups", spec=spec, steps=60, seed=5,
+                params={names.get(n, n): s for n, s in GROUP_PARAMS.items()})
+
+
+@pytest.fixture(scope="module")
+def group_runs(tmp_path_factory):
+    if "torch" not in installed_frameworks() or not TARGETS:
+        pytest.skip("needs torch and another framework")
+    directory = tmp_path_factory.mktemp("port_groups")
+    ported = {to: port_source(GROUPS_SCRIPT, to) for to in TARGETS}
+    jobs = {"torch": {"source": GROUPS_SCRIPT, "clip": 1.0,
+                      "spec": str(directory / "oracle.json")}}
+    for to, p in ported.items():
+        # the target's process imports no torch: the script's torch imports stay (only
+        # the optimizer code moved), so they are left out of what runs there
+        body = "\n".join(line for line in p.source.splitlines()
+                         if not line.startswith(("import torch", "from torch")))
+        jobs[to] = {"source": body, "clip": None, "spec": None}
+    processes = {}
+    for label, job in jobs.items():
+        job.update(case=_groups_case(label).to_dict(),
+                   trajectory=str(directory / f"{label}.npz"))
+        (directory / f"{label}.json").write_text(json.dumps(job))
+        processes[label] = subprocess.Popen(
+            [sys.executable, str(GROUPS_WORKER), label, str(directory / f"{label}.json")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for label, process in processes.items():
+        out, _ = process.communicate(timeout=600)
+        assert process.returncode == 0, f"{label}:\n{out[-3000:]}"
+    read = json.loads((directory / "oracle.json").read_text())
+    oracle = uo.spec_from_dict(read["spec"]).replace(
+        grad_clip=uo.ClipByGlobalNorm(max_norm=1.0, eps=1e-6))   # the loop's clip
+    groups = tuple(uo.Group.from_dict(g) for g in read["groups"])
+    return directory, ported, oracle, groups
+
+
+def test_groups_a_clip_and_one_cycle_are_ported_as_rules_and_the_spec(group_runs):
+    _, ported, oracle, groups = group_runs
+    paddle_or_ms = ported[TARGETS[0]]
+    assert [r.line for r in paddle_or_ms.rewrites] == [15, 16]
+    assert paddle_or_ms.refusals == []
+    assert paddle_or_ms.rewrites[0].spec == oracle     # the clip is the spec's now
+    source = paddle_or_ms.source
+    assert "grouped = [" not in source and "clip_grad_norm_" not in source
+    assert "groups=[uo.Group(match=('*bias*', '*LayerNorm.weight*'" in source
+    assert "scheduler = uo.lr_scheduler(optimizer)" in source
+    assert len(groups) == 1 and groups[0].weight_decay == 0.0
+
+
+@pytest.mark.parametrize("framework", TARGETS)
+def test_the_ported_groups_clip_and_schedule_follow_the_torch_run(group_runs, framework):
+    directory, _, oracle, groups = group_runs
+    case = _groups_case("torch", oracle)
+    case = Case(**{**{f: getattr(case, f) for f in ("id", "spec", "steps", "seed", "params")},
+                   "groups": groups})
+    expected = reference_trajectory(oracle, case)
+    floors = floor_trajectories(oracle, case)
+    back = {v: k for k, v in MINDSPORE_NAMES.items()} if framework == "mindspore" else {}
+    for label in ("torch", framework):
+        run = Trajectory.load(directory / f"{label}.npz")
+        run = Trajectory(run.lrs, {back.get(n, n): a for n, a in run.params.items()}, {})
+        result = compare(run, expected, floors, state=False)
+        assert result.passed, f"{label}: {result.detail}"
+
+
+def test_mindspore_notes_every_step_of_a_scheduler_a_helper_returns():
+    ported = port_source(GROUPS_SCRIPT, "mindspore")
+    assert "line 29: scheduler.step() -- remove: MindSpore optimizers step their lr " \
+           "themselves (uo.lr_scheduler gives None there)" in ported.notes
+    assert "('*bias*', '*LayerNorm.weight*', '*beta*', '*LayerNorm.gamma*')" in ported.source
+
+
+@pytest.mark.parametrize("to", ["paddle", "mindspore"])
+def test_submodule_groups_become_rules_over_their_paths(to):
+    source = ("import torch\nopt = torch.optim.SGD([{'params': net.body.parameters()}, "
+              "{'params': net.head.parameters(), 'lr': 0.01}], lr=0.1, momentum=0.9)\n")
+    ported = port_source(source, to)
+    params = ("[*net.body.trainable_params(), *net.head.trainable_params()]"
+              if to == "mindspore" else "[*net.body.named_parameters(prefix='body'), "
+              "*net.head.named_parameters(prefix='head')]")
+    assert f"{params}, groups=[uo.Group(match=('head.*',), lr=0.01)])" in ported.source
+
+
+def test_one_refused_construction_leaves_the_others_ported():
+    source = ("import torch\nopt = torch.optim.SGD(a.parameters(), lr=0.1)\n"
+              "plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)\n"
+              "other = torch.optim.Adam(b.parameters(), lr=1e-3)\n"
+              "s = torch.optim.lr_scheduler.LambdaLR(other, lambda e: 0.9 ** e)\n"
+              "third = torch.optim.AdamW(c.parameters(), lr=1e-3)\n")
+    ported = port_source(source, "paddle")
+    assert [line for line, _ in ported.refusals] == [2, 3, 4, 5]
+    assert [r.line for r in ported.rewrites] == [6]
+    lines = ported.source.splitlines()
+    assert lines[-1].startswith("third = paddle.optimizer.AdamW(")
+    assert "opt = torch.optim.SGD(a.parameters(), lr=0.1)" in lines
+
+
+def test_a_clip_over_other_parameters_is_refused_and_left():
+    source = ("import torch\nopt = torch.optim.SGD(a.parameters(), lr=0.1)\n"
+              "torch.nn.utils.clip_grad_norm_(b.parameters(), 1.0)\n"
+              "torch.nn.utils.clip_grad_value_(a.parameters(), clip_value=0.5)\n")
+    ported = port_source(source, "paddle")
+    assert ported.refusals == [(3, "clip_grad_norm_: it clips b.parameters(), not the "
+                                   "parameters of the optimizer on line 2")]
+    assert "torch.nn.utils.clip_grad_norm_(b.parameters(), 1.0)" in ported.source
+    assert "clip_grad_value_" not in ported.source
+    assert ported.rewrites[0].spec.grad_clip == uo.ClipByValue(max=0.5)

@@ -246,9 +246,13 @@ def _add_port(commands) -> None:
         description=textwrap.fill(
             "Rewrite the optimizer and lr-scheduler constructions of SCRIPT into FRAMEWORK: "
             "its exact native class with the argument values that make it exact, else "
-            "uo.build(spec, ...). Lists every rewritten call with its reason on stderr and "
-            "touches nothing else. A construction that cannot be read statically is refused "
-            "with its line number (exit 1, nothing written); 2 for a bad command line.", 79))
+            "uo.build(spec, ...). Parameter groups (the decay/no-decay dicts over "
+            "named_parameters(), or submodules' parameters()) become uo.Group rules; a "
+            "clip_grad_norm_ / clip_grad_value_ call becomes the spec's grad_clip. Lists "
+            "every rewritten call with its reason on stderr and touches nothing else. A "
+            "construction that cannot be read statically is left as written, marked by a "
+            "comment and listed with its line; the rest is written all the same (exit 1 "
+            "then); 2 for a bad command line.", 79))
     port.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
     port.add_argument("--to", required=True, metavar="FRAMEWORK",
                       help="torch, paddle or mindspore")
@@ -259,18 +263,17 @@ def _add_port(commands) -> None:
 def _port(args) -> int:
     from pathlib import Path
 
-    from unified_opt.porting.script import PortRefused, port_source
+    from unified_opt.porting.script import port_source
 
     script = Path(args.script)
     try:
         source = script.read_text(encoding="utf-8")
         ported = port_source(source, args.to, filename=str(script))
-    except PortRefused as refused:
-        for line, message in refused.refusals:
-            print(f"{script}:{line}: cannot port: {message}", file=sys.stderr)
-        return 1
     except (OSError, ValueError) as error:
         return _usage_error(args, error)
+    # a construction that cannot be read stays as written (marked): the rest is ported
+    for line, message in ported.refusals:
+        print(f"{script}:{line}: cannot port: {message}", file=sys.stderr)
     for rewrite in ported.rewrites:
         print(f"{script}:{rewrite.line}: {' '.join(rewrite.original.split())}\n"
               f"    -> {rewrite.replacement}\n    because {rewrite.reasons}", file=sys.stderr)
@@ -280,7 +283,7 @@ def _port(args) -> int:
         Path(args.out).write_text(ported.source, encoding="utf-8")
     else:
         sys.stdout.write(ported.source)
-    return 0
+    return 1 if ported.refusals else 0
 
 
 def _diff(args) -> int:

@@ -61,8 +61,8 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
     if lr_scheduler is not None and lr_scheduler is not _learning_rate(optimizer):
         raise TypeError(f"{live.CALLER}: a Paddle optimizer holds its scheduler as its "
                         f"learning_rate, and lr_scheduler={lr_scheduler!r} is not the one it "
-                        f"holds ({_learning_rate(optimizer)!r}); pass lr_scheduler=None (or the one it "
-                        "holds)")
+                        f"holds ({_learning_rate(optimizer)!r}); pass lr_scheduler=None "
+                        "(or the one it holds)")
     notes: list[str] = []
     arguments = {}
     for key in inspect.signature(cls.from_native).parameters:

@@ -14,19 +14,29 @@ What it reads, statically (through ``libcst``, which keeps comments and formatti
   gives the spec's lr.
 
 Argument values must be literals (numbers, strings, tuples, ``True``/``None``) or names
-bound once, at module level, to literals; the parameter argument stays the expression it
-is (``model.parameters()`` becomes MindSpore's ``model.trainable_params()`` and back).
-Anything else -- a value computed at run time, parameter groups as a list of dicts, two
-schedulers on one optimizer, a class whose preset refuses the arguments -- is refused
-with its line number, and nothing is written.
+bound once to literals (at module level, or once in the whole file); the parameter
+argument stays the expression it is (``model.parameters()`` becomes MindSpore's
+``model.trainable_params()`` and back). Parameter groups as a list of dicts (inline or
+through a variable) are read where their membership is static, as the two usual idioms
+write it: ``[p for n, p in model.named_parameters() if <a test of n>]`` (``"bias" in
+n``, ``any(nd in n for nd in NO_DECAY)``, ``n.endswith(...)``, negated for the group of
+the rest) and ``model.<submodule>.parameters()``; they become ``uo.Group`` rules
+(MindSpore: a ``bias`` pattern also takes a norm's ``beta``, a norm's ``weight`` its
+``gamma``, with a note). torch's ``clip_grad_norm_`` / ``clip_grad_value_`` over the
+one optimizer's parameters becomes the spec's ``grad_clip`` (the call is removed, with a
+note). Anything else -- a value computed at run time, a group chosen by ``p.ndim``, two
+schedulers on one optimizer, a class whose preset refuses the arguments -- is left as
+written, marked by a ``# unified-opt port: not ported: <why>`` comment and listed
+(:attr:`Ported.refusals`); the rest of the file is rewritten all the same.
 
 What it writes, for each optimizer: the target framework's native class with the
 argument values that make it compute the spec exactly (``uo.explain``'s decision), when
 there is one and the lr is constant; else ``uo.build(<spec>, <parameters>)``, the spec
 written out as ``uo`` constructor calls. A scheduler variable becomes
 ``uo.lr_scheduler(optimizer)`` (``None`` on MindSpore, whose optimizers step their lr
-themselves: the script's ``scheduler.step()`` lines are listed to remove). Imports the
-new code needs are added after the script's own; nothing else changes.
+themselves: the script's ``scheduler.step()`` lines are listed to remove, those of a
+variable a helper's ``return optimizer, scheduler`` fills too). Imports the new code
+needs are added after the script's own; nothing else changes.
 """
 
 from __future__ import annotations
@@ -60,11 +70,14 @@ class Rewrite:
 
 @dataclass
 class Ported:
-    """The rewritten script, what changed, and what is left to the user."""
+    """The rewritten script, what changed, and what is left to the user: ``refusals``,
+    ``(line, message)`` of each construction left as written (marked in the source by a
+    ``# unified-opt port: not ported: ...`` comment)."""
 
     source: str
     rewrites: list[Rewrite]
     notes: list[str] = field(default_factory=list)
+    refusals: list[tuple[int, str]] = field(default_factory=list)
 
 
 class PortRefused(ValueError):
@@ -176,6 +189,240 @@ def _module_constants(module) -> dict[str, Any]:
     return constants
 
 
+def _file_constants(module) -> dict[str, Any]:
+    """Names assigned exactly once anywhere in the file (a function's local list of
+    no-decay names too), to a literal; a name assigned twice is none of them."""
+    tree = ast.parse(module.code)
+    seen: dict[str, list] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
+                node.targets[0], ast.Name):
+            seen.setdefault(node.targets[0].id, []).append(node.value)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(
+                node.target, ast.Name):
+            seen.setdefault(node.target.id, []).extend([None, None])
+    constants = {}
+    for name, values in seen.items():
+        if len(values) == 1:
+            try:
+                constants[name] = ast.literal_eval(values[0])
+            except (ValueError, SyntaxError, TypeError):
+                pass
+    return constants
+
+
+def _name_uses(module, name: str) -> int:
+    """How often ``name`` is read in the file."""
+    return sum(1 for node in ast.walk(ast.parse(module.code))
+               if isinstance(node, ast.Name) and node.id == name
+               and isinstance(node.ctx, ast.Load))
+
+
+#: gradient clips a torch loop calls before ``optimizer.step()``, as the spec's clip
+#: (``unified_opt.clipping``: torch's clip_grad_norm_ divides by the norm + 1e-6)
+CLIPS = {"torch.nn.utils.clip_grad_norm_": "norm",
+         "torch.nn.utils.clip_grad.clip_grad_norm_": "norm",
+         "torch.nn.utils.clip_grad_value_": "value",
+         "torch.nn.utils.clip_grad.clip_grad_value_": "value"}
+
+
+@dataclass
+class _Groups:
+    """Parameter groups read from a list of dicts: the parameter argument's root (the
+    model variable), how members are chosen (``"names"``: conditions on
+    ``named_parameters()`` names; ``"modules"``: ``model.<path>.parameters()``), the
+    rules (patterns, group keys) in order, the default group's keys (the spec's values)
+    and the module paths (``"modules"``)."""
+
+    kind: str
+    root: str
+    rules: list
+    defaults: dict
+    paths: list
+    statement: Any = None        # the statement binding the list, removed with it
+    variable: str | None = None
+
+
+def _condition(node: ast.expr, name: str, constants: dict) -> tuple[bool, tuple[str, ...]]:
+    """``(negated, patterns)`` of a comprehension's condition on the parameter's name
+    ``name``: ``any(nd in n for nd in NO_DECAY)``, ``"bias" in n``, ``n.endswith(...)``,
+    ``n.startswith(...)``, ``n == "..."``, each possibly negated."""
+    from .live import escaped
+
+    def strings(value_node) -> list[str]:
+        if isinstance(value_node, ast.Name) and value_node.id in constants:
+            value = constants[value_node.id]
+        else:
+            value = ast.literal_eval(value_node)
+        value = [value] if isinstance(value, str) else list(value)
+        if not value or not all(isinstance(v, str) for v in value):
+            raise ValueError("not a list of strings")
+        return value
+
+    def is_name(x) -> bool:
+        return isinstance(x, ast.Name) and x.id == name
+
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        negated, patterns = _condition(node.operand, name, constants)
+        return not negated, patterns
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        op, left, right = node.ops[0], node.left, node.comparators[0]
+        if isinstance(op, (ast.In, ast.NotIn)) and is_name(right):
+            return (isinstance(op, ast.NotIn),
+                    tuple(f"*{escaped(v)}*" for v in strings(left)))
+        if isinstance(op, (ast.Eq, ast.NotEq)) and (is_name(left) or is_name(right)):
+            value = right if is_name(left) else left
+            return isinstance(op, ast.NotEq), tuple(escaped(v) for v in strings(value))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_name(
+            node.func.value) and node.func.attr in ("endswith", "startswith") and \
+            len(node.args) == 1 and not node.keywords:
+        values = strings(node.args[0])
+        if node.func.attr == "endswith":
+            return False, tuple(f"*{escaped(v)}" for v in values)
+        return False, tuple(f"{escaped(v)}*" for v in values)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id == "any" and len(node.args) == 1 and isinstance(
+                node.args[0], ast.GeneratorExp):
+        inner = node.args[0]
+        generator = inner.generators[0]
+        if len(inner.generators) == 1 and not generator.ifs and isinstance(
+                generator.target, ast.Name) and isinstance(inner.elt, ast.Compare) and \
+                len(inner.elt.ops) == 1 and isinstance(inner.elt.ops[0], ast.In) and \
+                isinstance(inner.elt.left, ast.Name) and \
+                inner.elt.left.id == generator.target.id and is_name(
+                    inner.elt.comparators[0]):
+            return False, tuple(f"*{escaped(v)}*" for v in strings(generator.iter))
+    raise ValueError(f"the condition {ast.unparse(node)!r} is not a test of the name "
+                     "that reads as name patterns ('x' in n, any(x in n for x in NAMES), "
+                     "n.endswith(...), n.startswith(...), n == ...)")
+
+
+def _members(node: ast.expr, constants: dict) -> tuple:
+    """A group's ``params``: ``("names", root, negated, patterns)`` for a comprehension
+    over ``root.named_parameters()`` (``patterns`` None: no condition), or
+    ``("modules", root, path)`` for ``root.path.parameters()``."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id == "list" and len(node.args) == 1 and not node.keywords:
+        node = node.args[0]
+    if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1:
+        generator = node.generators[0]
+        target, source = generator.target, generator.iter
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(
+                isinstance(e, ast.Name) for e in target.elts) and isinstance(
+                    node.elt, ast.Name) and node.elt.id == target.elts[1].id and \
+                isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
+                and source.func.attr == "named_parameters" and not source.args:
+            root = ast.unparse(source.func.value)
+            if not generator.ifs:
+                return "names", root, False, None
+            if len(generator.ifs) > 1:
+                raise ValueError("more than one 'if' in the comprehension")
+            return ("names", root, *_condition(generator.ifs[0], target.elts[0].id,
+                                               constants))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr == "parameters" and not node.args and not node.keywords:
+        root, _, path = ast.unparse(node.func.value).partition(".")
+        if root.isidentifier():
+            return "modules", root, path
+    raise ValueError(f"its 'params' {ast.unparse(node)!r} is neither [p for n, p in "
+                     "model.named_parameters() if <a test of n>] nor "
+                     "model.<submodule>.parameters()")
+
+
+def _read_groups(reader, node, c) -> _Groups:
+    """The parameter groups of a list of dicts (inline or through a variable bound once)."""
+    import libcst as cst
+
+    statement = variable = None
+    if isinstance(node, cst.Name):
+        variable = node.value
+        bound = [stmt for stmt, var in reader.finder.assigned.values() if var == variable]
+        if len(bound) != 1:
+            raise ValueError(f"its parameters {variable} are bound {len(bound)} times")
+        statement = bound[0]
+        node = statement.body[0].value
+        if _name_uses(reader.module, variable) != 1:
+            statement = None     # read elsewhere too: it stays (a note says so)
+    tree = ast.parse(reader.code(node), mode="eval").body
+    if not isinstance(tree, (ast.List, ast.Tuple)) or not all(
+            isinstance(e, ast.Dict) for e in tree.elts):
+        raise ValueError("its parameters are not a list of group dicts")
+    if c.framework != "torch":
+        raise ValueError(f"{c.framework} parameter group dicts are not read (torch's are)")
+    groups = []
+    for index, entry in enumerate(tree.elts):
+        keys = {}
+        members = None
+        for key_node, value_node in zip(entry.keys, entry.values):
+            if key_node is None or not isinstance(key_node, ast.Constant):
+                raise ValueError(f"group {index} has a key that is not a string")
+            key = key_node.value
+            if key == "params":
+                members = _members(value_node, reader.constants)
+                continue
+            if key not in ("weight_decay", "lr"):
+                raise ValueError(f"group {index} sets {key!r}: a uo.Group sets only lr and "
+                                 "weight_decay (build one optimizer per such group)")
+            try:
+                keys[key] = _literal_code(ast.unparse(value_node), reader.constants)
+            except (ValueError, SyntaxError):
+                raise ValueError(f"group {index}'s {key}={ast.unparse(value_node)} is not a "
+                                 "literal or a constant") from None
+        if members is None:
+            raise ValueError(f"group {index} has no 'params'")
+        groups.append((members, keys))
+    kinds = {m[0] for m, _ in groups}
+    roots = {m[1] for m, _ in groups}
+    if len(kinds) != 1 or len(roots) != 1:
+        raise ValueError("its groups take parameters in different ways (one model's "
+                         "named_parameters() with name tests, or its submodules' "
+                         "parameters())")
+    kind, root = kinds.pop(), roots.pop()
+    if kind == "modules":
+        paths = [m[2] for m, _ in groups]
+        if len(set(paths)) != len(paths) or (len(paths) > 1 and "" in paths):
+            raise ValueError("its groups' submodules overlap")
+        from .live import escaped
+
+        rules = [((f"{escaped(m[2])}.*",), keys) for m, keys in groups if keys]
+        return _Groups(kind, root, rules, {}, paths, statement, variable)
+    defaults = [(m, keys) for m, keys in groups if m[2] or m[3] is None]
+    positive = [(m, keys) for m, keys in groups if not m[2] and m[3] is not None]
+    if len(defaults) != 1:
+        raise ValueError("which parameters no group's condition takes is not known "
+                         "statically: one group must take the rest (not any(...), or no "
+                         "condition)" if not defaults else "two groups take the rest")
+    (default, default_keys), = defaults
+    union = {p for m, _ in positive for p in m[3]}
+    if default[3] is None and positive or default[3] is not None and set(default[3]) != union:
+        raise ValueError("the groups' conditions do not split the parameters: the group "
+                         f"of the rest excludes {sorted(default[3] or [])}, the others take "
+                         f"{sorted(union)}")
+    rules = [(m[3], keys) for m, keys in positive]
+    return _Groups(kind, root, rules, default_keys, [], statement, variable)
+
+
+#: torch's parameter names that MindSpore's norm layers call otherwise (their bias is
+#: beta, their weight gamma)
+_NORM_WORDS = ("norm", "ln")
+
+
+def target_patterns(patterns: tuple[str, ...], to: str) -> tuple[tuple[str, ...], bool]:
+    """``patterns`` over torch's names as patterns over ``to``'s (MindSpore: a ``bias``
+    pattern also takes the norms' ``beta``, a norm's ``weight`` is its ``gamma``), and
+    whether that changed them."""
+    if to != "mindspore":
+        return patterns, False
+    out = list(patterns)
+    for p in patterns:
+        if "bias" in p:
+            out.append(p.replace("bias", "beta"))
+        if "weight" in p and any(w in p.lower() for w in _NORM_WORDS):
+            out.append(p.replace("weight", "gamma"))
+    out = tuple(dict.fromkeys(out))
+    return out, out != tuple(patterns)
+
+
 @dataclass
 class _Construction:
     kind: str                   # "optimizer" or "scheduler"
@@ -223,21 +470,61 @@ def _finder():
             self.found: list[_Construction] = []
             self.assigned: dict[int, tuple[Any, str]] = {}   # id(call) -> (statement, var)
             self.step_calls: dict[str, list[int]] = {}      # var -> lines of var.step()
+            self.statements: dict[int, Any] = {}   # id(expression statement's call) -> it
+            self.functions: list[str] = []          # the function being read
+            #: function -> the variables each of its ``return a, b`` statements returns
+            self.returns: dict[str, list[list[str | None]]] = {}
+            #: variable -> (function, position) for ``a, b = function(...)``
+            self.unpacked: dict[str, list[tuple[str, int]]] = {}
+            self.clips: list[tuple[str, Any, int]] = []     # (clip function, call, line)
+            self.call_statements: dict[int, Any] = {}   # id(call) -> its simple statement
+            self.current: list = []
+
+        def visit_FunctionDef(self, node):
+            self.functions.append(node.name.value)
+
+        def leave_FunctionDef(self, node):
+            self.functions.pop()
+
+        def visit_Return(self, node):
+            if self.functions and isinstance(node.value, cst.Tuple):
+                names = [e.value.value if isinstance(e.value, cst.Name) else None
+                         for e in node.value.elements]
+                self.returns.setdefault(self.functions[-1], []).append(names)
+
+        def leave_SimpleStatementLine(self, node):
+            self.current.pop()
 
         def visit_SimpleStatementLine(self, node):
+            self.current.append(node)
             if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
                 assign = node.body[0]
                 if len(assign.targets) == 1 and isinstance(assign.targets[0].target,
                                                            cst.Name):
                     self.assigned[id(assign.value)] = (node, assign.targets[0].target.value)
+                target = assign.targets[0].target if len(assign.targets) == 1 else None
+                if isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call) and \
+                        isinstance(assign.value.func, cst.Name):
+                    for position, element in enumerate(target.elements):
+                        if isinstance(element.value, cst.Name):
+                            self.unpacked.setdefault(element.value.value, []).append(
+                                (assign.value.func.value, position))
+            if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and isinstance(
+                    node.body[0].value, cst.Call):
+                self.statements[id(node.body[0].value)] = node
 
         def visit_Call(self, node):
             line = self.get_metadata(PositionProvider, node).start.line
+            if self.current:
+                self.call_statements[id(node)] = self.current[-1]
             func = node.func
             if isinstance(func, cst.Attribute) and func.attr.value == "step" and isinstance(
                     func.value, cst.Name):
                 self.step_calls.setdefault(func.value.value, []).append(line)
             for qualified in self.get_metadata(QualifiedNameProvider, node.func, set()):
+                if qualified.name in CLIPS:
+                    self.clips.append((qualified.name, node, line))
+                    break
                 framework = framework_of(qualified.name)
                 kind = _kind(qualified.name) if framework else None
                 if kind is not None:
@@ -350,6 +637,9 @@ class _Optimizer:
     spec: Spec
     params: Any                              # the parameter argument's node
     schedulers: list[_Construction]          # the constructions its schedule came from
+    groups: _Groups | None = None            # parameter groups read from dicts
+    rules: list = field(default_factory=list)    # [(patterns, uo.Group keywords)]
+    clips: list = field(default_factory=list)    # the clip calls folded into the spec
 
 
 def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
@@ -367,11 +657,20 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
     params = nodes.pop(keyword, None)
     if params is None:
         raise ValueError(f"no parameter argument ({keyword}=...)")
-    if isinstance(params, (cst.List, cst.Tuple)) and any(
-            isinstance(e.value, cst.Dict) for e in params.elements):
-        raise ValueError("parameter groups as a list of dicts: which parameters each "
-                         "group holds is only known at run time; build with uo.build(spec, "
-                         "model, groups=[uo.Group(match=..., ...)])")
+    groups = None
+    listed = isinstance(params, (cst.List, cst.Tuple)) and any(
+        isinstance(e.value, cst.Dict) for e in params.elements)
+    named = isinstance(params, cst.Name) and any(
+        var == params.value and isinstance(stmt.body[0].value, (cst.List, cst.Tuple))
+        and any(isinstance(e.value, cst.Dict) for e in stmt.body[0].value.elements)
+        for stmt, var in reader.finder.assigned.values())
+    if listed or named:
+        try:
+            groups = _read_groups(reader, params, c)
+        except (ValueError, SyntaxError) as error:
+            raise ValueError(f"parameter groups as a list of dicts: {error}; build with "
+                             "uo.build(spec, model, groups=[uo.Group(match=..., ...)])") \
+                from None
     lr_keyword = next((n for n in ("lr", "learning_rate") if n in sig.parameters), None)
     schedulers, kwargs = [], {}
     for name, node in nodes.items():
@@ -384,6 +683,8 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
             schedulers.append(scheduler)
         else:
             kwargs[name] = reader.literal(c, name, node)
+    if groups is not None:          # the group of the rest holds the spec's own values
+        kwargs.update(groups.defaults)
     spec = preset(c.name, **kwargs)
     attached = reader.torch_schedulers(c)
     if len(attached) > 1:
@@ -400,7 +701,33 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
             raise SchedulerRefused(attached[0], str(error)) from None
         spec = with_schedule(spec, schedule)
         schedulers = attached
-    return _Optimizer(c, spec, params, schedulers)
+    rules = _rules(groups, spec, kwargs.get(lr_keyword)) if groups is not None else []
+    return _Optimizer(c, spec, params, schedulers, groups, rules)
+
+
+def _rules(groups: _Groups, spec: Spec, base_lr) -> list:
+    """``[(patterns, uo.Group keywords)]`` of the groups: an lr is absolute with a
+    constant spec lr, a factor of the base lr under a scheduler that scales it."""
+    from ..schedules import Cyclic, OneCycle
+
+    out = []
+    for patterns, keys in groups.rules:
+        changes = {}
+        if "weight_decay" in keys:
+            changes["weight_decay"] = float(keys["weight_decay"])
+        if "lr" in keys:
+            if isinstance(spec.lr, (int, float)):
+                changes["lr"] = float(keys["lr"])
+            elif isinstance(spec.lr, (OneCycle, Cyclic)) or not isinstance(
+                    base_lr, (int, float)) or base_lr == 0:
+                raise ValueError(f"a group's lr={keys['lr']!r} under "
+                                 f"{type(spec.lr).__name__}, which sets absolute lrs: no "
+                                 "uo.Group gives it (build one optimizer per group)")
+            else:
+                changes["lr_scale"] = float(keys["lr"]) / float(base_lr)
+        if changes:
+            out.append((patterns, changes))
+    return out
 
 
 # -- writing the target's code ----------------------------------------------------------
@@ -414,13 +741,42 @@ def _params_code(reader: _Reader, node, source: str, to: str) -> str:
     return reader.code(node)
 
 
+def _groups_code(o: _Optimizer, to: str) -> tuple[str, str, list[str]]:
+    """(the parameter argument, ``groups=[...]`` or "", notes) of parameter groups."""
+    g, notes = o.groups, []
+    if g.kind == "names":
+        params = g.root
+    elif to == "mindspore":
+        params = "[" + ", ".join(f"*{g.root}.{path}.trainable_params()" if path else
+                                 f"*{g.root}.trainable_params()" for path in g.paths) + "]"
+    else:
+        params = "[" + ", ".join(f"*{g.root}.{path}.named_parameters(prefix={path!r})"
+                                 if path else f"*{g.root}.named_parameters()"
+                                 for path in g.paths) + "]"
+    rules = []
+    for patterns, changes in o.rules:
+        patterns, changed = target_patterns(tuple(patterns), to) if g.kind == "names" \
+            else (tuple(patterns), False)
+        if changed:
+            notes.append(f"line {o.construction.line}: the group of {list(patterns)} takes "
+                         "MindSpore's names too (a norm's bias is beta, its weight gamma): "
+                         "check them against your model's")
+        keywords = "".join(f", {k}={v!r}" for k, v in changes.items())
+        rules.append(f"uo.Group(match={patterns!r}{keywords})")
+    return params, f", groups=[{', '.join(rules)}]" if rules else "", notes
+
+
 def _emit(o: _Optimizer, reader: _Reader, to: str) -> tuple[str, str, str]:
     """(the new call, why, the import it needs)."""
     from ..build import explain
 
     decision = explain(o.spec, backend=to)
-    params = _params_code(reader, o.params, o.construction.framework, to)
     why = " ".join(line.strip() for line in str(decision).splitlines()[:2])
+    if o.groups is not None:
+        params, groups, _ = _groups_code(o, to)
+        return (f"uo.build({spec_code(o.spec)}, {params}{groups})", why,
+                "import unified_opt as uo")
+    params = _params_code(reader, o.params, o.construction.framework, to)
     if decision.path == "native" and isinstance(o.spec.lr, (int, float)):
         kwargs = decision.native_class.native_call(decision.lowering, o.spec)
         try:
@@ -456,8 +812,9 @@ def _insert_imports(module, imports: list[str]):
 
 def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
     """Rewrite ``source``'s optimizer and scheduler constructions for framework ``to``
-    (module docstring). Raises :class:`PortRefused` listing every construction it
-    cannot read (nothing is rewritten then), ValueError for a bad ``to`` or source."""
+    (module docstring). A construction that cannot be read is left as it is, marked by a
+    comment saying why, and listed in :attr:`Ported.refusals`; the rest of the file is
+    rewritten all the same. ValueError for a bad ``to`` or source."""
     import libcst as cst
     from libcst.metadata import MetadataWrapper
 
@@ -469,8 +826,10 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
         raise ValueError(f"port: {filename} is not valid Python: {error}") from None
     finder = _finder()
     wrapper.visit(finder)
-    reader = _Reader(wrapper.module, finder, _module_constants(wrapper.module))
+    constants = {**_file_constants(wrapper.module), **_module_constants(wrapper.module)}
+    reader = _Reader(wrapper.module, finder, constants)
     optimizers = []
+    refused_calls: set[int] = set()
     for c in finder.found:
         if c.kind == "optimizer":
             try:
@@ -479,22 +838,128 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
                 reader.refuse(error.construction, str(error))
                 reader.refuse(c, f"its scheduler (line {error.construction.line}) cannot "
                               "be read")
+                refused_calls |= {id(c.call), id(error.construction.call)}
             except (ValueError, TypeError, NotImplementedError) as error:
                 reader.refuse(c, str(error))
+                refused_calls.add(id(c.call))
     used = {id(s.call) for o in optimizers for s in o.schedulers}
-    # the schedulers of an optimizer refused above are refused with it
-    used |= {id(s.call) for c in finder.found if c.kind == "optimizer"
-             and c.line in {line for line, _ in reader.refusals}
-             for s in reader.torch_schedulers(c)}
-    refused_lines = {line for line, _ in reader.refusals}
+    # the schedulers of an optimizer refused above are left with it, unported
     for c in finder.found:
-        if c.kind == "scheduler" and id(c.call) not in used and c.line not in refused_lines:
+        if c.kind == "optimizer" and id(c.call) in refused_calls:
+            for s in reader.torch_schedulers(c):
+                used.add(id(s.call))
+                refused_calls.add(id(s.call))
+    for c in finder.found:
+        if c.kind == "scheduler" and id(c.call) not in used and id(c.call) not in refused_calls:
             reader.refuse(c, "it schedules no optimizer constructed in this script (a "
                           "torch-style scheduler takes the optimizer's variable; a Paddle "
                           "or MindSpore one is the optimizer's learning_rate)")
-    if reader.refusals:
-        raise PortRefused(sorted(reader.refusals))
+            refused_calls.add(id(c.call))
+    _fold_clips(reader, optimizers, to)
     return _rewrite(wrapper.module, reader, optimizers, to)
+
+
+def _fold_clips(reader: _Reader, optimizers: list[_Optimizer], to: str) -> None:
+    """torch's ``clip_grad_norm_`` / ``clip_grad_value_`` before ``optimizer.step()``
+    becomes the spec's ``grad_clip`` (the optimizer clips inside its step), where the
+    script has one optimizer and the call clips that optimizer's parameters; else the
+    call is refused (left as it is, marked)."""
+    from ..clipping import ClipByGlobalNorm, ClipByValue
+
+    for name, call, line in reader.finder.clips:
+        where = f"{name.rpartition('.')[2]}"
+        statement = reader.finder.statements.get(id(call))
+        try:
+            if statement is None:
+                raise ValueError("its result is used (a statement of its own is moved "
+                                 "into the spec)")
+            ported = [o for o in optimizers if o.construction.framework == "torch"]
+            built = [c for c in reader.finder.found if c.kind == "optimizer"]
+            if len(built) != 1 or len(ported) != 1:
+                raise ValueError(f"the script builds {len(built)} optimizers: which one "
+                                 "clips is not known statically (or that one is not ported)")
+            o = ported[0]
+            args = _clip_arguments(reader, call, CLIPS[name])
+            params_code = args.pop("parameters")
+            mine = {reader.code(o.params)}
+            if o.groups is not None:
+                mine.add(f"{o.groups.root}.parameters()")
+            if o.groups is not None and o.groups.kind == "modules":
+                mine = {f"{o.groups.root}.{o.groups.paths[0]}.parameters()"} \
+                    if len(o.groups.paths) == 1 else set()
+            if params_code not in mine:
+                raise ValueError(f"it clips {params_code}, not the parameters of the "
+                                 f"optimizer on line {o.construction.line}")
+            if o.spec.grad_clip is not None:
+                raise ValueError("the optimizer clips already")
+            clip = (ClipByGlobalNorm(max_norm=float(args["max_norm"]), eps=1e-6)
+                    if CLIPS[name] == "norm" else ClipByValue(max=float(args["clip_value"])))
+            o.spec = o.spec.replace(grad_clip=clip)
+            o.clips.append((line, statement, clip))
+        except (ValueError, TypeError) as error:
+            reader.refusals.append((line, f"{where}: {error}"))
+
+
+def _clip_arguments(reader: _Reader, call, kind: str) -> dict:
+    """The clip call's arguments: ``parameters`` (code) and ``max_norm`` /
+    ``clip_value`` (values); a norm other than 2 or ``error_if_nonfinite=True`` is no
+    spec's clip."""
+    names = ["parameters", "max_norm", "norm_type", "error_if_nonfinite", "foreach"] \
+        if kind == "norm" else ["parameters", "clip_value", "foreach"]
+    out, index = {}, 0
+    for arg in call.args:
+        if arg.star:
+            raise ValueError("* arguments cannot be read statically")
+        key = arg.keyword.value if arg.keyword is not None else names[index]
+        if arg.keyword is None:
+            index += 1
+        out[key] = arg.value
+    missing = [k for k in names[:2] if k not in out]
+    if missing:
+        raise ValueError(f"no {missing[0]} argument")
+    values = {"parameters": reader.code(out.pop("parameters"))}
+    for key, node in out.items():
+        try:
+            values[key] = _literal_code(reader.code(node), reader.constants)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"{key}={reader.code(node)} is not a literal or a constant") \
+                from None
+    if values.get("norm_type", 2.0) not in (2, 2.0):
+        raise ValueError(f"norm_type={values['norm_type']!r}: the spec's clips take the "
+                         "2-norm")
+    if values.get("error_if_nonfinite", False):
+        raise ValueError("error_if_nonfinite=True raises where the spec's clip goes on")
+    return values
+
+
+def _scheduler_steps(reader: _Reader, variable: str | None, function: str | None
+                     ) -> dict[str, list[int]]:
+    """The ``.step()`` lines of every variable holding a scheduler: its own, and those a
+    helper returning it (``return optimizer, scheduler``) unpacks into."""
+    out = {}
+    if variable is None:
+        return out
+    if reader.finder.step_calls.get(variable):
+        out[variable] = reader.finder.step_calls[variable]
+    for name, positions in reader.finder.unpacked.items():
+        for called, position in positions:
+            returned = reader.finder.returns.get(called, [])
+            if called == function and any(len(r) > position and r[position] == variable
+                                          for r in returned) and \
+                    reader.finder.step_calls.get(name):
+                out[name] = reader.finder.step_calls[name]
+    return out
+
+
+def _function_of(module, line: int) -> str | None:
+    """The innermost function defined around ``line``."""
+    found = None
+    for node in ast.walk(ast.parse(module.code)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                node.lineno <= line <= (node.end_lineno or node.lineno):
+            if found is None or node.lineno > found[0]:
+                found = (node.lineno, node.name)
+    return found[1] if found else None
 
 
 def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> Ported:
@@ -509,10 +974,32 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
         if c.framework == to:
             notes.append(f"line {c.line}: {c.name} is a {to} class already: left as it is")
             continue
+        moved = [s for s in o.schedulers if s not in reader.torch_schedulers(c)
+                 and s.target is not None]
+        if moved and c.statement is None:
+            reader.refusals.append((c.line, f"{c.name}: its schedule (line {moved[0].line}) "
+                                    "moves after it, so it must be assigned to a variable on "
+                                    "a line of its own"))
+            continue
         code, why, needed = _emit(o, reader, to)
         calls[id(c.call)] = code
         imports.append(needed)
         rewrites.append(Rewrite(c.line, reader.code(c.call), code, why, o.spec))
+        if o.groups is not None:
+            notes += _groups_code(o, to)[2]
+            if o.groups.statement is not None:
+                remove.add(id(o.groups.statement))
+                notes.append(f"line {c.line}: the group list {o.groups.variable} became "
+                             "uo.Group rules; its construction is removed")
+            elif o.groups.variable is not None:
+                notes.append(f"line {c.line}: the group list {o.groups.variable} is read "
+                             f"elsewhere too: its construction stays as written ({c.framework} "
+                             "code)")
+        for line, statement, clip in o.clips:
+            remove.add(id(statement))
+            notes.append(f"line {line}: the clip is the spec's grad_clip={clip!r} now: the "
+                         f"optimizer of line {c.line} clips inside step(), before the "
+                         "update; the call is removed")
         for s in o.schedulers:
             new = f"uo.lr_scheduler({c.target})"
             reason = ("the schedule is the spec's lr now (line "
@@ -521,10 +1008,6 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 calls[id(s.call)] = new
                 rewrites.append(Rewrite(s.line, reader.code(s.call), new, reason))
             elif s.target is not None:
-                if c.statement is None:
-                    raise PortRefused([(c.line, f"{c.name}: its schedule (line {s.line}) "
-                                        "moves after it, so it must be assigned to a "
-                                        "variable on a line of its own")])
                 remove.add(id(s.statement))
                 after.setdefault(id(c.statement), []).append(f"{s.target} = {new}")
                 rewrites.append(Rewrite(s.line, reader.code(s.call), f"{s.target} = {new} "
@@ -533,13 +1016,21 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 notes.append(f"line {c.line}: the schedule given inline is inside the "
                              f"optimizer now; step uo.lr_scheduler(optimizer) after each "
                              "optimizer step")
-            steps = reader.finder.step_calls.get(s.target or "", [])
-            if to == "mindspore" and steps:
-                where = "line" + ("s" if len(steps) > 1 else "")
-                notes.append(f"{where} {', '.join(map(str, steps))}: {s.target}.step() -- "
-                             "remove: MindSpore optimizers step their lr themselves "
-                             f"(uo.lr_scheduler gives None there)")
+            if to == "mindspore":
+                steps = _scheduler_steps(reader, s.target, _function_of(module, s.line))
+                for variable, lines in sorted(steps.items(), key=lambda kv: kv[1][0]):
+                    where = "line" + ("s" if len(lines) > 1 else "")
+                    notes.append(f"{where} {', '.join(map(str, lines))}: {variable}.step() "
+                                 "-- remove: MindSpore optimizers step their lr themselves "
+                                 "(uo.lr_scheduler gives None there)")
             imports.append("import unified_opt as uo")
+    # what could not be read stays as written, marked where it stands
+    marks: dict[int, list[str]] = {}
+    for line, message in reader.refusals:
+        statement = _statement_at(reader, line)
+        if statement is not None:
+            marks.setdefault(id(statement), []).append(
+                f"# unified-opt port: not ported: {' '.join(message.split())}")
 
     class Rewriter(cst.CSTTransformer):
         def leave_Call(self, original, updated):
@@ -549,6 +1040,11 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
         def leave_SimpleStatementLine(self, original, updated):
             if id(original) in remove:
                 return cst.RemoveFromParent()
+            if id(original) in marks:
+                comments = [cst.EmptyLine(comment=cst.Comment(text))
+                            for text in marks[id(original)]]
+                updated = updated.with_changes(
+                    leading_lines=[*updated.leading_lines, *comments])
             extra = after.get(id(original))
             if extra:
                 return cst.FlattenSentinel([updated, *(cst.parse_statement(x + "\n")
@@ -556,4 +1052,18 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
             return updated
 
     rewritten = _insert_imports(module.visit(Rewriter()), list(dict.fromkeys(imports)))
-    return Ported(rewritten.code, rewrites, notes)
+    return Ported(rewritten.code, rewrites, notes, sorted(reader.refusals))
+
+
+def _statement_at(reader: _Reader, line: int):
+    """The simple statement holding the construction or call on ``line``."""
+    for c in reader.finder.found:
+        if c.line == line and c.statement is not None:
+            return c.statement
+    for _, call, clip_line in reader.finder.clips:
+        if clip_line == line:
+            return reader.finder.statements.get(id(call))
+    for c in reader.finder.found:
+        if c.line == line:
+            return reader.finder.call_statements.get(id(c.call))
+    return None
