@@ -4,6 +4,8 @@ PaddlePaddle and MindSpore optimizers, with a conformance suite that proves it.
 The core is numpy only; a framework is imported when a call needs it.
 """
 
+from typing import Any
+
 from . import schedules
 from .algorithms import (
     CAME,
@@ -62,7 +64,7 @@ _PORTING = {"from_native": "unified_opt.porting.live", "save_state": "unified_op
             "diff": "unified_opt.conformance.spec_diff"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _PORTING:
         import importlib
 

@@ -8,7 +8,7 @@ parameters' types by the name of the module that defines them, and loaded by nam
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .backend import (
     BACKENDS,
@@ -23,6 +23,7 @@ from .backend import (
     remember,
 )
 from .groups import Group, plan_parameters
+from .schedules.plateau import ReduceOnPlateau
 from .spec import Spec, check_momentum_cycling
 
 
@@ -64,8 +65,9 @@ def named_parameters(params: Any, caller: str = "build") -> list[tuple[str | Non
     return out
 
 
-def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = None, *,
-          path: str = "auto", options: Mapping[str, Any] | None = None):
+def build(spec: Spec, params: Any, backend: str | None = None,
+          groups: Sequence[Group] | None = None, *, path: str = "auto",
+          options: Mapping[str, Any] | None = None) -> Any:
     """The framework's own optimizer computing ``spec`` over ``params``.
 
     ``groups``: a list of :class:`unified_opt.Group` (name rules setting per-parameter lr
@@ -105,7 +107,7 @@ def build(spec: Spec, params: Any, backend: str | None = None, groups: Any = Non
     return optimizer
 
 
-def optimizer_factory(spec: Spec, **build_kwargs: Any):
+def optimizer_factory(spec: Spec, **build_kwargs: Any) -> Callable[..., Any]:
     """A callable ``(params, **defaults) -> uo.build(spec, params, **build_kwargs)`` for
     wrappers that build the optimizer themselves from an optimizer class, e.g. torch's
     ``ZeroRedundancyOptimizer(model.parameters(), optimizer_class=uo.optimizer_factory(
@@ -115,7 +117,7 @@ def optimizer_factory(spec: Spec, **build_kwargs: Any):
     if not isinstance(spec, Spec):
         raise TypeError(f"optimizer_factory: spec must be a unified_opt spec, got {spec!r}")
 
-    def make(params: Any, **defaults: Any):
+    def make(params: Any, **defaults: Any) -> Any:
         if defaults:
             raise ValueError(f"optimizer_factory: {sorted(defaults)} given to the optimizer "
                              f"class: set them in the spec ({spec.name})")
@@ -158,7 +160,7 @@ def _refuse_per_share_pre_step(spec: Spec, params: list) -> None:
                          "model.parameters())")
 
 
-def exchange_stats(optimizer: Any) -> dict:
+def exchange_stats(optimizer: Any) -> dict[str, int]:
     """``{"steps", "bytes_sent", "dense_bytes"}`` of a data-parallel optimizer's exchange
     on the calling rank: the optimizer steps, the bytes this rank put into the
     collectives (indices, values, counts and padding), and the bytes of the same
@@ -172,7 +174,7 @@ def exchange_stats(optimizer: Any) -> dict:
     return dict(exchange.stats)
 
 
-def lr_scheduler(optimizer: Any):
+def lr_scheduler(optimizer: Any) -> Any:
     """The native scheduler ``build`` made for a scheduled lr, to step the framework's
     usual way (torch and paddle: ``scheduler.step()`` after ``optimizer.step()``);
     ``None`` for a constant lr and on MindSpore (its optimizers step the lr themselves)."""
@@ -294,7 +296,8 @@ def explain(spec: Any, backend: str | None = None) -> Decision:
     return load(backend).decide(spec, "auto", Context())
 
 
-def plateau_scheduler(optimizer: Any, rule, *, monitor: str | None = None):
+def plateau_scheduler(optimizer: Any, rule: ReduceOnPlateau, *,
+                      monitor: str | None = None) -> Any:
     """The framework's own plateau scheduler computing ``rule``
     (:class:`unified_opt.schedules.ReduceOnPlateau`) for an optimizer made by
     ``uo.build``; it refuses a rule that scheduler does not compute exactly.
@@ -305,8 +308,6 @@ def plateau_scheduler(optimizer: Any, rule, *, monitor: str | None = None):
     ReduceLROnPlateau`` for ``experimental.optim`` optimizers, else the
     ``mindspore.train.ReduceLROnPlateau`` callback for ``Model.train`` (``monitor``:
     the metric it watches)."""
-    from .schedules.plateau import ReduceOnPlateau
-
     if not isinstance(rule, ReduceOnPlateau):
         raise TypeError(f"plateau_scheduler: rule must be a uo.schedules.ReduceOnPlateau, "
                         f"got {rule!r}")

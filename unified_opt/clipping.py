@@ -34,6 +34,7 @@ import dataclasses
 from typing import Any, ClassVar, Mapping
 
 from . import _validation as v
+from .ops import Ops
 
 _CLIPS: dict[str, type["Clip"]] = {}
 
@@ -60,12 +61,13 @@ class Clip:
     def _check(self, owner: str) -> dict:
         return {}
 
-    def apply(self, grads: list, ops) -> list:
+    def apply(self, grads: list[Any], ops: Ops) -> list[Any]:
         raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
         return {"clip": self.kind, **{f.name: getattr(self, f.name)
-                                      for f in dataclasses.fields(self)}}
+                                      # every clip class is a dataclass
+                                      for f in dataclasses.fields(self)}}  # type: ignore[arg-type]
 
 
 def _scaled(grad, norm, max_norm: float, eps: float, ops):
@@ -94,7 +96,7 @@ class ClipByGlobalNorm(Clip):
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0),
                 "per_group": v.check_bool(owner, "per_group", self.per_group)}
 
-    def apply(self, grads, ops):
+    def apply(self, grads: list[Any], ops: Ops) -> list[Any]:
         if not grads:
             return grads
         # the norm of the per-tensor norms: torch's clip_grad_norm_ composition, so that
@@ -116,7 +118,7 @@ class ClipByNorm(Clip):
                                           low_open=True),
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0)}
 
-    def apply(self, grads, ops):
+    def apply(self, grads: list[Any], ops: Ops) -> list[Any]:
         return [_scaled(g, ops.norm(g), self.max_norm, self.eps, ops) for g in grads]
 
 
@@ -138,8 +140,9 @@ class ClipByValue(Clip):
             raise ValueError(f"{owner}: min must be <= max, got min={low!r}, max={high!r}")
         return {"max": high, "min": low}
 
-    def apply(self, grads, ops):
-        return [ops.clip(g, self.min, self.max) for g in grads]
+    def apply(self, grads: list[Any], ops: Ops) -> list[Any]:
+        # _check replaced a min of None by -max
+        return [ops.clip(g, self.min, self.max) for g in grads]  # type: ignore[arg-type]
 
 
 def clip_from_dict(data: Mapping[str, Any]) -> Clip:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from .exchange import Exchange, SimulatedExchange
-from .groups import plan_parameters
+from .groups import Group, plan_parameters
 from .ops import NumpyOps, Ops, numpy_ops
 from .pre_step import has_pre_step, prepare_gradients
 from .spec import Spec, check_momentum_cycling
@@ -42,7 +42,7 @@ class Reference:
 
     def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
                  workers: int | None = None, exchange: Exchange | None = None,
-                 groups=None, ops: Ops = numpy_ops):
+                 groups: Sequence[Group] | None = None, ops: Ops = numpy_ops) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(f"reference: spec must be a unified_opt spec, got {spec!r}")
         if not isinstance(params, Mapping) or not params:
@@ -82,7 +82,7 @@ class Reference:
         """name -> {state name -> array} (worker 0's with ``workers``)."""
         return self.states[0]
 
-    def step(self, grads) -> float:
+    def step(self, grads: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> float:
         if self.workers is None:
             per_worker = [self._checked(grads, "grads")]
         else:
@@ -133,7 +133,7 @@ class Reference:
             got = sorted(grads) if isinstance(grads, Mapping) else type(grads).__name__
             raise ValueError(f"reference.step: {what} must have exactly the parameter names "
                              f"{sorted(self.params)}, got {got}")
-        arrays = {}
+        arrays: dict[str, np.ndarray | None] = {}
         for name, grad in grads.items():
             if grad is None:
                 if not missing:
@@ -177,7 +177,7 @@ def _check_workers(spec: Spec, workers, exchange) -> int | None:
 
 def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
               workers: int | None = None, exchange: Exchange | None = None,
-              groups=None) -> Reference:
+              groups: Sequence[Group] | None = None) -> Reference:
     """The numpy oracle for ``spec`` (see :class:`Reference`)."""
     return Reference(spec, params, dtype, workers, exchange, groups)
 
@@ -190,7 +190,7 @@ def with_float32_hyperparameters(spec: Spec) -> Spec:
     from ``float32(1 - 0.999)``). Running the float32 reference on this spec as well
     puts that storage rounding inside the float32 noise floor, where it belongs.
     """
-    changes = {}
+    changes: dict[str, Any] = {}
     for key, value in spec.hyperparameters().items():
         if isinstance(value, float):
             changes[key] = float(np.float32(value))

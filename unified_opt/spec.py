@@ -11,18 +11,39 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, TypeAlias, TypeVar
 
 from . import _validation as v
 from .clipping import Clip, clip_from_dict
+from .ops import Ops
 from .schedules import Schedule, schedule_from_dict
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
+        """typing.dataclass_transform (Python 3.11; typing_extensions before) for the
+        type checker only: at run time the decorator is returned unchanged."""
+        return lambda decorated: decorated
+
+#: A parameter, gradient or state tensor: a numpy array in the reference, the
+#: framework's own tensor on a backend's own path (arithmetic by Python operators,
+#: everything else through :class:`unified_opt.ops.Ops`).
+Tensor: TypeAlias = Any
+#: One parameter's optimizer state: state name -> tensor.
+State: TypeAlias = dict[str, Any]
+
+_SpecClass = TypeVar("_SpecClass", bound=type)
+#: a spec's hyperparameters as the type checker sees them: any keyword of any spec
+Hyperparameters: TypeAlias = Any
 
 FORMAT_VERSION = 1
 
 _REGISTRY: dict[str, type["Spec"]] = {}
+_Registered = TypeVar("_Registered", bound="type[Spec]")
 
 
-def register(cls: type["Spec"]) -> type["Spec"]:
+def register(cls: _Registered) -> _Registered:
     """Class decorator: make ``cls`` reachable as ``uo.get(cls.name)``."""
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"algorithm name {cls.name!r} is registered twice")
@@ -106,6 +127,10 @@ class Spec:
     loss_scale: float = 1.0
     skip_nonfinite: bool = False
     grad_centralization: bool = False
+    if TYPE_CHECKING:
+        # every algorithm declares its lr (a float or a schedule); for the type checker
+        # only, so that the base class's methods may read it (no field at run time)
+        lr: float | Schedule
 
     # -- construction -----------------------------------------------------------
     def __post_init__(self) -> None:
@@ -147,7 +172,7 @@ class Spec:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
 
-    def replace(self, **changes: Any) -> "Spec":
+    def replace(self, **changes: Hyperparameters) -> "Spec":
         return dataclasses.replace(self, **changes)
 
     # -- learning rate and per-parameter hyperparameters -----------------------------
@@ -167,8 +192,9 @@ class Spec:
         if not self.varies_per_step():
             return self
         changes: dict[str, Any] = {}
-        if isinstance(getattr(self, "weight_decay", None), Schedule):
-            changes["weight_decay"] = self.weight_decay(step)
+        weight_decay = getattr(self, "weight_decay", None)
+        if isinstance(weight_decay, Schedule):
+            changes["weight_decay"] = weight_decay(step)
         momentum = self.lr.momentum(step) if isinstance(self.lr, Schedule) else None
         if momentum is not None:
             changes.update(momentum_change(self, momentum, "at_step"))
@@ -187,11 +213,12 @@ class Spec:
         """Names of the per-parameter state arrays ``init`` creates."""
         return ()
 
-    def init(self, param, ops) -> dict[str, Any]:
+    def init(self, param: Tensor, ops: Ops) -> State:
         """Fresh optimizer state for ``param``."""
         return {key: ops.zeros_like(param) for key in self.state_names()}
 
-    def update(self, param, grad, state: dict, *, lr: float, step: int, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         """One step. ``step`` is 1-based (the step being taken). Returns
         ``(new_param, new_state)`` and does not modify its inputs."""
         raise NotImplementedError
@@ -202,9 +229,9 @@ class Spec:
         same numbers when their canonical forms are equal."""
         return self
 
-    def with_defaults(self, names) -> "Spec":
+    def with_defaults(self, names: Iterable[str]) -> "Spec":
         """This spec with the fields ``names`` at their class defaults."""
-        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        defaults: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(self)}
         return dataclasses.replace(self, **{n: defaults[n] for n in names})
 
     def alternatives(self) -> list[tuple[str, "Spec"]]:
@@ -220,22 +247,24 @@ def momentum_change(spec: "Spec", momentum: float, caller: str) -> dict[str, Any
     if "momentum" in fields:
         return {"momentum": momentum}
     if "betas" in fields:
-        return {"betas": (momentum, *spec.betas[1:])}
+        return {"betas": (momentum, *getattr(spec, "betas")[1:])}
     raise ValueError(f"{caller}: {type(spec.lr).__name__}(cycle_momentum=True) cycles the "
                      f"momentum, but {type(spec).__name__} has neither momentum nor betas")
 
 
 def check_momentum_cycling(spec: "Spec", caller: str) -> None:
     """A momentum-cycling schedule needs a spec with a momentum (checked up front)."""
-    if isinstance(spec.lr, Schedule) and spec.lr.momentum(0) is not None:
-        momentum_change(spec, spec.lr.momentum(0), caller)
+    momentum = spec.lr.momentum(0) if isinstance(spec.lr, Schedule) else None
+    if momentum is not None:
+        momentum_change(spec, momentum, caller)
 
 
 _checked_init = v.checked_keyword_init
 
 
-def spec_dataclass(cls: type) -> type:
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+def spec_dataclass(cls: _SpecClass) -> _SpecClass:
     """Decorator for algorithm specs: frozen, keyword-only, argument-checked."""
-    cls = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
-    cls.__init__ = _checked_init(cls, cls.__init__)
-    return cls
+    made: Any = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
+    made.__init__ = _checked_init(made, made.__init__)
+    return made

@@ -2,8 +2,10 @@
 optimizer sends only the top 0.1 % of each accumulated gradient (after the warm-up ramp)
 and sums everyone's.
 
-    msrun --worker_num=2 --local_worker_num=2 --join=True examples/distributed/dgc_msrun.py
+    msrun --worker_num=2 --local_worker_num=2 --join=True examples/distributed/dgc_msrun.py [STEPS]
 """
+
+import sys
 
 import mindspore as ms
 import numpy as np
@@ -34,7 +36,7 @@ def main(steps: int = 100) -> None:
     for step in range(steps):
         loss, grads = grad_fn(x, y)
         optimizer(grads)
-        if rank == 0 and step % 20 == 19:
+        if rank == 0 and (step % 20 == 19 or step == steps - 1):
             stats = uo.exchange_stats(optimizer)
             print(f"step {step + 1}: loss {float(loss.asnumpy()):.4f}, sent "
                   f"{stats['bytes_sent'] / stats['dense_bytes']:.4f} of the dense bytes",
@@ -42,4 +44,4 @@ def main(steps: int = 100) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)   # [STEPS]

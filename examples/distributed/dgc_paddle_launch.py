@@ -2,8 +2,11 @@
 only the top 0.1 % of each accumulated gradient (after the warm-up ramp) and sums
 everyone's.
 
-    python -m paddle.distributed.launch --nproc_per_node=2 examples/distributed/dgc_paddle_launch.py
+    python -m paddle.distributed.launch --nproc_per_node=2 \
+        examples/distributed/dgc_paddle_launch.py [STEPS]
 """
+
+import sys
 
 import paddle
 import paddle.distributed as dist
@@ -29,11 +32,11 @@ def main(steps: int = 100) -> None:
         loss.backward()
         optimizer.step()
         optimizer.clear_grad()
-        if rank == 0 and step % 20 == 19:
+        if rank == 0 and (step % 20 == 19 or step == steps - 1):
             stats = uo.exchange_stats(optimizer)
             print(f"step {step + 1}: loss {float(loss):.4f}, sent "
                   f"{stats['bytes_sent'] / stats['dense_bytes']:.4f} of the dense bytes")
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)   # [STEPS]

@@ -2,8 +2,10 @@
 only the top 0.1 % of each accumulated gradient (after Paddle's warm-up ramp) and sums
 everyone's.
 
-    torchrun --nproc_per_node=2 examples/distributed/dgc_torchrun.py
+    torchrun --nproc_per_node=2 examples/distributed/dgc_torchrun.py [STEPS]
 """
+
+import sys
 
 import torch
 import torch.distributed as dist
@@ -29,12 +31,13 @@ def main(steps: int = 100) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if rank == 0 and step % 20 == 19:
+        if rank == 0 and (step % 20 == 19 or step == steps - 1):
             stats = uo.exchange_stats(optimizer)
             print(f"step {step + 1}: loss {loss.item():.4f}, sent "
                   f"{stats['bytes_sent'] / stats['dense_bytes']:.4f} of the dense bytes")
+    dist.barrier()                             # every rank's last exchange is done
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)   # [STEPS]

@@ -17,9 +17,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 
@@ -36,19 +39,20 @@ class Adadelta(Spec):
     maximize: bool = False
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"rho": v.check_range(owner, "rho", self.rho, low=0.0, high=1.0),
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("square_avg", "acc_delta")
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = l2_gradient(self, param, grad)
         rho = self.rho
         square_avg = state["square_avg"] * rho + g * g * (1.0 - rho)

@@ -57,10 +57,12 @@ Differences between frameworks
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 
 EPS_MODES = ("clamp", "add")
 DECAY_LRS = ("raw", "scaled")
@@ -159,7 +161,7 @@ class Adafactor(Spec):
     scale_parameter: bool = True
     maximize: bool = False
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         eps = v.check_sequence(owner, "eps", self.eps, 2)
         eps = (check_optional(owner, "eps[0]", eps[0], low=0.0),
                v.check_range(owner, "eps[1]", eps[1], low=0.0))
@@ -179,14 +181,14 @@ class Adafactor(Spec):
                              f"decay_rate={self.decay_rate!r}")
         return out
 
-    def state_names(self, shape=None):
+    def state_names(self, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         if shape is None:
             raise ValueError("Adafactor.state_names needs the parameter's shape: the second "
                              "moment is factored for parameters of two or more dimensions")
         second = ("exp_avg_sq_row", "exp_avg_sq_col") if factored(shape) else ("exp_avg_sq",)
         return second + (("exp_avg",) if self.beta1 is not None else ())
 
-    def init(self, param, ops):
+    def init(self, param: Tensor, ops: Ops) -> State:
         state = {}
         if factored(param.shape):
             state["exp_avg_sq_row"] = ops.zeros_like(ops.mean(param, axis=-1, keepdims=True))
@@ -197,7 +199,8 @@ class Adafactor(Spec):
             state["exp_avg"] = ops.zeros_like(param)
         return state
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = -grad if self.maximize else grad
         eps1, eps2 = self.eps
         if eps1 is None:
@@ -206,7 +209,7 @@ class Adafactor(Spec):
         beta2 = beta2_at(self.beta2, self.decay_rate, step)
         square = g * g + eps1 if self.eps_mode == "add" else g * g
         clamp = eps1 if self.eps_mode == "clamp" else None
-        new_state = {}
+        new_state: State = {}
         if factored(param.shape):
             row, col = factored_ema(state["exp_avg_sq_row"], state["exp_avg_sq_col"], square,
                                     beta2, ops)
@@ -227,7 +230,7 @@ class Adafactor(Spec):
                                                            else alpha))
         return param - update, new_state
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         other_mode = "add" if self.eps_mode == "clamp" else "clamp"
         out = [(f"eps_mode={other_mode!r}", self.replace(eps_mode=other_mode)),
                (f"relative_step={not self.relative_step}",

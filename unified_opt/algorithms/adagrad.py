@@ -18,9 +18,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 
@@ -38,7 +41,7 @@ class Adagrad(Spec):
     maximize: bool = False
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"lr_decay": v.check_range(owner, "lr_decay", self.lr_decay, low=0.0),
                 "initial_accumulator_value": v.check_range(
                     owner, "initial_accumulator_value", self.initial_accumulator_value, low=0.0),
@@ -47,16 +50,17 @@ class Adagrad(Spec):
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("sum",)
 
-    def init(self, param, ops):
+    def init(self, param: Tensor, ops: Ops) -> State:
         return {"sum": ops.full_like(param, self.initial_accumulator_value)}
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = l2_gradient(self, param, grad)
         total = state["sum"] + g * g
         clr = lr / (1.0 + (step - 1) * self.lr_decay)

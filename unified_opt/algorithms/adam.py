@@ -41,8 +41,11 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_class, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
 from ._adam_moments import (
     adam_alternatives,
     adam_moments,
@@ -70,23 +73,24 @@ class Adam(Spec):
     nesterov: bool = False
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return check_adam_fields(self, owner)
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return adam_state_names(self)
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = l2_gradient(self, param, grad)
         new_state, step_size, numerator, denom = adam_moments(self, g, state, step, ops)
         return param - numerator / denom * (lr * step_size), new_state
 
-    def canonical(self):
+    def canonical(self) -> Spec:
         return canonical_adam(self)
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         decoupled = spec_class("adamw")(**self.hyperparameters())
         return adam_alternatives(self) + [("decoupled weight decay (AdamW)", decoupled)]

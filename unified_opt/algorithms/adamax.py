@@ -21,9 +21,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 EPS_PLACEMENTS = ("on_grad", "on_decayed_norm", "outside_max")
@@ -43,7 +46,7 @@ class Adamax(Spec):
     eps_placement: str = "on_grad"
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"betas": v.check_betas(owner, "betas", self.betas),
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
@@ -51,13 +54,14 @@ class Adamax(Spec):
                                                 EPS_PLACEMENTS),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("exp_avg", "exp_inf")
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         beta1, beta2 = self.betas
         g = l2_gradient(self, param, grad)
         exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
@@ -74,6 +78,6 @@ class Adamax(Spec):
         param = param - exp_avg / denom * (lr / (1.0 - ops.power(beta1, step)))
         return param, {"exp_avg": exp_avg, "exp_inf": exp_inf}
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         return [(f"eps_placement={p!r}", self.replace(eps_placement=p))
                 for p in EPS_PLACEMENTS if p != self.eps_placement]

@@ -29,9 +29,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_class, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
 from ._adam_moments import (
     adam_alternatives,
     adam_moments,
@@ -64,19 +67,20 @@ class AdamW(Spec):
     decay_times_lr: bool = True
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {**check_adam_fields(self, owner),
                 "decay_form": v.check_choice(owner, "decay_form", self.decay_form,
                                              DECAY_FORMS),
                 "decay_times_lr": v.check_bool(owner, "decay_times_lr", self.decay_times_lr)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return adam_state_names(self)
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = -grad if self.maximize else grad
         decay = self.weight_decay * (lr if self.decay_times_lr else 1.0)
         if self.decay_form == "before_update" and decay != 0.0:
@@ -87,10 +91,10 @@ class AdamW(Spec):
             change = change + param * decay
         return param - change, new_state
 
-    def canonical(self):
+    def canonical(self) -> Spec:
         return canonical_adam(self)
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         fields = {k: val for k, val in self.hyperparameters().items()
                   if k not in ("decay_form", "decay_times_lr")}
         return adam_alternatives(self) + [

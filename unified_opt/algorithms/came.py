@@ -43,9 +43,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from .adafactor import (
     beta2_at,
     check_optional,
@@ -77,9 +80,9 @@ class CAME(Spec):
     scale_parameter: bool = False
     eps_scale: float = 1e-3
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         betas = v.check_sequence(owner, "betas", self.betas, 3)
-        bounds = {"low": 0.0, "high": 1.0}
+        bounds: dict[str, Any] = {"low": 0.0, "high": 1.0}
         betas = (v.check_range(owner, "betas[0]", betas[0], **bounds),
                  check_optional(owner, "betas[1]", betas[1], **bounds),
                  v.check_range(owner, "betas[2]", betas[2], **bounds))
@@ -96,7 +99,7 @@ class CAME(Spec):
                              f"{self.betas!r}, decay_rate={self.decay_rate!r}")
         return out
 
-    def state_names(self, shape=None):
+    def state_names(self, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         if shape is None:
             raise ValueError("CAME.state_names needs the parameter's shape: the moments are "
                              "factored for parameters of two or more dimensions")
@@ -105,7 +108,7 @@ class CAME(Spec):
                     "exp_avg_res_col")
         return ("exp_avg", "exp_avg_sq")
 
-    def init(self, param, ops):
+    def init(self, param: Tensor, ops: Ops) -> State:
         state = {"exp_avg": ops.zeros_like(param)}
         if factored(param.shape):
             row = ops.zeros_like(ops.mean(param, axis=-1, keepdims=True))
@@ -116,12 +119,13 @@ class CAME(Spec):
             state["exp_avg_sq"] = ops.zeros_like(param)
         return state
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         beta1, beta2, beta3 = self.betas
         beta2 = beta2_at(beta2, self.decay_rate, step)
         alpha = scaled_step_size(self, step_size(self, lr, step), param, self.eps_scale, ops)
         square = grad * grad + self.eps[0]
-        new_state = {}
+        new_state: State = {}
         if factored(param.shape):
             row, col = factored_ema(state["exp_avg_sq_row"], state["exp_avg_sq_col"], square,
                                     beta2, ops)
@@ -147,7 +151,7 @@ class CAME(Spec):
             param = param - param * (alpha * self.weight_decay)
         return param - direction * alpha, new_state
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         out = []
         if self.decay_rate is None:
             out.append(("beta2 as the 1 - t^-0.8 schedule (MindFormers)",

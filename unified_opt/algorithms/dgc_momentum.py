@@ -62,12 +62,13 @@ Differences between frameworks
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Sequence
 
 from .. import _validation as v
-from ..exchange import LOCAL
+from ..exchange import LOCAL, Exchange
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 
 
 @register
@@ -91,7 +92,7 @@ class DGCMomentum(Spec):
     weight_decay: float = 0.0
     min_numel: int = 16384
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         sparsity = self.sparsity
         if isinstance(sparsity, str) or not isinstance(sparsity, (list, tuple)):
             raise TypeError(f"{owner}: sparsity must be a list or tuple of floats, got "
@@ -138,16 +139,19 @@ class DGCMomentum(Spec):
         return int(numel * (1.0 - sparsity))
 
     # -- the math --------------------------------------------------------------------
-    def state_names(self, shape=None):
+    def state_names(self, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         return ("u", "v")
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         """World size 1: the exchange is the identity."""
         new_param, (new_state,) = self.exchange_step(param, [grad], [state], lr=lr, step=step,
                                                      ops=ops, exchange=LOCAL)
         return new_param, new_state
 
-    def exchange_step(self, param, grads, states, *, lr, step, ops, exchange):
+    def exchange_step(self, param: Tensor, grads: Sequence[Tensor], states: Sequence[State],
+                      *, lr: float, step: int, ops: Ops,
+                      exchange: Exchange) -> tuple[Tensor, list[State]]:
         """One step of this process's workers (``grads``, ``states``: one per local
         worker); ``exchange`` sums over all workers. Returns ``(param, states)``."""
         world = exchange.world_size
@@ -163,8 +167,9 @@ class DGCMomentum(Spec):
         sent, new_states = [], []
         for share, state in zip(shares, states):
             if self.local_grad_clip_norm is not None:
-                share = clip_by_norm(share, self.local_grad_clip_norm
-                                     * self.num_trainers ** -0.5, ops)
+                # _check: local_grad_clip_norm needs num_trainers
+                trainers: int = self.num_trainers  # type: ignore[assignment]
+                share = clip_by_norm(share, self.local_grad_clip_norm * trainers ** -0.5, ops)
             g = self._with_decay(share * float(world) if world != 1 else share, param)
             if self.use_nesterov:
                 u = (state["u"] + g) * self.momentum
@@ -200,7 +205,7 @@ class DGCMomentum(Spec):
     def _with_decay(self, gradient, param):
         return gradient + param * self.weight_decay if self.weight_decay != 0.0 else gradient
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         return [(f"use_nesterov={not self.use_nesterov}",
                  self.replace(use_nesterov=not self.use_nesterov)),
                 (f"rampup_begin_step={self.rampup_begin_step + 1} (schedule one step later)",

@@ -45,10 +45,12 @@ Differences between frameworks
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import canonical_adapt, check_decay, decay_for_parameter
 
 BIAS_CORRECTIONS = ("moments", "none", "step")
@@ -82,7 +84,7 @@ class Lamb(Spec):
     trust_eps: float = 0.0
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         clamp = self.weight_norm_clamp
         if clamp is not None:
             clamp = v.check_range(owner, "weight_norm_clamp", clamp, low=0.0, low_open=True)
@@ -95,13 +97,14 @@ class Lamb(Spec):
                 "trust_eps": v.check_range(owner, "trust_eps", self.trust_eps, low=0.0),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self, shape=None):
+    def state_names(self, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         return ("exp_avg", "exp_avg_sq")
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         beta1, beta2 = self.betas
         exp_avg = state["exp_avg"] * beta1 + grad * (1.0 - beta1)
         exp_avg_sq = state["exp_avg_sq"] * beta2 + grad * grad * (1.0 - beta2)
@@ -123,10 +126,10 @@ class Lamb(Spec):
             scale = step_size
         return param - direction * scale, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
-    def canonical(self):
+    def canonical(self) -> Spec:
         return canonical_adapt(self)
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         out = [(f"bias_correction={other!r}", self.replace(bias_correction=other))
                for other in BIAS_CORRECTIONS if other != self.bias_correction]
         out.append((f"always_adapt={not self.always_adapt}",

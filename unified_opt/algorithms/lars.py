@@ -49,11 +49,13 @@ Differences between frameworks
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from .. import _validation as v
 from ..groups import name_matches
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import canonical_adapt, check_decay, decay_for_parameter
 from .sgd import SGD, canonical_momentum, check_momentum_fields
 
@@ -82,7 +84,7 @@ class LARS(Spec):
     exclude_names: tuple[str, ...] = ()
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         out = {"trust_coefficient": v.check_range(owner, "trust_coefficient",
                                                   self.trust_coefficient, low=0.0),
                "eps": v.check_range(owner, "eps", self.eps, low=0.0),
@@ -100,7 +102,7 @@ class LARS(Spec):
         return SGD(momentum=self.momentum, dampening=self.dampening, nesterov=self.nesterov,
                    lr_placement=self.lr_placement, momentum_init=self.momentum_init)
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         if self.exclude_names:
             if name is None:
                 raise ValueError(f"LARS: exclude_names={self.exclude_names!r} needs parameter "
@@ -110,13 +112,14 @@ class LARS(Spec):
                                     no_decay_names=())
         return decay_for_parameter(self, name)
 
-    def state_names(self, shape=None):
+    def state_names(self, shape: tuple[int, ...] | None = None) -> tuple[str, ...]:
         return self._momentum_step.state_names()
 
-    def init(self, param, ops):
+    def init(self, param: Tensor, ops: Ops) -> State:
         return self._momentum_step.init(param, ops)
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         direction = grad
         plain = self.exclude_1d and len(param.shape) <= 1
         if not plain and (self.weight_decay > 0.0 or self.always_adapt):
@@ -145,10 +148,10 @@ class LARS(Spec):
         scaled = decayed * ratio                            # raw_if_norm_zero
         return ops.where(param_norm > 0.0, ops.where(grad_norm > 0.0, scaled, grad), grad)
 
-    def canonical(self):
+    def canonical(self) -> Spec:
         return canonical_adapt(canonical_momentum(self))
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         out = [(f"zero_norm_rule={rule!r}", self.replace(zero_norm_rule=rule))
                for rule in ZERO_NORM_RULES if rule != self.zero_norm_rule]
         out.append((f"always_adapt={not self.always_adapt}",

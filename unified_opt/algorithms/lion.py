@@ -15,9 +15,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter
 
 
@@ -33,18 +36,19 @@ class Lion(Spec):
     maximize: bool = False
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"betas": v.check_betas(owner, "betas", self.betas),
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("exp_avg",)
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         beta1, beta2 = self.betas
         g = -grad if self.maximize else grad
         if self.weight_decay != 0.0:

@@ -25,9 +25,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import apply_weight_decay, check_decay, decay_for_parameter
 
 
@@ -50,7 +53,7 @@ class NAdam(Spec):
     maximize: bool = False
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"betas": v.check_betas(owner, "betas", self.betas),
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
                 "momentum_decay": v.check_range(owner, "momentum_decay", self.momentum_decay,
@@ -60,17 +63,18 @@ class NAdam(Spec):
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("exp_avg", "exp_avg_sq", "mu_product")
 
-    def init(self, param, ops):
+    def init(self, param: Tensor, ops: Ops) -> State:
         return {"exp_avg": ops.zeros_like(param), "exp_avg_sq": ops.zeros_like(param),
                 "mu_product": ops.scalar_like(param, 1.0)}
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         beta1, beta2 = self.betas
         param, g = apply_weight_decay(self, param, grad, lr)
         mu = _mu(beta1, self.momentum_decay, step)
@@ -83,6 +87,6 @@ class NAdam(Spec):
         param = param - exp_avg / denom * (lr * mu_next / (1.0 - mu_product * mu_next))
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq, "mu_product": mu_product}
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         return [(f"decoupled_weight_decay={not self.decoupled_weight_decay}",
                  self.replace(decoupled_weight_decay=not self.decoupled_weight_decay))]

@@ -26,10 +26,12 @@ Differences between frameworks
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import apply_weight_decay, check_decay, decay_for_parameter
 
 
@@ -48,7 +50,7 @@ class RAdam(Spec):
     rectify_threshold: float = 5.0
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"betas": v.check_betas(owner, "betas", self.betas),
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
                 "decoupled_weight_decay": v.check_bool(owner, "decoupled_weight_decay",
@@ -58,13 +60,14 @@ class RAdam(Spec):
                                                    self.rectify_threshold, low=4.0),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("exp_avg", "exp_avg_sq")
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         beta1, beta2 = self.betas
         param, g = apply_weight_decay(self, param, grad, lr)
         exp_avg = state["exp_avg"] + (g - state["exp_avg"]) * (1.0 - beta1)
@@ -82,7 +85,7 @@ class RAdam(Spec):
             param = param - corrected * lr
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         other = 4.0 if self.rectify_threshold != 4.0 else 5.0
         return [(f"rectify_threshold={other:g}", self.replace(rectify_threshold=other)),
                 (f"decoupled_weight_decay={not self.decoupled_weight_decay}",

@@ -26,9 +26,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 PLACEMENTS = ("outside", "inside")
@@ -52,7 +55,7 @@ class RMSprop(Spec):
     initial_square_avg: float = 0.0
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"alpha": v.check_range(owner, "alpha", self.alpha, low=0.0, high=1.0),
                 "eps": v.check_range(owner, "eps", self.eps, low=0.0, low_open=True),
                 "momentum": v.check_range(owner, "momentum", self.momentum, low=0.0),
@@ -66,19 +69,20 @@ class RMSprop(Spec):
                                                     self.initial_square_avg, low=0.0),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return (("square_avg",) + (("momentum_buffer",) if self.momentum else ()) +
                 (("grad_avg",) if self.centered else ()))
 
-    def init(self, param, ops):
+    def init(self, param: Tensor, ops: Ops) -> State:
         state = {k: ops.zeros_like(param) for k in self.state_names()}
         state["square_avg"] = ops.full_like(param, self.initial_square_avg)
         return state
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = l2_gradient(self, param, grad)
         alpha = self.alpha
         square_avg = state["square_avg"] * alpha + g * g * (1.0 - alpha)
@@ -103,20 +107,21 @@ class RMSprop(Spec):
         new_state["momentum_buffer"] = buf
         return param, new_state
 
-    def canonical(self):
+    def canonical(self) -> Spec:
         # without momentum the lr is not in a buffer (a cycled momentum may leave 0)
         if self.momentum == 0.0 and not self.varies_per_step():
             return self.with_defaults(("lr_placement",))
         return self
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         out = []
-        knobs = [("eps_placement", self.eps_placement)]
+        knobs: list[tuple[str, str]] = [("eps_placement", self.eps_placement)]
         if self.momentum:   # without a buffer the lr placement changes nothing
             knobs.append(("lr_placement", self.lr_placement))
         for knob, value in knobs:
             other = "inside" if value == "outside" else "outside"
             out.append((f"{knob}={other!r}", self.replace(**{knob: other})))
-        other = 1.0 if self.initial_square_avg == 0.0 else 0.0
-        out.append((f"initial_square_avg={other}", self.replace(initial_square_avg=other)))
+        square_avg = 1.0 if self.initial_square_avg == 0.0 else 0.0
+        out.append((f"initial_square_avg={square_avg}",
+                    self.replace(initial_square_avg=square_avg)))
         return out

@@ -24,9 +24,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 
@@ -43,7 +46,7 @@ class Rprop(Spec):
     maximize: bool = False
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         etas = tuple(v.check_range(owner, f"etas[{i}]", e, low=0.0, low_open=True)
                      for i, e in enumerate(v.check_sequence(owner, "etas", self.etas, 2)))
         if not etas[0] < 1.0 < etas[1]:
@@ -59,13 +62,14 @@ class Rprop(Spec):
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("prev", "step_size")
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = l2_gradient(self, param, grad)
         etaminus, etaplus = self.etas
         step_size = ops.full_like(param, lr) if step == 1 else state["step_size"]

@@ -30,9 +30,12 @@ Differences between frameworks
 
 from __future__ import annotations
 
+from typing import Any
+
 from .. import _validation as v
+from ..ops import Ops
 from ..schedules import Schedule
-from ..spec import Spec, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 LR_PLACEMENTS = ("outside", "inside")
@@ -52,15 +55,16 @@ def canonical_momentum(spec):
 MOMENTUM_INITS = ("grad", "zeros")
 
 
-def check_momentum_fields(spec, owner: str) -> dict:
+def check_momentum_fields(spec: Any, owner: str) -> dict[str, Any]:
     """Checks of the momentum knobs (shared with LARS, whose step is SGD's)."""
-    out = {"momentum": v.check_range(owner, "momentum", spec.momentum, low=0.0),
-           "dampening": v.check_range(owner, "dampening", spec.dampening, low=0.0, high=1.0),
-           "nesterov": v.check_bool(owner, "nesterov", spec.nesterov),
-           "lr_placement": v.check_choice(owner, "lr_placement", spec.lr_placement,
-                                          LR_PLACEMENTS),
-           "momentum_init": v.check_choice(owner, "momentum_init", spec.momentum_init,
-                                           MOMENTUM_INITS)}
+    out: dict[str, Any] = {
+        "momentum": v.check_range(owner, "momentum", spec.momentum, low=0.0),
+        "dampening": v.check_range(owner, "dampening", spec.dampening, low=0.0, high=1.0),
+        "nesterov": v.check_bool(owner, "nesterov", spec.nesterov),
+        "lr_placement": v.check_choice(owner, "lr_placement", spec.lr_placement,
+                                       LR_PLACEMENTS),
+        "momentum_init": v.check_choice(owner, "momentum_init", spec.momentum_init,
+                                        MOMENTUM_INITS)}
     if out["nesterov"] and (out["momentum"] <= 0.0 or out["dampening"] != 0.0):
         raise ValueError(f"{owner}: nesterov=True requires momentum > 0 and dampening = 0, "
                          f"got momentum={spec.momentum!r}, dampening={spec.dampening!r}")
@@ -83,17 +87,18 @@ class SGD(Spec):
     momentum_init: str = "grad"
     no_decay_names: tuple[str, ...] = ()
 
-    def _check(self, owner):
+    def _check(self, owner: str) -> dict[str, Any]:
         return {"maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_momentum_fields(self, owner), **check_decay(self, owner)}
 
-    def for_parameter(self, name):
+    def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
-    def state_names(self):
+    def state_names(self) -> tuple[str, ...]:
         return ("momentum_buffer",) if self.momentum != 0.0 else ()
 
-    def update(self, param, grad, state, *, lr, step, ops):
+    def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
+               ops: Ops) -> tuple[Tensor, State]:
         g = l2_gradient(self, param, grad)
         if self.momentum == 0.0:
             return param - g * lr, {}
@@ -107,10 +112,10 @@ class SGD(Spec):
         new_param = param - direction if inside else param - direction * lr
         return new_param, {"momentum_buffer": buf}
 
-    def canonical(self):
+    def canonical(self) -> Spec:
         return canonical_momentum(self)
 
-    def alternatives(self):
+    def alternatives(self) -> list[tuple[str, Spec]]:
         out = []
         if self.momentum != 0.0:
             other = "zeros" if self.momentum_init == "grad" else "grad"

@@ -28,12 +28,13 @@ import numpy as np
 from .. import _validation as v
 from ..groups import Group, name_matches
 from ..schedules import Schedule
+from ..spec import Spec
 
 _KEYS = ("params", "lr", "weight_decay", "grad_centralization")
 _CALLER = "mindspore_groups"
 
 
-def mindspore_groups(params: Sequence[dict], spec) -> list[Group]:
+def mindspore_groups(params: Sequence[dict], spec: Spec) -> list[Group]:
     """The ``uo.Group`` rules reproducing MindSpore group dicts exactly.
 
     ``params``: MindSpore's ``params`` argument with parameter *names* in place of the
@@ -66,7 +67,9 @@ def mindspore_groups(params: Sequence[dict], spec) -> list[Group]:
         raise TypeError(f"{_CALLER}: params must be a list of group dicts, got {params!r}")
     if not hasattr(spec, "lr_at"):
         raise TypeError(f"{_CALLER}: spec must be a unified_opt spec, got {spec!r}")
-    groups, order, seen = [], None, {}
+    groups: list[Group] = []
+    order: Any = None
+    seen: dict[str, int] = {}
     for index, group in enumerate(params):
         where = f"params[{index}]"
         if not isinstance(group, dict):

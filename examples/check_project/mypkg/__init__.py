@@ -1,0 +1,1 @@
+"""A project with an optimizer of its own (examples/check_project)."""
