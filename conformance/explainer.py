@@ -175,9 +175,10 @@ def matching(trajectory: Trajectory, case, candidates, *, k: float = K, ulps: fl
             oracle = reference(spec, case, "float64")
         except (TypeError, ValueError):     # a variant this case cannot run is no candidate
             continue
+        # a copy: a quantity the claimed spec lacks gets this candidate's own floor
         if floor_values is not None and not compare(
                 trajectory, oracle, [], k=k * PREFILTER, ulps=ulps * PREFILTER, state=state,
-                lr=lr, floors=floor_values).passed:
+                lr=lr, floors=dict(floor_values)).passed:
             continue
         floors = floor_trajectories(spec, case, reference)
         if compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state, lr=lr).passed:
