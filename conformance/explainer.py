@@ -123,8 +123,10 @@ def knob_variants(spec, case=None) -> list[tuple[str, object]]:
         moved = shifted(spec, shift)
         if moved is not None:
             out.append((f"lr schedule shifted by {shift:+d} step", moved))
-    if not (isinstance(spec.lr, (int, float)) and spec.lr == 0.0):
-        # the lr the optimizer reports shows the 0 (a scheduler's warmup from 0)
+    fixed_group_lr = case is not None and any(g.lr is not None for g in case.groups or ())
+    if not (isinstance(spec.lr, (int, float)) and spec.lr == 0.0) and not fixed_group_lr:
+        # the lr the optimizer reports shows the 0 (a scheduler's warmup from 0); a group
+        # with a fixed lr of its own cannot follow a schedule (uo refuses the pair)
         out.append(("lr 0 at step 1: this optimizer's lr is 0 at the first step (a warmup "
                     "from 0), then the spec's; the spec's lr is "
                     f"{_lr_text(spec.lr)} from step 1",

@@ -104,7 +104,8 @@ def cpu_step_time(out: Path) -> None:
     # torch: uo against the peers, x fused torch.optim.Adam
     series: dict[str, dict[str, float]] = {}
     for r in rows:
-        if r["backend"] != "torch" or "baseline" in r["what"]:
+        # the data-independence rows (random / constant gradients) have no ratio
+        if r["backend"] != "torch" or "baseline" in r["what"] or "ratio" not in r:
             continue
         if r["what"] == "uo (default build)":
             label = "uo.build (default)"

@@ -83,10 +83,13 @@ def _site_dirs() -> list[Path]:
     out = []
     for entry in sys.path:
         path = Path(entry or ".").resolve()
-        if not path.is_dir() or path.is_relative_to(ROOT) or path in out:
+        installed = bool({"site-packages", "dist-packages"} & set(path.parts))
+        # a virtual environment inside the checkout (CI's .venv) is installed packages;
+        # the checkout's own folders are not
+        if not path.is_dir() or (path.is_relative_to(ROOT) and not installed) \
+                or path in out:
             continue
-        if any(path.is_relative_to(s) for s in stdlib) and not \
-                {"site-packages", "dist-packages"} & set(path.parts):
+        if any(path.is_relative_to(s) for s in stdlib) and not installed:
             continue
         out.append(path)
     return out
