@@ -12,8 +12,12 @@ into ``--trajectories``, by default ``--out``) is kept for every run with
 ``--keep-trajectories``; without it, for runs that do not pass while their files stay
 within :data:`FAILING_TRAJECTORY_BUDGET` (a broken backend fails every run: its
 trajectories would fill a CI artifact). A path whose lowering repeats one already run
-for the case (``own`` when ``auto`` took the own implementation, which only the build
-knows: MindSpore's depends on the parameters) is skipped.
+for the case (``own`` when ``auto`` took the own implementation, ``native`` when it took
+the native class, which only the build knows: MindSpore's depends on the parameters) is
+skipped, and so is ``native`` where the ``auto`` build found no native class computing
+the case exactly. Where ``auto`` took the own implementation over an exact native class
+(``uo.build``'s ``prefer="speed"``: the own path measured faster), ``native`` runs
+that class explicitly, so every native row stays covered.
 
 Distributed cases (``Case.workers > 1``) launch their ranks in a thread of their own
 from the start, while the worker runs the other cases (a launch mostly waits for its
@@ -131,9 +135,10 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     which are kept); return the worker summary (also written as ``worker.json``).
 
     A path is skipped when an earlier path of the same case already ran the lowering it
-    asks for (``own`` after an ``auto`` that took the own implementation). Cases that do
-    not run on ``backend`` (``Case.backends``, a native optimizer of another framework)
-    are left out.
+    asks for (``own`` after an ``auto`` that took the own implementation, ``native``
+    after one that took the native class), and ``native`` when the ``auto`` build found
+    no exact native class (:func:`native_skip`). Cases that do not run on ``backend``
+    (``Case.backends``, a native optimizer of another framework) are left out.
 
     ``device`` (``"cpu"``, ``"cuda:0"``, a :class:`.device.Device`): where the
     parameters go; it is checked and made the framework's default first
@@ -168,20 +173,24 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     for case in [c for c in cases if c.workers == 1] + distributed:
         references = References(shared)      # this case's oracle and floors, then dropped
         lowered = set()                      # decision paths this case already ran
+        auto = _NOT_RUN                      # the auto build's decision (None: no build)
         ranks_runs = launched[case.id].result() if case.workers > 1 else {}
         for path in case.paths:
             index += 1
             stem = result_stem(case.id, path)
-            if path in lowered:
+            why = "same as auto" if path in lowered else native_skip(path, auto)
+            if why:
                 summary["skipped"].append(stem)
                 write_summary(out, summary)
-                say(f"progress {index}/{total} {case.id} {path} skipped (same as auto)")
+                say(f"progress {index}/{total} {case.id} {path} skipped ({why})")
                 continue
             say(f"begin {index}/{total} {case.id} {path}")
             started = time.perf_counter()
             if case.workers > 1:
                 run, seconds = ranks_runs[path]
                 result = judge(case, backend, path, run, references)
+                if path == "auto":
+                    auto = run.decision
                 lowering, error = result["lowering"], run.error
                 trajectory = _worst_rank(run, result)
             else:
@@ -190,6 +199,8 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
                 result = verdict(case, backend, path, trajectory, decision, error, references)
                 lowering = result["lowering"]
                 seconds = 0.0
+                if path == "auto":
+                    auto = decision
             seconds = round(seconds + time.perf_counter() - started, 4)
             if lowering is not None:
                 lowered.add(lowering["path"])
@@ -212,16 +223,40 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     return summary
 
 
+#: the auto build's decision before the case's auto path ran (or where it has none)
+_NOT_RUN = object()
+
+
+def native_skip(path: str, auto) -> str:
+    """Why path ``path`` is not run after the case's ``auto`` build decided ``auto`` (a
+    :class:`unified_opt.backend.Decision`, its dict as a distributed run reports it,
+    None where that build failed, :data:`_NOT_RUN` where the case has no auto path);
+    "" to run it. ``native`` runs where ``auto`` took the own implementation over an
+    exact native class (``alternative``), and where the case has no auto path."""
+    if path != "native" or auto is _NOT_RUN:
+        return ""
+    if auto is None:
+        return "the auto build failed"
+    taken = auto["path"] if isinstance(auto, dict) else auto.path
+    alternative = auto.get("alternative") if isinstance(auto, dict) else auto.alternative
+    if taken == "own" and not alternative:
+        return "no native class computes it exactly"
+    return ""
+
+
 def _launch_all(backend: str, case: Case, scratch: Path) -> dict:
     """Launch ``case``'s ranks on each of its paths in turn: path -> (run, seconds); a
-    path whose lowering an earlier one already ran is left out (as in :func:`run_all`)."""
-    runs, lowered = {}, set()
+    path whose lowering an earlier one already ran is left out, and ``native`` where
+    ``auto`` found no exact native class (as in :func:`run_all`)."""
+    runs, lowered, auto = {}, set(), _NOT_RUN
     for path in case.paths:
-        if path in lowered:
+        if path in lowered or native_skip(path, auto):
             continue
         started = time.perf_counter()
         run = run_ranks(backend, case, path, scratch / result_stem(case.id, path))
         runs[path] = (run, time.perf_counter() - started)
+        if path == "auto":
+            auto = run.decision
         if run.decision is not None:
             lowered.add(run.decision["path"])
     return runs

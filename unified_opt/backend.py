@@ -4,8 +4,9 @@ A backend (``unified_opt.backends.<framework>.BACKEND``) is a :class:`Backend`: 
 native classes (:class:`unified_opt.native.NativeClass` descriptors, read without
 importing the framework), the conditions it adds around each native class
 (:meth:`Backend.around`), and the framework calls that build an optimizer. One method,
-:meth:`Backend.decide`, makes every lowering decision from the spec, the path asked for
-and a :class:`Context` (parameter groups, dtypes, device, zero-size parameters), so
+:meth:`Backend.decide`, makes every lowering decision from the spec, the path asked for,
+the preference between exact paths (``prefer``: :mod:`unified_opt.speed`) and a
+:class:`Context` (parameter groups, dtypes, device, size, zero-size parameters), so
 ``uo.build`` and ``uo.explain`` decide alike. :meth:`Backend.build` is the one build
 sequence: check the parameters, decide, refuse what the chosen path cannot honour,
 build, record.
@@ -25,6 +26,7 @@ from typing import Any, Sequence
 
 from .native import Condition, Lowering, NativeClass, holds
 from .spec import Spec
+from .speed import Measured, check_prefer, choose
 
 PATHS = ("auto", "native", "own")
 #: every backend, in the order reports list them
@@ -57,6 +59,9 @@ class Context:
     #: how the own implementation runs (``options={"compile": ...}``: "auto", True or
     #: False, torch also "inductor"; None: not given, "auto")
     own_compile: Any = None
+    #: the build's total number of elements (``prefer="speed"`` reads its size class;
+    #: None: no parameters, as ``uo.explain(spec)``)
+    elements: int | None = None
 
 
 def _framework_of(obj: Any) -> str | None:
@@ -152,6 +157,14 @@ class Decision:
     lowering: Lowering | None = None
     native_class: NativeClass | None = None
     own_class: str | None = None
+    #: the preference between exact paths the decision was made under
+    prefer: str = "native"
+    #: the exact path not taken where both were exact: the native class the own
+    #: implementation replaced (``prefer="speed"``), or "own implementation" where a
+    #: measured native class was kept; None where only one path was exact
+    alternative: str | None = None
+    #: the speed table's row the choice read (None: nothing measured, or not asked)
+    measured: Measured | None = None
 
     def __str__(self) -> str:
         if self.path == "native":
@@ -159,6 +172,10 @@ class Decision:
         else:
             head = f"{self.backend}: {self.algorithm} -> own implementation ({self.own_class})"
         lines = [head, f"  why: {self.reason}"]
+        if self.alternative is not None:
+            lines.append(f"  alternative: {self.alternative}" + (
+                f" ({self.measured.ratio:g}x: native {self.measured.native_ms:.3g} ms, own "
+                f"{self.measured.own_ms:.3g} ms per step)" if self.measured else ""))
         for native, unmet in self.rejected:
             lines.append(f"  not {native}: needs " + "; ".join(unmet))
         return "\n".join(lines)
@@ -250,13 +267,20 @@ class Backend:
         """Text added to a native decision's reason (what runs around the class)."""
         return ""
 
-    def decide(self, spec: Spec, path: str = "auto", context: Context | None = None
-               ) -> Decision:
+    def decide(self, spec: Spec, path: str = "auto", context: Context | None = None,
+               prefer: str = "native") -> Decision:
         """The lowering of ``spec``: the first row whose conditions all hold (with
         :meth:`around`'s), else the own implementation. ``path="native"`` raises when
-        no row holds; ``path="own"`` always takes the own implementation."""
+        no row holds; ``path="own"`` always takes the own implementation.
+
+        ``prefer`` (``path="auto"`` only) chooses between the row and the own
+        implementation where both are exact: "native" takes the row (the table of
+        lowerings as it stands: the matrix, the conformance coverage); "speed" (what
+        ``uo.build`` and ``uo.explain`` default to) the faster by the measured table
+        (:func:`unified_opt.speed.choose`)."""
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        prefer = check_prefer(prefer, "decide")
         context = Context() if context is None else context
         rows = self.rows(spec.name)
         rejected = []
@@ -270,14 +294,26 @@ class Backend:
             if path == "own":
                 return Decision(self.name, spec.name, "own", None,
                                 f"own implementation requested (native {cls.name} would be "
-                                "exact)", tuple(rejected), own_class=self.own_class)
+                                "exact)", tuple(rejected), own_class=self.own_class,
+                                prefer=prefer, alternative=cls.name)
+            choice = choose(self.name, spec.name, cls.name, context) \
+                if path == "auto" and prefer == "speed" else None
+            if choice is not None and choice.own:
+                return Decision(self.name, spec.name, "own", None, choice.text,
+                                tuple(rejected), own_class=self.own_class, prefer=prefer,
+                                alternative=cls.name, measured=choice.measured)
             reason = f"{cls.name} computes exactly this spec"
             if lowering.note:
                 reason += f" ({lowering.note})"
             if cls.nonfinite and nonfinite_applies(cls.nonfinite, spec):
                 reason += f"; with a non-finite gradient it departs: {cls.nonfinite}"
+            if choice is not None:
+                reason += f"; {choice.text}"
             decision = Decision(self.name, spec.name, "native", cls.name, reason,
-                                tuple(rejected), lowering, cls, self.own_class)
+                                tuple(rejected), lowering, cls, self.own_class, prefer,
+                                alternative="own implementation" if choice is not None
+                                and choice.measured is not None else None,
+                                measured=None if choice is None else choice.measured)
             extra = self.notes(decision, spec, context)
             return dataclasses.replace(decision, reason=f"{reason}; {extra}") if extra \
                 else decision
@@ -293,7 +329,7 @@ class Backend:
         else:
             reason = f"{self.name} has no native optimizer for {spec.name!r}"
         return Decision(self.name, spec.name, "own", None, reason, tuple(rejected),
-                        own_class=self.own_class)
+                        own_class=self.own_class, prefer=prefer)
 
     # -- building (framework calls, in subclasses) -------------------------------------
     def context(self, spec: Spec, named: list, plans: list, options: dict) -> Context:
@@ -310,10 +346,12 @@ class Backend:
         """``(optimizer, lr_scheduler, skipped)`` on the own path."""
         raise NotImplementedError
 
-    def build(self, spec: Spec, named: list, *, path: str, options: dict, plans: list):
+    def build(self, spec: Spec, named: list, *, path: str, options: dict, plans: list,
+              prefer: str = "speed"):
         """The one build sequence: ``(optimizer, BuildRecord)``."""
         context = self.context(spec, named, plans, dict(options))
-        decision = self.decide(spec, path, context)
+        context = dataclasses.replace(context, elements=total_elements(named))
+        decision = self.decide(spec, path, context, prefer)
         if decision.path == "native" and context.own_compile is not None:
             raise ValueError(f"build: options compile={context.own_compile!r} is for the own "
                              f"implementation; this spec runs natively ({decision.native}), "
@@ -348,6 +386,18 @@ class Backend:
     def plateau_scheduler(self, optimizer, rule, record: BuildRecord, monitor: str | None):
         """The framework's own plateau scheduler for ``optimizer`` computing ``rule``."""
         raise NotImplementedError
+
+
+def total_elements(named: Sequence[tuple[str | None, Any]]) -> int:
+    """The number of elements of every parameter together (what ``prefer="speed"``
+    sizes a build by)."""
+    total = 0
+    for _, p in named:
+        count = 1
+        for n in tuple(getattr(p, "shape", ())):
+            count *= int(n)
+        total += count
+    return total
 
 
 def launcher_ranks(variable: str) -> int:

@@ -25,6 +25,7 @@ from .backend import (
 from .groups import Group, plan_parameters
 from .schedules.plateau import ReduceOnPlateau
 from .spec import Spec, check_momentum_cycling
+from .speed import check_prefer
 
 
 def backends() -> list[str]:
@@ -67,7 +68,7 @@ def named_parameters(params: Any, caller: str = "build") -> list[tuple[str | Non
 
 def build(spec: Spec, params: Any, backend: str | None = None,
           groups: Sequence[Group] | None = None, *, path: str = "auto",
-          options: Mapping[str, Any] | None = None) -> Any:
+          options: Mapping[str, Any] | None = None, prefer: str = "speed") -> Any:
     """The framework's own optimizer computing ``spec`` over ``params``.
 
     ``groups``: a list of :class:`unified_opt.Group` (name rules setting per-parameter lr
@@ -78,11 +79,18 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     is exact) or "own" (always the spec's own update). ``options``: implementation
     flags passed to the native class (e.g. ``{"foreach": True}``), checked against
     that class's signature.
+
+    ``prefer`` (``path="auto"``), where both a native class and the own update are
+    exact: "speed" (the default) takes the own update where the measured speed table
+    (:mod:`unified_opt.speed`) says it is at least 1.5x faster than the class for this
+    framework, device, algorithm and size, else the class; "native" always takes the
+    class. ``uo.explain(optimizer)`` names the choice, the alternative and the ratio.
     """
     if not isinstance(spec, Spec):
         raise TypeError(f"build: spec must be a unified_opt spec, got {spec!r}")
     if path not in PATHS:
         raise ValueError(f"build: path must be one of {PATHS}, got {path!r}")
+    check_prefer(prefer, "build")
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"build: options must be a mapping, got {options!r}")
     check_momentum_cycling(spec, "build")
@@ -101,7 +109,7 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     rule_names = [n if n is not None else adapter.parameter_name(p) for n, p in named]
     plans = plan_parameters(spec, rule_names, groups, "build")
     optimizer, record = adapter.build(spec, named, path=path, options=dict(options or {}),
-                                      plans=plans)
+                                      plans=plans, prefer=prefer)
     record.groups = tuple(groups or ())
     remember(optimizer, record)
     return optimizer
@@ -280,11 +288,17 @@ def built_lines(record: Any, optimizer: Any) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def explain(spec: Any, backend: str | None = None) -> Decision:
-    """Which path ``build`` takes for ``spec`` on ``backend`` and why. Also accepts an
-    optimizer made by ``build`` (then ``backend`` is not needed, and the decision is the
-    one the build made with its parameters: groups, dtypes, device, zero-size ones)."""
+def explain(spec: Any, backend: str | None = None, prefer: str | None = None) -> Decision:
+    """Which path ``build`` takes for ``spec`` on ``backend`` and why, under ``prefer``
+    (None: "speed", as ``build``; a spec has no parameters, so the speed table is read
+    for the CPU and its largest size class, and the decision says so). Also accepts an
+    optimizer made by ``build`` (then ``backend`` and ``prefer`` are not needed, and the
+    decision is the one the build made with its parameters: groups, dtypes, device,
+    size, zero-size ones)."""
     if not isinstance(spec, Spec):
+        if prefer is not None:
+            raise TypeError("explain: prefer is for a spec; an optimizer's decision was "
+                            f"made by its build (prefer={record_of(spec).decision.prefer!r})")
         # a built optimizer: its text also says how its groups and pre-step were lowered
         record = record_of(spec)
         values = {f.name: getattr(record.decision, f.name) for f in fields(Decision)}
@@ -293,7 +307,8 @@ def explain(spec: Any, backend: str | None = None) -> Decision:
         raise TypeError(f"explain: backend is required for a spec (one of {BACKENDS})")
     if backend not in BACKENDS:
         raise ValueError(f"explain: backend must be one of {BACKENDS}, got {backend!r}")
-    return load(backend).decide(spec, "auto", Context())
+    prefer = check_prefer("speed" if prefer is None else prefer, "explain")
+    return load(backend).decide(spec, "auto", Context(), prefer)
 
 
 def plateau_scheduler(optimizer: Any, rule: ReduceOnPlateau, *,

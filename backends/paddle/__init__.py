@@ -147,9 +147,8 @@ class PaddleBackend(Backend):
                              "it can exchange the compressed gradients")
         return PaddleExchange()
 
-    def build(self, spec, named, *, path, options, plans):
-        optimizer, record = super().build(spec, named, path=path, options=options,
-                                          plans=plans)
+    def build(self, spec, named, **kwargs):
+        optimizer, record = super().build(spec, named, **kwargs)
         record.names = [n if n is not None else p.name for n, p in named]
         return optimizer, record
 

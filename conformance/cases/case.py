@@ -50,8 +50,11 @@ PARAMS = {"w": (65, 65), "bias": (7,), "ln.gamma": (8,), "ln.beta": (9,), "w3d":
 #: keeps it
 DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
 
-#: "own" runs only when "auto" lowered to a native class (else it would repeat "auto")
-DEFAULT_PATHS = ("auto", "own")
+#: "own" runs only when "auto" lowered to a native class (else it would repeat "auto");
+#: "native" only when "auto" took the own implementation over an exact native class
+#: (``uo.build``'s ``prefer="speed"``), so that every native row stays covered: a case
+#: runs each exact path once
+DEFAULT_PATHS = ("auto", "own", "native")
 #: the one path of a case with a native optimizer built by hand (``Case.native``)
 HAND = "hand"
 
@@ -67,7 +70,8 @@ MISSING_GRADIENTS_REFUSED = {
 @dataclass(frozen=True)
 class Case:
     """One conformance case. ``paths`` are build paths ("auto", "own", "native"); a
-    worker skips a path whose lowering repeats one it already ran.
+    worker skips a path whose lowering repeats one it already ran, and "native" where the
+    "auto" build found no exact native class.
 
     With ``native`` (a :class:`.native.Native`: a framework's own optimizer built by
     hand) the case runs that optimizer instead of ``uo.build``, on its framework only,

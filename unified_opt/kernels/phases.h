@@ -141,7 +141,8 @@ void for_each_item(int64_t count, bool parallel, int64_t scratch_size, Work&& wo
     for (int64_t i = 0; i < count; ++i) work(i, scratch.data());
   }
 #else
-  const int64_t threads = parallel ? std::min<int64_t>(thread_count(), count) : 1;
+  const int64_t threads =
+      parallel ? std::max<int64_t>(1, std::min<int64_t>(thread_count(), count)) : 1;
   auto range = [&](int64_t t) {
     std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
     for (int64_t i = count * t / threads; i < count * (t + 1) / threads; ++i)

@@ -46,6 +46,7 @@ values do not change when it steps).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import re
 from dataclasses import dataclass
@@ -53,7 +54,7 @@ from typing import Any, Callable, Sequence
 
 from .. import _validation as v
 from ..backend import load, record_of
-from ..build import framework_of, named_parameters
+from ..build import explain, framework_of, named_parameters
 from ..groups import Group
 from ..native import NativeClass, import_native
 from ..presets import preset
@@ -93,7 +94,10 @@ def from_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
                 sample_steps: int | None = None,
                 constant_lr: bool = False) -> tuple[Spec, list[Group]]:
     """``(spec, groups)`` computing what the live ``optimizer`` (and ``lr_scheduler``)
-    computes; see the module docstring and :func:`read_native`."""
+    computes; see the module docstring and :func:`read_native`. ``uo.build(spec, ...)``
+    on the same framework may make the own implementation instead of the class read,
+    where it is measured faster (``prefer="speed"``); the reading's last note says which
+    class a build makes and why (``prefer="native"`` keeps the class)."""
     reading = read_native(optimizer, lr_scheduler, names=names, sample_steps=sample_steps,
                           constant_lr=constant_lr)
     return reading.spec, reading.groups
@@ -141,7 +145,10 @@ def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
                              "it the schedule would be frozen at its current values; pass "
                              "lr_scheduler=<the scheduler>, or constant_lr=True to read the "
                              "current lr as a constant")
-    return reader.read(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
+    reading = reader.read(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
+    # which class building the spec back makes, and why (prefer="speed" may replace it)
+    note = build_note(reading.spec, optimizer_framework(optimizer))
+    return dataclasses.replace(reading, notes=(*reading.notes, note))
 
 
 def schedule_position(optimizer: Any, lr_scheduler: Any = None) -> int | None:
@@ -323,3 +330,15 @@ def shortest_float32(values) -> list[float]:
 
 def with_schedule(spec: Spec, schedule: Schedule | None) -> Spec:
     return spec if schedule is None else spec.replace(lr=schedule)
+
+
+def build_note(spec: Any, backend: str) -> str:
+    """What ``uo.build(spec, params)`` makes on ``backend`` and why, in one line (the
+    porting tools' message: the spec alone, so the table's large class; the build
+    decides by the parameters' size)."""
+    decision = explain(spec, backend)
+    if decision.path == "native":
+        made = f"native {decision.native}"
+    else:
+        made = "the own implementation"
+    return f"uo.build(spec, params) on {backend} builds {made}: {decision.reason}"

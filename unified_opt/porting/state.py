@@ -427,11 +427,13 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
     backend.write_built(record, optimizer, saved, arrays)
 
 
-def resume(path, params, *, transform=None, path_taken: str = "auto"):
+def resume(path, params, *, transform=None, path_taken: str = "auto",
+           prefer: str = "speed"):
     """``uo.build`` the saved spec and groups over ``params`` (on their framework), load
     the state into it (``transform``: as for :func:`load_state`), and return the
-    optimizer (its scheduler: ``uo.lr_scheduler``). ``path_taken``: ``uo.build``'s
-    ``path``."""
+    optimizer (its scheduler: ``uo.lr_scheduler``). ``path_taken`` and ``prefer``:
+    ``uo.build``'s ``path`` and ``prefer`` (which class it built, and why:
+    ``uo.explain(optimizer)``)."""
     from ..build import build, framework_of, named_parameters
 
     saved = read_state(path)
@@ -445,6 +447,6 @@ def resume(path, params, *, transform=None, path_taken: str = "auto"):
     if framework is not None:     # the spec and groups as read on the target (across)
         saved = across(saved, framework, [n for n, _ in named], model, transform)
     optimizer = build(saved.spec, params, groups=list(saved.groups) or None,
-                      path=path_taken)
+                      path=path_taken, prefer=prefer)
     load_state(optimizer, path, transform=transform, model=model)
     return optimizer

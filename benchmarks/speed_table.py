@@ -1,0 +1,147 @@
+"""``unified_opt/speed_table.json``, the table ``uo.build(..., prefer="speed")`` reads,
+made from the committed benchmark results.
+
+    python benchmarks/speed_table.py [--results benchmarks/results]
+                                     [--out unified_opt/speed_table.json] [--check]
+
+Sources (each a file in ``--results``):
+
+* ``native_vs_own.json`` (``benchmarks/native_vs_own.py``, the CPU): per backend
+  (``mindspore-graph``: MindSpore in GRAPH_MODE), spec and size class, the native class
+  ``uo.build`` takes and the own implementation over the same parameters. Where two
+  specs measured the same native class (plain SGD and SGD with momentum on torch), the
+  row with the smaller ratio stands for the class;
+* ``gpu_step_time.json`` (``benchmarks/gpu_step_time.py``, CUDA, GPT-2 small): for each
+  algorithm, a row that built a native class (a ``uo/`` or ``native/`` row whose
+  ``path`` is one of torch's native classes for it) against ``own/<algorithm>/auto``
+  (the own path as a default build runs it).
+
+A row of the table: backend, device kind, algorithm, native class, size class (of
+:data:`unified_opt.speed.SIZE_CLASSES`), the measured parameters' elements, both step
+times, ``native_over_own`` and its source. The table is checked in; a test checks that
+the committed table is what this script makes from the committed results (``--check``
+does the same here: exit 1 when they differ). Regenerate it whenever a backend or an
+engine changes: rerun the benchmarks, then this script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from unified_opt import speed
+from unified_opt.backend import load
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU_RESULTS = "native_vs_own.json"
+GPU_RESULTS = "gpu_step_time.json"
+
+
+def cpu_rows(data: dict, file: str) -> list[dict]:
+    """The table's rows from ``native_vs_own.json``."""
+    best: dict[tuple, dict] = {}
+    for r in data["rows"]:
+        if "error" in r:
+            continue
+        row = {"backend": r["backend"], "device": "cpu", "algorithm": r["algorithm"],
+               "native": r["native"], "size_class": r["size_class"],
+               "elements": r["elements"], "native_ms": r["native_ms"], "own_ms": r["own_ms"],
+               "native_over_own": round(r["native_ms"] / r["own_ms"], 2), "source": "cpu",
+               "measured": f"{file}: {r['expression']}"}
+        key = (row["backend"], row["algorithm"], row["native"], row["size_class"])
+        if key not in best or row["native_over_own"] < best[key]["native_over_own"]:
+            best[key] = row
+    return list(best.values())
+
+
+def gpu_rows(data: dict, file: str) -> list[dict]:
+    """The table's rows from ``gpu_step_time.json``."""
+    classes = {}
+    for cls, lowering in load("torch").rows():
+        classes.setdefault(lowering.algorithm, set()).add(cls.name)
+    by_key = {r["key"]: r for r in data["rows"] if "ms" in r}
+    elements = data["parameters"]["elements"]
+    out = []
+    for key, r in by_key.items():
+        if not key.startswith(("uo/", "native/")):
+            continue
+        algorithm = r.get("algorithm")
+        own = by_key.get(f"own/{algorithm}/auto")
+        if own is None or r.get("path") not in classes.get(algorithm, ()):
+            continue
+        out.append({"backend": "torch", "device": data["environment"]["device"],
+                    "algorithm": algorithm, "native": r["path"],
+                    "size_class": speed.size_class(elements), "elements": elements,
+                    "native_ms": r["ms"], "own_ms": own["ms"],
+                    "native_over_own": round(r["ms"] / own["ms"], 2), "source": "cuda",
+                    "measured": f"{file}: {key} against own/{algorithm}/auto"})
+    return out
+
+
+def make(results: Path) -> dict:
+    """The table from the results in ``results``."""
+    sources, rows = {}, []
+    cpu_file = results / CPU_RESULTS
+    if cpu_file.exists():
+        data = json.loads(cpu_file.read_text())
+        env = data["environment"]
+        name = f"benchmarks/results/{CPU_RESULTS}"
+        threads = env.get("threads")
+        sources["cpu"] = {"file": name, "machine": f"{env['cpu']} ({env['cpu_count']} cores"
+                          + (f", {threads} thread" + "s" * (threads != 1) if threads else "")
+                          + ")", "versions": data.get("versions", {})}
+        rows += cpu_rows(data, name)
+    gpu_file = results / GPU_RESULTS
+    if gpu_file.exists():
+        data = json.loads(gpu_file.read_text())
+        env = data["environment"]
+        if env.get("device") == "cuda":
+            name = f"benchmarks/results/{GPU_RESULTS}"
+            sources["cuda"] = {"file": name, "machine": f"{env['device_name']} "
+                               f"({data['parameters']['name']})",
+                               "versions": {k: env[k] for k in ("torch", "triton", "cuda")
+                                            if env.get(k)}}
+            rows += gpu_rows(data, name)
+    order = [n for n, _ in speed.SIZE_CLASSES]
+    rows.sort(key=lambda r: (r["backend"], r["device"], r["algorithm"], r["native"],
+                             order.index(r["size_class"])))
+    return {"about": "uo.build(prefer='speed') reads this table (unified_opt/speed.py); "
+                     "made by benchmarks/speed_table.py from the committed benchmark "
+                     "results, never by hand",
+            "threshold": speed.THRESHOLD,
+            "size_classes": [{"name": n, "min_elements": low} for n, low in
+                             speed.SIZE_CLASSES],
+            "sources": sources, "rows": rows}
+
+
+def render(table: dict) -> str:
+    return json.dumps(table, indent=1) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "unified_opt" / "speed_table.json")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 when --out differs from what the results make")
+    args = parser.parse_args(argv)
+    text = render(make(args.results))
+    if args.check:
+        same = args.out.exists() and args.out.read_text() == text
+        print(f"{args.out}: {'up to date' if same else 'differs from the results'}")
+        return 0 if same else 1
+    args.out.write_text(text)
+    table = json.loads(text)
+    own = [r for r in table["rows"] if r["native_over_own"] >= table["threshold"]]
+    print(f"{args.out}: {len(table['rows'])} rows, {len(own)} where the own implementation "
+          f"is at least {table['threshold']}x faster:")
+    for r in own:
+        print(f"  {r['backend']} {r['device']} {r['algorithm']} {r['native']} "
+              f"{r['size_class']}: {r['native_over_own']}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
