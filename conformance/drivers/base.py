@@ -38,7 +38,8 @@ class Driver:
     def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
                  options: Mapping | None = None, total_steps: int | None = None,
                  groups=None, native: Native | None = None, factory=None,
-                 device: Placement | None = None):
+                 device: Placement | None = None, prefer: str = "speed"):
+        # prefer: uo.build's (a test of a native row asks for "native")
         self.spec = spec
         # where the parameters and gradients go (None: the framework's CPU); a
         # process-wide default (Paddle, MindSpore) was set by device.place
@@ -58,7 +59,8 @@ class Driver:
                                       list(self.params.values()), self.scheduler)
         elif native is None:
             self.optimizer = build(spec, list(self.params.items()), path=path,
-                                   options=self.build_options(options), groups=groups)
+                                   options=self.build_options(options), groups=groups,
+                                   prefer=prefer)
             self.record = record_of(self.optimizer)
             self.scheduler = self.record.lr_scheduler
             self._decision = self.record.decision
