@@ -37,9 +37,14 @@ def test_cli_conformance_on_torch_writes_passing_reports(tmp_path):
                           "--steps", "60", "--out", str(out), "--verbose"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    # progress relayed: every (case, path) counted, the repeated own path skipped
-    assert "[torch] 9/10 preset_mindspore_nn_adamweightdecay auto pass own" in run.stdout
-    assert "[torch] 10/10 preset_mindspore_nn_adamweightdecay own skipped" in run.stdout
+    # progress relayed: every (case, path) counted, the repeated own path skipped, and
+    # native where auto took the class (or no class is exact): on these sizes torch's
+    # classes are never measured 1.5x slower, so no native path runs
+    assert "[torch] 13/15 preset_mindspore_nn_adamweightdecay auto pass own" in run.stdout
+    assert "[torch] 14/15 preset_mindspore_nn_adamweightdecay own skipped" in run.stdout
+    assert ("[torch] 15/15 preset_mindspore_nn_adamweightdecay native skipped (no native "
+            "class computes it exactly)") in run.stdout
+    assert "[torch] 12/15 adamw_default native skipped (same as auto)" in run.stdout
     assert "7 results: 7 pass, 0 fail, 0 error" in run.stdout      # the matrix's counts
 
     report = json.loads((out / "report.json").read_text())
@@ -159,13 +164,40 @@ def test_worker_skips_a_path_that_repeats_auto(tmp_path):
     summary = run_all(driver_class("torch"), "torch", [own_only, native], tmp_path,
                       say=lines.append, keep_trajectories=True)
     assert summary["runs"] == ["own_only__auto", "native__auto", "native__own"]
-    assert summary["skipped"] == ["own_only__own"]
-    assert lines[-1] == "progress 4/4 native own pass own"
+    assert summary["skipped"] == ["own_only__own", "own_only__native", "native__native"]
+    assert "progress 2/6 own_only own skipped (same as auto)" in lines
+    assert "progress 3/6 own_only native skipped (no native class computes it exactly)" in lines
+    assert "progress 5/6 native own pass own" in lines
+    assert lines[-1] == "progress 6/6 native native skipped (same as auto)"
     info = json.loads((tmp_path / "native__auto.json").read_text())
     assert info["lowering"]["native"] == "torch.optim.Adam" and info["error"] is None
     trajectory = Trajectory.load(tmp_path / info["trajectory"])
     assert trajectory.steps == 50 and trajectory.params["w"].shape == (50, 65, 65)
     assert sorted(trajectory.state["empty"]) == ["exp_avg", "exp_avg_sq"]
+
+
+@require("torch")
+def test_worker_runs_native_where_auto_took_the_faster_own_path(tmp_path):
+    """torch's Rprop on 65,536 elements (the medium size class) is measured slower than
+    the own implementation: auto takes the own path, native runs the class, own repeats
+    auto."""
+    from unified_opt.conformance.worker import driver_class, run_all
+
+    case = Case(id="rprop_medium", spec=uo.Rprop(lr=0.01), params={"w": (256, 256)})
+    lines = []
+    summary = run_all(driver_class("torch"), "torch", [case], tmp_path, say=lines.append)
+    auto = json.loads((tmp_path / "rprop_medium__auto.json").read_text())
+    if auto["lowering"]["path"] == "native":       # no kernel VM here: the class
+        assert "prefer='speed' keeps torch.optim.Rprop" in auto["lowering"]["reason"]
+        assert summary["skipped"] == ["rprop_medium__native"]
+        return
+    assert "faster than torch.optim.Rprop" in auto["lowering"]["reason"]
+    assert summary["runs"] == ["rprop_medium__auto", "rprop_medium__native"]
+    assert summary["skipped"] == ["rprop_medium__own"]
+    assert lines[-1] == "progress 3/3 rprop_medium native pass torch.optim.Rprop"
+    native = json.loads((tmp_path / "rprop_medium__native.json").read_text())
+    assert native["lowering"]["native"] == "torch.optim.Rprop"
+    assert native["status"] == auto["status"] == "pass"
 
 
 def test_cases_matching_nothing_name_the_closest_few(capsys, tmp_path):
