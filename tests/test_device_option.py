@@ -270,12 +270,15 @@ def test_the_reports_name_the_device_and_the_runs_not_run():
     md = markdown(report)
     assert "Device: torch on cuda:0 (NVIDIA H200)." in md
     assert f"| {dgc.id} | not run |" in md
-    assert (f"- torch: {dgc.id} (auto), {dgc.id} (own): not run on cuda:0: a distributed "
-            "case (2 ranks) runs on the CPU only") in md
+    # each of the case's paths is listed (auto, own, native), as the runner lists them
+    assert dgc.paths == ("auto", "own", "native")
+    assert (f"- torch: {dgc.id} (auto), {dgc.id} (own), {dgc.id} (native): not run on "
+            "cuda:0: a distributed case (2 ranks) runs on the CPU only") in md
     root = ET.fromstring(junit(report))
-    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("3", "2", "0")
+    assert (root.get("tests"), root.get("skipped"), root.get("failures")) == ("4", "3", "0")
     skipped = [c for c in root.iter("testcase") if c.find("skipped") is not None]
-    assert [c.get("name") for c in skipped] == [f"{dgc.id}[torch-auto]", f"{dgc.id}[torch-own]"]
+    assert [c.get("name") for c in skipped] == [f"{dgc.id}[torch-auto]", f"{dgc.id}[torch-own]",
+                                                f"{dgc.id}[torch-native]"]
     assert skipped[0].find("skipped").get("message").startswith("not run on cuda:0: ")
     properties = {p.get("name"): p.get("value") for p in root.iter("property")}
     assert properties == {"device": "cuda:0", "framework_device": "cuda:0",
@@ -284,7 +287,7 @@ def test_the_reports_name_the_device_and_the_runs_not_run():
     assert "device: torch on cuda:0 (NVIDIA H200)" in text
     assert f"NOT RUN 1 case(s) on torch ({dgc.id}): not run on cuda:0" in text
     page = html_report(report)
-    assert "on cuda:0 (NVIDIA H200); 2 run(s) not run there: not run on cuda:0" in page
+    assert "on cuda:0 (NVIDIA H200); 3 run(s) not run there: not run on cuda:0" in page
 
 
 # -- check() ----------------------------------------------------------------------------
