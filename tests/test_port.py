@@ -120,26 +120,56 @@ def test_nothing_but_the_constructions_and_imports_changes():
 
 
 SGD = "import torch\nopt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)\n"
+MOMENTUM = ("import paddle\nopt = paddle.optimizer.Momentum(learning_rate=0.1, momentum=0.9, "
+            "parameters=net.parameters())\n")
 
 
-@pytest.mark.parametrize("to, expected", [
-    ("paddle", "opt = paddle.optimizer.Momentum(parameters=net.parameters(), momentum=0.9, "
-               "use_nesterov=False, weight_decay=None, learning_rate=0.1)"),
-    ("mindspore", "opt = mindspore.nn.SGD(net.trainable_params(), momentum=0.9, "
-                  "dampening=0.0, nesterov=False, weight_decay=0.0, learning_rate=0.1)"),
-])
-def test_an_exact_native_class_is_preferred_and_reads_back_as_the_same_spec(to, expected):
-    ported = port_source(SGD, to)
+def _adamw_call(params: str) -> str:
+    """What port writes for ``torch.optim.AdamW(<params>, lr=1e-3)`` on Paddle: the class
+    where ``uo.explain`` (prefer="speed") keeps it, else ``uo.build``."""
+    if uo.explain(uo.preset("torch.optim.AdamW", lr=1e-3), "paddle").path == "native":
+        return f"paddle.optimizer.AdamW(parameters={params},"
+    return f"uo.build(uo.AdamW(), {params})"
+
+
+@pytest.mark.parametrize("source, to, expected, original", [
+    (SGD, "paddle", "opt = paddle.optimizer.Momentum(parameters=net.parameters(), "
+                    "momentum=0.9, use_nesterov=False, weight_decay=None, learning_rate=0.1)",
+     uo.preset("torch.optim.SGD", lr=0.1, momentum=0.9)),
+    # a class the speed table has no measurement of is kept
+    (MOMENTUM, "mindspore", "opt = mindspore.nn.Momentum(net.trainable_params(), "
+                            "momentum=0.9, weight_decay=0.0, learning_rate=0.1)",
+     uo.preset("paddle.optimizer.Momentum", learning_rate=0.1, momentum=0.9)),
+], ids=["paddle", "mindspore"])
+def test_an_exact_native_class_is_preferred_and_reads_back_as_the_same_spec(
+        source, to, expected, original):
+    ported = port_source(source, to)
     assert ported.source.splitlines()[2] == expected
     module = expected.split("(")[0].removeprefix("opt = ").rpartition(".")[0]
     assert ported.source.splitlines()[1] == f"import {module}"
     assert "-> native" in ported.rewrites[0].reasons
-    original = uo.preset("torch.optim.SGD", lr=0.1, momentum=0.9)
     assert ported.rewrites[0].spec == original
     # the emitted call, read back through its own preset, computes the original's numbers
     # (Paddle's Momentum reads as momentum_init="zeros": the same without dampening)
     back = port_source(ported.source, "torch").rewrites[0].spec
     assert uo.diff(original, back).same
+
+
+def test_an_exact_class_measured_slower_is_ported_to_the_own_implementation():
+    """MindSpore's nn.SGD computes torch's SGD exactly, but the speed table measured the
+    own implementation faster (prefer="speed"): port writes uo.build and says why."""
+    decision = uo.explain(uo.preset("torch.optim.SGD", lr=0.1, momentum=0.9), "mindspore")
+    if decision.path == "native":
+        pytest.skip(f"the own implementation is not preferred here: {decision.reason}")
+    ported = port_source(SGD, "mindspore")
+    assert ported.source.splitlines()[1:] == [
+        "import unified_opt as uo",
+        "opt = uo.build(uo.SGD(lr=0.1, momentum=0.9), net.trainable_params())"]
+    reasons = ported.rewrites[0].reasons
+    assert "mindspore: sgd -> own implementation" in reasons
+    assert "faster than mindspore.nn.SGD" in reasons
+    assert "prefer='native' builds mindspore.nn.SGD" in reasons
+    assert ported.rewrites[0].spec == uo.preset("torch.optim.SGD", lr=0.1, momentum=0.9)
 
 
 @pytest.mark.parametrize("source", [
@@ -150,7 +180,7 @@ def test_an_exact_native_class_is_preferred_and_reads_back_as_the_same_spec(to, 
 def test_imports_aliases_positions_and_constants_are_resolved(source):
     ported = port_source(source, "paddle")
     assert ported.rewrites[0].spec == uo.preset("torch.optim.AdamW", lr=1e-3)
-    assert "paddle.optimizer.AdamW(parameters=m.parameters()," in ported.source
+    assert f"opt = {_adamw_call('m.parameters()')}" in ported.source
 
 
 def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
@@ -233,7 +263,12 @@ def test_the_command_writes_the_script_and_lists_the_rewrites(tmp_path, capsys):
     assert cli.main(["port", str(SAMPLE), "--to", "paddle", "-o", str(out)]) == 0
     err = capsys.readouterr().err
     assert f"{SAMPLE}:19: torch.optim.AdamW(model.parameters(), lr=3e-3" in err
-    assert "because paddle: adamw -> native paddle.optimizer.AdamW" in err
+    # why: the decision uo.build makes (the class, or the own implementation measured
+    # faster than it: prefer="speed")
+    spec = port_source(SAMPLE.read_text(), "paddle").rewrites[0].spec
+    decision = uo.explain(spec, "paddle")
+    assert f"because {str(decision).splitlines()[0]} why: {decision.reason}" in err
+    assert "paddle.optimizer.AdamW" in err
     assert out.read_text() == port_source(SAMPLE.read_text(), "paddle").source
 
 
@@ -388,7 +423,7 @@ def test_one_refused_construction_leaves_the_others_ported():
     assert [line for line, _ in ported.refusals] == [2, 3, 4, 5]
     assert [r.line for r in ported.rewrites] == [6]
     lines = ported.source.splitlines()
-    assert lines[-1].startswith("third = paddle.optimizer.AdamW(")
+    assert lines[-1].startswith(f"third = {_adamw_call('c.parameters()')}")
     assert "opt = torch.optim.SGD(a.parameters(), lr=0.1)" in lines
 
 
