@@ -220,6 +220,8 @@ class Bench:
         spec = parse_spec(row.extra["spec"])
         mode = row.extra.get("engine")
         own = {} if mode is None else {"path": "own", "options": {"compile": ENGINES[mode]}}
+        if "prefer" in row.extra:
+            own["prefer"] = row.extra["prefer"]
         return self.optimizer_row(lambda named: uo.build(spec, named, **own), slow=row.slow,
                                   describe=_explained)
 
@@ -323,6 +325,13 @@ def all_rows(bench_cls=Bench) -> list[Row]:
                 bench_cls.uo_build, extra={"spec": ALGORITHMS["adamw"]}),
             Row("uo/adafactor", "adafactor", "uo.build(uo.Adafactor(...)) (default build)",
                 bench_cls.uo_build, extra={"spec": ALGORITHMS["adafactor"]}),
+            # the native classes themselves (prefer="native"): what the speed table
+            # weighs the own path against, whichever the default build takes
+            Row("native/adamw", "adamw", "uo.build(uo.AdamW(...), prefer='native')",
+                bench_cls.uo_build, extra={"spec": ALGORITHMS["adamw"], "prefer": "native"}),
+            Row("native/adafactor", "adafactor",
+                "uo.build(uo.Adafactor(...), prefer='native')", bench_cls.uo_build,
+                extra={"spec": ALGORITHMS["adafactor"], "prefer": "native"}),
             Row("offload/adam", "adam_offload", "uo.build(uo.AdamOffload()) (OffloadAdam)",
                 bench_cls.offload),
             Row("offload/host-adam", "adam_offload",

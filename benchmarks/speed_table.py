@@ -68,6 +68,8 @@ def gpu_rows(data: dict, file: str) -> list[dict]:
         if not key.startswith(("uo/", "native/")):
             continue
         algorithm = r.get("algorithm")
+        if key.startswith("uo/") and f"native/{algorithm}" in by_key:
+            continue        # the class built explicitly (prefer="native") stands for it
         own = by_key.get(f"own/{algorithm}/auto")
         if own is None or r.get("path") not in classes.get(algorithm, ()):
             continue

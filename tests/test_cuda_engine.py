@@ -13,7 +13,7 @@ Triton kernel over all tensors of a group. Here its kernels run in Triton's inte
   the eager update by ``"auto"``.
 
 The same kernels compiled for a GPU: ``tests/test_cuda_native.py`` and the device script
-``benchmarks/gpu_check.sh``.
+``benchmarks/gpu_check.py``.
 """
 
 import os
