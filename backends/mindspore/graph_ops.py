@@ -92,6 +92,7 @@ from unified_opt.kernels.trace import (
     canonical_dims,
     state_masks,
     trace_update,
+    traced_outputs,
 )
 from unified_opt.schedules import Schedule
 
@@ -436,21 +437,7 @@ def symbolic_trace(spec, shape, dtype: str = "float32", forced: tuple = ()) -> S
     if graph.concrete:
         raise Untraceable(f"its update reads the step or the lr as a plain number in "
                           f"Python ({graph.concrete[0]})")
-    if set(new_state) != set(state):
-        raise Untraceable(f"the update returns state {sorted(new_state)}, the state is "
-                          f"{sorted(state)}")
-    outputs = []
-    for target, value in [(0, new_param)] + [(names.index(k), v) for k, v in new_state.items()]:
-        value = tracer.operand(value)
-        target_labels = axes if target == 0 else labels[names[target]]
-        if tracer.nodes[value._index].boolean:
-            raise Untraceable(f"{names[target]} would be a mask")
-        if _mask(value._labels) & ~_mask(target_labels):
-            raise Untraceable(f"the new {names[target]} spans more axes than the old")
-        node = tracer.nodes[value._index]
-        if node.op == "input" and node.attr == target:
-            continue
-        outputs.append((target, value._index))
+    outputs = traced_outputs(tracer, names, new_param, new_state, axes, labels)
     for node in tracer.nodes:
         if node.op == "topk":
             raise Untraceable("ops.topk_mask (MindSpore's sort keeps no order among ties)")

@@ -408,6 +408,30 @@ def state_masks(spec, shape, dtype) -> dict[str, tuple[int, ...]]:
     return {key: value._labels for key, value in state.items()}
 
 
+def traced_outputs(tracer, names, new_param, new_state, param_labels, state_labels
+                   ) -> list[tuple[int, int]]:
+    """``(input position, node index)`` of every array a traced update writes: the new
+    parameter and each new state array (``names``: the inputs, ``param``, ``grad``, then
+    the state's keys), checked to be the state it was given, no mask, and no wider than
+    the array it replaces; an array handed back unchanged is left out."""
+    if set(new_state) != set(state_labels):
+        raise Untraceable(f"the update returns state {sorted(new_state)}, the state is "
+                          f"{sorted(state_labels)}")
+    outputs = []
+    for target, value in [(0, new_param)] + [(names.index(k), v) for k, v in new_state.items()]:
+        value = tracer.operand(value)
+        target_labels = param_labels if target == 0 else state_labels[names[target]]
+        if tracer.nodes[value._index].boolean:
+            raise Untraceable(f"{names[target]} would be a mask")
+        if _mask(value._labels) & ~_mask(target_labels):
+            raise Untraceable(f"the new {names[target]} spans more axes than the old")
+        node = tracer.nodes[value._index]
+        if node.op == "input" and node.attr == target:
+            continue             # handed back unchanged: nothing to write
+        outputs.append((target, value._index))
+    return outputs
+
+
 def trace_update(spec, shape, dtype, state_labels: dict, *, lr: float, step: int) -> Trace:
     """Trace ``spec.update`` for a parameter of ``shape`` and ``dtype`` at 1-based ``step``
     with ``lr``. ``state_labels``: :func:`state_masks` of the same spec and shape."""
@@ -418,21 +442,7 @@ def trace_update(spec, shape, dtype, state_labels: dict, *, lr: float, step: int
     state = {key: tracer.input(2 + i, value) for i, (key, value) in enumerate(state_labels.items())}
     new_param, new_state = spec.update(param, grad, state, lr=lr, step=step,
                                        ops=TraceOps(tracer))
-    if set(new_state) != set(state):
-        raise Untraceable(f"the update returns state {sorted(new_state)}, the state is "
-                          f"{sorted(state)}")
-    outputs = []
-    for target, value in [(0, new_param)] + [(names.index(k), v) for k, v in new_state.items()]:
-        value = tracer.operand(value)
-        target_labels = labels if target == 0 else state_labels[names[target]]
-        if tracer.nodes[value._index].boolean:
-            raise Untraceable(f"{names[target]} would be a mask")
-        if _mask(value._labels) & ~_mask(target_labels):
-            raise Untraceable(f"the new {names[target]} spans more axes than the old")
-        node = tracer.nodes[value._index]
-        if node.op == "input" and node.attr == target:
-            continue             # handed back unchanged: nothing to write
-        outputs.append((target, value._index))
+    outputs = traced_outputs(tracer, names, new_param, new_state, labels, state_labels)
     program = Program(nodes=tuple(tracer.nodes), inputs=names,
                       input_masks=(_mask(labels), _mask(labels),
                                    *(_mask(v) for v in state_labels.values())),
