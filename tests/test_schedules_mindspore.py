@@ -103,7 +103,9 @@ def follow(spec, by_hand, *, groups=None, driver="direct", options=None):
                    groups=tuple(groups or ()))
     arrays = case.initial_params()
     mine, theirs = parameters(arrays), parameters(arrays)
-    optimizer = uo.build(spec, list(mine.items()), groups=groups, options=options or {})
+    # the class (prefer="native"): prefer="speed" may take the faster own path
+    optimizer = uo.build(spec, list(mine.items()), groups=groups, options=options or {},
+                         prefer="native")
     record = uo.explain(optimizer)
     hand = by_hand(theirs)
     step_mine = stepper(optimizer, mine, driver)

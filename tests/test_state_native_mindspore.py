@@ -40,8 +40,11 @@ def _case(spec):
 
 
 def _driver(spec, arrays=None, path="auto"):
+    """``uo.build`` through the conformance driver; "auto" with ``prefer="native"``: the
+    class wherever one is exact (the default, "speed", may take the faster own path)."""
     return driver_class("mindspore")(spec, _case(spec).initial_params() if arrays is None
-                                     else arrays, path=path, total_steps=None)
+                                     else arrays, path=path, total_steps=None,
+                                     prefer="native")
 
 
 def _steps(driver, steps):
@@ -199,7 +202,7 @@ def test_a_hand_built_nn_adam_resumes_on_its_trajectory(tmp_path, kind):
     np.testing.assert_array_equal(saved.arrays["weight"]["exp_avg_sq"],
                                   first.moment2[0].asnumpy())
     resumed_net = _net(_values(net))
-    resumed = uo.resume(tmp_path / "hand.safetensors", resumed_net)
+    resumed = uo.resume(tmp_path / "hand.safetensors", resumed_net, prefer="native")
     assert record_of(resumed).decision.native == "mindspore.nn.Adam"
     lr, native_lr = resumed.get_lr().asnumpy(), first.get_lr().asnumpy()   # the next step's
     _hand_steps(resumed, range(K, 2 * K))
@@ -290,7 +293,7 @@ def test_convert_checkpoint_then_resume(tmp_path):
     assert rebuilt.global_step.asnumpy()[0] == K
     assert rebuilt.beta2_power.asnumpy() == first.beta2_power.asnumpy()
     resumed_net = _net(_values(net))
-    resumed = uo.resume(tmp_path / "run.safetensors", resumed_net)
+    resumed = uo.resume(tmp_path / "run.safetensors", resumed_net, prefer="native")
     _hand_steps(resumed, range(K, 2 * K))
     _assert_same(_values(whole_net), _values(resumed_net))
     # an already-loaded dict of Parameters reads the same
@@ -343,7 +346,8 @@ def test_convert_an_experimental_adamw_checkpoint_with_names(tmp_path):
     assert saved.names == ["fc.weight", "fc.bias"] and saved.steps == K   # state_step
     resumed_net = _net(_values(net))
     resumed = uo.resume(tmp_path / "run.safetensors",
-                        [("fc.weight", resumed_net.weight), ("fc.bias", resumed_net.bias)])
+                        [("fc.weight", resumed_net.weight), ("fc.bias", resumed_net.bias)],
+                        prefer="native")
     assert record_of(resumed).decision.native == "mindspore.experimental.optim.AdamW"
     _hand_steps(resumed, range(K, 2 * K))
     _assert_same(_values(whole_net), _values(resumed_net))

@@ -1,4 +1,4 @@
-"""State files of Paddle's native optimizers (``uo.build`` on path="auto", and
+"""State files of Paddle's native optimizers (``uo.build`` on path="auto" with prefer="native", and
 ``paddle.optimizer`` classes built by hand): a resumed native run is bit-identical to the
 uninterrupted one, beta powers included; a run switching native <-> own within Paddle
 follows the oracle by the conformance rule; a hand-built AdamW + CosineAnnealingDecay continues
@@ -57,8 +57,11 @@ def paddle():
 def _driver(spec=SPEC, groups=GROUPS, arrays=None, path="auto"):
     from unified_opt.conformance.worker import driver_class
 
+    # "auto" with prefer="native": the class wherever one is exact (the default, "speed",
+    # may take the faster own path)
     return driver_class("paddle")(spec, CASE.initial_params() if arrays is None else arrays,
-                                  path=path, groups=groups, total_steps=CASE.steps)
+                                  path=path, groups=groups, total_steps=CASE.steps,
+                                  prefer="native")
 
 
 def _steps(driver, steps):
@@ -84,7 +87,7 @@ def _assert_same(a: dict, b: dict):
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_a_resumed_native_run_is_bit_identical(tmp_path, paddle, config):
     spec, groups, native = CONFIGS[config]
-    decision = uo.explain(spec, backend="paddle")
+    decision = uo.explain(spec, backend="paddle", prefer="native")
     assert (decision.path, decision.native) == ("native", native)
     whole = _driver(spec, groups)
     _steps(whole, range(30))
@@ -225,7 +228,7 @@ def _continued(paddle, tmp_path, half, state_file):
     """uo.resume of ``state_file`` over a copy of ``half``, trained to step 30."""
     layer = _net(paddle)
     layer.set_state_dict(half.state_dict())
-    optimizer = uo.resume(state_file, layer)
+    optimizer = uo.resume(state_file, layer, prefer="native")
     assert type(optimizer).__name__ == "AdamW"
     assert record_of(optimizer).decision.path == "native"
     _train(paddle, layer, optimizer, range(15, 30), uo.lr_scheduler(optimizer))
@@ -333,7 +336,8 @@ def test_a_truncated_or_garbage_pdopt_is_refused(tmp_path, paddle, hand_runs):
 
 def test_radam_s_unmapped_state_is_refused_by_name(tmp_path, paddle):
     spec = uo.preset("paddle.optimizer.RAdam", learning_rate=0.01)
-    assert uo.explain(spec, backend="paddle").native == "paddle.optimizer.RAdam"
+    assert uo.explain(spec, backend="paddle", prefer="native").native == \
+        "paddle.optimizer.RAdam"
     native = _driver(spec, None)
     _steps(native, range(3))
     with pytest.raises(ValueError, match=r"paddle.optimizer.RAdam keeps \['beta1_pow', "
@@ -406,7 +410,7 @@ def test_a_named_adamax_with_parameter_groups(tmp_path, paddle):
         _assert_same(live.arrays[name], converted.arrays[name])
     copy = _net(paddle)
     copy.set_state_dict(layer.state_dict())
-    resumed = uo.resume(tmp_path / "converted.safetensors", copy)
+    resumed = uo.resume(tmp_path / "converted.safetensors", copy, prefer="native")
     assert type(resumed).__name__ == "Adamax"
     _train(paddle, layer, optimizer, range(7, 20), scheduler=_NoScheduler())
     _train(paddle, copy, resumed, range(7, 20), scheduler=_NoScheduler())
