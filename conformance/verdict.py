@@ -122,6 +122,10 @@ def decision_dict(decision) -> dict | None:
            "own_class": decision.own_class}
     if decision.native_class is not None and decision.native_class.nonfinite:
         out["nonfinite"] = decision.native_class.nonfinite
+    if getattr(decision, "alternative", None) is not None:
+        # the exact path not taken (the worker runs "native" where auto took the own
+        # path over an exact class: a distributed run's decision arrives as this dict)
+        out["alternative"] = decision.alternative
     return out
 
 
