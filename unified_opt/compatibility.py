@@ -50,7 +50,12 @@ def markdown() -> str:
              "## Algorithms: native classes per backend", "",
              "Each native class computes the spec exactly under its conditions; any other "
              "configuration runs the spec's own update in an optimizer class of that "
-             "framework (`own`), which every backend has for every algorithm.", "",
+             "framework (`own`), which every backend has for every algorithm. Where a "
+             "class is exact, `uo.build`'s default (`prefer=\"speed\"`) still takes the "
+             "own update if the committed speed table (`unified_opt/speed_table.json`) "
+             "measured it at least 1.5x faster for that framework, device, algorithm and "
+             "size; `prefer=\"native\"` builds the class shown here, and `uo.explain` says "
+             "which.", "",
              "| algorithm | " + " | ".join(BACKENDS) + " |",
              "|---|" + "---|" * len(BACKENDS)]
     for name in algorithms():
