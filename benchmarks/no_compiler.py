@@ -201,7 +201,7 @@ def _arrays(programs, spec, shape, grad):
 
 
 _PUBLIC = """
-import json, statistics, sys, time
+import json, os, statistics, sys, time
 import numpy as np
 from unified_opt.expressions import parse_spec
 from unified_opt.kernels import build
@@ -210,8 +210,9 @@ from unified_opt.ops import numpy_ops
 size, rounds = int(sys.argv[1]), int(sys.argv[2])
 t0 = time.perf_counter()
 runner = KernelRunner(specialize=True)
-out = {"compiler": " ".join(build._compiler()), "vm_s": round(time.perf_counter() - t0, 2),
-       "ms": {}}
+# the compiler's command with program paths as bare names (no machine's folders in results)
+out = {"compiler": " ".join(os.path.basename(c) for c in build._compiler()),
+       "vm_s": round(time.perf_counter() - t0, 2), "ms": {}}
 rng = np.random.default_rng(0)
 pool = [rng.standard_normal((size, size), dtype=np.float32) for _ in range(3)]
 for name, expression in json.loads(sys.argv[3]).items():
