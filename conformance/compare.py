@@ -25,6 +25,17 @@ A missing quantity or a wrong shape fails. With ``state=False`` (a native optimi
 built by hand, whose state the run does not read) the spec state is not compared: the
 lr and the parameters are.
 
+A quantity kept in a low-precision dtype (bfloat16 parameters, a ``state_dtype``: the
+oracle trajectory's ``storage``) is rounded at every step, and a correct backend whose
+float32 arithmetic differs from the oracle's by one float32 ulp lands on the other side
+of a rounding boundary now and then: one storage ulp, 65536 float32 ulps for bfloat16,
+at an element where the float32 references may well have agreed. Such a quantity is
+judged in its storage dtype's ulps, element by element (the spacing at the larger of
+the two values): ``error`` = the largest difference in storage ulps, ``floor`` = the
+float32 references' largest, but at least 1, and the step passes when ``error <= K *
+floor``. Every value must also be one the storage dtype holds (else failure
+"storage": a backend that kept the values in float32 does not keep what the spec says).
+
 K and ULPS come from measurements over the default suite: correct runs stay well below
 K, and the knobs of every native row move the numbers by more than 10 K in a case that
 row builds (``tests/test_descriptors.py``). The figures of the last measurement are in
@@ -36,6 +47,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from unified_opt.storage import round_to, spacing
 
 from .trajectory import Trajectory
 
@@ -52,7 +65,8 @@ class Comparison:
     worst_step: int | None = None               # 1-based
     first_failing_step: int | None = None       # 1-based
     failing_quantity: str | None = None
-    failure: str | None = None                  # "ratio", "nonfinite", "missing", "shape", "steps"
+    # "ratio", "nonfinite", "storage", "missing", "shape", "steps"
+    failure: str | None = None
     detail: str = ""
     per_quantity: dict[str, float] = field(default_factory=dict)   # worst ratio per quantity
     #: per quantity, error/floor at every step (inf where non-finite positions differ);
@@ -80,10 +94,21 @@ def _max_abs(diff: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return np.where(mask, np.abs(diff), 0.0).max(axis=1, initial=0.0)
 
 
-def float32_floor(oracle: np.ndarray, float32) -> tuple[np.ndarray, np.ndarray]:
+def _in_ulps(values: np.ndarray, o: np.ndarray, storage: str | None) -> np.ndarray:
+    """|values - o| per element, in ``storage``'s ulps at the larger of the two (as is,
+    without a storage dtype)."""
+    difference = np.abs(values - o)
+    if storage is None:
+        return difference
+    return difference / spacing(np.maximum(np.abs(values), np.abs(o)), storage)
+
+
+def float32_floor(oracle: np.ndarray, float32, storage: str | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """``(floor32, magnitude)`` per step of one quantity: the float32 references' largest
-    error against the oracle, and the largest |oracle| (finite elements) so far: rounding
-    errors made while the values were large remain after they shrink."""
+    error against the oracle (in ``storage``'s ulps for a quantity kept in it), and the
+    largest |oracle| (finite elements) so far: rounding errors made while the values
+    were large remain after they shrink."""
     steps = oracle.shape[0]
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
     finite_o = np.isfinite(o)
@@ -91,30 +116,37 @@ def float32_floor(oracle: np.ndarray, float32) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore", over="ignore"):
         for reference32 in (float32 if isinstance(float32, list) else [float32]):
             r = np.asarray(reference32, dtype=np.float64).reshape(steps, -1)
-            floor32 = np.maximum(floor32, _max_abs(r - o, finite_o & np.isfinite(r)))
+            mask = finite_o & np.isfinite(r)
+            floor32 = np.maximum(floor32, np.where(mask, _in_ulps(r, o, storage), 0.0).max(
+                axis=1, initial=0.0))
     magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
     return floor32, np.maximum.accumulate(magnitude) if steps else magnitude
 
 
 def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float = ULPS,
-                tolerate_finite: bool = False, floor32=None):
+                tolerate_finite: bool = False, floor32=None, storage: str | None = None):
     """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity;
     ``float32`` is one float32 reference trajectory or a list of them (``floor32``:
-    their :func:`float32_floor`, when already known)."""
+    their :func:`float32_floor`, when already known); ``storage``: the dtype the
+    quantity is kept in, whose ulps error and floor are then counted in."""
     steps = oracle.shape[0]
     b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        difference = np.abs(b - o)
+        difference = _in_ulps(b, o, storage)
         error = difference.max(axis=1, initial=0.0)
         # every difference finite: both finite everywhere (inf - x is not), so nothing
         # is left out and no non-finite position can differ
         everywhere = bool(np.isfinite(error).all())
         if not everywhere:
             error = _max_abs(difference, np.isfinite(o) & np.isfinite(b))
-    floor32, magnitude = float32_floor(oracle, float32) if floor32 is None else floor32
-    ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
-    floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
+    floor32, magnitude = float32_floor(oracle, float32, storage) if floor32 is None \
+        else floor32
+    if storage is not None:
+        floor = np.maximum(floor32, 1.0)          # in storage ulps (see the module)
+    else:
+        ulp = np.spacing(np.minimum(magnitude, np.finfo(np.float32).max).astype(np.float32))
+        floor = np.maximum(np.maximum(floor32, ulps * ulp.astype(np.float64)), TINY)
     mismatch = np.zeros(steps, dtype=bool) if everywhere else \
         _nonfinite_mismatch(b, o, tolerate_finite)
     return error / floor, mismatch, error, floor
@@ -151,11 +183,22 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
         if expected.shape[0] == 0:
             continue
         float32_of = [r[name] for r in references32]
+        stored = oracle.storage.get(name)
         if floors is not None and name not in floors:
-            floors[name] = float32_floor(expected, float32_of)
+            floors[name] = float32_floor(expected, float32_of, stored)
+        if stored is not None:
+            values = np.asarray(got[name]).reshape(expected.shape[0], -1)
+            with np.errstate(invalid="ignore"):
+                off = np.isfinite(values) & (round_to(values, stored) != values)
+            if off.any():
+                s = int(np.flatnonzero(off.any(axis=1))[0])
+                first = min(first, (s + 1, name, "storage",
+                                    f"{name} at step {s + 1}: {int(off[s].sum())} values "
+                                    f"are not {stored} values (the spec keeps it in "
+                                    f"{stored})"))
         ratio, nonfinite, error, floor = step_ratios(
             got[name], expected, float32_of, ulps=ulps, tolerate_finite=tolerate_finite,
-            floor32=None if floors is None else floors[name])
+            floor32=None if floors is None else floors[name], storage=stored)
         worst = int(np.argmax(ratio))
         out.per_quantity[name] = float(ratio[worst])
         out.series[name] = np.where(nonfinite, np.inf, ratio)
@@ -165,9 +208,10 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
         bad_ratio = np.flatnonzero(ratio > k)
         if bad_ratio.size:
             s = int(bad_ratio[0])
+            unit = f" {stored} ulps" if stored is not None else ""
             first = min(first, (s + 1, name, "ratio",
-                                f"{name} at step {s + 1}: error {error[s]:.3g} = "
-                                f"{ratio[s]:.3g} x floor {floor[s]:.3g}"))
+                                f"{name} at step {s + 1}: error {error[s]:.3g}{unit} = "
+                                f"{ratio[s]:.3g} x floor {floor[s]:.3g}{unit}"))
         bad_nonfinite = np.flatnonzero(nonfinite)
         if bad_nonfinite.size:
             s = int(bad_nonfinite[0])

@@ -17,6 +17,7 @@ import numpy as np
 import unified_opt as uo
 from unified_opt.ops import float32_kernel_ops, numpy_ops
 from unified_opt.reference import Reference, with_float32_hyperparameters
+from unified_opt.storage import LOW_PRECISION, state_storage
 
 
 @dataclass
@@ -25,6 +26,10 @@ class Trajectory:
     params: dict[str, np.ndarray]                     # name -> (steps, *shape)
     state: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
     skipped: np.ndarray | None = None                 # (steps,) 1.0 where skipped
+    #: quantity name -> the dtype its values are kept in, where it is not the math dtype
+    #: (a reference run with ``storage``, a spec's ``state_dtype``): the comparison
+    #: judges those in that dtype's ulps (:mod:`.compare`)
+    storage: dict[str, str] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -127,9 +132,27 @@ def reference_trajectory(spec, case, dtype: str = "float64", ops=numpy_ops) -> T
         return spec.trajectory(case, dtype)
     if getattr(case, "workers", 1) > 1:
         return _workers_trajectory(spec, case, dtype, ops)
-    ref = Reference(spec, case.initial_params(), dtype, groups=case.groups or None, ops=ops)
-    return run(ref.step, lambda: (ref.params, ref.state), case,
-               (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
+    storage = getattr(case, "storage", None)
+    ref = Reference(spec, case.initial_params(), dtype, groups=case.groups or None, ops=ops,
+                    storage=storage)
+    out = run(ref.step, lambda: (ref.params, ref.state), case,
+              (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
+    out.storage = stored_quantities(out, spec, storage)
+    return out
+
+
+def stored_quantities(trajectory: Trajectory, spec, storage: str | None) -> dict[str, str]:
+    """The quantities of ``trajectory`` kept in a low-precision dtype: the parameters in
+    ``storage``, the state in ``spec.state_dtype`` or else ``storage``
+    (:mod:`unified_opt.storage`)."""
+    kept_state = state_storage(spec, storage or "float32")
+    out = {}
+    for name in trajectory.quantities():
+        if name.startswith("param:") and storage is not None:
+            out[name] = storage
+        elif name.startswith("state:") and kept_state in LOW_PRECISION:
+            out[name] = kept_state
+    return out
 
 
 def _workers_trajectory(spec, case, dtype: str, ops) -> Trajectory:
@@ -142,7 +165,9 @@ def _workers_trajectory(spec, case, dtype: str, ops) -> Trajectory:
     for t in range(case.steps):
         lr = ref.step([rank.gradients(t) for rank in ranks])
         recorder.add(lr, ref.params, ref.states[case.rank])
-    return recorder.trajectory()
+    out = recorder.trajectory()
+    out.storage = stored_quantities(out, spec, None)
+    return out
 
 
 def float32_held(spec):

@@ -66,9 +66,11 @@ class References:
         return self._cache[key]
 
     def _floor_values(self, spec, case, key, file) -> dict:
-        oracle = self.of(spec, case, "float64").quantities()
+        trajectory = self.of(spec, case, "float64")
+        oracle = trajectory.quantities()
         float32 = [t.quantities() for t in self.floors(spec, case)]
-        values = {name: float32_floor(expected, [q[name] for q in float32])
+        values = {name: float32_floor(expected, [q[name] for q in float32],
+                                      trajectory.storage.get(name))
                   for name, expected in oracle.items() if all(name in q for q in float32)}
         stable = spec != case.spec or self._stable(case)
         self._cache[("stable", key)] = stable

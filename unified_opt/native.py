@@ -74,7 +74,8 @@ class Lowering:
     read_back: Callable[[Spec], Spec] | None = None
 
     def unmet(self, spec: Spec) -> list[str]:
-        return [c.text for c in self.conditions if not holds(c, spec)]
+        return [c.text for c in (*self.conditions, STATE_IN_PARAMETER_DTYPE)
+                if not holds(c, spec)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,6 +149,11 @@ def import_native(qualified_name: str):
 
 
 # -- conditions every backend uses ---------------------------------------------------------
+
+#: every lowering's: the native classes keep their state in the parameter's dtype
+STATE_IN_PARAMETER_DTYPE = when(
+    "state kept in the parameter's dtype (state_dtype=None: the native class allocates "
+    "its state like the parameter)", lambda s: getattr(s, "state_dtype", None) is None)
 
 
 def _no_pre_step(spec: Spec) -> bool:

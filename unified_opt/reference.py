@@ -11,6 +11,7 @@ from .groups import Group, plan_parameters
 from .ops import NumpyOps, Ops, numpy_ops
 from .pre_step import has_pre_step, prepare_gradients
 from .spec import Spec, check_momentum_cycling
+from .storage import LOW_PRECISION, round_to, state_storage
 
 DTYPES = ("float64", "float32")
 
@@ -28,6 +29,13 @@ class Reference:
     not advance; the step still counts for the optimizer (``step_count``: the lr
     schedule and ``spec.at_step`` follow the optimizer's steps, as on every backend).
 
+    ``storage`` (``"bfloat16"``, ``"float16"``) is the dtype the parameters are kept in,
+    as a framework's bfloat16 model keeps them: ``dtype`` is then the math only, and the
+    parameters, their gradients (as they arrive, and after the pre-step) and the state
+    (in ``spec.state_dtype``, else ``storage``) are rounded where
+    :mod:`unified_opt.storage` says. Without ``storage`` only a spec's ``state_dtype``
+    rounds (the state).
+
     ``groups`` (a list of :class:`unified_opt.Group`) set per-parameter lr factors and
     weight decay by name, as in ``uo.build``; ``plans`` holds what each parameter got.
     ``skipped`` has one bool per ``step`` call: True where ``skip_nonfinite`` skipped it
@@ -42,7 +50,8 @@ class Reference:
 
     def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
                  workers: int | None = None, exchange: Exchange | None = None,
-                 groups: Sequence[Group] | None = None, ops: Ops = numpy_ops) -> None:
+                 groups: Sequence[Group] | None = None, ops: Ops = numpy_ops,
+                 storage: str | None = None) -> None:
         if not isinstance(spec, Spec):
             raise TypeError(f"reference: spec must be a unified_opt spec, got {spec!r}")
         if not isinstance(params, Mapping) or not params:
@@ -60,15 +69,19 @@ class Reference:
         if not isinstance(ops, NumpyOps):
             raise TypeError(f"reference: ops must be a numpy binding (unified_opt.ops."
                             f"NumpyOps), got {ops!r}")
+        if storage is not None and storage not in LOW_PRECISION:
+            raise ValueError(f"reference: storage must be None or one of {LOW_PRECISION}, "
+                             f"got {storage!r}")
         self.ops = ops
         self.spec = spec
         self.dtype = np.dtype(dtype)
-        self.params = {name: np.array(value, dtype=self.dtype, copy=True)
+        self.storage = storage
+        self.params = {name: self._kept(np.array(value, dtype=self.dtype, copy=True))
                        for name, value in params.items()}
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
         self._specs = {name: plan.spec for name, plan in self.plans.items()}
-        self.states = [{name: self._specs[name].init(p, ops)
+        self.states = [{name: self._kept_state(name, self._specs[name].init(p, ops))
                         for name, p in self.params.items()}
                        for _ in range(self.workers or 1)]
         self.step_count = 0
@@ -104,7 +117,8 @@ class Reference:
                 self.skipped.append(prepared is None)
                 if prepared is None:
                     return lr
-                per_worker = [dict(zip(names, prepared))]
+                per_worker = [dict(zip(names, (None if g is None else self._kept(g)
+                                               for g in prepared)))]
             self.step_count += 1
             for name in self.params:
                 if per_worker[0][name] is None:
@@ -112,21 +126,37 @@ class Reference:
                 spec = self._specs[name].at_step(self.step_count - 1)
                 self.param_steps[name] += 1
                 if self.workers is None:
-                    self.params[name], self.states[0][name] = spec.update(
+                    value, state = spec.update(
                         self.params[name], per_worker[0][name], self.states[0][name],
                         lr=self.plans[name].lr(lr), step=self.param_steps[name],
                         ops=self.ops)
+                    self.params[name] = self._kept(value)
+                    self.states[0][name] = self._kept_state(name, state)
                     continue
-                self.params[name], states = spec.exchange_step(
+                value, states = spec.exchange_step(
                     self.params[name], [g[name] for g in per_worker],
                     [s[name] for s in self.states], lr=lr, step=self.param_steps[name],
                     ops=self.ops, exchange=self.exchange)
+                self.params[name] = self._kept(value)
                 for worker_states, new in zip(self.states, states):
-                    worker_states[name] = new
+                    worker_states[name] = self._kept_state(name, new)
         if self.workers is not None:
             self.lrs.append(lr)
             self.skipped.append(False)
         return lr
+
+    def _kept(self, values):
+        """A parameter or a gradient as the parameters' storage keeps it."""
+        return values if self.storage is None else \
+            round_to(values, self.storage).astype(self.dtype, copy=False)
+
+    def _kept_state(self, name: str, state: dict) -> dict:
+        """A parameter's state arrays rounded to their storage dtype."""
+        storage = state_storage(self._specs[name], self.storage or self.dtype.name)
+        if storage == self.dtype.name:
+            return state
+        return {key: round_to(np.asarray(array, dtype=self.dtype), storage)
+                for key, array in state.items()}
 
     def _checked(self, grads, what: str, missing: bool = True) -> dict:
         if not isinstance(grads, Mapping) or set(grads) != set(self.params):
@@ -148,7 +178,7 @@ class Reference:
             if grad.shape != self.params[name].shape:
                 raise ValueError(f"reference.step: {what}[{name!r}] has shape {grad.shape}, "
                                  f"parameter has {self.params[name].shape}")
-            arrays[name] = grad.astype(self.dtype)
+            arrays[name] = self._kept(grad.astype(self.dtype))
         return arrays
 
 
@@ -177,9 +207,10 @@ def _check_workers(spec: Spec, workers, exchange) -> int | None:
 
 def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
               workers: int | None = None, exchange: Exchange | None = None,
-              groups: Sequence[Group] | None = None) -> Reference:
+              groups: Sequence[Group] | None = None, storage: str | None = None
+              ) -> Reference:
     """The numpy oracle for ``spec`` (see :class:`Reference`)."""
-    return Reference(spec, params, dtype, workers, exchange, groups)
+    return Reference(spec, params, dtype, workers, exchange, groups, storage=storage)
 
 
 def with_float32_hyperparameters(spec: Spec) -> Spec:

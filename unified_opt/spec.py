@@ -17,6 +17,7 @@ from . import _validation as v
 from .clipping import Clip, clip_from_dict
 from .ops import Ops
 from .schedules import Schedule, schedule_from_dict
+from .storage import STATE_DTYPES
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform
@@ -105,6 +106,8 @@ SCHEDULABLE = ("lr", "weight_decay")
 #: the fields every spec has (:mod:`unified_opt.pre_step`), with their defaults
 PRE_STEP_DEFAULTS = {"grad_clip": None, "loss_scale": 1.0, "skip_nonfinite": False,
                      "grad_centralization": False}
+#: the fields every spec has, written by :meth:`Spec.to_dict` only when set
+COMMON_DEFAULTS = {**PRE_STEP_DEFAULTS, "state_dtype": None}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -115,6 +118,13 @@ class Spec:
     ``grad_clip`` (a :mod:`unified_opt.clipping` clip or None), ``loss_scale`` (the
     gradients arrive multiplied by it), ``skip_nonfinite`` (skip a step whose unscaled
     gradients hold inf/NaN) and ``grad_centralization``.
+
+    ``state_dtype`` is the dtype the state arrays are kept in: None (the default) keeps
+    them in the parameter's dtype, as every framework's optimizers do; ``"float32"`` or
+    ``"bfloat16"`` rounds them to that dtype after every update. The update itself
+    computes in float32 for bfloat16 and float16 parameters (:mod:`unified_opt.storage`
+    says where each value is rounded). No native class keeps its state in another dtype
+    than the parameter's: a spec with a ``state_dtype`` builds the own update.
     """
 
     name: ClassVar[str] = ""
@@ -127,6 +137,7 @@ class Spec:
     loss_scale: float = 1.0
     skip_nonfinite: bool = False
     grad_centralization: bool = False
+    state_dtype: str | None = None
     if TYPE_CHECKING:
         # every algorithm declares its lr (a float or a schedule); for the type checker
         # only, so that the base class's methods may read it (no field at run time)
@@ -145,6 +156,13 @@ class Spec:
             owner, "loss_scale", self.loss_scale, low=0.0, low_open=True))
         v.check_bool(owner, "skip_nonfinite", self.skip_nonfinite)
         v.check_bool(owner, "grad_centralization", self.grad_centralization)
+        if self.state_dtype is not None:
+            if not isinstance(self.state_dtype, str):
+                raise TypeError(f"{owner}: state_dtype must be None or a str, got "
+                                f"{self.state_dtype!r} of type {type(self.state_dtype).__name__}")
+            if self.state_dtype not in STATE_DTYPES:
+                raise ValueError(f"{owner}: state_dtype must be None or one of "
+                                 f"{STATE_DTYPES}, got {self.state_dtype!r}")
         for key, value in self._check(owner).items():
             object.__setattr__(self, key, value)
 
@@ -159,7 +177,7 @@ class Spec:
     def to_dict(self) -> dict[str, Any]:
         hyper = {}
         for key, value in self.hyperparameters().items():
-            if key in PRE_STEP_DEFAULTS and value == PRE_STEP_DEFAULTS[key]:
+            if key in COMMON_DEFAULTS and value == COMMON_DEFAULTS[key]:
                 continue   # written only when set, so older documents stay current
             if isinstance(value, (Schedule, Clip)):
                 value = value.to_dict()

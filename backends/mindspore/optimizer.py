@@ -27,6 +27,7 @@ from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
 from unified_opt.step_loop import Host, StepLoop
+from unified_opt.storage import refuse_rounding
 
 from . import graph as graph_forms
 from .cells import past_total_steps
@@ -63,7 +64,10 @@ class SpecOptimizer(nn.Optimizer):
 
     def __init__(self, params, spec, plans, total_steps: int | None = None, exchange=None,
                  compile="auto", graph="auto"):
-        super().__init__(float(spec.lr_at(0)), list(params))
+        params, plans = list(params), list(plans)
+        refuse_rounding(type(self).__name__, "MindSpore", [plan.spec for plan in plans],
+                        [(p.name, str(p.dtype).lower()) for p in params])
+        super().__init__(float(spec.lr_at(0)), params)
         #: how the update runs (``uo.build(..., options={"compile": ...})``): "auto" and
         #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's
         #: exchange and an update that does not trace run eagerly (not ``compile``: that

@@ -9,6 +9,7 @@ from paddle.optimizer.lr import LRScheduler
 from paddle.utils import unique_name
 
 from unified_opt.step_loop import Host, StepLoop
+from unified_opt.storage import refuse_rounding
 
 from .engines import Eager, Kernels
 from .kernels import PaddleKernels
@@ -71,8 +72,10 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
 
     def __init__(self, params, spec, plans, learning_rate, skipped: list | None = None,
                  exchange=None, compile="auto"):
-        super().__init__(learning_rate=learning_rate, parameters=params)
         params, plans = list(params), list(plans)
+        refuse_rounding(type(self).__name__, "Paddle", [plan.spec for plan in plans],
+                        [(p.name, str(p.dtype).removeprefix("paddle.")) for p in params])
+        super().__init__(learning_rate=learning_rate, parameters=params)
         self.spec = spec
         #: how the update runs (``uo.build(..., options={"compile": ...})``): "auto" and
         #: True on the kernel VM (:mod:`.kernels`), False eagerly; a data-parallel spec's

@@ -27,6 +27,8 @@ import types
 
 import torch
 
+from unified_opt.storage import rounds
+
 from .ops import torch_ops
 
 #: the ``compile`` option's values on torch (the own optimizer's docstring says what each
@@ -46,7 +48,10 @@ def check_mode(value) -> object:
 def compilable(spec, tensor: torch.Tensor) -> bool:
     """Whether this parameter's update can run compiled (see the module)."""
     return (not spec.varies_per_step() and tensor.device.type in ("cpu", "cuda")
-            and tensor.numel() > 0)
+            and tensor.numel() > 0
+            # Inductor's bfloat16 code rounds where its graph says: the spec's storage
+            # rounding (unified_opt.storage) runs eagerly
+            and not rounds(spec, str(tensor.dtype).removeprefix("torch.")))
 
 
 def kernel(spec):

@@ -11,7 +11,11 @@ group (parameters, state, scratch) and, for the gradients, refreshed every step.
 Numbers: the kernels run the VM's program with the spec's operation order, IEEE
 division and square root and no fused multiply-add (``enable_fp_fusion=False``), so
 they compute what the float32 references compute: a sign or a comparison decides as
-there. Sums add in float64 and round once.
+there. Sums add in float64 and round once. A bfloat16 or float16 parameter computes in
+float32 and an array kept in another dtype (the parameter, its gradient, a state array in
+the spec's ``state_dtype``) is read into float32 and rounded to nearest even where it is
+stored, once per step (:mod:`unified_opt.storage`); a program that would read such an
+array back after storing it runs eagerly instead.
 
 Where Triton runs in its interpreter (``TRITON_INTERPRET=1``, numpy on the CPU) the same
 kernels run over CPU tensors: how the tests check them without a GPU
@@ -50,8 +54,13 @@ from unified_opt.kernels.triton_source import (
     triton_program,
 )
 from unified_opt.step_loop import Batch, Engine
+from unified_opt.storage import math_dtype, state_storage
 
-DTYPES = {torch.float32: "float32", torch.float64: "float64"}
+#: the parameter dtypes these kernels take (bfloat16 and float16 compute in float32:
+#: :mod:`unified_opt.storage`)
+DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
+          torch.float16: "float16"}
+TORCH_DTYPES = {name: dtype for dtype, name in DTYPES.items()}
 _modules: dict[str, object] = {}
 _lock = threading.Lock()
 
@@ -108,6 +117,7 @@ class _Launch:
         self.program = program
         self.module = module_of(program)
         self.dtype = {"float32": tl.float32, "float64": tl.float64}[program.dtype]
+        math = TORCH_DTYPES[program.dtype]
         self.device = device
         self.count = len(params)
         dims = [canonical_dims(p.shape) for p in params]
@@ -120,7 +130,7 @@ class _Launch:
         self._keep = []                      # scratch and partial buffers
         for k in range(program.n_inputs, len(masks)):
             sizes = [max(1, int(np.prod(extent(masks[k], d)))) for d in dims]
-            buffer = torch.empty(sum(sizes), dtype=params[0].dtype, device=device)
+            buffer = torch.empty(sum(sizes), dtype=math, device=device)
             self._keep.append(buffer)
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             table[k] = buffer.data_ptr() + starts * buffer.element_size()
@@ -245,14 +255,17 @@ class CudaKernels(Engine):
     def why_not(self, param, spec, *, lr: float, step: int) -> str | None:
         """Why this parameter's update cannot run on these kernels, or None."""
         if param.dtype not in DTYPES:
-            return f"dtype {param.dtype} (the CUDA kernels run float32 and float64)"
+            return (f"dtype {param.dtype} (the CUDA kernels run float64, float32, bfloat16 "
+                    "and float16)")
         if not param.is_contiguous():
             return "the parameter is not contiguous"
+        stored = DTYPES[param.dtype]
+        math = math_dtype(stored)
         try:
             triton_language()
-            code, _ = self.programs.code_and_scalars(spec, tuple(param.shape),
-                                                     DTYPES[param.dtype], lr, step)
-            self._program(code, DTYPES[param.dtype])
+            shape = tuple(param.shape)
+            code, _ = self.programs.code_and_scalars(spec, shape, math, lr, step)
+            self._program(code, math, self._storage(spec, shape, stored, stored))
         except (Untraceable, Unsupported, TritonUnavailable) as error:
             return str(error)
         return None
@@ -272,14 +285,21 @@ class CudaKernels(Engine):
                                  f"{list(p.shape)} cannot run on the CUDA kernels: {reason} "
                                  "(compile='auto' runs such an update eagerly)")
 
-    def _program(self, code: np.ndarray, dtype: str) -> TritonProgram:
-        key = (code.tobytes(), dtype)
+    def _program(self, code: np.ndarray, dtype: str, storage: dict) -> TritonProgram:
+        key = (code.tobytes(), dtype, tuple(sorted(storage.items())))
         program = self._triton.get(key)
         if program is None:
             if len(self._triton) >= LABELS_KEPT:
                 self._triton.clear()
-            program = self._triton[key] = triton_program(code, dtype)
+            program = self._triton[key] = triton_program(code, dtype, storage)
         return program
+
+    def _storage(self, spec, shape, stored: str, grad: str) -> dict[int, str]:
+        """The dtype each input array is kept in (0 the parameter stored as ``stored``, 1
+        its gradient, then the state arrays in the program's order)."""
+        order = self.programs.state_order(spec, shape, math_dtype(stored))
+        kept = state_storage(spec, stored)
+        return {0: stored, 1: grad, **{2 + j: kept for j in range(len(order))}}
 
     # -- a step ------------------------------------------------------------------------
     def _shapes(self, params) -> tuple[dict, list[int]]:
@@ -308,6 +328,15 @@ class CudaKernels(Engine):
         uniform = steps.count(steps[0]) == len(steps)
         by_code: dict = {}
         for (dtype, shape, device), positions in by_shape.items():
+            if any(batch.grads[k].dtype != batch.params[k].dtype for k in positions):
+                # torch's own grads match their parameter; a gradient put there by hand
+                # may not: the program is one storage layout, so these run eagerly
+                odd = [k for k in positions if batch.grads[k].dtype != batch.params[k].dtype]
+                leftover += odd
+                positions = [k for k in positions if k not in set(odd)]
+                if not positions:
+                    continue
+            math = math_dtype(dtype)
             if uniform:
                 sets = {steps[0]: positions}
             else:
@@ -319,8 +348,9 @@ class CudaKernels(Engine):
                     leftover += members
                     continue
                 try:
-                    view, code, scalars = self._code(batch.spec, shape, dtype, batch.lr, step)
-                    program = self._program(code, dtype)
+                    view, code, scalars = self._code(batch.spec, shape, math, batch.lr, step)
+                    program = self._program(code, math, self._storage(
+                        batch.spec, view, dtype, dtype))
                 except (Untraceable, Unsupported, TritonUnavailable) as error:
                     self._refuse((dtype, len(shape), step, shape), batch, error)
                     leftover += members
@@ -397,9 +427,10 @@ class CudaKernels(Engine):
             views = [p.view(-1) if flat and p.dim() != 1 else p for p in params]
             order = self.programs.state_order(batch.spec, tuple(views[0].shape),
                                               program.dtype)
+            kept = TORCH_DTYPES[state_storage(batch.spec, DTYPES[params[0].dtype])]
             for p, view, state in zip(params, views, states):
                 _own_memory(p, state, order, self.programs.state_sizes(
-                    batch.spec, tuple(view.shape), program.dtype))
+                    batch.spec, tuple(view.shape), program.dtype), kept)
             if len(self._launches) >= 64:
                 self._launches.clear()
             launch = self._launches[key] = _Launch(program, views, states, order,
@@ -445,10 +476,10 @@ def flattens(code: np.ndarray, flat_code: np.ndarray, ndim: int) -> bool:
     return mine == normalized(decode(flat_code), C)
 
 
-def _own_memory(p, state: dict, order, sizes: dict) -> None:
-    """Each state tensor contiguous, of the parameter's dtype and device, the size the
-    program walks, and memory of its own (the eager update may have kept a gradient as a
-    state tensor): the kernels write it in place."""
+def _own_memory(p, state: dict, order, sizes: dict, dtype: torch.dtype) -> None:
+    """Each state tensor contiguous, of its storage ``dtype`` and the parameter's device,
+    the size the program walks, and memory of its own (the eager update may have kept a
+    gradient as a state tensor): the kernels write it in place."""
     seen = {p.data_ptr()} if p.numel() else set()
     for key in order:
         array = state[key]
@@ -458,8 +489,8 @@ def _own_memory(p, state: dict, order, sizes: dict) -> None:
                              f"({array.numel()} elements, the spec's has {sizes[key]}): a "
                              "state_dict of another model?")
         if array.numel() and (array.data_ptr() in seen or not array.is_contiguous()
-                              or array.dtype != p.dtype or array.device != p.device):
-            array = state[key] = array.to(device=p.device, dtype=p.dtype).clone(
+                              or array.dtype != dtype or array.device != p.device):
+            array = state[key] = array.to(device=p.device, dtype=dtype).clone(
                 memory_format=torch.contiguous_format)
         if array.numel():
             seen.add(array.data_ptr())

@@ -3,7 +3,9 @@ of parameters' updates in place and hands back what it cannot run.
 
 * :class:`Eager`: the spec's ``update`` with the torch ops binding, one framework
   operation at a time; runs anything (with an exchange: one worker of a data-parallel
-  spec's ``exchange_step``; DTensor parameters through DTensor's operations).
+  spec's ``exchange_step``; DTensor parameters through DTensor's operations). A
+  bfloat16 or float16 parameter's update runs on float32 copies, and what is kept is
+  rounded once at the end (:mod:`unified_opt.storage`).
 * :class:`Kernels`: CPU tensors on the kernel VM and its generated kernels
   (:mod:`.kernels`).
 * :class:`~.cuda.CudaKernels` (:mod:`.cuda`): CUDA tensors, one Triton launch per phase
@@ -22,6 +24,7 @@ import torch
 from torch.autograd.graph import increment_version
 
 from unified_opt.step_loop import Batch, Engine
+from unified_opt.storage import math_dtype, rounds, state_storage
 
 from .compiled import compilable, kernel
 from .kernels import TorchKernels
@@ -48,17 +51,36 @@ class Eager(Engine):
         for p, grad, state, step in zip(batch.params, batch.grads, batch.states, batch.steps):
             value = p.detach()
             arrays = spec_arrays(state)
+            stored = dtype_name(value.dtype)
+            kept = None
+            if rounds(batch.spec, stored):      # compute in the math dtype, round at the end
+                math = torch_dtype(math_dtype(stored))
+                kept = torch_dtype(state_storage(batch.spec, stored))
+                value_in, grad = value.to(math), grad.to(math)
+                arrays = {key: array.to(math) for key, array in arrays.items()}
+            else:
+                value_in = value
             if self.exchange is None:
-                new_p, new_state = batch.spec.update(value, grad, arrays, lr=batch.lr,
+                new_p, new_state = batch.spec.update(value_in, grad, arrays, lr=batch.lr,
                                                      step=step, ops=torch_ops)
             else:       # one local worker; the exchange sums over the ranks
                 new_p, (new_state,) = batch.spec.exchange_step(
-                    value, [grad], [arrays], lr=batch.lr, step=step, ops=torch_ops,
+                    value_in, [grad], [arrays], lr=batch.lr, step=step, ops=torch_ops,
                     exchange=self.exchange)
-            value.copy_(_placed_as(new_p, value))
+            value.copy_(_placed_as(new_p, value))          # copy_ rounds to nearest even
             for key, array in new_state.items():
+                if kept is not None:
+                    array = array.to(kept)
                 state[key] = _placed_as(array, state.get(key))
         return []
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
 
 
 class Kernels(Engine):

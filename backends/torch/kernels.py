@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from unified_opt.kernels.runtime import Job, KernelPath
+from unified_opt.storage import rounds
 
 from .ops import DTensor
 
@@ -25,8 +26,8 @@ class TorchKernels(KernelPath):
         dtype = str(value.dtype).removeprefix("torch.")
         shape = tuple(value.shape)
         if isinstance(value, DTensor) or value.device.type != "cpu" or \
-                not value.is_contiguous():
-            return None
+                not value.is_contiguous() or rounds(spec, dtype):
+            return None     # (rounding to a storage dtype: the VM keeps one dtype)
         order = self.state_order(spec, shape, dtype, lr=lr, step=step)
         if order is None:
             return None

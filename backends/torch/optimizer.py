@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.step_loop import Host, StepLoop
+from unified_opt.storage import LOW_PRECISION, math_dtype, state_storage
 
 from .compiled import check_mode
 from .cuda import CudaKernels
-from .engines import STEP, Eager, Inductor, Kernels, Offload
+from .engines import STEP, Eager, Inductor, Kernels, Offload, dtype_name, torch_dtype
 from .kernels import TorchKernels
 from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
@@ -164,6 +166,21 @@ class _Host(Host):
     def gradients(self) -> list:
         return checked_gradients(self.optimizer._params, "SpecOptimizer")
 
+    def prepare(self, spec, plans) -> list | None:
+        """The pre-step in the math dtype: bfloat16 and float16 gradients are read into
+        float32 for it, and its results rounded back to their dtype
+        (:mod:`unified_opt.storage`)."""
+        grads = self.gradients()
+        low = [g is not None and dtype_name(g.dtype) in LOW_PRECISION for g in grads]
+        if not any(low) or not has_pre_step(spec):
+            return prepare_gradients(spec, plans, grads, self.ops)
+        prepared = prepare_gradients(spec, plans, [g.float() if widen else g
+                                                   for g, widen in zip(grads, low)], self.ops)
+        if prepared is None:
+            return None
+        return [g.to(given.dtype) if widen else g
+                for g, given, widen in zip(prepared, grads, low)]
+
     def set_gradients(self, prepared: list) -> None:
         for p, grad in zip(self.optimizer._params, prepared):
             if grad is not None and grad is not p.grad:
@@ -184,10 +201,15 @@ class _Host(Host):
         state = optimizer.state[p]
         if not state:
             state[STEP] = torch.tensor(0.0)
+            # made in the math dtype and kept in the state's (unified_opt.storage);
             # offloaded state is made from a host tensor of the parameter's shape
-            like = torch.empty(p.shape, dtype=p.dtype) \
-                if optimizer.offload and p.device.type != "cpu" else p.detach()
-            state.update(spec.init(like, torch_ops))
+            stored = dtype_name(p.dtype)
+            math = torch_dtype(math_dtype(stored))
+            like = torch.empty(p.shape, dtype=math) \
+                if optimizer.offload and p.device.type != "cpu" else p.detach().to(math)
+            kept = torch_dtype(state_storage(spec, stored))
+            state.update({key: array.to(kept)
+                          for key, array in spec.init(like, torch_ops).items()})
         return state
 
     def advance(self, indices: list[int]) -> list[int]:

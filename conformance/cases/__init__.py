@@ -5,7 +5,8 @@ chosen so that the knob changes the numbers far beyond float32 rounding (eps 1e-
 its placement shows, changing learning rates so the lr placement and schedule step
 semantics show), and every native lowering row: the frameworks' own classes appear
 through their presets. One module per algorithm family, one for the lr schedules, one for
-the training loop and one for non-finite gradients (every algorithm).
+the training loop, one for non-finite gradients (every algorithm) and one for bfloat16
+parameters and a spec's ``state_dtype``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from . import (
     adaptive,
     communication,
     large_batch,
+    low_precision,
     lr_schedules,
     memory_saving,
     nonfinite,
@@ -46,7 +48,7 @@ __all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "HAND", "KE
            "uncovered_rows"]
 
 _FAMILIES = (sgd, adam_family, adaptive, sign_based, large_batch, memory_saving, communication,
-             lr_schedules, training, nonfinite)
+             lr_schedules, training, nonfinite, low_precision)
 
 
 def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:

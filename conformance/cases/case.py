@@ -24,15 +24,17 @@ import unified_opt as uo
 from unified_opt import _validation as v
 from unified_opt.backend import BACKENDS, PATHS
 from unified_opt.pre_step import has_pre_step
+from unified_opt.storage import LOW_PRECISION, round_to
 
 from ..gradients import gradients_at, with_nonfinite
 from .functions import decode_spec, encode_spec
 from .native import Native
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
-SUITE_VERSION = "4"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
+SUITE_VERSION = "5"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
 #                       algorithm, NaN and Inf interchangeable where both are non-finite;
-#                       4: parameters without a gradient at some steps
+#                       4: parameters without a gradient at some steps; 5: bfloat16
+#                       parameters and state_dtype (judged in bfloat16 ulps)
 MIN_STEPS = 50
 DEFAULT_STEPS = 50
 
@@ -57,6 +59,13 @@ DENSE_PARAMS = {name: shape for name, shape in PARAMS.items() if 0 not in shape}
 DEFAULT_PATHS = ("auto", "own", "native")
 #: the one path of a case with a native optimizer built by hand (``Case.native``)
 HAND = "hand"
+
+#: why a backend cannot run a case of bfloat16 parameters (``Case.storage``)
+STORAGE_REFUSED = {
+    backend: "its own optimizer refuses bfloat16 and float16 parameters and a spec's "
+             "state_dtype (the update in float32 with the values rounded once, "
+             "unified_opt.storage, is written for torch only so far)"
+    for backend in ("paddle", "mindspore")}
 
 #: why a backend cannot run a case with missing gradients (``Case.missing_gradients``)
 MISSING_GRADIENTS_REFUSED = {
@@ -103,6 +112,12 @@ class Case:
     #: that cannot express it (:data:`MISSING_GRADIENTS_REFUSED`) do not run the case,
     #: and the report says why (:meth:`refused_on`)
     missing_gradients: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the dtype the parameters are kept in (None: float32): with ``"bfloat16"`` the
+    #: parameters, their initial values and every gradient are bfloat16 values, the
+    #: update computes in float32 and rounds what it keeps (:mod:`unified_opt.storage`),
+    #: and the oracle and the floors round the same way. Backends whose own path cannot
+    #: keep parameters so (:data:`STORAGE_REFUSED`) do not run the case
+    storage: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -160,6 +175,12 @@ class Case:
         object.__setattr__(self, "nonfinite_steps", steps)
         self._check_missing_gradients(owner, shapes)
         self._check_workers(owner)
+        if self.storage is not None and self.storage not in LOW_PRECISION:
+            raise ValueError(f"{owner}: storage must be None or one of {LOW_PRECISION}, got "
+                             f"{self.storage!r}")
+        if self.storage is not None and (self.workers > 1 or self.native is not None):
+            raise ValueError(f"{owner}: storage={self.storage!r} is for uo.build's "
+                             "optimizers on one process (no native built by hand, no workers)")
         encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
 
     def _check_missing_gradients(self, owner: str, shapes: dict) -> None:
@@ -244,13 +265,21 @@ class Case:
             return None
         if self.missing_gradients and backend in MISSING_GRADIENTS_REFUSED:
             return f"not run on {backend}: {MISSING_GRADIENTS_REFUSED[backend]}"
+        if backend in STORAGE_REFUSED and (self.storage is not None or
+                                           getattr(self.spec, "state_dtype", None) is not None):
+            return f"not run on {backend}: {STORAGE_REFUSED[backend]}"
         return None
 
     # -- data the worker and the parent both derive from the case ---------------------
     def initial_params(self) -> dict[str, np.ndarray]:
+        """float32 arrays (holding values of ``storage`` where the case sets one)."""
         rng = np.random.default_rng(self.seed)
-        return {name: rng.standard_normal(shape).astype(np.float32)
+        return {name: self._kept(rng.standard_normal(shape).astype(np.float32))
                 for name, shape in self.params.items()}
+
+    def _kept(self, array):
+        return array if self.storage is None or array is None else round_to(array,
+                                                                            self.storage)
 
     def gradients(self, step: int) -> dict[str, np.ndarray | None]:
         """The float32 gradients of 0-based ``step`` (with a non-finite element at the
@@ -262,7 +291,7 @@ class Case:
         if self.missing_gradients:
             grads = {name: None if step in self.missing_gradients.get(name, ()) else g
                      for name, g in grads.items()}
-        return grads
+        return {name: self._kept(g) for name, g in grads.items()}
 
     def at_rank(self, rank: int) -> "Case":
         """This case as rank ``rank`` of its workers sees it."""
@@ -285,7 +314,8 @@ class Case:
                 **({"rank": self.rank} if self.rank else {}),
                 **({"missing_gradients": {n: list(s) for n, s in
                                           self.missing_gradients.items()}}
-                   if self.missing_gradients else {})}
+                   if self.missing_gradients else {}),
+                **({"storage": self.storage} if self.storage is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -300,7 +330,8 @@ class Case:
                    backends=tuple(data.get("backends", ())),
                    workers=data.get("workers", 1), rank=data.get("rank", 0),
                    missing_gradients={n: tuple(s) for n, s in
-                                      data.get("missing_gradients", {}).items()})
+                                      data.get("missing_gradients", {}).items()},
+                   storage=data.get("storage"))
 
 
 def dense(**fields) -> Case:

@@ -34,13 +34,21 @@ from ..device import Placement
 
 class Driver:
     backend = ""
+    #: the low-precision dtypes its parameters may be made in (``Case.storage``)
+    storage_dtypes: tuple[str, ...] = ()
 
     def __init__(self, spec, arrays: Mapping[str, np.ndarray], *, path: str = "auto",
                  options: Mapping | None = None, total_steps: int | None = None,
                  groups=None, native: Native | None = None, factory=None,
-                 device: Placement | None = None, prefer: str = "speed"):
+                 device: Placement | None = None, prefer: str = "speed",
+                 storage: str | None = None):
         # prefer: uo.build's (a test of a native row asks for "native")
         self.spec = spec
+        #: the dtype the parameters are made in (None: the arrays'; Case.storage)
+        self.storage = storage
+        if storage is not None and storage not in self.storage_dtypes:
+            raise ValueError(f"the {self.backend} driver makes no {storage} parameters "
+                             f"(storage: {self.storage_dtypes or 'none'})")
         # where the parameters and gradients go (None: the framework's CPU); a
         # process-wide default (Paddle, MindSpore) was set by device.place
         self.device = device

@@ -23,14 +23,18 @@ warm_up_cpu_sqrt()
 
 class TorchDriver(Driver):
     backend = "torch"
+    storage_dtypes = ("bfloat16", "float16")
 
     @property
     def torch_device(self) -> str:
         return "cpu" if self.device is None else self.device.framework_device
 
     def make_param(self, name, array):
-        # .to() returns the CPU tensor itself, so on the CPU nothing changes
-        return torch.nn.Parameter(torch.from_numpy(array.copy()).to(self.torch_device))
+        # .to() returns the CPU tensor itself, so on the CPU nothing changes; a case's
+        # bfloat16 values convert exactly
+        dtype = None if self.storage is None else getattr(torch, self.storage)
+        return torch.nn.Parameter(torch.from_numpy(array.copy()).to(self.torch_device,
+                                                                    dtype))
 
     def current_lr(self):
         """The spec's lr for the next step, read from the optimizer: the lr of a param
@@ -51,7 +55,7 @@ class TorchDriver(Driver):
             # None: no gradient at this step (Case.missing_gradients), as after a
             # backward the parameter took no part in
             p.grad = None if grads[name] is None else torch.from_numpy(
-                np.array(grads[name], dtype=array_dtype(p))).to(p.device)
+                np.array(grads[name], dtype=array_dtype(p))).to(p.device, p.dtype)
         self.run_before_step()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -76,7 +80,8 @@ class TorchDriver(Driver):
                     if any(q is p for q in g["params"]))
 
     def to_numpy(self, tensor):
-        return tensor.detach().cpu().numpy()
+        tensor = tensor.detach().cpu()
+        return (tensor.float() if tensor.dtype in LOW_PRECISION else tensor).numpy()
 
     def spec_state(self, name):
         state = super().spec_state(name)
@@ -96,5 +101,12 @@ class TorchDriver(Driver):
         return {k: v for k, v in held.items() if isinstance(v, torch.Tensor)}
 
 
+#: dtypes numpy has no (bfloat16) or a slow (float16) type for: read as float32, exactly
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
 def array_dtype(p) -> np.dtype:
+    """The numpy dtype of ``p``'s values (float32 for a bfloat16 or float16 ``p``)."""
+    if p.dtype in LOW_PRECISION:
+        return np.dtype(np.float32)
     return np.dtype(str(p.dtype).removeprefix("torch."))

@@ -56,6 +56,9 @@ REDUCE_TOTAL = 1024
 #: the columns of a reduction job (see ``_reductions``)
 JOB = ("partials", "contributions", "outputs", "first_output", "total")
 DTYPES = {"float32": "tl.float32", "float64": "tl.float64"}
+#: the dtypes an input array may be stored in besides the program's (read into it when
+#: loaded, rounded to nearest even when stored: :mod:`unified_opt.storage`)
+STORAGE = {**DTYPES, "bfloat16": "tl.bfloat16", "float16": "tl.float16"}
 
 
 class Unsupported(Exception):
@@ -112,6 +115,8 @@ class TritonProgram:
 
     source: str
     dtype: str
+    #: ``(array, dtype)`` of the input arrays stored in another dtype than ``dtype``
+    storage: tuple[tuple[int, str], ...]
     n_inputs: int
     masks: tuple[int, ...]
     launches: tuple[LaunchPlan, ...]
@@ -155,14 +160,26 @@ def sum_extent(plan: SumPlan, domain: int, dims) -> tuple[int, int]:
     return contributions, kb * kr * kc
 
 
-def triton_program(code: np.ndarray, dtype: str) -> TritonProgram:
-    """The Triton module of VM ``code`` for parameters of ``dtype``."""
+def triton_program(code: np.ndarray, dtype: str,
+                   storage: dict[int, str] | None = None) -> TritonProgram:
+    """The Triton module of VM ``code`` computing in ``dtype``; ``storage`` gives the dtype
+    of each input array (0 the parameter, 1 the gradient, then the state arrays) kept in
+    another one: such an array is read into ``dtype`` and rounded to its own where the
+    program stores it."""
     if dtype not in DTYPES:
         raise Unsupported(f"dtype {dtype} (these kernels run float32 and float64)")
     decoded = decode(code)
     masks = decoded.masks
+    kept = tuple(sorted((k, d) for k, d in (storage or {}).items() if d != dtype))
+    for k, stored in kept:
+        if stored not in STORAGE or not 0 <= k < decoded.n_inputs:
+            raise Unsupported(f"array {k} stored as {stored} (inputs 0 to "
+                              f"{decoded.n_inputs - 1} in {sorted(STORAGE)})")
+    _check_read_back(decoded.phases, dict(kept))
     T = DTYPES[dtype]
     lines = ["import triton", "import triton.language as tl", "", *_helpers(T)]
+    if "bfloat16" in dict(kept).values():
+        lines += _BFLOAT16
     plans = []
     for number, (domain, instructions) in enumerate(decoded.phases):
         if domain == SELECT:
@@ -171,7 +188,7 @@ def triton_program(code: np.ndarray, dtype: str) -> TritonProgram:
         sums = tuple(SumPlan(ins[1], ins[2], domain & ~ins[2] & (B | R | C))
                      for ins in instructions if _NAMES[ins[0]] == "sum")
         plan = PhasePlan(f"phase_{number}", domain, layout, sums)
-        lines += _phase(plan, instructions, masks, decoded.n_inputs)
+        lines += _phase(plan, instructions, masks, decoded.n_inputs, dict(kept))
         plans.append(plan)
     launches = []
     for number, members in enumerate(_launch_groups(decoded.phases)):
@@ -180,8 +197,26 @@ def triton_program(code: np.ndarray, dtype: str) -> TritonProgram:
         launches.append(launch)
     lines += _reductions()
     source = "\n".join(lines) + "\n"
-    return TritonProgram(source, dtype, decoded.n_inputs, masks, tuple(launches),
+    return TritonProgram(source, dtype, kept, decoded.n_inputs, masks, tuple(launches),
                          hashlib.sha256(source.encode()).hexdigest()[:24])
+
+
+def _check_read_back(phases, storage: dict[int, str]) -> None:
+    """An array kept in another dtype is rounded where it is stored; a later phase reading
+    it back would compute with the rounded value, where the update rounds once, at its
+    end: refused (the update then runs eagerly)."""
+    array = OPERAND_KINDS["array"]
+    stored: set[int] = set()
+    for _, instructions in phases:
+        for ins in instructions:
+            read = {v for k, v in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8]))
+                    if k == array}
+            if read & stored:
+                raise Unsupported(f"array {min(read & stored)}, kept as "
+                                  f"{storage[min(read & stored)]}, is read after a phase "
+                                  "stored it")
+        stored |= {ins[1] for ins in instructions
+                   if _NAMES[ins[0]] == "store" and ins[1] in storage}
 
 
 def _launch_groups(phases) -> list[list[int]]:
@@ -252,6 +287,23 @@ def _helpers(T: str) -> list[str]:
             "    return tl.where(x > 0, 1.0, tl.where(x < 0, -1.0, x)).to(x.dtype)", "", ""]
 
 
+#: rounding to bfloat16, nearest even, by its bits: a cast does it on the GPU
+#: (``cvt.rn.bf16.f32``), but Triton's interpreter truncates, and the tests run the
+#: kernels there
+_BFLOAT16 = ["@triton.jit", "def _to_bf16(x):",
+             "    bits = x.to(tl.uint32, bitcast=True)",
+             "    bits = bits + ((bits >> 16) & 1) + 0x7FFF",
+             "    rounded = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)",
+             "    return tl.where(x != x, x.to(tl.bfloat16), rounded)", "", ""]
+
+
+def _narrowed(value: str, stored: str | None) -> str:
+    """``value`` as it is stored in an array kept as ``stored`` (None: the math dtype)."""
+    if stored is None:
+        return value
+    return f"_to_bf16({value})" if stored == "bfloat16" else f"{value}.to({STORAGE[stored]})"
+
+
 _BINARY = {"add": "({a} + {b})", "sub": "({a} - {b})", "mul": "({a} * {b})",
            "div": "_div({a}, {b})", "max": "_max({a}, {b})", "min": "_min({a}, {b})",
            "gt": "({a} > {b}).to(T)", "ge": "({a} >= {b}).to(T)", "lt": "({a} < {b}).to(T)",
@@ -275,7 +327,8 @@ def _valid(mask: int) -> str | None:
     return " & ".join(parts) or None
 
 
-def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
+def _phase(plan: PhasePlan, instructions, masks, n_inputs: int,
+           storage: dict[int, str]) -> list[str]:
     domain, layout = plan.domain, plan.layout
     head = ["Bt = tl.load(dims + t * 3)", "R = tl.load(dims + t * 3 + 1)",
             "C = tl.load(dims + t * 3 + 2)",
@@ -302,7 +355,9 @@ def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
     def pointer(k: int) -> str:
         if k not in pointers:
             pointers.add(k)
-            head.append(f"A{k} = tl.load(arrays + {k} * n_tensors + t).to(tl.pointer_type(T))")
+            element = STORAGE[storage[k]] if k in storage else "T"
+            head.append(f"A{k} = tl.load(arrays + {k} * n_tensors + t)"
+                        f".to(tl.pointer_type({element}))")
             if layout == "cols" and k < n_inputs and masks[k] & C:
                 # the caller's tensors start 16-byte aligned (ALIGNED): whole tiles load
                 # and store 4 floats at a time
@@ -337,20 +392,21 @@ def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
                 return name
             if kind == OPERAND_KINDS["array"]:
                 where = _index(masks[k], "b", "r", "c")
+                widen = ".to(T)" if k in storage else ""      # read into the math dtype
                 if not masks[k] & (R | C) or (layout == "2d" and not masks[k] & R):
                     if k not in hoisted:         # the same for the whole program
                         hoisted[k] = f"a{k}"
                         valid = _valid(masks[k])
                         head.append(f"a{k} = " + (
                             f"tl.load({pointer(k)} + {where}, mask={valid}, other=0)"
-                            if valid else f"tl.load({pointer(k)} + {where})"))
+                            if valid else f"tl.load({pointer(k)} + {where})") + widen)
                     return hoisted[k]
                 if k not in loaded:
                     loaded[k] = f"a{k}"
                     valid = mask_of(masks[k])
                     body.append(f"a{k} = " + (
                         f"tl.load({pointer(k)} + {where}, mask={valid}, other=0)" if valid
-                        else f"tl.load({pointer(k)} + {where})"))
+                        else f"tl.load({pointer(k)} + {where})") + widen)
                 return loaded[k]
             raise ValueError(f"operand kind {kind}")
 
@@ -365,7 +421,8 @@ def _phase(plan: PhasePlan, instructions, masks, n_inputs: int) -> list[str]:
             elif op == "store":
                 valid = mask_of(masks[dst])
                 where = _index(masks[dst], "b", "r", "c")
-                body.append(f"tl.store({pointer(dst)} + {where}, {a}"
+                value = _narrowed(a, storage.get(dst))
+                body.append(f"tl.store({pointer(dst)} + {where}, {value}"
                             + (f", mask={valid})" if valid else ")"))
             else:
                 if op in _BINARY:
