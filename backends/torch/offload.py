@@ -156,12 +156,19 @@ class HostPipeline:
 
     ``stage_cpu=True`` stages CPU parameters through the host buffers too, with plain
     copies: the batching runs where no GPU is, for tests.
+
+    ``fetch_values`` (True) brings each value down with its gradient. False is for
+    measuring what that transfer costs (``benchmarks/gpu_step_time.py``): the host then
+    updates the values it holds, and a change made to a parameter on its device is lost.
+    Nothing in the library builds a pipeline with False: torch cannot see every such
+    change (a write through ``p.data`` moves no version counter).
     """
 
     def __init__(self, *, split: bool = False, batch_elements: int = 1 << 23,
                  first_batch_elements: int = 1 << 20, stage_cpu: bool = False,
-                 staging: HostStaging | None = None) -> None:
+                 staging: HostStaging | None = None, fetch_values: bool = True) -> None:
         self.split = split
+        self.fetch_values = fetch_values
         self.batch_elements = batch_elements
         self.first_batch_elements = first_batch_elements
         self.stage_cpu = stage_cpu
@@ -230,7 +237,8 @@ class HostPipeline:
             with cuda.stream(down):
                 for batch in batches:
                     for piece in batch:
-                        piece.value.copy_(piece.device_value, non_blocking=True)
+                        if self.fetch_values:
+                            piece.value.copy_(piece.device_value, non_blocking=True)
                         piece.grad.copy_(piece.device_grad, non_blocking=True)
                     event = cuda.Event()
                     event.record(down)

@@ -7,7 +7,7 @@ import torch
 
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.step_loop import Host, StepLoop
-from unified_opt.storage import LOW_PRECISION, math_dtype, state_storage
+from unified_opt.storage import LOW_PRECISION, math_dtype, rounds, state_storage
 
 from .compiled import check_mode
 from .cuda import CudaKernels
@@ -95,15 +95,15 @@ class SpecOptimizer(torch.optim.Optimizer):
         eager = exchange is not None
         self._kernels = TorchKernels.for_optimizer(self.compile, type(self).__name__,
                                                    exchanges=eager)
+        self._cuda = CudaKernels(self.compile, type(self).__name__) \
+            if self.compile in ("auto", True) and not eager and not offload else None
         if self._kernels is not None and not offload:
             self._kernels.require(
                 (f"parameter {i} {list(p.shape)}", plan.spec, tuple(p.shape),
-                 str(p.dtype).removeprefix("torch."),
-                 "" if p.device.type != "cpu" or p.is_contiguous() else "not contiguous")
+                 dtype_name(p.dtype), _vm_refusal(p, plan.spec))
                 for i, (p, plan) in enumerate(zip(params, plans))
-                if p.device.type == "cpu")
-        self._cuda = CudaKernels(self.compile, type(self).__name__) \
-            if self.compile in ("auto", True) and not eager and not offload else None
+                if p.device.type == "cpu" and not (self._cuda is not None
+                                                   and self._cuda.claims(p, plan.spec)))
         if self._cuda is not None:
             self._cuda.require(params, plans)
         self._eager = Eager(exchange)
@@ -147,6 +147,17 @@ class SpecOptimizer(torch.optim.Optimizer):
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}
+
+
+def _vm_refusal(p, spec) -> str:
+    """Why the kernel VM cannot take this CPU parameter's update ("" where it can)."""
+    if not p.is_contiguous():
+        return "not contiguous"
+    stored = dtype_name(p.dtype)
+    if rounds(spec, stored) and stored not in LOW_PRECISION:
+        return (f"state_dtype={spec.state_dtype!r} (the VM keeps the state in the "
+                "parameter's dtype)")
+    return ""
 
 
 class _Host(Host):
