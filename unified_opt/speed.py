@@ -195,8 +195,8 @@ def uncovered(context: Any, backend: str) -> str:
                 "measured (the kernels: compile='auto' or True)")
     odd = sorted(set(context.dtypes) - {"float32", "float64"})
     if odd:
-        return (f"parameters of dtype {', '.join(odd)} (the own path's kernels run float32 "
-                "and float64; the table measured float32)")
+        return (f"parameters of dtype {', '.join(odd)} (the table measured float32 "
+                "parameters)")
     if context.sharded:
         return f"DTensor parameters {list(context.sharded)} (their own update runs eagerly)"
     if getattr(context, "process_group", None) is not None:
