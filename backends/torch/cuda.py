@@ -328,12 +328,12 @@ class CudaKernels(Engine):
         uniform = steps.count(steps[0]) == len(steps)
         by_code: dict = {}
         for (dtype, shape, device), positions in by_shape.items():
-            if any(batch.grads[k].dtype != batch.params[k].dtype for k in positions):
-                # torch's own grads match their parameter; a gradient put there by hand
-                # may not: the program is one storage layout, so these run eagerly
-                odd = [k for k in positions if batch.grads[k].dtype != batch.params[k].dtype]
-                leftover += odd
-                positions = [k for k in positions if k not in set(odd)]
+            # torch's own grads match their parameter; a gradient put there by hand may
+            # not: the program is one storage layout, so such a parameter runs eagerly
+            odd = {k for k in positions if batch.grads[k].dtype != batch.params[k].dtype}
+            if odd:
+                leftover += sorted(odd)
+                positions = [k for k in positions if k not in odd]
                 if not positions:
                     continue
             math = math_dtype(dtype)
