@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from unified_opt.backends.torch.offload import (  # noqa: E402
     PIECE_ALIGNMENT,
     HostPipeline,
+    HostStaging,
     OffloadAdam,
     plan_pieces,
 )
@@ -240,12 +241,23 @@ def test_the_streamed_loop_waits_records_and_updates_in_order():
 
 # -- on CUDA ------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("pinning, error, words", [
+    (1, TypeError, "pinning must be a str, got int"),
+    ("pinned", ValueError, "pinning must be one of ('alloc', 'register'), got 'pinned'")])
+def test_a_staging_pinning_is_checked(pinning, error, words):
+    with pytest.raises(error) as raised:
+        HostStaging(pinning=pinning)
+    assert str(raised.value) == words
+
+
 @needs_cuda
+@pytest.mark.parametrize("pinning", ["alloc", "register"])
 @pytest.mark.parametrize("batches", [SMALL_BATCHES, {}], ids=["small-batches", "default"])
-def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches):
+def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning):
     cpu_params, cuda_params = _params("cpu"), _params("cuda")
     on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
-    on_cuda.pipeline = HostPipeline(split=True, **batches)
+    staging = HostStaging(pinning=pinning)
+    on_cuda.pipeline = HostPipeline(split=True, staging=staging, **batches)
     for p in cuda_params:                  # gradients allocated before the measurement
         p.grad = torch.zeros_like(p)
     torch.cuda.synchronize()
@@ -262,6 +274,9 @@ def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches):
     _assert_same([p.detach().cpu() for p in cuda_params], [p.detach() for p in cpu_params])
     states = _state(on_cuda, cuda_params)
     assert all(v.device.type == "cpu" for s in states for v in s.values())
+    # the copies' buffers pinned, the state (the host's alone) pageable
+    assert all(b.is_pinned() for pair in staging._buffers.values() for b in pair if b.numel())
+    assert not any(v.is_pinned() for p in cuda_params for v in on_cuda.state[p].values())
     _assert_same_state(states, _state(on_cpu, cpu_params))
 
 

@@ -16,6 +16,7 @@ the host buffers are pinned, so the copies can run asynchronously.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -31,24 +32,63 @@ HOST = torch.device("cpu")
 PIECE_ALIGNMENT = 1 << 16
 
 
+#: how :class:`HostStaging` pins its buffers where a GPU exists (pinned memory is what lets
+#: a copy run asynchronously): ``"alloc"``, ``torch.zeros(..., pin_memory=True)``, which
+#: allocates with ``cudaHostAlloc`` and so places every page in the memory of the thread
+#: that allocates; ``"register"``, pageable zeros written by torch's thread pool, then
+#: ``cudaHostRegister``ed in place, so each page stays near the threads that update it
+#: (on a host with several memory nodes).
+PINNING = ("alloc", "register")
+
+
 def _pin() -> bool:
     return torch.cuda.is_available()
 
 
 def host_zeros_like(p) -> torch.Tensor:
-    return torch.zeros(p.shape, dtype=p.dtype, device=HOST, pin_memory=_pin())
+    """Pageable host zeros of ``p``'s shape and dtype: state the host alone reads and
+    writes needs no pinning (pinned pages are locked out of the rest of the system)."""
+    return torch.zeros(p.shape, dtype=p.dtype, device=HOST)
+
+
+def _unregister(tensors: list) -> None:
+    for tensor in tensors:
+        torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
 
 
 class HostStaging:
-    """Per device parameter: host buffers for its value and gradient."""
+    """Per device parameter: host buffers for its value and gradient (pinned where a GPU
+    exists, as ``pinning`` says: see :data:`PINNING`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pinning: str = "alloc") -> None:
+        if not isinstance(pinning, str):
+            raise TypeError(f"pinning must be a str, got {type(pinning).__name__}")
+        if pinning not in PINNING:
+            raise ValueError(f"pinning must be one of {PINNING}, got {pinning!r}")
+        self.pinning = pinning
         self._buffers: dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._registered: list[torch.Tensor] = []
+        # registered memory is unregistered before torch frees it (not at exit: the
+        # process's memory goes with it)
+        weakref.finalize(self, _unregister, self._registered).atexit = False
+
+    def _buffer(self, p) -> torch.Tensor:
+        if not _pin():
+            return host_zeros_like(p)
+        if self.pinning == "alloc":
+            return torch.zeros(p.shape, dtype=p.dtype, device=HOST, pin_memory=True)
+        buffer = host_zeros_like(p)
+        if buffer.numel():
+            error = torch.cuda.cudart().cudaHostRegister(
+                buffer.data_ptr(), buffer.numel() * buffer.element_size(), 0)
+            torch.cuda.check_error(error)
+            self._registered.append(buffer)
+        return buffer
 
     def buffers(self, p) -> tuple[torch.Tensor, torch.Tensor]:
         """``(host value, host gradient)`` buffers of ``p``, made once, contiguous."""
         if p not in self._buffers:
-            self._buffers[p] = (host_zeros_like(p), host_zeros_like(p))
+            self._buffers[p] = (self._buffer(p), self._buffer(p))
         return self._buffers[p]
 
     def fetch(self, p) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,323 @@
+"""Where ``OffloadAdam``'s time goes on a CUDA machine (issue 20's offload target).
+
+``gpu_step_time.py`` measures ``OffloadAdam`` at 1.46-1.59x the host's fused Adam alone
+while the copies it overlaps take less than the host's update. This probe times the
+suspects one at a time on the GPT-2-small set, in one process:
+
+* the host's fused Adam over the same host memory four ways: pageable (the baseline
+  row), everything pinned with ``cudaHostAlloc`` (``OffloadAdam``'s layout before the
+  state became pageable), pinned copies with pageable state, and copies pinned with
+  ``cudaHostRegister`` (``HostStaging(pinning="register")``);
+* the same update while copies of ``OffloadAdam``'s volume run on a side stream
+  (memory traffic shared with the DMA engines);
+* the host time to queue the downloads, and the pipeline's transfers with no update;
+* ``OffloadAdam`` itself (with the host update's time inside it, ``adam_ms``): state
+  pinned (as before), state pageable (now), with
+  registered buffers, and two other batch sizes.
+
+Also records the host's memory nodes, CPU affinity and transparent-huge-page setting.
+Writes ``OUT/offload_probe.{json,md}``. Without CUDA it says so and exits 0 unless
+``--device cpu --tiny`` asks for a dry run of the code (no pinning, no streams).
+
+    python benchmarks/offload_probe.py --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_step_time import TINY, gpt2_shapes  # noqa: E402  this folder's
+
+
+def host_facts() -> dict:
+    def read(path):
+        try:
+            return Path(path).read_text().strip()
+        except OSError:
+            return None
+
+    nodes = {Path(n).name: read(f"{n}/cpulist")
+             for n in sorted(glob.glob("/sys/devices/system/node/node[0-9]*"))}
+    model = next((line.split(":", 1)[1].strip() for line in
+                  (read("/proc/cpuinfo") or "").splitlines()
+                  if line.startswith("model name")), None)
+    return {"memory_nodes": nodes, "cpu_model": model,
+            "affinity": len(os.sched_getaffinity(0)),
+            "transparent_hugepage": read("/sys/kernel/mm/transparent_hugepage/enabled")}
+
+
+class Probe:
+    def __init__(self, torch, device, shapes, steps):
+        self.torch = torch
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.steps = steps
+        torch.manual_seed(0)
+        self.params = [torch.nn.Parameter(torch.randn(s, device=self.device) * 0.02)
+                       for s in shapes]
+        self.pool = [[torch.randn(s, device=self.device) for s in shapes] for _ in range(2)]
+        self.turn = 0
+        self.bytes = sum(p.numel() * p.element_size() for p in self.params)
+
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def next_gradients(self):
+        for p, g in zip(self.params, self.pool[self.turn % 2]):
+            p.grad = g
+        self.turn += 1
+
+    def timed(self, step, prepare=None) -> dict:
+        prepare = prepare or self.next_gradients
+        times = []
+        for i in range(2 + self.steps):
+            prepare()
+            self.sync()
+            t0 = time.perf_counter()
+            step()
+            self.sync()
+            if i >= 2:
+                times.append((time.perf_counter() - t0) * 1e3)
+        return {"ms": round(statistics.median(times), 3), "min_ms": round(min(times), 3)}
+
+    def release(self):
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+            getattr(self.torch._C, "_host_emptyCache", lambda: None)()
+
+    # -- the host's update alone ---------------------------------------------------------
+    def host_memory(self, how: str):
+        """Host params, two gradient sets and an Adam over them, memory laid out ``how``."""
+        torch = self.torch
+        from unified_opt.backends.torch.offload import HostStaging
+
+        staging = HostStaging(pinning="register") if how == "registered" else None
+
+        def tensor(p):
+            if how == "to-cpu":                 # gpu_step_time's host-adam row
+                return p.detach().to("cpu", copy=True)
+            if how in ("pinned", "pinned-io") and self.cuda:
+                return torch.zeros(p.shape, pin_memory=True).copy_(p.detach())
+            if how == "registered":
+                return staging._buffer(p).copy_(p.detach())
+            return torch.zeros(p.shape).copy_(p.detach())   # pageable, touched by the pool
+
+        host = [torch.nn.Parameter(tensor(p)) for p in self.params]
+        grads = [[tensor(g) for g in pool] for pool in self.pool]
+        optimizer = torch.optim.Adam(host, lr=1e-3, fused=True)
+        for p, g in zip(host, grads[0]):
+            p.grad = g
+        optimizer.step()
+        if how == "pinned" and self.cuda:       # the state pinned too
+            for state in optimizer.state.values():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    state[key] = torch.zeros(state[key].shape,
+                                             pin_memory=True).copy_(state[key])
+        turn = [0]
+
+        def prepare():
+            for p, g in zip(host, grads[turn[0] % 2]):
+                p.grad = g
+            turn[0] += 1
+
+        return optimizer, prepare, staging
+
+    def host_adam(self, how: str) -> dict:
+        optimizer, prepare, _staging = self.host_memory(how)   # the staging lives on
+        return self.timed(optimizer.step, prepare)
+
+    def host_adam_under_copies(self) -> dict:
+        """The pageable update while a side stream moves OffloadAdam's volume (values and
+        gradients down, values up) between other pinned buffers and the device."""
+        torch = self.torch
+        optimizer, prepare, _ = self.host_memory("pageable")
+        down = [torch.empty(p.shape, pin_memory=True) for p in self.params]
+        up = [torch.empty(p.shape, pin_memory=True) for p in self.params]
+        side = torch.cuda.Stream()
+        times = []
+        for i in range(2 + self.steps):
+            prepare()
+            torch.cuda.synchronize()
+            with torch.cuda.stream(side):
+                for h, p in zip(down, self.params):
+                    h.copy_(p.detach(), non_blocking=True)
+                for h, p in zip(down, self.params):
+                    h.copy_(p.grad, non_blocking=True)
+                for h, p in zip(up, self.params):
+                    p.detach().copy_(h, non_blocking=True)
+            t0 = time.perf_counter()
+            optimizer.step()
+            if i >= 2:
+                times.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+        return {"ms": round(statistics.median(times), 3), "min_ms": round(min(times), 3)}
+
+    # -- the transfers -------------------------------------------------------------------
+    def queue_downloads(self) -> dict:
+        """Host milliseconds to queue every value's and gradient's download (no wait)."""
+        torch = self.torch
+        values = [torch.empty(p.shape, pin_memory=True) for p in self.params]
+        grads = [torch.empty(p.shape, pin_memory=True) for p in self.params]
+        side = torch.cuda.Stream()
+        times = []
+        for i in range(2 + self.steps):
+            self.next_gradients()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.cuda.stream(side):
+                for v, g, p in zip(values, grads, self.params):
+                    v.copy_(p.detach(), non_blocking=True)
+                    g.copy_(p.grad, non_blocking=True)
+            queued = time.perf_counter()
+            torch.cuda.synchronize()
+            if i >= 2:
+                times.append(((queued - t0) * 1e3, (time.perf_counter() - t0) * 1e3))
+        return {"queue_ms": round(statistics.median(t for t, _ in times), 3),
+                "ms": round(statistics.median(t for _, t in times), 3),
+                "copies": 2 * len(self.params)}
+
+    def pipeline_only(self) -> dict:
+        from unified_opt.backends.torch.offload import HostPipeline
+
+        pipeline = HostPipeline(split=True)
+        out = self.timed(lambda: pipeline.run(self.params, lambda batch: None))
+        out["batches"] = len(pipeline.batches(list(enumerate(self.params))))
+        return out
+
+    # -- OffloadAdam ---------------------------------------------------------------------
+    def offload(self, state="pageable", pinning="alloc", batch_elements=None) -> dict:
+        torch = self.torch
+        from unified_opt.backends.torch.offload import HostPipeline, HostStaging, OffloadAdam
+
+        optimizer = OffloadAdam(self.params, lr=1e-3)
+        optimizer.pipeline = HostPipeline(
+            split=True, staging=HostStaging(pinning=pinning),
+            **({"batch_elements": batch_elements} if batch_elements else {}))
+        self.next_gradients()
+        optimizer.step()
+        if state == "pinned" and self.cuda:
+            for s in optimizer.state.values():
+                for key in ("exp_avg", "exp_avg_sq"):
+                    s[key] = torch.zeros(s[key].shape, pin_memory=True).copy_(s[key])
+        # the host update's own time inside the pipeline (a wrapper on this instance)
+        inside, adam = [0.0], optimizer._adam
+
+        def timed_adam(*args):
+            t0 = time.perf_counter()
+            adam(*args)
+            inside[0] += time.perf_counter() - t0
+
+        optimizer._adam = timed_adam
+        per_step = []
+
+        def step():
+            inside[0] = 0.0
+            optimizer.step()
+            per_step.append(inside[0] * 1e3)
+
+        out = self.timed(step)
+        out["adam_ms"] = round(statistics.median(per_step[2:]), 3)
+        out["device_state_bytes"] = sum(
+            v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
+            if isinstance(v, torch.Tensor) and v.device.type != "cpu")
+        return out
+
+
+def rows(probe: Probe) -> list[tuple[str, str, object]]:
+    cuda = probe.cuda
+    out = [("host/to-cpu", "host Adam, memory from .to('cpu') (gpu_step_time's row)",
+            lambda: probe.host_adam("to-cpu")),
+           ("host/pageable", "host Adam, pageable memory touched by the thread pool",
+            lambda: probe.host_adam("pageable"))]
+    if cuda:
+        out += [("host/pinned", "host Adam, values, gradients and state cudaHostAlloc'ed",
+                 lambda: probe.host_adam("pinned")),
+                ("host/pinned-io", "host Adam, values and gradients cudaHostAlloc'ed, "
+                 "state pageable", lambda: probe.host_adam("pinned-io")),
+                ("host/registered", "host Adam, values and gradients cudaHostRegister'ed, "
+                 "state pageable", lambda: probe.host_adam("registered")),
+                ("host/under-copies", "host Adam (pageable) while OffloadAdam's copies run "
+                 "on a side stream", probe.host_adam_under_copies),
+                ("copies/queue-downloads", "queue every value's and gradient's download "
+                 "(queue_ms: host time)", probe.queue_downloads),
+                ("copies/pipeline-only", "HostPipeline with an empty update",
+                 probe.pipeline_only)]
+    out += [("offload/state-pinned", "OffloadAdam, state cudaHostAlloc'ed (before)",
+             lambda: probe.offload(state="pinned")),
+            ("offload/state-pageable", "OffloadAdam, state pageable (now)",
+             lambda: probe.offload()),
+            ("offload/registered", "OffloadAdam, state pageable, buffers registered",
+             lambda: probe.offload(pinning="register")),
+            ("offload/batch-4M", "OffloadAdam, state pageable, batches of 2**22",
+             lambda: probe.offload(batch_elements=1 << 22)),
+            ("offload/batch-16M", "OffloadAdam, state pageable, batches of 2**24",
+             lambda: probe.offload(batch_elements=1 << 24))]
+    return out
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# OffloadAdam's parts on {report['gpu']}", "",
+             f"torch {report['torch']}; {report['threads']} host threads; host: "
+             f"{json.dumps(report['host'])}. Parameters: {report['tensors']} tensors, "
+             f"{report['elements']:,} elements. Median ms over {report['steps']} steps; × is "
+             "to `host/to-cpu` in the same run.", "",
+             "| row | what | ms | × host Adam | other |", "|---|---|---|---|---|"]
+    base = next((r.get("ms") for r in report["rows"] if r["key"] == "host/to-cpu"), None)
+    for r in report["rows"]:
+        ratio = f"{r['ms'] / base:.3f}" if base and "ms" in r else ""
+        other = {k: v for k, v in r.items() if k not in ("key", "what", "ms")}
+        lines.append(f"| `{r['key']}` | {r['what']} | {r.get('ms', '')} | {ratio} | "
+                     f"{json.dumps(other)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args(argv)
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("offload_probe: CUDA is not available here; nothing measured")
+        return 0
+    shapes = gpt2_shapes(**TINY) if args.tiny else gpt2_shapes()
+    probe = Probe(torch, args.device, shapes, args.steps)
+    report = {"gpu": torch.cuda.get_device_name() if probe.cuda else "no GPU (dry run)",
+              "torch": torch.__version__, "threads": torch.get_num_threads(),
+              "host": host_facts(), "tensors": len(shapes),
+              "elements": sum(p.numel() for p in probe.params), "steps": args.steps,
+              "rows": []}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for key, what, run in rows(probe):
+        started = time.perf_counter()
+        try:
+            result = run()
+        except Exception as error:      # recorded; the other rows still run
+            result = {"error": f"{type(error).__name__}: {error}"}
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        probe.release()     # the row's host and device memory, before the next row
+        report["rows"].append({"key": key, "what": what, **result})
+        print(key, json.dumps(result), flush=True)
+        (args.out / "offload_probe.json").write_text(json.dumps(report, indent=1) + "\n")
+        (args.out / "offload_probe.md").write_text(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
