@@ -143,6 +143,7 @@ class Probe:
         """The pageable update while a side stream moves OffloadAdam's volume (values and
         gradients down, values up) between other pinned buffers and the device."""
         torch = self.torch
+        self.next_gradients()               # the side stream's gradients
         optimizer, prepare, _ = self.host_memory("pageable")
         down = [torch.empty(p.shape, pin_memory=True) for p in self.params]
         up = [torch.empty(p.shape, pin_memory=True) for p in self.params]
@@ -164,6 +165,21 @@ class Probe:
                 times.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
         return {"ms": round(statistics.median(times), 3), "min_ms": round(min(times), 3)}
+
+    def host_adam_in_batches(self) -> dict:
+        """OffloadAdam's host update over its own batches, every transfer left out: the
+        pipeline's update cut into calls, on its buffers, with nothing else running."""
+        from unified_opt.backends.torch.offload import OffloadAdam
+
+        optimizer = OffloadAdam(self.params, lr=1e-3)
+        self.next_gradients()
+        optimizer.step()
+        batches = optimizer.pipeline.batches(list(enumerate(self.params)))
+        group, cut = optimizer.param_groups[0], set()
+        out = self.timed(lambda: [optimizer._adam(group, batch, cut) for batch in batches],
+                         prepare=lambda: None)
+        out["batches"] = len(batches)
+        return out
 
     # -- the transfers -------------------------------------------------------------------
     def queue_downloads(self) -> dict:
@@ -251,6 +267,8 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
                  "state pageable", lambda: probe.host_adam("registered")),
                 ("host/under-copies", "host Adam (pageable) while OffloadAdam's copies run "
                  "on a side stream", probe.host_adam_under_copies),
+                ("host/in-batches", "OffloadAdam's host update in its batches, no "
+                 "transfers", probe.host_adam_in_batches),
                 ("copies/queue-downloads", "queue every value's and gradient's download "
                  "(queue_ms: host time)", probe.queue_downloads),
                 ("copies/pipeline-only", "HostPipeline with an empty update",
