@@ -139,9 +139,11 @@ class Probe:
         optimizer, prepare, _staging = self.host_memory(how)   # the staging lives on
         return self.timed(optimizer.step, prepare)
 
-    def host_adam_under_copies(self) -> dict:
+    def host_adam_under_copies(self, values_down: bool = True) -> dict:
         """The pageable update while a side stream moves OffloadAdam's volume (values and
-        gradients down, values up) between other pinned buffers and the device."""
+        gradients down, values up; ``values_down=False``: the least any host update
+        moves, gradients down and values up) between other pinned buffers and the
+        device."""
         torch = self.torch
         self.next_gradients()               # the side stream's gradients
         optimizer, prepare, _ = self.host_memory("pageable")
@@ -154,8 +156,8 @@ class Probe:
             torch.cuda.synchronize()
             with torch.cuda.stream(side):
                 for h, p in zip(down, self.params):
-                    h.copy_(p.detach(), non_blocking=True)
-                for h, p in zip(down, self.params):
+                    if values_down:
+                        h.copy_(p.detach(), non_blocking=True)
                     h.copy_(p.grad, non_blocking=True)
                 for h, p in zip(up, self.params):
                     p.detach().copy_(h, non_blocking=True)
@@ -267,6 +269,9 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
                  "state pageable", lambda: probe.host_adam("registered")),
                 ("host/under-copies", "host Adam (pageable) while OffloadAdam's copies run "
                  "on a side stream", probe.host_adam_under_copies),
+                ("host/under-least-copies", "host Adam (pageable) while gradients go down "
+                 "and values up on a side stream (no values down)",
+                 lambda: probe.host_adam_under_copies(values_down=False)),
                 ("host/in-batches", "OffloadAdam's host update in its batches, no "
                  "transfers", probe.host_adam_in_batches),
                 ("copies/queue-downloads", "queue every value's and gradient's download "
@@ -308,6 +313,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--rows", default="", help="comma-separated row keys (all if empty)")
     args = parser.parse_args(argv)
     import torch
 
@@ -322,7 +328,10 @@ def main(argv=None) -> int:
               "elements": sum(p.numel() for p in probe.params), "steps": args.steps,
               "rows": []}
     args.out.mkdir(parents=True, exist_ok=True)
+    wanted = {k for k in args.rows.split(",") if k}
     for key, what, run in rows(probe):
+        if wanted and key not in wanted:
+            continue
         started = time.perf_counter()
         try:
             result = run()
