@@ -1,7 +1,9 @@
 """The minimal tensor-ops interface that every spec's update is written against.
 
 Arithmetic uses Python operators (``+ - * /``, unary ``-``) on the framework's own
-tensors, with Python floats as scalars (which never promote a float32 tensor). Anything
+tensors, with Python floats as scalars (which never promote a float32 tensor: numpy's
+reference computes under NEP 50, :func:`unified_opt.reference.weak_python_scalars`,
+so that a 0-d float32 array is no exception). Anything
 else goes through an ``Ops`` object: this module's :data:`numpy_ops`, and one binding
 per backend (``unified_opt.backends.<name>.ops``). The bindings are a handful of
 one-line functions; the math itself lives only in the spec modules.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -14,6 +15,27 @@ from .spec import Spec, check_momentum_cycling
 from .storage import LOW_PRECISION, round_to, state_storage
 
 DTYPES = ("float64", "float32")
+
+
+@contextmanager
+def weak_python_scalars() -> Iterator[None]:
+    """numpy's NEP 50 promotion while the reference computes: a Python float is a weak
+    scalar, so a 0-d float32 array (a norm, a trust ratio, a scalar state such as NAdam's
+    ``mu_product``, a 0-d parameter) times a Python float stays float32, as in torch,
+    Paddle, MindSpore and numpy 2. numpy 1.x's legacy rule makes it a float64 (a float32
+    reference would then compute those values in float64, and its numbers would depend
+    on the numpy version). On numpy 1.24 to 1.26 the rule is numpy's process-wide
+    setting, switched for the reference's calls and restored after them."""
+    get = getattr(np, "_get_promotion_state", None)
+    if get is None or get() == "weak":      # numpy 2: NEP 50 is the only rule
+        yield
+        return
+    before = get()
+    np._set_promotion_state("weak")
+    try:
+        yield
+    finally:
+        np._set_promotion_state(before)
 
 
 class Reference:
@@ -28,6 +50,10 @@ class Reference:
     (``param_steps``: the update's 1-based ``step``, which bias corrections count) does
     not advance; the step still counts for the optimizer (``step_count``: the lr
     schedule and ``spec.at_step`` follow the optimizer's steps, as on every backend).
+
+    In float32 every value stays float32, 0-d ones included (a norm, a trust ratio, a
+    scalar state, a 0-d parameter): the reference computes under NEP 50's promotion,
+    whatever numpy's version (:func:`weak_python_scalars`).
 
     ``storage`` (``"bfloat16"``, ``"float16"``) is the dtype the parameters are kept in,
     as a framework's bfloat16 model keeps them: ``dtype`` is then the math only, and the
@@ -81,9 +107,10 @@ class Reference:
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
         self._specs = {name: plan.spec for name, plan in self.plans.items()}
-        self.states = [{name: self._kept_state(name, self._specs[name].init(p, ops))
-                        for name, p in self.params.items()}
-                       for _ in range(self.workers or 1)]
+        with weak_python_scalars():
+            self.states = [{name: self._kept_state(name, self._specs[name].init(p, ops))
+                            for name, p in self.params.items()}
+                           for _ in range(self.workers or 1)]
         self.step_count = 0
         #: each parameter's count of updates (those of steps where it had a gradient)
         self.param_steps = {name: 0 for name in self.params}
@@ -96,6 +123,10 @@ class Reference:
         return self.states[0]
 
     def step(self, grads: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> float:
+        with weak_python_scalars():
+            return self._step(grads)
+
+    def _step(self, grads) -> float:
         if self.workers is None:
             per_worker = [self._checked(grads, "grads")]
         else:
