@@ -64,8 +64,7 @@ from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore import dtype as mstype
 
 from unified_opt.backend import load
-from unified_opt.ops import numpy_ops
-from unified_opt.porting.state import Snapshot
+from unified_opt.porting.state import Snapshot, initial_state, state_layout
 from unified_opt.schedules import Schedule
 
 #: step counters, by attribute (every one a class holds must agree)
@@ -89,13 +88,12 @@ def _dtype(p) -> np.dtype:
 
 
 def expected_state(spec, p) -> dict:
-    init = spec.init(np.zeros(tuple(p.shape), dtype=_dtype(p)), numpy_ops)
-    return {k: (np.shape(a), np.asarray(a).dtype) for k, a in init.items()}
+    """The spec's state of ``p``: name -> (shape, numpy dtype)."""
+    return state_layout(spec, tuple(p.shape), _dtype(p))
 
 
 def _initial(spec, p) -> dict:
-    init = spec.init(np.zeros(tuple(p.shape), dtype=_dtype(p)), numpy_ops)
-    return {k: np.asarray(a).copy() for k, a in init.items()}
+    return initial_state(spec, tuple(p.shape), _dtype(p))
 
 
 # -- the layout of a native optimizer --------------------------------------------------------

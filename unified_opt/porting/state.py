@@ -43,10 +43,23 @@ import numpy as np
 
 from ..backend import BACKENDS, BuildRecord, record_of
 from ..groups import Group
+from ..ops import numpy_ops
 from ..spec import Spec, spec_from_dict
 
 FORMAT = "unified-opt-state/1"
 CALLER = "load_state"
+
+
+def initial_state(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, np.ndarray]:
+    """The spec's state of a fresh parameter of ``shape`` and numpy ``dtype``: name ->
+    array (what a backend's state reader gives a parameter that has not stepped)."""
+    init = spec.init(np.zeros(shape, dtype=dtype), numpy_ops)
+    return {k: np.asarray(a).copy() for k, a in init.items()}
+
+
+def state_layout(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, tuple]:
+    """The spec's state of such a parameter: name -> (shape, numpy dtype)."""
+    return {k: (a.shape, a.dtype) for k, a in initial_state(spec, shape, dtype).items()}
 
 
 @dataclass
