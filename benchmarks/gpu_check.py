@@ -4,15 +4,18 @@ budget, with its results written to ``--out`` and into ``benchmarks/results``.
 1. ``benchmarks/gpu_step_time.py`` alone on the machine (timings), with an empty Triton
    cache so that the first step's seconds include compiling; then the first step of
    the own CAME again in a new process (the compiled kernels reused from the cache);
+   then ``benchmarks/offload_probe.py`` (where the offload's step time goes);
 2. then, side by side: ``unified-opt conformance --device cuda --backends torch`` in
    shards of algorithms (the suite's Triton kernels compile in parallel on the
    machine's cores; the shards together are the whole suite) and the CUDA tests.
 
 Writes ``OUT/environment.json``, ``OUT/gpu_step_time.{json,md}``,
-``OUT/conformance.{json,md}`` (every shard's counts and each result that did not pass),
-``OUT/cuda_tests.txt`` and ``OUT/gpu_check.log``; exit status 0 when the conformance
-shards and the tests passed. Without CUDA it says so and exits 0, unless ``--device
-cpu`` asks for a dry run of the whole sequence on the CPU (what the tests do).
+``OUT/offload_probe.{json,md}``, ``OUT/conformance.{json,md}`` (every shard's counts and
+each result that did not pass), ``OUT/cuda_tests.txt`` and ``OUT/gpu_check.log``; exit
+status 0 when the conformance shards and the tests passed. Without CUDA it says so and
+exits 0, unless ``--device cpu`` asks for a dry run of the whole sequence on the CPU
+(about 2 minutes with ``--algorithms sgd``: the way to try the script before a device
+run).
 
     python benchmarks/gpu_check.py --out DIR
 """
@@ -190,6 +193,10 @@ def main(argv=None) -> int:
         if again is not None and again.returncode == 0:
             info["came_first_step_s_warm_cache"] = float(again.stdout.split()[-1])
             (out / "environment.json").write_text(json.dumps(info, indent=1))
+    # where the offload's step time goes, still alone on the machine (about 45 s)
+    run(out, [python, "benchmarks/offload_probe.py", "--out", str(out)]
+        + (["--device", "cpu", "--tiny", "--steps", "3"] if args.device == "cpu" else []),
+        120, env=env)
 
     # 2. conformance shards and the CUDA tests side by side
     wanted = [a for a in args.algorithms.split(",") if a]
