@@ -37,7 +37,8 @@ PIECE_ALIGNMENT = 1 << 16
 #: allocates with ``cudaHostAlloc`` and so places every page in the memory of the thread
 #: that allocates; ``"register"``, pageable zeros written by torch's thread pool, then
 #: ``cudaHostRegister``ed in place, so each page stays near the threads that update it
-#: (on a host with several memory nodes).
+#: (on a host with several memory nodes). On the one-node H100 host measured
+#: (``benchmarks/offload_probe.py``) neither was faster; ``"alloc"`` is the default.
 PINNING = ("alloc", "register")
 
 
