@@ -27,7 +27,7 @@ def weak_python_scalars() -> Iterator[None]:
     on the numpy version). On numpy 1.24 to 1.26 the rule is numpy's process-wide
     setting, switched for the reference's calls and restored after them."""
     get = getattr(np, "_get_promotion_state", None)
-    if get is None or get() == "weak":      # numpy 2: NEP 50 is the only rule
+    if get is None or get() == "weak":  # numpy 2: NEP 50 is the default (from 2.2 the only) rule
         yield
         return
     before = get()
