@@ -265,7 +265,7 @@ class CudaKernels(Engine):
             triton_language()
             shape = tuple(param.shape)
             code, _ = self.programs.code_and_scalars(spec, shape, math, lr, step)
-            self._program(code, math, self._storage(spec, shape, stored, stored))
+            self._program(code, math, self._storage(spec, shape, stored))
         except (Untraceable, Unsupported, TritonUnavailable) as error:
             return str(error)
         return None
@@ -294,12 +294,13 @@ class CudaKernels(Engine):
             program = self._triton[key] = triton_program(code, dtype, storage)
         return program
 
-    def _storage(self, spec, shape, stored: str, grad: str) -> dict[int, str]:
-        """The dtype each input array is kept in (0 the parameter stored as ``stored``, 1
-        its gradient, then the state arrays in the program's order)."""
+    def _storage(self, spec, shape, stored: str) -> dict[int, str]:
+        """The dtype each input array is kept in: 0 the parameter stored as ``stored``, 1
+        its gradient (the same dtype: a step runs a gradient of another dtype eagerly),
+        then the state arrays in the program's order."""
         order = self.programs.state_order(spec, shape, math_dtype(stored))
         kept = state_storage(spec, stored)
-        return {0: stored, 1: grad, **{2 + j: kept for j in range(len(order))}}
+        return {0: stored, 1: stored, **{2 + j: kept for j in range(len(order))}}
 
     # -- a step ------------------------------------------------------------------------
     def _shapes(self, params) -> tuple[dict, list[int]]:
@@ -349,8 +350,7 @@ class CudaKernels(Engine):
                     continue
                 try:
                     view, code, scalars = self._code(batch.spec, shape, math, batch.lr, step)
-                    program = self._program(code, math, self._storage(
-                        batch.spec, view, dtype, dtype))
+                    program = self._program(code, math, self._storage(batch.spec, view, dtype))
                 except (Untraceable, Unsupported, TritonUnavailable) as error:
                     self._refuse((dtype, len(shape), step, shape), batch, error)
                     leftover += members

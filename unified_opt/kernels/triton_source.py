@@ -201,16 +201,21 @@ def triton_program(code: np.ndarray, dtype: str,
                          hashlib.sha256(source.encode()).hexdigest()[:24])
 
 
+def _arrays_read(ins) -> set[int]:
+    """The arrays an instruction reads (its operands of the array kind)."""
+    array = OPERAND_KINDS["array"]
+    return {v for k, v in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8]))
+            if k == array}
+
+
 def _check_read_back(phases, storage: dict[int, str]) -> None:
     """An array kept in another dtype is rounded where it is stored; a later phase reading
     it back would compute with the rounded value, where the update rounds once, at its
     end: refused (the update then runs eagerly)."""
-    array = OPERAND_KINDS["array"]
     stored: set[int] = set()
     for _, instructions in phases:
         for ins in instructions:
-            read = {v for k, v in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8]))
-                    if k == array}
+            read = _arrays_read(ins)
             if read & stored:
                 raise Unsupported(f"array {min(read & stored)}, kept as "
                                   f"{storage[min(read & stored)]}, is read after a phase "
@@ -222,13 +227,11 @@ def _check_read_back(phases, storage: dict[int, str]) -> None:
 def _launch_groups(phases) -> list[list[int]]:
     """Consecutive phases with no array one of them writes (a store, a sum's total) that
     another reads or writes: they may run in one launch, in any order."""
-    array = OPERAND_KINDS["array"]
     touched = []
     for _, instructions in phases:
         reads, writes = set(), set()
         for ins in instructions:
-            reads.update(v for k, v in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8]))
-                         if k == array)
+            reads |= _arrays_read(ins)
             if _NAMES[ins[0]] in ("store", "sum"):
                 writes.add(ins[1])
         touched.append((reads, writes))
