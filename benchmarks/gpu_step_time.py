@@ -420,17 +420,17 @@ def judge(results: list[dict], on_gpu: bool = True) -> None:
                 if r["key"].startswith("own/"):
                     met = met and r["first_step_s"] <= FIRST_STEP_TARGET_S
                 r["met"] = met
-        elif r["key"] == "offload/adam-values-kept":
+        elif r["key"] in ("offload/adam", "offload/adam-values-kept"):
             host = by_key.get("offload/host-adam")
-            if "ms" in r and host is not None and "ms" in host:
+            measured = "ms" in r and host is not None and "ms" in host
+            if measured:
                 r["over_host_adam"] = round(r["ms"] / host["ms"], 3)
-        elif r["key"] == "offload/adam":
-            host = by_key.get("offload/host-adam")
-            r["target"] = f"≤ {OFFLOAD_TARGET}× the host's fused Adam alone; 0 B state on GPU"
-            if "ms" in r and host is not None and "ms" in host:
-                r["over_host_adam"] = round(r["ms"] / host["ms"], 3)
-                r["met"] = (r["ms"] <= OFFLOAD_TARGET * host["ms"] and
-                            (not on_gpu or r.get("state_bytes", 0) == 0))
+            if r["key"] == "offload/adam":     # the row the target is for
+                r["target"] = (f"≤ {OFFLOAD_TARGET}× the host's fused Adam alone; 0 B "
+                               "state on GPU")
+                if measured:
+                    r["met"] = (r["ms"] <= OFFLOAD_TARGET * host["ms"] and
+                                (not on_gpu or r.get("state_bytes", 0) == 0))
 
 
 # -- reports ---------------------------------------------------------------------------

@@ -116,9 +116,8 @@ def float32_floor(oracle: np.ndarray, float32, storage: str | None = None
     with np.errstate(invalid="ignore", over="ignore"):
         for reference32 in (float32 if isinstance(float32, list) else [float32]):
             r = np.asarray(reference32, dtype=np.float64).reshape(steps, -1)
-            mask = finite_o & np.isfinite(r)
-            floor32 = np.maximum(floor32, np.where(mask, _in_ulps(r, o, storage), 0.0).max(
-                axis=1, initial=0.0))
+            floor32 = np.maximum(floor32, _max_abs(_in_ulps(r, o, storage),
+                                                   finite_o & np.isfinite(r)))
     magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
     return floor32, np.maximum.accumulate(magnitude) if steps else magnitude
 

@@ -15,6 +15,7 @@ import torch
 from unified_opt.backends.torch.ops import warm_up_cpu_sqrt
 from unified_opt.native import import_native
 from unified_opt.ops import numpy_ops
+from unified_opt.storage import LOW_PRECISION as LOW_PRECISION_NAMES
 
 from .base import Driver
 
@@ -23,7 +24,7 @@ warm_up_cpu_sqrt()
 
 class TorchDriver(Driver):
     backend = "torch"
-    storage_dtypes = ("bfloat16", "float16")
+    storage_dtypes = LOW_PRECISION_NAMES
 
     @property
     def torch_device(self) -> str:
@@ -102,7 +103,7 @@ class TorchDriver(Driver):
 
 
 #: dtypes numpy has no (bfloat16) or a slow (float16) type for: read as float32, exactly
-LOW_PRECISION = (torch.bfloat16, torch.float16)
+LOW_PRECISION = tuple(getattr(torch, name) for name in LOW_PRECISION_NAMES)
 
 
 def array_dtype(p) -> np.dtype:
