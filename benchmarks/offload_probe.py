@@ -98,6 +98,13 @@ class Probe:
             self.torch.cuda.empty_cache()
             getattr(self.torch._C, "_host_emptyCache", lambda: None)()
 
+    def pin_state(self, optimizer) -> None:
+        """Adam's moments moved into pinned (``cudaHostAlloc``) memory."""
+        for state in optimizer.state.values():
+            for key in ("exp_avg", "exp_avg_sq"):
+                state[key] = self.torch.zeros(state[key].shape,
+                                              pin_memory=True).copy_(state[key])
+
     # -- the host's update alone ---------------------------------------------------------
     def host_memory(self, how: str):
         """Host params, two gradient sets and an Adam over them, memory laid out ``how``."""
@@ -122,10 +129,7 @@ class Probe:
             p.grad = g
         optimizer.step()
         if how == "pinned" and self.cuda:       # the state pinned too
-            for state in optimizer.state.values():
-                for key in ("exp_avg", "exp_avg_sq"):
-                    state[key] = torch.zeros(state[key].shape,
-                                             pin_memory=True).copy_(state[key])
+            self.pin_state(optimizer)
         turn = [0]
 
         def prepare():
@@ -227,9 +231,7 @@ class Probe:
         self.next_gradients()
         optimizer.step()
         if state == "pinned" and self.cuda:
-            for s in optimizer.state.values():
-                for key in ("exp_avg", "exp_avg_sq"):
-                    s[key] = torch.zeros(s[key].shape, pin_memory=True).copy_(s[key])
+            self.pin_state(optimizer)
         # the host update's own time inside the pipeline (a wrapper on this instance)
         inside, adam = [0.0], optimizer._adam
 
