@@ -4,20 +4,25 @@
 while the copies it overlaps take less than the host's update. This probe times the
 suspects one at a time on the GPT-2-small set, in one process:
 
-* the host's fused Adam over the same host memory four ways: pageable (the baseline
-  row), everything pinned with ``cudaHostAlloc`` (``OffloadAdam``'s layout before the
-  state became pageable), pinned copies with pageable state, and copies pinned with
-  ``cudaHostRegister`` (``HostStaging(pinning="register")``);
+* the host's fused Adam alone (the baseline row, and over pageable memory the thread
+  pool touched), and a triad over the same bytes (``c = a + s * b``: how much of the
+  host's memory bandwidth the update uses);
 * the same update while copies of ``OffloadAdam``'s volume run on a side stream
-  (memory traffic shared with the DMA engines);
+  (memory traffic shared with the DMA engines), and cut into the pipeline's batches;
 * the host time to queue the downloads, and the pipeline's transfers with no update;
-* ``OffloadAdam`` itself (with the host update's time inside it, ``adam_ms``): state
-  pinned (as before), state pageable (now), with
-  registered buffers, and two other batch sizes.
+* ``OffloadAdam`` itself (with the host update's time inside it, ``adam_ms``, and the
+  staging buffers' bytes): through the ring of staging slots (the default), through a buffer per
+  parameter (before), and through rings of smaller slots, whose batches stay in the
+  host's cache between the copy and the update;
+* for comparison, the GPU's own fused Adam with the moments in mapped host memory
+  (zero-copy: 0 bytes of state on the GPU, the update the GPU's, not the host's).
 
-Also records the host's memory nodes, CPU affinity and transparent-huge-page setting.
-Writes ``OUT/offload_probe.{json,md}``. Without CUDA it says so and exits 0 unless
-``--device cpu --tiny`` asks for a dry run of the code (no pinning, no streams).
+Earlier runs also timed pinned, registered and batch-size variants (no difference):
+``benchmarks/results/offload_probe_h100/``. Also records the host's memory nodes, CPU
+affinity and transparent-huge-page setting. Writes ``OUT/offload_probe.{json,md}``.
+Without CUDA it says so and exits 0 unless ``--device cpu --tiny`` asks for a dry run of
+the code (no pinning, no streams; the offload rows stage the CPU parameters through their
+buffers).
 
     python benchmarks/offload_probe.py --out DIR
 """
@@ -98,29 +103,17 @@ class Probe:
             self.torch.cuda.empty_cache()
             getattr(self.torch._C, "_host_emptyCache", lambda: None)()
 
-    def pin_state(self, optimizer) -> None:
-        """Adam's moments moved into pinned (``cudaHostAlloc``) memory."""
-        for state in optimizer.state.values():
-            for key in ("exp_avg", "exp_avg_sq"):
-                state[key] = self.torch.zeros(state[key].shape,
-                                              pin_memory=True).copy_(state[key])
-
     # -- the host's update alone ---------------------------------------------------------
     def host_memory(self, how: str):
-        """Host params, two gradient sets and an Adam over them, memory laid out ``how``."""
+        """Host params, two gradient sets and an Adam over them, memory laid out ``how``:
+        ``"to-cpu"`` (``.to("cpu")``, gpu_step_time's row) or ``"pageable"`` (zeros the
+        thread pool touched)."""
         torch = self.torch
-        from unified_opt.backends.torch.offload import HostStaging
-
-        staging = HostStaging(pinning="register") if how == "registered" else None
 
         def tensor(p):
-            if how == "to-cpu":                 # gpu_step_time's host-adam row
+            if how == "to-cpu":
                 return p.detach().to("cpu", copy=True)
-            if how in ("pinned", "pinned-io") and self.cuda:
-                return torch.zeros(p.shape, pin_memory=True).copy_(p.detach())
-            if how == "registered":
-                return staging._buffer(p).copy_(p.detach())
-            return torch.zeros(p.shape).copy_(p.detach())   # pageable, touched by the pool
+            return torch.zeros(p.shape).copy_(p.detach())
 
         host = [torch.nn.Parameter(tensor(p)) for p in self.params]
         grads = [[tensor(g) for g in pool] for pool in self.pool]
@@ -128,8 +121,6 @@ class Probe:
         for p, g in zip(host, grads[0]):
             p.grad = g
         optimizer.step()
-        if how == "pinned" and self.cuda:       # the state pinned too
-            self.pin_state(optimizer)
         turn = [0]
 
         def prepare():
@@ -137,11 +128,31 @@ class Probe:
                 p.grad = g
             turn[0] += 1
 
-        return optimizer, prepare, staging
+        return optimizer, prepare
 
     def host_adam(self, how: str) -> dict:
-        optimizer, prepare, _staging = self.host_memory(how)   # the staging lives on
-        return self.timed(optimizer.step, prepare)
+        optimizer, prepare = self.host_memory(how)
+        out = self.timed(optimizer.step, prepare)
+        # Adam reads the value, gradient and both moments and writes three of them
+        out["GB/s"] = round(7 * self.bytes / out["ms"] / 1e6, 1)
+        return out
+
+    def host_triad(self) -> dict:
+        """``c = a + s * b`` over host tensors of the parameters' sizes, four times the
+        parameters' bytes in all: a stream-like bound on the host's memory bandwidth
+        (counted as 3 arrays moved; the write's read for ownership is not counted)."""
+        torch = self.torch
+        total = sum(p.numel() for p in self.params)
+        a, b, c = (torch.ones(total) for _ in range(3))
+        steps = 4
+
+        def triad():
+            for _ in range(steps):
+                torch.add(a, b, alpha=0.5, out=c)
+
+        out = self.timed(triad, prepare=lambda: None)
+        out["GB/s"] = round(steps * 3 * total * 4 / out["ms"] / 1e6, 1)
+        return out
 
     def host_adam_under_copies(self, values_down: bool = True) -> dict:
         """The pageable update while a side stream moves OffloadAdam's volume (values and
@@ -150,7 +161,7 @@ class Probe:
         device."""
         torch = self.torch
         self.next_gradients()               # the side stream's gradients
-        optimizer, prepare, _ = self.host_memory("pageable")
+        optimizer, prepare = self.host_memory("pageable")
         down = [torch.empty(p.shape, pin_memory=True) for p in self.params]
         up = [torch.empty(p.shape, pin_memory=True) for p in self.params]
         side = torch.cuda.Stream()
@@ -220,18 +231,21 @@ class Probe:
         return out
 
     # -- OffloadAdam ---------------------------------------------------------------------
-    def offload(self, state="pageable", pinning="alloc", batch_elements=None) -> dict:
+    def offload(self, staging="ring", slots=4, batch_elements=1 << 23,
+                first_batch_elements=1 << 20) -> dict:
+        """``OffloadAdam`` through ``staging`` (``"ring"`` of ``slots``, or
+        ``"per-parameter"`` buffers) in batches of ``batch_elements``."""
         torch = self.torch
-        from unified_opt.backends.torch.offload import HostPipeline, HostStaging, OffloadAdam
+        from unified_opt.backends.torch.offload import HostPipeline, OffloadAdam
+        from unified_opt.backends.torch.staging import HostStaging, StagingRing
 
         optimizer = OffloadAdam(self.params, lr=1e-3)
         optimizer.pipeline = HostPipeline(
-            split=True, staging=HostStaging(pinning=pinning),
-            **({"batch_elements": batch_elements} if batch_elements else {}))
+            split=True, stage_cpu=not self.cuda, batch_elements=batch_elements,
+            first_batch_elements=first_batch_elements,
+            staging=StagingRing(slots=slots) if staging == "ring" else HostStaging())
         self.next_gradients()
         optimizer.step()
-        if state == "pinned" and self.cuda:
-            self.pin_state(optimizer)
         # the host update's own time inside the pipeline (a wrapper on this instance)
         inside, adam = [0.0], optimizer._adam
 
@@ -250,9 +264,50 @@ class Probe:
 
         out = self.timed(step)
         out["adam_ms"] = round(statistics.median(per_step[2:]), 3)
+        out["staging_bytes"] = sum(b.numel() * b.element_size()    # pinned on CUDA
+                                   for b in optimizer.pipeline.staging.pinned())
+        out["batches"] = len(optimizer.pipeline.batches(list(enumerate(self.params))))
         out["device_state_bytes"] = sum(
             v.numel() * v.element_size() for s in optimizer.state.values() for v in s.values()
             if isinstance(v, torch.Tensor) and v.device.type != "cpu")
+        return out
+
+    def zero_copy_adam(self) -> dict:
+        """The GPU's fused Adam with both moments in pinned host memory, read and written
+        in place over the bus (a CUDA view of the mapped host pages): 0 bytes of moments
+        on the GPU, the update computed by the GPU. Not what ``OffloadAdam`` computes."""
+        torch = self.torch
+        from torch.optim import adam as torch_adam
+
+        def on_device(host):
+            """A CUDA tensor over ``host``'s pinned pages (unified addressing: the
+            device sees them at the host's address)."""
+            class Mapped:
+                __cuda_array_interface__ = {
+                    "shape": tuple(host.shape), "typestr": "<f4", "strides": None,
+                    "data": (host.data_ptr(), False), "version": 3, "stream": None}
+            return torch.as_tensor(Mapped(), device=self.device)
+
+        hosts = [[torch.zeros(p.shape, pin_memory=True) for p in self.params]
+                 for _ in range(2)]
+        exp_avgs, exp_avg_sqs = ([on_device(h) for h in moments] for moments in hosts)
+        steps = [torch.zeros((), device=self.device) for _ in self.params]
+
+        def step():
+            torch_adam.adam([p.detach() for p in self.params], [p.grad for p in self.params],
+                            exp_avgs, exp_avg_sqs, [], steps, fused=True, amsgrad=False,
+                            beta1=0.9, beta2=0.999, lr=1e-3, weight_decay=0.0, eps=1e-8,
+                            maximize=False)
+
+        self.next_gradients()
+        step()
+        self.sync()
+        # the first step's first moment, read on the host: (1 - beta1) * g
+        first = self.params[0].grad.cpu() * 0.1
+        written = torch.allclose(hosts[0][0], first, rtol=1e-5, atol=0.0)
+        out = self.timed(step)
+        out["moments_on_host"] = written
+        out["device_state_bytes"] = sum(t.numel() * t.element_size() for t in steps)
         return out
 
 
@@ -261,35 +316,37 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
     out = [("host/to-cpu", "host Adam, memory from .to('cpu') (gpu_step_time's row)",
             lambda: probe.host_adam("to-cpu")),
            ("host/pageable", "host Adam, pageable memory touched by the thread pool",
-            lambda: probe.host_adam("pageable"))]
+            lambda: probe.host_adam("pageable")),
+           ("host/triad", "c = a + s * b four times over the parameters' size (GB/s: "
+            "the host's memory bandwidth)", probe.host_triad),
+           ("host/in-batches", "OffloadAdam's host update in its batches, no transfers",
+            probe.host_adam_in_batches)]
     if cuda:
-        out += [("host/pinned", "host Adam, values, gradients and state cudaHostAlloc'ed",
-                 lambda: probe.host_adam("pinned")),
-                ("host/pinned-io", "host Adam, values and gradients cudaHostAlloc'ed, "
-                 "state pageable", lambda: probe.host_adam("pinned-io")),
-                ("host/registered", "host Adam, values and gradients cudaHostRegister'ed, "
-                 "state pageable", lambda: probe.host_adam("registered")),
-                ("host/under-copies", "host Adam (pageable) while OffloadAdam's copies run "
+        out += [("host/under-copies", "host Adam (pageable) while OffloadAdam's copies run "
                  "on a side stream", probe.host_adam_under_copies),
                 ("host/under-least-copies", "host Adam (pageable) while gradients go down "
                  "and values up on a side stream (no values down)",
                  lambda: probe.host_adam_under_copies(values_down=False)),
-                ("host/in-batches", "OffloadAdam's host update in its batches, no "
-                 "transfers", probe.host_adam_in_batches),
                 ("copies/queue-downloads", "queue every value's and gradient's download "
                  "(queue_ms: host time)", probe.queue_downloads),
                 ("copies/pipeline-only", "HostPipeline with an empty update",
                  probe.pipeline_only)]
-    out += [("offload/state-pinned", "OffloadAdam, state cudaHostAlloc'ed (before)",
-             lambda: probe.offload(state="pinned")),
-            ("offload/state-pageable", "OffloadAdam, state pageable (now)",
+    out += [("offload/ring", "OffloadAdam through 4 ring slots, batches of 2**23 (now)",
              lambda: probe.offload()),
-            ("offload/registered", "OffloadAdam, state pageable, buffers registered",
-             lambda: probe.offload(pinning="register")),
-            ("offload/batch-4M", "OffloadAdam, state pageable, batches of 2**22",
-             lambda: probe.offload(batch_elements=1 << 22)),
-            ("offload/batch-16M", "OffloadAdam, state pageable, batches of 2**24",
-             lambda: probe.offload(batch_elements=1 << 24))]
+            ("offload/per-parameter", "OffloadAdam through a buffer per parameter "
+             "(before)", lambda: probe.offload(staging="per-parameter")),
+            ("offload/ring-8-slots", "OffloadAdam through 8 ring slots, batches of 2**23",
+             lambda: probe.offload(slots=8)),
+            ("offload/ring-2M", "OffloadAdam through 4 ring slots, batches of 2**21 "
+             "(16 MiB a slot)", lambda: probe.offload(batch_elements=1 << 21,
+                                                      first_batch_elements=1 << 19)),
+            ("offload/ring-1M", "OffloadAdam through 4 ring slots, batches of 2**20 "
+             "(8 MiB a slot)", lambda: probe.offload(batch_elements=1 << 20,
+                                                     first_batch_elements=1 << 18))]
+    if cuda:
+        out.append(("gpu/zero-copy-adam", "the GPU's fused Adam, moments in mapped host "
+                    "memory (not OffloadAdam's math: a design to compare)",
+                    probe.zero_copy_adam))
     return out
 
 

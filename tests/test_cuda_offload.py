@@ -16,9 +16,13 @@ torch = pytest.importorskip("torch")
 from unified_opt.backends.torch.offload import (  # noqa: E402
     PIECE_ALIGNMENT,
     HostPipeline,
-    HostStaging,
     OffloadAdam,
     plan_pieces,
+)
+from unified_opt.backends.torch.staging import (  # noqa: E402
+    SLOT_ALIGNMENT,
+    HostStaging,
+    StagingRing,
 )
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -164,6 +168,24 @@ def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
     _assert_same([p.detach() for p in params], expected)
 
 
+def test_the_own_offload_path_through_a_ring_is_its_unstaged_update_bit_for_bit():
+    """``SpecOptimizer(offload=True)`` (whole pieces: any spec's update) staged through a
+    ring of 2 slots, several batches a step, against the same build on the CPU."""
+    import unified_opt as uo
+
+    spec = uo.AdamOffload(lr=0.01, eps_placement="eps_hat", weight_decay=0.1)
+    staged_params, plain_params = _params("cpu"), _params("cpu")
+    staged = uo.build(spec, [(f"p{i}", p) for i, p in enumerate(staged_params)])
+    plain = uo.build(spec, [(f"p{i}", p) for i, p in enumerate(plain_params)])
+    ring = StagingRing(slots=2)
+    staged._offload.pipeline = HostPipeline(stage_cpu=True, staging=ring, **SMALL_BATCHES)
+    _assert_same(_run(staged, staged_params, skip=(1, 2)), _run(plain, plain_params,
+                                                                 skip=(1, 2)))
+    batches = staged._offload.pipeline.batches(list(enumerate(staged_params)))
+    assert len(batches) > 2 and len(ring.pinned()) == 2
+    assert all(piece.whole for batch in batches for piece in batch)
+
+
 class _StandInCuda:
     """``torch.cuda``'s streams and events as the pipeline calls them, logged, over CPU
     tensors: the streamed loop's order of waits, records and updates, without a GPU."""
@@ -198,6 +220,9 @@ class _Stream:
     def wait_stream(self, other):
         self.cuda.log.append(f"{self.name} waits for {other.name}")
 
+    def wait_event(self, event):
+        self.cuda.log.append(f"{self.name} waits for event {event.number}")
+
 
 class _Event:
     def __init__(self, cuda):
@@ -219,24 +244,108 @@ class _StreamedOnCpu(HostPipeline):
         self._run_streamed(device, self.batches(indexed), update, self.cuda)
 
 
-def test_the_streamed_loop_waits_records_and_updates_in_order():
+def _streamed_log(staging):
+    """The stand-in's log of one streamed step, checked bit for bit against the plain
+    host update; and the number of batches."""
     cuda = _StandInCuda()
     params, plain_params = _params("cpu"), _params("cpu")
     streamed, plain = _two_groups(params), _two_groups(plain_params)
-    streamed.pipeline = _StreamedOnCpu(cuda, split=True, **SMALL_BATCHES)
+    streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=staging, **SMALL_BATCHES)
     original = streamed._adam
     streamed._adam = lambda group, pieces, cut: (cuda.log.append("update"),
                                                  original(group, pieces, cut))
     _assert_same(_run(streamed, params, steps=1), _run(plain, plain_params, steps=1))
-    batches = len(streamed.pipeline.batches(list(enumerate(params))))
+    return cuda.log, len(streamed.pipeline.batches(list(enumerate(params))))
+
+
+def test_the_streamed_loop_with_a_buffer_per_parameter_queues_every_download_first():
+    log, batches = _streamed_log(HostStaging())
     assert batches > 3
-    log = cuda.log
     assert log[:2] == ["down waits for caller", "up waits for caller"]
     assert log[2:2 + batches] == [f"record {i} on down" for i in range(batches)]
     rest = [e for e in log[2 + batches:-1] if e != "update"]
     assert rest == [f"synchronize {i}" for i in range(batches)]
     assert log[-1] == "caller waits for up" and log.count("update") >= batches
     assert log.index("synchronize 1") > log.index("update")     # batch 0 updated first
+
+
+def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
+    log, batches = _streamed_log(StagingRing(slots=2))
+    assert batches > 3
+    expected = ["down waits for caller", "up waits for caller",
+                "record 0 on down", "record 1 on down"]
+    arrived, events = [0, 1], 2
+    for b in range(batches):
+        expected.append(f"synchronize {arrived[b]}")
+        if b + 2 < batches:     # batch b+2 comes down into batch b's slot once b is up
+            expected += [f"record {events} on up", f"down waits for event {events}",
+                         f"record {events + 1} on down"]
+            arrived.append(events + 1)
+            events += 2
+    expected.append("caller waits for up")
+    assert [e for e in log if e != "update"] == expected
+    # each batch is updated after its download and before the next one is awaited
+    updates = [i for i, e in enumerate(log) if e == "update"]
+    assert updates[0] > log.index("synchronize 0") and updates[-1] < len(log) - 1
+    assert log.index("synchronize 1") > updates[0]
+
+
+def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
+    params = _params("cpu")
+    for p, g in zip(params, _grads(0)):
+        p.grad = g
+    ring = StagingRing(slots=3)
+    pipeline = HostPipeline(split=True, stage_cpu=True, staging=ring, **SMALL_BATCHES)
+    batches = pipeline.batches(list(enumerate(params)))
+    assert len(batches) > 3 and len(ring.pinned()) == 3
+    for number, batch in enumerate(batches):
+        slot = ring.pinned()[number % 3]
+        base, end = slot.data_ptr(), slot.data_ptr() + slot.numel()
+        for piece in batch:
+            for view in (piece.value, piece.grad):
+                if not view.numel():
+                    continue            # an empty view points nowhere
+                assert base <= view.data_ptr() and view.data_ptr() + \
+                    view.numel() * view.element_size() <= end
+                assert (view.data_ptr() - base) % SLOT_ALIGNMENT == 0 and view.is_contiguous()
+            assert piece.value.shape == (piece.param.shape if piece.whole
+                                         else (piece.stop - piece.start,))
+        ends = sorted((v.data_ptr(), v.data_ptr() + v.numel() * v.element_size())
+                      for piece in batch for v in (piece.value, piece.grad) if v.numel())
+        assert all(a[1] <= b[0] for a, b in zip(ends, ends[1:]))     # no overlaps
+    size = ring.pinned()[0].numel()
+    big = [torch.nn.Parameter(torch.zeros(5 * PIECE_ALIGNMENT))]
+    big[0].grad = torch.zeros_like(big[0])
+    HostPipeline(stage_cpu=True, staging=ring, **SMALL_BATCHES).batches(list(enumerate(big)))
+    assert ring.pinned()[0].numel() == 2 * 5 * PIECE_ALIGNMENT * 4 > size   # whole: grown
+    assert len(ring.pinned()) == 3
+    fresh = StagingRing(slots=3)        # one batch: one slot
+    HostPipeline(stage_cpu=True, staging=fresh, **SMALL_BATCHES).batches(list(enumerate(big)))
+    assert len(fresh.pinned()) == 1
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"slots": 1}, ValueError, "slots must be at least 2 (one updated while the next "
+     "comes down), got 1"),
+    ({"slots": 2.0}, TypeError, "slots must be an int, got float"),
+    ({"slots": True}, TypeError, "slots must be an int, got bool"),
+    ({"pinning": "pinned"}, ValueError,
+     "pinning must be one of ('alloc', 'register'), got 'pinned'")])
+def test_a_ring_is_checked(kwargs, error, words):
+    with pytest.raises(error) as raised:
+        StagingRing(**kwargs)
+    assert str(raised.value) == words
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"staging": "ring"}, TypeError, "staging must be a StagingRing or a HostStaging, "
+     "got str"),
+    ({"fetch_values": False}, ValueError, "fetch_values=False needs staging=HostStaging(): "
+     "a StagingRing keeps no values between steps")])
+def test_a_pipeline_staging_is_checked(kwargs, error, words):
+    with pytest.raises(error) as raised:
+        HostPipeline(**kwargs)
+    assert str(raised.value) == words
 
 
 # -- on CUDA ------------------------------------------------------------------------------
@@ -252,11 +361,15 @@ def test_a_staging_pinning_is_checked(pinning, error, words):
 
 @needs_cuda
 @pytest.mark.parametrize("pinning", ["alloc", "register"])
+@pytest.mark.parametrize("make_staging", [
+    lambda pinning: StagingRing(slots=2, pinning=pinning), StagingRing, HostStaging],
+    ids=["ring-of-2", "ring", "per-parameter"])
 @pytest.mark.parametrize("batches", [SMALL_BATCHES, {}], ids=["small-batches", "default"])
-def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning):
+def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning,
+                                                                make_staging):
     cpu_params, cuda_params = _params("cpu"), _params("cuda")
     on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
-    staging = HostStaging(pinning=pinning)
+    staging = make_staging(pinning=pinning)
     on_cuda.pipeline = HostPipeline(split=True, staging=staging, **batches)
     for p in cuda_params:                  # gradients allocated before the measurement
         p.grad = torch.zeros_like(p)
@@ -275,7 +388,7 @@ def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning
     states = _state(on_cuda, cuda_params)
     assert all(v.device.type == "cpu" for s in states for v in s.values())
     # the copies' buffers pinned, the state (the host's alone) pageable
-    assert all(b.is_pinned() for pair in staging._buffers.values() for b in pair if b.numel())
+    assert staging.pinned() and all(b.is_pinned() for b in staging.pinned() if b.numel())
     assert not any(v.is_pinned() for p in cuda_params for v in on_cuda.state[p].values())
     _assert_same_state(states, _state(on_cpu, cpu_params))
 

@@ -28,8 +28,9 @@ from unified_opt.storage import math_dtype, rounds, state_storage
 
 from .compiled import compilable, kernel
 from .kernels import TorchKernels
-from .offload import HostPipeline, HostStaging
+from .offload import HostPipeline
 from .ops import DTensor, torch_ops
+from .staging import HostStaging, StagingRing
 
 STEP = "step"
 
@@ -149,7 +150,8 @@ class Offload(Engine):
 
     name = "offload"
 
-    def __init__(self, engines: list[Engine], staging: HostStaging | None = None):
+    def __init__(self, engines: list[Engine],
+                 staging: StagingRing | HostStaging | None = None):
         self.engines = engines
         self.pipeline = HostPipeline(split=False, staging=staging)
 

@@ -2,110 +2,31 @@
 only the new parameter values written back to the parameter's device.
 
 :class:`OffloadAdam` runs torch's fused CPU Adam kernel (``torch.optim.adam.adam(...,
-fused=True)``) over host state. The transfers are two pieces shared with
-``SpecOptimizer(offload=True)`` (any spec's own update on the host):
+fused=True)``) over host state. Its transfers are a :class:`HostPipeline`, shared with
+``SpecOptimizer(offload=True)`` (any spec's own update on the host): the parameters cut
+into batches, each batch's gradient and value copied down on a side CUDA stream while
+the host updates the batch before it and the batch before that goes back up on another,
+through pinned host buffers (``.staging``: a ring of a few batch-sized slots by
+default).
 
-* :class:`HostStaging`: one parameter at a time, synchronously (fetch, update, write back);
-* :class:`HostPipeline`: the parameters cut into batches, each batch's gradient (and
-  value) copied down on a side CUDA stream while the host updates the batch before it and
-  the batch before that goes back up on another, on pinned host buffers.
-
-A parameter that already lives on the CPU is updated in place: no copy. Where a GPU exists
-the host buffers are pinned, so the copies can run asynchronously.
+A parameter that already lives on the CPU is updated in place: no copy.
 """
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 from torch.optim import adam as torch_adam
 
-HOST = torch.device("cpu")
+from .staging import HOST, HostStaging, StagingRing, host_zeros_like
 
 #: element boundary at which :class:`HostPipeline` may cut a parameter. A multiple of any
 #: vector width, so that torch's fused CPU kernels (which run whole vectors from the start
 #: of a tensor and a scalar tail at its end) compute every element of a piece exactly as
 #: they do in the whole tensor.
 PIECE_ALIGNMENT = 1 << 16
-
-
-#: how :class:`HostStaging` pins its buffers where a GPU exists (pinned memory is what lets
-#: a copy run asynchronously): ``"alloc"``, ``torch.zeros(..., pin_memory=True)``, which
-#: allocates with ``cudaHostAlloc`` and so places every page in the memory of the thread
-#: that allocates; ``"register"``, pageable zeros written by torch's thread pool, then
-#: ``cudaHostRegister``ed in place, so each page stays near the threads that update it
-#: (on a host with several memory nodes). On the one-node H100 host measured
-#: (``benchmarks/offload_probe.py``) neither was faster; ``"alloc"`` is the default.
-PINNING = ("alloc", "register")
-
-
-def _pin() -> bool:
-    return torch.cuda.is_available()
-
-
-def host_zeros_like(p) -> torch.Tensor:
-    """Pageable host zeros of ``p``'s shape and dtype: state the host alone reads and
-    writes needs no pinning (pinned pages are locked out of the rest of the system)."""
-    return torch.zeros(p.shape, dtype=p.dtype, device=HOST)
-
-
-def _unregister(tensors: list) -> None:
-    for tensor in tensors:
-        torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
-
-
-class HostStaging:
-    """Per device parameter: host buffers for its value and gradient (pinned where a GPU
-    exists, as ``pinning`` says: see :data:`PINNING`)."""
-
-    def __init__(self, pinning: str = "alloc") -> None:
-        if not isinstance(pinning, str):
-            raise TypeError(f"pinning must be a str, got {type(pinning).__name__}")
-        if pinning not in PINNING:
-            raise ValueError(f"pinning must be one of {PINNING}, got {pinning!r}")
-        self.pinning = pinning
-        self._buffers: dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._registered: list[torch.Tensor] = []
-        # registered memory is unregistered before torch frees it (not at exit: the
-        # process's memory goes with it)
-        weakref.finalize(self, _unregister, self._registered).atexit = False
-
-    def _buffer(self, p) -> torch.Tensor:
-        if not _pin():
-            return host_zeros_like(p)
-        if self.pinning == "alloc":
-            return torch.zeros(p.shape, dtype=p.dtype, device=HOST, pin_memory=True)
-        buffer = host_zeros_like(p)
-        if buffer.numel():
-            error = torch.cuda.cudart().cudaHostRegister(
-                buffer.data_ptr(), buffer.numel() * buffer.element_size(), 0)
-            torch.cuda.check_error(error)
-            self._registered.append(buffer)
-        return buffer
-
-    def buffers(self, p) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(host value, host gradient)`` buffers of ``p``, made once, contiguous."""
-        if p not in self._buffers:
-            self._buffers[p] = (self._buffer(p), self._buffer(p))
-        return self._buffers[p]
-
-    def fetch(self, p) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(host value, host gradient)`` of ``p`` (``p`` itself on the CPU)."""
-        if p.device.type == "cpu":
-            return p.detach(), p.grad
-        value, grad = self.buffers(p)
-        value.copy_(p.detach())     # synchronous: the host computes on it next
-        grad.copy_(p.grad)
-        return value, grad
-
-    @staticmethod
-    def write_back(p, value) -> None:
-        """The new value onto ``p``'s device (a no-op when it is ``p`` itself)."""
-        if value is not p and value.data_ptr() != p.data_ptr():
-            p.copy_(value, non_blocking=value.is_pinned())
 
 
 @dataclass
@@ -183,12 +104,16 @@ class HostPipeline:
 
     ``run(params, update)`` calls ``update(batch)`` for each batch of :class:`Piece`
     (host value and gradient filled in), then sends the batch's new values to their
-    parameters. On a CUDA device the copies run on two side streams: every batch's value
-    and gradient go down at once, in order, each batch with an event the host waits for
-    before updating it; each updated batch goes up as soon as it is done. So batch i+1
-    comes down while the host updates batch i and batch i-1 goes up. The stream that
-    called ``run`` waits for the uploads (later work on it sees the new values) and the
-    host does not. Parameters on the CPU are one batch of whole pieces, no copies.
+    parameters. On a CUDA device the copies run on two side streams: batches' values and
+    gradients go down in order, each batch with an event the host waits for before
+    updating it; each updated batch goes up as soon as it is done. So batch i+1 comes down
+    while the host updates batch i and batch i-1 goes up. How far the downloads run ahead
+    is the staging's: a :class:`.staging.StagingRing` (the default) has one slot per batch
+    in flight, so the download into a slot waits for the upload out of it;
+    :class:`.staging.HostStaging` (a buffer per parameter) queues them all at once. The
+    stream that called ``run`` waits for the uploads (later work on it sees the new
+    values) and the host does not. Parameters on the CPU are one batch of whole pieces,
+    no copies.
 
     ``split=True`` lets a large parameter be cut into flat pieces (elementwise updates
     only, such as Adam; a norm or a factored moment needs the whole tensor). The value
@@ -200,20 +125,29 @@ class HostPipeline:
 
     ``fetch_values`` (True) brings each value down with its gradient. False is for
     measuring what that transfer costs (``benchmarks/gpu_step_time.py``): the host then
-    updates the values it holds, and a change made to a parameter on its device is lost.
-    Nothing in the library builds a pipeline with False: torch cannot see every such
-    change (a write through ``p.data`` moves no version counter).
+    updates the values it holds, so it needs a :class:`.staging.HostStaging`, and a
+    change made to a parameter on its device is lost. Nothing in the library builds a
+    pipeline with False: torch cannot see every such change (a write through ``p.data``
+    moves no version counter).
     """
 
     def __init__(self, *, split: bool = False, batch_elements: int = 1 << 23,
                  first_batch_elements: int = 1 << 20, stage_cpu: bool = False,
-                 staging: HostStaging | None = None, fetch_values: bool = True) -> None:
+                 staging: StagingRing | HostStaging | None = None,
+                 fetch_values: bool = True) -> None:
+        staging = StagingRing() if staging is None else staging
+        if not isinstance(staging, (StagingRing, HostStaging)):
+            raise TypeError(f"staging must be a StagingRing or a HostStaging, got "
+                            f"{type(staging).__name__}")
+        if not fetch_values and not isinstance(staging, HostStaging):
+            raise ValueError("fetch_values=False needs staging=HostStaging(): a "
+                             f"{type(staging).__name__} keeps no values between steps")
         self.split = split
         self.fetch_values = fetch_values
         self.batch_elements = batch_elements
         self.first_batch_elements = first_batch_elements
         self.stage_cpu = stage_cpu
-        self.staging = HostStaging() if staging is None else staging
+        self.staging = staging
         self._streams: dict[torch.device, tuple] = {}
 
     def run(self, params, update: Callable[[list[Piece]], None]) -> None:
@@ -235,20 +169,22 @@ class HostPipeline:
 
         plan = plan_pieces([p.numel() for _, p in indexed], [splittable(p) for _, p in indexed],
                            self.batch_elements, self.first_batch_elements)
+        parts = [[(indexed[k][1], start, stop, start == 0 and stop == indexed[k][1].numel())
+                  for k, start, stop in batch] for batch in plan]
+        if isinstance(self.staging, StagingRing):
+            self.staging.reserve(parts)
         out = []
-        for batch in plan:
+        for number, (batch, batch_parts) in enumerate(zip(plan, parts)):
             pieces = []
-            for k, start, stop in batch:
-                index, p = indexed[k]
-                value, grad = self.staging.buffers(p)
-                whole = start == 0 and stop == p.numel()
+            views = self.staging.views(number, batch_parts)
+            for (k, start, stop), (p, _, _, whole), (value, grad) in zip(batch, batch_parts,
+                                                                           views):
                 device_value, device_grad = p.detach(), p.grad
                 if not whole:
-                    value, grad = value.view(-1)[start:stop], grad.view(-1)[start:stop]
                     device_value = device_value.view(-1)[start:stop]
                     device_grad = device_grad.view(-1)[start:stop]
-                pieces.append(Piece(index, p, start, stop, whole, value, grad, device_value,
-                                    device_grad))
+                pieces.append(Piece(indexed[k][0], p, start, stop, whole, value, grad,
+                                    device_value, device_grad))
             out.append(pieces)
         return out
 
@@ -265,8 +201,20 @@ class HostPipeline:
             for piece in batch:
                 piece.device_value.copy_(piece.value)
 
+    def _download(self, batch, down, cuda):
+        """Queue ``batch``'s copies down on ``down``; the event the host waits for."""
+        with cuda.stream(down):
+            for piece in batch:
+                if self.fetch_values:
+                    piece.value.copy_(piece.device_value, non_blocking=True)
+                piece.grad.copy_(piece.device_grad, non_blocking=True)
+            arrived = cuda.Event()
+            arrived.record(down)
+        return arrived
+
     def _run_streamed(self, device, batches, update, cuda) -> None:
         """The overlapped loop; ``cuda`` is ``torch.cuda`` (a stand-in in a CPU test)."""
+        ahead = self.staging.lookahead(len(batches))
         with cuda.device(device):
             down, up = self._side_streams(device, cuda)
             caller = cuda.current_stream(device)
@@ -274,22 +222,19 @@ class HostPipeline:
             # stream; the uploads overwrite values that work may still read
             down.wait_stream(caller)
             up.wait_stream(caller)
-            arrived = []
-            with cuda.stream(down):
-                for batch in batches:
-                    for piece in batch:
-                        if self.fetch_values:
-                            piece.value.copy_(piece.device_value, non_blocking=True)
-                        piece.grad.copy_(piece.device_grad, non_blocking=True)
-                    event = cuda.Event()
-                    event.record(down)
-                    arrived.append(event)
-            for batch, event in zip(batches, arrived):
-                event.synchronize()
+            arrived = [self._download(batch, down, cuda) for batch in batches[:ahead]]
+            for number, batch in enumerate(batches):
+                arrived[number].synchronize()
                 update(batch)
                 with cuda.stream(up):
                     for piece in batch:
                         piece.device_value.copy_(piece.value, non_blocking=True)
+                if number + ahead < len(batches):
+                    # the next batch for this slot comes down once this one has gone up
+                    sent = cuda.Event()
+                    sent.record(up)
+                    down.wait_event(sent)
+                    arrived.append(self._download(batches[number + ahead], down, cuda))
             # later work on the caller's stream (the forward pass, the next step's
             # downloads into these host buffers) comes after the uploads
             caller.wait_stream(up)

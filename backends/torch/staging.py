@@ -1,0 +1,200 @@
+"""Host buffers that parameters' values and gradients pass through on their way to and
+from a host update (:class:`.offload.HostPipeline`).
+
+Two layouts, one interface (``views``, ``lookahead``):
+
+* :class:`StagingRing` (the default): a few slots, each big enough for one batch of
+  pieces, reused batch after batch. The pinned memory is fixed by the batch size (4 slots
+  of 64 MiB, value and gradient halves, for the default 2**23 float32 elements), not by
+  the model: buffers per parameter pin 8 bytes per float32 parameter element (56 GB for
+  a 7B model), locked out of the rest of the host. A slot is written again only after
+  the upload that reads it is done, so a ring lets the downloads run at most ``slots``
+  batches ahead of the update.
+* :class:`HostStaging`: a value and a gradient buffer per parameter, kept between steps:
+  the downloads may all be queued at once, and the host still holds each value after the
+  step (what ``HostPipeline(fetch_values=False)`` measures).
+
+Where a GPU exists the buffers are pinned (what lets a copy run asynchronously), as
+``pinning`` says (:data:`PINNING`); without one they are plain host memory.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+HOST = torch.device("cpu")
+
+#: how staging buffers are pinned where a GPU exists: ``"alloc"``,
+#: ``torch.zeros(..., pin_memory=True)``, which allocates with ``cudaHostAlloc`` and so
+#: places every page in the memory of the thread that allocates; ``"register"``, pageable
+#: zeros written by torch's thread pool, then ``cudaHostRegister``ed in place, so each page
+#: stays near the threads that update it (on a host with several memory nodes). On the
+#: one-node H100 host measured (``benchmarks/offload_probe.py``) neither was faster;
+#: ``"alloc"`` is the default.
+PINNING = ("alloc", "register")
+
+#: byte alignment of each piece in a ring slot: a cache line, so every view starts aligned
+#: for any dtype and vector width and no two pieces share a line. No coarser: torch pins
+#: memory in power-of-two blocks, and a batch of 2**23 float32 elements whose pieces are
+#: whole lines then fills a 64 MiB block exactly, where page padding would double it.
+SLOT_ALIGNMENT = 64
+
+
+def _pin() -> bool:
+    return torch.cuda.is_available()
+
+
+def host_zeros_like(p) -> torch.Tensor:
+    """Pageable host zeros of ``p``'s shape and dtype: state the host alone reads and
+    writes needs no pinning (pinned pages are locked out of the rest of the system)."""
+    return torch.zeros(p.shape, dtype=p.dtype, device=HOST)
+
+
+def _check_pinning(pinning) -> None:
+    if not isinstance(pinning, str):
+        raise TypeError(f"pinning must be a str, got {type(pinning).__name__}")
+    if pinning not in PINNING:
+        raise ValueError(f"pinning must be one of {PINNING}, got {pinning!r}")
+
+
+def _unregister(tensors: list) -> None:
+    for tensor in tensors:
+        torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
+
+
+class PinnedZeros:
+    """Makes host zeros, pinned as ``pinning`` says where a GPU exists; registered memory
+    is unregistered before torch frees it (not at exit: the process's memory goes with
+    it)."""
+
+    def __init__(self, pinning: str) -> None:
+        _check_pinning(pinning)
+        self.pinning = pinning
+        self._registered: list[torch.Tensor] = []
+        weakref.finalize(self, _unregister, self._registered).atexit = False
+
+    def zeros(self, shape, dtype) -> torch.Tensor:
+        if not _pin():
+            return torch.zeros(shape, dtype=dtype, device=HOST)
+        if self.pinning == "alloc":
+            return torch.zeros(shape, dtype=dtype, device=HOST, pin_memory=True)
+        buffer = torch.zeros(shape, dtype=dtype, device=HOST)
+        if buffer.numel():
+            error = torch.cuda.cudart().cudaHostRegister(
+                buffer.data_ptr(), buffer.numel() * buffer.element_size(), 0)
+            torch.cuda.check_error(error)
+            self._registered.append(buffer)
+        return buffer
+
+    def release(self, buffers: list[torch.Tensor]) -> None:
+        """Unregister ``buffers`` (registered ones) before they are dropped."""
+        dropped = {b.data_ptr() for b in buffers}
+        _unregister([b for b in self._registered if b.data_ptr() in dropped])
+        self._registered[:] = [b for b in self._registered if b.data_ptr() not in dropped]
+
+
+def _cut(value, grad, start, stop, whole):
+    if whole:
+        return value, grad
+    return value.view(-1)[start:stop], grad.view(-1)[start:stop]
+
+
+class HostStaging:
+    """Per parameter: host buffers for its value and gradient, made once and kept."""
+
+    def __init__(self, pinning: str = "alloc") -> None:
+        self._pinned = PinnedZeros(pinning)
+        self.pinning = pinning
+        self._buffers: dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def buffers(self, p) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(host value, host gradient)`` buffers of ``p``, made once, contiguous."""
+        if p not in self._buffers:
+            self._buffers[p] = (self._pinned.zeros(p.shape, p.dtype),
+                                self._pinned.zeros(p.shape, p.dtype))
+        return self._buffers[p]
+
+    def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of a batch:
+        the parameter's shape where whole, else the flat range ``start:stop``."""
+        return [_cut(*self.buffers(p), start, stop, whole) for p, start, stop, whole in parts]
+
+    def lookahead(self, batches: int) -> int:
+        """How many batches may come down before the first is updated: all of them."""
+        return batches
+
+    def pinned(self) -> list[torch.Tensor]:
+        return [b for pair in self._buffers.values() for b in pair]
+
+
+class StagingRing:
+    """``slots`` reusable host buffers; batch ``b`` passes through slot ``b % slots``
+    (values first, then gradients, each piece on a :data:`SLOT_ALIGNMENT` boundary).
+
+    A slot grows to the largest batch it is given (a parameter that cannot be cut is a
+    batch on its own). Growing frees the old slot: where a GPU exists the device is
+    synchronized first, since an upload of the previous step may still read it.
+    """
+
+    def __init__(self, slots: int = 4, pinning: str = "alloc") -> None:
+        if not isinstance(slots, int) or isinstance(slots, bool):
+            raise TypeError(f"slots must be an int, got {type(slots).__name__}")
+        if slots < 2:
+            raise ValueError(f"slots must be at least 2 (one updated while the next comes "
+                             f"down), got {slots}")
+        self._pinned = PinnedZeros(pinning)
+        self.slots, self.pinning = slots, pinning
+        self._slots: list[torch.Tensor] = []
+
+    @staticmethod
+    def _layout(parts) -> tuple[list[int], int]:
+        """Each part's byte offset in a slot's value half, and the half's size."""
+        offsets, size = [], 0
+        for p, start, stop, _whole in parts:
+            offsets.append(size)
+            nbytes = (stop - start) * p.element_size()
+            size += -(-nbytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
+        return offsets, size
+
+    def reserve(self, batches) -> None:
+        """Slots for ``batches`` (lists of parts): one per batch up to ``slots``, each big
+        enough for the largest batch it takes (a tensor that cannot be cut makes one
+        slot large, not all of them)."""
+        need = [0] * min(self.slots, len(batches))
+        for number, parts in enumerate(batches):
+            slot = number % self.slots
+            need[slot] = max(need[slot], 2 * self._layout(parts)[1])
+        small = [k for k, nbytes in enumerate(need)
+                 if k < len(self._slots) and self._slots[k].numel() < nbytes]
+        if small:
+            if _pin():
+                torch.cuda.synchronize()
+            self._pinned.release([self._slots[k] for k in small])
+            for k in small:     # each old slot goes before its successor is pinned
+                self._slots[k] = None
+                self._slots[k] = self._pinned.zeros((need[k],), torch.uint8)
+        for k in range(len(self._slots), len(need)):
+            self._slots.append(self._pinned.zeros((need[k],), torch.uint8))
+
+    def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of batch
+        ``batch_number``, in its slot (call :meth:`reserve` for the step's batches first)."""
+        offsets, half = self._layout(parts)
+        slot = self._slots[batch_number % self.slots]
+        out = []
+        for (p, start, stop, whole), offset in zip(parts, offsets):
+            nbytes = (stop - start) * p.element_size()
+            shape = p.shape if whole else (stop - start,)
+            value = slot[offset:offset + nbytes].view(p.dtype).view(shape)
+            grad = slot[half + offset:half + offset + nbytes].view(p.dtype).view(shape)
+            out.append((value, grad))
+        return out
+
+    def lookahead(self, batches: int) -> int:
+        """How many batches may come down before the first is updated: one per slot."""
+        return min(self.slots, batches)
+
+    def pinned(self) -> list[torch.Tensor]:
+        return list(self._slots)
