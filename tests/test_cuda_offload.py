@@ -14,6 +14,7 @@ pytestmark = require("torch")
 torch = pytest.importorskip("torch")
 
 from unified_opt.backends.torch.offload import (  # noqa: E402
+    KEPT_PLANS,
     PIECE_ALIGNMENT,
     HostPipeline,
     OffloadAdam,
@@ -322,6 +323,53 @@ def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
     fresh = StagingRing(slots=3)        # one batch: one slot
     HostPipeline(stage_cpu=True, staging=fresh, **SMALL_BATCHES).batches(list(enumerate(big)))
     assert len(fresh.pinned()) == 1
+
+
+def test_a_pipeline_keeps_its_plan_until_the_ring_makes_new_slots():
+    params = _params("cpu")
+    for p, g in zip(params, _grads(0)):
+        p.grad = g
+    ring = StagingRing(slots=2)
+    pipeline = HostPipeline(split=True, stage_cpu=True, staging=ring, **SMALL_BATCHES)
+    indexed = list(enumerate(params))
+
+    def pointers(batches):
+        return [(piece.value.data_ptr(), piece.grad.data_ptr()) for batch in batches
+                for piece in batch]
+
+    first = pipeline.batches(indexed)
+    for p in params:
+        p.grad = p.grad.clone()                 # fresh gradients, as after a backward
+    again = pipeline.batches(indexed)
+    assert pointers(again) == pointers(first) and ring.generation == 1
+    assert [piece.device_grad.data_ptr() for batch in again for piece in batch] == \
+        [p.grad.data_ptr() + 4 * piece.start for batch in again for piece in batch
+         for p in [piece.param]]
+    big = torch.nn.Parameter(torch.zeros(9 * PIECE_ALIGNMENT))
+    big.grad = torch.zeros_like(big)
+    HostPipeline(stage_cpu=True, staging=ring).batches([(0, big)])      # slot 0 grows
+    assert ring.generation == 2
+    slots = [(s.data_ptr(), s.data_ptr() + s.numel()) for s in ring.pinned()]
+    for number, batch in enumerate(pipeline.batches(indexed)):     # made again, in place
+        low, high = slots[number % 2]
+        assert all(low <= piece.value.data_ptr() < high for piece in batch
+                   if piece.value.numel())
+    for extra in range(KEPT_PLANS + 2):     # other parameter sets: the oldest plans go
+        pipeline.batches(indexed[extra % 2:])
+        pipeline.batches(indexed[:len(indexed) - 1 - extra % 3])
+    assert len(pipeline._plans) <= KEPT_PLANS
+
+
+def test_each_device_has_its_own_ring_slots():
+    ring = StagingRing(slots=2)
+    on_cpu, on_meta = torch.zeros(100), torch.zeros(100, device="meta")
+    ring.reserve([[(on_cpu, 0, 100, True)]])
+    ring.reserve([[(on_meta, 0, 100, True)], [(on_meta, 0, 100, True)]])
+    assert [len(slots) for slots in ring._slots.values()] == [1, 2]
+    cpu_view = ring.views(0, [(on_cpu, 0, 100, True)])[0][0]
+    meta_slots = {s.data_ptr() for s in ring._slots[torch.device("meta")]}
+    assert cpu_view.data_ptr() == ring._slots[torch.device("cpu")][0].data_ptr()
+    assert cpu_view.data_ptr() not in meta_slots
 
 
 @pytest.mark.parametrize("kwargs, error, words", [

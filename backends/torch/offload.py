@@ -28,6 +28,10 @@ from .staging import HOST, HostStaging, StagingRing, host_zeros_like
 #: they do in the whole tensor.
 PIECE_ALIGNMENT = 1 << 16
 
+#: how many plans (parameter sets) :class:`HostPipeline` keeps: a few, for steps where
+#: some parameters have no gradient
+KEPT_PLANS = 8
+
 
 @dataclass
 class Piece:
@@ -149,6 +153,7 @@ class HostPipeline:
         self.stage_cpu = stage_cpu
         self.staging = staging
         self._streams: dict[torch.device, tuple] = {}
+        self._plans: dict[tuple, tuple] = {}     # the last KEPT_PLANS, oldest first
 
     def run(self, params, update: Callable[[list[Piece]], None]) -> None:
         params = list(params)
@@ -163,30 +168,51 @@ class HostPipeline:
                 self._run_staged(device, [(i, params[i]) for i in indices], update)
 
     def batches(self, indexed) -> list[list[Piece]]:
-        """The batches of pieces for ``(index, parameter)`` pairs on one device."""
+        """The batches of pieces for ``(index, parameter)`` pairs on one device.
+
+        The plan and its host views are kept for the same parameters (identity, shape,
+        dtype, cut or not) while the staging made no new buffer since: a step then only
+        takes views of the parameters and their gradients (fresh tensors each step).
+        """
         def splittable(p) -> bool:
             return self.split and p.is_contiguous() and p.grad.is_contiguous()
 
-        plan = plan_pieces([p.numel() for _, p in indexed], [splittable(p) for _, p in indexed],
-                           self.batch_elements, self.first_batch_elements)
-        parts = [[(indexed[k][1], start, stop, start == 0 and stop == indexed[k][1].numel())
-                  for k, start, stop in batch] for batch in plan]
-        if isinstance(self.staging, StagingRing):
-            self.staging.reserve(parts)
-        out = []
-        for number, (batch, batch_parts) in enumerate(zip(plan, parts)):
-            pieces = []
-            views = self.staging.views(number, batch_parts)
-            for (k, start, stop), (p, _, _, whole), (value, grad) in zip(batch, batch_parts,
-                                                                           views):
-                device_value, device_grad = p.detach(), p.grad
-                if not whole:
-                    device_value = device_value.view(-1)[start:stop]
-                    device_grad = device_grad.view(-1)[start:stop]
-                pieces.append(Piece(indexed[k][0], p, start, stop, whole, value, grad,
-                                    device_value, device_grad))
-            out.append(pieces)
-        return out
+        key = tuple((id(p), p.shape, p.dtype, splittable(p)) for _, p in indexed)
+        kept = self._plans.get(key)
+        if kept is None or kept[0] != self.staging.generation:
+            kept = self._plan(indexed, [split for *_, split in key])
+            self._plans.pop(key, None)
+            self._plans[key] = kept
+            while len(self._plans) > KEPT_PLANS:
+                del self._plans[next(iter(self._plans))]
+        _, plan, host = kept
+        flat: dict[int, tuple] = {}     # each cut parameter's flat value and gradient
+
+        def device_views(k, start, stop, whole):
+            p = indexed[k][1]
+            if whole:
+                return p.detach(), p.grad
+            if k not in flat:
+                flat[k] = (p.detach().view(-1), p.grad.view(-1))
+            value, grad = flat[k]
+            return value[start:stop], grad[start:stop]
+
+        return [[Piece(indexed[k][0], indexed[k][1], start, stop, whole, value, grad,
+                       *device_views(k, start, stop, whole))
+                 for (k, start, stop, whole), (value, grad) in zip(batch, views)]
+                for batch, views in zip(plan, host)]
+
+    def _plan(self, indexed, split: list[bool]) -> tuple:
+        """``(staging generation, batches of (k, start, stop, whole), their host views)``."""
+        plan = plan_pieces([p.numel() for _, p in indexed], split, self.batch_elements,
+                           self.first_batch_elements)
+        plan = [[(k, start, stop, start == 0 and stop == indexed[k][1].numel())
+                 for k, start, stop in batch] for batch in plan]
+        parts = [[(indexed[k][1], start, stop, whole) for k, start, stop, whole in batch]
+                 for batch in plan]
+        self.staging.reserve(parts)
+        host = [self.staging.views(number, batch) for number, batch in enumerate(parts)]
+        return self.staging.generation, plan, host
 
     def _run_staged(self, device, indexed, update) -> None:
         batches = self.batches(indexed)

@@ -116,6 +116,12 @@ class HostStaging:
                                 self._pinned.zeros(p.shape, p.dtype))
         return self._buffers[p]
 
+    #: views handed out stay valid: a parameter's buffers are never made again
+    generation = 0
+
+    def reserve(self, batches) -> None:
+        """Nothing to make ahead: each parameter's buffers are made on first use."""
+
     def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of a batch:
         the parameter's shape where whole, else the flat range ``start:stop``."""
@@ -130,12 +136,15 @@ class HostStaging:
 
 
 class StagingRing:
-    """``slots`` reusable host buffers; batch ``b`` passes through slot ``b % slots``
-    (values first, then gradients, each piece on a :data:`SLOT_ALIGNMENT` boundary).
+    """``slots`` reusable host buffers per parameter device; batch ``b`` passes through
+    slot ``b % slots`` (values first, then gradients, each piece on a
+    :data:`SLOT_ALIGNMENT` boundary).
 
-    A slot grows to the largest batch it is given (a parameter that cannot be cut is a
-    batch on its own). Growing frees the old slot: where a GPU exists the device is
-    synchronized first, since an upload of the previous step may still read it.
+    Each device has its own slots: the streams of two devices are not ordered with each
+    other, so one device's downloads must not fill a slot another device's upload may
+    still read. A slot grows to the largest batch it is given (a parameter that cannot
+    be cut is a batch on its own). Growing frees the old slot: a CUDA device is
+    synchronized first, since an upload of its previous step may still read it.
     """
 
     def __init__(self, slots: int = 4, pinning: str = "alloc") -> None:
@@ -146,7 +155,10 @@ class StagingRing:
                              f"down), got {slots}")
         self._pinned = PinnedZeros(pinning)
         self.slots, self.pinning = slots, pinning
-        self._slots: list[torch.Tensor] = []
+        self._slots: dict[torch.device, list[torch.Tensor]] = {}
+        #: counts the times slots were made: views handed out before the last time may
+        #: point at a freed slot
+        self.generation = 0
 
     @staticmethod
     def _layout(parts) -> tuple[list[int], int]:
@@ -159,30 +171,37 @@ class StagingRing:
         return offsets, size
 
     def reserve(self, batches) -> None:
-        """Slots for ``batches`` (lists of parts): one per batch up to ``slots``, each big
-        enough for the largest batch it takes (a tensor that cannot be cut makes one
-        slot large, not all of them)."""
+        """Slots for ``batches`` (non-empty lists of parts, all of one device): one per
+        batch up to ``slots``, each big enough for the largest batch it takes (a tensor
+        that cannot be cut makes one slot large, not all of them)."""
+        if not batches:
+            return
+        device = batches[0][0][0].device
+        slots = self._slots.setdefault(device, [])
         need = [0] * min(self.slots, len(batches))
         for number, parts in enumerate(batches):
             slot = number % self.slots
             need[slot] = max(need[slot], 2 * self._layout(parts)[1])
-        small = [k for k, nbytes in enumerate(need)
-                 if k < len(self._slots) and self._slots[k].numel() < nbytes]
+        small = [k for k, nbytes in enumerate(need) if k < len(slots) and
+                 slots[k].numel() < nbytes]
         if small:
-            if _pin():
-                torch.cuda.synchronize()
-            self._pinned.release([self._slots[k] for k in small])
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            self._pinned.release([slots[k] for k in small])
             for k in small:     # each old slot goes before its successor is pinned
-                self._slots[k] = None
-                self._slots[k] = self._pinned.zeros((need[k],), torch.uint8)
-        for k in range(len(self._slots), len(need)):
-            self._slots.append(self._pinned.zeros((need[k],), torch.uint8))
+                slots[k] = None
+                slots[k] = self._pinned.zeros((need[k],), torch.uint8)
+        added = range(len(slots), len(need))
+        for k in added:
+            slots.append(self._pinned.zeros((need[k],), torch.uint8))
+        if small or added:
+            self.generation += 1
 
     def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of batch
         ``batch_number``, in its slot (call :meth:`reserve` for the step's batches first)."""
         offsets, half = self._layout(parts)
-        slot = self._slots[batch_number % self.slots]
+        slot = self._slots[parts[0][0].device][batch_number % self.slots]
         out = []
         for (p, start, stop, whole), offset in zip(parts, offsets):
             nbytes = (stop - start) * p.element_size()
@@ -197,4 +216,4 @@ class StagingRing:
         return min(self.slots, batches)
 
     def pinned(self) -> list[torch.Tensor]:
-        return list(self._slots)
+        return [slot for slots in self._slots.values() for slot in slots]
