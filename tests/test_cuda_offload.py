@@ -291,12 +291,18 @@ def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     assert log.index("synchronize 1") > updates[0]
 
 
-def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
+def _ring_pipeline(slots):
+    """CPU parameters with gradients, and a staged pipeline over a ring of ``slots``."""
     params = _params("cpu")
     for p, g in zip(params, _grads(0)):
         p.grad = g
-    ring = StagingRing(slots=3)
-    pipeline = HostPipeline(split=True, stage_cpu=True, staging=ring, **SMALL_BATCHES)
+    ring = StagingRing(slots=slots)
+    return params, ring, HostPipeline(split=True, stage_cpu=True, staging=ring,
+                                      **SMALL_BATCHES)
+
+
+def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
+    params, ring, pipeline = _ring_pipeline(3)
     batches = pipeline.batches(list(enumerate(params)))
     assert len(batches) > 3 and len(ring.pinned()) == 3
     for number, batch in enumerate(batches):
@@ -326,11 +332,7 @@ def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
 
 
 def test_a_pipeline_keeps_its_plan_until_the_ring_makes_new_slots():
-    params = _params("cpu")
-    for p, g in zip(params, _grads(0)):
-        p.grad = g
-    ring = StagingRing(slots=2)
-    pipeline = HostPipeline(split=True, stage_cpu=True, staging=ring, **SMALL_BATCHES)
+    params, ring, pipeline = _ring_pipeline(2)
     indexed = list(enumerate(params))
 
     def pointers(batches):
@@ -372,40 +374,28 @@ def test_each_device_has_its_own_ring_slots():
     assert cpu_view.data_ptr() not in meta_slots
 
 
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"slots": 1}, ValueError, "slots must be at least 2 (one updated while the next "
-     "comes down), got 1"),
-    ({"slots": 2.0}, TypeError, "slots must be an int, got float"),
-    ({"slots": True}, TypeError, "slots must be an int, got bool"),
-    ({"pinning": "pinned"}, ValueError,
-     "pinning must be one of ('alloc', 'register'), got 'pinned'")])
-def test_a_ring_is_checked(kwargs, error, words):
+@pytest.mark.parametrize("make, kwargs, error, words", [
+    (StagingRing, {"slots": 1}, ValueError,
+     "slots must be at least 2 (one updated while the next comes down), got 1"),
+    (StagingRing, {"slots": 2.0}, TypeError, "slots must be an int, got float"),
+    (StagingRing, {"slots": True}, TypeError, "slots must be an int, got bool"),
+    (StagingRing, {"pinning": "pinned"}, ValueError,
+     "pinning must be one of ('alloc', 'register'), got 'pinned'"),
+    (HostStaging, {"pinning": 1}, TypeError, "pinning must be a str, got int"),
+    (HostStaging, {"pinning": "pinned"}, ValueError,
+     "pinning must be one of ('alloc', 'register'), got 'pinned'"),
+    (HostPipeline, {"staging": "ring"}, TypeError,
+     "staging must be a StagingRing or a HostStaging, got str"),
+    (HostPipeline, {"fetch_values": False}, ValueError,
+     "fetch_values=False needs staging=HostStaging(): a StagingRing keeps no values "
+     "between steps")])
+def test_staging_arguments_are_checked(make, kwargs, error, words):
     with pytest.raises(error) as raised:
-        StagingRing(**kwargs)
-    assert str(raised.value) == words
-
-
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"staging": "ring"}, TypeError, "staging must be a StagingRing or a HostStaging, "
-     "got str"),
-    ({"fetch_values": False}, ValueError, "fetch_values=False needs staging=HostStaging(): "
-     "a StagingRing keeps no values between steps")])
-def test_a_pipeline_staging_is_checked(kwargs, error, words):
-    with pytest.raises(error) as raised:
-        HostPipeline(**kwargs)
+        make(**kwargs)
     assert str(raised.value) == words
 
 
 # -- on CUDA ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("pinning, error, words", [
-    (1, TypeError, "pinning must be a str, got int"),
-    ("pinned", ValueError, "pinning must be one of ('alloc', 'register'), got 'pinned'")])
-def test_a_staging_pinning_is_checked(pinning, error, words):
-    with pytest.raises(error) as raised:
-        HostStaging(pinning=pinning)
-    assert str(raised.value) == words
-
 
 @needs_cuda
 @pytest.mark.parametrize("pinning", ["alloc", "register"])
