@@ -9,6 +9,7 @@ suspects one at a time on the GPT-2-small set, in one process:
   host's memory bandwidth the update uses);
 * the same update while copies of ``OffloadAdam``'s volume run on a side stream
   (memory traffic shared with the DMA engines), and cut into the pipeline's batches;
+  the host time a step takes to lay out its pieces;
 * the host time to queue the downloads, and the pipeline's transfers with no update;
 * ``OffloadAdam`` itself (with the host update's time inside it, ``adam_ms``, and the
   staging buffers' bytes): through the ring of staging slots (the default), through a buffer per
@@ -233,6 +234,27 @@ class Probe:
                 "ms": round(statistics.median(t for _, t in times), 3),
                 "copies": 2 * len(self.params)}
 
+    def layout(self) -> dict:
+        """Host milliseconds a step spends laying out its pieces (``HostPipeline.batches``:
+        the plan and the host views kept, the parameters' and gradients' views taken), for
+        the ring and for buffers per parameter, and the first step's (plan made)."""
+        from unified_opt.backends.torch.offload import HostPipeline
+        from unified_opt.backends.torch.staging import HostStaging
+
+        out = {}
+        indexed = list(enumerate(self.params))
+        for name, staging in (("ring", None), ("per_parameter", HostStaging())):
+            pipeline = HostPipeline(split=True, stage_cpu=True, staging=staging)
+            self.next_gradients()
+            t0 = time.perf_counter()
+            pipeline.batches(indexed)
+            out[f"{name}_first_ms"] = round((time.perf_counter() - t0) * 1e3, 3)
+            kept = self.timed(lambda: pipeline.batches(indexed))
+            out[f"{name}_ms"] = kept["ms"]
+        out["ms"] = out["ring_ms"]
+        out["pieces"] = sum(len(b) for b in pipeline.batches(indexed))
+        return out
+
     def pipeline_only(self) -> dict:
         from unified_opt.backends.torch.offload import HostPipeline
 
@@ -331,7 +353,9 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
            ("host/triad", "c = a + s * b four times over the parameters' size (GB/s: "
             "the host's memory bandwidth)", probe.host_triad),
            ("host/in-batches", "OffloadAdam's host update in its batches, no transfers",
-            probe.host_adam_in_batches)]
+            probe.host_adam_in_batches),
+           ("host/layout", "HostPipeline.batches: a step's pieces laid out (ring_ms, "
+            "per_parameter_ms; *_first_ms: the plan made)", probe.layout)]
     if cuda:
         out += [("host/under-copies", "host Adam (pageable) while OffloadAdam's copies run "
                  "on a side stream", probe.host_adam_under_copies),

@@ -32,7 +32,8 @@ def test_a_dry_run_times_every_row_that_needs_no_gpu(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "offload_probe.json").read_text())
     assert [r["key"] for r in report["rows"]] == [
-        "host/to-cpu", "host/pageable", "host/triad", "host/in-batches", "offload/ring",
+        "host/to-cpu", "host/pageable", "host/triad", "host/in-batches", "host/layout",
+        "offload/ring",
         "offload/per-parameter", "offload/ring-8-slots", "offload/ring-2M", "offload/ring-1M"]
     for row in report["rows"]:
         assert "error" not in row and row["ms"] > 0, row
