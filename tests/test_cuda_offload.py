@@ -6,12 +6,14 @@ The CPU tests run the pipeline's batching and cutting with plain copies
 and compare against the same class on the CPU."""
 
 import contextlib
+import gc
 
 import pytest
 from conftest import require
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 
 from unified_opt.backends.torch.offload import (  # noqa: E402
     KEPT_PLANS,
@@ -245,6 +247,12 @@ class _StreamedOnCpu(HostPipeline):
         self._run_streamed(device, self.batches(indexed), update, self.cuda)
 
 
+#: a streamed step's first waits: the downloads after the caller's work (the gradients)
+#: and after the previous step's uploads (out of the buffers they fill), the uploads
+#: after the caller's work (which may still read the values)
+START = ["down waits for caller", "down waits for up", "up waits for caller"]
+
+
 def _streamed_log(staging):
     """The stand-in's log of one streamed step, checked bit for bit against the plain
     host update; and the number of batches."""
@@ -262,9 +270,9 @@ def _streamed_log(staging):
 def test_the_streamed_loop_with_a_buffer_per_parameter_queues_every_download_first():
     log, batches = _streamed_log(HostStaging())
     assert batches > 3
-    assert log[:2] == ["down waits for caller", "up waits for caller"]
-    assert log[2:2 + batches] == [f"record {i} on down" for i in range(batches)]
-    rest = [e for e in log[2 + batches:-1] if e != "update"]
+    assert log[:3] == START
+    assert log[3:3 + batches] == [f"record {i} on down" for i in range(batches)]
+    rest = [e for e in log[3 + batches:-1] if e != "update"]
     assert rest == [f"synchronize {i}" for i in range(batches)]
     assert log[-1] == "caller waits for up" and log.count("update") >= batches
     assert log.index("synchronize 1") > log.index("update")     # batch 0 updated first
@@ -273,8 +281,7 @@ def test_the_streamed_loop_with_a_buffer_per_parameter_queues_every_download_fir
 def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     log, batches = _streamed_log(StagingRing(slots=2))
     assert batches > 3
-    expected = ["down waits for caller", "up waits for caller",
-                "record 0 on down", "record 1 on down"]
+    expected = START + ["record 0 on down", "record 1 on down"]
     arrived, events = [0, 1], 2
     for b in range(batches):
         expected.append(f"synchronize {arrived[b]}")
@@ -291,14 +298,32 @@ def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     assert log.index("synchronize 1") > updates[0]
 
 
-def _ring_pipeline(slots):
+def _ring_pipeline(slots, split=True):
     """CPU parameters with gradients, and a staged pipeline over a ring of ``slots``."""
     params = _params("cpu")
     for p, g in zip(params, _grads(0)):
         p.grad = g
     ring = StagingRing(slots=slots)
-    return params, ring, HostPipeline(split=True, stage_cpu=True, staging=ring,
+    return params, ring, HostPipeline(split=split, stage_cpu=True, staging=ring,
                                       **SMALL_BATCHES)
+
+
+def test_a_failed_update_still_orders_the_caller_after_the_queued_uploads():
+    cuda = _StandInCuda()
+    params = _params("cpu")
+    for p, g in zip(params, _grads(0)):
+        p.grad = g
+    pipeline = _StreamedOnCpu(cuda, split=True, **SMALL_BATCHES)
+    calls = []
+
+    def update(batch):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise RuntimeError("the host update failed")
+
+    with pytest.raises(RuntimeError, match="the host update failed"):
+        pipeline.run(params, update)
+    assert len(calls) == 2 and cuda.log[-1] == "caller waits for up"
 
 
 def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
@@ -356,10 +381,52 @@ def test_a_pipeline_keeps_its_plan_until_the_ring_makes_new_slots():
         low, high = slots[number % 2]
         assert all(low <= piece.value.data_ptr() < high for piece in batch
                    if piece.value.numel())
-    for extra in range(KEPT_PLANS + 2):     # other parameter sets: the oldest plans go
-        pipeline.batches(indexed[extra % 2:])
-        pipeline.batches(indexed[:len(indexed) - 1 - extra % 3])
-    assert len(pipeline._plans) <= KEPT_PLANS
+
+
+def test_the_plan_used_every_step_stays_while_other_parameter_sets_come_and_go():
+    params, _, pipeline = _ring_pipeline(2)
+    indexed = list(enumerate(params))
+    pipeline.batches(indexed)
+    (every_step,) = pipeline._plans.values()
+    others = [indexed[:i] for i in range(1, len(indexed))] + \
+        [indexed[i:] for i in range(1, len(indexed))]
+    assert len(others) > KEPT_PLANS
+    for other in others:
+        pipeline.batches(other)
+        pipeline.batches(indexed)
+    assert len(pipeline._plans) == KEPT_PLANS
+    assert any(kept is every_step for kept in pipeline._plans.values())
+
+
+def test_a_slot_the_pipeline_grows_is_freed():
+    params, ring, pipeline = _ring_pipeline(2, split=False)
+    indexed = list(enumerate(params))
+    pipeline.batches(indexed)
+    # the slots' memory, held by the slots and by every view into them
+    old = [StorageWeakRef(slot.untyped_storage()) for slot in ring.pinned()]
+    big = torch.nn.Parameter(torch.zeros(9 * PIECE_ALIGNMENT))
+    big.grad = torch.zeros_like(big)
+    pipeline.batches(indexed + [(len(params), big)])        # whole: a slot grows
+    gc.collect()
+    assert [ref.expired() for ref in old].count(True) == 1 and ring.generation == 2
+
+
+def test_a_parameter_moved_to_another_device_gets_that_device_s_slots():
+    params, ring, pipeline = _ring_pipeline(2)
+    indexed = list(enumerate(params))
+    pipeline.batches(indexed)
+    for p in params:            # moved as module.to(device) may: the same objects
+        moved = torch.nn.Parameter(p.detach().to("meta"))
+        moved.grad = p.grad.to("meta")
+        torch.utils.swap_tensors(p, moved)
+    moved = pipeline.batches(indexed)
+    slots = [(s.data_ptr(), s.data_ptr() + s.numel())
+             for s in ring._slots[torch.device("meta")]]
+    assert len(slots) == 2
+    for number, batch in enumerate(moved):
+        low, high = slots[number % 2]
+        assert all(low <= piece.value.data_ptr() < high and piece.device_value.is_meta
+                   for piece in batch if piece.value.numel())
 
 
 def test_each_device_has_its_own_ring_slots():
@@ -429,6 +496,27 @@ def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning
     assert staging.pinned() and all(b.is_pinned() for b in staging.pinned() if b.numel())
     assert not any(v.is_pinned() for p in cuda_params for v in on_cuda.state[p].values())
     _assert_same_state(states, _state(on_cpu, cpu_params))
+
+
+@needs_cuda
+def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots():
+    """Each batch's upload is held back on the GPU (a sleep queued before it): a
+    download that did not wait for the upload out of its slot would overwrite the values
+    before they go up."""
+    cpu_params, cuda_params = _params("cpu"), _params("cuda")
+    on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
+    on_cuda.pipeline = HostPipeline(split=True, staging=StagingRing(slots=2),
+                                    **SMALL_BATCHES)
+    adam = on_cuda._adam
+
+    def update_then_hold_the_uploads(group, pieces, cut):
+        adam(group, pieces, cut)
+        (_, up), = on_cuda.pipeline._streams.values()
+        with torch.cuda.stream(up):
+            torch.cuda._sleep(20_000_000)          # about 10 ms on the GPU
+
+    on_cuda._adam = update_then_hold_the_uploads       # SHAPES: 7 batches, 2 slots
+    _assert_same(_run(on_cuda, cuda_params), _run(on_cpu, cpu_params))
 
 
 @needs_cuda

@@ -153,7 +153,7 @@ class HostPipeline:
         self.stage_cpu = stage_cpu
         self.staging = staging
         self._streams: dict[torch.device, tuple] = {}
-        self._plans: dict[tuple, tuple] = {}     # the last KEPT_PLANS, oldest first
+        self._plans: dict[tuple, tuple] = {}     # KEPT_PLANS, least recently used first
 
     def run(self, params, update: Callable[[list[Piece]], None]) -> None:
         params = list(params)
@@ -177,14 +177,18 @@ class HostPipeline:
         def splittable(p) -> bool:
             return self.split and p.is_contiguous() and p.grad.is_contiguous()
 
-        key = tuple((id(p), p.shape, p.dtype, splittable(p)) for _, p in indexed)
+        # the device too: a parameter moved keeps its identity, and the ring's slots are
+        # per device
+        key = tuple((id(p), p.device, p.shape, p.dtype, splittable(p)) for _, p in indexed)
         kept = self._plans.get(key)
         if kept is None or kept[0] != self.staging.generation:
-            kept = self._plan(indexed, [split for *_, split in key])
             self._plans.pop(key, None)
+            kept = self._plan(indexed, [split for *_, split in key])
             self._plans[key] = kept
             while len(self._plans) > KEPT_PLANS:
                 del self._plans[next(iter(self._plans))]
+        else:
+            self._plans[key] = self._plans.pop(key)     # the least recently used go first
         _, plan, host = kept
         flat: dict[int, tuple] = {}     # each cut parameter's flat value and gradient
 
@@ -210,6 +214,10 @@ class HostPipeline:
                  for k, start, stop in batch] for batch in plan]
         parts = [[(indexed[k][1], start, stop, whole) for k, start, stop, whole in batch]
                  for batch in plan]
+        if not self.staging.fits(parts):
+            # the kept plans' views hold the slots about to be replaced: let them go
+            # first, so that the old slots are freed before the new ones are pinned
+            self._plans.clear()
         self.staging.reserve(parts)
         host = [self.staging.views(number, batch) for number, batch in enumerate(parts)]
         return self.staging.generation, plan, host
@@ -247,23 +255,28 @@ class HostPipeline:
             # the gradients, and any change to the values, are work queued on the caller's
             # stream; the uploads overwrite values that work may still read
             down.wait_stream(caller)
+            # the previous step's uploads read the buffers these downloads fill, whatever
+            # stream that step was called from
+            down.wait_stream(up)
             up.wait_stream(caller)
-            arrived = [self._download(batch, down, cuda) for batch in batches[:ahead]]
-            for number, batch in enumerate(batches):
-                arrived[number].synchronize()
-                update(batch)
-                with cuda.stream(up):
-                    for piece in batch:
-                        piece.device_value.copy_(piece.value, non_blocking=True)
-                if number + ahead < len(batches):
-                    # the next batch for this slot comes down once this one has gone up
-                    sent = cuda.Event()
-                    sent.record(up)
-                    down.wait_event(sent)
-                    arrived.append(self._download(batches[number + ahead], down, cuda))
-            # later work on the caller's stream (the forward pass, the next step's
-            # downloads into these host buffers) comes after the uploads
-            caller.wait_stream(up)
+            try:
+                arrived = [self._download(batch, down, cuda) for batch in batches[:ahead]]
+                for number, batch in enumerate(batches):
+                    arrived[number].synchronize()
+                    update(batch)
+                    with cuda.stream(up):
+                        for piece in batch:
+                            piece.device_value.copy_(piece.value, non_blocking=True)
+                    if number + ahead < len(batches):
+                        # the next batch for this slot comes down once this one is up
+                        sent = cuda.Event()
+                        sent.record(up)
+                        down.wait_event(sent)
+                        arrived.append(self._download(batches[number + ahead], down, cuda))
+            finally:
+                # later work on the caller's stream (the forward pass) comes after the
+                # uploads, also those queued before an update raised
+                caller.wait_stream(up)
 
     def _side_streams(self, device, cuda):
         if device not in self._streams:

@@ -119,6 +119,10 @@ class HostStaging:
     #: views handed out stay valid: a parameter's buffers are never made again
     generation = 0
 
+    def fits(self, batches) -> bool:
+        """Whether :meth:`reserve` would replace buffers (never: none is made again)."""
+        return True
+
     def reserve(self, batches) -> None:
         """Nothing to make ahead: each parameter's buffers are made on first use."""
 
@@ -143,8 +147,9 @@ class StagingRing:
     Each device has its own slots: the streams of two devices are not ordered with each
     other, so one device's downloads must not fill a slot another device's upload may
     still read. A slot grows to the largest batch it is given (a parameter that cannot
-    be cut is a batch on its own). Growing frees the old slot: a CUDA device is
-    synchronized first, since an upload of its previous step may still read it.
+    be cut is a batch on its own). Growing frees the old slot once no view holds it (a
+    :class:`.offload.HostPipeline` drops its kept views first: :meth:`fits`); a CUDA
+    device is synchronized first, since an upload of its previous step may still read it.
     """
 
     def __init__(self, slots: int = 4, pinning: str = "alloc") -> None:
@@ -170,6 +175,26 @@ class StagingRing:
             size += -(-nbytes // SLOT_ALIGNMENT) * SLOT_ALIGNMENT
         return offsets, size
 
+    def _need(self, batches) -> list[int]:
+        """The bytes each slot needs for ``batches``."""
+        need = [0] * min(self.slots, len(batches))
+        for number, parts in enumerate(batches):
+            slot = number % self.slots
+            need[slot] = max(need[slot], 2 * self._layout(parts)[1])
+        return need
+
+    def _too_small(self, slots, need) -> list[int]:
+        return [k for k, nbytes in enumerate(need) if k < len(slots) and
+                slots[k].numel() < nbytes]
+
+    def fits(self, batches) -> bool:
+        """Whether :meth:`reserve` for ``batches`` keeps every slot it has (it may add
+        some): views into the slots stay valid."""
+        if not batches:
+            return True
+        slots = self._slots.get(batches[0][0][0].device, [])
+        return not self._too_small(slots, self._need(batches))
+
     def reserve(self, batches) -> None:
         """Slots for ``batches`` (non-empty lists of parts, all of one device): one per
         batch up to ``slots``, each big enough for the largest batch it takes (a tensor
@@ -178,12 +203,8 @@ class StagingRing:
             return
         device = batches[0][0][0].device
         slots = self._slots.setdefault(device, [])
-        need = [0] * min(self.slots, len(batches))
-        for number, parts in enumerate(batches):
-            slot = number % self.slots
-            need[slot] = max(need[slot], 2 * self._layout(parts)[1])
-        small = [k for k, nbytes in enumerate(need) if k < len(slots) and
-                 slots[k].numel() < nbytes]
+        need = self._need(batches)
+        small = self._too_small(slots, need)
         if small:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
