@@ -120,7 +120,7 @@ class HostStaging:
     generation = 0
 
     def fits(self, batches) -> bool:
-        """Whether :meth:`reserve` would replace buffers (never: none is made again)."""
+        """Whether views handed out stay valid through :meth:`reserve` (always)."""
         return True
 
     def reserve(self, batches) -> None:
@@ -136,6 +136,7 @@ class HostStaging:
         return batches
 
     def pinned(self) -> list[torch.Tensor]:
+        """Every buffer made (pinned where a GPU exists)."""
         return [b for pair in self._buffers.values() for b in pair]
 
 
@@ -237,4 +238,5 @@ class StagingRing:
         return min(self.slots, batches)
 
     def pinned(self) -> list[torch.Tensor]:
+        """Every slot of every device (pinned where a GPU exists)."""
         return [slot for slots in self._slots.values() for slot in slots]
