@@ -9,7 +9,11 @@ Two layouts, one interface (``views``, ``lookahead``):
   the model: buffers per parameter pin 8 bytes per float32 parameter element (56 GB for
   a 7B model), locked out of the rest of the host. A slot is written again only after
   the upload that reads it is done, so a ring lets the downloads run at most ``slots``
-  batches ahead of the update.
+  batches ahead of the update. That bound should cost no overlap: with the default
+  batches a slot's download (64 MiB, 1.2 ms at the 53 GB/s measured on an H100 host)
+  has three batches' host update (about 5 ms there) to finish in. The ring's step time
+  on a GPU is not measured yet (``benchmarks/offload_probe.py``: ``offload/ring`` against
+  ``offload/per-parameter``).
 * :class:`HostStaging`: a value and a gradient buffer per parameter, kept between steps:
   the downloads may all be queued at once, and the host still holds each value after the
   step (what ``HostPipeline(fetch_values=False)`` measures).
