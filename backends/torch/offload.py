@@ -299,7 +299,9 @@ class OffloadAdam(torch.optim.Optimizer):
     ``max_exp_avg_sq``, ``step``); every state tensor lives in host memory whatever the
     parameters' device, and survives ``state_dict``/``load_state_dict`` there. Parameters
     on a GPU go through a :class:`HostPipeline` (transfers overlapped with the host's
-    update, large tensors cut into pieces: Adam is elementwise).
+    update, large tensors cut into pieces: Adam is elementwise), ``self.pipeline``:
+    assign another to choose the batch size or the staging, e.g.
+    ``HostPipeline(split=True, staging=StagingRing(slots=8))``.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
