@@ -12,9 +12,9 @@ suspects one at a time on the GPT-2-small set, in one process:
   the host time a step takes to lay out its pieces;
 * the host time to queue the downloads, and the pipeline's transfers with no update;
 * ``OffloadAdam`` itself (with the host update's time inside it, ``adam_ms``, and the
-  staging buffers' bytes): through the ring of staging slots (the default), through a buffer per
-  parameter (before), and through rings of smaller slots, whose batches stay in the
-  host's cache between the copy and the update;
+  staging buffers' bytes): through the ring of staging slots (the default), through a
+  buffer per parameter (before), and through rings of smaller slots, whose batches stay
+  in the host's cache between the copy and the update;
 * for comparison, the GPU's own fused Adam with the moments in mapped host memory
   (zero-copy: 0 bytes of state on the GPU, the update the GPU's, not the host's).
 

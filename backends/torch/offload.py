@@ -170,8 +170,8 @@ class HostPipeline:
     def batches(self, indexed) -> list[list[Piece]]:
         """The batches of pieces for ``(index, parameter)`` pairs on one device.
 
-        The plan and its host views are kept for the same parameters (identity, shape,
-        dtype, cut or not) while the staging made no new buffer since: a step then only
+        The plan and its host views are kept for the same parameters (identity, device,
+        shape, dtype, cut or not) while the staging made no new buffer since: a step then only
         takes views of the parameters and their gradients (fresh tensors each step).
         """
         def splittable(p) -> bool:

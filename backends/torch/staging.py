@@ -1,7 +1,8 @@
 """Host buffers that parameters' values and gradients pass through on their way to and
 from a host update (:class:`.offload.HostPipeline`).
 
-Two layouts, one interface (``views``, ``lookahead``):
+Two layouts, one interface (``fits``, ``reserve``, ``views``, ``generation``,
+``lookahead``, ``pinned``):
 
 * :class:`StagingRing` (the default): a few slots, each big enough for one batch of
   pieces, reused batch after batch. The pinned memory is fixed by the batch size (4 slots
@@ -68,7 +69,7 @@ def _unregister(tensors: list) -> None:
         torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
 
 
-class PinnedZeros:
+class _PinnedZeros:
     """Makes host zeros, pinned as ``pinning`` says where a GPU exists; registered memory
     is unregistered before torch frees it (not at exit: the process's memory goes with
     it)."""
@@ -108,8 +109,11 @@ def _cut(value, grad, start, stop, whole):
 class HostStaging:
     """Per parameter: host buffers for its value and gradient, made once and kept."""
 
+    #: views handed out stay valid: a parameter's buffers are never made again
+    generation = 0
+
     def __init__(self, pinning: str = "alloc") -> None:
-        self._pinned = PinnedZeros(pinning)
+        self._pinned = _PinnedZeros(pinning)
         self.pinning = pinning
         self._buffers: dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -119,9 +123,6 @@ class HostStaging:
             self._buffers[p] = (self._pinned.zeros(p.shape, p.dtype),
                                 self._pinned.zeros(p.shape, p.dtype))
         return self._buffers[p]
-
-    #: views handed out stay valid: a parameter's buffers are never made again
-    generation = 0
 
     def fits(self, batches) -> bool:
         """Whether views handed out stay valid through :meth:`reserve` (always)."""
@@ -163,7 +164,7 @@ class StagingRing:
         if slots < 2:
             raise ValueError(f"slots must be at least 2 (one updated while the next comes "
                              f"down), got {slots}")
-        self._pinned = PinnedZeros(pinning)
+        self._pinned = _PinnedZeros(pinning)
         self.slots, self.pinning = slots, pinning
         self._slots: dict[torch.device, list[torch.Tensor]] = {}
         #: counts the times slots were made: views handed out before the last time may
