@@ -239,10 +239,19 @@ class Bench:
 
     def offload(self, row):
         import unified_opt as uo
+        from unified_opt.backends.torch.offload import HostPipeline
+        from unified_opt.backends.torch.staging import StagingRing
 
         spec = uo.AdamOffload(lr=1e-3)
-        return self.optimizer_row(lambda named: uo.build(spec, named), slow=False,
-                                  describe=_explained)
+
+        def build(named):
+            optimizer = uo.build(spec, named)
+            if "transfer" in row.extra:
+                optimizer.pipeline = HostPipeline(
+                    split=True, staging=StagingRing(transfer=row.extra["transfer"]))
+            return optimizer
+
+        return self.optimizer_row(build, slow=False, describe=_explained)
 
     def offload_values_kept(self, row):
         """OffloadAdam without the values' download: what that transfer costs (the host
@@ -350,6 +359,10 @@ def all_rows(bench_cls=Bench) -> list[Row]:
                 extra={"spec": ALGORITHMS["adafactor"], "prefer": "native"}),
             Row("offload/adam", "adam_offload", "uo.build(uo.AdamOffload()) (OffloadAdam)",
                 bench_cls.offload),
+            Row("offload/adam-kernel", "adam_offload",
+                "OffloadAdam, its ring moving each batch by one kernel "
+                "(StagingRing(transfer='kernel'))", bench_cls.offload,
+                extra={"transfer": "kernel"}),
             Row("offload/adam-values-kept", "adam_offload",
                 "part: OffloadAdam without the values' download, a buffer per parameter "
                 "(a measurement only)",
@@ -425,7 +438,7 @@ def judge(results: list[dict], on_gpu: bool = True) -> None:
                 if r["key"].startswith("own/"):
                     met = met and r["first_step_s"] <= FIRST_STEP_TARGET_S
                 r["met"] = met
-        elif r["key"] in ("offload/adam", "offload/adam-values-kept"):
+        elif r["key"] in ("offload/adam", "offload/adam-kernel", "offload/adam-values-kept"):
             host = by_key.get("offload/host-adam")
             measured = "ms" in r and host is not None and "ms" in host
             if measured:

@@ -265,9 +265,11 @@ class Probe:
 
     # -- OffloadAdam ---------------------------------------------------------------------
     def offload(self, staging="ring", slots=4, batch_elements=1 << 23,
-                first_batch_elements=1 << 20) -> dict:
-        """``OffloadAdam`` through ``staging`` (``"ring"`` of ``slots``, or
-        ``"per-parameter"`` buffers) in batches of ``batch_elements``."""
+                first_batch_elements=1 << 20, transfer="copy-engine") -> dict:
+        """``OffloadAdam`` through ``staging`` (``"ring"`` of ``slots``, moving batches
+        as ``transfer`` says, or ``"per-parameter"`` buffers) in batches of
+        ``batch_elements``. Besides the step: the host's time in the update
+        (``adam_ms``), queueing downloads and uploads, and waiting for downloads."""
         torch = self.torch
         from unified_opt.backends.torch.offload import HostPipeline, OffloadAdam
         from unified_opt.backends.torch.staging import HostStaging, StagingRing
@@ -276,27 +278,41 @@ class Probe:
         optimizer.pipeline = HostPipeline(
             split=True, stage_cpu=not self.cuda, batch_elements=batch_elements,
             first_batch_elements=first_batch_elements,
-            staging=StagingRing(slots=slots) if staging == "ring" else HostStaging())
+            staging=StagingRing(slots=slots, transfer=transfer) if staging == "ring"
+            else HostStaging())
         self.next_gradients()
         optimizer.step()
-        # the host update's own time inside the pipeline (a wrapper on this instance)
-        inside, adam = [0.0], optimizer._adam
+        # the host's time in each part of the loop (wrappers on these instances)
+        parts = {"adam": 0.0, "download_queue": 0.0, "upload_queue": 0.0, "wait": 0.0}
 
-        def timed_adam(*args):
-            t0 = time.perf_counter()
-            adam(*args)
-            inside[0] += time.perf_counter() - t0
+        def timed(name, call):
+            def run(*args):
+                t0 = time.perf_counter()
+                result = call(*args)
+                parts[name] += time.perf_counter() - t0
+                return result
+            return run
 
-        optimizer._adam = timed_adam
+        class TimedEvent:
+            def __init__(self, event):
+                self.synchronize = timed("wait", event.synchronize)
+
+        pipeline = optimizer.pipeline
+        optimizer._adam = timed("adam", optimizer._adam)
+        pipeline._upload = timed("upload_queue", pipeline._upload)
+        download = timed("download_queue", pipeline._download)
+        pipeline._download = lambda *args: TimedEvent(download(*args))
         per_step = []
 
         def step():
-            inside[0] = 0.0
+            parts.update(dict.fromkeys(parts, 0.0))
             optimizer.step()
-            per_step.append(inside[0] * 1e3)
+            per_step.append(dict(parts))
 
         out = self.timed(step)
-        out["adam_ms"] = round(statistics.median(per_step[2:]), 3)
+        for name in parts:
+            out[f"{name}_ms"] = round(statistics.median(s[name] for s in per_step[2:]) * 1e3,
+                                      3)
         out["staging_bytes"] = sum(b.numel() * b.element_size()    # pinned on CUDA
                                    for b in optimizer.pipeline.staging.pinned())
         out["batches"] = len(optimizer.pipeline.batches(list(enumerate(self.params))))
@@ -378,6 +394,16 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
             ("offload/ring-1M", "OffloadAdam through 4 ring slots, batches of 2**20 "
              "(8 MiB a slot)", lambda: probe.offload(batch_elements=1 << 20,
                                                      first_batch_elements=1 << 18))]
+    if cuda:    # a kernel per batch and direction through the slots' device mapping
+        out += [("offload/ring-kernel", "OffloadAdam through 4 ring slots, batches of "
+                 "2**23, transfer='kernel'", lambda: probe.offload(transfer="kernel")),
+                ("offload/ring-kernel-2M", "OffloadAdam through 4 ring slots, batches of "
+                 "2**21, transfer='kernel'",
+                 lambda: probe.offload(batch_elements=1 << 21, first_batch_elements=1 << 19,
+                                       transfer="kernel")),
+                ("offload/ring-kernel-8-slots", "OffloadAdam through 8 ring slots, batches "
+                 "of 2**22, transfer='kernel'",
+                 lambda: probe.offload(slots=8, batch_elements=1 << 22, transfer="kernel"))]
     if cuda:
         out.append(("gpu/zero-copy-adam", "the GPU's fused Adam, moments in mapped host "
                     "memory (not OffloadAdam's math: a design to compare)",

@@ -24,6 +24,7 @@ from unified_opt.backends.torch.offload import (  # noqa: E402
 )
 from unified_opt.backends.torch.staging import (  # noqa: E402
     SLOT_ALIGNMENT,
+    TRANSFERS,
     HostStaging,
     StagingRing,
 )
@@ -451,6 +452,12 @@ def test_each_device_has_its_own_ring_slots():
     (HostStaging, {"pinning": 1}, TypeError, "pinning must be a str, got int"),
     (HostStaging, {"pinning": "pinned"}, ValueError,
      "pinning must be one of ('alloc', 'register'), got 'pinned'"),
+    (StagingRing, {"transfer": 1}, TypeError, "transfer must be a str, got int"),
+    (StagingRing, {"transfer": "dma"}, ValueError,
+     "transfer must be one of ('copy-engine', 'kernel'), got 'dma'"),
+    (StagingRing, {"transfer": "kernel", "pinning": "register"}, ValueError,
+     "transfer='kernel' needs pinning='alloc' (a registered page may have another "
+     "address on the device), got 'register'"),
     (HostPipeline, {"staging": "ring"}, TypeError,
      "staging must be a StagingRing or a HostStaging, got str"),
     (HostPipeline, {"fetch_values": False}, ValueError,
@@ -464,17 +471,26 @@ def test_staging_arguments_are_checked(make, kwargs, error, words):
 
 # -- on CUDA ------------------------------------------------------------------------------
 
+#: every staging a pipeline may take on CUDA: (id, keyword arguments of its class)
+STAGINGS = [(f"{name}-{how}", make, kwargs)
+            for name, make, base in [("ring-of-2", StagingRing, {"slots": 2}),
+                                     ("ring", StagingRing, {}),
+                                     ("per-parameter", HostStaging, {})]
+            for how, kwargs in [("alloc", {**base, "pinning": "alloc"}),
+                                ("register", {**base, "pinning": "register"}),
+                                ("kernel", {**base, "transfer": "kernel"})]
+            if how != "kernel" or make is StagingRing]
+
+
 @needs_cuda
-@pytest.mark.parametrize("pinning", ["alloc", "register"])
-@pytest.mark.parametrize("make_staging", [
-    lambda pinning: StagingRing(slots=2, pinning=pinning), StagingRing, HostStaging],
-    ids=["ring-of-2", "ring", "per-parameter"])
+@pytest.mark.parametrize("make_staging, kwargs", [s[1:] for s in STAGINGS],
+                         ids=[s[0] for s in STAGINGS])
 @pytest.mark.parametrize("batches", [SMALL_BATCHES, {}], ids=["small-batches", "default"])
-def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning,
-                                                                make_staging):
+def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, make_staging,
+                                                                kwargs):
     cpu_params, cuda_params = _params("cpu"), _params("cuda")
     on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
-    staging = make_staging(pinning=pinning)
+    staging = make_staging(**kwargs)
     on_cuda.pipeline = HostPipeline(split=True, staging=staging, **batches)
     for p in cuda_params:                  # gradients allocated before the measurement
         p.grad = torch.zeros_like(p)
@@ -499,13 +515,36 @@ def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, pinning
 
 
 @needs_cuda
-def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots():
+def test_cuda_kernel_transfer_pieces_address_the_slot_s_pinned_bytes():
+    params = _params("cuda")
+    for p in params:
+        p.grad = torch.randn_like(p)
+    pipeline = HostPipeline(split=True, staging=StagingRing(transfer="kernel"),
+                            **SMALL_BATCHES)
+    pieces = [piece for batch in pipeline.batches(list(enumerate(params)))
+              for piece in batch]
+    for piece in pieces:
+        for host, mapped in ((piece.value, piece.mapped_value),
+                             (piece.grad, piece.mapped_grad)):
+            assert mapped.device.type == "cuda" and host.is_pinned()
+            assert (mapped.data_ptr(), mapped.shape, mapped.dtype) == (
+                host.data_ptr(), host.shape, host.dtype)
+    piece = pieces[-1]
+    piece.mapped_grad.copy_(piece.device_grad)     # the device writes the host's pages
+    torch.cuda.synchronize()
+    assert torch.equal(piece.grad, piece.device_grad.cpu())
+
+
+@needs_cuda
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots(transfer):
     """Each batch's upload is held back on the GPU (a sleep queued before it): a
     download that did not wait for the upload out of its slot would overwrite the values
     before they go up."""
     cpu_params, cuda_params = _params("cpu"), _params("cuda")
     on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
-    on_cuda.pipeline = HostPipeline(split=True, staging=StagingRing(slots=2),
+    on_cuda.pipeline = HostPipeline(split=True,
+                                    staging=StagingRing(slots=2, transfer=transfer),
                                     **SMALL_BATCHES)
     adam = on_cuda._adam
 
@@ -520,10 +559,12 @@ def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots():
 
 
 @needs_cuda
-def test_cuda_offload_adam_reads_a_value_changed_on_the_device():
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_cuda_offload_adam_reads_a_value_changed_on_the_device(transfer):
     cpu_params, cuda_params = _params("cpu"), _params("cuda")
     on_cpu, on_cuda = OffloadAdam(cpu_params, lr=0.01), OffloadAdam(cuda_params, lr=0.01)
-    on_cuda.pipeline = HostPipeline(split=True, **SMALL_BATCHES)
+    on_cuda.pipeline = HostPipeline(split=True, staging=StagingRing(transfer=transfer),
+                                    **SMALL_BATCHES)
     for step in range(3):
         for p, g in zip(cuda_params, _grads(step)):
             p.grad = g.cuda()
@@ -538,12 +579,14 @@ def test_cuda_offload_adam_reads_a_value_changed_on_the_device():
 
 
 @needs_cuda
-def test_cuda_pipeline_results_are_ordered_before_later_work_on_the_stream():
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_cuda_pipeline_results_are_ordered_before_later_work_on_the_stream(transfer):
     """A kernel queued right after the step (no synchronize) sees the new values, and the
     next step's downloads see the caller's writes: run on a non-default stream."""
     params = [torch.nn.Parameter(torch.zeros(4 * PIECE_ALIGNMENT + 1, device="cuda"))
               for _ in range(3)]
-    pipeline = HostPipeline(split=True, **SMALL_BATCHES)
+    pipeline = HostPipeline(split=True, staging=StagingRing(transfer=transfer),
+                            **SMALL_BATCHES)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream), torch.no_grad():
         sums = []

@@ -7,6 +7,7 @@ refuses them with the device and the backend named, exit status 2 on the command
 before any case runs; ``cpu`` runs as before. The tests that need a device to be absent
 skip where it is present."""
 
+import importlib.metadata
 import importlib.util
 import json
 import subprocess
@@ -354,6 +355,14 @@ def test_cli_check_on_an_unavailable_device_exits_2(capsys):
 
 # -- the pytest plugin -----------------------------------------------------------------
 
+#: the plugin loads through the package's ``pytest11`` entry point: a checkout on the
+#: path without the package installed (the GPU machine's run) has none
+plugin_installed = pytest.mark.skipif(
+    not any(e.name == "unified-opt" for e in importlib.metadata.entry_points(group="pytest11")),
+    reason="unified-opt is not installed: no pytest11 entry point loads its plugin")
+
+
+@plugin_installed
 def test_the_plugin_refuses_a_wrong_device_as_a_usage_error(tmp_path):
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
@@ -363,6 +372,7 @@ def test_the_plugin_refuses_a_wrong_device_as_a_usage_error(tmp_path):
     assert "--uo-device must be one of cpu, cuda (or gpu), npu" in run.stderr
 
 
+@plugin_installed
 @require("torch")
 @no_cuda
 def test_the_plugin_refuses_an_unavailable_device_for_the_suite(tmp_path):

@@ -52,6 +52,9 @@ class Piece:
     grad: torch.Tensor
     device_value: torch.Tensor | None = None    # None: the parameter lives on the CPU
     device_grad: torch.Tensor | None = None
+    # ``value`` and ``grad`` as the device addresses them (a ring with transfer="kernel")
+    mapped_value: torch.Tensor | None = None
+    mapped_grad: torch.Tensor | None = None
 
     def flat(self, host_tensor: torch.Tensor) -> torch.Tensor:
         """This piece of a host tensor shaped like the parameter (its state, say)."""
@@ -189,7 +192,7 @@ class HostPipeline:
                 del self._plans[next(iter(self._plans))]
         else:
             self._plans[key] = self._plans.pop(key)     # the least recently used go first
-        _, plan, host = kept
+        _, plan, host, mapped = kept
         flat: dict[int, tuple] = {}     # each cut parameter's flat value and gradient
 
         def device_views(k, start, stop, whole):
@@ -202,12 +205,14 @@ class HostPipeline:
             return value[start:stop], grad[start:stop]
 
         return [[Piece(indexed[k][0], indexed[k][1], start, stop, whole, value, grad,
-                       *device_views(k, start, stop, whole))
-                 for (k, start, stop, whole), (value, grad) in zip(batch, views)]
-                for batch, views in zip(plan, host)]
+                       *device_views(k, start, stop, whole), *aliases)
+                 for (k, start, stop, whole), (value, grad), aliases
+                 in zip(batch, views, mapped_views)]
+                for batch, views, mapped_views in zip(plan, host, mapped)]
 
     def _plan(self, indexed, split: list[bool]) -> tuple:
-        """``(staging generation, batches of (k, start, stop, whole), their host views)``."""
+        """``(staging generation, batches of (k, start, stop, whole), their host views,
+        the same views as the device maps them (or ``()`` each))``."""
         plan = plan_pieces([p.numel() for _, p in indexed], split, self.batch_elements,
                            self.first_batch_elements)
         plan = [[(k, start, stop, start == 0 and stop == indexed[k][1].numel())
@@ -220,7 +225,15 @@ class HostPipeline:
             self._plans.clear()
         self.staging.reserve(parts)
         host = [self.staging.views(number, batch) for number, batch in enumerate(parts)]
-        return self.staging.generation, plan, host
+        if self._kernel_transfer(indexed[0][1].device):
+            mapped = [self.staging.device_views(number, batch)
+                      for number, batch in enumerate(parts)]
+        else:
+            mapped = [[()] * len(batch) for batch in parts]
+        return self.staging.generation, plan, host, mapped
+
+    def _kernel_transfer(self, device) -> bool:
+        return self.staging.transfer == "kernel" and device.type == "cuda"
 
     def _run_staged(self, device, indexed, update) -> None:
         batches = self.batches(indexed)
@@ -237,11 +250,15 @@ class HostPipeline:
 
     def _download(self, batch, down, cuda):
         """Queue ``batch``'s copies down on ``down``; the event the host waits for."""
+        kernel = batch[0].mapped_grad is not None
+        pieces = [(p.mapped_value if kernel else p.value, p.device_value) for p in batch
+                  if self.fetch_values]
+        pieces += [(p.mapped_grad if kernel else p.grad, p.device_grad) for p in batch]
         with cuda.stream(down):
-            for piece in batch:
-                if self.fetch_values:
-                    piece.value.copy_(piece.device_value, non_blocking=True)
-                piece.grad.copy_(piece.device_grad, non_blocking=True)
+            if kernel:      # one kernel writes the host's pages through their mapping
+                torch._foreach_copy_([t for t, _ in pieces], [s for _, s in pieces])
+            for target, source in () if kernel else pieces:
+                target.copy_(source, non_blocking=True)
             arrived = cuda.Event()
             arrived.record(down)
         return arrived
@@ -265,8 +282,7 @@ class HostPipeline:
                     arrived[number].synchronize()
                     update(batch)
                     with cuda.stream(up):
-                        for piece in batch:
-                            piece.device_value.copy_(piece.value, non_blocking=True)
+                        self._upload(batch)
                     if number + ahead < len(batches):
                         # the next batch for this slot comes down once this one is up
                         sent = cuda.Event()
@@ -277,6 +293,16 @@ class HostPipeline:
                 # later work on the caller's stream (the forward pass) comes after the
                 # uploads, also those queued before an update raised
                 caller.wait_stream(up)
+
+    @staticmethod
+    def _upload(batch) -> None:
+        """Queue ``batch``'s new values up on the current stream."""
+        if batch[0].mapped_value is not None:       # one kernel reads the host's pages
+            torch._foreach_copy_([p.device_value for p in batch],
+                                 [p.mapped_value for p in batch])
+            return
+        for piece in batch:
+            piece.device_value.copy_(piece.value, non_blocking=True)
 
     def _side_streams(self, device, cuda):
         if device not in self._streams:

@@ -21,6 +21,13 @@ Two layouts, one interface (``fits``, ``reserve``, ``views``, ``generation``,
 
 Where a GPU exists the buffers are pinned (what lets a copy run asynchronously), as
 ``pinning`` says (:data:`PINNING`); without one they are plain host memory.
+
+A ring moves a batch as :data:`TRANSFERS` says: ``"copy-engine"``, one
+``cudaMemcpyAsync`` per piece and direction (the GPU's copy engines; the host queues
+each, about 5 us apiece); ``"kernel"``, one ``torch._foreach_copy_`` kernel per batch and
+direction whose threads read and write the pinned slot through the device's mapping of
+it (unified addressing: a pinned page has the same address on the device), so a batch of
+many small tensors costs the host one launch.
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ PINNING = ("alloc", "register")
 #: memory in power-of-two blocks, and a batch of 2**23 float32 elements whose pieces are
 #: whole lines then fills a 64 MiB block exactly, where page padding would double it.
 SLOT_ALIGNMENT = 64
+
+#: how a :class:`StagingRing`'s batches cross the bus (the module's docstring)
+TRANSFERS = ("copy-engine", "kernel")
 
 
 def _pin() -> bool:
@@ -100,6 +110,29 @@ class _PinnedZeros:
         self._registered[:] = [b for b in self._registered if b.data_ptr() not in dropped]
 
 
+def _device_alias(slot: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CUDA tensor over the pinned host ``slot`` (bytes): the device's mapping of the
+    same pages, at the same address (CUDA's unified addressing maps memory from
+    ``cudaHostAlloc`` so). It keeps ``slot`` alive."""
+    class Mapped:
+        __cuda_array_interface__ = {"shape": (slot.numel(),), "typestr": "|u1",
+                                    "data": (slot.data_ptr(), False), "version": 3,
+                                    "strides": None, "stream": None}
+        host = slot
+    return torch.as_tensor(Mapped(), device=device)
+
+
+def _slot_views(slot, half: int, parts, offsets) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    out = []
+    for (p, start, stop, whole), offset in zip(parts, offsets):
+        nbytes = (stop - start) * p.element_size()
+        shape = p.shape if whole else (stop - start,)
+        value = slot[offset:offset + nbytes].view(p.dtype).view(shape)
+        grad = slot[half + offset:half + offset + nbytes].view(p.dtype).view(shape)
+        out.append((value, grad))
+    return out
+
+
 def _cut(value, grad, start, stop, whole):
     if whole:
         return value, grad
@@ -111,6 +144,8 @@ class HostStaging:
 
     #: views handed out stay valid: a parameter's buffers are never made again
     generation = 0
+    #: each piece is its own copy (the buffers are not laid out for one kernel)
+    transfer = "copy-engine"
 
     def __init__(self, pinning: str = "alloc") -> None:
         self._pinned = _PinnedZeros(pinning)
@@ -156,17 +191,29 @@ class StagingRing:
     be cut is a batch on its own). Growing frees the old slot once no view holds it (a
     :class:`.offload.HostPipeline` drops its kept views first: :meth:`fits`); a CUDA
     device is synchronized first, since an upload of its previous step may still read it.
+
+    ``transfer`` is one of :data:`TRANSFERS`; ``"kernel"`` needs ``pinning="alloc"``
+    (only ``cudaHostAlloc``'s pages are sure to have the same address on the device).
     """
 
-    def __init__(self, slots: int = 4, pinning: str = "alloc") -> None:
+    def __init__(self, slots: int = 4, pinning: str = "alloc",
+                 transfer: str = "copy-engine") -> None:
         if not isinstance(slots, int) or isinstance(slots, bool):
             raise TypeError(f"slots must be an int, got {type(slots).__name__}")
         if slots < 2:
             raise ValueError(f"slots must be at least 2 (one updated while the next comes "
                              f"down), got {slots}")
+        if not isinstance(transfer, str):
+            raise TypeError(f"transfer must be a str, got {type(transfer).__name__}")
+        if transfer not in TRANSFERS:
+            raise ValueError(f"transfer must be one of {TRANSFERS}, got {transfer!r}")
         self._pinned = _PinnedZeros(pinning)
-        self.slots, self.pinning = slots, pinning
+        if transfer == "kernel" and pinning != "alloc":
+            raise ValueError(f"transfer='kernel' needs pinning='alloc' (a registered page "
+                             f"may have another address on the device), got {pinning!r}")
+        self.slots, self.pinning, self.transfer = slots, pinning, transfer
         self._slots: dict[torch.device, list[torch.Tensor]] = {}
+        self._aliases: dict[torch.device, list[torch.Tensor]] = {}   # transfer="kernel"
         #: counts the times slots were made: views handed out before the last time may
         #: point at a freed slot
         self.generation = 0
@@ -215,6 +262,7 @@ class StagingRing:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             self._pinned.release([slots[k] for k in small])
+            self._aliases.pop(device, None)     # they hold the old slots too
             for k in small:     # each old slot goes before its successor is pinned
                 slots[k] = None
                 slots[k] = self._pinned.zeros((need[k],), torch.uint8)
@@ -223,20 +271,22 @@ class StagingRing:
             slots.append(self._pinned.zeros((need[k],), torch.uint8))
         if small or added:
             self.generation += 1
+            if self.transfer == "kernel" and device.type == "cuda":
+                self._aliases[device] = [_device_alias(slot, device) for slot in slots]
 
     def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of batch
         ``batch_number``, in its slot (call :meth:`reserve` for the step's batches first)."""
         offsets, half = self._layout(parts)
         slot = self._slots[parts[0][0].device][batch_number % self.slots]
-        out = []
-        for (p, start, stop, whole), offset in zip(parts, offsets):
-            nbytes = (stop - start) * p.element_size()
-            shape = p.shape if whole else (stop - start,)
-            value = slot[offset:offset + nbytes].view(p.dtype).view(shape)
-            grad = slot[half + offset:half + offset + nbytes].view(p.dtype).view(shape)
-            out.append((value, grad))
-        return out
+        return _slot_views(slot, half, parts, offsets)
+
+    def device_views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """What :meth:`views` gives, as CUDA tensors over the same pinned bytes (the
+        device's mapping of the slot; ``transfer="kernel"`` on a CUDA device only)."""
+        offsets, half = self._layout(parts)
+        alias = self._aliases[parts[0][0].device][batch_number % self.slots]
+        return _slot_views(alias, half, parts, offsets)
 
     def lookahead(self, batches: int) -> int:
         """How many batches may come down before the first is updated: one per slot."""
