@@ -246,10 +246,9 @@ class Bench:
 
         def build(named):
             optimizer = uo.build(spec, named)
-            if row.extra:       # another pipeline than the default one
+            if "transfer" in row.extra:
                 optimizer.pipeline = HostPipeline(
-                    split=True, queue_thread=row.extra.get("queue_thread", True),
-                    staging=StagingRing(transfer=row.extra.get("transfer", "copy-engine")))
+                    split=True, staging=StagingRing(transfer=row.extra["transfer"]))
             return optimizer
 
         return self.optimizer_row(build, slow=False, describe=_explained)
@@ -364,10 +363,6 @@ def all_rows(bench_cls=Bench) -> list[Row]:
                 "OffloadAdam, its ring moving each batch by one kernel "
                 "(StagingRing(transfer='kernel'))", bench_cls.offload,
                 extra={"transfer": "kernel"}),
-            Row("offload/adam-on-caller", "adam_offload",
-                "OffloadAdam, its copies queued on the calling thread between batches "
-                "(HostPipeline(queue_thread=False))", bench_cls.offload,
-                extra={"queue_thread": False}),
             Row("offload/adam-values-kept", "adam_offload",
                 "part: OffloadAdam without the values' download, a buffer per parameter "
                 "(a measurement only)",
@@ -443,7 +438,7 @@ def judge(results: list[dict], on_gpu: bool = True) -> None:
                 if r["key"].startswith("own/"):
                     met = met and r["first_step_s"] <= FIRST_STEP_TARGET_S
                 r["met"] = met
-        elif r["key"].startswith("offload/adam"):
+        elif r["key"] in ("offload/adam", "offload/adam-kernel", "offload/adam-values-kept"):
             host = by_key.get("offload/host-adam")
             measured = "ms" in r and host is not None and "ms" in host
             if measured:

@@ -265,13 +265,11 @@ class Probe:
 
     # -- OffloadAdam ---------------------------------------------------------------------
     def offload(self, staging="ring", slots=4, batch_elements=1 << 23,
-                first_batch_elements=1 << 20, transfer="copy-engine",
-                queue_thread=True) -> dict:
+                first_batch_elements=1 << 20, transfer="copy-engine") -> dict:
         """``OffloadAdam`` through ``staging`` (``"ring"`` of ``slots``, moving batches
         as ``transfer`` says, or ``"per-parameter"`` buffers) in batches of
-        ``batch_elements``, the copies queued as ``queue_thread`` says. Besides the
-        step: the host's time in the update (``adam_ms``), queueing downloads and
-        uploads, and waiting for downloads."""
+        ``batch_elements``. Besides the step: the host's time in the update
+        (``adam_ms``), queueing downloads and uploads, and waiting for downloads."""
         torch = self.torch
         from unified_opt.backends.torch.offload import HostPipeline, OffloadAdam
         from unified_opt.backends.torch.staging import HostStaging, StagingRing
@@ -279,7 +277,6 @@ class Probe:
         optimizer = OffloadAdam(self.params, lr=1e-3)
         optimizer.pipeline = HostPipeline(
             split=True, stage_cpu=not self.cuda, batch_elements=batch_elements,
-            queue_thread=queue_thread,
             first_batch_elements=first_batch_elements,
             staging=StagingRing(slots=slots, transfer=transfer) if staging == "ring"
             else HostStaging())
@@ -385,21 +382,28 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
                  "(queue_ms: host time)", probe.queue_downloads),
                 ("copies/pipeline-only", "HostPipeline with an empty update",
                  probe.pipeline_only)]
-    out += [("offload/ring", "OffloadAdam through 4 ring slots, batches of 2**23, copies "
-             "queued by a helper thread (now)", lambda: probe.offload()),
-            ("offload/ring-on-caller", "the same, copies queued by the calling thread "
-             "between batches (before)", lambda: probe.offload(queue_thread=False)),
-            ("offload/per-parameter", "OffloadAdam through a buffer per parameter",
-             lambda: probe.offload(staging="per-parameter")),
+    out += [("offload/ring", "OffloadAdam through 4 ring slots, batches of 2**23 (now)",
+             lambda: probe.offload()),
+            ("offload/per-parameter", "OffloadAdam through a buffer per parameter "
+             "(before)", lambda: probe.offload(staging="per-parameter")),
+            ("offload/ring-8-slots", "OffloadAdam through 8 ring slots, batches of 2**23",
+             lambda: probe.offload(slots=8)),
             ("offload/ring-2M", "OffloadAdam through 4 ring slots, batches of 2**21 "
              "(16 MiB a slot)", lambda: probe.offload(batch_elements=1 << 21,
-                                                      first_batch_elements=1 << 19))]
+                                                      first_batch_elements=1 << 19)),
+            ("offload/ring-1M", "OffloadAdam through 4 ring slots, batches of 2**20 "
+             "(8 MiB a slot)", lambda: probe.offload(batch_elements=1 << 20,
+                                                     first_batch_elements=1 << 18))]
     if cuda:    # a kernel per batch and direction through the slots' device mapping
         out += [("offload/ring-kernel", "OffloadAdam through 4 ring slots, batches of "
                  "2**23, transfer='kernel'", lambda: probe.offload(transfer="kernel")),
-                ("offload/ring-kernel-on-caller", "the same, copies queued by the "
-                 "calling thread", lambda: probe.offload(transfer="kernel",
-                                                         queue_thread=False))]
+                ("offload/ring-kernel-2M", "OffloadAdam through 4 ring slots, batches of "
+                 "2**21, transfer='kernel'",
+                 lambda: probe.offload(batch_elements=1 << 21, first_batch_elements=1 << 19,
+                                       transfer="kernel")),
+                ("offload/ring-kernel-8-slots", "OffloadAdam through 8 ring slots, batches "
+                 "of 2**22, transfer='kernel'",
+                 lambda: probe.offload(slots=8, batch_elements=1 << 22, transfer="kernel"))]
     if cuda:
         out.append(("gpu/zero-copy-adam", "the GPU's fused Adam, moments in mapped host "
                     "memory (not OffloadAdam's math: a design to compare)",

@@ -254,14 +254,13 @@ class _StreamedOnCpu(HostPipeline):
 START = ["down waits for caller", "down waits for up", "up waits for caller"]
 
 
-def _streamed_log(staging, queue_thread=False):
+def _streamed_log(staging):
     """The stand-in's log of one streamed step, checked bit for bit against the plain
     host update; and the number of batches."""
     cuda = _StandInCuda()
     params, plain_params = _params("cpu"), _params("cpu")
     streamed, plain = _two_groups(params), _two_groups(plain_params)
-    streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=staging,
-                                       queue_thread=queue_thread, **SMALL_BATCHES)
+    streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=staging, **SMALL_BATCHES)
     original = streamed._adam
     streamed._adam = lambda group, pieces, cut: (cuda.log.append("update"),
                                                  original(group, pieces, cut))
@@ -300,24 +299,6 @@ def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     assert log.index("synchronize 1") > updates[0]
 
 
-@pytest.mark.parametrize("make_staging", [HostStaging, lambda: StagingRing(slots=2)],
-                         ids=["per-parameter", "ring-of-2"])
-def test_a_helper_thread_queues_the_same_stream_work_in_the_same_order(make_staging):
-    on_the_caller, _ = _streamed_log(make_staging())
-    threaded, _ = _streamed_log(make_staging(), queue_thread=True)
-
-    def stream_work(log):
-        return [e for e in log if not e.startswith(("synchronize", "update"))]
-
-    assert stream_work(threaded) == stream_work(on_the_caller)
-    assert [e for e in threaded if e.startswith("synchronize")] == [
-        e for e in on_the_caller if e.startswith("synchronize")]
-    for i, entry in enumerate(threaded):    # the host waits for a recorded event only
-        if entry.startswith("synchronize"):
-            assert f"record {entry.split()[1]} on down" in threaded[:i]
-    assert threaded[-1] == "caller waits for up"
-
-
 def _ring_pipeline(slots, split=True):
     """CPU parameters with gradients, and a staged pipeline over a ring of ``slots``."""
     params = _params("cpu")
@@ -328,13 +309,12 @@ def _ring_pipeline(slots, split=True):
                                       **SMALL_BATCHES)
 
 
-@pytest.mark.parametrize("queue_thread", [True, False])
-def test_a_failed_update_still_orders_the_caller_after_the_queued_uploads(queue_thread):
+def test_a_failed_update_still_orders_the_caller_after_the_queued_uploads():
     cuda = _StandInCuda()
     params = _params("cpu")
     for p, g in zip(params, _grads(0)):
         p.grad = g
-    pipeline = _StreamedOnCpu(cuda, split=True, queue_thread=queue_thread, **SMALL_BATCHES)
+    pipeline = _StreamedOnCpu(cuda, split=True, **SMALL_BATCHES)
     calls = []
 
     def update(batch):
@@ -478,7 +458,6 @@ def test_each_device_has_its_own_ring_slots():
     (StagingRing, {"transfer": "kernel", "pinning": "register"}, ValueError,
      "transfer='kernel' needs pinning='alloc' (a registered page may have another "
      "address on the device), got 'register'"),
-    (HostPipeline, {"queue_thread": 1}, TypeError, "queue_thread must be a bool, got int"),
     (HostPipeline, {"staging": "ring"}, TypeError,
      "staging must be a StagingRing or a HostStaging, got str"),
     (HostPipeline, {"fetch_values": False}, ValueError,
@@ -557,16 +536,14 @@ def test_cuda_kernel_transfer_pieces_address_the_slot_s_pinned_bytes():
 
 
 @needs_cuda
-@pytest.mark.parametrize("queue_thread", [True, False])
 @pytest.mark.parametrize("transfer", TRANSFERS)
-def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots(transfer,
-                                                                    queue_thread):
+def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots(transfer):
     """Each batch's upload is held back on the GPU (a sleep queued before it): a
     download that did not wait for the upload out of its slot would overwrite the values
     before they go up."""
     cpu_params, cuda_params = _params("cpu"), _params("cuda")
     on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
-    on_cuda.pipeline = HostPipeline(split=True, queue_thread=queue_thread,
+    on_cuda.pipeline = HostPipeline(split=True,
                                     staging=StagingRing(slots=2, transfer=transfer),
                                     **SMALL_BATCHES)
     adam = on_cuda._adam

@@ -33,7 +33,8 @@ def test_a_dry_run_times_every_row_that_needs_no_gpu(tmp_path):
     report = json.loads((tmp_path / "offload_probe.json").read_text())
     assert [r["key"] for r in report["rows"]] == [
         "host/to-cpu", "host/pageable", "host/triad", "host/in-batches", "host/layout",
-        "offload/ring", "offload/ring-on-caller", "offload/per-parameter", "offload/ring-2M"]
+        "offload/ring",
+        "offload/per-parameter", "offload/ring-8-slots", "offload/ring-2M", "offload/ring-1M"]
     for row in report["rows"]:
         assert "error" not in row and row["ms"] > 0, row
     offload = {r["key"]: r for r in report["rows"] if r["key"].startswith("offload/")}
@@ -46,7 +47,7 @@ def test_a_dry_run_times_every_row_that_needs_no_gpu(tmp_path):
     assert offload["offload/ring"]["batches"] == 1
     assert 2 * 4 * elements <= offload["offload/ring"]["staging_bytes"] \
         <= 2 * (4 * elements + report["tensors"] * 4096)      # one batch: one slot
-    assert offload["offload/ring-on-caller"]["staging_bytes"] == \
+    assert offload["offload/ring-8-slots"]["staging_bytes"] == \
         offload["offload/ring"]["staging_bytes"]
     assert report["host"]["affinity"] >= 1 and report["tensors"] == 28
     md = (tmp_path / "offload_probe.md").read_text()
@@ -55,7 +56,7 @@ def test_a_dry_run_times_every_row_that_needs_no_gpu(tmp_path):
 
 def test_rows_picks_rows_by_key(tmp_path):
     done = _run("--device", "cpu", "--tiny", "--steps", "2", "--rows",
-                "host/pageable,offload/ring-2M", "--out", str(tmp_path))
+                "host/pageable,offload/ring-1M", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "offload_probe.json").read_text())
-    assert [r["key"] for r in report["rows"]] == ["host/pageable", "offload/ring-2M"]
+    assert [r["key"] for r in report["rows"]] == ["host/pageable", "offload/ring-1M"]

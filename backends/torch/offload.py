@@ -14,7 +14,6 @@ A parameter that already lives on the CPU is updated in place: no copy.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable
 
@@ -131,11 +130,6 @@ class HostPipeline:
     ``stage_cpu=True`` stages CPU parameters through the host buffers too, with plain
     copies: the batching runs where no GPU is, for tests.
 
-    ``queue_thread`` (True) queues the copies and events from a helper thread while the
-    host updates, so that the host's time in CUDA calls (two to three copies per piece)
-    is not added to the update's; False queues them on the calling thread, between
-    batches.
-
     ``fetch_values`` (True) brings each value down with its gradient. False is for
     measuring what that transfer costs (``benchmarks/gpu_step_time.py``): the host then
     updates the values it holds, so it needs a :class:`.staging.HostStaging`, and a
@@ -147,19 +141,16 @@ class HostPipeline:
     def __init__(self, *, split: bool = False, batch_elements: int = 1 << 23,
                  first_batch_elements: int = 1 << 20, stage_cpu: bool = False,
                  staging: StagingRing | HostStaging | None = None,
-                 fetch_values: bool = True, queue_thread: bool = True) -> None:
+                 fetch_values: bool = True) -> None:
         staging = StagingRing() if staging is None else staging
         if not isinstance(staging, (StagingRing, HostStaging)):
             raise TypeError(f"staging must be a StagingRing or a HostStaging, got "
                             f"{type(staging).__name__}")
-        if not isinstance(queue_thread, bool):
-            raise TypeError(f"queue_thread must be a bool, got {type(queue_thread).__name__}")
         if not fetch_values and not isinstance(staging, HostStaging):
             raise ValueError("fetch_values=False needs staging=HostStaging(): a "
                              f"{type(staging).__name__} keeps no values between steps")
         self.split = split
         self.fetch_values = fetch_values
-        self.queue_thread = queue_thread
         self.batch_elements = batch_elements
         self.first_batch_elements = first_batch_elements
         self.stage_cpu = stage_cpu
@@ -285,34 +276,23 @@ class HostPipeline:
             # stream that step was called from
             down.wait_stream(up)
             up.wait_stream(caller)
-            queue = _HelperThread() if self.queue_thread else _OnTheCaller()
             try:
-                arrived = [queue.submit(self._download, batch, down, cuda)
-                           for batch in batches[:ahead]]
+                arrived = [self._download(batch, down, cuda) for batch in batches[:ahead]]
                 for number, batch in enumerate(batches):
-                    arrived[number].result().synchronize()
+                    arrived[number].synchronize()
                     update(batch)
-                    following = (batches[number + ahead] if number + ahead < len(batches)
-                                 else None)
-                    arrived.append(queue.submit(self._send, batch, following, up, down,
-                                                cuda))
+                    with cuda.stream(up):
+                        self._upload(batch)
+                    if number + ahead < len(batches):
+                        # the next batch for this slot comes down once this one is up
+                        sent = cuda.Event()
+                        sent.record(up)
+                        down.wait_event(sent)
+                        arrived.append(self._download(batches[number + ahead], down, cuda))
             finally:
                 # later work on the caller's stream (the forward pass) comes after the
                 # uploads, also those queued before an update raised
-                queue.close()
                 caller.wait_stream(up)
-
-    def _send(self, batch, following, up, down, cuda):
-        """Queue ``batch``'s upload, then the download of ``following`` (None: none) into
-        the slot once ``batch`` is up; the event of its arrival."""
-        with cuda.stream(up):
-            self._upload(batch)
-        if following is None:
-            return None
-        sent = cuda.Event()
-        sent.record(up)
-        down.wait_event(sent)
-        return self._download(following, down, cuda)
 
     @staticmethod
     def _upload(batch) -> None:
@@ -328,39 +308,6 @@ class HostPipeline:
         if device not in self._streams:
             self._streams[device] = (cuda.Stream(device), cuda.Stream(device))
         return self._streams[device]
-
-
-class _OnTheCaller:
-    """Runs each queueing task at once, on the calling thread."""
-
-    class _Done:
-        def __init__(self, value):
-            self.value = value
-
-        def result(self):
-            return self.value
-
-    def submit(self, task, *args):
-        return self._Done(task(*args))
-
-    def close(self) -> None:
-        pass
-
-
-class _HelperThread:
-    """Runs the queueing tasks in order on one helper thread: the host's CUDA calls
-    (about 5 us a copy) then overlap the update, which releases the GIL in torch's
-    kernels. One per step: a thread costs about 0.1 ms to start, and none outlives
-    the step."""
-
-    def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="uo-offload")
-
-    def submit(self, task, *args):
-        return self._pool.submit(task, *args)
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)      # every queued copy is queued on its stream
 
 
 def keep_state_on_host(optimizer) -> None:
