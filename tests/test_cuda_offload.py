@@ -154,6 +154,23 @@ def test_the_host_update_is_torch_adams_fused_kernel():
     _assert_same(_run(offload, ours), _run(adam, theirs))
 
 
+def test_an_update_on_the_device_leaves_cpu_parameters_to_the_host_update():
+    plain_params, device_params = _params("cpu"), _params("cpu")
+    plain, device = _two_groups(plain_params), _two_groups(device_params, update_on="device")
+    _assert_same(_run(device, device_params, skip=(1, 3)),
+                 _run(plain, plain_params, skip=(1, 3)))
+    _assert_same_state(_state(device, device_params), _state(plain, plain_params))
+
+
+@pytest.mark.parametrize("update_on, error, words", [
+    (None, TypeError, "update_on must be a str, got NoneType"),
+    ("gpu", ValueError, "update_on must be one of ('host', 'device'), got 'gpu'")])
+def test_update_on_is_checked(update_on, error, words):
+    with pytest.raises(error) as raised:
+        OffloadAdam(_params("cpu"), update_on=update_on)
+    assert str(raised.value) == words
+
+
 def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
     params = _params("cpu")
     for p, g in zip(params, _grads(0)):
@@ -601,3 +618,62 @@ def test_cuda_pipeline_results_are_ordered_before_later_work_on_the_stream(trans
     torch.cuda.synchronize()
     n = 4 * PIECE_ALIGNMENT + 1
     assert [s.tolist() for s in sums] == [[float(n * (2 * k + 1))] * 3 for k in range(5)]
+
+
+def _fused_cuda_adam(params):
+    """torch's fused CUDA Adam with ``_two_groups``'s settings."""
+    return torch.optim.Adam([{"params": params[:3], "weight_decay": 0.1},
+                             {"params": params[3:], "amsgrad": True, "maximize": True}],
+                            lr=0.01, fused=True)
+
+
+@needs_cuda
+def test_cuda_update_on_the_device_is_torch_s_fused_cuda_adam_with_host_state():
+    ours, theirs = _params("cuda"), _params("cuda")
+    offload, adam = _two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
+    for p in ours:                       # gradients allocated before the measurement
+        p.grad = torch.zeros_like(p)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for t in range(STEPS):
+        for p, g in zip(ours, _grads(t)):
+            p.grad.copy_(g)
+        offload.step()
+    assert torch.cuda.memory_allocated() == before         # no state on the GPU
+    _assert_same([p.detach().cpu() for p in ours], _run(adam, theirs))
+    states = _state(offload, ours)
+    assert all(v.device.type == "cpu" for s in states for v in s.values())
+    assert all(v.is_pinned() for p in ours for v in offload.state[p].values() if v.numel())
+    _assert_same_state(states, [{k: v.cpu() for k, v in s.items()}
+                                for s in _state(adam, theirs)])
+
+
+@needs_cuda
+def test_cuda_update_on_the_device_resumes_from_a_state_dict():
+    ours, theirs = _params("cuda"), _params("cuda")
+    offload, adam = _two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
+    _run(offload, ours, steps=2)
+    _run(adam, theirs, steps=2)
+    saved = offload.state_dict()
+    resumed = _two_groups(ours, update_on="device")
+    resumed.load_state_dict(saved)          # pageable host copies: pinned at the next step
+    for t in range(2, STEPS):
+        for p, q, g in zip(ours, theirs, _grads(t)):
+            p.grad, q.grad = g.cuda(), g.cuda()
+        resumed.step()
+        adam.step()
+    _assert_same([p.detach().cpu() for p in ours], [p.detach().cpu() for p in theirs])
+    assert all(v.is_pinned() for p in ours for v in resumed.state[p].values() if v.numel())
+
+
+@needs_cuda
+def test_cuda_update_on_the_device_refuses_a_second_device_before_any_state():
+    cuda, meta = torch.nn.Parameter(torch.ones(3, device="cuda")), \
+        torch.nn.Parameter(torch.ones(3, device="meta"))
+    offload = OffloadAdam([cuda, meta], update_on="device")
+    cuda.grad, meta.grad = torch.ones_like(cuda), torch.ones_like(meta)
+    with pytest.raises(ValueError) as raised:
+        offload.step()
+    assert str(raised.value) == ("OffloadAdam(update_on='device') updates the parameters "
+                                 "of one CUDA device, got cuda:0, meta")
+    assert not offload.state

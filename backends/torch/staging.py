@@ -70,6 +70,12 @@ def host_zeros_like(p) -> torch.Tensor:
     return torch.zeros(p.shape, dtype=p.dtype, device=HOST)
 
 
+def pinned_zeros_like(p) -> torch.Tensor:
+    """Pinned host zeros of ``p``'s shape and dtype (plain host zeros where no GPU is):
+    state a GPU reads and writes in place through its mapping of the pages."""
+    return torch.zeros(p.shape, dtype=p.dtype, device=HOST, pin_memory=_pin())
+
+
 def _check_pinning(pinning) -> None:
     if not isinstance(pinning, str):
         raise TypeError(f"pinning must be a str, got {type(pinning).__name__}")
@@ -113,16 +119,23 @@ class _PinnedZeros:
         self._registered[:] = [b for b in self._registered if b.data_ptr() not in dropped]
 
 
-def _device_alias(slot: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A CUDA tensor over the pinned host ``slot`` (bytes): the device's mapping of the
-    same pages, at the same address (CUDA's unified addressing maps memory from
-    ``cudaHostAlloc`` so). It keeps ``slot`` alive."""
+def mapped_on_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CUDA tensor over the pinned, contiguous ``host`` tensor's bytes (its dtype and
+    shape): the device's mapping of the same pages, at the same address (CUDA's unified
+    addressing maps memory from ``cudaHostAlloc``, which pins torch's ``pin_memory``, so).
+    A kernel reading or writing it crosses the bus. It keeps ``host`` alive."""
+    if not (host.is_pinned() and host.is_contiguous()):
+        raise ValueError("mapped_on_device needs a pinned, contiguous host tensor")
+    nbytes = host.numel() * host.element_size()
+    if nbytes == 0:     # no pages to map (and CUDA's interface takes no null address)
+        return torch.empty(host.shape, dtype=host.dtype, device=device)
+
     class Mapped:
-        __cuda_array_interface__ = {"shape": (slot.numel(),), "typestr": "|u1",
-                                    "data": (slot.data_ptr(), False), "version": 3,
+        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                    "data": (host.data_ptr(), False), "version": 3,
                                     "strides": None, "stream": None}
-        host = slot
-    return torch.as_tensor(Mapped(), device=device)
+        keeps = host
+    return torch.as_tensor(Mapped(), device=device).view(host.dtype).view(host.shape)
 
 
 def _slot_views(slot, half: int, parts, offsets) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -275,7 +288,7 @@ class StagingRing:
         if small or added:
             self.generation += 1
             if self.transfer == "kernel" and device.type == "cuda":
-                self._aliases[device] = [_device_alias(slot, device) for slot in slots]
+                self._aliases[device] = [mapped_on_device(slot, device) for slot in slots]
 
     def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of batch
