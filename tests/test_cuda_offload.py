@@ -27,6 +27,7 @@ from unified_opt.backends.torch.staging import (  # noqa: E402
     TRANSFERS,
     HostStaging,
     StagingRing,
+    mapped_on_device,
 )
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -160,6 +161,15 @@ def test_an_update_on_the_device_leaves_cpu_parameters_to_the_host_update():
     _assert_same(_run(device, device_params, skip=(1, 3)),
                  _run(plain, plain_params, skip=(1, 3)))
     _assert_same_state(_state(device, device_params), _state(plain, plain_params))
+
+
+def test_a_device_mapping_of_no_bytes_is_an_empty_tensor_and_pageable_memory_is_refused():
+    # an empty tensor is never pinned (found on an H100): it maps to a fresh empty one
+    empty = mapped_on_device(torch.zeros((0, 3), dtype=torch.bfloat16), torch.device("meta"))
+    assert (empty.device.type, empty.shape, empty.dtype) == ("meta", (0, 3), torch.bfloat16)
+    with pytest.raises(ValueError) as raised:
+        mapped_on_device(torch.zeros(4), torch.device("meta"))
+    assert str(raised.value) == "mapped_on_device needs a pinned, contiguous host tensor"
 
 
 @pytest.mark.parametrize("update_on, error, words", [

@@ -124,11 +124,11 @@ def mapped_on_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     shape): the device's mapping of the same pages, at the same address (CUDA's unified
     addressing maps memory from ``cudaHostAlloc``, which pins torch's ``pin_memory``, so).
     A kernel reading or writing it crosses the bus. It keeps ``host`` alive."""
+    nbytes = host.numel() * host.element_size()
+    if nbytes == 0:     # no pages to map (torch does not pin an empty tensor)
+        return torch.empty(host.shape, dtype=host.dtype, device=device)
     if not (host.is_pinned() and host.is_contiguous()):
         raise ValueError("mapped_on_device needs a pinned, contiguous host tensor")
-    nbytes = host.numel() * host.element_size()
-    if nbytes == 0:     # no pages to map (and CUDA's interface takes no null address)
-        return torch.empty(host.shape, dtype=host.dtype, device=device)
 
     class Mapped:
         __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
