@@ -239,25 +239,20 @@ class Bench:
 
     def offload(self, row):
         import unified_opt as uo
-        from unified_opt.backends.torch.offload import HostPipeline, OffloadAdam
+        from unified_opt.backends.torch.offload import HostPipeline
         from unified_opt.backends.torch.staging import StagingRing
 
         spec = uo.AdamOffload(lr=1e-3)
+        options = {"update_on": row.extra["update_on"]} if "update_on" in row.extra else {}
 
         def build(named):
-            if "update_on" in row.extra:
-                return OffloadAdam([p for _, p in named], lr=1e-3,
-                                   update_on=row.extra["update_on"])
-            optimizer = uo.build(spec, named)
+            optimizer = uo.build(spec, named, options=options)
             if "transfer" in row.extra:
                 optimizer.pipeline = HostPipeline(
                     split=True, staging=StagingRing(transfer=row.extra["transfer"]))
             return optimizer
 
-        # built by hand (uo.build takes no update_on): named as uo.explain would
-        describe = (_explained if "update_on" not in row.extra else
-                    lambda optimizer: f"{type(optimizer).__module__}.OffloadAdam")
-        return self.optimizer_row(build, slow=False, describe=describe)
+        return self.optimizer_row(build, slow=False, describe=_explained)
 
     def offload_values_kept(self, row):
         """OffloadAdam without the values' download: what that transfer costs (the host
@@ -370,8 +365,9 @@ def all_rows(bench_cls=Bench) -> list[Row]:
                 "(StagingRing(transfer='kernel'))", bench_cls.offload,
                 extra={"transfer": "kernel"}),
             Row("offload/adam-on-device", "adam_offload",
-                "OffloadAdam(update_on='device'): the GPU's fused Adam over the state in "
-                "pinned host memory", bench_cls.offload, extra={"update_on": "device"}),
+                "uo.build(uo.AdamOffload(), options={'update_on': 'device'}): the GPU's "
+                "fused Adam over the state in pinned host memory", bench_cls.offload,
+                extra={"update_on": "device"}),
             Row("offload/adam-values-kept", "adam_offload",
                 "part: OffloadAdam without the values' download, a buffer per parameter "
                 "(a measurement only)",

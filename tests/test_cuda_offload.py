@@ -172,6 +172,16 @@ def test_a_device_mapping_of_no_bytes_is_an_empty_tensor_and_pageable_memory_is_
     assert str(raised.value) == "mapped_on_device needs a pinned, contiguous host tensor"
 
 
+def test_uo_build_passes_update_on_to_offload_adam():
+    import unified_opt as uo
+
+    params = _params("cpu")
+    optimizer = uo.build(uo.AdamOffload(lr=0.01), params, options={"update_on": "device"})
+    assert isinstance(optimizer, OffloadAdam) and optimizer.update_on == "device"
+    with pytest.raises(ValueError, match="update_on must be one of"):
+        uo.build(uo.AdamOffload(), params, options={"update_on": "gpu"})
+
+
 @pytest.mark.parametrize("update_on, error, words", [
     (None, TypeError, "update_on must be a str, got NoneType"),
     ("gpu", ValueError, "update_on must be one of ('host', 'device'), got 'gpu'")])

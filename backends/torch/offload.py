@@ -339,7 +339,8 @@ class OffloadAdam(torch.optim.Optimizer):
     assign another to choose the batch size or the staging, e.g.
     ``HostPipeline(split=True, staging=StagingRing(slots=8))``.
 
-    ``update_on`` (one of :data:`UPDATES_ON`) says where a GPU parameter's update runs:
+    ``update_on`` (one of :data:`UPDATES_ON`; through ``uo.build``:
+    ``options={"update_on": "device"}``) says where a GPU parameter's update runs:
 
     * ``"host"`` (the default): the host's fused Adam, as above (MindSpore's
       ``AdamOffload`` computes there too). On an H100 with 16 host threads, GPT-2 small:
