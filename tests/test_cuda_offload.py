@@ -6,6 +6,7 @@ The CPU tests run the pipeline's batching and cutting with plain copies
 and compare against the same class on the CPU."""
 
 import contextlib
+import dataclasses
 import gc
 
 import pytest
@@ -189,6 +190,37 @@ def test_update_on_is_checked(update_on, error, words):
     with pytest.raises(error) as raised:
         OffloadAdam(_params("cpu"), update_on=update_on)
     assert str(raised.value) == words
+    optimizer = OffloadAdam(_params("cpu"))
+    with pytest.raises(error) as raised:
+        optimizer.update_on = update_on             # between steps: the same check
+    assert str(raised.value) == words and optimizer.update_on == "host"
+
+
+def test_an_update_on_the_device_refuses_a_device_other_than_cuda_before_any_state():
+    meta = torch.nn.Parameter(torch.ones(3, device="meta"))
+    meta.grad = torch.ones_like(meta)
+    offload = OffloadAdam([meta, *_params("cpu")[:1]], update_on="device")
+    with pytest.raises(ValueError) as raised:
+        offload.step()
+    assert str(raised.value) == ("OffloadAdam(update_on='device') updates the parameters "
+                                 "of one CUDA device (and the CPU's), got meta")
+    assert not offload.state
+
+
+def test_a_device_mapping_s_holder_frees_the_host_pages_without_the_collector():
+    from unified_opt.backends.torch.staging import _Mapped
+
+    host = torch.zeros(16)
+    storage = StorageWeakRef(host.untyped_storage())
+    holder = _Mapped(host, 64)
+    assert holder.__cuda_array_interface__["data"] == (host.data_ptr(), False)
+    del host
+    gc.disable()
+    try:
+        del holder
+        assert storage.expired()                # no cycle kept the pages
+    finally:
+        gc.enable()
 
 
 def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
@@ -334,6 +366,45 @@ def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     updates = [i for i, e in enumerate(log) if e == "update"]
     assert updates[0] > log.index("synchronize 0") and updates[-1] < len(log) - 1
     assert log.index("synchronize 1") > updates[0]
+
+
+def test_the_kernel_transfer_moves_each_batch_through_its_mapped_views():
+    """transfer="kernel"'s branches on the CPU: each piece's host views stand in for
+    their device mapping (on the CPU a tensor maps to itself), so one
+    ``_foreach_copy_`` per batch and direction must fill and send them."""
+    cuda = _StandInCuda()
+    params = _params("cpu")
+    for p, g in zip(params, _grads(0)):
+        p.grad = g
+    expected = [(p.detach() + p.grad).clone() for p in params]
+    pipeline = _StreamedOnCpu(cuda, split=True, staging=StagingRing(slots=2),
+                              **SMALL_BATCHES)
+    batches = [[dataclasses.replace(piece, mapped_value=piece.value, mapped_grad=piece.grad)
+                for piece in batch]
+               for batch in pipeline.batches(list(enumerate(params)))]
+    copies = []
+    foreach_copy = torch._foreach_copy_
+
+    def counted(targets, sources):
+        copies.append(len(targets))
+        foreach_copy(targets, sources)
+
+    torch._foreach_copy_ = counted
+    try:
+        with torch.no_grad():
+            pipeline._run_streamed(torch.device("cpu"), batches,
+                                   lambda batch: [piece.value.add_(piece.grad)
+                                                  for piece in batch], cuda)
+    finally:
+        torch._foreach_copy_ = foreach_copy
+    _assert_same([p.detach() for p in params], expected)
+    # one call per batch and direction, in the ring's order: values and gradients of
+    # the first two batches down; then each batch's values up, and the batch two on down
+    sizes = [len(batch) for batch in batches]
+    expected_calls = [2 * sizes[0], 2 * sizes[1]]
+    for n, size in enumerate(sizes):
+        expected_calls += [size] + ([2 * sizes[n + 2]] if n + 2 < len(sizes) else [])
+    assert len(sizes) > 3 and copies == expected_calls
 
 
 def _ring_pipeline(slots, split=True):
@@ -695,5 +766,44 @@ def test_cuda_update_on_the_device_refuses_a_second_device_before_any_state():
     with pytest.raises(ValueError) as raised:
         offload.step()
     assert str(raised.value) == ("OffloadAdam(update_on='device') updates the parameters "
-                                 "of one CUDA device, got cuda:0, meta")
+                                 "of one CUDA device (and the CPU's), got cuda:0, meta")
     assert not offload.state
+
+
+@needs_cuda
+def test_cuda_update_on_the_device_refuses_layouts_its_kernel_cannot_take():
+    transposed = torch.nn.Parameter(torch.ones(4, 3, device="cuda").t())
+    transposed.grad = torch.ones_like(transposed)
+    offload = OffloadAdam([transposed], update_on="device")
+    with pytest.raises(ValueError, match=r"needs contiguous parameters .* strides \(1, 3\)"):
+        offload.step()
+    plain = torch.nn.Parameter(torch.ones(3, device="cuda"))
+    plain.grad = torch.ones(3, device="cuda", dtype=torch.float64)
+    offload = OffloadAdam([plain], update_on="device")
+    with pytest.raises(ValueError, match="gradient must have its dtype and strides"):
+        offload.step()
+    assert not offload.state
+
+
+@needs_cuda
+def test_cuda_update_on_the_device_updates_cpu_parameters_beside_on_the_host():
+    """One group of GPU and CPU parameters: the GPU's through the mapping, the CPU's by
+    the host update, each as its own fused kernel does it."""
+    on_gpu, on_cpu = _params("cuda"), _params("cpu", seed=1)
+    mixed = [p for pair in zip(on_gpu, on_cpu) for p in pair]
+    offload = OffloadAdam(mixed, lr=0.01, update_on="device")
+    ref_gpu, ref_cpu = _params("cuda"), _params("cpu", seed=1)
+    adam_gpu = torch.optim.Adam(ref_gpu, lr=0.01, fused=True)
+    adam_cpu = torch.optim.Adam(ref_cpu, lr=0.01, fused=True)
+    for t in range(STEPS):
+        for ps, device in ((on_gpu, "cuda"), (on_cpu, "cpu"), (ref_gpu, "cuda"),
+                           (ref_cpu, "cpu")):
+            for p, g in zip(ps, _grads(t)):
+                p.grad = g.to(device)
+        offload.step()
+        adam_gpu.step()
+        adam_cpu.step()
+    _assert_same([p.detach().cpu() for p in on_gpu], [p.detach().cpu() for p in ref_gpu])
+    _assert_same([p.detach() for p in on_cpu], [p.detach() for p in ref_cpu])
+    assert all(v.is_pinned() for p in on_gpu for v in offload.state[p].values() if v.numel())
+    assert not any(v.is_pinned() for p in on_cpu for v in offload.state[p].values())

@@ -320,6 +320,36 @@ class HostPipeline:
         return self._streams[device]
 
 
+def _check_update_on(update_on) -> None:
+    if not isinstance(update_on, str):
+        raise TypeError(f"update_on must be a str, got {type(update_on).__name__}")
+    if update_on not in UPDATES_ON:
+        raise ValueError(f"update_on must be one of {UPDATES_ON}, got {update_on!r}")
+
+
+def _check_device_update(params) -> bool:
+    """Whether ``update_on="device"`` has GPU parameters to update; refuses what torch's
+    fused CUDA Adam cannot take over pinned, contiguous state (before any state is made):
+    another device than one CUDA device besides the CPU, a parameter not contiguous, a
+    gradient of another dtype or layout."""
+    devices = sorted({str(p.device) for p in params if p.device.type != "cpu"})
+    if len(devices) > 1 or any(not d.startswith("cuda") for d in devices):
+        raise ValueError("OffloadAdam(update_on='device') updates the parameters of one "
+                         f"CUDA device (and the CPU's), got {', '.join(devices)}")
+    for i, p in enumerate(params):
+        if p.device.type != "cuda":
+            continue
+        if not p.is_contiguous():
+            raise ValueError(f"OffloadAdam(update_on='device') needs contiguous parameters "
+                             f"(the state in host memory is), got parameter {i} with "
+                             f"strides {p.stride()}")
+        if p.grad.dtype != p.dtype or p.grad.stride() != p.stride():
+            raise ValueError(f"OffloadAdam(update_on='device'): parameter {i}'s gradient "
+                             f"must have its dtype and strides ({p.dtype}, {p.stride()}), "
+                             f"got {p.grad.dtype}, {p.grad.stride()}")
+    return bool(devices)
+
+
 def keep_state_on_host(optimizer) -> None:
     """``load_state_dict`` moves state to each parameter's device; move it back."""
     for state in optimizer.state.values():
@@ -360,17 +390,28 @@ class OffloadAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, update_on="host"):
-        if not isinstance(update_on, str):
-            raise TypeError(f"update_on must be a str, got {type(update_on).__name__}")
-        if update_on not in UPDATES_ON:
-            raise ValueError(f"update_on must be one of {UPDATES_ON}, got {update_on!r}")
+        _check_update_on(update_on)
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad, "maximize": maximize}
         super().__init__(params, defaults)
-        self.update_on = update_on
+        self._update_on = update_on
         self.pipeline = HostPipeline(split=True)
         self._mapped: dict[torch.Tensor, tuple] = {}    # update_on="device": state aliases
         self.register_load_state_dict_post_hook(keep_state_on_host)
+        # the aliases of state just replaced would keep its pinned pages
+        self.register_load_state_dict_post_hook(lambda optimizer: optimizer._mapped.clear())
+
+    @property
+    def update_on(self) -> str:
+        """Where a GPU parameter's update runs (:data:`UPDATES_ON`); may be changed
+        between steps."""
+        return self._update_on
+
+    @update_on.setter
+    def update_on(self, value) -> None:
+        _check_update_on(value)
+        self._update_on = value
+        self._mapped.clear()
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -387,13 +428,7 @@ class OffloadAdam(torch.optim.Optimizer):
                     raise RuntimeError("OffloadAdam does not support sparse gradients")
                 params.append(p)
                 group_of.append(g)
-        on_device = self.update_on == "device" and any(p.device.type == "cuda"
-                                                       for p in params)
-        if on_device:
-            devices = sorted({str(p.device) for p in params if p.device.type != "cpu"})
-            if len(devices) > 1 or not devices[0].startswith("cuda"):
-                raise ValueError("OffloadAdam(update_on='device') updates the parameters "
-                                 f"of one CUDA device, got {', '.join(devices)}")
+        on_device = self.update_on == "device" and _check_device_update(params)
         for p, g in zip(params, group_of):
             state = self.state[p]
             mapped = on_device and p.device.type == "cuda"
@@ -410,6 +445,9 @@ class OffloadAdam(torch.optim.Optimizer):
                     state[key] = state[key].contiguous()    # (loaded) cut as flat views
                 if mapped and key in state and not state[key].is_pinned():
                     state[key] = state[key].pin_memory()    # (loaded) pageable
+            if mapped and state["step"].dtype != torch.float32:
+                # (loaded from another default dtype) the CUDA kernel reads a float32
+                state["step"] = state["step"].to(torch.float32).pin_memory()
         if on_device:
             self._update_on_device(params, group_of)
             return loss
@@ -428,13 +466,15 @@ class OffloadAdam(torch.optim.Optimizer):
     def _update_on_device(self, params, group_of) -> None:
         """Fused Adam per group: GPU parameters against their state's device mapping,
         CPU parameters against their host state; then wait for the GPU's update."""
-        for g, group in enumerate(self.param_groups):
-            pieces = [Piece(i, p, 0, p.numel(), True, p.detach(), p.grad)
-                      for i, (p, h) in enumerate(zip(params, group_of)) if h == g]
-            if pieces:
-                self._adam(group, pieces, set())
         device = next(p.device for p in params if p.device.type == "cuda")
-        torch.cuda.current_stream(device).synchronize()
+        try:
+            for g, group in enumerate(self.param_groups):
+                pieces = [Piece(i, p, 0, p.numel(), True, p.detach(), p.grad)
+                          for i, (p, h) in enumerate(zip(params, group_of)) if h == g]
+                if pieces:
+                    self._adam(group, pieces, set())
+        finally:    # also after a group's launch failed: the host may read the state
+            torch.cuda.current_stream(device).synchronize()
 
     def _state_of(self, p) -> dict:
         """``p``'s state as the update reads it: the host tensors themselves, or for a

@@ -83,6 +83,11 @@ def _check_pinning(pinning) -> None:
         raise ValueError(f"pinning must be one of {PINNING}, got {pinning!r}")
 
 
+def _synchronize(devices: list) -> None:
+    for device in devices:
+        torch.cuda.synchronize(device)
+
+
 def _unregister(tensors: list) -> None:
     for tensor in tensors:
         torch.cuda.cudart().cudaHostUnregister(tensor.data_ptr())
@@ -129,13 +134,20 @@ def mapped_on_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
         return torch.empty(host.shape, dtype=host.dtype, device=device)
     if not (host.is_pinned() and host.is_contiguous()):
         raise ValueError("mapped_on_device needs a pinned, contiguous host tensor")
+    return torch.as_tensor(_Mapped(host, nbytes), device=device).view(host.dtype).view(
+        host.shape)
 
-    class Mapped:
-        __cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                    "data": (host.data_ptr(), False), "version": 3,
-                                    "strides": None, "stream": None}
-        keeps = host
-    return torch.as_tensor(Mapped(), device=device).view(host.dtype).view(host.shape)
+
+class _Mapped:
+    """CUDA's array interface over ``host``'s bytes; holds ``host`` (torch holds this
+    object for the tensor it makes). A module-level class: an instance is in no
+    reference cycle, so the pages go as soon as the last tensor over them does."""
+
+    def __init__(self, host: torch.Tensor, nbytes: int) -> None:
+        self.host = host
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                         "data": (host.data_ptr(), False), "version": 3,
+                                         "strides": None, "stream": None}
 
 
 def _slot_views(slot, half: int, parts, offsets) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -230,6 +242,12 @@ class StagingRing:
         self.slots, self.pinning, self.transfer = slots, pinning, transfer
         self._slots: dict[torch.device, list[torch.Tensor]] = {}
         self._aliases: dict[torch.device, list[torch.Tensor]] = {}   # transfer="kernel"
+        if transfer == "kernel":
+            # a kernel's read of a pinned slot is no copy torch's pinned-memory cache
+            # waits for before it hands the pages out again: a ring dropped while its
+            # uploads run waits for its devices first
+            self._devices: list[torch.device] = []
+            weakref.finalize(self, _synchronize, self._devices).atexit = False
         #: counts the times slots were made: views handed out before the last time may
         #: point at a freed slot
         self.generation = 0
@@ -289,6 +307,8 @@ class StagingRing:
             self.generation += 1
             if self.transfer == "kernel" and device.type == "cuda":
                 self._aliases[device] = [mapped_on_device(slot, device) for slot in slots]
+                if device not in self._devices:
+                    self._devices.append(device)
 
     def views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(host value, host gradient)`` for each ``(p, start, stop, whole)`` of batch
