@@ -14,8 +14,8 @@ import warnings
 #: (backend, device type) pairs the conformance suite and the device tests passed on
 VERIFIED = {
     ("torch", "cpu"): "every path (2-core x86-64 CPUs, with and without AVX-512)",
-    ("torch", "cuda"): "native classes and the own path's CUDA kernels (NVIDIA H200, "
-                       "torch 2.11 + CUDA 13.0, Triton 3.6: benchmarks/results/"
+    ("torch", "cuda"): "native classes and the own path's CUDA kernels (NVIDIA H200 and "
+                       "H100, torch 2.11 + CUDA 13.0, Triton 3.6: benchmarks/results/"
                        "gpu_conformance.md)",
     ("paddle", "cpu"): "every path",
     ("mindspore", "cpu"): "every path, PyNative and GRAPH_MODE",
