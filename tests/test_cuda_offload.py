@@ -579,6 +579,21 @@ def test_staging_arguments_are_checked(make, kwargs, error, words):
 
 # -- on CUDA ------------------------------------------------------------------------------
 
+def _device_bytes_the_steps_allocate(optimizer, params) -> int:
+    """``STEPS`` steps, each gradient written into a tensor allocated before them; the
+    device memory the steps left allocated."""
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    for t in range(STEPS):
+        for p, g in zip(params, _grads(t)):
+            p.grad.copy_(g)
+        optimizer.step()
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated() - before
+
+
 #: every staging a pipeline may take on CUDA: (id, keyword arguments of its class)
 STAGINGS = [(f"{name}-{how}", make, kwargs)
             for name, make, base in [("ring-of-2", StagingRing, {"slots": 2}),
@@ -600,20 +615,8 @@ def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, make_st
     on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
     staging = make_staging(**kwargs)
     on_cuda.pipeline = HostPipeline(split=True, staging=staging, **batches)
-    for p in cuda_params:                  # gradients allocated before the measurement
-        p.grad = torch.zeros_like(p)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    for t in range(STEPS):
-        for p, g in zip(cuda_params, _grads(t)):
-            p.grad.copy_(g)
-        for p, g in zip(cpu_params, _grads(t)):
-            p.grad = g
-        on_cuda.step()
-        on_cpu.step()
-    torch.cuda.synchronize()
-    assert torch.cuda.memory_allocated() == before     # parameters and gradients only
-    _assert_same([p.detach().cpu() for p in cuda_params], [p.detach() for p in cpu_params])
+    assert _device_bytes_the_steps_allocate(on_cuda, cuda_params) == 0
+    _assert_same([p.detach().cpu() for p in cuda_params], _run(on_cpu, cpu_params))
     states = _state(on_cuda, cuda_params)
     assert all(v.device.type == "cpu" for s in states for v in s.values())
     # the copies' buffers pinned, the state (the host's alone) pageable
@@ -722,15 +725,7 @@ def _fused_cuda_adam(params):
 def test_cuda_update_on_the_device_is_torch_s_fused_cuda_adam_with_host_state():
     ours, theirs = _params("cuda"), _params("cuda")
     offload, adam = _two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
-    for p in ours:                       # gradients allocated before the measurement
-        p.grad = torch.zeros_like(p)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    for t in range(STEPS):
-        for p, g in zip(ours, _grads(t)):
-            p.grad.copy_(g)
-        offload.step()
-    assert torch.cuda.memory_allocated() == before         # no state on the GPU
+    assert _device_bytes_the_steps_allocate(offload, ours) == 0     # no state on the GPU
     _assert_same([p.detach().cpu() for p in ours], _run(adam, theirs))
     states = _state(offload, ours)
     assert all(v.device.type == "cpu" for s in states for v in s.values())
