@@ -24,6 +24,7 @@ from .staging import (
     HOST,
     HostStaging,
     StagingRing,
+    check_one_of,
     host_zeros_like,
     mapped_on_device,
     pinned_zeros_like,
@@ -267,8 +268,9 @@ class HostPipeline:
         with cuda.stream(down):
             if kernel:      # one kernel writes the host's pages through their mapping
                 torch._foreach_copy_([t for t, _ in pieces], [s for _, s in pieces])
-            for target, source in () if kernel else pieces:
-                target.copy_(source, non_blocking=True)
+            else:
+                for target, source in pieces:
+                    target.copy_(source, non_blocking=True)
             arrived = cuda.Event()
             arrived.record(down)
         return arrived
@@ -318,13 +320,6 @@ class HostPipeline:
         if device not in self._streams:
             self._streams[device] = (cuda.Stream(device), cuda.Stream(device))
         return self._streams[device]
-
-
-def _check_update_on(update_on) -> None:
-    if not isinstance(update_on, str):
-        raise TypeError(f"update_on must be a str, got {type(update_on).__name__}")
-    if update_on not in UPDATES_ON:
-        raise ValueError(f"update_on must be one of {UPDATES_ON}, got {update_on!r}")
 
 
 def _check_device_update(params) -> bool:
@@ -390,7 +385,7 @@ class OffloadAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, update_on="host"):
-        _check_update_on(update_on)
+        check_one_of("update_on", update_on, UPDATES_ON)
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad, "maximize": maximize}
         super().__init__(params, defaults)
@@ -409,7 +404,7 @@ class OffloadAdam(torch.optim.Optimizer):
 
     @update_on.setter
     def update_on(self, value) -> None:
-        _check_update_on(value)
+        check_one_of("update_on", value, UPDATES_ON)
         self._update_on = value
         self._mapped.clear()
 

@@ -77,11 +77,12 @@ def pinned_zeros_like(p) -> torch.Tensor:
     return torch.zeros(p.shape, dtype=p.dtype, device=HOST, pin_memory=_pin())
 
 
-def _check_pinning(pinning) -> None:
-    if not isinstance(pinning, str):
-        raise TypeError(f"pinning must be a str, got {type(pinning).__name__}")
-    if pinning not in PINNING:
-        raise ValueError(f"pinning must be one of {PINNING}, got {pinning!r}")
+def check_one_of(name: str, value, choices: tuple[str, ...]) -> None:
+    """``value`` is a str among ``choices`` (TypeError, ValueError naming ``name``)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
 
 
 def _synchronize(devices: list) -> None:
@@ -100,7 +101,7 @@ class _PinnedZeros:
     it)."""
 
     def __init__(self, pinning: str) -> None:
-        _check_pinning(pinning)
+        check_one_of("pinning", pinning, PINNING)
         self.pinning = pinning
         self._registered: list[torch.Tensor] = []
         weakref.finalize(self, _unregister, self._registered).atexit = False
@@ -232,10 +233,7 @@ class StagingRing:
         if slots < 2:
             raise ValueError(f"slots must be at least 2 (one updated while the next comes "
                              f"down), got {slots}")
-        if not isinstance(transfer, str):
-            raise TypeError(f"transfer must be a str, got {type(transfer).__name__}")
-        if transfer not in TRANSFERS:
-            raise ValueError(f"transfer must be one of {TRANSFERS}, got {transfer!r}")
+        check_one_of("transfer", transfer, TRANSFERS)
         self._pinned = _PinnedZeros(pinning)
         if transfer == "kernel" and pinning != "alloc":
             raise ValueError(f"transfer='kernel' needs pinning='alloc' (a registered page "
