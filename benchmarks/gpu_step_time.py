@@ -169,19 +169,22 @@ class Bench:
         while time.perf_counter() - started < settle:
             prepare()
             step()
-        times = []
+        times, host = [], []
         timed = time.perf_counter()
         while len(times) < most:
             prepare()
             self.sync()
             t0 = time.perf_counter()
             step()
+            returned = time.perf_counter()
             self.sync()
             times.append((time.perf_counter() - t0) * 1e3)
+            host.append((returned - t0) * 1e3)
             if len(times) >= 3 and time.perf_counter() - timed > args.row_seconds:
                 break
+        # host_ms: until step() returned (its Python and launches; the GPU may still run)
         return {"ms": round(statistics.median(times), 3), "min_ms": round(min(times), 3),
-                "steps": len(times)}
+                "host_ms": round(statistics.median(host), 3), "steps": len(times)}
 
     def optimizer_row(self, factory, slow: bool, describe=None) -> dict:
         """Build with ``factory(named_params)``, time the first step, then the rest."""
@@ -474,11 +477,13 @@ def markdown(report: dict) -> str:
              f"step. Median step ms over the timed steps; × is to "
              f"torch.optim.AdamW(fused=True) in the same run "
              f"({report.get('baseline_ms')} ms). First step: the build and the first step, "
-             f"compile included. State MB: the optimizer's state tensors on the device; held "
+             f"compile included. Host ms: until the step returned (its Python and kernel "
+             f"launches; the GPU may still be running). State MB: the optimizer's state "
+             f"tensors on the device; held "
              f"MB: device memory the optimizer holds after its first step.", "",
-             "| row | algorithm | step | path | ms | × fused AdamW | first step s | "
+             "| row | algorithm | step | path | ms | host ms | × fused AdamW | first step s | "
              "state MB | held MB | target | met |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
         if "ms" in r:
             ms, ratio = r["ms"], r.get("ratio", "")
@@ -491,7 +496,7 @@ def markdown(report: dict) -> str:
         if "bytes" in r and "ms" in r:
             ratio = f"{ratio} ({r['bytes'] / r['ms'] / 1e6:.1f} GB/s)"
         lines.append(f"| `{r['key']}` | {r['algorithm']} | {r['what']} | {r.get('path', '')} | "
-                     f"{ms} | {ratio} | {r.get('first_step_s', '')} | "
+                     f"{ms} | {r.get('host_ms', '')} | {ratio} | {r.get('first_step_s', '')} | "
                      f"{_mb(r.get('state_bytes'))} | {_mb(r.get('held_bytes'))} | "
                      f"{r.get('target', '')} | {met} |")
     lines += ["", f"Total {report['seconds']:.0f} s; rows not run: the time budget "

@@ -772,10 +772,18 @@ def test_cuda_update_on_the_device_refuses_layouts_its_kernel_cannot_take():
     offload = OffloadAdam([transposed], update_on="device")
     with pytest.raises(ValueError, match=r"needs contiguous parameters .* strides \(1, 3\)"):
         offload.step()
+    plain = torch.nn.Parameter(torch.ones(4, 3, device="cuda"))
+    plain.grad = torch.ones(3, 4, device="cuda").t()
+    offload = OffloadAdam([plain], update_on="device")
+    with pytest.raises(ValueError, match=r"gradient must have its dtype and strides .*"
+                                         r"got torch.float32, \(1, 4\)"):
+        offload.step()
     plain = torch.nn.Parameter(torch.ones(3, device="cuda"))
+    plain.grad_dtype = None     # (else torch itself refuses a float64 gradient)
     plain.grad = torch.ones(3, device="cuda", dtype=torch.float64)
     offload = OffloadAdam([plain], update_on="device")
-    with pytest.raises(ValueError, match="gradient must have its dtype and strides"):
+    with pytest.raises(ValueError, match=r"gradient must have its dtype and strides .*"
+                                         r"got torch.float64"):
         offload.step()
     assert not offload.state
 

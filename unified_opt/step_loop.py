@@ -109,8 +109,13 @@ class Host:
         """The spec's state arrays of a parameter (made with ``spec.init`` the first time)."""
         raise NotImplementedError
 
-    def advance(self, indices: list[int]) -> list[int]:
-        """Count one more update of each parameter; their counts (1-based) after it."""
+    def states(self, indices: list[int], spec) -> list[dict]:
+        """:meth:`state` of each parameter (a host may look them up faster at once)."""
+        return [self.state(i, spec) for i in indices]
+
+    def advance(self, indices: list[int], states: list[dict]) -> list[int]:
+        """Count one more update of each parameter (``states``: theirs, from
+        :meth:`states`); their counts (1-based) after it."""
         raise NotImplementedError
 
     def finish(self, t: int) -> None:
@@ -167,8 +172,8 @@ class StepLoop:
             if not present:
                 continue
             spec = group.spec.at_step(t)
-            states = [host.state(i, group.spec) for i in present]
-            steps = host.advance(present)
+            states = host.states(present, group.spec)
+            steps = host.advance(present, states)
             batch = Batch(spec, host.lr(present[0], t), present,
                           [self.params[i] for i in present], [prepared[i] for i in present],
                           states, steps)

@@ -369,7 +369,7 @@ class _Host(Host):
     def state(self, index: int, spec) -> dict:
         return self.optimizer._slots[index]
 
-    def advance(self, indices: list[int]) -> list[int]:
+    def advance(self, indices: list[int], states: list[dict]) -> list[int]:
         # every parameter has a gradient at every step (see the class): global_step + 1,
         # which finish() writes
         return [self.steps_taken() + 1] * len(indices)

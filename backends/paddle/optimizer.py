@@ -208,7 +208,7 @@ class _Host(Host):
     def state(self, index: int, spec) -> dict:
         return self.optimizer.spec_state(self.optimizer._params[index])
 
-    def advance(self, indices: list[int]) -> list[int]:
+    def advance(self, indices: list[int], states: list[dict]) -> list[int]:
         counts = []
         for i in indices:
             counter = self.optimizer._get_accumulator(STEP, self.optimizer._params[i])

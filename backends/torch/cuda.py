@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import operator
 import os
 import sys
 import threading
@@ -138,6 +139,11 @@ class _Launch:
         self.order = tuple(order)
         #: the state tensors the tables point into (the launch holds while they are in place)
         self.held = [s[key] for s in states for key in order]
+        #: the parameters as autograd sees them written (a detached tensor shares its
+        #: parameter's version counter)
+        self.written = [p.detach() for p in params]
+        # a gradient has its parameter's shape: these have no elements (address 0)
+        self._empty = [t for t, p in enumerate(params) if p.numel() == 0]
         self.launches = []
         for launch in program.launches:
             tables = [self._programs(phase.domain, dims, q)
@@ -177,8 +183,8 @@ class _Launch:
     def holds(self, states) -> bool:
         """Whether ``states`` still hold the tensors the tables point into (a loaded
         state dict or a state written by hand puts others in)."""
-        held = iter(self.held)
-        return all(s[key] is next(held) for s in states for key in self.order)
+        order = self.order
+        return all(map(operator.is_, [s[key] for s in states for key in order], self.held))
 
     def _programs(self, domain: int, dims, q: int) -> np.ndarray | None:
         """The launch table's rows of one phase: ``(tensor, b, row program, column
@@ -202,7 +208,9 @@ class _Launch:
         fresh buffer each step: the allocators keep it until the kernels have read it),
         then the phases and their reductions, in order on the current stream."""
         table = self.table
-        table[1] = _addresses(grads)
+        table[1] = [g.data_ptr() for g in grads]
+        if self._empty:
+            table[1, self._empty] = 0
         aligned = bool((table[:self.program.n_inputs] % 16 == 0).all())
         n_scalars = scalars.shape[1]
         host = torch.empty(table.size + self.count + scalars.size, dtype=torch.int64,
@@ -328,6 +336,9 @@ class CudaKernels(Engine):
         steps = batch.steps
         uniform = steps.count(steps[0]) == len(steps)
         by_code: dict = {}
+        # this step's programs that serve every shape of a rank (most do: one trace per
+        # rank, not per shape): (dtype, rank, step) -> (view, program, scalars)
+        any_shape: dict = {}
         for (dtype, shape, device), positions in by_shape.items():
             # torch's own grads match their parameter; a gradient put there by hand may
             # not: the program is one storage layout, so such a parameter runs eagerly
@@ -348,28 +359,37 @@ class CudaKernels(Engine):
                 if (dtype, len(shape), step, shape) in self._refused:
                     leftover += members
                     continue
-                try:
-                    view, code, scalars = self._code(batch.spec, shape, math, batch.lr, step)
-                    program = self._program(code, math, self._storage(batch.spec, view, dtype))
-                except (Untraceable, Unsupported, TritonUnavailable) as error:
-                    self._refuse((dtype, len(shape), step, shape), batch, error)
-                    leftover += members
-                    continue
+                found = any_shape.get((dtype, len(shape), step))
+                if found is None:
+                    try:
+                        view, code, scalars, shared = self._code(batch.spec, shape, math,
+                                                                 batch.lr, step)
+                        program = self._program(code, math,
+                                                self._storage(batch.spec, view, dtype))
+                    except (Untraceable, Unsupported, TritonUnavailable) as error:
+                        self._refuse((dtype, len(shape), step, shape), batch, error)
+                        leftover += members
+                        continue
+                    if shared:
+                        any_shape[(dtype, len(shape), step)] = (view, program, scalars)
+                else:
+                    view, program, scalars = found
                 by_code.setdefault((program.digest, device), (program, view, []))[2].append(
                     (members, scalars))
         written = []
         for program, view, parts in by_code.values():
             positions = [k for members, _ in parts for k in members]
             rows, row_of = _scalar_table(parts)
-            self._launch(program, batch, positions, rows, row_of, flat=len(view) == 1)
-            written += [batch.params[k].detach() for k in positions]
+            written += self._launch(program, batch, positions, rows, row_of,
+                                    flat=len(view) == 1).written
         if written:
             # the kernels wrote through addresses: tell autograd, as an in-place op would
             increment_version(written)
         return sorted(leftover)
 
     def _code(self, spec, shape, dtype, lr, step):
-        """``(the shape the kernels see, VM code, scalars)`` of a parameter's update: a
+        """``(the shape the kernels see, VM code, scalars, whether they serve every shape
+        of this rank)`` of a parameter's update (not where the update reads a size): a
         program that is elementwise but for whole-tensor sums (Adam, Lion, Lamb's and
         LARS's norms) runs every tensor as 1-D, so that tensors of every rank share one
         program and one launch. Checked, not assumed: the 1-D trace must be the same
@@ -379,10 +399,10 @@ class CudaKernels(Engine):
         memo = self._memo.get(memo_key)
         if memo is not None and memo[0] is spec:
             if memo[1] is not None:                       # the rank's shared flat program
-                return (math.prod(shape),), memo[1], memo[2]
+                return (math.prod(shape),), memo[1], memo[2], True
             if not memo[3]:
                 code, scalars = self.programs.code_and_scalars(spec, shape, dtype, lr, step)
-                return shape, code, scalars
+                return shape, code, scalars, True
         trace, code = self.programs.traced(spec, shape, dtype, lr, step)
         flat = None
         if len(shape) != 1 and not trace.shape_read:
@@ -401,8 +421,8 @@ class CudaKernels(Engine):
             self._memo.clear()
         self._memo[memo_key] = (spec, *(flat or (None, None)), trace.shape_read)
         if flat is not None:
-            return (math.prod(shape),), flat[0], flat[1]
-        return shape, code, trace.scalars
+            return (math.prod(shape),), flat[0], flat[1], True
+        return shape, code, trace.scalars, not trace.shape_read
 
     def _refuse(self, key, batch: Batch, error) -> None:
         if self.mode is True:
@@ -418,12 +438,13 @@ class CudaKernels(Engine):
                           "without the CUDA kernels", RuntimeWarning, stacklevel=4)
 
     def _launch(self, program: TritonProgram, batch: Batch, positions, rows, row_of, *,
-                flat: bool) -> None:
-        key = (program.digest, tuple(id(batch.params[k]) for k in positions))
+                flat: bool) -> _Launch:
+        """Launch ``program`` over the parameters at ``positions``; its :class:`_Launch`."""
+        params = [batch.params[k] for k in positions]
+        key = (program.digest, tuple(map(id, params)))
         launch = self._launches.get(key)
         states = [batch.states[k] for k in positions]
         if launch is None or not launch.holds(states):
-            params = [batch.params[k] for k in positions]
             views = [p.view(-1) if flat and p.dim() != 1 else p for p in params]
             order = self.programs.state_order(batch.spec, tuple(views[0].shape),
                                               program.dtype)
@@ -442,6 +463,7 @@ class CudaKernels(Engine):
                 launch.run(grads, rows, row_of)
         else:
             launch.run(grads, rows, row_of)
+        return launch
 
 
 def flattens(code: np.ndarray, flat_code: np.ndarray, ndim: int) -> bool:

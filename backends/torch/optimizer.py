@@ -17,6 +17,9 @@ from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
 
+#: torch's dtypes of :data:`~unified_opt.storage.LOW_PRECISION`
+LOW_TORCH_DTYPES = frozenset((torch.bfloat16, torch.float16))
+
 
 class SpecOptimizer(torch.optim.Optimizer):
     """``torch.optim.Optimizer`` driving each parameter's ``plan.spec.update``.
@@ -182,8 +185,10 @@ class _Host(Host):
         float32 for it, and its results rounded back to their dtype
         (:mod:`unified_opt.storage`)."""
         grads = self.gradients()
-        low = [g is not None and dtype_name(g.dtype) in LOW_PRECISION for g in grads]
-        if not any(low) or not has_pre_step(spec):
+        if not has_pre_step(spec):
+            return prepare_gradients(spec, plans, grads, self.ops)
+        low = [g is not None and g.dtype in LOW_TORCH_DTYPES for g in grads]
+        if not any(low):
             return prepare_gradients(spec, plans, grads, self.ops)
         prepared = prepare_gradients(spec, plans, [g.float() if widen else g
                                                    for g, widen in zip(grads, low)], self.ops)
@@ -223,11 +228,18 @@ class _Host(Host):
                           for key, array in spec.init(like, torch_ops).items()})
         return state
 
-    def advance(self, indices: list[int]) -> list[int]:
-        state, params, counts = self.optimizer.state, self.optimizer._params, self._counts
+    def states(self, indices: list[int], spec) -> list[dict]:
+        state, params = self.optimizer.state, self.optimizer._params
+        found = [state[params[i]] for i in indices]
+        for k, held in enumerate(found):
+            if not held:                        # made the first time
+                found[k] = self.state(indices[k], spec)
+        return found
+
+    def advance(self, indices: list[int], states: list[dict]) -> list[int]:
+        counts = self._counts
         values, linked = counts.numpy(), self._linked
-        for i in indices:
-            held = state[params[i]]
+        for i, held in zip(indices, states):
             if held[STEP] is not linked[i]:
                 values[i] = float(held[STEP])
                 held[STEP] = linked[i] = counts[i]
