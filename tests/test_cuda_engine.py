@@ -145,6 +145,30 @@ def test_a_sign_near_zero_decides_as_the_float32_reference():
 
 
 @here
+def test_a_parameter_given_other_memory_is_updated_there():
+    """``p.data = ...`` between steps (as ``Module.to`` can do): the kernels' tables are
+    made again for the new memory, and the update is the VM's on the new values (the
+    tables kept the old address, and the step updated memory the parameter had left)."""
+    spec = uo.AdamW(lr=0.1)
+    param = torch.nn.Parameter(torch.ones(4, 8, device=DEVICE))
+    optimizer = uo.build(spec, [param], path="own", options={"compile": True})
+    assert optimizer._engines(0, spec)[0].name == "cuda"
+    runner = KernelRunner(specialize=False)
+    value = np.ones((4, 8), np.float32)
+    state = {k: np.ascontiguousarray(v) for k, v in spec.init(value, numpy_ops).items()}
+    grad = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
+    for step, moved_to in ((1, None), (2, 5.0), (3, None)):
+        if moved_to is not None:
+            param.data = torch.full((4, 8), moved_to, device=DEVICE)
+            value = np.full((4, 8), moved_to, np.float32)
+        param.grad = torch.tensor(grad, device=DEVICE)
+        optimizer.step()
+        run_numpy(runner, spec, value, grad.copy(), state, lr=0.1, step=step)
+        np.testing.assert_array_equal(param.detach().cpu().numpy(), value,
+                                      err_msg=f"step {step}")
+
+
+@here
 @pytest.mark.parametrize("name", ["lion"] + (["lamb", "came", "adafactor"] if CUDA else []))
 def test_the_own_optimizer_on_the_kernels_follows_the_oracle(name):
     """``uo.build``'s own optimizer puts the tensors the engine claims (CUDA ones; CPU

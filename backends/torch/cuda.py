@@ -125,7 +125,9 @@ class _Launch:
         self.dims = torch.tensor(dims, dtype=torch.int64).to(device)
         masks = program.masks
         table = np.zeros((len(masks), self.count), dtype=np.int64)
-        table[0] = _addresses(params)
+        #: the parameters' addresses the tables hold (``p.data = ...`` moves one)
+        self.addresses = _addresses(params)
+        table[0] = self.addresses
         for j, key in enumerate(order):
             table[2 + j] = _addresses([s[key] for s in states])
         self._keep = []                      # scratch and partial buffers
@@ -180,11 +182,13 @@ class _Launch:
             return None
         return torch.tensor(rows, dtype=torch.int64).reshape(-1, 5).to(self.device)
 
-    def holds(self, states) -> bool:
-        """Whether ``states`` still hold the tensors the tables point into (a loaded
-        state dict or a state written by hand puts others in)."""
+    def holds(self, params, states) -> bool:
+        """Whether ``params`` and ``states`` are still where the tables point (a loaded
+        state dict or a state written by hand puts other tensors in; ``p.data = ...``
+        gives a parameter other memory)."""
         order = self.order
-        return all(map(operator.is_, [s[key] for s in states for key in order], self.held))
+        return (_addresses(params) == self.addresses and
+                all(map(operator.is_, [s[key] for s in states for key in order], self.held)))
 
     def _programs(self, domain: int, dims, q: int) -> np.ndarray | None:
         """The launch table's rows of one phase: ``(tensor, b, row program, column
@@ -444,7 +448,7 @@ class CudaKernels(Engine):
         key = (program.digest, tuple(map(id, params)))
         launch = self._launches.get(key)
         states = [batch.states[k] for k in positions]
-        if launch is None or not launch.holds(states):
+        if launch is None or not launch.holds(params, states):
             views = [p.view(-1) if flat and p.dim() != 1 else p for p in params]
             order = self.programs.state_order(batch.spec, tuple(views[0].shape),
                                               program.dtype)
