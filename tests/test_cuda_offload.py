@@ -6,6 +6,7 @@ The CPU tests run the pipeline's batching and cutting with plain copies
 and compare against the same class on the CPU."""
 
 import contextlib
+import copy
 import dataclasses
 import gc
 
@@ -154,6 +155,33 @@ def test_the_host_update_is_torch_adams_fused_kernel():
     offload.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
     adam = torch.optim.Adam(theirs, lr=0.01, weight_decay=0.1, fused=True)
     _assert_same(_run(offload, ours), _run(adam, theirs))
+
+
+@pytest.mark.parametrize("betas", [(0.9, 0.99), (torch.tensor(0.9), torch.tensor(0.99))],
+                         ids=["float-betas", "tensor-betas"])
+def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas):
+    """Each kind of group (amsgrad, maximize) on both calls into the fused kernel (the
+    direct one for float hyper-parameters, torch's own function for tensor betas), with
+    the pieces' state views kept between steps and made again for a loaded state."""
+    ours, theirs = _params("cpu"), _params("cpu")
+    kinds = [{"weight_decay": 0.1}, {"amsgrad": True, "maximize": True}]
+    offload = OffloadAdam([{"params": ours[:3], **kinds[0]}, {"params": ours[3:], **kinds[1]}],
+                          lr=0.01, betas=betas)
+    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
+    adam = torch.optim.Adam([{"params": theirs[:3], **kinds[0]},
+                             {"params": theirs[3:], **kinds[1]}], lr=0.01, betas=betas,
+                            fused=True)
+    _assert_same(_run(offload, ours), _run(adam, theirs))
+    saved = copy.deepcopy(offload.state_dict())      # (it holds the state tensors)
+    values = [p.detach().clone() for p in ours]
+    _run(offload, ours)                 # moves the state on: the load must bring it back
+    offload.load_state_dict(saved)
+    with torch.no_grad():
+        for p, value in zip(ours, values):
+            p.copy_(value)
+    assert not offload._pieces          # the views of the replaced state are let go
+    _assert_same(_run(offload, ours), _run(adam, theirs))
+    _assert_same_state(_state(offload, ours), _state(adam, theirs))
 
 
 def test_an_update_on_the_device_leaves_cpu_parameters_to_the_host_update():

@@ -1,13 +1,13 @@
 """Host offload for torch: optimizer state in host memory, the update computed there,
 only the new parameter values written back to the parameter's device.
 
-:class:`OffloadAdam` runs torch's fused CPU Adam kernel (``torch.optim.adam.adam(...,
-fused=True)``) over host state. Its transfers are a :class:`HostPipeline`, shared with
-``SpecOptimizer(offload=True)`` (any spec's own update on the host): the parameters cut
-into batches, each batch's gradient and value copied down on a side CUDA stream while
-the host updates the batch before it and the batch before that goes back up on another,
-through pinned host buffers (``.staging``: a ring of a few batch-sized slots by
-default).
+:class:`OffloadAdam` runs torch's fused CPU Adam kernel (``torch._fused_adam_``, as
+``torch.optim.adam.adam(..., fused=True)`` calls it) over host state. Its transfers are
+a :class:`HostPipeline`, shared with ``SpecOptimizer(offload=True)`` (any spec's own
+update on the host): the parameters cut into batches, each batch's gradient and value
+copied down on a side CUDA stream while the host updates the batch before it and the
+batch before that goes back up on another, through pinned host buffers (``.staging``: a
+ring of a few batch-sized slots by default).
 
 A parameter that already lives on the CPU is updated in place: no copy.
 """
@@ -42,6 +42,9 @@ UPDATES_ON = ("host", "device")
 #: how many plans (parameter sets) :class:`HostPipeline` keeps: a few, for steps where
 #: some parameters have no gradient
 KEPT_PLANS = 8
+
+#: how many cut pieces' state views :class:`OffloadAdam` keeps between steps
+KEPT_VIEWS = 1 << 14
 
 
 @dataclass
@@ -392,9 +395,12 @@ class OffloadAdam(torch.optim.Optimizer):
         self._update_on = update_on
         self.pipeline = HostPipeline(split=True)
         self._mapped: dict[torch.Tensor, tuple] = {}    # update_on="device": state aliases
+        # each cut piece's flat views of its state, kept between steps:
+        # (id(state tensor), start, stop) -> (state tensor, view)
+        self._pieces: dict[tuple, tuple] = {}
         self.register_load_state_dict_post_hook(keep_state_on_host)
-        # the aliases of state just replaced would keep its pinned pages
-        self.register_load_state_dict_post_hook(lambda optimizer: optimizer._mapped.clear())
+        # the aliases and views of state just replaced would keep it (and its pinned pages)
+        self.register_load_state_dict_post_hook(lambda optimizer: optimizer._forget_views())
 
     @property
     def update_on(self) -> str:
@@ -407,6 +413,10 @@ class OffloadAdam(torch.optim.Optimizer):
         check_one_of("update_on", value, UPDATES_ON)
         self._update_on = value
         self._mapped.clear()
+
+    def _forget_views(self) -> None:
+        self._mapped.clear()
+        self._pieces.clear()
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -486,16 +496,30 @@ class OffloadAdam(torch.optim.Optimizer):
                                             for k, v in host.items()})
         return kept[1]
 
+    def _piece(self, state_tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
+        """``piece.flat(state_tensor)``, the view kept between steps (a host step cuts the
+        same pieces each time: taking the views anew was a fifth of its Python)."""
+        if piece.whole:
+            return state_tensor
+        key = (id(state_tensor), piece.start, piece.stop)
+        kept = self._pieces.get(key)
+        if kept is None or kept[0] is not state_tensor:
+            if len(self._pieces) >= KEPT_VIEWS:
+                self._pieces.clear()
+            kept = self._pieces[key] = (state_tensor, piece.flat(state_tensor))
+        return kept[1]
+
     def _adam(self, group, pieces: list[Piece], cut: set[int]) -> None:
         values, grads, exp_avgs, exp_avg_sqs, maxes, steps = ([] for _ in range(6))
+        amsgrad = group["amsgrad"]
         for piece in pieces:
             state = self._state_of(piece.param)
             values.append(piece.value)
             grads.append(piece.grad)
-            exp_avgs.append(piece.flat(state["exp_avg"]))
-            exp_avg_sqs.append(piece.flat(state["exp_avg_sq"]))
-            if group["amsgrad"]:
-                maxes.append(piece.flat(state["max_exp_avg_sq"]))
+            exp_avgs.append(self._piece(state["exp_avg"], piece))
+            exp_avg_sqs.append(self._piece(state["exp_avg_sq"], piece))
+            if amsgrad:
+                maxes.append(self._piece(state["max_exp_avg_sq"], piece))
             if piece.whole:
                 steps.append(state["step"])         # the call adds one
             else:
@@ -503,7 +527,19 @@ class OffloadAdam(torch.optim.Optimizer):
                 steps.append(state["step"].clone())
                 cut.add(piece.index)
         beta1, beta2 = group["betas"]
+        lr, dtype = group["lr"], values[0].dtype
+        if (all(isinstance(x, float) for x in (lr, beta1, beta2))
+                and all(v.is_cpu and v.dtype == dtype for v in values)):
+            # what torch.optim.adam.adam(..., fused=True) runs for one device and dtype,
+            # without its Python (grouping by device and dtype, the checks of the other
+            # modes), which cost as much as the kernel on a host batch
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(values, grads, exp_avgs, exp_avg_sqs, maxes, steps,
+                               amsgrad=amsgrad, lr=lr, beta1=beta1, beta2=beta2,
+                               weight_decay=group["weight_decay"], eps=group["eps"],
+                               maximize=group["maximize"])
+            return
         torch_adam.adam(values, grads, exp_avgs, exp_avg_sqs, maxes, steps, fused=True,
-                        amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
+                        amsgrad=amsgrad, beta1=beta1, beta2=beta2, lr=lr,
                         weight_decay=group["weight_decay"], eps=group["eps"],
                         maximize=group["maximize"])
