@@ -83,7 +83,8 @@ def main(argv=None) -> int:
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("own_host_profile: no CUDA device here; nothing measured")
+        print("own_host_profile: CUDA is not available here; nothing measured "
+              "(--device cpu with TRITON_INTERPRET=1 runs it on the CPU)")
         return 0
     shapes = gpt2_shapes() if args.device == "cuda" else gpt2_shapes(**TINY)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,8 @@ def test_every_row_runs_on_the_cpu_with_a_tiny_set(tmp_path):
     for row in report["rows"]:
         assert "error" not in row, row
         assert "ms" in row or row.get("skipped") == "not installed", row
+        if "ms" in row:     # each step's host part is within its whole
+            assert 0 < row["host_ms"] <= row["ms"], row
     by_key = {r["key"]: r for r in report["rows"]}
     assert by_key["torch/adamw-fused"]["ratio"] == 1.0
     assert by_key["uo/adamw"]["path"] == "torch.optim.AdamW"
@@ -138,3 +140,26 @@ def test_targets_are_judged_against_the_baseline_the_fastest_peer_and_the_host_a
     assert rows[-1]["met"] is False
     bench.judge(rows, on_gpu=False)
     assert rows[-1]["met"] is True
+
+
+def test_the_host_profile_says_where_the_own_step_s_host_time_goes(tmp_path):
+    """benchmarks/own_host_profile.py: without CUDA it says so and exits 0; on the CPU
+    under Triton's interpreter it profiles the own step of a tiny set."""
+    script = BENCHMARKS / "own_host_profile.py"
+    hidden = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, str(script), "--out", str(tmp_path / "none")],
+                          capture_output=True, text=True, env=hidden, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ("own_host_profile: CUDA is not available here; nothing "
+                                   "measured (--device cpu with TRITON_INTERPRET=1 runs it "
+                                   "on the CPU)")
+    assert not (tmp_path / "none").exists()
+    pytest.importorskip("triton")
+    done = subprocess.run([sys.executable, str(script), "--device", "cpu", "--algorithms",
+                           "adamw", "--steps", "2", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**hidden, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    text = (tmp_path / "own_host_profile.txt").read_text()
+    assert text.startswith("## adamw: host ") and "medians of 2" in text
+    assert "cuda.py" in text and "(run)" in text        # the engine's step, profiled
