@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import statistics
 import sys
@@ -82,6 +83,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     import torch
 
+    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        # without the interpreter the CPU's own step is the kernel VM's, not this engine's
+        print("own_host_profile: --device cpu profiles the CUDA engine under Triton's "
+              "interpreter: set TRITON_INTERPRET=1", file=sys.stderr)
+        return 2
     if args.device == "cuda" and not torch.cuda.is_available():
         print("own_host_profile: CUDA is not available here; nothing measured "
               "(--device cpu with TRITON_INTERPRET=1 runs it on the CPU)")

@@ -146,9 +146,10 @@ def test_a_sign_near_zero_decides_as_the_float32_reference():
 
 @here
 def test_a_parameter_given_other_memory_is_updated_there():
-    """``p.data = ...`` between steps (as ``Module.to`` can do): the kernels' tables are
-    made again for the new memory, and the update is the VM's on the new values (the
-    tables kept the old address, and the step updated memory the parameter had left)."""
+    """``p.data = ...`` between steps (as ``Module.to`` or ``.double()`` do): the kernels'
+    tables are made again for the new memory, dtype included, and the update is the VM's
+    on the new values (the tables kept the old address, and the step updated memory the
+    parameter had left)."""
     spec = uo.AdamW(lr=0.1)
     param = torch.nn.Parameter(torch.ones(4, 8, device=DEVICE))
     optimizer = uo.build(spec, [param], path="own", options={"compile": True})
@@ -157,15 +158,21 @@ def test_a_parameter_given_other_memory_is_updated_there():
     value = np.ones((4, 8), np.float32)
     state = {k: np.ascontiguousarray(v) for k, v in spec.init(value, numpy_ops).items()}
     grad = np.linspace(-1, 1, 32, dtype=np.float32).reshape(4, 8)
-    for step, moved_to in ((1, None), (2, 5.0), (3, None)):
+    for step, moved_to in ((1, None), (2, np.float32), (3, None), (4, np.float64)):
         if moved_to is not None:
-            param.data = torch.full((4, 8), moved_to, device=DEVICE)
-            value = np.full((4, 8), moved_to, np.float32)
-        param.grad = torch.tensor(grad, device=DEVICE)
+            param.data = torch.full((4, 8), 5.0, dtype=TORCH_DTYPES[moved_to], device=DEVICE)
+            value = np.full((4, 8), 5.0, moved_to)
+            state = {k: v.astype(moved_to) for k, v in state.items()}
+        param.grad = torch.tensor(grad.astype(value.dtype), device=DEVICE)
         optimizer.step()
-        run_numpy(runner, spec, value, grad.copy(), state, lr=0.1, step=step)
+        run_numpy(runner, spec, value, grad.astype(value.dtype), state, lr=0.1, step=step)
+        assert param.dtype == TORCH_DTYPES[value.dtype.type]
         np.testing.assert_array_equal(param.detach().cpu().numpy(), value,
                                       err_msg=f"step {step}")
+
+
+#: numpy's float types as torch's
+TORCH_DTYPES = {np.float32: torch.float32, np.float64: torch.float64}
 
 
 @here

@@ -16,6 +16,7 @@ from conftest import require
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+from torch.optim import adam as torch_adam  # noqa: E402
 
 from unified_opt.backends.torch.offload import (  # noqa: E402
     KEPT_PLANS,
@@ -159,7 +160,7 @@ def test_the_host_update_is_torch_adams_fused_kernel():
 
 @pytest.mark.parametrize("betas", [(0.9, 0.99), (torch.tensor(0.9), torch.tensor(0.99))],
                          ids=["float-betas", "tensor-betas"])
-def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas):
+def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypatch):
     """Each kind of group (amsgrad, maximize) on both calls into the fused kernel (the
     direct one for float hyper-parameters, torch's own function for tensor betas), with
     the pieces' state views kept between steps and made again for a loaded state."""
@@ -171,17 +172,37 @@ def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas):
     adam = torch.optim.Adam([{"params": theirs[:3], **kinds[0]},
                              {"params": theirs[3:], **kinds[1]}], lr=0.01, betas=betas,
                             fused=True)
-    _assert_same(_run(offload, ours), _run(adam, theirs))
+    calls = []
+    through_torch = torch_adam.adam
+
+    def ours_run():
+        def counted(*args, **kwargs):
+            calls.append(1)
+            return through_torch(*args, **kwargs)
+
+        monkeypatch.setattr(torch_adam, "adam", counted)
+        try:
+            return _run(offload, ours)
+        finally:
+            monkeypatch.setattr(torch_adam, "adam", through_torch)
+
+    _assert_same(ours_run(), _run(adam, theirs))
+    # the direct call for float hyper-parameters, torch's function for tensor ones
+    assert (len(calls) > 0) == isinstance(betas[0], torch.Tensor)
     saved = copy.deepcopy(offload.state_dict())      # (it holds the state tensors)
     values = [p.detach().clone() for p in ours]
-    _run(offload, ours)                 # moves the state on: the load must bring it back
+    ours_run()                          # moves the state on: the load must bring it back
     offload.load_state_dict(saved)
     with torch.no_grad():
         for p, value in zip(ours, values):
             p.copy_(value)
     assert not offload._pieces          # the views of the replaced state are let go
-    _assert_same(_run(offload, ours), _run(adam, theirs))
+    _assert_same(ours_run(), _run(adam, theirs))
     _assert_same_state(_state(offload, ours), _state(adam, theirs))
+    kept = len(offload._pieces)
+    offload.state.clear()               # a reset state: its new tensors take the old places
+    ours_run()
+    assert len(offload._pieces) == kept
 
 
 def test_an_update_on_the_device_leaves_cpu_parameters_to_the_host_update():

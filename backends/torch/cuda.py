@@ -125,9 +125,7 @@ class _Launch:
         self.dims = torch.tensor(dims, dtype=torch.int64).to(device)
         masks = program.masks
         table = np.zeros((len(masks), self.count), dtype=np.int64)
-        #: the parameters' addresses the tables hold (``p.data = ...`` moves one)
-        self.addresses = _addresses(params)
-        table[0] = self.addresses
+        table[0] = _addresses(params)
         for j, key in enumerate(order):
             table[2 + j] = _addresses([s[key] for s in states])
         self._keep = []                      # scratch and partial buffers
@@ -182,13 +180,12 @@ class _Launch:
             return None
         return torch.tensor(rows, dtype=torch.int64).reshape(-1, 5).to(self.device)
 
-    def holds(self, params, states) -> bool:
-        """Whether ``params`` and ``states`` are still where the tables point (a loaded
-        state dict or a state written by hand puts other tensors in; ``p.data = ...``
-        gives a parameter other memory)."""
+    def holds(self, states) -> bool:
+        """Whether ``states`` still hold the tensors the tables point into (a loaded
+        state dict or a state written by hand puts others in; a parameter given other
+        memory drops every launch: :meth:`CudaKernels._shapes`)."""
         order = self.order
-        return (_addresses(params) == self.addresses and
-                all(map(operator.is_, [s[key] for s in states for key in order], self.held)))
+        return all(map(operator.is_, [s[key] for s in states for key in order], self.held))
 
     def _programs(self, domain: int, dims, q: int) -> np.ndarray | None:
         """The launch table's rows of one phase: ``(tensor, b, row program, column
@@ -315,27 +312,35 @@ class CudaKernels(Engine):
         return {0: stored, 1: stored, **{2 + j: kept for j in range(len(order))}}
 
     # -- a step ------------------------------------------------------------------------
-    def _shapes(self, params) -> tuple[dict, list[int]]:
-        """The positions of ``params`` by (dtype, shape), and those these kernels never
-        take (another dtype, not contiguous): worked out once per parameter list."""
+    def _shapes(self, params) -> tuple[dict, list[int], list[int]]:
+        """The positions of ``params`` by (dtype, shape, device), those these kernels
+        never take (another dtype or device, not contiguous), and the parameters'
+        addresses: worked out once per parameter list, and again where a parameter was
+        given other memory (``p.data = ...``, as ``Module.to`` or ``.half()`` do: it may
+        come with another dtype, shape or device). Then every launch's tables are made
+        again too (they would keep the memory the parameters left)."""
         key = tuple(map(id, params))
+        addresses = [p.data_ptr() for p in params]
         found = self._partitions.get(key)
+        if found is not None and found[2] != addresses:
+            found = None
+            self._launches.clear()
         if found is None:
             by_shape: dict = {}
             never = []
             for k, p in enumerate(params):
                 dtype = DTYPES.get(p.dtype)
-                if dtype is None or not p.is_contiguous():
+                if dtype is None or not p.is_contiguous() or not self.claims(p, None):
                     never.append(k)
                 else:
                     by_shape.setdefault((dtype, tuple(p.shape), p.device), []).append(k)
             if len(self._partitions) >= 64:
                 self._partitions.clear()
-            found = self._partitions[key] = (by_shape, never)
+            found = self._partitions[key] = (by_shape, never, addresses)
         return found
 
     def run(self, batch: Batch) -> list[int]:
-        by_shape, never = self._shapes(batch.params)
+        by_shape, never, _ = self._shapes(batch.params)
         leftover = list(never)
         steps = batch.steps
         uniform = steps.count(steps[0]) == len(steps)
@@ -448,7 +453,7 @@ class CudaKernels(Engine):
         key = (program.digest, tuple(map(id, params)))
         launch = self._launches.get(key)
         states = [batch.states[k] for k in positions]
-        if launch is None or not launch.holds(params, states):
+        if launch is None or not launch.holds(states):
             views = [p.view(-1) if flat and p.dim() != 1 else p for p in params]
             order = self.programs.state_order(batch.spec, tuple(views[0].shape),
                                               program.dtype)

@@ -396,7 +396,8 @@ class OffloadAdam(torch.optim.Optimizer):
         self.pipeline = HostPipeline(split=True)
         self._mapped: dict[torch.Tensor, tuple] = {}    # update_on="device": state aliases
         # each cut piece's flat views of its state, kept between steps:
-        # (id(state tensor), start, stop) -> (state tensor, view)
+        # (id(parameter), state name, start, stop) -> (state tensor, view); a new state
+        # tensor (a reset state, one written by hand) takes its old entry's place
         self._pieces: dict[tuple, tuple] = {}
         self.register_load_state_dict_post_hook(keep_state_on_host)
         # the aliases and views of state just replaced would keep it (and its pinned pages)
@@ -496,12 +497,13 @@ class OffloadAdam(torch.optim.Optimizer):
                                             for k, v in host.items()})
         return kept[1]
 
-    def _piece(self, state_tensor: torch.Tensor, piece: Piece) -> torch.Tensor:
-        """``piece.flat(state_tensor)``, the view kept between steps (a host step cuts the
+    def _piece(self, state: dict, name: str, piece: Piece) -> torch.Tensor:
+        """``piece.flat(state[name])``, the view kept between steps (a host step cuts the
         same pieces each time: taking the views anew was a fifth of its Python)."""
+        state_tensor = state[name]
         if piece.whole:
             return state_tensor
-        key = (id(state_tensor), piece.start, piece.stop)
+        key = (id(piece.param), name, piece.start, piece.stop)
         kept = self._pieces.get(key)
         if kept is None or kept[0] is not state_tensor:
             if len(self._pieces) >= KEPT_VIEWS:
@@ -516,10 +518,10 @@ class OffloadAdam(torch.optim.Optimizer):
             state = self._state_of(piece.param)
             values.append(piece.value)
             grads.append(piece.grad)
-            exp_avgs.append(self._piece(state["exp_avg"], piece))
-            exp_avg_sqs.append(self._piece(state["exp_avg_sq"], piece))
+            exp_avgs.append(self._piece(state, "exp_avg", piece))
+            exp_avg_sqs.append(self._piece(state, "exp_avg_sq", piece))
             if amsgrad:
-                maxes.append(self._piece(state["max_exp_avg_sq"], piece))
+                maxes.append(self._piece(state, "max_exp_avg_sq", piece))
             if piece.whole:
                 steps.append(state["step"])         # the call adds one
             else:

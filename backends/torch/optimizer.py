@@ -18,7 +18,7 @@ from .ops import DTensor, torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
 
 #: torch's dtypes of :data:`~unified_opt.storage.LOW_PRECISION`
-LOW_TORCH_DTYPES = frozenset((torch.bfloat16, torch.float16))
+LOW_TORCH_DTYPES = frozenset(map(torch_dtype, LOW_PRECISION))
 
 
 class SpecOptimizer(torch.optim.Optimizer):
