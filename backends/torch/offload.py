@@ -371,8 +371,8 @@ class OffloadAdam(torch.optim.Optimizer):
     ``options={"update_on": "device"}``) says where a GPU parameter's update runs:
 
     * ``"host"`` (the default): the host's fused Adam, as above (MindSpore's
-      ``AdamOffload`` computes there too). On an H100 with 16 host threads, GPT-2 small:
-      1.34 to 1.51x the host's fused Adam alone, the host's memory bandwidth shared with
+      ``AdamOffload`` computes there too). On H100s with 16 host threads, GPT-2 small:
+      1.34 to 1.53x the host's fused Adam alone, the host's memory bandwidth shared with
       the copies being the bound (``docs/devices.md``).
     * ``"device"``: torch's fused CUDA Adam, reading and writing the state where it lives,
       in pinned host memory, through the device's mapping of those pages (each step moves
@@ -382,8 +382,8 @@ class OffloadAdam(torch.optim.Optimizer):
       and the GPU busy for the step. ``step`` returns once the update is done (the host
       may then read the state). The numbers are torch's fused CUDA Adam's, not the host
       kernel's (they differ in the last bits). Parameters of one CUDA device per
-      optimizer; CPU parameters are updated on the host either way. On the same H100:
-      1.05x the host's fused Adam alone.
+      optimizer; CPU parameters are updated on the host either way. On the same H100s:
+      0.93 to 1.05x the host's fused Adam alone.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,

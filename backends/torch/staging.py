@@ -29,9 +29,8 @@ direction whose threads read and write the pinned slot through the device's mapp
 it (unified addressing: a pinned page has the same address on the device), so a batch of
 many small tensors costs the host one launch. On an H100 the kernels cut the host's time
 queueing a GPT-2-small step's copies from 5.9 to 2.2 ms, and the step against the copy
-engines in the same run moved by -21% to +5% over nine pairs of rows (six faster, median
--4%): within the machines' run-to-run noise, and its last fixes are not yet run on a GPU,
-so the copy engines stay the default.
+engines in the same run moved by -21% to +5% over thirteen pairs of rows (nine faster):
+within the machines' run-to-run noise, so the copy engines stay the default.
 """
 
 from __future__ import annotations
