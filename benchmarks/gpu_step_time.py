@@ -250,7 +250,7 @@ class Bench:
 
         def build(named):
             optimizer = uo.build(spec, named, options=options)
-            if "transfer" in row.extra:
+            if "transfer" in row.extra:     # batches of HostPipeline's default size
                 optimizer.pipeline = HostPipeline(
                     split=True, staging=StagingRing(transfer=row.extra["transfer"]))
             return optimizer
@@ -363,10 +363,9 @@ def all_rows(bench_cls=Bench) -> list[Row]:
                 extra={"spec": ALGORITHMS["adafactor"], "prefer": "native"}),
             Row("offload/adam", "adam_offload", "uo.build(uo.AdamOffload()) (OffloadAdam)",
                 bench_cls.offload),
-            Row("offload/adam-kernel", "adam_offload",
-                "OffloadAdam, its ring moving each batch by one kernel "
-                "(StagingRing(transfer='kernel'))", bench_cls.offload,
-                extra={"transfer": "kernel"}),
+            Row("offload/adam-copy-engine", "adam_offload",
+                "OffloadAdam through the copy engines, batches of 2**23 (the default "
+                "before 2026-11-26)", bench_cls.offload, extra={"transfer": "copy-engine"}),
             Row("offload/adam-on-device", "adam_offload",
                 "uo.build(uo.AdamOffload(), options={'update_on': 'device'}): the GPU's "
                 "fused Adam over the state in pinned host memory", bench_cls.offload,

@@ -283,7 +283,9 @@ class Probe:
         self.next_gradients()
         optimizer.step()
         # the host's time in each part of the loop (wrappers on these instances)
-        parts = {"adam": 0.0, "download_queue": 0.0, "upload_queue": 0.0, "wait": 0.0}
+        # (transfer="kernel" queues each batch's copies both ways in one transfer_queue)
+        parts = {"adam": 0.0, "download_queue": 0.0, "upload_queue": 0.0,
+                 "transfer_queue": 0.0, "wait": 0.0}
 
         def timed(name, call):
             def run(*args):
@@ -293,15 +295,12 @@ class Probe:
                 return result
             return run
 
-        class TimedEvent:
-            def __init__(self, event):
-                self.synchronize = timed("wait", event.synchronize)
-
         pipeline = optimizer.pipeline
         optimizer._adam = timed("adam", optimizer._adam)
-        pipeline._upload = timed("upload_queue", pipeline._upload)
-        download = timed("download_queue", pipeline._download)
-        pipeline._download = lambda *args: TimedEvent(download(*args))
+        for name in ("upload", "download", "transfer"):
+            setattr(pipeline, f"_{name}", timed(f"{name}_queue",
+                                                getattr(pipeline, f"_{name}")))
+        pipeline._wait = timed("wait", pipeline._wait)
         per_step = []
 
         def step():
@@ -382,7 +381,8 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
                  "(queue_ms: host time)", probe.queue_downloads),
                 ("copies/pipeline-only", "HostPipeline with an empty update",
                  probe.pipeline_only)]
-    out += [("offload/ring", "OffloadAdam through 4 ring slots, batches of 2**23 (now)",
+    out += [("offload/ring", "OffloadAdam through 4 ring slots, batches of 2**23 (the "
+             "default before 2026-11-26)",
              lambda: probe.offload()),
             ("offload/per-parameter", "OffloadAdam through a buffer per parameter "
              "(before)", lambda: probe.offload(staging="per-parameter")),
@@ -394,12 +394,16 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
             ("offload/ring-1M", "OffloadAdam through 4 ring slots, batches of 2**20 "
              "(8 MiB a slot)", lambda: probe.offload(batch_elements=1 << 20,
                                                      first_batch_elements=1 << 18))]
-    if cuda:    # a kernel per batch and direction through the slots' device mapping
+    if cuda:    # a kernel per batch, both ways, through the slots' device mapping
         out += [("offload/ring-kernel", "OffloadAdam through 4 ring slots, batches of "
                  "2**23, transfer='kernel'", lambda: probe.offload(transfer="kernel")),
                 ("offload/ring-kernel-2M", "OffloadAdam through 4 ring slots, batches of "
-                 "2**21, transfer='kernel'",
+                 "2**21, transfer='kernel' (OffloadAdam's default now)",
                  lambda: probe.offload(batch_elements=1 << 21, first_batch_elements=1 << 19,
+                                       transfer="kernel")),
+                ("offload/ring-kernel-1M", "OffloadAdam through 4 ring slots, batches of "
+                 "2**20, transfer='kernel'",
+                 lambda: probe.offload(batch_elements=1 << 20, first_batch_elements=1 << 18,
                                        transfer="kernel")),
                 ("offload/ring-kernel-8-slots", "OffloadAdam through 8 ring slots, batches "
                  "of 2**22, transfer='kernel'",

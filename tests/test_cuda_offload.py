@@ -313,7 +313,7 @@ class _StandInCuda:
     tensors: the streamed loop's order of waits, records and updates, without a GPU."""
 
     def __init__(self):
-        self.log, self.current, self.streams = [], "caller", 0
+        self.log, self.current, self.streams, self.events = [], "caller", 0, 0
 
     def device(self, device):
         return contextlib.nullcontext()
@@ -347,8 +347,9 @@ class _Stream:
 
 
 class _Event:
-    def __init__(self, cuda):
-        self.cuda, self.number = cuda, sum(e.startswith("record") for e in cuda.log)
+    def __init__(self, cuda):       # numbered in the order they are made
+        self.cuda, self.number = cuda, cuda.events
+        cuda.events += 1
 
     def record(self, stream):
         self.cuda.log.append(f"record {self.number} on {stream.name}")
@@ -363,7 +364,15 @@ class _StreamedOnCpu(HostPipeline):
         self.cuda = cuda
 
     def _run_staged(self, device, indexed, update):
-        self._run_streamed(device, self.batches(indexed), update, self.cuda)
+        batches = self.batches(indexed)
+        if self.staging.transfer == "copy-engine":
+            self._run_streamed(device, batches, update, self.cuda)
+            return
+        # transfer="kernel": on the CPU each host view stands in for its device mapping
+        mapped = [[dataclasses.replace(piece, mapped_value=piece.value,
+                                       mapped_grad=piece.grad) for piece in batch]
+                  for batch in batches]
+        self._run_paired(device, mapped, update, self.cuda)
 
 
 #: a streamed step's first waits: the downloads after the caller's work (the gradients)
@@ -417,20 +426,12 @@ def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     assert log.index("synchronize 1") > updates[0]
 
 
-def test_the_kernel_transfer_moves_each_batch_through_its_mapped_views():
-    """transfer="kernel"'s branches on the CPU: each piece's host views stand in for
-    their device mapping (on the CPU a tensor maps to itself), so one
-    ``_foreach_copy_`` per batch and direction must fill and send them."""
-    cuda = _StandInCuda()
-    params = _params("cpu")
-    for p, g in zip(params, _grads(0)):
-        p.grad = g
-    expected = [(p.detach() + p.grad).clone() for p in params]
-    pipeline = _StreamedOnCpu(cuda, split=True, staging=StagingRing(slots=2),
-                              **SMALL_BATCHES)
-    batches = [[dataclasses.replace(piece, mapped_value=piece.value, mapped_grad=piece.grad)
-                for piece in batch]
-               for batch in pipeline.batches(list(enumerate(params)))]
+def test_the_kernel_transfer_sends_a_batch_up_and_a_later_one_down_in_one_kernel():
+    """transfer="kernel"'s loop on the CPU (each host view standing in for its device
+    mapping), bit for bit against the plain host update: one stream, one
+    ``_foreach_copy_`` per batch that sends it up and brings the batch two on down into
+    another of the 3 slots, one reused event per slot."""
+    ring = StagingRing(slots=3, transfer="kernel")
     copies = []
     foreach_copy = torch._foreach_copy_
 
@@ -440,20 +441,39 @@ def test_the_kernel_transfer_moves_each_batch_through_its_mapped_views():
 
     torch._foreach_copy_ = counted
     try:
-        with torch.no_grad():
-            pipeline._run_streamed(torch.device("cpu"), batches,
-                                   lambda batch: [piece.value.add_(piece.grad)
-                                                  for piece in batch], cuda)
+        log, batches = _streamed_log(ring)
     finally:
         torch._foreach_copy_ = foreach_copy
-    _assert_same([p.detach() for p in params], expected)
-    # one call per batch and direction, in the ring's order: values and gradients of
-    # the first two batches down; then each batch's values up, and the batch two on down
-    sizes = [len(batch) for batch in batches]
+    assert ring.lookahead(batches) == 2 and batches > 3
+    expected = ["up waits for caller", "record 0 on up", "record 1 on up"]
+    for b in range(batches):
+        expected.append(f"synchronize {b % 3}")
+        if b + 2 < batches:
+            expected.append(f"record {(b + 2) % 3} on up")
+    expected.append("caller waits for up")
+    assert [e for e in log if e != "update"] == expected
+    updates = [i for i, e in enumerate(log) if e == "update"]
+    assert updates[0] > log.index("synchronize 0") and updates[-1] < len(log) - 1
+    # values and gradients of the first two batches down, each in its own call; then
+    # each batch's values up with the values and gradients of the batch two on
+    params = _params("cpu")
+    for p, g in zip(params, _grads(0)):
+        p.grad = g
+    sizes = [len(batch) for batch in HostPipeline(split=True, staging=StagingRing(
+        slots=3), stage_cpu=True, **SMALL_BATCHES).batches(list(enumerate(params)))]
     expected_calls = [2 * sizes[0], 2 * sizes[1]]
     for n, size in enumerate(sizes):
-        expected_calls += [size] + ([2 * sizes[n + 2]] if n + 2 < len(sizes) else [])
-    assert len(sizes) > 3 and copies == expected_calls
+        expected_calls.append(size + (2 * sizes[n + 2] if n + 2 < len(sizes) else 0))
+    assert len(sizes) == batches and copies == expected_calls
+
+
+def test_a_kernel_ring_of_two_slots_brings_each_batch_down_after_the_last_went_up():
+    log, batches = _streamed_log(StagingRing(slots=2, transfer="kernel"))
+    assert [e for e in log if e != "update"] == (
+        ["up waits for caller", "record 0 on up"]
+        + [e for b in range(batches) for e in [f"synchronize {b % 2}"]
+           + ([f"record {(b + 1) % 2} on up"] if b + 1 < batches else [])]
+        + ["caller waits for up"])
 
 
 def _ring_pipeline(slots, split=True):
@@ -466,12 +486,14 @@ def _ring_pipeline(slots, split=True):
                                       **SMALL_BATCHES)
 
 
-def test_a_failed_update_still_orders_the_caller_after_the_queued_uploads():
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_a_failed_update_still_orders_the_caller_after_the_queued_uploads(transfer):
     cuda = _StandInCuda()
     params = _params("cpu")
     for p, g in zip(params, _grads(0)):
         p.grad = g
-    pipeline = _StreamedOnCpu(cuda, split=True, **SMALL_BATCHES)
+    pipeline = _StreamedOnCpu(cuda, split=True, staging=StagingRing(transfer=transfer),
+                              **SMALL_BATCHES)
     calls = []
 
     def update(batch):

@@ -68,7 +68,7 @@ def test_every_row_runs_on_the_cpu_with_a_tiny_set(tmp_path):
     assert by_key["native/adafactor"]["path"] == "torch.optim.Adafactor"
     assert by_key["own/lamb/auto"]["path"] == "own"
     assert by_key["offload/adam"]["path"].endswith("OffloadAdam")
-    for key in ("offload/adam-values-kept", "offload/adam-kernel", "offload/adam-on-device"):
+    for key in ("offload/adam-values-kept", "offload/adam-copy-engine", "offload/adam-on-device"):
         assert by_key[key]["path"].endswith("OffloadAdam")
     assert by_key["own/came/false"]["state_bytes"] > 0
     assert report["parameters"]["tensors"] == 28
@@ -119,7 +119,7 @@ def test_targets_are_judged_against_the_baseline_the_fastest_peer_and_the_host_a
             _row("uo/adafactor", "adafactor", 2.4, ratio=2.4, first_step_s=100.0),
             {"key": "own/came/auto", "algorithm": "came", "what": "x", "error": "boom"},
             _row("offload/host-adam", "adam_offload", 40.0, ratio=40.0),
-            _row("offload/adam-kernel", "adam_offload", 41.0, ratio=41.0, state_bytes=0),
+            _row("offload/adam-copy-engine", "adam_offload", 41.0, ratio=41.0, state_bytes=0),
             _row("offload/adam-on-device", "adam_offload", 47.0, ratio=47.0, state_bytes=0),
             _row("offload/adam", "adam_offload", 46.0, ratio=46.0, state_bytes=0)]
     bench.judge(rows)
@@ -131,7 +131,7 @@ def test_targets_are_judged_against_the_baseline_the_fastest_peer_and_the_host_a
                    "own/lamb/true": True,
                    "uo/adafactor": True,               # a default build: no first-step bar
                    "own/came/auto": None, "offload/host-adam": None,
-                   "offload/adam-kernel": None,        # a measurement: no target
+                   "offload/adam-copy-engine": None,        # a measurement: no target
                    "offload/adam-on-device": False,    # over 1.15 x 40 = 46
                    "offload/adam": True}
     assert "peer/lamb/b (1.7 ms)" in rows[6]["target"]

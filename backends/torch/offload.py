@@ -5,9 +5,9 @@ only the new parameter values written back to the parameter's device.
 ``torch.optim.adam.adam(..., fused=True)`` calls it) over host state. Its transfers are
 a :class:`HostPipeline`, shared with ``SpecOptimizer(offload=True)`` (any spec's own
 update on the host): the parameters cut into batches, each batch's gradient and value
-copied down on a side CUDA stream while the host updates the batch before it and the
-batch before that goes back up on another, through pinned host buffers (``.staging``: a
-ring of a few batch-sized slots by default).
+brought down while the host updates the batches before it, and each updated batch sent
+back up, through pinned host buffers (``.staging``: a ring of a few batch-sized slots by
+default) and side CUDA streams.
 
 A parameter that already lives on the CPU is updated in place: no copy.
 """
@@ -125,16 +125,18 @@ class HostPipeline:
 
     ``run(params, update)`` calls ``update(batch)`` for each batch of :class:`Piece`
     (host value and gradient filled in), then sends the batch's new values to their
-    parameters. On a CUDA device the copies run on two side streams: batches' values and
-    gradients go down in order, each batch with an event the host waits for before
-    updating it; each updated batch goes up as soon as it is done. So batch i+1 comes down
-    while the host updates batch i and batch i-1 goes up. How far the downloads run ahead
-    is the staging's: a :class:`.staging.StagingRing` (the default) has one slot per batch
-    in flight, so the download into a slot waits for the upload out of it;
-    :class:`.staging.HostStaging` (a buffer per parameter) queues them all at once. The
-    stream that called ``run`` waits for the uploads (later work on it sees the new
-    values) and the host does not. Parameters on the CPU are one batch of whole pieces,
-    no copies.
+    parameters. On a CUDA device batches' values and gradients go down in order, each
+    batch with an event the host waits for before updating it, and each updated batch
+    goes up as soon as it is done: later batches come down while the host updates one.
+    How far the downloads run ahead is the staging's (``lookahead``): a
+    :class:`.staging.StagingRing` (the default) has a slot per batch in flight, so the
+    download into a slot comes after the upload out of it; :class:`.staging.HostStaging`
+    (a buffer per parameter) queues them all at once. On the copy engines the downloads
+    and the uploads run on two side streams, a copy per piece; with
+    ``StagingRing(transfer="kernel")`` one kernel per batch on one side stream sends the
+    batch just updated up and brings a later one down (:meth:`_run_paired`). The stream
+    that called ``run`` waits for the uploads (later work on it sees the new values) and
+    the host does not. Parameters on the CPU are one batch of whole pieces, no copies.
 
     ``split=True`` lets a large parameter be cut into flat pieces (elementwise updates
     only, such as Adam; a norm or a factored moment needs the whole tensor). The value
@@ -170,6 +172,7 @@ class HostPipeline:
         self.stage_cpu = stage_cpu
         self.staging = staging
         self._streams: dict[torch.device, tuple] = {}
+        self._events: dict[torch.device, list] = {}     # transfer="kernel": per slot
         self._plans: dict[tuple, tuple] = {}     # KEPT_PLANS, least recently used first
 
     def run(self, params, update: Callable[[list[Piece]], None]) -> None:
@@ -252,7 +255,8 @@ class HostPipeline:
     def _run_staged(self, device, indexed, update) -> None:
         batches = self.batches(indexed)
         if device.type == "cuda":
-            self._run_streamed(device, batches, update, torch.cuda)
+            run = self._run_paired if self._kernel_transfer(device) else self._run_streamed
+            run(device, batches, update, torch.cuda)
             return
         for batch in batches:           # stage_cpu: the same loop, plain copies
             for piece in batch:
@@ -262,24 +266,31 @@ class HostPipeline:
             for piece in batch:
                 piece.device_value.copy_(piece.value)
 
+    @staticmethod
+    def _wait(event) -> None:
+        """Block the host until ``event`` (a batch down) has happened."""
+        event.synchronize()
+
     def _download(self, batch, down, cuda):
         """Queue ``batch``'s copies down on ``down``; the event the host waits for."""
-        kernel = batch[0].mapped_grad is not None
-        pieces = [(p.mapped_value if kernel else p.value, p.device_value) for p in batch
-                  if self.fetch_values]
-        pieces += [(p.mapped_grad if kernel else p.grad, p.device_grad) for p in batch]
         with cuda.stream(down):
-            if kernel:      # one kernel writes the host's pages through their mapping
-                torch._foreach_copy_([t for t, _ in pieces], [s for _, s in pieces])
-            else:
-                for target, source in pieces:
-                    target.copy_(source, non_blocking=True)
+            for target, source in self._downloads(batch, mapped=False):
+                target.copy_(source, non_blocking=True)
             arrived = cuda.Event()
             arrived.record(down)
         return arrived
 
+    def _downloads(self, batch, mapped: bool) -> list[tuple]:
+        """``(target, device source)`` of each copy bringing ``batch`` down, values first
+        (unless not fetched), then gradients; each target the piece's host view, or its
+        device mapping where ``mapped``."""
+        pairs = [(p.mapped_value if mapped else p.value, p.device_value) for p in batch
+                 if self.fetch_values]
+        return pairs + [(p.mapped_grad if mapped else p.grad, p.device_grad) for p in batch]
+
     def _run_streamed(self, device, batches, update, cuda) -> None:
-        """The overlapped loop; ``cuda`` is ``torch.cuda`` (a stand-in in a CPU test)."""
+        """The overlapped loop on the copy engines: downloads and uploads on two streams,
+        a copy per piece; ``cuda`` is ``torch.cuda`` (a stand-in in a CPU test)."""
         ahead = self.staging.lookahead(len(batches))
         with cuda.device(device):
             down, up = self._side_streams(device, cuda)
@@ -294,10 +305,9 @@ class HostPipeline:
             try:
                 arrived = [self._download(batch, down, cuda) for batch in batches[:ahead]]
                 for number, batch in enumerate(batches):
-                    arrived[number].synchronize()
+                    self._wait(arrived[number])
                     update(batch)
-                    with cuda.stream(up):
-                        self._upload(batch)
+                    self._upload(batch, up, cuda)
                     if number + ahead < len(batches):
                         # the next batch for this slot comes down once this one is up
                         sent = cuda.Event()
@@ -310,14 +320,63 @@ class HostPipeline:
                 caller.wait_stream(up)
 
     @staticmethod
-    def _upload(batch) -> None:
-        """Queue ``batch``'s new values up on the current stream."""
-        if batch[0].mapped_value is not None:       # one kernel reads the host's pages
-            torch._foreach_copy_([p.device_value for p in batch],
-                                 [p.mapped_value for p in batch])
-            return
-        for piece in batch:
-            piece.device_value.copy_(piece.value, non_blocking=True)
+    def _upload(batch, up, cuda) -> None:
+        """Queue ``batch``'s new values up on ``up``."""
+        with cuda.stream(up):
+            for piece in batch:
+                piece.device_value.copy_(piece.value, non_blocking=True)
+
+    def _run_paired(self, device, batches, update, cuda) -> None:
+        """The overlapped loop of ``transfer="kernel"``: one stream, one kernel per batch
+        that both sends the batch just updated up and brings a later batch down (PCIe
+        carries the two directions at once), and one event per batch down. So the host
+        queues one launch and one event record a batch, not two of each plus the streams'
+        waits on each other; and the stream's order alone keeps a slot's next download
+        after its upload. A ring of ``slots`` then has ``slots - 1`` batches in flight
+        (:meth:`.staging.StagingRing.lookahead`): the slot going up is not the one coming
+        down in the same kernel."""
+        ahead = self.staging.lookahead(len(batches))
+        with cuda.device(device):
+            _, side = self._side_streams(device, cuda)
+            arrived = self._arrival_events(device, cuda)
+            caller = cuda.current_stream(device)
+            # the gradients and any change to the values are the caller's work (and the
+            # uploads overwrite values it may still read); the previous step's uploads
+            # are on this stream already
+            side.wait_stream(caller)
+            try:
+                with cuda.stream(side):
+                    for number in range(ahead):     # the first batches, each on its own
+                        self._transfer([], self._downloads(batches[number], mapped=True))
+                        arrived[number % len(arrived)].record(side)
+                    for number, batch in enumerate(batches):
+                        self._wait(arrived[number % len(arrived)])
+                        update(batch)
+                        later = number + ahead
+                        self._transfer([(p.device_value, p.mapped_value) for p in batch],
+                                       self._downloads(batches[later], mapped=True)
+                                       if later < len(batches) else [])
+                        if later < len(batches):
+                            arrived[later % len(arrived)].record(side)
+            finally:
+                caller.wait_stream(side)     # as in _run_streamed
+
+    @staticmethod
+    def _transfer(ups: list[tuple], downs: list[tuple]) -> None:
+        """One kernel on the current stream for every ``(target, source)`` pair, up and
+        down (each target a device tensor or a slot's device mapping)."""
+        pairs = ups + downs
+        torch._foreach_copy_([t for t, _ in pairs], [s for _, s in pairs])
+
+    def _arrival_events(self, device, cuda) -> list:
+        """Reusable events, one per ring slot: batch ``b``'s arrival is event
+        ``b % slots``, recorded again only once the host has waited for it (fewer than
+        ``slots`` batches are in flight)."""
+        events = self._events.get(device)
+        if events is None or len(events) < self.staging.slots:    # (a new staging)
+            events = self._events[device] = [cuda.Event()
+                                             for _ in range(self.staging.slots)]
+        return events
 
     def _side_streams(self, device, cuda):
         if device not in self._streams:
@@ -356,6 +415,24 @@ def keep_state_on_host(optimizer) -> None:
                 state[key] = value.to(HOST)
 
 
+def offload_adam_pipeline() -> HostPipeline:
+    """:class:`OffloadAdam`'s pipeline: pieces cut to batches of 2**21 elements (the
+    first 2**19), moved by one kernel a batch through a ring of 4 slots (16 MiB each for
+    float32; :meth:`HostPipeline._run_paired`).
+
+    Why: in the two latest H100 probes (``benchmarks/offload_probe.py``, GPT-2 small, 16
+    host threads) kernel transfers with these batches took 1.25 and 1.28x the host's
+    fused Adam alone, where the copy engines with batches of 2**23 (the default before)
+    took 1.36 and 1.50x in the same runs: batches this small stay in the host's cache
+    between their download, the update and their upload (the host's update inside the
+    pipeline took 26 to 27 ms, against 30 ms alone), and a kernel a batch keeps the
+    host's cost of queueing 62 batches low. The loop of one kernel a batch both ways is
+    newer than those runs.
+    """
+    return HostPipeline(split=True, batch_elements=1 << 21, first_batch_elements=1 << 19,
+                        staging=StagingRing(transfer="kernel"))
+
+
 class OffloadAdam(torch.optim.Optimizer):
     """``torch.optim.Adam``'s math (the fused CPU kernel) with the state on the host.
 
@@ -364,16 +441,17 @@ class OffloadAdam(torch.optim.Optimizer):
     parameters' device, and survives ``state_dict``/``load_state_dict`` there. Parameters
     on a GPU go through a :class:`HostPipeline` (transfers overlapped with the host's
     update, large tensors cut into pieces: Adam is elementwise), ``self.pipeline``:
-    assign another to choose the batch size or the staging, e.g.
-    ``HostPipeline(split=True, staging=StagingRing(slots=8))``.
+    :func:`offload_adam_pipeline` unless another is assigned (to choose the batch size
+    or the staging, e.g. ``HostPipeline(split=True, staging=StagingRing(slots=8))``).
 
     ``update_on`` (one of :data:`UPDATES_ON`; through ``uo.build``:
     ``options={"update_on": "device"}``) says where a GPU parameter's update runs:
 
     * ``"host"`` (the default): the host's fused Adam, as above (MindSpore's
-      ``AdamOffload`` computes there too). On H100s with 16 host threads, GPT-2 small:
-      1.34 to 1.53x the host's fused Adam alone, the host's memory bandwidth shared with
-      the copies being the bound (``docs/devices.md``).
+      ``AdamOffload`` computes there too). On H100s with 16 host threads, GPT-2 small,
+      the earlier default pipeline (copy engines, batches of 2**23 elements) took 1.34
+      to 1.53x the host's fused Adam alone, and kernel transfers with batches of 2**21
+      1.25 and 1.28x (``docs/devices.md``; the target is 1.15x).
     * ``"device"``: torch's fused CUDA Adam, reading and writing the state where it lives,
       in pinned host memory, through the device's mapping of those pages (each step moves
       the moments over the bus, 16 bytes per float32 element, and nothing else). Still 0
@@ -393,7 +471,7 @@ class OffloadAdam(torch.optim.Optimizer):
                     "amsgrad": amsgrad, "maximize": maximize}
         super().__init__(params, defaults)
         self._update_on = update_on
-        self.pipeline = HostPipeline(split=True)
+        self.pipeline = offload_adam_pipeline()
         self._mapped: dict[torch.Tensor, tuple] = {}    # update_on="device": state aliases
         # each cut piece's flat views of its state, kept between steps:
         # (id(parameter), state name, start, stop) -> (state tensor, view); a new state

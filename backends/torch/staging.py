@@ -24,13 +24,17 @@ Where a GPU exists the buffers are pinned (what lets a copy run asynchronously),
 
 A ring moves a batch as :data:`TRANSFERS` says: ``"copy-engine"``, one
 ``cudaMemcpyAsync`` per piece and direction (the GPU's copy engines; the host queues
-each, about 5 us apiece); ``"kernel"``, one ``torch._foreach_copy_`` kernel per batch and
-direction whose threads read and write the pinned slot through the device's mapping of
-it (unified addressing: a pinned page has the same address on the device), so a batch of
-many small tensors costs the host one launch. On an H100 the kernels cut the host's time
-queueing a GPT-2-small step's copies from 5.9 to 2.2 ms, and the step against the copy
-engines in the same run moved by -21% to +5% over thirteen pairs of rows (nine faster):
-within the machines' run-to-run noise, so the copy engines stay the default.
+each, about 5 us apiece); ``"kernel"``, ``torch._foreach_copy_`` kernels whose threads
+read and write the pinned slots through the device's mapping of them (unified
+addressing: a pinned page has the same address on the device), so a batch of many small
+tensors costs the host one launch. On an H100 such kernels, one per batch and direction
+on two streams, cut the host's time queueing a GPT-2-small step's copies from 5.9 to 2.2
+ms, and the step against the copy engines in the same run moved by -21% to +5% over
+thirteen pairs of rows (nine faster): within the machines' run-to-run noise, so the copy
+engines stay the default. Since then one kernel per batch both sends the batch just
+updated up and brings a later one down, on one stream (one launch and one event a batch
+where there were two launches, two events and a wait between streams): not yet
+measured on a GPU.
 """
 
 from __future__ import annotations
@@ -323,8 +327,11 @@ class StagingRing:
         return _slot_views(alias, half, parts, offsets)
 
     def lookahead(self, batches: int) -> int:
-        """How many batches may come down before the first is updated: one per slot."""
-        return min(self.slots, batches)
+        """How many batches may come down before the first is updated: one per slot on
+        the copy engines (a download waits for the upload out of its slot on the other
+        stream); one less with ``transfer="kernel"``, whose kernel sends one slot up
+        while it fills another."""
+        return min(self.slots - (self.transfer == "kernel"), batches)
 
     def pinned(self) -> list[torch.Tensor]:
         """Every slot of every device (pinned where a GPU exists)."""
