@@ -535,10 +535,14 @@ class OffloadAdam(torch.optim.Optimizer):
         if on_device:
             self._update_on_device(params, group_of)
             return loss
-        cut: set[int] = set()          # parameters updated in pieces: their step counted here
+        cut: dict[int, torch.Tensor] = {}   # updated in pieces: their step counted here
 
         def update(batch: list[Piece]) -> None:
-            for g in sorted({group_of[piece.index] for piece in batch}):
+            groups = {group_of[piece.index] for piece in batch}
+            if len(groups) == 1:        # (most batches: no pieces to sort out)
+                self._adam(self.param_groups[groups.pop()], batch, cut)
+                return
+            for g in sorted(groups):
                 self._adam(self.param_groups[g],
                            [piece for piece in batch if group_of[piece.index] == g], cut)
 
@@ -556,7 +560,7 @@ class OffloadAdam(torch.optim.Optimizer):
                 pieces = [Piece(i, p, 0, p.numel(), True, p.detach(), p.grad)
                           for i, (p, h) in enumerate(zip(params, group_of)) if h == g]
                 if pieces:
-                    self._adam(group, pieces, set())
+                    self._adam(group, pieces, {})
         finally:    # also after a group's launch failed: the host may read the state
             torch.cuda.current_stream(device).synchronize()
 
@@ -589,9 +593,21 @@ class OffloadAdam(torch.optim.Optimizer):
             kept = self._pieces[key] = (state_tensor, piece.flat(state_tensor))
         return kept[1]
 
-    def _adam(self, group, pieces: list[Piece], cut: set[int]) -> None:
+    def _adam(self, group, pieces: list[Piece], cut: dict) -> None:
+        """torch's fused Adam over ``pieces`` of one group. ``cut`` maps each parameter
+        updated in pieces this step to its step count plus one, made at its first piece:
+        every piece's kernel reads that count, and the state's count goes up once, after
+        the step (:meth:`step`)."""
         values, grads, exp_avgs, exp_avg_sqs, maxes, steps = ([] for _ in range(6))
         amsgrad = group["amsgrad"]
+        beta1, beta2 = group["betas"]
+        lr, dtype = group["lr"], pieces[0].value.dtype
+        # what torch.optim.adam.adam(..., fused=True) runs for one device and dtype,
+        # without its Python (grouping by device and dtype, the checks of the other
+        # modes), which cost as much as the kernel on a host batch
+        direct = (all(isinstance(x, float) for x in (lr, beta1, beta2))
+                  and all(p.value.is_cpu and p.value.dtype == dtype for p in pieces))
+        counted = []        # the whole pieces' counts, one on before the kernel reads them
         for piece in pieces:
             state = self._state_of(piece.param)
             values.append(piece.value)
@@ -601,19 +617,17 @@ class OffloadAdam(torch.optim.Optimizer):
             if amsgrad:
                 maxes.append(self._piece(state, "max_exp_avg_sq", piece))
             if piece.whole:
-                steps.append(state["step"])         # the call adds one
-            else:
-                # each piece's call adds one to a copy; the state's count goes up once
-                steps.append(state["step"].clone())
-                cut.add(piece.index)
-        beta1, beta2 = group["betas"]
-        lr, dtype = group["lr"], values[0].dtype
-        if (all(isinstance(x, float) for x in (lr, beta1, beta2))
-                and all(v.is_cpu and v.dtype == dtype for v in values)):
-            # what torch.optim.adam.adam(..., fused=True) runs for one device and dtype,
-            # without its Python (grouping by device and dtype, the checks of the other
-            # modes), which cost as much as the kernel on a host batch
-            torch._foreach_add_(steps, 1)
+                steps.append(state["step"])
+                counted.append(state["step"])
+                continue
+            ahead = cut.get(piece.index)
+            if ahead is None:
+                ahead = cut[piece.index] = state["step"] + 1
+            # torch.optim.adam.adam adds one itself: to a copy of the count before
+            steps.append(ahead if direct else ahead - 1)
+        if direct:
+            if counted:
+                torch._foreach_add_(counted, 1)
             torch._fused_adam_(values, grads, exp_avgs, exp_avg_sqs, maxes, steps,
                                amsgrad=amsgrad, lr=lr, beta1=beta1, beta2=beta2,
                                weight_decay=group["weight_decay"], eps=group["eps"],
