@@ -426,6 +426,16 @@ def test_the_streamed_loop_through_a_ring_fills_a_slot_after_its_upload():
     assert log.index("synchronize 1") > updates[0]
 
 
+def test_offload_adam_moves_batches_of_2_21_elements_by_kernel_through_4_slots():
+    pipeline = OffloadAdam([torch.nn.Parameter(torch.zeros(3))]).pipeline
+    assert (pipeline.split, pipeline.batch_elements, pipeline.first_batch_elements) == (
+        True, 1 << 21, 1 << 19)
+    assert isinstance(pipeline.staging, StagingRing)
+    assert (pipeline.staging.slots, pipeline.staging.transfer,
+            pipeline.staging.pinning) == (4, "kernel", "alloc")
+    assert pipeline.staging.lookahead(10) == 3
+
+
 def test_the_kernel_transfer_sends_a_batch_up_and_a_later_one_down_in_one_kernel():
     """transfer="kernel"'s loop on the CPU (each host view standing in for its device
     mapping), bit for bit against the plain host update: one stream, one
@@ -694,6 +704,18 @@ def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, make_st
     assert staging.pinned() and all(b.is_pinned() for b in staging.pinned() if b.numel())
     assert not any(v.is_pinned() for p in cuda_params for v in on_cuda.state[p].values())
     _assert_same_state(states, _state(on_cpu, cpu_params))
+
+
+@needs_cuda
+def test_cuda_default_offload_adam_is_the_cpu_one_bit_for_bit():
+    """What ``OffloadAdam(params)`` builds (kernel transfers, batches of 2**21: SHAPES fit
+    in two batches) over several steps, no state on the GPU."""
+    cpu_params, cuda_params = _params("cpu"), _params("cuda")
+    on_cpu, on_cuda = _two_groups(cpu_params), _two_groups(cuda_params)
+    assert on_cuda.pipeline.staging.transfer == "kernel"
+    assert _device_bytes_the_steps_allocate(on_cuda, cuda_params) == 0
+    _assert_same([p.detach().cpu() for p in cuda_params], _run(on_cpu, cpu_params))
+    _assert_same_state(_state(on_cuda, cuda_params), _state(on_cpu, cpu_params))
 
 
 @needs_cuda
