@@ -15,6 +15,7 @@ from conftest import require
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
+from lazy_streams import LazyCuda  # noqa: E402
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 from torch.optim import adam as torch_adam  # noqa: E402
 
@@ -475,6 +476,61 @@ def test_the_kernel_transfer_sends_a_batch_up_and_a_later_one_down_in_one_kernel
     for n, size in enumerate(sizes):
         expected_calls.append(size + (2 * sizes[n + 2] if n + 2 < len(sizes) else 0))
     assert len(sizes) == batches and copies == expected_calls
+
+
+#: each streamed loop's stagings: copy engines (a buffer per parameter, a ring) and
+#: kernel transfers (rings of 2 and 3 slots)
+LAZY_STAGINGS = {"per-parameter": HostStaging,
+                 "ring-of-2": lambda: StagingRing(slots=2),
+                 "kernel-ring-of-2": lambda: StagingRing(slots=2, transfer="kernel"),
+                 "kernel-ring-of-3": lambda: StagingRing(slots=3, transfer="kernel")}
+
+
+@pytest.mark.parametrize("make_staging", LAZY_STAGINGS.values(), ids=LAZY_STAGINGS.keys())
+def test_the_streamed_loops_order_each_copy_as_late_as_their_waits_allow(make_staging):
+    """Each loop over streams whose copies run only once a wait needs them and the
+    caller's work as soon as its waits allow, a kernel's copies last to first
+    (tests/lazy_streams.py), five steps: the plain host update's numbers bit for bit.
+    The caller edits the first and the last weight on its stream around some steps; one
+    step is called from a lazy stream with such an edit queued before it, and the next
+    step, from the caller's stream, finds its uploads pending. A download into a slot
+    not ordered after the upload out of it, after the caller's work or after the
+    uploads of a step called from another stream, or the caller's later work not
+    ordered after the uploads, would change the numbers."""
+    cuda = LazyCuda()
+    params, plain_params = _params("cpu"), _params("cpu")
+    streamed, plain = _two_groups(params), _two_groups(plain_params)
+    streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=make_staging(),
+                                       **SMALL_BATCHES)
+    other = cuda.Stream()
+    # (the stream a step is called from, edit before it, edit after it)
+    steps = [(cuda.caller, False, True), (other, True, False), (cuda.caller, False, True),
+             (cuda.caller, False, False), (cuda.caller, False, True)]
+
+    def edit(stream):
+        with torch.no_grad():
+            for plain_param in (plain_params[0], plain_params[-1]):
+                plain_param.mul_(0.5)
+        for value in (params[0].detach(), params[-1].detach()):
+            stream.enqueue(lambda value=value: value.mul_(0.5))
+
+    pending = []
+    with cuda:
+        for t, (caller, before, after) in enumerate(steps):
+            for p, q, g in zip(params, plain_params, _grads(t)):
+                p.grad, q.grad = g, g.clone()
+            if before:
+                edit(caller)
+            with cuda.stream(caller):
+                streamed.step()
+            pending.append(sum(len(s.queue) - s.done for s in cuda.streams))
+            plain.step()
+            if after:
+                edit(caller)
+        cuda.synchronize()
+    assert pending[1] > 0       # the next step's downloads had those uploads to wait for
+    _assert_same([p.detach() for p in params], [p.detach() for p in plain_params])
+    _assert_same_state(_state(streamed, params), _state(plain, plain_params))
 
 
 def test_a_kernel_ring_of_two_slots_brings_each_batch_down_after_the_last_went_up():
