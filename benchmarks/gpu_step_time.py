@@ -242,7 +242,7 @@ class Bench:
 
     def offload(self, row):
         import unified_opt as uo
-        from unified_opt.backends.torch.offload import HostPipeline
+        from unified_opt.backends.torch.pipeline import HostPipeline
         from unified_opt.backends.torch.staging import StagingRing
 
         spec = uo.AdamOffload(lr=1e-3)
@@ -261,7 +261,7 @@ class Bench:
         """OffloadAdam without the values' download: what that transfer costs (the host
         updates the values it holds; not a mode the library builds)."""
         import unified_opt as uo
-        from unified_opt.backends.torch.offload import HostPipeline
+        from unified_opt.backends.torch.pipeline import HostPipeline
         from unified_opt.backends.torch.staging import HostStaging
 
         def build(named):

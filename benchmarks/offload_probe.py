@@ -243,7 +243,7 @@ class Probe:
         """Host milliseconds a step spends laying out its pieces (``HostPipeline.batches``:
         the plan and the host views kept, the parameters' and gradients' views taken), for
         the ring and for buffers per parameter, and the first step's (plan made)."""
-        from unified_opt.backends.torch.offload import HostPipeline
+        from unified_opt.backends.torch.pipeline import HostPipeline
         from unified_opt.backends.torch.staging import HostStaging
 
         out = {}
@@ -261,7 +261,7 @@ class Probe:
         return out
 
     def pipeline_only(self) -> dict:
-        from unified_opt.backends.torch.offload import HostPipeline
+        from unified_opt.backends.torch.pipeline import HostPipeline
 
         pipeline = HostPipeline(split=True)
         out = self.timed(lambda: pipeline.run(self.params, lambda batch: None))
@@ -276,7 +276,8 @@ class Probe:
         ``batch_elements``. Besides the step: the host's time in the update
         (``adam_ms``), queueing downloads and uploads, and waiting for downloads."""
         torch = self.torch
-        from unified_opt.backends.torch.offload import HostPipeline, OffloadAdam
+        from unified_opt.backends.torch.offload import OffloadAdam
+        from unified_opt.backends.torch.pipeline import HostPipeline
         from unified_opt.backends.torch.staging import HostStaging, StagingRing
 
         optimizer = OffloadAdam(self.params, lr=1e-3)

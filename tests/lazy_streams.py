@@ -2,7 +2,7 @@
 run as late as the waits allow, the caller's work as early, and a kernel's copies in
 the worst order.
 
-:class:`.offload.HostPipeline`'s streamed loops pass their ``cuda`` module in, so a CPU
+:class:`.pipeline.HostPipeline`'s streamed loops pass their ``cuda`` module in, so a CPU
 test can run them over CPU tensors: a copy queued on a side stream (``copy_(...,
 non_blocking=True)`` or ``torch._foreach_copy_``) runs only when the host waits for an
 event recorded after it, when another stream's queued wait needs it, or at

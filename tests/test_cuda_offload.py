@@ -19,11 +19,11 @@ from lazy_streams import LazyCuda  # noqa: E402
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 from torch.optim import adam as torch_adam  # noqa: E402
 
-from unified_opt.backends.torch.offload import (  # noqa: E402
+from unified_opt.backends.torch.offload import OffloadAdam  # noqa: E402
+from unified_opt.backends.torch.pipeline import (  # noqa: E402
     KEPT_PLANS,
     PIECE_ALIGNMENT,
     HostPipeline,
-    OffloadAdam,
     plan_pieces,
 )
 from unified_opt.backends.torch.staging import (  # noqa: E402

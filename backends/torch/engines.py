@@ -12,7 +12,7 @@ of parameters' updates in place and hands back what it cannot run.
   over the whole group.
 * :class:`Inductor`: ``torch.compile``'s kernels, one per tensor (:mod:`.compiled`).
 * :class:`Offload`: the state in host memory, the update there (its own engines on
-  host copies), transfers overlapped (:class:`.offload.HostPipeline`).
+  host copies), transfers overlapped (:class:`.pipeline.HostPipeline`).
 
 Torch keeps each parameter's count of updates in its state dict under ``"step"``
 (torch's own optimizers do); the engines touch only the spec's state names.
@@ -28,8 +28,8 @@ from unified_opt.storage import math_dtype, rounds, state_storage
 
 from .compiled import compilable, kernel
 from .kernels import TorchKernels
-from .offload import HostPipeline
 from .ops import DTensor, torch_ops
+from .pipeline import HostPipeline
 from .staging import HostStaging, StagingRing
 
 STEP = "step"
@@ -146,7 +146,7 @@ class Inductor(Engine):
 class Offload(Engine):
     """The state in host memory and the update there: each batch of host copies runs on
     ``engines`` (the kernel VM, then eagerly); only the new values go back, while the
-    next batch comes down (:class:`.offload.HostPipeline`)."""
+    next batch comes down (:class:`.pipeline.HostPipeline`)."""
 
     name = "offload"
 

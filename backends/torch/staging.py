@@ -1,5 +1,5 @@
 """Host buffers that parameters' values and gradients pass through on their way to and
-from a host update (:class:`.offload.HostPipeline`).
+from a host update (:class:`.pipeline.HostPipeline`).
 
 Two layouts, one interface (``fits``, ``reserve``, ``views``, ``generation``,
 ``lookahead``, ``pinned``):
@@ -225,7 +225,7 @@ class StagingRing:
     other, so one device's downloads must not fill a slot another device's upload may
     still read. A slot grows to the largest batch it is given (a parameter that cannot
     be cut is a batch on its own). Growing frees the old slot once no view holds it (a
-    :class:`.offload.HostPipeline` drops its kept views first: :meth:`fits`); a CUDA
+    :class:`.pipeline.HostPipeline` drops its kept views first: :meth:`fits`); a CUDA
     device is synchronized first, since an upload of its previous step may still read it.
 
     ``transfer`` is one of :data:`TRANSFERS`; ``"kernel"`` needs ``pinning="alloc"``

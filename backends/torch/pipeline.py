@@ -1,0 +1,365 @@
+"""The host-update loop for torch: parameters' values and gradients brought from their
+device to host buffers in batches, each batch updated by the host, its new values sent
+back, the transfers overlapped with the host's work (:class:`HostPipeline`).
+
+:class:`.offload.OffloadAdam` (Adam's fused CPU kernel over host state) and the own
+path's offload engine (:class:`.engines.Offload`: any spec's update on the host) run
+their updates through it. The host buffers are a :mod:`.staging`'s. A parameter that
+already lives on the CPU is updated in place: no copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .staging import HostStaging, StagingRing
+
+#: element boundary at which :class:`HostPipeline` may cut a parameter. A multiple of any
+#: vector width, so that torch's fused CPU kernels (which run whole vectors from the start
+#: of a tensor and a scalar tail at its end) compute every element of a piece exactly as
+#: they do in the whole tensor.
+PIECE_ALIGNMENT = 1 << 16
+
+#: how many plans (parameter sets) :class:`HostPipeline` keeps: a few, for steps where
+#: some parameters have no gradient
+KEPT_PLANS = 8
+
+
+@dataclass
+class Piece:
+    """A parameter, or a flat element range of it, as the host update sees it.
+
+    ``value`` and ``grad`` are host tensors the update reads and writes in place (the
+    parameter and its gradient themselves for a CPU parameter). A whole piece has the
+    parameter's shape; a cut piece is the flat range ``start:stop`` (elementwise updates
+    only: see :class:`HostPipeline`'s ``split``).
+    """
+
+    index: int              # position in the parameter list given to HostPipeline.run
+    param: torch.Tensor
+    start: int
+    stop: int
+    whole: bool
+    value: torch.Tensor
+    grad: torch.Tensor
+    device_value: torch.Tensor | None = None    # None: the parameter lives on the CPU
+    device_grad: torch.Tensor | None = None
+    # ``value`` and ``grad`` as the device addresses them (a ring with transfer="kernel")
+    mapped_value: torch.Tensor | None = None
+    mapped_grad: torch.Tensor | None = None
+
+    def flat(self, host_tensor: torch.Tensor) -> torch.Tensor:
+        """This piece of a host tensor shaped like the parameter (its state, say)."""
+        return host_tensor if self.whole else host_tensor.view(-1)[self.start:self.stop]
+
+
+def plan_pieces(sizes, splittable, batch_elements: int, first_batch_elements: int):
+    """Batches of ``(index, start, stop)`` over parameters of ``sizes`` elements, in order.
+
+    Consecutive parameters share a batch up to ``batch_elements`` (one host call for many
+    small tensors); a splittable parameter larger than the room left is cut at multiples
+    of :data:`PIECE_ALIGNMENT`. The first batch holds at most ``first_batch_elements``,
+    the next twice that and so on up to ``batch_elements``: the host starts computing
+    once a small batch is down, while the larger ones are still on their way.
+    """
+    if batch_elements < PIECE_ALIGNMENT or first_batch_elements < PIECE_ALIGNMENT:
+        raise ValueError(f"batch sizes must be at least {PIECE_ALIGNMENT} elements")
+    batches, current = [], []
+    limit = min(first_batch_elements, batch_elements)
+    room = limit
+
+    def close():
+        nonlocal current, limit, room
+        batches.append(current)
+        current = []
+        limit = min(2 * limit, batch_elements)
+        room = limit
+
+    for index, (numel, split) in enumerate(zip(sizes, splittable)):
+        if numel == 0:
+            current.append((index, 0, 0))   # still stepped: its step count advances
+            continue
+        start = 0
+        while start < numel:
+            take = numel - start
+            if take > room:
+                if split:       # room >= PIECE_ALIGNMENT here: a full batch was closed
+                    take = room // PIECE_ALIGNMENT * PIECE_ALIGNMENT
+                elif current:
+                    close()
+                    continue
+            current.append((index, start, start + take))
+            room -= take
+            start += take
+            if room < PIECE_ALIGNMENT:
+                close()
+    if current:
+        batches.append(current)
+    return batches
+
+
+class HostPipeline:
+    """The host-update loop with its transfers overlapped, per parameter device.
+
+    ``run(params, update)`` calls ``update(batch)`` for each batch of :class:`Piece`
+    (host value and gradient filled in), then sends the batch's new values to their
+    parameters. On a CUDA device batches' values and gradients go down in order, each
+    batch with an event the host waits for before updating it, and each updated batch
+    goes up as soon as it is done: later batches come down while the host updates one.
+    How far the downloads run ahead is the staging's (``lookahead``): a
+    :class:`.staging.StagingRing` (the default) has a slot per batch in flight, so the
+    download into a slot comes after the upload out of it; :class:`.staging.HostStaging`
+    (a buffer per parameter) queues them all at once. On the copy engines the downloads
+    and the uploads run on two side streams, a copy per piece; with
+    ``StagingRing(transfer="kernel")`` one kernel per batch on one side stream sends the
+    batch just updated up and brings a later one down (:meth:`_run_paired`). The stream
+    that called ``run`` waits for the uploads (later work on it sees the new values) and
+    the host does not. Parameters on the CPU are one batch of whole pieces, no copies.
+
+    ``split=True`` lets a large parameter be cut into flat pieces (elementwise updates
+    only, such as Adam; a norm or a factored moment needs the whole tensor). The value
+    comes down with the gradient so that a parameter changed on the device between steps
+    (a loaded checkpoint, an edited weight) is what the host updates.
+
+    ``stage_cpu=True`` stages CPU parameters through the host buffers too, with plain
+    copies: the batching runs where no GPU is, for tests.
+
+    ``fetch_values`` (True) brings each value down with its gradient. False is for
+    measuring what that transfer costs (``benchmarks/gpu_step_time.py``): the host then
+    updates the values it holds, so it needs a :class:`.staging.HostStaging`, and a
+    change made to a parameter on its device is lost. Nothing in the library builds a
+    pipeline with False: torch cannot see every such change (a write through ``p.data``
+    moves no version counter).
+    """
+
+    def __init__(self, *, split: bool = False, batch_elements: int = 1 << 23,
+                 first_batch_elements: int = 1 << 20, stage_cpu: bool = False,
+                 staging: StagingRing | HostStaging | None = None,
+                 fetch_values: bool = True) -> None:
+        staging = StagingRing() if staging is None else staging
+        if not isinstance(staging, (StagingRing, HostStaging)):
+            raise TypeError(f"staging must be a StagingRing or a HostStaging, got "
+                            f"{type(staging).__name__}")
+        if not fetch_values and not isinstance(staging, HostStaging):
+            raise ValueError("fetch_values=False needs staging=HostStaging(): a "
+                             f"{type(staging).__name__} keeps no values between steps")
+        self.split = split
+        self.fetch_values = fetch_values
+        self.batch_elements = batch_elements
+        self.first_batch_elements = first_batch_elements
+        self.stage_cpu = stage_cpu
+        self.staging = staging
+        self._streams: dict[torch.device, tuple] = {}
+        self._events: dict[torch.device, list] = {}     # transfer="kernel": per slot
+        self._plans: dict[tuple, tuple] = {}     # KEPT_PLANS, least recently used first
+
+    def run(self, params, update: Callable[[list[Piece]], None]) -> None:
+        params = list(params)
+        by_device: dict[torch.device, list[int]] = {}
+        for i, p in enumerate(params):
+            by_device.setdefault(p.device, []).append(i)
+        for device, indices in by_device.items():
+            if device.type == "cpu" and not self.stage_cpu:
+                update([Piece(i, params[i], 0, params[i].numel(), True, params[i].detach(),
+                              params[i].grad) for i in indices])
+            else:
+                self._run_staged(device, [(i, params[i]) for i in indices], update)
+
+    def batches(self, indexed) -> list[list[Piece]]:
+        """The batches of pieces for ``(index, parameter)`` pairs on one device.
+
+        The plan and its host views are kept for the same parameters (identity, device,
+        shape, dtype, cut or not) while the staging made no new buffer since: a step then only
+        takes views of the parameters and their gradients (fresh tensors each step).
+        """
+        def splittable(p) -> bool:
+            return self.split and p.is_contiguous() and p.grad.is_contiguous()
+
+        # the device too: a parameter moved keeps its identity, and the ring's slots are
+        # per device
+        key = tuple((id(p), p.device, p.shape, p.dtype, splittable(p)) for _, p in indexed)
+        kept = self._plans.get(key)
+        if kept is None or kept[0] != self.staging.generation:
+            self._plans.pop(key, None)
+            kept = self._plan(indexed, [split for *_, split in key])
+            self._plans[key] = kept
+            while len(self._plans) > KEPT_PLANS:
+                del self._plans[next(iter(self._plans))]
+        else:
+            self._plans[key] = self._plans.pop(key)     # the least recently used go first
+        _, plan, host, mapped = kept
+        flat: dict[int, tuple] = {}     # each cut parameter's flat value and gradient
+
+        def device_views(k, start, stop, whole):
+            p = indexed[k][1]
+            if whole:
+                return p.detach(), p.grad
+            if k not in flat:
+                flat[k] = (p.detach().view(-1), p.grad.view(-1))
+            value, grad = flat[k]
+            return value[start:stop], grad[start:stop]
+
+        return [[Piece(indexed[k][0], indexed[k][1], start, stop, whole, value, grad,
+                       *device_views(k, start, stop, whole), *aliases)
+                 for (k, start, stop, whole), (value, grad), aliases
+                 in zip(batch, views, mapped_views)]
+                for batch, views, mapped_views in zip(plan, host, mapped)]
+
+    def _plan(self, indexed, split: list[bool]) -> tuple:
+        """``(staging generation, batches of (k, start, stop, whole), their host views,
+        the same views as the device maps them (or ``()`` each))``."""
+        plan = plan_pieces([p.numel() for _, p in indexed], split, self.batch_elements,
+                           self.first_batch_elements)
+        plan = [[(k, start, stop, start == 0 and stop == indexed[k][1].numel())
+                 for k, start, stop in batch] for batch in plan]
+        parts = [[(indexed[k][1], start, stop, whole) for k, start, stop, whole in batch]
+                 for batch in plan]
+        if not self.staging.fits(parts):
+            # the kept plans' views hold the slots about to be replaced: let them go
+            # first, so that the old slots are freed before the new ones are pinned
+            self._plans.clear()
+        self.staging.reserve(parts)
+        host = [self.staging.views(number, batch) for number, batch in enumerate(parts)]
+        if self._kernel_transfer(indexed[0][1].device):
+            mapped = [self.staging.device_views(number, batch)
+                      for number, batch in enumerate(parts)]
+        else:
+            mapped = [[()] * len(batch) for batch in parts]
+        return self.staging.generation, plan, host, mapped
+
+    def _kernel_transfer(self, device) -> bool:
+        return self.staging.transfer == "kernel" and device.type == "cuda"
+
+    def _run_staged(self, device, indexed, update) -> None:
+        batches = self.batches(indexed)
+        if device.type == "cuda":
+            run = self._run_paired if self._kernel_transfer(device) else self._run_streamed
+            run(device, batches, update, torch.cuda)
+            return
+        for batch in batches:           # stage_cpu: the same loop, plain copies
+            for piece in batch:
+                piece.value.copy_(piece.device_value)
+                piece.grad.copy_(piece.device_grad)
+            update(batch)
+            for piece in batch:
+                piece.device_value.copy_(piece.value)
+
+    @staticmethod
+    def _wait(event) -> None:
+        """Block the host until ``event`` (a batch down) has happened."""
+        event.synchronize()
+
+    def _download(self, batch, down, cuda):
+        """Queue ``batch``'s copies down on ``down``; the event the host waits for."""
+        with cuda.stream(down):
+            for target, source in self._downloads(batch, mapped=False):
+                target.copy_(source, non_blocking=True)
+            arrived = cuda.Event()
+            arrived.record(down)
+        return arrived
+
+    def _downloads(self, batch, mapped: bool) -> list[tuple]:
+        """``(target, device source)`` of each copy bringing ``batch`` down, values first
+        (unless not fetched), then gradients; each target the piece's host view, or its
+        device mapping where ``mapped``."""
+        pairs = [(p.mapped_value if mapped else p.value, p.device_value) for p in batch
+                 if self.fetch_values]
+        return pairs + [(p.mapped_grad if mapped else p.grad, p.device_grad) for p in batch]
+
+    def _run_streamed(self, device, batches, update, cuda) -> None:
+        """The overlapped loop on the copy engines: downloads and uploads on two streams,
+        a copy per piece; ``cuda`` is ``torch.cuda`` (a stand-in in a CPU test)."""
+        ahead = self.staging.lookahead(len(batches))
+        with cuda.device(device):
+            down, up = self._side_streams(device, cuda)
+            caller = cuda.current_stream(device)
+            # the gradients, and any change to the values, are work queued on the caller's
+            # stream; the uploads overwrite values that work may still read
+            down.wait_stream(caller)
+            # the previous step's uploads read the buffers these downloads fill, whatever
+            # stream that step was called from
+            down.wait_stream(up)
+            up.wait_stream(caller)
+            try:
+                arrived = [self._download(batch, down, cuda) for batch in batches[:ahead]]
+                for number, batch in enumerate(batches):
+                    self._wait(arrived[number])
+                    update(batch)
+                    self._upload(batch, up, cuda)
+                    if number + ahead < len(batches):
+                        # the next batch for this slot comes down once this one is up
+                        sent = cuda.Event()
+                        sent.record(up)
+                        down.wait_event(sent)
+                        arrived.append(self._download(batches[number + ahead], down, cuda))
+            finally:
+                # later work on the caller's stream (the forward pass) comes after the
+                # uploads, also those queued before an update raised
+                caller.wait_stream(up)
+
+    @staticmethod
+    def _upload(batch, up, cuda) -> None:
+        """Queue ``batch``'s new values up on ``up``."""
+        with cuda.stream(up):
+            for piece in batch:
+                piece.device_value.copy_(piece.value, non_blocking=True)
+
+    def _run_paired(self, device, batches, update, cuda) -> None:
+        """The overlapped loop of ``transfer="kernel"``: one stream, one kernel per batch
+        that both sends the batch just updated up and brings a later batch down (PCIe
+        carries the two directions at once), and one event per batch down. So the host
+        queues one launch and one event record a batch, not two of each plus the streams'
+        waits on each other; and the stream's order alone keeps a slot's next download
+        after its upload. A ring of ``slots`` then has ``slots - 1`` batches in flight
+        (:meth:`.staging.StagingRing.lookahead`): the slot going up is not the one coming
+        down in the same kernel."""
+        ahead = self.staging.lookahead(len(batches))
+        with cuda.device(device):
+            _, side = self._side_streams(device, cuda)
+            arrived = self._arrival_events(device, cuda)
+            caller = cuda.current_stream(device)
+            # the gradients and any change to the values are the caller's work (and the
+            # uploads overwrite values it may still read); the previous step's uploads
+            # are on this stream already
+            side.wait_stream(caller)
+            try:
+                with cuda.stream(side):
+                    for number in range(ahead):     # the first batches, each on its own
+                        self._transfer([], self._downloads(batches[number], mapped=True))
+                        arrived[number % len(arrived)].record(side)
+                    for number, batch in enumerate(batches):
+                        self._wait(arrived[number % len(arrived)])
+                        update(batch)
+                        later = number + ahead
+                        self._transfer([(p.device_value, p.mapped_value) for p in batch],
+                                       self._downloads(batches[later], mapped=True)
+                                       if later < len(batches) else [])
+                        if later < len(batches):
+                            arrived[later % len(arrived)].record(side)
+            finally:
+                caller.wait_stream(side)     # as in _run_streamed
+
+    @staticmethod
+    def _transfer(ups: list[tuple], downs: list[tuple]) -> None:
+        """One kernel on the current stream for every ``(target, source)`` pair, up and
+        down (each target a device tensor or a slot's device mapping)."""
+        pairs = ups + downs
+        torch._foreach_copy_([t for t, _ in pairs], [s for _, s in pairs])
+
+    def _arrival_events(self, device, cuda) -> list:
+        """Reusable events, one per ring slot: batch ``b``'s arrival is event
+        ``b % slots``, recorded again only once the host has waited for it (fewer than
+        ``slots`` batches are in flight)."""
+        events = self._events.get(device)
+        if events is None or len(events) < self.staging.slots:    # (a new staging)
+            events = self._events[device] = [cuda.Event()
+                                             for _ in range(self.staging.slots)]
+        return events
+
+    def _side_streams(self, device, cuda):
+        if device not in self._streams:
+            self._streams[device] = (cuda.Stream(device), cuda.Stream(device))
+        return self._streams[device]
