@@ -467,11 +467,8 @@ def test_the_kernel_transfer_sends_a_batch_up_and_a_later_one_down_in_one_kernel
     assert updates[0] > log.index("synchronize 0") and updates[-1] < len(log) - 1
     # values and gradients of the first two batches down, each in its own call; then
     # each batch's values up with the values and gradients of the batch two on
-    params = _params("cpu")
-    for p, g in zip(params, _grads(0)):
-        p.grad = g
-    sizes = [len(batch) for batch in HostPipeline(split=True, staging=StagingRing(
-        slots=3), stage_cpu=True, **SMALL_BATCHES).batches(list(enumerate(params)))]
+    sizes = [len(batch) for batch in plan_pieces([p.numel() for p in _params("cpu")],
+                                                 [True] * len(SHAPES), **SMALL_BATCHES)]
     expected_calls = [2 * sizes[0], 2 * sizes[1]]
     for n, size in enumerate(sizes):
         expected_calls.append(size + (2 * sizes[n + 2] if n + 2 < len(sizes) else 0))

@@ -131,7 +131,7 @@ def test_targets_are_judged_against_the_baseline_the_fastest_peer_and_the_host_a
                    "own/lamb/true": True,
                    "uo/adafactor": True,               # a default build: no first-step bar
                    "own/came/auto": None, "offload/host-adam": None,
-                   "offload/adam-copy-engine": None,        # a measurement: no target
+                   "offload/adam-copy-engine": None,   # a measurement: no target
                    "offload/adam-on-device": False,    # over 1.15 x 40 = 46
                    "offload/adam": True}
     assert "peer/lamb/b (1.7 ms)" in rows[6]["target"]
