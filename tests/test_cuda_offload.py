@@ -234,8 +234,9 @@ def test_uo_build_passes_update_on_to_offload_adam():
 
 
 @pytest.mark.parametrize("update_on, error, words", [
-    (None, TypeError, "update_on must be a str, got NoneType"),
-    ("gpu", ValueError, "update_on must be one of ('host', 'device'), got 'gpu'")])
+    (None, TypeError,
+     "OffloadAdam: update_on must be one of ('host', 'device'), got None of type NoneType"),
+    ("gpu", ValueError, "OffloadAdam: update_on must be one of ('host', 'device'), got 'gpu'")])
 def test_update_on_is_checked(update_on, error, words):
     with pytest.raises(error) as raised:
         OffloadAdam(_params("cpu"), update_on=update_on)
@@ -690,13 +691,15 @@ def test_each_device_has_its_own_ring_slots():
     (StagingRing, {"slots": 2.0}, TypeError, "slots must be an int, got float"),
     (StagingRing, {"slots": True}, TypeError, "slots must be an int, got bool"),
     (StagingRing, {"pinning": "pinned"}, ValueError,
-     "pinning must be one of ('alloc', 'register'), got 'pinned'"),
-    (HostStaging, {"pinning": 1}, TypeError, "pinning must be a str, got int"),
+     "StagingRing: pinning must be one of ('alloc', 'register'), got 'pinned'"),
+    (HostStaging, {"pinning": 1}, TypeError,
+     "HostStaging: pinning must be one of ('alloc', 'register'), got 1 of type int"),
     (HostStaging, {"pinning": "pinned"}, ValueError,
-     "pinning must be one of ('alloc', 'register'), got 'pinned'"),
-    (StagingRing, {"transfer": 1}, TypeError, "transfer must be a str, got int"),
+     "HostStaging: pinning must be one of ('alloc', 'register'), got 'pinned'"),
+    (StagingRing, {"transfer": 1}, TypeError,
+     "StagingRing: transfer must be one of ('copy-engine', 'kernel'), got 1 of type int"),
     (StagingRing, {"transfer": "dma"}, ValueError,
-     "transfer must be one of ('copy-engine', 'kernel'), got 'dma'"),
+     "StagingRing: transfer must be one of ('copy-engine', 'kernel'), got 'dma'"),
     (StagingRing, {"transfer": "kernel", "pinning": "register"}, ValueError,
      "transfer='kernel' needs pinning='alloc' (a registered page may have another "
      "address on the device), got 'register'"),

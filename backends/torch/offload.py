@@ -17,11 +17,12 @@ from __future__ import annotations
 import torch
 from torch.optim import adam as torch_adam
 
+from unified_opt import _validation as v
+
 from .pipeline import HostPipeline, Piece
 from .staging import (
     HOST,
     StagingRing,
-    check_one_of,
     host_zeros_like,
     mapped_on_device,
     pinned_zeros_like,
@@ -116,7 +117,7 @@ class OffloadAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                  amsgrad=False, *, maximize=False, update_on="host"):
-        check_one_of("update_on", update_on, UPDATES_ON)
+        v.check_choice("OffloadAdam", "update_on", update_on, UPDATES_ON)
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay,
                     "amsgrad": amsgrad, "maximize": maximize}
         super().__init__(params, defaults)
@@ -139,7 +140,7 @@ class OffloadAdam(torch.optim.Optimizer):
 
     @update_on.setter
     def update_on(self, value) -> None:
-        check_one_of("update_on", value, UPDATES_ON)
+        v.check_choice("OffloadAdam", "update_on", value, UPDATES_ON)
         self._update_on = value
         self._mapped.clear()
 

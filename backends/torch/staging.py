@@ -46,6 +46,8 @@ import weakref
 
 import torch
 
+from unified_opt import _validation as v
+
 HOST = torch.device("cpu")
 
 #: how staging buffers are pinned where a GPU exists: ``"alloc"``,
@@ -83,14 +85,6 @@ def pinned_zeros_like(p) -> torch.Tensor:
     return torch.zeros(p.shape, dtype=p.dtype, device=HOST, pin_memory=_pin())
 
 
-def check_one_of(name: str, value, choices: tuple[str, ...]) -> None:
-    """``value`` is a str among ``choices`` (TypeError, ValueError naming ``name``)."""
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-
-
 def _synchronize(devices: list) -> None:
     for device in devices:
         torch.cuda.synchronize(device)
@@ -106,8 +100,8 @@ class _PinnedZeros:
     is unregistered before torch frees it (not at exit: the process's memory goes with
     it)."""
 
-    def __init__(self, pinning: str) -> None:
-        check_one_of("pinning", pinning, PINNING)
+    def __init__(self, owner: str, pinning: str) -> None:
+        v.check_choice(owner, "pinning", pinning, PINNING)
         self.pinning = pinning
         self._registered: list[torch.Tensor] = []
         weakref.finalize(self, _unregister, self._registered).atexit = False
@@ -184,7 +178,7 @@ class HostStaging:
     transfer = "copy-engine"
 
     def __init__(self, pinning: str = "alloc") -> None:
-        self._pinned = _PinnedZeros(pinning)
+        self._pinned = _PinnedZeros("HostStaging", pinning)
         self.pinning = pinning
         self._buffers: dict[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -239,8 +233,8 @@ class StagingRing:
         if slots < 2:
             raise ValueError(f"slots must be at least 2 (one updated while the next comes "
                              f"down), got {slots}")
-        check_one_of("transfer", transfer, TRANSFERS)
-        self._pinned = _PinnedZeros(pinning)
+        v.check_choice("StagingRing", "transfer", transfer, TRANSFERS)
+        self._pinned = _PinnedZeros("StagingRing", pinning)
         if transfer == "kernel" and pinning != "alloc":
             raise ValueError(f"transfer='kernel' needs pinning='alloc' (a registered page "
                              f"may have another address on the device), got {pinning!r}")
