@@ -11,8 +11,11 @@ suspects one at a time on the GPT-2-small set, in one process:
   (memory traffic shared with the DMA engines), and cut into the pipeline's batches;
   the host time a step takes to lay out its pieces;
 * the host time to queue the downloads, and the pipeline's transfers with no update;
-* ``OffloadAdam`` itself (with the host update's time inside it, ``adam_ms``, and the
-  staging buffers' bytes): through the ring of staging slots (the default), through a
+* ``OffloadAdam`` itself (with the host's time in each part of the step: the update,
+  ``adam_ms``, and torch's kernel inside it, ``adam_kernel_ms``; queueing the copies;
+  waiting for batches, the first one alone in ``first_wait_ms``; the loop's own Python,
+  ``other_ms``; and ``tail_ms``, from the step's return until the last uploads are done;
+  and the staging buffers' bytes): through the ring of staging slots (the default), through a
   buffer per parameter (before), and through rings of smaller slots, whose batches stay
   in the host's cache between the copy and the update;
 * for comparison, the GPU's own fused Adam with the moments in mapped host memory
@@ -289,15 +292,29 @@ class Probe:
         self.next_gradients()
         optimizer.step()
         # the host's time in each part of the loop (wrappers on these instances)
-        # (transfer="kernel" queues each batch's copies both ways in one transfer_queue)
-        parts = {"adam": 0.0, "download_queue": 0.0, "upload_queue": 0.0,
-                 "transfer_queue": 0.0, "wait": 0.0}
+        # (transfer="kernel" queues each batch's copies both ways in one transfer_queue;
+        # adam_kernel: torch's fused kernel inside adam; first_wait: the wait for the
+        # first batch, inside wait; tail: from step's return until the device is done
+        # (the last uploads); other: the rest of the host's step, the loop's own Python)
+        parts = {"adam": 0.0, "adam_kernel": 0.0, "download_queue": 0.0,
+                 "upload_queue": 0.0, "transfer_queue": 0.0, "wait": 0.0,
+                 "first_wait": 0.0, "tail": 0.0, "other": 0.0}
 
         def timed(name, call):
+            def run(*args, **kwargs):
+                t0 = time.perf_counter()
+                result = call(*args, **kwargs)
+                parts[name] += time.perf_counter() - t0
+                return result
+            return run
+
+        def first_timed(call):
             def run(*args):
                 t0 = time.perf_counter()
                 result = call(*args)
-                parts[name] += time.perf_counter() - t0
+                if not parts["wait"]:
+                    parts["first_wait"] = time.perf_counter() - t0
+                parts["wait"] += time.perf_counter() - t0
                 return result
             return run
 
@@ -306,15 +323,27 @@ class Probe:
         for name in ("upload", "download", "transfer"):
             setattr(pipeline, f"_{name}", timed(f"{name}_queue",
                                                 getattr(pipeline, f"_{name}")))
-        pipeline._wait = timed("wait", pipeline._wait)
+        pipeline._wait = first_timed(pipeline._wait)
         per_step = []
 
         def step():
             parts.update(dict.fromkeys(parts, 0.0))
+            t0 = time.perf_counter()
             optimizer.step()
+            returned = time.perf_counter()
+            self.sync()
+            parts["tail"] = time.perf_counter() - returned
+            parts["other"] = returned - t0 - sum(
+                parts[k] for k in ("adam", "download_queue", "upload_queue",
+                                   "transfer_queue", "wait"))
             per_step.append(dict(parts))
 
-        out = self.timed(step)
+        fused_adam = torch._fused_adam_
+        torch._fused_adam_ = timed("adam_kernel", fused_adam)  # what offload.py calls
+        try:
+            out = self.timed(step)
+        finally:
+            torch._fused_adam_ = fused_adam
         for name in parts:
             out[f"{name}_ms"] = round(statistics.median(s[name] for s in per_step[2:]) * 1e3,
                                       3)
@@ -410,6 +439,10 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
                 ("offload/ring-kernel-1M", "OffloadAdam through 4 ring slots, batches of "
                  "2**20, transfer='kernel'",
                  lambda: probe.offload(batch_elements=1 << 20, first_batch_elements=1 << 18,
+                                       transfer="kernel")),
+                ("offload/ring-kernel-512K", "OffloadAdam through 4 ring slots, batches of "
+                 "2**19, transfer='kernel' (4 MiB a slot: in the host's cache)",
+                 lambda: probe.offload(batch_elements=1 << 19, first_batch_elements=1 << 17,
                                        transfer="kernel")),
                 ("offload/ring-kernel-8-slots", "OffloadAdam through 8 ring slots, batches "
                  "of 2**22, transfer='kernel'",

@@ -40,6 +40,10 @@ def test_a_dry_run_times_every_row_that_needs_no_gpu(tmp_path):
     offload = {r["key"]: r for r in report["rows"] if r["key"].startswith("offload/")}
     assert all(0 < r["adam_ms"] <= r["ms"] and r["device_state_bytes"] == 0
                for r in offload.values())
+    # the step's parts: the kernel inside the update, the first wait inside the waits
+    assert all(0 < r["adam_kernel_ms"] <= r["adam_ms"] and 0 <= r["first_wait_ms"]
+               <= r["wait_ms"] and r["other_ms"] > 0 and r["tail_ms"] >= 0
+               for r in offload.values())
     # the tiny set: one batch of 2**20 elements or less in each 4 KiB-aligned slot half;
     # per parameter: a value and a gradient buffer of each parameter's size
     elements = report["elements"]
