@@ -8,17 +8,7 @@ from conftest import require
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
-from offload_cases import (  # noqa: E402
-    SMALL_BATCHES,
-    STEPS,
-    assert_same,
-    assert_same_state,
-    grads_at,
-    make_params,
-    run_steps,
-    state_copy,
-    two_groups,
-)
+import offload_cases as cases  # noqa: E402
 
 from unified_opt.backends.torch.offload import OffloadAdam  # noqa: E402
 from unified_opt.backends.torch.pipeline import (  # noqa: E402
@@ -35,14 +25,14 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _device_bytes_the_steps_allocate(optimizer, params) -> int:
-    """``STEPS`` steps, each gradient written into a tensor allocated before them; the
+    """``cases.STEPS`` steps, each gradient written into a tensor allocated before them; the
     device memory the steps left allocated."""
     for p in params:
         p.grad = torch.zeros_like(p)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
-    for t in range(STEPS):
-        for p, g in zip(params, grads_at(t)):
+    for t in range(cases.STEPS):
+        for p, g in zip(params, cases.grads_at(t)):
             p.grad.copy_(g)
         optimizer.step()
     torch.cuda.synchronize()
@@ -63,42 +53,44 @@ STAGINGS = [(f"{name}-{how}", make, kwargs)
 @needs_cuda
 @pytest.mark.parametrize("make_staging, kwargs", [s[1:] for s in STAGINGS],
                          ids=[s[0] for s in STAGINGS])
-@pytest.mark.parametrize("batches", [SMALL_BATCHES, {}], ids=["small-batches", "default"])
+@pytest.mark.parametrize("batches", [cases.SMALL_BATCHES, {}], ids=["small-batches", "default"])
 def test_cuda_pipelined_offload_adam_is_the_cpu_one_bit_for_bit(batches, make_staging,
                                                                 kwargs):
-    cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
-    on_cpu, on_cuda = two_groups(cpu_params), two_groups(cuda_params)
+    cpu_params, cuda_params = cases.make_params("cpu"), cases.make_params("cuda")
+    on_cpu, on_cuda = cases.two_groups(cpu_params), cases.two_groups(cuda_params)
     staging = make_staging(**kwargs)
     on_cuda.pipeline = HostPipeline(split=True, staging=staging, **batches)
     assert _device_bytes_the_steps_allocate(on_cuda, cuda_params) == 0
-    assert_same([p.detach().cpu() for p in cuda_params], run_steps(on_cpu, cpu_params))
-    states = state_copy(on_cuda, cuda_params)
+    cases.assert_same([p.detach().cpu() for p in cuda_params], cases.run_steps(on_cpu, cpu_params))
+    states = cases.state_copy(on_cuda, cuda_params)
     assert all(v.device.type == "cpu" for s in states for v in s.values())
     # the copies' buffers pinned, the state (the host's alone) pageable
     assert staging.pinned() and all(b.is_pinned() for b in staging.pinned() if b.numel())
     assert not any(v.is_pinned() for p in cuda_params for v in on_cuda.state[p].values())
-    assert_same_state(states, state_copy(on_cpu, cpu_params))
+    cases.assert_same_state(states, cases.state_copy(on_cpu, cpu_params))
 
 
 @needs_cuda
 def test_cuda_default_offload_adam_is_the_cpu_one_bit_for_bit():
     """What ``OffloadAdam(params)`` builds (kernel transfers, batches of 2**21: SHAPES fit
     in two batches) over several steps, no state on the GPU."""
-    cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
-    on_cpu, on_cuda = two_groups(cpu_params), two_groups(cuda_params)
+    cpu_params, cuda_params = cases.make_params("cpu"), cases.make_params("cuda")
+    on_cpu, on_cuda = cases.two_groups(cpu_params), cases.two_groups(cuda_params)
     assert on_cuda.pipeline.staging.transfer == "kernel"
     assert _device_bytes_the_steps_allocate(on_cuda, cuda_params) == 0
-    assert_same([p.detach().cpu() for p in cuda_params], run_steps(on_cpu, cpu_params))
-    assert_same_state(state_copy(on_cuda, cuda_params), state_copy(on_cpu, cpu_params))
+    cases.assert_same([p.detach().cpu() for p in cuda_params],
+                      cases.run_steps(on_cpu, cpu_params))
+    cases.assert_same_state(cases.state_copy(on_cuda, cuda_params),
+                            cases.state_copy(on_cpu, cpu_params))
 
 
 @needs_cuda
 def test_cuda_kernel_transfer_pieces_address_the_slot_s_pinned_bytes():
-    params = make_params("cuda")
+    params = cases.make_params("cuda")
     for p in params:
         p.grad = torch.randn_like(p)
     pipeline = HostPipeline(split=True, staging=StagingRing(transfer="kernel"),
-                            **SMALL_BATCHES)
+                            **cases.SMALL_BATCHES)
     pieces = [piece for batch in pipeline.batches(list(enumerate(params)))
               for piece in batch]
     for piece in pieces:
@@ -119,11 +111,11 @@ def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots(transfer):
     """Each batch's upload is held back on the GPU (a sleep queued before it): a
     download that did not wait for the upload out of its slot would overwrite the values
     before they go up."""
-    cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
-    on_cpu, on_cuda = two_groups(cpu_params), two_groups(cuda_params)
+    cpu_params, cuda_params = cases.make_params("cpu"), cases.make_params("cuda")
+    on_cpu, on_cuda = cases.two_groups(cpu_params), cases.two_groups(cuda_params)
     on_cuda.pipeline = HostPipeline(split=True,
                                     staging=StagingRing(slots=2, transfer=transfer),
-                                    **SMALL_BATCHES)
+                                    **cases.SMALL_BATCHES)
     adam = on_cuda._adam
 
     def update_then_hold_the_uploads(group, pieces, cut):
@@ -133,27 +125,27 @@ def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots(transfer):
             torch.cuda._sleep(20_000_000)          # about 10 ms on the GPU
 
     on_cuda._adam = update_then_hold_the_uploads       # SHAPES: 7 batches, 2 slots
-    assert_same(run_steps(on_cuda, cuda_params), run_steps(on_cpu, cpu_params))
+    cases.assert_same(cases.run_steps(on_cuda, cuda_params), cases.run_steps(on_cpu, cpu_params))
 
 
 @needs_cuda
 @pytest.mark.parametrize("transfer", TRANSFERS)
 def test_cuda_offload_adam_reads_a_value_changed_on_the_device(transfer):
-    cpu_params, cuda_params = make_params("cpu"), make_params("cuda")
+    cpu_params, cuda_params = cases.make_params("cpu"), cases.make_params("cuda")
     on_cpu, on_cuda = OffloadAdam(cpu_params, lr=0.01), OffloadAdam(cuda_params, lr=0.01)
     on_cuda.pipeline = HostPipeline(split=True, staging=StagingRing(transfer=transfer),
-                                    **SMALL_BATCHES)
+                                    **cases.SMALL_BATCHES)
     for step in range(3):
-        for p, g in zip(cuda_params, grads_at(step)):
+        for p, g in zip(cuda_params, cases.grads_at(step)):
             p.grad = g.cuda()
-        for p, g in zip(cpu_params, grads_at(step)):
+        for p, g in zip(cpu_params, cases.grads_at(step)):
             p.grad = g
         on_cuda.step()
         on_cpu.step()
         with torch.no_grad():                   # e.g. a weight edited between steps
             cuda_params[0].mul_(0.5)
             cpu_params[0].mul_(0.5)
-    assert_same([p.detach().cpu() for p in cuda_params], [p.detach() for p in cpu_params])
+    cases.assert_same([p.detach().cpu() for p in cuda_params], [p.detach() for p in cpu_params])
 
 
 @needs_cuda
@@ -164,7 +156,7 @@ def test_cuda_pipeline_results_are_ordered_before_later_work_on_the_stream(trans
     params = [torch.nn.Parameter(torch.zeros(4 * PIECE_ALIGNMENT + 1, device="cuda"))
               for _ in range(3)]
     pipeline = HostPipeline(split=True, staging=StagingRing(transfer=transfer),
-                            **SMALL_BATCHES)
+                            **cases.SMALL_BATCHES)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream), torch.no_grad():
         sums = []
@@ -190,32 +182,32 @@ def _fused_cuda_adam(params):
 
 @needs_cuda
 def test_cuda_update_on_the_device_is_torch_s_fused_cuda_adam_with_host_state():
-    ours, theirs = make_params("cuda"), make_params("cuda")
-    offload, adam = two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
+    ours, theirs = cases.make_params("cuda"), cases.make_params("cuda")
+    offload, adam = cases.two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
     assert _device_bytes_the_steps_allocate(offload, ours) == 0     # no state on the GPU
-    assert_same([p.detach().cpu() for p in ours], run_steps(adam, theirs))
-    states = state_copy(offload, ours)
+    cases.assert_same([p.detach().cpu() for p in ours], cases.run_steps(adam, theirs))
+    states = cases.state_copy(offload, ours)
     assert all(v.device.type == "cpu" for s in states for v in s.values())
     assert all(v.is_pinned() for p in ours for v in offload.state[p].values() if v.numel())
-    assert_same_state(states, [{k: v.cpu() for k, v in s.items()}
-                                for s in state_copy(adam, theirs)])
+    cases.assert_same_state(states, [{k: v.cpu() for k, v in s.items()}
+                                     for s in cases.state_copy(adam, theirs)])
 
 
 @needs_cuda
 def test_cuda_update_on_the_device_resumes_from_a_state_dict():
-    ours, theirs = make_params("cuda"), make_params("cuda")
-    offload, adam = two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
-    run_steps(offload, ours, steps=2)
-    run_steps(adam, theirs, steps=2)
+    ours, theirs = cases.make_params("cuda"), cases.make_params("cuda")
+    offload, adam = cases.two_groups(ours, update_on="device"), _fused_cuda_adam(theirs)
+    cases.run_steps(offload, ours, steps=2)
+    cases.run_steps(adam, theirs, steps=2)
     saved = offload.state_dict()
-    resumed = two_groups(ours, update_on="device")
+    resumed = cases.two_groups(ours, update_on="device")
     resumed.load_state_dict(saved)          # pageable host copies: pinned at the next step
-    for t in range(2, STEPS):
-        for p, q, g in zip(ours, theirs, grads_at(t)):
+    for t in range(2, cases.STEPS):
+        for p, q, g in zip(ours, theirs, cases.grads_at(t)):
             p.grad, q.grad = g.cuda(), g.cuda()
         resumed.step()
         adam.step()
-    assert_same([p.detach().cpu() for p in ours], [p.detach().cpu() for p in theirs])
+    cases.assert_same([p.detach().cpu() for p in ours], [p.detach().cpu() for p in theirs])
     assert all(v.is_pinned() for p in ours for v in resumed.state[p].values() if v.numel())
 
 
@@ -259,21 +251,21 @@ def test_cuda_update_on_the_device_refuses_layouts_its_kernel_cannot_take():
 def test_cuda_update_on_the_device_updates_cpu_parameters_beside_on_the_host():
     """One group of GPU and CPU parameters: the GPU's through the mapping, the CPU's by
     the host update, each as its own fused kernel does it."""
-    on_gpu, on_cpu = make_params("cuda"), make_params("cpu", seed=1)
+    on_gpu, on_cpu = cases.make_params("cuda"), cases.make_params("cpu", seed=1)
     mixed = [p for pair in zip(on_gpu, on_cpu) for p in pair]
     offload = OffloadAdam(mixed, lr=0.01, update_on="device")
-    ref_gpu, ref_cpu = make_params("cuda"), make_params("cpu", seed=1)
+    ref_gpu, ref_cpu = cases.make_params("cuda"), cases.make_params("cpu", seed=1)
     adam_gpu = torch.optim.Adam(ref_gpu, lr=0.01, fused=True)
     adam_cpu = torch.optim.Adam(ref_cpu, lr=0.01, fused=True)
-    for t in range(STEPS):
+    for t in range(cases.STEPS):
         for ps, device in ((on_gpu, "cuda"), (on_cpu, "cpu"), (ref_gpu, "cuda"),
                            (ref_cpu, "cpu")):
-            for p, g in zip(ps, grads_at(t)):
+            for p, g in zip(ps, cases.grads_at(t)):
                 p.grad = g.to(device)
         offload.step()
         adam_gpu.step()
         adam_cpu.step()
-    assert_same([p.detach().cpu() for p in on_gpu], [p.detach().cpu() for p in ref_gpu])
-    assert_same([p.detach() for p in on_cpu], [p.detach() for p in ref_cpu])
+    cases.assert_same([p.detach().cpu() for p in on_gpu], [p.detach().cpu() for p in ref_gpu])
+    cases.assert_same([p.detach() for p in on_cpu], [p.detach() for p in ref_cpu])
     assert all(v.is_pinned() for p in on_gpu for v in offload.state[p].values() if v.numel())
     assert not any(v.is_pinned() for p in on_cpu for v in offload.state[p].values())

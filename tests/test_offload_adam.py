@@ -11,18 +11,7 @@ from conftest import require
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
-from offload_cases import (  # noqa: E402
-    SHAPES,
-    SMALL_BATCHES,
-    STEPS,
-    assert_same,
-    assert_same_state,
-    grads_at,
-    make_params,
-    run_steps,
-    state_copy,
-    two_groups,
-)
+import offload_cases as cases  # noqa: E402
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 from torch.optim import adam as torch_adam  # noqa: E402
 
@@ -41,8 +30,8 @@ from unified_opt.backends.torch.staging import (  # noqa: E402
 
 @pytest.mark.parametrize("split", [True, False])
 def test_pieces_cover_each_parameter_once_in_order(split):
-    sizes = [torch.Size(s).numel() for s in SHAPES]
-    batches = plan_pieces(sizes, [split] * len(sizes), **SMALL_BATCHES)
+    sizes = [torch.Size(s).numel() for s in cases.SHAPES]
+    batches = plan_pieces(sizes, [split] * len(sizes), **cases.SMALL_BATCHES)
     pieces = [piece for batch in batches for piece in batch]
     for index, numel in enumerate(sizes):
         mine = [(start, stop) for i, start, stop in pieces if i == index]
@@ -90,22 +79,23 @@ def test_batch_sizes_below_the_alignment_are_refused():
 # -- on the CPU: the staged loop with plain copies -----------------------------------------
 
 def test_staged_and_cut_updates_are_the_plain_host_update_bit_for_bit():
-    plain_params, staged_params = make_params("cpu"), make_params("cpu")
-    plain = two_groups(plain_params)
-    staged = two_groups(staged_params)
-    staged.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
-    assert_same(run_steps(staged, staged_params, skip=(2, 0)),
-                 run_steps(plain, plain_params, skip=(2, 0)))
-    assert_same_state(state_copy(staged, staged_params), state_copy(plain, plain_params))
-    assert staged.state[staged_params[0]]["step"].item() == STEPS - 1   # skipped once
+    plain_params, staged_params = cases.make_params("cpu"), cases.make_params("cpu")
+    plain = cases.two_groups(plain_params)
+    staged = cases.two_groups(staged_params)
+    staged.pipeline = HostPipeline(split=True, stage_cpu=True, **cases.SMALL_BATCHES)
+    cases.assert_same(cases.run_steps(staged, staged_params, skip=(2, 0)),
+                      cases.run_steps(plain, plain_params, skip=(2, 0)))
+    cases.assert_same_state(cases.state_copy(staged, staged_params),
+                            cases.state_copy(plain, plain_params))
+    assert staged.state[staged_params[0]]["step"].item() == cases.STEPS - 1   # skipped once
 
 
 def test_the_host_update_is_torch_adams_fused_kernel():
-    ours, theirs = make_params("cpu"), make_params("cpu")
+    ours, theirs = cases.make_params("cpu"), cases.make_params("cpu")
     offload = OffloadAdam(ours, lr=0.01, weight_decay=0.1)
-    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
+    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **cases.SMALL_BATCHES)
     adam = torch.optim.Adam(theirs, lr=0.01, weight_decay=0.1, fused=True)
-    assert_same(run_steps(offload, ours), run_steps(adam, theirs))
+    cases.assert_same(cases.run_steps(offload, ours), cases.run_steps(adam, theirs))
 
 
 @pytest.mark.parametrize("betas", [(0.9, 0.99), (torch.tensor(0.9), torch.tensor(0.99))],
@@ -114,11 +104,11 @@ def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypat
     """Each kind of group (amsgrad, maximize) on both calls into the fused kernel (the
     direct one for float hyper-parameters, torch's own function for tensor betas), with
     the pieces' state views kept between steps and made again for a loaded state."""
-    ours, theirs = make_params("cpu"), make_params("cpu")
+    ours, theirs = cases.make_params("cpu"), cases.make_params("cpu")
     kinds = [{"weight_decay": 0.1}, {"amsgrad": True, "maximize": True}]
     offload = OffloadAdam([{"params": ours[:3], **kinds[0]}, {"params": ours[3:], **kinds[1]}],
                           lr=0.01, betas=betas)
-    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **SMALL_BATCHES)
+    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **cases.SMALL_BATCHES)
     adam = torch.optim.Adam([{"params": theirs[:3], **kinds[0]},
                              {"params": theirs[3:], **kinds[1]}], lr=0.01, betas=betas,
                             fused=True)
@@ -132,11 +122,11 @@ def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypat
 
         monkeypatch.setattr(torch_adam, "adam", counted)
         try:
-            return run_steps(offload, ours)
+            return cases.run_steps(offload, ours)
         finally:
             monkeypatch.setattr(torch_adam, "adam", through_torch)
 
-    assert_same(ours_run(), run_steps(adam, theirs))
+    cases.assert_same(ours_run(), cases.run_steps(adam, theirs))
     # the direct call for float hyper-parameters, torch's function for tensor ones
     assert (len(calls) > 0) == isinstance(betas[0], torch.Tensor)
     saved = copy.deepcopy(offload.state_dict())      # (it holds the state tensors)
@@ -147,8 +137,8 @@ def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypat
         for p, value in zip(ours, values):
             p.copy_(value)
     assert not offload._pieces          # the views of the replaced state are let go
-    assert_same(ours_run(), run_steps(adam, theirs))
-    assert_same_state(state_copy(offload, ours), state_copy(adam, theirs))
+    cases.assert_same(ours_run(), cases.run_steps(adam, theirs))
+    cases.assert_same_state(cases.state_copy(offload, ours), cases.state_copy(adam, theirs))
     kept = len(offload._pieces)
     offload.state.clear()               # a reset state: its new tensors take the old places
     ours_run()
@@ -156,11 +146,13 @@ def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypat
 
 
 def test_an_update_on_the_device_leaves_cpu_parameters_to_the_host_update():
-    plain_params, device_params = make_params("cpu"), make_params("cpu")
-    plain, device = two_groups(plain_params), two_groups(device_params, update_on="device")
-    assert_same(run_steps(device, device_params, skip=(1, 3)),
-                 run_steps(plain, plain_params, skip=(1, 3)))
-    assert_same_state(state_copy(device, device_params), state_copy(plain, plain_params))
+    plain_params, device_params = cases.make_params("cpu"), cases.make_params("cpu")
+    plain = cases.two_groups(plain_params)
+    device = cases.two_groups(device_params, update_on="device")
+    cases.assert_same(cases.run_steps(device, device_params, skip=(1, 3)),
+                      cases.run_steps(plain, plain_params, skip=(1, 3)))
+    cases.assert_same_state(cases.state_copy(device, device_params),
+                            cases.state_copy(plain, plain_params))
 
 
 def test_a_device_mapping_of_no_bytes_is_an_empty_tensor_and_pageable_memory_is_refused():
@@ -175,7 +167,7 @@ def test_a_device_mapping_of_no_bytes_is_an_empty_tensor_and_pageable_memory_is_
 def test_uo_build_passes_update_on_to_offload_adam():
     import unified_opt as uo
 
-    params = make_params("cpu")
+    params = cases.make_params("cpu")
     optimizer = uo.build(uo.AdamOffload(lr=0.01), params, options={"update_on": "device"})
     assert isinstance(optimizer, OffloadAdam) and optimizer.update_on == "device"
     with pytest.raises(ValueError, match="update_on must be one of"):
@@ -188,9 +180,9 @@ def test_uo_build_passes_update_on_to_offload_adam():
     ("gpu", ValueError, "OffloadAdam: update_on must be one of ('host', 'device'), got 'gpu'")])
 def test_update_on_is_checked(update_on, error, words):
     with pytest.raises(error) as raised:
-        OffloadAdam(make_params("cpu"), update_on=update_on)
+        OffloadAdam(cases.make_params("cpu"), update_on=update_on)
     assert str(raised.value) == words
-    optimizer = OffloadAdam(make_params("cpu"))
+    optimizer = OffloadAdam(cases.make_params("cpu"))
     with pytest.raises(error) as raised:
         optimizer.update_on = update_on             # between steps: the same check
     assert str(raised.value) == words and optimizer.update_on == "host"
@@ -199,7 +191,7 @@ def test_update_on_is_checked(update_on, error, words):
 def test_an_update_on_the_device_refuses_a_device_other_than_cuda_before_any_state():
     meta = torch.nn.Parameter(torch.ones(3, device="meta"))
     meta.grad = torch.ones_like(meta)
-    offload = OffloadAdam([meta, *make_params("cpu")[:1]], update_on="device")
+    offload = OffloadAdam([meta, *cases.make_params("cpu")[:1]], update_on="device")
     with pytest.raises(ValueError) as raised:
         offload.step()
     assert str(raised.value) == ("OffloadAdam(update_on='device') updates the parameters "
@@ -224,8 +216,8 @@ def test_a_device_mapping_s_holder_frees_the_host_pages_without_the_collector():
 
 
 def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
-    params = make_params("cpu")
-    for p, g in zip(params, grads_at(0)):
+    params = cases.make_params("cpu")
+    for p, g in zip(params, cases.grads_at(0)):
         p.grad = g
     seen = []
 
@@ -236,9 +228,9 @@ def test_whole_pieces_for_an_update_that_needs_the_whole_tensor():
             piece.value.sub_(piece.grad.norm() * piece.grad)
 
     expected = [(p.detach() - p.grad.norm() * p.grad).clone() for p in params]
-    HostPipeline(stage_cpu=True, **SMALL_BATCHES).run(params, update)
+    HostPipeline(stage_cpu=True, **cases.SMALL_BATCHES).run(params, update)
     assert seen == list(range(len(params)))
-    assert_same([p.detach() for p in params], expected)
+    cases.assert_same([p.detach() for p in params], expected)
 
 
 def test_the_own_offload_path_through_a_ring_is_its_unstaged_update_bit_for_bit():
@@ -247,13 +239,13 @@ def test_the_own_offload_path_through_a_ring_is_its_unstaged_update_bit_for_bit(
     import unified_opt as uo
 
     spec = uo.AdamOffload(lr=0.01, eps_placement="eps_hat", weight_decay=0.1)
-    staged_params, plain_params = make_params("cpu"), make_params("cpu")
+    staged_params, plain_params = cases.make_params("cpu"), cases.make_params("cpu")
     staged = uo.build(spec, [(f"p{i}", p) for i, p in enumerate(staged_params)])
     plain = uo.build(spec, [(f"p{i}", p) for i, p in enumerate(plain_params)])
     ring = StagingRing(slots=2)
-    staged._offload.pipeline = HostPipeline(stage_cpu=True, staging=ring, **SMALL_BATCHES)
-    assert_same(run_steps(staged, staged_params, skip=(1, 2)), run_steps(plain, plain_params,
-                                                                 skip=(1, 2)))
+    staged._offload.pipeline = HostPipeline(stage_cpu=True, staging=ring, **cases.SMALL_BATCHES)
+    cases.assert_same(cases.run_steps(staged, staged_params, skip=(1, 2)),
+                      cases.run_steps(plain, plain_params, skip=(1, 2)))
     batches = staged._offload.pipeline.batches(list(enumerate(staged_params)))
     assert len(batches) > 2 and len(ring.pinned()) == 2
     assert all(piece.whole for batch in batches for piece in batch)

@@ -12,18 +12,8 @@ from conftest import require
 
 pytestmark = require("torch")
 torch = pytest.importorskip("torch")
+import offload_cases as cases  # noqa: E402
 from lazy_streams import LazyCuda  # noqa: E402
-from offload_cases import (  # noqa: E402
-    SHAPES,
-    SMALL_BATCHES,
-    assert_same,
-    assert_same_state,
-    grads_at,
-    make_params,
-    run_steps,
-    state_copy,
-    two_groups,
-)
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 
 from unified_opt.backends.torch.offload import OffloadAdam  # noqa: E402
@@ -118,13 +108,14 @@ def _streamed_log(staging):
     """The stand-in's log of one streamed step, checked bit for bit against the plain
     host update; and the number of batches."""
     cuda = _StandInCuda()
-    params, plain_params = make_params("cpu"), make_params("cpu")
-    streamed, plain = two_groups(params), two_groups(plain_params)
-    streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=staging, **SMALL_BATCHES)
+    params, plain_params = cases.make_params("cpu"), cases.make_params("cpu")
+    streamed, plain = cases.two_groups(params), cases.two_groups(plain_params)
+    streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=staging, **cases.SMALL_BATCHES)
     original = streamed._adam
     streamed._adam = lambda group, pieces, cut: (cuda.log.append("update"),
                                                  original(group, pieces, cut))
-    assert_same(run_steps(streamed, params, steps=1), run_steps(plain, plain_params, steps=1))
+    cases.assert_same(cases.run_steps(streamed, params, steps=1),
+                      cases.run_steps(plain, plain_params, steps=1))
     return cuda.log, len(streamed.pipeline.batches(list(enumerate(params))))
 
 
@@ -199,8 +190,9 @@ def test_the_kernel_transfer_sends_a_batch_up_and_a_later_one_down_in_one_kernel
     assert updates[0] > log.index("synchronize 0") and updates[-1] < len(log) - 1
     # values and gradients of the first two batches down, each in its own call; then
     # each batch's values up with the values and gradients of the batch two on
-    sizes = [len(batch) for batch in plan_pieces([p.numel() for p in make_params("cpu")],
-                                                 [True] * len(SHAPES), **SMALL_BATCHES)]
+    sizes = [len(batch) for batch in plan_pieces(
+        [p.numel() for p in cases.make_params("cpu")], [True] * len(cases.SHAPES),
+        **cases.SMALL_BATCHES)]
     expected_calls = [2 * sizes[0], 2 * sizes[1]]
     for n, size in enumerate(sizes):
         expected_calls.append(size + (2 * sizes[n + 2] if n + 2 < len(sizes) else 0))
@@ -227,10 +219,10 @@ def test_the_streamed_loops_order_each_copy_as_late_as_their_waits_allow(make_st
     uploads of a step called from another stream, or the caller's later work not
     ordered after the uploads, would change the numbers."""
     cuda = LazyCuda()
-    params, plain_params = make_params("cpu"), make_params("cpu")
-    streamed, plain = two_groups(params), two_groups(plain_params)
+    params, plain_params = cases.make_params("cpu"), cases.make_params("cpu")
+    streamed, plain = cases.two_groups(params), cases.two_groups(plain_params)
     streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=make_staging(),
-                                       **SMALL_BATCHES)
+                                       **cases.SMALL_BATCHES)
     other = cuda.Stream()
     # (the stream a step is called from, edit before it, edit after it)
     steps = [(cuda.caller, False, True), (other, True, False), (cuda.caller, False, True),
@@ -246,7 +238,7 @@ def test_the_streamed_loops_order_each_copy_as_late_as_their_waits_allow(make_st
     pending = []
     with cuda:
         for t, (caller, before, after) in enumerate(steps):
-            for p, q, g in zip(params, plain_params, grads_at(t)):
+            for p, q, g in zip(params, plain_params, cases.grads_at(t)):
                 p.grad, q.grad = g, g.clone()
             if before:
                 edit(caller)
@@ -258,8 +250,9 @@ def test_the_streamed_loops_order_each_copy_as_late_as_their_waits_allow(make_st
                 edit(caller)
         cuda.synchronize()
     assert pending[1] > 0       # the next step's downloads had those uploads to wait for
-    assert_same([p.detach() for p in params], [p.detach() for p in plain_params])
-    assert_same_state(state_copy(streamed, params), state_copy(plain, plain_params))
+    cases.assert_same([p.detach() for p in params], [p.detach() for p in plain_params])
+    cases.assert_same_state(cases.state_copy(streamed, params),
+                            cases.state_copy(plain, plain_params))
 
 
 def test_a_kernel_ring_of_two_slots_brings_each_batch_down_after_the_last_went_up():
@@ -273,22 +266,22 @@ def test_a_kernel_ring_of_two_slots_brings_each_batch_down_after_the_last_went_u
 
 def _ring_pipeline(slots, split=True):
     """CPU parameters with gradients, and a staged pipeline over a ring of ``slots``."""
-    params = make_params("cpu")
-    for p, g in zip(params, grads_at(0)):
+    params = cases.make_params("cpu")
+    for p, g in zip(params, cases.grads_at(0)):
         p.grad = g
     ring = StagingRing(slots=slots)
     return params, ring, HostPipeline(split=split, stage_cpu=True, staging=ring,
-                                      **SMALL_BATCHES)
+                                      **cases.SMALL_BATCHES)
 
 
 @pytest.mark.parametrize("transfer", TRANSFERS)
 def test_a_failed_update_still_orders_the_caller_after_the_queued_uploads(transfer):
     cuda = _StandInCuda()
-    params = make_params("cpu")
-    for p, g in zip(params, grads_at(0)):
+    params = cases.make_params("cpu")
+    for p, g in zip(params, cases.grads_at(0)):
         p.grad = g
     pipeline = _StreamedOnCpu(cuda, split=True, staging=StagingRing(transfer=transfer),
-                              **SMALL_BATCHES)
+                              **cases.SMALL_BATCHES)
     calls = []
 
     def update(batch):
@@ -323,11 +316,11 @@ def test_a_ring_gives_each_slot_its_batches_and_grows_to_the_largest():
     size = ring.pinned()[0].numel()
     big = [torch.nn.Parameter(torch.zeros(5 * PIECE_ALIGNMENT))]
     big[0].grad = torch.zeros_like(big[0])
-    HostPipeline(stage_cpu=True, staging=ring, **SMALL_BATCHES).batches(list(enumerate(big)))
+    HostPipeline(stage_cpu=True, staging=ring, **cases.SMALL_BATCHES).batches(list(enumerate(big)))
     assert ring.pinned()[0].numel() == 2 * 5 * PIECE_ALIGNMENT * 4 > size   # whole: grown
     assert len(ring.pinned()) == 3
     fresh = StagingRing(slots=3)        # one batch: one slot
-    HostPipeline(stage_cpu=True, staging=fresh, **SMALL_BATCHES).batches(list(enumerate(big)))
+    HostPipeline(stage_cpu=True, staging=fresh, **cases.SMALL_BATCHES).batches(list(enumerate(big)))
     assert len(fresh.pinned()) == 1
 
 
