@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import numpy as np
 import torch
 
@@ -16,6 +19,15 @@ from .kernels import TorchKernels
 from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
+
+#: hyperparameter names of torch's optimizers: a param group of the own path holding one
+#: was written by hand or by a script meant for a native class (see ``_check_groups``)
+TORCH_HYPERPARAMETERS = frozenset({
+    "weight_decay", "momentum", "dampening", "nesterov", "betas", "eps", "amsgrad",
+    "maximize", "foreach", "fused", "capturable", "differentiable", "decoupled_weight_decay",
+    "momentum_decay", "lr_decay", "initial_accumulator_value", "rho", "alpha", "centered",
+    "lambd", "t0", "etas", "step_sizes", "beta1", "beta2", "beta3", "eps2", "d",
+    "clip_threshold", "scale_parameter", "relative_step", "warmup_init"})
 
 #: torch's dtypes of :data:`~unified_opt.storage.LOW_PRECISION`
 LOW_TORCH_DTYPES = frozenset(map(torch_dtype, LOW_PRECISION))
@@ -117,6 +129,24 @@ class SpecOptimizer(torch.optim.Optimizer):
         self._sharded = any(isinstance(p, DTensor) for p in params)
         self._vm = vm
         self._loop = StepLoop(spec, plans, params, self._engines, _Host(self))
+        #: names a param group may not hold: the spec's hyperparameters and torch's (the
+        #: own path reads only ``lr`` from a group; a write of another would be ignored)
+        self._fixed_keys = frozenset(
+            {f.name for plan in plans for f in dataclasses.fields(plan.spec)}
+            | TORCH_HYPERPARAMETERS) - {"lr"}
+        self._index = {id(p): i for i, p in enumerate(params)}
+        self._init_shapes: dict = {}
+        self.register_load_state_dict_pre_hook(_check_loaded_state)
+        self._built = True
+
+    def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_built", False):
+            raise ValueError(
+                "SpecOptimizer: add_param_group is refused after uo.build: the own path "
+                "makes each parameter's plan, engines and gradient pre-step when it is "
+                "built, so a parameter added later would not be updated as the spec says; "
+                "build the optimizer with every parameter (uo.build(spec, params))")
+        super().add_param_group(param_group)
 
     def _engines(self, index: int, spec) -> list:
         """The engines of a parameter, first to last (the module of each says what it
@@ -142,6 +172,7 @@ class SpecOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._check_groups()
         taken = self._loop.step()
         self.skipped.append(not taken)
         if taken and self.exchange is not None:
@@ -150,6 +181,81 @@ class SpecOptimizer(torch.optim.Optimizer):
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}
+
+    def _check_groups(self) -> None:
+        """Refuse a hyperparameter written into a param group, before the step changes
+        anything: the own path takes them from the spec (``lr`` alone from the group)."""
+        for g, group in enumerate(self.param_groups):
+            for key in group.keys() & self._fixed_keys:
+                raise ValueError(
+                    f"SpecOptimizer: param_groups[{g}][{key!r}] = {group[key]!r} is not read "
+                    f"by the own path, which takes every hyperparameter but lr from the "
+                    f"spec; build a new optimizer from spec.replace({key}=...), or set lr "
+                    f"through param_groups")
+
+    def expected_state(self, p) -> dict[str, tuple]:
+        """The shape of each state array the spec keeps for ``p`` (``spec.init`` run on
+        a meta tensor of ``p``'s shape: nothing allocated)."""
+        spec = self.plans[self._index[id(p)]].spec
+        key = (id(spec), tuple(p.shape))
+        if key not in self._init_shapes:
+            like = torch.empty(p.shape, dtype=torch.float32, device="meta")
+            self._init_shapes[key] = {name: tuple(array.shape)
+                                      for name, array in spec.init(like, torch_ops).items()}
+        return self._init_shapes[key]
+
+
+def _check_loaded_state(optimizer: SpecOptimizer, state_dict: dict) -> None:
+    """``load_state_dict``'s pre-hook: the groups hold no hyperparameter but lr, each
+    parameter's state has the spec's arrays in the parameter's shapes and a whole,
+    finite, non-negative step count, and the steps taken are an int >= 0; a ValueError
+    naming the first difference, before anything is loaded (torch's own load then
+    checks the counts of groups and parameters)."""
+    groups, state = state_dict["param_groups"], state_dict["state"]
+    if len(groups) != len(optimizer.param_groups) or any(
+            len(a["params"]) != len(b["params"])
+            for a, b in zip(groups, optimizer.param_groups)):
+        return      # torch's load refuses it with its own message
+    taken = groups[0].get(STEPS_TAKEN, 0)
+    if isinstance(taken, bool) or not isinstance(taken, int) or taken < 0:
+        raise ValueError(f"SpecOptimizer.load_state_dict: param_groups[0][{STEPS_TAKEN!r}] "
+                         f"must be an int >= 0, got {taken!r}")
+    for g, group in enumerate(groups):
+        for key in group.keys() & optimizer._fixed_keys:
+            raise ValueError(f"SpecOptimizer.load_state_dict: param_groups[{g}] holds "
+                             f"{key!r}, which the own path does not read (every "
+                             f"hyperparameter but lr is the spec's): a state_dict of a "
+                             f"native optimizer?")
+    saved = [i for group in groups for i in group["params"]]
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for number, (key, p) in enumerate(zip(saved, params)):
+        held = state.get(key)
+        if held is None:
+            continue
+        where = f"SpecOptimizer.load_state_dict: the state of parameter {number} " \
+                f"{list(p.shape)}"
+        expected = optimizer.expected_state(p)
+        missing = sorted(expected.keys() - held.keys()) + \
+            ([STEP] if STEP not in held else [])
+        extra = sorted(held.keys() - expected.keys() - {STEP})
+        if missing or extra:
+            differs = " and ".join(([f"lacks {missing}"] if missing else []) +
+                                   ([f"has {extra}"] if extra else []))
+            raise ValueError(f"{where} {differs}; the spec keeps {sorted(expected)} and "
+                             f"{STEP!r} (a state_dict of another optimizer or spec?)")
+        for name, shape in expected.items():
+            array = held[name]
+            if not isinstance(array, torch.Tensor) or tuple(array.shape) != shape:
+                got = list(array.shape) if isinstance(array, torch.Tensor) else \
+                    type(array).__name__
+                raise ValueError(f"{where}: {name!r} is {got}, the spec's is {list(shape)} "
+                                 f"(a state_dict of another model?)")
+        count = held[STEP]
+        value = float(count) if isinstance(count, torch.Tensor) and count.numel() == 1 \
+            else count
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
+                not math.isfinite(value) or value < 0 or value != int(value):
+            raise ValueError(f"{where}: {STEP!r} must be a whole count >= 0, got {count!r}")
 
 
 def _vm_refusal(p, spec) -> str:

@@ -142,6 +142,31 @@ class NativeStepHooks:
         steps_taken(optimizer)
         optimizer.register_step_pre_hook(self.before)
         optimizer.register_step_post_hook(self.after)
+        optimizer.register_load_state_dict_pre_hook(self.check_loaded)
+        if self.pre_step or self.varies:
+            optimizer.add_param_group = self.refuse_new_group
+
+    def refuse_new_group(self, param_group) -> None:
+        """``add_param_group`` where the pre-step or per-step values cover the parameters
+        given to ``uo.build`` only: a later group would escape them."""
+        raise ValueError(
+            "add_param_group is refused on this uo.build optimizer: its gradient pre-step "
+            "(clipping, loss scale, the non-finite skip) and per-step hyperparameters run "
+            "over the parameters it was built with, so a group added later would escape "
+            "them; build the optimizer with every parameter (uo.build(spec, params))")
+
+    def check_loaded(self, optimizer, state_dict) -> None:
+        """``load_state_dict``'s pre-hook: every saved group holds the hyperparameters the
+        class reads from it (a state_dict of an own-path optimizer holds only lr), or a
+        ValueError before anything is loaded (torch's load checks no group keys: the
+        step would fail on a missing one)."""
+        needed = set(self.lowering.to_native(self.group_specs[0])) | {"lr"}
+        for g, group in enumerate(state_dict["param_groups"]):
+            missing = sorted(needed - group.keys())
+            if missing:
+                raise ValueError(f"load_state_dict: param_groups[{g}] lacks {missing}, which "
+                                 f"{type(optimizer).__name__} reads from each group (a "
+                                 f"state_dict of another optimizer?)")
 
     @torch.no_grad()
     def before(self, optimizer, args, kwargs):

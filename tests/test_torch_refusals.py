@@ -1,0 +1,127 @@
+"""What a torch optimizer made by ``uo.build`` refuses rather than silently mishandle: a
+param group added after the build where the build's pre-step, per-step values or own
+update could not cover it, a hyperparameter written into an own-path group (the own path
+reads only lr), and a state_dict whose state or groups do not fit the spec, each refused
+before anything changes."""
+
+import copy
+
+import pytest
+from conftest import require
+
+import unified_opt as uo
+
+pytestmark = require("torch")
+torch = pytest.importorskip("torch")
+
+
+def _param(value=1.0, n=3):
+    return torch.nn.Parameter(torch.full((n,), value))
+
+
+def _stepped(spec, path, steps=2):
+    w = _param()
+    optimizer = uo.build(spec, [w], path=path)
+    for t in range(steps):
+        w.grad = torch.full((3,), 0.5 + t)
+        optimizer.step()
+    return w, optimizer
+
+
+@pytest.mark.parametrize("spec", [uo.Lamb(lr=0.1), uo.AdamW(lr=0.1)], ids=["lamb", "adamw"])
+def test_the_own_path_refuses_a_group_added_after_the_build(spec):
+    w, optimizer = _stepped(spec, "own", steps=1)
+    before = copy.deepcopy(optimizer.state_dict())
+    with pytest.raises(ValueError, match="add_param_group is refused after uo.build"):
+        optimizer.add_param_group({"params": [_param()]})
+    assert len(optimizer.param_groups) == 1
+    assert str(optimizer.state_dict()) == str(before)
+
+
+def test_a_native_build_with_a_pre_step_refuses_a_group_added_later():
+    spec = uo.SGD(lr=1.0, grad_clip=uo.ClipByGlobalNorm(max_norm=1e-3), skip_nonfinite=True)
+    optimizer = uo.build(spec, [_param()], path="native")
+    assert isinstance(optimizer, torch.optim.SGD)
+    with pytest.raises(ValueError, match="group added later would escape them"):
+        optimizer.add_param_group({"params": [_param()]})
+    assert len(optimizer.param_groups) == 1
+
+
+def test_a_native_build_without_pre_step_takes_a_group_added_later_as_torch_does():
+    w, extra = _param(), _param()
+    optimizer = uo.build(uo.AdamW(lr=0.1), [w], path="native")
+    optimizer.add_param_group({"params": [extra]})
+    reference = torch.optim.AdamW([_param()], lr=0.1)
+    w.grad = extra.grad = reference.param_groups[0]["params"][0].grad = torch.ones(3)
+    optimizer.step()
+    reference.step()
+    expected = reference.param_groups[0]["params"][0].detach()
+    assert torch.equal(w.detach(), expected) and torch.equal(extra.detach(), expected)
+
+
+def test_the_own_path_refuses_a_hyperparameter_written_into_a_group_before_stepping():
+    w, optimizer = _stepped(uo.AdamW(lr=0.1, weight_decay=0.0), "own")
+    value, state = w.detach().clone(), copy.deepcopy(optimizer.state_dict())
+    optimizer.param_groups[0]["weight_decay"] = 0.5
+    w.grad = torch.zeros(3)
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['weight_decay'\] = 0.5 is not "
+                                         r"read by the own path"):
+        optimizer.step()
+    assert torch.equal(w.detach(), value)
+    del optimizer.param_groups[0]["weight_decay"]
+    assert str(optimizer.state_dict()) == str(state)
+    optimizer.param_groups[0]["lr"] = 0.0       # lr is read from the group: no change
+    optimizer.step()
+    assert torch.equal(w.detach(), value)
+
+
+def _edited(edit):
+    """A Lamb state_dict of two steps with ``edit`` applied."""
+    _, optimizer = _stepped(uo.Lamb(lr=0.1), "own")
+    saved = copy.deepcopy(optimizer.state_dict())
+    edit(saved)
+    return saved
+
+
+def _set_state(key, value):
+    return lambda saved: saved["state"][0].__setitem__(key, value)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_set_state("step", torch.tensor(-3.0)), "'step' must be a whole count >= 0, got tensor(-3.)"),
+    (_set_state("step", torch.tensor(float("nan"))), "'step' must be a whole count >= 0"),
+    (_set_state("step", torch.tensor(2.7)), "'step' must be a whole count >= 0"),
+    (lambda saved: saved["state"][0].pop("exp_avg_sq"), "lacks ['exp_avg_sq']; the spec keeps"),
+    (_set_state("bogus", torch.zeros(3)), "has ['bogus']; the spec keeps"),
+    (_set_state("exp_avg", torch.zeros(1)), "'exp_avg' is [1], the spec's is [3]"),
+    (lambda saved: saved["param_groups"][0].__setitem__("steps_taken", "x"),
+     "param_groups[0]['steps_taken'] must be an int >= 0, got 'x'"),
+    (lambda saved: saved["param_groups"][0].__setitem__("weight_decay", 0.9),
+     "param_groups[0] holds 'weight_decay', which the own path does not read"),
+], ids=["negative-step", "nan-step", "fractional-step", "missing-array", "extra-array",
+        "wrong-shape", "steps-taken", "group-hyperparameter"])
+def test_the_own_path_refuses_a_state_dict_that_does_not_fit_before_loading(edit, words):
+    w, optimizer = _stepped(uo.Lamb(lr=0.1), "own", steps=1)
+    before = copy.deepcopy(optimizer.state_dict())
+    with pytest.raises(ValueError) as raised:
+        optimizer.load_state_dict(_edited(edit))
+    assert words in str(raised.value)
+    assert str(optimizer.state_dict()) == str(before)
+
+
+def test_the_own_path_loads_its_own_state_dict_and_a_whole_integer_step():
+    _, optimizer = _stepped(uo.Lamb(lr=0.1), "own")
+    saved = _edited(_set_state("step", 2))
+    optimizer.load_state_dict(saved)
+    assert float(optimizer.state[optimizer.param_groups[0]["params"][0]]["step"]) == 2
+
+
+def test_a_native_build_refuses_an_own_path_state_dict_lacking_its_group_values():
+    _, own = _stepped(uo.Adam(lr=0.1), "own")
+    native = uo.build(uo.Adam(lr=0.1), [_param()], path="native")
+    before = copy.deepcopy(native.state_dict())
+    with pytest.raises(ValueError, match=r"param_groups\[0\] lacks \['amsgrad', 'betas', "
+                                         r"'eps', 'maximize', 'weight_decay'\], which Adam "
+                                         r"reads from each group"):
+        native.load_state_dict(own.state_dict())
+    assert str(native.state_dict()) == str(before)
