@@ -197,6 +197,28 @@ def test_bad_arguments_raise_naming_argument_and_value(cls, kwargs, error, text)
 def test_bad_steps_and_dicts():
     with pytest.raises(ValueError, match=r"step must be an int >= 0, got -1"):
         COSINE(-1)
+    with pytest.raises(TypeError, match=r"step must be an int >= 0, got 3.0 of type float"):
+        COSINE(3.0)
+
+
+@pytest.mark.parametrize("make, error, text", [
+    (lambda: S.Lambda(fn=lambda t: -1.0), ValueError,
+     r"Lambda: fn\(3\) gave -1.0; the lr factor must be finite and >= 0"),
+    (lambda: S.Lambda(fn=lambda t: float("nan")), ValueError, r"Lambda: fn\(3\) gave nan"),
+    (lambda: S.Lambda(fn=lambda t: "x"), TypeError,
+     r"Lambda: fn\(3\) gave 'x' of type str; the lr factor must be a number"),
+    (lambda: S.Multiplicative(fn=lambda t: 1.0 if t < 2 else -0.5), ValueError,
+     r"Multiplicative: fn\(2\) gave -0.5"),
+    (lambda: S.LinearWarmup(warmup_steps=1, start_lr=0.0, end_lr=0.1,
+                            after=S.Lambda(fn=lambda t: -0.1)), ValueError,
+     r"Lambda: fn\(\d\) gave -0.1"),
+])
+def test_a_user_function_giving_no_lr_is_refused_at_its_step(make, error, text):
+    with pytest.raises(error, match=text):
+        make()(3)
+
+
+def test_unknown_schedules_in_dicts_are_refused():
     with pytest.raises(ValueError, match=r"unknown schedule 'warp'"):
         S.schedule_from_dict({"schedule": "warp"})
 

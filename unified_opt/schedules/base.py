@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from typing import Any, ClassVar, Mapping
 
 from .. import _validation as v
@@ -43,7 +45,10 @@ class Schedule:
         return {}
 
     def __call__(self, step: int) -> float:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"{type(self).__name__}: step must be an int >= 0, got {step!r} "
+                            f"of type {type(step).__name__}")
+        if step < 0:
             raise ValueError(f"{type(self).__name__}: step must be an int >= 0, got {step!r}")
         return float(self.value(step))
 
@@ -60,6 +65,19 @@ class Schedule:
         for f in dataclasses.fields(self):
             out[f.name] = _encode(self, f.name, getattr(self, f.name))
         return out
+
+
+def checked_factor(owner: Schedule, step: int, factor) -> float:
+    """``fn(step)`` of a user's function, refused where it would make an lr no spec may
+    have (not a finite number >= 0). The schedules built in follow their frameworks'
+    formulas and are not checked here."""
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real):
+        raise TypeError(f"{type(owner).__name__}: fn({step}) gave {factor!r} of type "
+                        f"{type(factor).__name__}; the lr factor must be a number")
+    if not math.isfinite(factor) or factor < 0:
+        raise ValueError(f"{type(owner).__name__}: fn({step}) gave {factor!r}; the lr "
+                         f"factor must be finite and >= 0")
+    return float(factor)
 
 
 def _encode(owner: Schedule, field: str, value: Any) -> Any:

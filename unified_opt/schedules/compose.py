@@ -23,6 +23,7 @@ from .base import (
     check_lr,
     check_schedule,
     check_steps,
+    checked_factor,
     schedule_dataclass,
 )
 
@@ -138,7 +139,7 @@ class Lambda(Schedule):
         return {"fn": check_callable(owner, "fn", self.fn), "lr": check_lr(owner, "lr", self.lr)}
 
     def value(self, step):
-        return self.lr * self.fn(step)
+        return self.lr * checked_factor(self, step, self.fn(step))
 
 
 @schedule_dataclass
@@ -157,5 +158,6 @@ class Multiplicative(Schedule):
         # the running products, kept: lr * fn(1) * ... * fn(t), multiplied in that order
         products = self.__dict__.setdefault("_products", [self.lr])
         while len(products) <= step:
-            products.append(products[-1] * self.fn(len(products)))
+            factor = checked_factor(self, len(products), self.fn(len(products)))
+            products.append(products[-1] * factor)
         return products[step]
