@@ -249,3 +249,28 @@ def test_the_own_offload_path_through_a_ring_is_its_unstaged_update_bit_for_bit(
     batches = staged._offload.pipeline.batches(list(enumerate(staged_params)))
     assert len(batches) > 2 and len(ring.pinned()) == 2
     assert all(piece.whole for batch in batches for piece in batch)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda held: held.__setitem__("exp_avg", torch.zeros(1, 6)),
+     "'exp_avg' is [1, 6], it keeps [5, 6]"),
+    (lambda held: held.__setitem__("exp_avg_sq", torch.zeros(6, 5)),
+     "'exp_avg_sq' is [6, 5], it keeps [5, 6]"),
+    (lambda held: held.pop("exp_avg"), "lacks ['exp_avg']"),
+    (lambda held: held.__setitem__("step", torch.tensor(-1.0)), "'step' must be a whole count"),
+], ids=["broadcastable", "transposed", "missing", "negative-step"])
+def test_a_state_dict_whose_moments_do_not_fit_is_refused_before_loading(edit, words):
+    """Its fused kernel is called without torch's checks: a moment of another shape would
+    be written out of bounds."""
+    p = torch.nn.Parameter(torch.randn(5, 6))
+    optimizer = OffloadAdam([p], lr=0.01)
+    p.grad = torch.randn(5, 6)
+    optimizer.step()
+    saved = copy.deepcopy(optimizer.state_dict())
+    edit(saved["state"][0])
+    before = copy.deepcopy(optimizer.state_dict())
+    with pytest.raises(ValueError) as raised:
+        optimizer.load_state_dict(saved)
+    assert "OffloadAdam.load_state_dict: the state of parameter 0 [5, 6]" in str(raised.value)
+    assert words in str(raised.value)
+    assert str(optimizer.state_dict()) == str(before)

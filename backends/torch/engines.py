@@ -28,11 +28,10 @@ from unified_opt.storage import math_dtype, rounds, state_storage
 
 from .compiled import compilable, kernel
 from .kernels import TorchKernels
+from .loading import STEP
 from .ops import DTensor, torch_ops
 from .pipeline import HostPipeline
 from .staging import HostStaging, StagingRing
-
-STEP = "step"
 
 
 def spec_arrays(state: dict) -> dict:

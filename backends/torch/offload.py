@@ -19,6 +19,7 @@ from torch.optim import adam as torch_adam
 
 from unified_opt import _validation as v
 
+from .loading import check_loaded_state
 from .pipeline import HostPipeline, Piece
 from .staging import (
     HOST,
@@ -56,6 +57,18 @@ def _check_device_update(params) -> bool:
                              f"must have its dtype and strides ({p.dtype}, {p.stride()}), "
                              f"got {p.grad.dtype}, {p.grad.stride()}")
     return bool(devices)
+
+
+def _check_loaded_moments(optimizer, state_dict: dict) -> None:
+    """The pre-hook refusing a state_dict whose moments are not each parameter's shape
+    (its fused kernel, called directly, would write out of bounds): Adam's ``exp_avg``
+    and ``exp_avg_sq``, and ``max_exp_avg_sq`` in an amsgrad group."""
+    def moments(group, p) -> dict[str, tuple]:
+        names = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group.get("amsgrad")
+                                             else ())
+        return dict.fromkeys(names, tuple(p.shape))
+
+    check_loaded_state("OffloadAdam.load_state_dict", optimizer, state_dict, moments)
 
 
 def keep_state_on_host(optimizer) -> None:
@@ -128,6 +141,7 @@ class OffloadAdam(torch.optim.Optimizer):
         # (id(parameter), state name, start, stop) -> (state tensor, view); a new state
         # tensor (a reset state, one written by hand) takes its old entry's place
         self._pieces: dict[tuple, tuple] = {}
+        self.register_load_state_dict_pre_hook(_check_loaded_moments)
         self.register_load_state_dict_post_hook(keep_state_on_host)
         # the aliases and views of state just replaced would keep it (and its pinned pages)
         self.register_load_state_dict_post_hook(lambda optimizer: optimizer._forget_views())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 import torch
@@ -16,6 +15,7 @@ from .compiled import check_mode
 from .cuda import CudaKernels
 from .engines import STEP, Eager, Inductor, Kernels, Offload, dtype_name, torch_dtype
 from .kernels import TorchKernels
+from .loading import check_loaded_state
 from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
 from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
@@ -206,56 +206,22 @@ class SpecOptimizer(torch.optim.Optimizer):
 
 
 def _check_loaded_state(optimizer: SpecOptimizer, state_dict: dict) -> None:
-    """``load_state_dict``'s pre-hook: the groups hold no hyperparameter but lr, each
-    parameter's state has the spec's arrays in the parameter's shapes and a whole,
-    finite, non-negative step count, and the steps taken are an int >= 0; a ValueError
-    naming the first difference, before anything is loaded (torch's own load then
-    checks the counts of groups and parameters)."""
-    groups, state = state_dict["param_groups"], state_dict["state"]
-    if len(groups) != len(optimizer.param_groups) or any(
-            len(a["params"]) != len(b["params"])
-            for a, b in zip(groups, optimizer.param_groups)):
-        return      # torch's load refuses it with its own message
-    taken = groups[0].get(STEPS_TAKEN, 0)
+    """``load_state_dict``'s pre-hook: the groups hold no hyperparameter but lr and
+    steps taken an int >= 0, each parameter's state the spec's arrays (see
+    :func:`.loading.check_loaded_state`)."""
+    owner = "SpecOptimizer.load_state_dict"
+    groups = state_dict["param_groups"]
+    taken = groups[0].get(STEPS_TAKEN, 0) if groups else 0
     if isinstance(taken, bool) or not isinstance(taken, int) or taken < 0:
-        raise ValueError(f"SpecOptimizer.load_state_dict: param_groups[0][{STEPS_TAKEN!r}] "
-                         f"must be an int >= 0, got {taken!r}")
+        raise ValueError(f"{owner}: param_groups[0][{STEPS_TAKEN!r}] must be an int >= 0, "
+                         f"got {taken!r}")
     for g, group in enumerate(groups):
         for key in group.keys() & optimizer._fixed_keys:
-            raise ValueError(f"SpecOptimizer.load_state_dict: param_groups[{g}] holds "
-                             f"{key!r}, which the own path does not read (every "
-                             f"hyperparameter but lr is the spec's): a state_dict of a "
-                             f"native optimizer?")
-    saved = [i for group in groups for i in group["params"]]
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    for number, (key, p) in enumerate(zip(saved, params)):
-        held = state.get(key)
-        if held is None:
-            continue
-        where = f"SpecOptimizer.load_state_dict: the state of parameter {number} " \
-                f"{list(p.shape)}"
-        expected = optimizer.expected_state(p)
-        missing = sorted(expected.keys() - held.keys()) + \
-            ([STEP] if STEP not in held else [])
-        extra = sorted(held.keys() - expected.keys() - {STEP})
-        if missing or extra:
-            differs = " and ".join(([f"lacks {missing}"] if missing else []) +
-                                   ([f"has {extra}"] if extra else []))
-            raise ValueError(f"{where} {differs}; the spec keeps {sorted(expected)} and "
-                             f"{STEP!r} (a state_dict of another optimizer or spec?)")
-        for name, shape in expected.items():
-            array = held[name]
-            if not isinstance(array, torch.Tensor) or tuple(array.shape) != shape:
-                got = list(array.shape) if isinstance(array, torch.Tensor) else \
-                    type(array).__name__
-                raise ValueError(f"{where}: {name!r} is {got}, the spec's is {list(shape)} "
-                                 f"(a state_dict of another model?)")
-        count = held[STEP]
-        value = float(count) if isinstance(count, torch.Tensor) and count.numel() == 1 \
-            else count
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or \
-                not math.isfinite(value) or value < 0 or value != int(value):
-            raise ValueError(f"{where}: {STEP!r} must be a whole count >= 0, got {count!r}")
+            raise ValueError(f"{owner}: param_groups[{g}] holds {key!r}, which the own path "
+                             f"does not read (every hyperparameter but lr is the spec's): "
+                             f"a state_dict of a native optimizer?")
+    check_loaded_state(owner, optimizer, state_dict,
+                       lambda group, p: optimizer.expected_state(p))
 
 
 def _vm_refusal(p, spec) -> str:
