@@ -64,6 +64,18 @@ def test_options_are_implementation_flags_of_native_classes():
                  options={"foreach": True})
 
 
+@pytest.mark.parametrize("spec", [uo.SGD(lr=0.1, momentum=0.9), uo.AdamW(lr=0.1)],
+                         ids=["sgd", "adamw"])
+def test_differentiable_takes_the_for_loop_not_the_fused_kernel(spec):
+    """torch's fused kernels refuse differentiable=True ("`fused` does not support
+    `differentiable`"): uo.build does not add fused=True beside it."""
+    w = torch.nn.Parameter(torch.ones(3))
+    optimizer = uo.build(spec, [w], options={"differentiable": True})
+    assert optimizer.defaults["differentiable"] is True
+    assert not optimizer.defaults.get("fused") and not optimizer.defaults.get("foreach")
+    assert uo.build(spec, [w]).defaults["fused"] is True
+
+
 def test_native_path_refuses_a_spec_no_class_computes():
     with pytest.raises(ValueError, match="no native torch optimizer computes this spec"):
         uo.build(uo.preset("mindspore.nn.Adam"), [torch.nn.Parameter(torch.zeros(2))],

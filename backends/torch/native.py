@@ -51,9 +51,11 @@ def fast_flags(cls, context) -> dict:
     in double, as the reference does); it passes the conformance suite like the
     for-loop it replaces and steps 5x faster on CPU for Adam (4096x4096 float32,
     benchmarks/results/algorithm_step_time.md). The for-loop stays where the options
-    name ``fused`` or ``foreach``, and where any parameter is on another device."""
+    name ``fused`` or ``foreach`` or set ``differentiable`` (which torch's fused kernels
+    refuse), and where any parameter is on another device."""
     if "fused" not in inspect.signature(cls.__init__).parameters or \
-            {"fused", "foreach"} & set(context.options) or context.sharded:
+            {"fused", "foreach"} & set(context.options) or context.sharded or \
+            context.options.get("differentiable"):    # torch's fused kernels are not
         return {}
     devices = set(context.device.split(",")) if context.device else set()
     if not devices or not devices <= set(fused_devices(cls)) or \
