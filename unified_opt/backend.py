@@ -80,11 +80,18 @@ def _integral(dtype: Any) -> bool:
     return text == "bool" or text.startswith(("int", "uint"))
 
 
+def _complex(dtype: Any) -> bool:
+    """A complex dtype (torch ``torch.complex64``, Paddle ``paddle.complex64``,
+    MindSpore ``Complex64``, numpy ``complex64``)."""
+    return str(dtype).rsplit(".", 1)[-1].lower().startswith("complex")
+
+
 def check_parameters(named: Sequence[tuple[str | None, Any]], caller: str = "build") -> str:
     """The framework of ``named`` ((name or None, parameter) pairs), after refusing what
     would run wrong without a word: an object of no framework (a Python float), parameters
     of several frameworks, one parameter given twice (it would be stepped twice per
-    step), an integer or bool parameter (never updated). Each error names the parameter
+    step), an integer or bool parameter (never updated), a complex one (the specs' math
+    is real). Each error names the parameter
     (its name, else its position) and what it is."""
     def label(i: int, name: str | None) -> str:
         return f"parameter {name!r}" if name is not None else f"params[{i}]"
@@ -113,6 +120,13 @@ def check_parameters(named: Sequence[tuple[str | None, Any]], caller: str = "bui
             raise TypeError(f"{caller}: {label(i, name)} has dtype {dtype} (shape "
                             f"{tuple(getattr(p, 'shape', ()))}): an optimizer updates "
                             "floating-point parameters only, this one would never change")
+        if dtype is not None and _complex(dtype):
+            raise TypeError(f"{caller}: {label(i, name)} has dtype {dtype} (shape "
+                            f"{tuple(getattr(p, 'shape', ()))}): the specs define updates of "
+                            "real numbers (a norm, a square or a sign of a complex value "
+                            "is another formula); keep it as a real tensor of pairs "
+                            "(torch.view_as_real of its data) and view it as complex in the "
+                            "model, which is how torch's own optimizers step it")
     return next(iter(frameworks))
 
 

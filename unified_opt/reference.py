@@ -102,7 +102,8 @@ class Reference:
         self.spec = spec
         self.dtype = np.dtype(dtype)
         self.storage = storage
-        self.params = {name: self._kept(np.array(value, dtype=self.dtype, copy=True))
+        self.params = {name: self._kept(np.array(_real(value, f"reference: params[{name!r}]"),
+                                                 dtype=self.dtype, copy=True))
                        for name, value in params.items()}
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
@@ -205,7 +206,7 @@ class Reference:
                                      "workers every worker has every gradient")
                 arrays[name] = None
                 continue
-            grad = np.asarray(grad)
+            grad = _real(grad, f"reference.step: {what}[{name!r}]")
             if grad.shape != self.params[name].shape:
                 raise ValueError(f"reference.step: {what}[{name!r}] has shape {grad.shape}, "
                                  f"parameter has {self.params[name].shape}")
@@ -234,6 +235,17 @@ def _check_workers(spec: Spec, workers, exchange) -> int | None:
             raise ValueError(f"reference: exchange.world_size={exchange.world_size} but "
                              f"workers={workers}")
     return workers
+
+
+def _real(value, what: str) -> np.ndarray:
+    """``value`` as a numpy array of real numbers (float or int), or a TypeError naming
+    ``what``: a bool, complex, string or object array would be cast without a word (a
+    complex one losing its imaginary part)."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "fiu":
+        raise TypeError(f"{what} must be an array of real numbers, got dtype {array.dtype} "
+                        f"({type(value).__name__})")
+    return array
 
 
 def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
