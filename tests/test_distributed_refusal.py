@@ -11,6 +11,22 @@ import unified_opt as uo
 
 
 @require("torch")
+def test_num_trainers_other_than_the_world_size_is_refused_at_the_build():
+    """DGC scales its local clip norm by num_trainers ** -0.5: a count that is not the
+    ranks it exchanges with is refused when the optimizer is built, not at its first
+    step after the state was made."""
+    import torch
+
+    params = [torch.nn.Parameter(torch.ones(3))]
+    with pytest.raises(ValueError, match=r"build: DGCMomentum\(num_trainers=4\) but this "
+                                         r"optimizer exchanges over 1 rank\(s\)"):
+        uo.build(uo.DGCMomentum(num_trainers=4, local_grad_clip_norm=1.0, min_numel=0),
+                 params)
+    optimizer = uo.build(uo.DGCMomentum(num_trainers=1, local_grad_clip_norm=1.0), params)
+    assert not optimizer.state
+
+
+@require("torch")
 def test_a_launcher_environment_without_a_group_is_more_than_one_rank(monkeypatch):
     import torch
 

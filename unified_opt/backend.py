@@ -260,6 +260,18 @@ def _storage_around(context: Context) -> list[Condition]:
                  "is verified to do)", lambda s: False)]
 
 
+def _check_trainers(spec: Spec, exchange) -> None:
+    """A data-parallel spec's ``num_trainers`` (DGC's clip scale) against the ranks its
+    own optimizer exchanges with (1 without an exchange): refused at the build, not at
+    the first step."""
+    trainers = getattr(spec, "num_trainers", None)
+    world = exchange.world_size if exchange is not None else 1
+    if trainers is not None and trainers != world:
+        raise ValueError(f"build: {type(spec).__name__}(num_trainers={trainers}) but this "
+                         f"optimizer exchanges over {world} rank(s); num_trainers must be "
+                         f"the world size (or None where no local_grad_clip_norm is set)")
+
+
 class Backend:
     """One framework's adapter (see the module docstring). Subclasses set ``name``,
     ``own_class`` and ``classes_module`` and implement the framework calls."""
@@ -391,6 +403,7 @@ class Backend:
                                  f"({decision.reason})")
             optimizer, scheduler, skipped = self.build_own(decision, spec, named, plans,
                                                            context)
+            _check_trainers(spec, getattr(optimizer, "exchange", None))
         else:
             optimizer, scheduler, skipped = self.build_native(decision, spec, named, plans,
                                                               context)
