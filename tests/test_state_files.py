@@ -268,3 +268,100 @@ def test_a_state_file_has_the_umask_mode(saved):
     umask = os.umask(0)
     os.umask(umask)
     assert os.stat(saved).st_mode & 0o777 == 0o666 & ~umask
+
+
+# -- values changed outside uo: refused by save_state, not silently dropped ----------------
+
+def _torch_linear():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(6, 5)
+
+
+def _torch_steps(model, optimizer, scheduler, steps):
+    import torch
+
+    for _ in range(steps):
+        for p in model.parameters():
+            p.grad = torch.ones_like(p)
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+
+
+@require("torch")
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_save_state_refuses_a_group_lr_a_torch_scheduler_changed(tmp_path, path):
+    import torch
+
+    model = _torch_linear()
+    optimizer = uo.build(uo.Adam(lr=1e-2, weight_decay=0.1), model, path=path)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 2, 0.5)
+    _torch_steps(model, optimizer, scheduler, 5)
+    assert optimizer.param_groups[0]["lr"] == 0.0025
+    with pytest.raises(ValueError, match=r"save_state: param_groups\[0\] \(parameters "
+                       r"\['weight', 'bias'\]\) holds lr=0.0025, but the spec gives 0.01"):
+        uo.save_state(optimizer, tmp_path / "run.safetensors")
+    assert not (tmp_path / "run.safetensors").exists()
+
+
+@require("torch")
+def test_save_state_refuses_a_hand_edited_weight_decay_on_the_native_path(tmp_path):
+    model = _torch_linear()
+    optimizer = uo.build(uo.Adam(lr=1e-2, weight_decay=0.1), model, path="native")
+    _torch_steps(model, optimizer, None, 2)
+    optimizer.param_groups[0]["weight_decay"] = 0.2
+    with pytest.raises(ValueError, match=r"holds weight_decay=0.2, but the spec \(at step 1\) "
+                       r"gives 0.1"):
+        uo.save_state(optimizer, tmp_path / "run.safetensors")
+    optimizer.param_groups[0]["weight_decay"] = 0.1          # set back: saved
+    uo.save_state(optimizer, tmp_path / "run.safetensors")
+
+
+@require("torch")
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_save_state_takes_a_uo_schedule_and_group_lr_scale(tmp_path, path):
+    schedule = uo.schedules.Step(lr=1e-2, step_size=2, gamma=0.5)
+    model = _torch_linear()
+    groups = [uo.Group(match="bias", lr_scale=0.5)]
+    optimizer = uo.build(uo.Adam(lr=schedule), model, groups=groups, path=path)
+    _torch_steps(model, optimizer, uo.lr_scheduler(optimizer), 5)
+    assert sorted(g["lr"] for g in optimizer.param_groups) == [0.00125, 0.0025]
+    uo.save_state(optimizer, tmp_path / "run.safetensors")
+    assert read_state(tmp_path / "run.safetensors").position == 5
+    optimizer.param_groups[-1]["lr"] = 0.5
+    with pytest.raises(ValueError, match=r"holds lr=0.5, but the spec's schedule"):
+        uo.save_state(optimizer, tmp_path / "run.safetensors")
+
+
+@require("paddle")
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_save_state_refuses_a_paddle_set_lr(tmp_path, path):
+    import paddle
+
+    paddle.seed(0)
+    model = paddle.nn.Linear(6, 5)
+    optimizer = uo.build(uo.Adam(lr=1e-2), model, path=path)
+    (model.weight.sum() + model.bias.sum()).backward()
+    optimizer.step()
+    optimizer.clear_grad()
+    optimizer.set_lr(0.0025)
+    with pytest.raises(ValueError, match=r"save_state: the optimizer's lr is 0.0025, but the "
+                       r"spec gives the constant lr 0.01"):
+        uo.save_state(optimizer, tmp_path / "run.safetensors")
+    optimizer.set_lr(0.01)
+    uo.save_state(optimizer, tmp_path / "run.safetensors")
+
+
+@require("mindspore")
+def test_save_state_refuses_a_mindspore_learning_rate_written_from_outside(tmp_path):
+    from mindspore import Tensor, nn
+
+    model = nn.Dense(6, 5)
+    optimizer = uo.build(uo.Adam(lr=1e-2), model, path="own")
+    optimizer(tuple(Tensor(np.ones(p.shape, np.float32)) for p in optimizer.parameters))
+    optimizer.learning_rate.set_data(Tensor(np.array(0.0025, np.float32)))
+    with pytest.raises(ValueError, match=r"save_state: the own optimizer holds learning_rate="
+                       r"0.002499999\d*, but the spec gives 0.01"):
+        uo.save_state(optimizer, tmp_path / "run.safetensors")

@@ -247,6 +247,23 @@ def _check_constant_lr(out: Layout, spec, what: str) -> None:
                          "file cannot carry")
 
 
+def _check_own_lr(optimizer, spec, taken: int) -> None:
+    """The own optimizer's ``learning_rate`` must hold the spec's lr at the steps taken:
+    one written from outside (a ReduceLROnPlateau callback, a hand edit) is not in the
+    file, and the resumed run would use the spec's."""
+    stored = np.float32(np.asarray(optimizer.learning_rate.asnumpy()).reshape(-1)[0])
+    lr = spec.lr_at(taken)
+    if stored != np.float32(lr):
+        raise ValueError(f"save_state: the own optimizer holds learning_rate="
+                         f"{float(stored)!r}, but the spec gives {float(lr)!r} "
+                         f"{'at step ' + str(taken) if isinstance(spec.lr, Schedule) else ''}"
+                         f"(lr={spec.lr!r}): it was changed from outside (a "
+                         "ReduceLROnPlateau callback, a hand edit), which a state file cannot "
+                         "carry (the resumed run would use the spec's). Give the change to the "
+                         "spec (a uo.schedules lr) and build with it, or set it back before "
+                         "saving")
+
+
 def _read_params(out: Layout, named, plans) -> dict:
     """name -> the spec's arrays, read from the native Parameters (a zero-size parameter
     left out of the optimizer: its initial state, with the class's shared scalars)."""
@@ -286,6 +303,7 @@ def snapshot_built(record, optimizer) -> Snapshot:
     scheduled = isinstance(record.spec.lr, Schedule)
     if _own(record):
         taken = int(optimizer.global_step.asnumpy()[0])
+        _check_own_lr(optimizer, record.spec, taken)
         arrays = {n: {k: v.asnumpy().copy() for k, v in optimizer.spec_state(p).items()}
                   for n, p in zip(names, record.params)}
     else:

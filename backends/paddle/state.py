@@ -244,10 +244,35 @@ def _native_snapshot(cls, optimizer, named, plans, position, what: str) -> tuple
 
 # -- the save_state / load_state hooks ----------------------------------------------------
 
+def _check_lr(record, optimizer) -> None:
+    """The optimizer's lr must be the spec's: a constant lr changed with ``set_lr``, or
+    another scheduler put in place of uo's, is not in the file (the resumed run would
+    use the spec's)."""
+    held = optimizer._learning_rate
+    if record.lr_scheduler is not None:
+        if held is not record.lr_scheduler:
+            raise ValueError(f"save_state: the optimizer's learning_rate is "
+                             f"{type(held).__name__} {held!r}, not the scheduler uo.build "
+                             f"made for the spec's lr {record.spec.lr!r}: a state file "
+                             "cannot carry it; give the schedule to the spec instead")
+        return
+    if isinstance(held, paddle.optimizer.lr.LRScheduler) or float(held) != float(
+            record.spec.lr):
+        shown = type(held).__name__ if isinstance(held, paddle.optimizer.lr.LRScheduler) \
+            else repr(float(held))
+        raise ValueError(f"save_state: the optimizer's lr is {shown}, but the spec gives the "
+                         f"constant lr {record.spec.lr!r}: it was changed outside uo "
+                         "(set_lr, set_lr_scheduler, a hand edit), which a state file cannot "
+                         "carry (the resumed run would use the spec's). Give the change to "
+                         "the spec (a uo.schedules lr, spec.replace(lr=...)) and build with "
+                         "it, or set it back before saving")
+
+
 def snapshot_built(record, optimizer) -> Snapshot:
     if None in record.names:
         raise ValueError("save_state: every parameter needs a name; build with (name, "
                          "parameter) pairs or a Layer")
+    _check_lr(record, optimizer)
     position = _position(record.lr_scheduler)
     if record.decision.path == "own":
         arrays, steps = {}, {}

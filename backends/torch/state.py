@@ -74,10 +74,65 @@ def _refuse_sharded(caller: str, named) -> None:
                          "(get_optimizer_state_dict / set_optimizer_state_dict)")
 
 
+def _plain(value):
+    """A group value as plain Python (a tensor's number, a sequence as a tuple)."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(v) for v in value)
+    return value
+
+
+def check_group_values(record, optimizer) -> None:
+    """Refuse (ValueError) a param group whose lr or hyperparameters are not what the
+    spec, its uo schedule at the scheduler's position and its ``uo.Group`` rules give: a
+    value changed outside uo (a torch lr scheduler, a hand edit) is not in the file, and
+    the resumed run would use the spec's."""
+    from unified_opt.schedules import Schedule
+
+    own = isinstance(optimizer, SpecOptimizer)
+    index = {id(p): i for i, p in enumerate(record.params)}
+    scheduler = record.lr_scheduler
+    scheduled = isinstance(record.spec.lr, Schedule)
+    taken = int(optimizer.param_groups[0].get(STEPS_TAKEN, 0))
+    for g, group in enumerate(optimizer.param_groups):
+        members = [index[id(p)] for p in group["params"] if id(p) in index]
+        if not members:
+            continue
+        plan = record.plans[members[0]]
+        names = [record.names[i] for i in members]
+        if scheduled:
+            position = scheduler.last_epoch
+            lr = plan.lr(1.0) * scheduler.lr_lambdas[g](position)
+            where = (f"the spec's schedule {record.spec.lr!r} at position {position}"
+                     + ("" if plan.lr_scale == 1.0 else f" times lr_scale {plan.lr_scale}"))
+        else:
+            lr = plan.lr(record.spec.lr)
+            where = "the spec" + ("'s lr with its uo.Group rules"
+                                  if plan.lr(record.spec.lr) != record.spec.lr else "")
+        expected = {"lr": (lr, where)}
+        if not own:
+            step = max(taken - 1, 0)    # the step hooks write at_step(t) before step t
+            values = record.decision.lowering.to_native(plan.spec.at_step(step))
+            for key, value in values.items():
+                expected.setdefault(key, (value, f"the spec (at step {step})"))
+        for key, (value, where) in expected.items():
+            if key in group and _plain(group[key]) != _plain(value):
+                raise ValueError(
+                    f"save_state: param_groups[{g}] (parameters {names}) holds {key}="
+                    f"{_plain(group[key])!r}, but {where} gives {_plain(value)!r}: it was "
+                    "changed outside uo (a torch lr scheduler, a plateau scheduler or a "
+                    "hand edit), which a state file cannot carry (the resumed run would "
+                    f"use {_plain(value)!r}). Give the change to the spec instead (a "
+                    "uo.schedules lr, spec.replace(...), uo.Group rules) and build with it, "
+                    "or set the value back before saving")
+
+
 def snapshot_built(record, optimizer) -> Snapshot:
     own = isinstance(optimizer, SpecOptimizer)
     named = _named(record.names, record.params)
     _refuse_sharded("save_state", named)
+    check_group_values(record, optimizer)
     scheduler = record.lr_scheduler
     known = optimizer.param_groups[0].get(
         STEPS_TAKEN, None if scheduler is None else scheduler.last_epoch)
