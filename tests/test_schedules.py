@@ -309,3 +309,20 @@ def test_paddle_warmup_around_growing_restarts_warns_of_paddles_log():
         s = S.preset(f"{PADDLE}.LinearWarmup", learning_rate=inner, warmup_steps=4,
                      start_lr=0.0, end_lr=0.1)
     assert s(4 + 111) == 0.1     # a restart (Paddle: 0.0 there, measured)
+
+
+@pytest.mark.parametrize("name, value", [("base_momentum", 1.2), ("max_momentum", 1.0)])
+def test_momenta_a_cycle_would_reach_out_of_the_spec_s_range_are_refused_up_front(name,
+                                                                                   value):
+    """Refused when the oracle (or uo.build) is made, not at the step reaching them."""
+    import numpy as np
+
+    import unified_opt as uo
+
+    cycle = {"base_momentum": 0.85, "max_momentum": 0.95, name: value}
+    spec = uo.Adam(lr=S.OneCycle(max_lr=0.1, start_lr=0.01, end_lr=0.001, total_steps=10,
+                                 cycle_momentum=True, **cycle))
+    with pytest.raises(ValueError, match=rf"reference: OneCycle\({name}={value}\) cycles "
+                                         rf"Adam's momentum out of its range: Adam: betas\[0\] "
+                                         rf"must be >= 0 and < 1, got {value}"):
+        uo.reference(spec, {"w": np.ones(2)})

@@ -271,10 +271,23 @@ def momentum_change(spec: "Spec", momentum: float, caller: str) -> dict[str, Any
 
 
 def check_momentum_cycling(spec: "Spec", caller: str) -> None:
-    """A momentum-cycling schedule needs a spec with a momentum (checked up front)."""
+    """A momentum-cycling schedule needs a spec with a momentum, and the momenta it cycles
+    between (``base_momentum``, ``max_momentum``) in the spec's range (checked up front,
+    not at the step that reaches them)."""
     momentum = spec.lr.momentum(0) if isinstance(spec.lr, Schedule) else None
-    if momentum is not None:
-        momentum_change(spec, momentum, caller)
+    if momentum is None:
+        return
+    momentum_change(spec, momentum, caller)
+    for name in ("base_momentum", "max_momentum"):
+        value = getattr(spec.lr, name, None)
+        if value is None:
+            continue
+        try:
+            spec.replace(**momentum_change(spec, value, caller))
+        except ValueError as error:
+            raise ValueError(f"{caller}: {type(spec.lr).__name__}({name}={value!r}) cycles "
+                             f"{type(spec).__name__}'s momentum out of its range: "
+                             f"{error}") from None
 
 
 _checked_init = v.checked_keyword_init
