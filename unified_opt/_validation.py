@@ -24,10 +24,13 @@ def check_real(owner: str, name: str, value: Any) -> float:
     if not _is_real(value):
         raise TypeError(f"{owner}: {name} must be a real number, got {value!r} "
                         f"of type {type(value).__name__}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}: {name} must be finite, got {value!r}")
-    return value
+    try:
+        as_float = float(value)
+    except OverflowError:       # an int beyond any float
+        raise ValueError(f"{owner}: {name} must be finite, got {value!r}") from None
+    if not math.isfinite(as_float):
+        raise ValueError(f"{owner}: {name} must be finite, got {as_float!r}")
+    return as_float
 
 
 def check_range(owner: str, name: str, value: Any, *, low: float | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ._validation import check_choice
 from .backend import (
     BACKENDS,
     PATHS,
@@ -88,8 +89,9 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     """
     if not isinstance(spec, Spec):
         raise TypeError(f"build: spec must be a unified_opt spec, got {spec!r}")
-    if path not in PATHS:
-        raise ValueError(f"build: path must be one of {PATHS}, got {path!r}")
+    check_choice("build", "path", path, PATHS)
+    if backend is not None:
+        check_choice("build", "backend", backend, BACKENDS)
     check_prefer(prefer, "build")
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"build: options must be a mapping, got {options!r}")
@@ -305,8 +307,7 @@ def explain(spec: Any, backend: str | None = None, prefer: str | None = None) ->
         return BuiltDecision(**values, built=built_lines(record, spec))
     if backend is None:
         raise TypeError(f"explain: backend is required for a spec (one of {BACKENDS})")
-    if backend not in BACKENDS:
-        raise ValueError(f"explain: backend must be one of {BACKENDS}, got {backend!r}")
+    check_choice("explain", "backend", backend, BACKENDS)
     prefer = check_prefer("speed" if prefer is None else prefer, "explain")
     return load(backend).decide(spec, "auto", Context(), prefer)
 

@@ -112,7 +112,8 @@ class Group:
         data = dict(data)
         if isinstance(data.get("match"), list):
             data["match"] = tuple(data["match"])
-        data["exclude_from"] = tuple(data.get("exclude_from", ()))
+        if isinstance(data.get("exclude_from"), list):     # (JSON has no tuples)
+            data["exclude_from"] = tuple(data["exclude_from"])
         return cls(**data)
 
 

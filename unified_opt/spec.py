@@ -88,10 +88,19 @@ def spec_from_dict(data: Mapping[str, Any]) -> "Spec":
     missing = {"algorithm", "hyperparameters"} - set(data)
     if missing:
         raise ValueError(f"spec_from_dict: missing keys {sorted(missing)} in {dict(data)!r}")
+    unknown = sorted(set(data) - {"algorithm", "hyperparameters", "format_version"},
+                     key=str)
+    if unknown:
+        raise ValueError(f"spec_from_dict: unknown keys {unknown}; a spec document holds "
+                         f"'format_version', 'algorithm' and 'hyperparameters'")
     version = data.get("format_version", FORMAT_VERSION)
-    if version != FORMAT_VERSION:
+    if isinstance(version, bool) or version != FORMAT_VERSION:
         raise ValueError(f"spec_from_dict: format_version {version!r} is not supported "
                          f"(this library writes {FORMAT_VERSION})")
+    if not isinstance(data["hyperparameters"], Mapping):
+        raise TypeError(f"spec_from_dict: hyperparameters must be a mapping, got "
+                        f"{data['hyperparameters']!r} of type "
+                        f"{type(data['hyperparameters']).__name__}")
     hyper = dict(data["hyperparameters"])
     for key in SCHEDULABLE:
         if isinstance(hyper.get(key), Mapping):

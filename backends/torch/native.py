@@ -10,12 +10,24 @@ from .steps import partition
 
 
 def check_options(cls, options: dict, hyperparameters: dict) -> None:
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "params", "lr"}
+    """The options are implementation flags of ``cls`` (not the spec's hyperparameters),
+    each a bool where the flag is one (torch's ``foreach`` and ``fused`` take None too):
+    torch checks none of their types, and a truthy string would switch a kernel on."""
+    signature = inspect.signature(cls.__init__).parameters
+    accepted = set(signature) - {"self", "params", "lr"}
     bad = sorted(set(options) - (accepted - set(hyperparameters)))
     if bad:
         raise ValueError(f"build: options {bad} are not implementation flags of "
                          f"{cls.__module__}.{cls.__name__}; allowed: "
                          f"{sorted(accepted - set(hyperparameters))}")
+    for name, value in options.items():
+        default = signature[name].default
+        if isinstance(default, bool) or (default is None and name in ("foreach", "fused")):
+            if not isinstance(value, bool) and not (default is None and value is None):
+                raise TypeError(f"build: options {name}={value!r} must be a bool"
+                                f"{' or None' if default is None else ''} (a flag of "
+                                f"{cls.__module__}.{cls.__name__}), got "
+                                f"{type(value).__name__}")
 
 
 #: devices and dtypes torch's fused optimizer kernels take (torch 2.13: CPU and CUDA)
