@@ -6,6 +6,7 @@ import json
 import math
 import warnings
 
+import numpy as np
 import pytest
 
 import unified_opt as uo
@@ -199,6 +200,7 @@ def test_bad_steps_and_dicts():
         COSINE(-1)
     with pytest.raises(TypeError, match=r"step must be an int >= 0, got 3.0 of type float"):
         COSINE(3.0)
+    assert COSINE(np.int64(3)) == COSINE(3)
 
 
 @pytest.mark.parametrize("make, error, text", [

@@ -45,12 +45,12 @@ class Schedule:
         return {}
 
     def __call__(self, step: int) -> float:
-        if isinstance(step, bool) or not isinstance(step, int):
+        if isinstance(step, bool) or not isinstance(step, numbers.Integral):
             raise TypeError(f"{type(self).__name__}: step must be an int >= 0, got {step!r} "
                             f"of type {type(step).__name__}")
         if step < 0:
             raise ValueError(f"{type(self).__name__}: step must be an int >= 0, got {step!r}")
-        return float(self.value(step))
+        return float(self.value(int(step)))     # (a numpy integer: the same count)
 
     def value(self, step: int) -> float:
         raise NotImplementedError
