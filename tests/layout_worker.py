@@ -170,8 +170,18 @@ def _state(framework, optimizer, net, name):
         state = load(framework).native_state(record, optimizer, p, spec)
     else:
         state = optimizer.spec_state(p)
-    return {k: net.own(name, net.numpy(v)) if tuple(v.shape) == tuple(p.shape) else
-            net.numpy(v) for k, v in state.items()}
+    out = {}
+    for key, value in state.items():
+        partner = key[:-4] + {"_row": "_col", "_col": "_row"}.get(key[-4:], "")
+        if name in net.flip and partner in state:
+            # a factored moment: the rows of the transposed weight are torch's columns
+            other = net.numpy(state[partner])
+            out[key] = other.T if other.ndim == 2 else other
+        elif tuple(value.shape) == tuple(p.shape):
+            out[key] = net.own(name, net.numpy(value))
+        else:
+            out[key] = net.numpy(value)
+    return out
 
 
 if __name__ == "__main__":

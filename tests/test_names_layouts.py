@@ -52,10 +52,10 @@ def test_name_map_and_module_types_of_a_torch_model():
         name_map("torch", [torch.nn.Parameter(torch.zeros(2))])
 
 
-def _run(framework, jobs, directory):
+def _run(framework, jobs, directory, case=CASE):
     done = {}
     for label, job in jobs.items():
-        job.update(case=CASE.to_dict(), switch=SWITCH,
+        job.update(case=case.to_dict(), switch=SWITCH,
                    result=str(directory / f"{label}.json"))
         (directory / f"{label}.job.json").write_text(json.dumps(job))
     for label in jobs:
@@ -85,14 +85,14 @@ def runs(tmp_path_factory):
     return directory, out
 
 
-def _judge(directory, target):
+def _judge(directory, target, case=CASE):
     first = Trajectory.load(directory / "train.npz")
     second = Trajectory.load(directory / f"{target}.npz")
     stitched = Trajectory(np.concatenate([first.lrs, second.lrs]),
                           {n: np.concatenate([first.params[n], second.params[n]])
                            for n in first.params}, {})
-    oracle = reference_trajectory(CASE.spec, CASE, "float64")
-    return compare(stitched, oracle, floor_trajectories(CASE.spec, CASE), state=False)
+    oracle = reference_trajectory(case.spec, case, "float64")
+    return compare(stitched, oracle, floor_trajectories(case.spec, case), state=False)
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -118,3 +118,37 @@ def test_a_square_weight_of_unknown_layout_is_refused(runs):
     assert "parameter 'fc.weight' is a square (4, 4) weight saved on torch and loaded on " \
            "paddle" in message
     assert "pass model=<the module>" in message
+
+
+#: factored second moments (row and column statistics of each 2-D weight), written on
+#: one side of the layout change and resumed on the other
+FACTORED = {"adafactor": ("torch", "paddle",
+                          uo.Adafactor(lr=0.01, relative_step=False, beta1=0.9)),
+            "came": ("paddle", "torch", uo.CAME(lr=0.01))}
+
+
+@require("torch")
+@require("paddle")
+@pytest.mark.parametrize("name", FACTORED)
+def test_factored_state_crosses_the_linear_layout_between_torch_and_paddle(tmp_path, name):
+    source, target, spec = FACTORED[name]
+    case = Case(id=f"layout_{name}", spec=spec, params=PARAMS, steps=STEPS)
+    files = {"state": str(tmp_path / "run.safetensors"),
+             "params": str(tmp_path / "params.npz")}
+    saved = _run(source, {"train": {"phase": "train", **files,
+                                    "trajectory": str(tmp_path / "train.npz")}},
+                 tmp_path, case)["train"]["state"]
+    loaded = _run(target, {target: {"phase": "resume", **files,
+                                    "trajectory": str(tmp_path / f"{target}.npz")}},
+                  tmp_path, case)[target]["state"]
+    # under torch's names and layout both sides hold the same numbers: out.weight (3, 4)
+    # keeps a (3, 1) row and a (1, 4) column statistic
+    assert np.shape(saved["out.weight"]["exp_avg_sq_row"]) == (3, 1)
+    for param in PARAMS:
+        assert sorted(saved[param]) == sorted(loaded[param])
+        for key in saved[param]:
+            np.testing.assert_array_equal(np.asarray(loaded[param][key], np.float32),
+                                          np.asarray(saved[param][key], np.float32),
+                                          err_msg=f"{source} -> {target} {param} {key}")
+    result = _judge(tmp_path, target, case)
+    assert result.passed, f"{source} -> {target}: {result.detail}"

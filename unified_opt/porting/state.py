@@ -321,14 +321,17 @@ def _renamed(saved: Snapshot, rename: dict[str, str]) -> Snapshot:
 
 def _transposed(name: str, shape: tuple, arrays: dict, why: str) -> dict:
     """A 2-D weight's state in the other layout: arrays of its shape transposed, a
-    factored moment's row and column statistics exchanged, scalars kept."""
+    factored moment's row and column statistics exchanged (the rows of the transposed
+    weight are the columns of the saved one; kept as 2-D ``(n, 1)`` / ``(1, n)``
+    arrays, each transposed too), scalars kept."""
     out = {}
     for key, array in arrays.items():
         partner = {"_row": "_col", "_col": "_row"}.get(key[-4:])
         if array.shape == tuple(shape):
             out[key] = np.ascontiguousarray(array.T)
         elif partner is not None and key[:-4] + partner in arrays:
-            out[key] = arrays[key[:-4] + partner]
+            other = arrays[key[:-4] + partner]
+            out[key] = np.ascontiguousarray(other.T) if other.ndim == 2 else other
         elif array.size == 1 or array.ndim == 0:
             out[key] = array
         else:
