@@ -484,3 +484,32 @@ def test_a_python_builtin_is_not_taken_for_a_misspelt_spec(text, words):
     with pytest.raises(ValueError) as info:
         parse_spec(text)
     assert words in str(info.value) and "did you mean" not in str(info.value)
+
+
+def _one_line_usage_error(capsys, command: str, fragment: str) -> None:
+    out, err = capsys.readouterr()
+    assert err.startswith(f"unified-opt {command}: error: --out "), err
+    assert fragment in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_an_out_that_cannot_be_written_is_a_one_line_usage_error(tmp_path, monkeypatch,
+                                                                  capsys):
+    """Exit 1 means "does not conform / differs"; a bad --out is a bad command line (2),
+    said in one line before anything runs (no traceback)."""
+    taken = tmp_path / "taken.txt"
+    taken.write_text("a file, not a directory")
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n")
+    assert cli.main(["port", str(script), "--to", "paddle",
+                     "-o", str(tmp_path / "missing" / "out.py")]) == 2
+    _one_line_usage_error(capsys, "port", "No such file or directory")
+    (tmp_path / "factory.py").write_text(
+        "import torch\n\ndef make(params):\n    return torch.optim.AdamW(params, lr=1e-3)\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check", "factory:make", "--preset", "torch.optim.AdamW(lr=1e-3)",
+                     "--out", str(taken)]) == 2
+    _one_line_usage_error(capsys, "check", "is a file, not a directory")
+    assert cli.main(["conformance", "--backends", "torch", "--cases", "adam_default",
+                     "--out", str(taken / "sub")]) == 2
+    _one_line_usage_error(capsys, "conformance", "is a file, not a directory")
+    assert taken.read_text() == "a file, not a directory"

@@ -271,6 +271,13 @@ def _port(args) -> int:
         ported = port_source(source, args.to, filename=str(script))
     except (OSError, ValueError) as error:
         return _usage_error(args, error)
+    if args.out:
+        # written first: an --out that cannot be written is a usage error, alone
+        try:
+            Path(args.out).write_text(ported.source, encoding="utf-8")
+        except OSError as error:
+            return _usage_error(args, ValueError(f"--out {args.out}: "
+                                                 f"{error.strerror or error}"))
     # a construction that cannot be read stays as written (marked): the rest is ported
     for line, message in ported.refusals:
         print(f"{script}:{line}: cannot port: {message}", file=sys.stderr)
@@ -279,9 +286,7 @@ def _port(args) -> int:
               f"    -> {rewrite.replacement}\n    because {rewrite.reasons}", file=sys.stderr)
     for note in ported.notes:
         print(f"{script}: note: {note}", file=sys.stderr)
-    if args.out:
-        Path(args.out).write_text(ported.source, encoding="utf-8")
-    else:
+    if not args.out:
         sys.stdout.write(ported.source)
     return 1 if ported.refusals else 0
 
@@ -317,6 +322,8 @@ def _check(args) -> int:
         # MODULE from the current folder, as python -m and pytest find it
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.insert(0, os.getcwd())
+        if args.out is not None:
+            _check_out_directory(args.out)
         factory = load_factory(args.factory)
         result = check(factory, spec, backend=args.backend, steps=args.steps, out=args.out,
                        nonfinite=not args.finite_only, device=args.device)
@@ -327,6 +334,20 @@ def _check(args) -> int:
     if args.out is not None:
         print(f"reports: {args.out}/")
     return 0 if result.passed else 1
+
+
+def _check_out_directory(out: str) -> None:
+    """ValueError (a usage error, before any run) where the reports directory ``out``
+    cannot be made: it, or the nearest existing folder above it, is not a directory."""
+    from pathlib import Path
+
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a directory (the reports are "
+                         "written into a directory)")
+    existing = next((p for p in path.absolute().parents if p.exists()), None)
+    if existing is not None and not path.exists() and not existing.is_dir():
+        raise ValueError(f"--out {out}: {str(existing)!r} is a file, not a directory")
 
 
 def _import_framework(backend: str) -> None:
@@ -449,6 +470,7 @@ def _conformance(args) -> int:
             raise ValueError(f"--timeout must be a number of seconds > 0, got {args.timeout:g}")
         cases, backends = _plan(args)
         device = parse_device(args.device, "--device")
+        _check_out_directory(args.out)
     except (TypeError, ValueError) as error:
         return _usage_error(args, error)
     where = "" if device.is_cpu else f" on {device}"
