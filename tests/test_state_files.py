@@ -365,3 +365,85 @@ def test_save_state_refuses_a_mindspore_learning_rate_written_from_outside(tmp_p
     with pytest.raises(ValueError, match=r"save_state: the own optimizer holds learning_rate="
                        r"0.002499999\d*, but the spec gives 0.01"):
         uo.save_state(optimizer, tmp_path / "run.safetensors")
+
+
+# -- low-precision state: stored exactly, checked against the storage dtype ----------------
+
+def _low_precision_run(param_dtype, state_dtype, steps):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 5).to(param_dtype)
+    spec = uo.Adam(lr=1e-2, state_dtype=state_dtype)
+    optimizer = uo.build(spec, model, path="own")
+    for t in range(steps):
+        generator = torch.Generator().manual_seed(t)
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=generator).to(param_dtype)
+        optimizer.step()
+    return model, optimizer
+
+
+@require("torch")
+@pytest.mark.parametrize("param_dtype, state_dtype, stored", [
+    ("bfloat16", None, "BF16"), ("bfloat16", "float32", "F32"),
+    ("float32", "bfloat16", "BF16"), ("float16", "float32", "F32"), ("float16", None, "F16")])
+def test_low_precision_state_round_trips_exactly(tmp_path, param_dtype, state_dtype, stored):
+    import torch
+
+    dtype = getattr(torch, param_dtype)
+    model, optimizer = _low_precision_run(dtype, state_dtype, 3)
+    path = tmp_path / "run.safetensors"
+    uo.save_state(optimizer, path)
+    header = json.loads(path.read_bytes()[8:8 + struct.unpack("<Q", path.read_bytes()[:8])[0]])
+    assert header["state/weight/exp_avg"]["dtype"] == stored
+    # a second run from the saved parameters and state continues bit for bit
+    whole_model, whole = _low_precision_run(dtype, state_dtype, 5)
+    torch.manual_seed(0)
+    again = torch.nn.Linear(6, 5).to(dtype)
+    again.load_state_dict(model.state_dict())
+    resumed = uo.build(uo.Adam(lr=1e-2, state_dtype=state_dtype), again, path="own")
+    uo.load_state(resumed, path)
+    for p, q in zip(model.parameters(), again.parameters()):
+        for key in ("exp_avg", "exp_avg_sq"):
+            assert resumed.state[q][key].dtype == optimizer.state[p][key].dtype
+            assert torch.equal(resumed.state[q][key], optimizer.state[p][key])
+    for t in range(3, 5):
+        generator = torch.Generator().manual_seed(t)
+        for p in again.parameters():
+            p.grad = torch.randn(p.shape, generator=generator).to(dtype)
+        resumed.step()
+    for p, q in zip(whole_model.parameters(), again.parameters()):
+        assert torch.equal(p, q)
+
+
+@require("torch")
+def test_a_bfloat16_state_file_is_refused_where_the_state_is_float32(tmp_path):
+    import torch
+
+    _, optimizer = _low_precision_run(torch.float32, "bfloat16", 2)
+    uo.save_state(optimizer, tmp_path / "run.safetensors")
+    saved = read_state(tmp_path / "run.safetensors")
+    np.testing.assert_array_equal(   # the bits of the bfloat16 values, exactly
+        saved.arrays["bias"]["exp_avg"].view(np.uint16),
+        optimizer.state[optimizer.param_groups[0]["params"][1]]["exp_avg"]
+        .view(torch.int16).numpy().view(np.uint16))
+    # a file of float32 state whose one array was written as bfloat16 (digest recomputed)
+    from pathlib import Path
+
+    from unified_opt.porting.state import _write, bfloat16_bits
+    from unified_opt.storage import round_to
+
+    _, plain = _low_precision_run(torch.float32, None, 2)
+    uo.save_state(plain, tmp_path / "plain.safetensors")
+    edited = read_state(tmp_path / "plain.safetensors")
+    edited.arrays["weight"]["exp_avg"] = bfloat16_bits(
+        round_to(edited.arrays["weight"]["exp_avg"], "bfloat16"))
+    _write(edited, Path(tmp_path / "edited.safetensors"))
+    _, target = _low_precision_run(torch.float32, None, 1)
+    before = {k: v.clone() for k, v in target.state[target.param_groups[0]["params"][0]].items()}
+    with pytest.raises(ValueError, match="state 'exp_avg' of 'weight' is bfloat16 in the "
+                       "file, expected float32"):
+        uo.load_state(target, tmp_path / "edited.safetensors")
+    after = target.state[target.param_groups[0]["params"][0]]
+    assert all(torch.equal(before[k], after[k]) for k in before)

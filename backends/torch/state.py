@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from unified_opt.backend import load
-from unified_opt.porting.state import Snapshot, initial_state, state_layout
+from unified_opt.porting.state import BFLOAT16, Snapshot, initial_state, state_layout, storage_dtype
+from unified_opt.storage import state_storage
 
 from .ops import DTensor
 from .optimizer import STEP, SpecOptimizer
@@ -28,20 +29,32 @@ UNCOUNTED = frozenset({"torch.optim.SGD"})
 
 
 def _numpy(t) -> np.ndarray:
-    return t.detach().cpu().numpy().copy()
+    """A state tensor as numpy, exactly: bfloat16 as its bits (:data:`BFLOAT16`)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(BFLOAT16).copy()
+    return t.numpy().copy()
 
 
-def _dtype(p) -> np.dtype:
-    return torch.empty(0, dtype=p.dtype).numpy().dtype
+def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    if array.dtype == BFLOAT16:
+        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16).to(device)
+    return torch.from_numpy(array.copy()).to(device)
+
+
+def _dtype(spec, p) -> np.dtype:
+    """The numpy dtype ``p``'s state is kept in: the spec's ``state_dtype``, else the
+    parameter's (:func:`unified_opt.storage.state_storage`)."""
+    return storage_dtype(state_storage(spec, str(p.dtype).removeprefix("torch.")))
 
 
 def expected_state(spec, p) -> dict:
     """The spec's state of ``p``: name -> (shape, numpy dtype)."""
-    return state_layout(spec, tuple(p.shape), _dtype(p))
+    return state_layout(spec, tuple(p.shape), _dtype(spec, p))
 
 
 def _initial(spec, p) -> dict:
-    return initial_state(spec, tuple(p.shape), _dtype(p))
+    return initial_state(spec, tuple(p.shape), _dtype(spec, p))
 
 
 def _uncounted(name: str, known: int | None) -> int:
@@ -206,7 +219,7 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
         if count == 0:
             optimizer.state.pop(p, None)          # as built: state made at the first step
             continue
-        tensors = {k: torch.from_numpy(a.copy()).to(p.device) for k, a in arrays[name].items()}
+        tensors = {k: _tensor(a, p.device) for k, a in arrays[name].items()}
         if not own:
             tensors = {mapping[k]: t for k, t in tensors.items()}
         counted = own or record.decision.native not in UNCOUNTED

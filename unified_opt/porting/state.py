@@ -45,14 +45,51 @@ from ..backend import BACKENDS, BuildRecord, record_of
 from ..groups import Group
 from ..ops import numpy_ops
 from ..spec import Spec, spec_from_dict
+from ..storage import round_to
 
 FORMAT = "unified-opt-state/1"
 CALLER = "load_state"
 
 
+#: how a bfloat16 array is held in numpy (which has no bfloat16): its raw bits, under a
+#: dtype of its own (a one-field record of uint16, equal to no other dtype), written to
+#: the file as safetensors' ``BF16`` and read back from it
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
+#: safetensors' dtype names -> numpy's, of every dtype a state file holds
+FILE_DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
+               "BF16": BFLOAT16, "I64": np.dtype("<i8")}
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """``dtype``'s name, ``"bfloat16"`` for :data:`BFLOAT16`."""
+    return "bfloat16" if np.dtype(dtype) == BFLOAT16 else np.dtype(dtype).name
+
+
+def storage_dtype(name: str) -> np.dtype:
+    """The numpy dtype a state array stored in ``name`` (a
+    :data:`unified_opt.storage.STORAGE_DTYPES` name) is held in."""
+    return BFLOAT16 if name == "bfloat16" else np.dtype(name)
+
+
+def bfloat16_bits(values) -> np.ndarray:
+    """float32 ``values`` that bfloat16 holds exactly, as :data:`BFLOAT16` bits."""
+    single = np.ascontiguousarray(values, dtype=np.float32)
+    if not np.array_equal(round_to(single, "bfloat16"), single, equal_nan=True):
+        raise ValueError("bfloat16_bits: the values are not all bfloat16 values")
+    return (single.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(BFLOAT16)
+
+
 def initial_state(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, np.ndarray]:
-    """The spec's state of a fresh parameter of ``shape`` and numpy ``dtype``: name ->
-    array (what a backend's state reader gives a parameter that has not stepped)."""
+    """The spec's state of a fresh parameter of ``shape``, kept in numpy ``dtype``
+    (:data:`BFLOAT16` for bfloat16): name -> array (what a backend's state reader gives a
+    parameter that has not stepped)."""
+    if np.dtype(dtype) in (BFLOAT16, np.dtype(np.float16)):
+        # computed in float32 (numpy has no bfloat16 arithmetic); the initial values
+        # (zeros, a constant) are exact in the storage dtype
+        out = initial_state(spec, shape, np.dtype(np.float32))
+        if np.dtype(dtype) == BFLOAT16:
+            return {k: bfloat16_bits(round_to(a, "bfloat16")) for k, a in out.items()}
+        return {k: a.astype(np.float16) for k, a in out.items()}
     init = spec.init(np.zeros(shape, dtype=dtype), numpy_ops)
     return {k: np.asarray(a).copy() for k, a in init.items()}
 
@@ -188,19 +225,30 @@ def _digest(metadata: Mapping[str, str], tensors: Mapping[str, np.ndarray]) -> s
             h.update(f"{key}={metadata[key]}\0".encode())
     for key in sorted(tensors):
         a = tensors[key]
-        h.update(f"{key}:{a.dtype.str}:{a.shape}\0".encode())
+        kind = "bfloat16" if a.dtype == BFLOAT16 else a.dtype.str
+        h.update(f"{key}:{kind}:{a.shape}\0".encode())
         h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 
 
 def _write(s: Snapshot, path: Path) -> None:
-    from safetensors.numpy import save
+    from safetensors import TensorSpec, serialize
 
     metadata, tensors = _metadata(s), _tensors(s)
     metadata["sha256"] = _digest(metadata, tensors)
+    names = {dtype: name for name, dtype in FILE_DTYPES.items()}
+    specs = {}
+    for key, array in tensors.items():
+        if array.dtype not in names:
+            raise TypeError(f"save_state: state {key!r} is {dtype_name(array.dtype)}, which "
+                            f"a state file does not hold (one of "
+                            f"{sorted(map(dtype_name, FILE_DTYPES.values()))})")
+        kind = "bfloat16" if array.dtype == BFLOAT16 else array.dtype.name
+        specs[key] = TensorSpec(dtype=kind, shape=array.shape, data_ptr=array.ctypes.data,
+                                data_len=array.nbytes)
     # written by open(), so with the umask's mode like every other output (safetensors'
-    # save_file leaves 0600)
-    path.write_bytes(save(tensors, metadata=metadata))
+    # save_file leaves 0600); the arrays are little-endian and contiguous (_tensors)
+    path.write_bytes(bytes(serialize(specs, metadata=metadata)))
 
 
 # -- reading a file -----------------------------------------------------------------------
@@ -208,7 +256,7 @@ def _write(s: Snapshot, path: Path) -> None:
 def read_state(path) -> Snapshot:
     """The checked contents of a state file (ValueError naming the path when it is not a
     complete, unchanged file of this format)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, deserialize, safe_open
 
     path = Path(path)
     if not path.exists():
@@ -218,7 +266,13 @@ def read_state(path) -> Snapshot:
     try:
         with safe_open(str(path), framework="numpy") as f:
             metadata = dict(f.metadata() or {})
-            tensors = {key: f.get_tensor(key) for key in f.keys()}
+        tensors = {}
+        for key, entry in deserialize(path.read_bytes()):
+            if entry["dtype"] not in FILE_DTYPES:
+                raise ValueError(f"tensor {key!r} has dtype {entry['dtype']}, not one of "
+                                 f"{sorted(FILE_DTYPES)}")
+            tensors[key] = np.frombuffer(bytes(entry["data"]), dtype=FILE_DTYPES[
+                entry["dtype"]]).reshape(tuple(entry["shape"])).copy()
     except (SafetensorError, OSError, ValueError) as error:
         raise ValueError(f"{CALLER}: {str(path)!r} is not a readable state file "
                          f"(truncated or not safetensors): {error}") from None
@@ -436,8 +490,9 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
                 raise ValueError(f"{CALLER}: state {key!r} of {name!r} has shape "
                                  f"{got[key].shape} in the file, expected {shape}")
             if got[key].dtype != dtype:
-                raise ValueError(f"{CALLER}: state {key!r} of {name!r} is {got[key].dtype} "
-                                 f"in the file, expected {dtype}")
+                raise ValueError(f"{CALLER}: state {key!r} of {name!r} is "
+                                 f"{dtype_name(got[key].dtype)} in the file, expected "
+                                 f"{dtype_name(dtype)}")
         arrays[name] = got
     backend.check_writable(record, optimizer)
     backend.write_built(record, optimizer, saved, arrays)
