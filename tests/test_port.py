@@ -437,3 +437,23 @@ def test_a_clip_over_other_parameters_is_refused_and_left():
     assert "torch.nn.utils.clip_grad_norm_(b.parameters(), 1.0)" in ported.source
     assert "clip_grad_value_" not in ported.source
     assert ported.rewrites[0].spec.grad_clip == uo.ClipByValue(max=0.5)
+
+
+@pytest.mark.parametrize("scheduler", [
+    "CyclicLR(opt, base_lr=0.01, max_lr=0.1, step_size_up=5)",
+    "CyclicLR(opt, 0.01, 0.1, 5, cycle_momentum=False)",
+    "OneCycleLR(opt, 0.05, total_steps=100)",
+    "OneCycleLR(optimizer=opt, max_lr=0.05, epochs=2, steps_per_epoch=50, div_factor=10.0)",
+])
+def test_a_scheduler_setting_its_own_lrs_is_read_as_from_native_reads_it(scheduler):
+    """CyclicLR's base_lr is its own lower bound and OneCycleLR takes no base: the
+    optimizer's lr=0.1 is neither's (it used to overwrite CyclicLR's base_lr)."""
+    torch = pytest.importorskip("torch")
+    source = ("import torch\nopt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)\n"
+              f"s = torch.optim.lr_scheduler.{scheduler}\n")
+    ported = port_source(source, "paddle")
+    assert ported.refusals == []
+    namespace = {"m": torch.nn.Linear(2, 1)}
+    exec(source, namespace)
+    spec, groups = uo.from_native(namespace["opt"], lr_scheduler=namespace["s"])
+    assert ported.rewrites[0].spec == spec and groups == []

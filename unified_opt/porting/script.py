@@ -440,6 +440,16 @@ OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
                      "mindspore.nn.optim.", "mindspore.experimental.optim.", "mindformers.")
 
 
+#: schedulers constructed on the optimizer (``CosineAnnealingLR(optimizer, ...)``), whose
+#: first argument is the optimizer; the others are the optimizer's ``learning_rate``
+OPTIMIZER_SCHEDULERS = ("torch.optim.lr_scheduler.",
+                        "mindspore.experimental.optim.lr_scheduler.")
+#: such schedulers whose ``base_lr`` is their own argument (the lower bound they cycle
+#: from, overwriting the optimizer's lr), not the optimizer's lr: the presets read it so
+OWN_BASE_LR = ("torch.optim.lr_scheduler.CyclicLR",
+               "mindspore.experimental.optim.lr_scheduler.CyclicLR")
+
+
 def _kind(qualified_name: str) -> tuple[str, str] | None:
     """("optimizer" | "scheduler", preset name) for a native class or function with a
     preset (or a refused one), else None."""
@@ -552,8 +562,10 @@ class _Reader:
 
     def arguments(self, c: _Construction, leading: list[str], signature) -> dict:
         """keyword -> argument node; positional ones named by ``leading`` (the arguments
-        the preset lacks: parameters, optimizer) and then the preset's signature."""
-        names = [n for n in signature.parameters if n != "base_lr"]
+        the preset lacks: parameters, optimizer) and then the preset's signature (less
+        ``base_lr`` where it stands for the optimizer's lr)."""
+        names = [n for n in signature.parameters
+                 if n != "base_lr" or c.name in OWN_BASE_LR]
         positional = list(leading)
         for n in names:
             if n not in positional:
@@ -587,11 +599,13 @@ class _Reader:
         if c.name in REGISTRY.names(True):
             raise ValueError(REGISTRY.refusal(c.name))
         signature = REGISTRY.signature(c.name)
-        torch_style = "base_lr" in signature.parameters
+        torch_style = c.name.startswith(OPTIMIZER_SCHEDULERS)
         nodes = self.arguments(c, ["optimizer"] if torch_style else [], signature)
         nodes.pop("optimizer", None)
         kwargs = {k: self.literal(c, k, v) for k, v in nodes.items()}
-        if torch_style:
+        # the optimizer's lr is the base of a scheduler that scales it; CyclicLR's
+        # base_lr is its own argument and OneCycleLR takes none
+        if "base_lr" in signature.parameters and c.name not in OWN_BASE_LR:
             kwargs["base_lr"] = base_lr
         return schedule_preset(c.name, **kwargs)
 
