@@ -457,3 +457,34 @@ def test_a_scheduler_setting_its_own_lrs_is_read_as_from_native_reads_it(schedul
     exec(source, namespace)
     spec, groups = uo.from_native(namespace["opt"], lr_scheduler=namespace["s"])
     assert ported.rewrites[0].spec == spec and groups == []
+
+
+GROUP_LR_UNDER_COSINE = (
+    "import torch\nopt = torch.optim.SGD([{'params': net.body.parameters()}, "
+    "{'params': net.head.parameters(), 'lr': 0.01}], lr=0.1)\n"
+    "s = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10, eta_min={eta_min})\n")
+
+
+@pytest.mark.parametrize("eta_min", [0.005, 0.0])
+def test_a_group_lr_is_a_scale_only_where_from_native_reads_one(eta_min):
+    """lr_scale scales the whole schedule, eta_min too: under an absolute eta_min the
+    head's lr is no multiple of the body's, which port refuses as from_native does."""
+    torch = pytest.importorskip("torch")
+    source = GROUP_LR_UNDER_COSINE.replace("{eta_min}", repr(eta_min))
+    ported = port_source(source, "paddle")
+    net = torch.nn.Module()
+    net.body, net.head = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+    namespace = {"net": net}
+    exec(source, namespace)
+    if eta_min:
+        with pytest.raises(ValueError, match="no uo.Group lr_scale gives it"):
+            uo.from_native(namespace["opt"], lr_scheduler=namespace["s"], names=net)
+        assert [line for line, _ in ported.refusals] == [2]
+        assert "no uo.Group lr_scale gives it" in ported.refusals[0][1]
+        assert "# unified-opt port: not ported: torch.optim.SGD: " \
+               "torch.optim.lr_scheduler.CosineAnnealingLR gives the group of" in ported.source
+    else:
+        spec, groups = uo.from_native(namespace["opt"], lr_scheduler=namespace["s"], names=net)
+        assert ported.refusals == [] and ported.rewrites[0].spec == spec
+        assert f"groups=[uo.Group(match=('head.*',), lr_scale={groups[0].lr_scale!r})]" \
+            in ported.source

@@ -26,7 +26,6 @@ Facts relied on (torch 2.13):
 from __future__ import annotations
 
 import inspect
-import math
 
 from unified_opt import schedules as uo_schedules
 from unified_opt.porting import live
@@ -46,8 +45,6 @@ _SCALING = {
     "CosineAnnealingWarmRestarts": ("T_0", "T_mult", "eta_min"),
 }
 _FUNCTIONS = {"LambdaLR", "MultiplicativeLR"}
-#: steps over which a group's schedule is checked to be a multiple of group 0's
-_CHECK_STEPS = 2000
 
 
 def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
@@ -162,7 +159,7 @@ def _read_scheduler(optimizer, s, sample_steps):
     for i, (base, scale) in enumerate(zip(bases, scales)):
         if i and scale != 1.0 and bare not in _FUNCTIONS:
             own = uo_schedules.preset(name, base_lr=base, **_arguments(s))
-            _check_multiple(own, schedule, scale, f"param_groups[{i}]", name)
+            live.check_multiple(own, schedule, scale, f"param_groups[{i}]", name)
     return _Scheduler(name, schedule, bases, scales, (), position, notes)
 
 
@@ -282,22 +279,10 @@ def _proportion(schedule, own, where, name) -> float:
     if own is schedule:
         return 1.0
     if own.momentum(0) is not None and any(own.momentum(t) != schedule.momentum(t)
-                                           for t in range(_steps(own))):
+                                           for t in range(live.checked_steps(own))):
         raise ValueError(f"{live.CALLER}: {name} cycles {where}'s momentum between other "
                          "values than the first group's: a uo.Group cannot set a momentum")
     scale = live.scale_of(own(0), schedule(0), where)
-    _check_multiple(own, schedule, scale, where, name)
+    live.check_multiple(own, schedule, scale, where, name)
     return scale
 
-
-def _steps(schedule) -> int:
-    total = getattr(schedule, "total_steps", None)
-    return min(_CHECK_STEPS, total + 1) if isinstance(total, int) else _CHECK_STEPS
-
-
-def _check_multiple(own, schedule, scale, where, name) -> None:
-    for t in range(_steps(schedule)):
-        if not math.isclose(own(t), scale * schedule(t), rel_tol=1e-12, abs_tol=0.0):
-            raise ValueError(f"{live.CALLER}: {name} gives {where} the lr {own(t)!r} at step "
-                             f"{t}, not {scale!r} x the first group's {schedule(t)!r}: no "
-                             "uo.Group lr_scale gives it (build one optimizer per group)")

@@ -295,6 +295,34 @@ def scale_of(value: float, base: float, what: str) -> float:
     return value / base
 
 
+#: steps over which a group's schedule is checked to be a multiple of group 0's
+CHECK_STEPS = 2000
+
+
+def checked_steps(schedule: Schedule) -> int:
+    """How many steps of ``schedule`` a comparison checks: all of a schedule with a
+    ``total_steps`` (and the step after), else the first :data:`CHECK_STEPS`."""
+    total = getattr(schedule, "total_steps", None)
+    return min(CHECK_STEPS, total + 1) if isinstance(total, int) else CHECK_STEPS
+
+
+def check_multiple(own: Schedule, schedule: Schedule, scale: float, where: str, name: str,
+                   caller: str | None = CALLER) -> None:
+    """ValueError where ``own`` (a group's schedule, from its own base lr) is not
+    ``scale`` times ``schedule`` (the first group's) at every step checked: then no
+    ``uo.Group`` lr_scale gives it (e.g. ``CosineAnnealingLR``'s absolute ``eta_min``,
+    which a scale would scale too). Shared by ``from_native`` and ``unified-opt port``
+    (``caller`` prefixes the message; None: no prefix)."""
+    import math
+
+    for t in range(checked_steps(schedule)):
+        if not math.isclose(own(t), scale * schedule(t), rel_tol=1e-12, abs_tol=0.0):
+            prefix = f"{caller}: " if caller else ""
+            raise ValueError(f"{prefix}{name} gives {where} the lr {own(t)!r} at step {t}, "
+                             f"not {scale!r} x the first group's {schedule(t)!r}: no "
+                             "uo.Group lr_scale gives it (build one optimizer per group)")
+
+
 def not_a_rule(where: str, key: str, value: Any, reference: Any) -> ValueError:
     return ValueError(f"{CALLER}: {where} sets {key}={value!r}, the spec's is {reference!r}: "
                       "a uo.Group sets only lr, lr_scale, weight_decay and exclusions, so a "

@@ -715,14 +715,22 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
             raise SchedulerRefused(attached[0], str(error)) from None
         spec = with_schedule(spec, schedule)
         schedulers = attached
-    rules = _rules(groups, spec, kwargs.get(lr_keyword)) if groups is not None else []
+    rules = []
+    if groups is not None:
+        rules = _rules(groups, spec, kwargs.get(lr_keyword), reader,
+                       attached[0] if attached else None)
     return _Optimizer(c, spec, params, schedulers, groups, rules)
 
 
-def _rules(groups: _Groups, spec: Spec, base_lr) -> list:
+def _rules(groups: _Groups, spec: Spec, base_lr, reader: _Reader,
+           scheduler: _Construction | None) -> list:
     """``[(patterns, uo.Group keywords)]`` of the groups: an lr is absolute with a
-    constant spec lr, a factor of the base lr under a scheduler that scales it."""
+    constant spec lr, a factor of the base lr under a ``scheduler`` that scales it
+    (checked as ``uo.from_native`` checks it: the scheduler's schedule from the group's
+    own lr must be that factor times the spec's at every step; with an absolute
+    ``eta_min`` it is not)."""
     from ..schedules import Cyclic, OneCycle
+    from .live import check_multiple
 
     out = []
     for patterns, keys in groups.rules:
@@ -733,12 +741,16 @@ def _rules(groups: _Groups, spec: Spec, base_lr) -> list:
             if isinstance(spec.lr, (int, float)):
                 changes["lr"] = float(keys["lr"])
             elif isinstance(spec.lr, (OneCycle, Cyclic)) or not isinstance(
-                    base_lr, (int, float)) or base_lr == 0:
+                    base_lr, (int, float)) or base_lr == 0 or scheduler is None:
                 raise ValueError(f"a group's lr={keys['lr']!r} under "
                                  f"{type(spec.lr).__name__}, which sets absolute lrs: no "
                                  "uo.Group gives it (build one optimizer per group)")
             else:
                 changes["lr_scale"] = float(keys["lr"]) / float(base_lr)
+                own = reader.schedule(scheduler, float(keys["lr"]))
+                check_multiple(own, spec.lr, changes["lr_scale"],
+                               f"the group of {list(patterns)} (lr={keys['lr']!r})",
+                               scheduler.name, caller=None)
         if changes:
             out.append((patterns, changes))
     return out
