@@ -447,3 +447,83 @@ def test_a_bfloat16_state_file_is_refused_where_the_state_is_float32(tmp_path):
         uo.load_state(target, tmp_path / "edited.safetensors")
     after = target.state[target.param_groups[0]["params"][0]]
     assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+# -- a data-parallel spec's state is one rank's: the file says whose ----------------------
+
+@require("torch")
+def test_a_dgc_state_file_records_its_rank_and_loads_on_that_rank_only(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    worker = Path(__file__).parent / "dgc_state_rank.py"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           "--nproc_per_node=2", str(worker), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    for rank in (0, 1):
+        assert read_state(tmp_path / f"rank{rank}.safetensors").ranks == (rank, 2)
+        result = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert result[str(rank)] == {"loaded": True}
+        other = 1 - rank
+        assert result[str(other)]["refused"] == (
+            f"load_state: the file holds rank {other}'s state of 2 ranks (dgc_momentum keeps "
+            f"residuals per rank), and this optimizer is rank {rank} of 2: load each rank's "
+            "own file (save_state on every rank, one file per rank, the same world size)")
+
+
+# -- edited contents (digest recomputed): each refused, the optimizer untouched ------------
+
+def _edited(saved, tmp_path, change):
+    import dataclasses
+    from pathlib import Path
+
+    from unified_opt.porting.state import _write
+
+    snapshot = read_state(saved)
+    snapshot = change(snapshot) or snapshot
+    _write(dataclasses.replace(snapshot), Path(tmp_path / "edited.safetensors"))
+    return tmp_path / "edited.safetensors"
+
+
+@pytest.mark.parametrize("label, change, match", [
+    ("negative step", lambda s: s.param_steps.__setitem__("w", -4),
+     "the step count of 'w' is -4, not a count"),
+    ("more steps than the optimizer", lambda s: s.param_steps.__setitem__("w", 6),
+     "parameter 'w' took 6 steps, more than the optimizer's 5"),
+    ("bogus framework", lambda s: setattr(s, "framework", "jax"),
+     "framework is 'jax', not one of"),
+    ("negative position", lambda s: setattr(s, "position", -1), "position is -1"),
+])
+def test_edited_contents_are_refused(saved, target, tmp_path, label, change, match):
+    _refused(target, _edited(saved, tmp_path, change), ValueError, match)
+
+
+@require("torch")
+def test_a_position_without_a_schedule_is_refused(tmp_path):
+    import dataclasses
+    from pathlib import Path
+
+    from unified_opt.porting.state import _write
+
+    constant = _driver("torch", spec=SPEC.replace(lr=0.01))
+    _steps(constant, range(3))
+    uo.save_state(constant.optimizer, tmp_path / "run.safetensors")
+    snapshot = dataclasses.replace(read_state(tmp_path / "run.safetensors"), position=7)
+    _write(snapshot, Path(tmp_path / "edited.safetensors"))
+    target = _driver("torch", spec=SPEC.replace(lr=0.01))
+    _steps(target, range(3))
+    _refused(target, tmp_path / "edited.safetensors", ValueError,
+             r"position is 7, but the spec's lr 0.01 is no schedule")
+
+
+def test_a_step_count_beyond_torchs_float32_step_is_refused(saved, target, tmp_path):
+    def change(s):
+        s.steps = 2 ** 62
+        s.param_steps["w"] = 2 ** 62
+    _refused(target, _edited(saved, tmp_path, change), ValueError,
+             r"parameter 'w' took 4611686018427387904 steps in the file, more than torch's "
+             r"float32 step holds exactly \(16777216\)")

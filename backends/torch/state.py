@@ -210,8 +210,17 @@ def check_writable(record, optimizer) -> None:
                              f"{unmapped}; build with path='own'")
 
 
+#: the largest step count torch's float32 ``step`` holds exactly (every integer up to it)
+EXACT_STEPS = 2 ** 24
+
+
 def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
     _refuse_sharded("load_state", list(zip(record.names, record.params)))
+    for name, count in saved.param_steps.items():
+        if count > EXACT_STEPS:
+            raise ValueError(f"load_state: parameter {name!r} took {count} steps in the "
+                             f"file, more than torch's float32 step holds exactly "
+                             f"({EXACT_STEPS})")
     own = isinstance(optimizer, SpecOptimizer)
     mapping = None if own else record.decision.native_class.state
     for name, p in zip(record.names, record.params):

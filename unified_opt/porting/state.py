@@ -112,6 +112,9 @@ class Snapshot:
     param_steps: dict[str, int]
     arrays: dict[str, dict[str, np.ndarray]]
     framework: str
+    #: (rank, world size) of the process that wrote a data-parallel spec's state (its
+    #: residuals are that rank's own: one file per rank); None for other specs
+    ranks: tuple[int, int] | None = None
 
 
 def _backend_state(framework: str):
@@ -158,7 +161,29 @@ def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = N
 
         reading = read_native(optimizer, lr_scheduler, names=names, constant_lr=constant_lr)
         snapshot = backend.snapshot_native(reading, optimizer, names)
+    if getattr(snapshot.spec, "data_parallel", False):
+        snapshot = dataclasses.replace(snapshot, ranks=_ranks(framework, optimizer))
     _write(snapshot, Path(path))
+
+
+def _ranks(framework: str, optimizer: Any) -> tuple[int, int]:
+    """(rank, world size) of ``optimizer``'s data-parallel exchange ((0, 1) without one)."""
+    exchange = getattr(optimizer, "exchange", None)
+    if exchange is None:
+        return 0, 1
+    if framework == "torch":
+        import torch.distributed as dist
+
+        rank = dist.get_rank(getattr(exchange, "group", None))
+    elif framework == "paddle":
+        import paddle.distributed as dist
+
+        rank = dist.get_rank(getattr(exchange, "group", None))
+    else:
+        from mindspore.communication import get_rank
+
+        rank = get_rank()
+    return int(rank), int(exchange.world_size)
 
 
 def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = None,
@@ -205,7 +230,9 @@ def _metadata(s: Snapshot) -> dict[str, str]:
     return {"format": FORMAT, "spec": json.dumps(s.spec.to_dict()), "groups": groups,
             "names": json.dumps(s.names), "shapes": json.dumps(s.shapes),
             "steps": str(s.steps), "position": "" if s.position is None else str(s.position),
-            "framework": s.framework}
+            "framework": s.framework,
+            **({} if s.ranks is None else {"rank": str(s.ranks[0]),
+                                           "world_size": str(s.ranks[1])})}
 
 
 def _tensors(s: Snapshot) -> dict[str, np.ndarray]:
@@ -290,7 +317,39 @@ def read_state(path) -> Snapshot:
                          f"{type(error).__name__}: {error}") from None
 
 
+def _count(what: str, value: int) -> int:
+    if value < 0:
+        raise ValueError(f"{what} is {value}, not a count (>= 0)")
+    return value
+
+
+def _checked(s: Snapshot) -> Snapshot:
+    """Refuse contents that no run writes (a file edited with its digest recomputed)."""
+    from ..schedules import Schedule
+
+    if s.framework not in BACKENDS:
+        raise ValueError(f"framework is {s.framework!r}, not one of {list(BACKENDS)}")
+    _count("steps", s.steps)
+    for name, count in s.param_steps.items():
+        _count(f"the step count of {name!r}", count)
+        if count > s.steps:
+            raise ValueError(f"parameter {name!r} took {count} steps, more than the "
+                             f"optimizer's {s.steps} (metadata steps)")
+    if s.position is not None:
+        _count("position", s.position)
+        if not isinstance(s.spec.lr, Schedule):
+            raise ValueError(f"position is {s.position}, but the spec's lr {s.spec.lr!r} is "
+                             "no schedule (there is nothing the position could set)")
+    if s.ranks is not None and not 0 <= s.ranks[0] < s.ranks[1]:
+        raise ValueError(f"rank {s.ranks[0]} of world_size {s.ranks[1]} is no rank")
+    return s
+
+
 def _snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> Snapshot:
+    return _checked(_read_snapshot(metadata, tensors))
+
+
+def _read_snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> Snapshot:
     names = json.loads(metadata["names"])
     arrays: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
     for key, array in tensors.items():
@@ -304,7 +363,9 @@ def _snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> Snaps
         steps=int(metadata["steps"]),
         position=int(metadata["position"]) if metadata["position"] else None,
         param_steps={n: int(tensors[f"step/{n}"][0]) for n in names},
-        arrays=arrays, framework=metadata["framework"])
+        arrays=arrays, framework=metadata["framework"],
+        ranks=(int(metadata["rank"]), int(metadata["world_size"]))
+        if "rank" in metadata or "world_size" in metadata else None)
 
 
 def spec_differences(saved: Spec, built: Spec) -> str:
@@ -474,6 +535,18 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
                 "read it under that module's names, uo.porting.name_map)")
         raise ValueError(f"{CALLER}: parameter names differ: not in the file {missing}, "
                          f"not in the optimizer {extra}{hint}")
+    if getattr(saved.spec, "data_parallel", False):
+        here = _ranks(framework, optimizer)
+        if saved.ranks is None:
+            raise ValueError(f"{CALLER}: the file holds {saved.spec.name} state (per-rank "
+                             "residuals) but records no rank: it cannot be told whose it is; "
+                             "save it again with this version of save_state on every rank")
+        if saved.ranks != here:
+            raise ValueError(f"{CALLER}: the file holds rank {saved.ranks[0]}'s state of "
+                             f"{saved.ranks[1]} ranks ({saved.spec.name} keeps residuals per "
+                             f"rank), and this optimizer is rank {here[0]} of {here[1]}: "
+                             "load each rank's own file (save_state on every rank, one file "
+                             "per rank, the same world size)")
     backend = _backend_state(framework)
     arrays = {}
     for name, p, plan in zip(record.names, record.params, record.plans):
