@@ -9,11 +9,15 @@ One safetensors file holds a run's optimizer, readable on any backend:
 * metadata (strings): ``format`` (:data:`FORMAT`), ``spec`` (``spec.to_dict()`` as JSON),
   ``groups`` (the ``uo.Group`` rules as JSON), ``names`` (the parameter names in build
   order), ``shapes``, ``steps`` (optimizer steps taken), ``position`` (the step the lr
-  schedule stands at, empty without one), ``framework`` (where it was written) and
+  schedule stands at, empty without one), ``framework`` (where it was written), for a
+  data-parallel spec ``rank`` and ``world_size`` (its residuals are that rank's: it
+  loads on that rank only), and
   ``sha256``: a digest over all of the above, so truncation or flipped bytes anywhere
   are an error, not different numbers.
 
-The file is read with ``safetensors`` (a JSON header and raw little-endian arrays): no
+Each array keeps its storage dtype (bfloat16 as safetensors' ``BF16``, held in numpy as
+:data:`BFLOAT16` bits). The file is read with ``safetensors`` (a JSON header and raw
+little-endian arrays): no
 code runs on load, no pickle. ``load_state`` checks everything (digest, format, spec
 and groups equal to the target's, the same parameter names, every state array's name,
 shape and dtype) before it writes anything: the optimizer is either fully loaded or
