@@ -488,3 +488,40 @@ def test_a_group_lr_is_a_scale_only_where_from_native_reads_one(eta_min):
         assert ported.refusals == [] and ported.rewrites[0].spec == spec
         assert f"groups=[uo.Group(match=('head.*',), lr_scale={groups[0].lr_scale!r})]" \
             in ported.source
+
+
+@pytest.mark.parametrize("source, to, missed", [
+    # MindSpore's loss_scale divides the gradient inside the optimizer; torch's SGD has none
+    ("from mindspore import nn\nopt = nn.Momentum(net.trainable_params(), learning_rate=0.1, "
+     "momentum=0.9, loss_scale=128.0)\n", "torch", "loss_scale=128.0 (the bare call's: 1.0)"),
+    # MindSpore's nn classes do not decay *beta* / *gamma*: torch's SGD decays every name
+    ("from mindspore import nn\nopt = nn.SGD(net.trainable_params(), learning_rate=0.1, "
+     "momentum=0.9, weight_decay=1e-4)\n", "torch",
+     "no_decay_names=('*beta*', '*gamma*') (the bare call's: ())"),
+    # ... and the reverse: Paddle decays them, a flat list in nn.Momentum would not
+    ("import paddle\nopt = paddle.optimizer.Momentum(learning_rate=0.1, momentum=0.9, "
+     "parameters=net.parameters(), weight_decay=1e-4)\n", "mindspore",
+     "no_decay_names=() (the bare call's: ('*beta*', '*gamma*'))"),
+], ids=["loss_scale", "ms_no_decay_names", "ms_decays_every_name"])
+def test_an_exact_class_whose_bare_call_drops_part_of_the_spec_is_built_by_uo(
+        source, to, missed):
+    """The native class is exact only with what uo.build lowers around it (a loss scale,
+    parameter groups): a bare call of it would change the math, so port writes uo.build."""
+    ported = port_source(source, to)
+    rewrite, = ported.rewrites
+    assert "-> native" in rewrite.reasons and f"would not carry {missed}" in rewrite.reasons
+    assert rewrite.replacement.startswith(f"uo.build({spec_code(rewrite.spec)}, net")
+    assert f"opt = {rewrite.replacement}" in ported.source.splitlines()
+    assert ported.refusals == []
+
+
+def test_a_ported_loss_scale_unscales_the_gradient():
+    torch = pytest.importorskip("torch")
+    ported = port_source("from mindspore import nn\nopt = nn.Momentum(net.trainable_params(), "
+                         "learning_rate=0.1, momentum=0.9, loss_scale=128.0)\n", "torch")
+    net = torch.nn.Linear(2, 1, bias=False)
+    before = net.weight.detach().clone()
+    opt = eval(ported.rewrites[0].replacement, {"uo": uo, "net": net})
+    net.weight.grad = torch.full_like(net.weight, 128.0)     # the loss was scaled by 128
+    opt.step()
+    assert torch.allclose(before - net.weight.detach(), torch.full_like(before, 0.1))

@@ -31,12 +31,14 @@ written, marked by a ``# unified-opt port: not ported: <why>`` comment and liste
 
 What it writes, for each optimizer: the target framework's native class with the
 argument values that make it compute the spec exactly (``uo.explain``'s decision), when
-there is one and the lr is constant; else ``uo.build(<spec>, <parameters>)``, the spec
-written out as ``uo`` constructor calls. A scheduler variable becomes
-``uo.lr_scheduler(optimizer)`` (``None`` on MindSpore, whose optimizers step their lr
-themselves: the script's ``scheduler.step()`` lines are listed to remove, those of a
-variable a helper's ``return optimizer, scheduler`` fills too). Imports the new code
-needs are added after the script's own; nothing else changes.
+there is one, the lr is constant and the bare call carries the whole spec (read back
+through the class's own preset: no loss scale or other pre-step, the same name rules);
+else ``uo.build(<spec>, <parameters>)``, the spec written out as ``uo`` constructor
+calls (the model itself as the parameters where the spec has name rules). A
+scheduler variable becomes ``uo.lr_scheduler(optimizer)`` (``None`` on MindSpore, whose
+optimizers step their lr themselves: the script's ``scheduler.step()`` lines are listed
+to remove, those of a variable a helper's ``return optimizer, scheduler`` fills too).
+Imports the new code needs are added after the script's own; nothing else changes.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backend import BACKENDS
+from ..groups import NAME_RULES
 from ..spec import Spec
 
 #: the parameter argument: keyword, and position among the positional arguments
@@ -758,12 +761,16 @@ def _rules(groups: _Groups, spec: Spec, base_lr, reader: _Reader,
 
 # -- writing the target's code ----------------------------------------------------------
 
-def _params_code(reader: _Reader, node, source: str, to: str) -> str:
+def _params_code(reader: _Reader, node, source: str, to: str, *, named: bool = False) -> str:
+    """The parameter argument for ``to``: ``model.parameters()`` as ``to``'s method, or
+    ``model`` itself where the spec has name rules (``named``): a build matches them
+    against parameter names, which a module gives and a parameter list may not."""
     import libcst as cst
 
     if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not node.args
             and node.func.attr.value == PARAMETERS_METHOD[source]):
-        return f"{reader.code(node.func.value)}.{PARAMETERS_METHOD[to]}()"
+        module = reader.code(node.func.value)
+        return module if named else f"{module}.{PARAMETERS_METHOD[to]}()"
     return reader.code(node)
 
 
@@ -803,17 +810,44 @@ def _emit(o: _Optimizer, reader: _Reader, to: str) -> tuple[str, str, str]:
         return (f"uo.build({spec_code(o.spec)}, {params}{groups})", why,
                 "import unified_opt as uo")
     params = _params_code(reader, o.params, o.construction.framework, to)
+    named = _params_code(reader, o.params, o.construction.framework, to, named=any(
+        getattr(o.spec, rule, ()) for rule in NAME_RULES))
     if decision.path == "native" and isinstance(o.spec.lr, (int, float)):
         kwargs = decision.native_class.native_call(decision.lowering, o.spec)
         try:
             arguments = [f"{k}={_value_code(v)}" for k, v in kwargs.items()]
         except ValueError:     # an argument that is an object (a clip, a function)
             arguments = None
-        if arguments is not None:
+        missed = _not_carried(decision, o.spec, kwargs)
+        if missed:
+            why += (f"; written as uo.build, which lowers them around the class: the bare "
+                    f"{decision.native}(...) call would not carry {', '.join(missed)}")
+        elif arguments is not None:
             head = f"{PARAMS[to][0]}={params}" if to == "paddle" else params
             return (f"{decision.native}({', '.join([head, *arguments])})", why,
                     f"import {decision.native.rpartition('.')[0]}")
-    return f"uo.build({spec_code(o.spec)}, {params})", why, "import unified_opt as uo"
+    return f"uo.build({spec_code(o.spec)}, {named})", why, "import unified_opt as uo"
+
+
+def _not_carried(decision, spec: Spec, kwargs: dict) -> list[str]:
+    """What a bare call of the decision's native class with ``kwargs`` would leave out
+    of ``spec`` (as ``field=value``): the parts ``uo.build`` lowers around the class --
+    the gradient pre-step (a loss scale, a clip, ...) and the name rules (MindSpore's
+    not decaying ``*beta*``/``*gamma*``) -- where the class's own reading of the call
+    differs. A MindSpore ``nn`` class skips decay for such names unasked, so the call
+    may also add a rule the spec lacks; that is listed too."""
+    from ..spec import PRE_STEP_DEFAULTS
+
+    try:
+        back = decision.native_class.from_native(**kwargs)
+        if decision.lowering.read_back is not None:
+            back = decision.lowering.read_back(back)
+    except (TypeError, ValueError, NotImplementedError) as error:
+        return [f"its own reading ({error})"]
+    defaults = {**PRE_STEP_DEFAULTS, **{rule: () for rule in NAME_RULES}}
+    return [f"{name}={getattr(spec, name, default)!r} (the bare call's: "
+            f"{getattr(back, name, default)!r})" for name, default in defaults.items()
+            if getattr(spec, name, default) != getattr(back, name, default)]
 
 
 def _insert_imports(module, imports: list[str]):
