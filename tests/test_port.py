@@ -220,6 +220,13 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
      "s = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)\n", 2, "metric-driven"),
     ("import torch\ns = torch.optim.lr_scheduler.StepLR(make_optimizer(), 10)\n", 2,
      "schedules no optimizer"),
+    # an optimizer class the port cannot follow to its call (it used to pass, exit 0)
+    ("import torch\nOptCls = torch.optim.AdamW\nopt = OptCls(m.parameters(), lr=1e-3)\n", 2,
+     "torch.optim.AdamW: named here without being called"),
+    ("import functools, torch\nmake = functools.partial(torch.optim.AdamW, lr=1e-3)\n"
+     "opt = make(m.parameters())\n", 2, "torch.optim.AdamW: named here without being called"),
+    ("from torch.optim import *\nopt = AdamW(m.parameters(), lr=1e-3)\n", 2,
+     "AdamW comes from 'from torch.optim import *' (line 1)"),
 ])
 def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
     ported = port_source(source, "paddle")
@@ -525,3 +532,24 @@ def test_a_ported_loss_scale_unscales_the_gradient():
     net.weight.grad = torch.full_like(net.weight, 128.0)     # the loss was scaled by 128
     opt.step()
     assert torch.allclose(before - net.weight.detach(), torch.full_like(before, 0.1))
+
+
+def test_type_tests_and_annotations_of_a_class_are_no_construction():
+    source = ("import torch\ndef f(o: torch.optim.AdamW) -> torch.optim.SGD:\n"
+              "    return isinstance(o, (torch.optim.AdamW, torch.optim.SGD))\n"
+              "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n")
+    ported = port_source(source, "paddle")
+    assert ported.refusals == [] and [r.line for r in ported.rewrites] == [4]
+
+
+def test_a_script_without_an_optimizer_is_said_and_exits_1(tmp_path, capsys):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\nx = torch.ones(3)\n")
+    assert cli.main(["port", str(script), "--to", "paddle", "-o",
+                     str(tmp_path / "out.py")]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"unified-opt port: {script}: no optimizer construction found: the port "
+                   "reads direct calls of torch, Paddle and MindSpore optimizer classes "
+                   "(torch.optim.AdamW(...), paddle.optimizer.Adam(...), "
+                   "mindspore.nn.Adam(...)) through the script's imports\n")
+    assert (tmp_path / "out.py").read_text() == script.read_text()

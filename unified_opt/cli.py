@@ -252,7 +252,8 @@ def _add_port(commands) -> None:
             "every rewritten call with its reason on stderr and touches nothing else. A "
             "construction that cannot be read statically is left as written, marked by a "
             "comment and listed with its line; the rest is written all the same (exit 1 "
-            "then); 2 for a bad command line.", 79))
+            "then, and when no optimizer construction is found); 2 for a bad command "
+            "line.", 79))
     port.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
     port.add_argument("--to", required=True, metavar="FRAMEWORK",
                       help="torch, paddle or mindspore")
@@ -286,9 +287,11 @@ def _port(args) -> int:
               f"    -> {rewrite.replacement}\n    because {rewrite.reasons}", file=sys.stderr)
     for note in ported.notes:
         print(f"{script}: note: {note}", file=sys.stderr)
+    if ported.nothing_found:
+        print(f"unified-opt port: {ported.nothing_found}", file=sys.stderr)
     if not args.out:
         sys.stdout.write(ported.source)
-    return 1 if ported.refusals else 0
+    return 1 if ported.refusals or ported.nothing_found else 0
 
 
 def _diff(args) -> int:

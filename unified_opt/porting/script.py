@@ -25,9 +25,12 @@ the rest) and ``model.<submodule>.parameters()``; they become ``uo.Group`` rules
 ``gamma``, with a note). torch's ``clip_grad_norm_`` / ``clip_grad_value_`` over the
 one optimizer's parameters becomes the spec's ``grad_clip`` (the call is removed, with a
 note). Anything else -- a value computed at run time, a group chosen by ``p.ndim``, two
-schedulers on one optimizer, a class whose preset refuses the arguments -- is left as
-written, marked by a ``# unified-opt port: not ported: <why>`` comment and listed
-(:attr:`Ported.refusals`); the rest of the file is rewritten all the same.
+schedulers on one optimizer, a class whose preset refuses the arguments, a class named
+without a direct call (an alias, ``functools.partial``, a base class) or called through
+a star import -- is left as written, marked by a ``# unified-opt port: not ported:
+<why>`` comment and listed (:attr:`Ported.refusals`); the rest of the file is rewritten
+all the same. A script with no optimizer construction at all says so
+(:attr:`Ported.nothing_found`).
 
 What it writes, for each optimizer: the target framework's native class with the
 argument values that make it compute the spec exactly (``uo.explain``'s decision), when
@@ -81,6 +84,9 @@ class Ported:
     rewrites: list[Rewrite]
     notes: list[str] = field(default_factory=list)
     refusals: list[tuple[int, str]] = field(default_factory=list)
+    #: why nothing was ported, where the script holds no optimizer construction the port
+    #: reads and nothing was refused either ("" otherwise): the command exits 1 then
+    nothing_found: str = ""
 
 
 class PortRefused(ValueError):
@@ -453,9 +459,10 @@ OWN_BASE_LR = ("torch.optim.lr_scheduler.CyclicLR",
                "mindspore.experimental.optim.lr_scheduler.CyclicLR")
 
 
-def _kind(qualified_name: str) -> tuple[str, str] | None:
+def _kind(qualified_name: str, resolve: bool = True) -> tuple[str, str] | None:
     """("optimizer" | "scheduler", preset name) for a native class or function with a
-    preset (or a refused one), else None."""
+    preset (or a refused one), else None. ``resolve``: also a real module path
+    (``torch.optim.adamw.AdamW``), which imports the framework to resolve it."""
     from ..presets._registry import descriptor_name, registry
     from ..schedules._preset_registry import REGISTRY as SCHEDULES
 
@@ -467,7 +474,7 @@ def _kind(qualified_name: str) -> tuple[str, str] | None:
         return None
 
     found = known(qualified_name)
-    if found is None and qualified_name.startswith(OPTIMIZER_MODULES):
+    if found is None and resolve and qualified_name.startswith(OPTIMIZER_MODULES):
         found = known(descriptor_name(qualified_name))
     return found
 
@@ -492,6 +499,13 @@ def _finder():
             self.clips: list[tuple[str, Any, int]] = []     # (clip function, call, line)
             self.call_statements: dict[int, Any] = {}   # id(call) -> its simple statement
             self.current: list = []
+            #: (line, message, statement) of each optimizer or scheduler class the script
+            #: names in a way the port does not follow (an alias, functools.partial, a
+            #: star import): refused, so that what it builds is not silently left as is
+            self.unfollowed: list[tuple[int, str, Any]] = []
+            self.star_imports: list[tuple[str, int]] = []    # (module, line)
+            self.called: set[int] = set()       # id(func) of the constructions found
+            self.type_tests = 0                 # inside isinstance(...) / issubclass(...)
 
         def visit_FunctionDef(self, node):
             self.functions.append(node.name.value)
@@ -534,7 +548,11 @@ def _finder():
             if isinstance(func, cst.Attribute) and func.attr.value == "step" and isinstance(
                     func.value, cst.Name):
                 self.step_calls.setdefault(func.value.value, []).append(line)
-            for qualified in self.get_metadata(QualifiedNameProvider, node.func, set()):
+            qualified_names = self.get_metadata(QualifiedNameProvider, node.func, set())
+            if {q.name for q in qualified_names} & {"builtins.isinstance",
+                                                     "builtins.issubclass"}:
+                self.type_tests += 1
+            for qualified in qualified_names:
                 if qualified.name in CLIPS:
                     self.clips.append((qualified.name, node, line))
                     break
@@ -544,7 +562,65 @@ def _finder():
                     statement, target = self.assigned.get(id(node), (None, None))
                     self.found.append(_Construction(kind[0], kind[1], framework, node, line,
                                                     statement, target))
+                    self.called.add(id(node.func))
                     break
+            if not qualified_names and isinstance(func, cst.Name):
+                self._star_imported(func.value, line)
+
+        def leave_Call(self, node):
+            names = {q.name for q in self.get_metadata(QualifiedNameProvider, node.func, set())}
+            if names & {"builtins.isinstance", "builtins.issubclass"}:
+                self.type_tests -= 1
+
+        def visit_ImportFrom(self, node):
+            if isinstance(node.names, cst.ImportStar) and node.module is not None \
+                    and not node.relative:
+                module = cst.Module([]).code_for_node(node.module)
+                line = self.get_metadata(PositionProvider, node).start.line
+                self.star_imports.append((module, line))
+            return False        # the imported names are not uses of the classes
+
+        def visit_Annotation(self, node):
+            return False        # a type annotation builds nothing
+
+        def visit_Attribute(self, node):
+            return self._reference(node)
+
+        def visit_Name(self, node):
+            return self._reference(node)
+
+        def _reference(self, node) -> bool:
+            """An optimizer or scheduler class named without being called (``OptCls =
+            torch.optim.AdamW``, ``functools.partial(torch.optim.AdamW, ...)``, a base
+            class) is refused: what it builds is not read. isinstance tests pass."""
+            if id(node) in self.called or self.type_tests:
+                return True
+            for qualified in self.get_metadata(QualifiedNameProvider, node, set()):
+                # not resolved through imports: every module on the way would import
+                kind = _kind(qualified.name, resolve=False) if framework_of(
+                    qualified.name) else None
+                if kind is not None:
+                    self._unfollowed(node, f"{qualified.name}: named here without being "
+                                     "called (an alias, functools.partial, a base class): the "
+                                     "port reads only a direct call of the class, so what "
+                                     "this builds is not ported; call the class directly")
+                    return False
+            return True
+
+        def _star_imported(self, name: str, line: int) -> None:
+            for module, import_line in self.star_imports:
+                kind = _kind(f"{module}.{name}", resolve=False)
+                if kind is not None:
+                    self.unfollowed.append((line, f"{kind[1]}: {name} comes from 'from "
+                                            f"{module} import *' (line {import_line}), "
+                                            "which the port does not follow; import it by "
+                                            f"name (from {module} import {name})",
+                                            self.current[-1] if self.current else None))
+                    return
+
+        def _unfollowed(self, node, message: str) -> None:
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.unfollowed.append((line, message, self.current[-1] if self.current else None))
 
     return Finder()
 
@@ -888,6 +964,7 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
     wrapper.visit(finder)
     constants = {**_file_constants(wrapper.module), **_module_constants(wrapper.module)}
     reader = _Reader(wrapper.module, finder, constants)
+    reader.refusals += [(line, message) for line, message, _ in finder.unfollowed]
     optimizers = []
     refused_calls: set[int] = set()
     for c in finder.found:
@@ -916,7 +993,14 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
                           "or MindSpore one is the optimizer's learning_rate)")
             refused_calls.add(id(c.call))
     _fold_clips(reader, optimizers, to)
-    return _rewrite(wrapper.module, reader, optimizers, to)
+    ported = _rewrite(wrapper.module, reader, optimizers, to)
+    if not any(c.kind == "optimizer" for c in finder.found) and not ported.refusals:
+        ported.nothing_found = (
+            f"{filename}: no optimizer construction found: the port reads direct calls of "
+            "torch, Paddle and MindSpore optimizer classes (torch.optim.AdamW(...), "
+            "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
+            "imports")
+    return ported
 
 
 def _fold_clips(reader: _Reader, optimizers: list[_Optimizer], to: str) -> None:
@@ -1126,4 +1210,7 @@ def _statement_at(reader: _Reader, line: int):
     for c in reader.finder.found:
         if c.line == line:
             return reader.finder.call_statements.get(id(c.call))
+    for unfollowed_line, _, statement in reader.finder.unfollowed:
+        if unfollowed_line == line:
+            return statement
     return None
