@@ -553,3 +553,101 @@ def test_a_script_without_an_optimizer_is_said_and_exits_1(tmp_path, capsys):
                    "(torch.optim.AdamW(...), paddle.optimizer.Adam(...), "
                    "mindspore.nn.Adam(...)) through the script's imports\n")
     assert (tmp_path / "out.py").read_text() == script.read_text()
+
+
+# -- who steps the schedule: MindSpore's optimizers step their lr, torch's and Paddle's
+# schedulers step when the script says so
+
+EPOCH_LOOP = '''\
+import torch
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)
+for epoch in range(4):
+    for batch in range(5):
+        opt.zero_grad(); loss.backward(); opt.step()
+{step}
+'''
+
+
+@pytest.mark.parametrize("step, ported", [
+    ("    sched.step()", False),                         # once per epoch
+    ("        if batch % 2 == 0:\n            sched.step()", False),     # under a condition
+    ("        sched.step()", True),                      # once per optimizer step
+], ids=["per_epoch", "conditional", "per_step"])
+def test_to_mindspore_a_scheduler_must_step_with_the_optimizer(step, ported):
+    """MindSpore steps the lr at every optimizer step: removing a scheduler.step() that
+    ran per epoch would advance the schedule every batch instead."""
+    result = port_source(EPOCH_LOOP.replace("{step}", step), "mindspore")
+    if ported:
+        assert result.refusals == [] and "sched = uo.lr_scheduler(opt)" in result.source
+        assert result.notes == ["line 7: sched.step() -- remove: MindSpore optimizers step "
+                                "their lr themselves (uo.lr_scheduler gives None there)"]
+        return
+    (line, message), = result.refusals
+    assert line == 2 and message.startswith(
+        f"torch.optim.SGD: its scheduler steps (line {7 if 'if' not in step else 8}) in "
+        "another loop or branch than the optimizer's step (line 6)")
+    assert result.rewrites == [] and "opt = torch.optim.SGD(" in result.source
+
+
+MINDSPORE_LOOP = '''\
+import mindspore as ms
+from mindspore import nn
+
+net = nn.Dense(4, 1)
+lr = nn.CosineDecayLR(min_lr=0.0, max_lr=0.01, decay_steps=100)
+opt = nn.Adam(net.trainable_params(), learning_rate=lr)
+
+
+def train_step(grads):
+    opt(grads)
+
+
+for x in data:
+    loss, grads = grad_fn(x)
+    opt(grads)
+'''
+
+
+@pytest.mark.parametrize("to", ["torch", "paddle"])
+def test_from_mindspore_the_new_scheduler_is_stepped_after_each_optimizer_step(to):
+    """A MindSpore script never steps its lr (the optimizer does): the ported scheduler
+    is stepped after each optimizer call, else the lr would stay at its first value."""
+    ported = port_source(MINDSPORE_LOOP, to)
+    assert ported.refusals == []
+    lines = ported.source.splitlines()
+    assert lines[lines.index("opt = " + ported.rewrites[0].replacement) + 1] == \
+        "lr = uo.lr_scheduler(opt)"
+    # in the helper, lr may be another name: the optimizer's scheduler is asked for
+    assert lines[lines.index("    opt(grads)") + 1] == "    uo.lr_scheduler(opt).step()"
+    assert lines[-2:] == ["    opt(grads)", "    lr.step()"]
+    assert "line 15: lr.step() added after the optimizer's step: MindSpore stepped the lr " \
+           f"inside the optimizer, {to}'s scheduler steps when told" in ported.notes
+
+
+def test_the_added_scheduler_step_makes_torch_follow_the_mindspore_schedule():
+    torch = pytest.importorskip("torch")
+    ported = port_source(MINDSPORE_LOOP, "torch")
+    spec = ported.rewrites[0].spec
+    opt = eval(ported.rewrites[0].replacement, {"uo": uo, "net": torch.nn.Linear(4, 1)})
+    lr = uo.lr_scheduler(opt)
+    seen = []
+    for _ in range(5):
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        lr.step()          # the line port added
+    assert seen == pytest.approx([spec.lr(t) for t in range(5)], rel=1e-12)
+    assert seen[4] < seen[0]
+
+
+@pytest.mark.parametrize("loop", [
+    "",                                                     # no loop: who steps it?
+    "model = ms.Model(net, loss_fn, opt)\n",                # MindSpore runs the optimizer
+    "loss = ops.depend(loss, opt(grads))\n",                # inside an expression
+], ids=["none", "model", "expression"])
+def test_from_mindspore_a_schedule_with_no_step_to_follow_is_refused(loop):
+    source = MINDSPORE_LOOP.split("\n\ndef")[0] + "\n" + loop
+    ported = port_source(source, "torch")
+    (line, message), = ported.refusals
+    assert line == 6 and "steps inside the MindSpore optimizer" in message
+    assert "opt = nn.Adam(net.trainable_params(), learning_rate=lr)" in ported.source

@@ -40,8 +40,11 @@ else ``uo.build(<spec>, <parameters>)``, the spec written out as ``uo`` construc
 calls (the model itself as the parameters where the spec has name rules). A
 scheduler variable becomes ``uo.lr_scheduler(optimizer)`` (``None`` on MindSpore, whose
 optimizers step their lr themselves: the script's ``scheduler.step()`` lines are listed
-to remove, those of a variable a helper's ``return optimizer, scheduler`` fills too).
-Imports the new code needs are added after the script's own; nothing else changes.
+to remove, those of a variable a helper's ``return optimizer, scheduler`` fills too, and
+each must run once per optimizer step, else the optimizer is refused). From MindSpore,
+whose scripts never step a schedule, ``scheduler.step()`` is added after each statement
+stepping the optimizer (refused where there is none). Imports the new code needs are
+added after the script's own; nothing else changes.
 """
 
 from __future__ import annotations
@@ -433,6 +436,18 @@ def target_patterns(patterns: tuple[str, ...], to: str) -> tuple[tuple[str, ...]
 
 
 @dataclass
+class _Site:
+    """Where a variable is called or stepped: the line, the statement the call ends
+    (None where it is inside an expression or followed on its line), the innermost loop,
+    branch or function around it (its id; None: module level), and how."""
+
+    line: int
+    statement: Any
+    scope: int | None
+    kind: str                   # "step": ``variable.step()``; "call": ``variable(...)``
+
+
+@dataclass
 class _Construction:
     kind: str                   # "optimizer" or "scheduler"
     name: str                   # the preset's qualified name
@@ -506,12 +521,62 @@ def _finder():
             self.star_imports: list[tuple[str, int]] = []    # (module, line)
             self.called: set[int] = set()       # id(func) of the constructions found
             self.type_tests = 0                 # inside isinstance(...) / issubclass(...)
+            #: variable -> where ``variable.step(...)`` or ``variable(...)`` is called
+            #: (a MindSpore optimizer steps when called)
+            self.sites: dict[str, list[_Site]] = {}
+            #: the loops, branches and functions around the node being read: what
+            #: decides how often a statement runs
+            self.scopes: list = []
 
         def visit_FunctionDef(self, node):
             self.functions.append(node.name.value)
+            self.scopes.append(node)
 
         def leave_FunctionDef(self, node):
             self.functions.pop()
+            self.scopes.pop()
+
+        # a statement in a loop, a branch or a handler runs as often as that does
+        def visit_For(self, node):
+            self.scopes.append(node)
+
+        def leave_For(self, node):
+            self.scopes.pop()
+
+        def visit_While(self, node):
+            self.scopes.append(node)
+
+        def leave_While(self, node):
+            self.scopes.pop()
+
+        def visit_If(self, node):
+            self.scopes.append(node)
+
+        def leave_If(self, node):
+            self.scopes.pop()
+
+        def visit_Else(self, node):
+            self.scopes.append(node)
+
+        def leave_Else(self, node):
+            self.scopes.pop()
+
+        def visit_ExceptHandler(self, node):
+            self.scopes.append(node)
+
+        def leave_ExceptHandler(self, node):
+            self.scopes.pop()
+
+        def _site(self, variable: str, node, line: int, kind: str) -> None:
+            """Record a call of ``variable`` (or its ``.step()``), with the statement it
+            ends, where it is the last one on its line (a statement can follow it)."""
+            statement = self.current[-1] if self.current else None
+            if statement is not None:
+                last = statement.body[-1]
+                if not (isinstance(last, cst.Expr) and last.value is node):
+                    statement = None
+            scope = id(self.scopes[-1]) if self.scopes else None
+            self.sites.setdefault(variable, []).append(_Site(line, statement, scope, kind))
 
         def visit_Return(self, node):
             if self.functions and isinstance(node.value, cst.Tuple):
@@ -548,6 +613,9 @@ def _finder():
             if isinstance(func, cst.Attribute) and func.attr.value == "step" and isinstance(
                     func.value, cst.Name):
                 self.step_calls.setdefault(func.value.value, []).append(line)
+                self._site(func.value.value, node, line, "step")
+            elif isinstance(func, cst.Name):
+                self._site(func.value, node, line, "call")
             qualified_names = self.get_metadata(QualifiedNameProvider, node.func, set())
             if {q.name for q in qualified_names} & {"builtins.isinstance",
                                                      "builtins.issubclass"}:
@@ -733,6 +801,8 @@ class _Optimizer:
     groups: _Groups | None = None            # parameter groups read from dicts
     rules: list = field(default_factory=list)    # [(patterns, uo.Group keywords)]
     clips: list = field(default_factory=list)    # the clip calls folded into the spec
+    #: ``(site, code)``: the scheduler steps added after the optimizer's own steps
+    steps_after: list = field(default_factory=list)
 
 
 def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
@@ -993,6 +1063,7 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
                           "or MindSpore one is the optimizer's learning_rate)")
             refused_calls.add(id(c.call))
     _fold_clips(reader, optimizers, to)
+    optimizers = _plan_schedule_steps(reader, optimizers, to, wrapper.module)
     ported = _rewrite(wrapper.module, reader, optimizers, to)
     if not any(c.kind == "optimizer" for c in finder.found) and not ported.refusals:
         ported.nothing_found = (
@@ -1076,22 +1147,119 @@ def _clip_arguments(reader: _Reader, call, kind: str) -> dict:
     return values
 
 
-def _scheduler_steps(reader: _Reader, variable: str | None, function: str | None
-                     ) -> dict[str, list[int]]:
-    """The ``.step()`` lines of every variable holding a scheduler: its own, and those a
-    helper returning it (``return optimizer, scheduler``) unpacks into."""
-    out = {}
+def _aliases(reader: _Reader, variable: str | None, function: str | None) -> list[str]:
+    """``variable`` (assigned in ``function``) and the variables a helper returning it
+    (``return optimizer, scheduler``) unpacks it into."""
     if variable is None:
-        return out
-    if reader.finder.step_calls.get(variable):
-        out[variable] = reader.finder.step_calls[variable]
+        return []
+    out = [variable]
     for name, positions in reader.finder.unpacked.items():
         for called, position in positions:
             returned = reader.finder.returns.get(called, [])
             if called == function and any(len(r) > position and r[position] == variable
-                                          for r in returned) and \
-                    reader.finder.step_calls.get(name):
-                out[name] = reader.finder.step_calls[name]
+                                          for r in returned):
+                out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def _scheduler_steps(reader: _Reader, variable: str | None, function: str | None
+                     ) -> dict[str, list[int]]:
+    """The ``.step()`` lines of every variable holding a scheduler: its own, and those a
+    helper returning it (``return optimizer, scheduler``) unpacks into."""
+    return {name: reader.finder.step_calls[name] for name in _aliases(reader, variable, function)
+            if reader.finder.step_calls.get(name)}
+
+
+# -- who steps the schedule -------------------------------------------------------------
+# MindSpore optimizers step their lr at each of their own steps; torch's and Paddle's
+# schedulers step when the script calls scheduler.step(). Where a port moves the stepping
+# from one to the other, it must keep how often the schedule advances.
+
+def _plan_schedule_steps(reader: _Reader, optimizers: list[_Optimizer], to: str,
+                         module) -> list[_Optimizer]:
+    """The optimizers whose schedule steps as often after the port: to MindSpore, the
+    script's ``scheduler.step()`` must run once per optimizer step (it is removed); from
+    MindSpore, a ``.step()`` of the new scheduler is added after each optimizer step
+    (:attr:`_Optimizer.steps_after`). The others are refused (left as written, marked)."""
+    kept = []
+    for o in optimizers:
+        try:
+            if o.construction.framework != to and to == "mindspore":
+                _check_stepped_per_optimizer_step(reader, o, module)
+            elif o.construction.framework == "mindspore" != to:
+                o.steps_after = _steps_after(reader, o, to, module)
+        except ValueError as error:
+            reader.refuse(o.construction, str(error))
+            continue
+        kept.append(o)
+    return kept
+
+
+def _optimizer_sites(reader: _Reader, o: _Optimizer, module) -> list[tuple[str, _Site]]:
+    """``(variable, site)`` of each step or call of the optimizer's variables."""
+    c = o.construction
+    return [(name, site) for name in _aliases(reader, c.target, _function_of(module, c.line))
+            for site in reader.finder.sites.get(name, [])]
+
+
+def _lines(sites) -> str:
+    lines = sorted({site.line for site in sites})
+    return ("line " if len(lines) == 1 else "lines ") + ", ".join(map(str, lines))
+
+
+def _check_stepped_per_optimizer_step(reader: _Reader, o: _Optimizer, module) -> None:
+    """ValueError unless each ``scheduler.step()`` of the script is in the loop or branch
+    of an ``optimizer.step()``, as many of them: then removing it and letting MindSpore
+    step the lr at each optimizer step gives the same schedule. A scheduler stepped once
+    per epoch, outside the batch loop, would advance every batch instead."""
+    from collections import Counter
+
+    stepped = [site for s in o.schedulers
+               for name in _aliases(reader, s.target, _function_of(module, s.line))
+               for site in reader.finder.sites.get(name, []) if site.kind == "step"]
+    if not stepped:
+        return
+    optimizer_steps = [site for _, site in _optimizer_sites(reader, o, module)]
+    if Counter(x.scope for x in stepped) == Counter(x.scope for x in optimizer_steps):
+        return
+    found = (f"the optimizer's step ({_lines(optimizer_steps)})" if optimizer_steps else
+             "no step of the optimizer found beside it")
+    raise ValueError(f"its scheduler steps ({_lines(stepped)}) in another loop or branch "
+                     f"than {found}: MindSpore steps the lr at every optimizer step, so a "
+                     "scheduler stepped once per epoch (or under a condition) would follow "
+                     "another schedule there; step it with the optimizer, or give the "
+                     "schedule per optimizer step (uo.schedules.PerEpoch) by hand")
+
+
+def _steps_after(reader: _Reader, o: _Optimizer, to: str, module) -> list[tuple[_Site, str]]:
+    """``(site, code)``: ``scheduler.step()`` after each statement stepping the MindSpore
+    optimizer (``optimizer(grads)``, ``optimizer.step()``), for a schedule it took as
+    its ``learning_rate``. ValueError where no such statement is found (the optimizer is
+    run by ``nn.TrainOneStepCell``, ``ms.Model``, a Cell's ``construct``) or one is
+    inside an expression (``F.depend(loss, optimizer(grads))``)."""
+    c = o.construction
+    lr_style = [s for s in o.schedulers if s not in reader.torch_schedulers(c)]
+    if not lr_style:
+        return []
+    sites = _optimizer_sites(reader, o, module)
+    inside = [site for _, site in sites if site.statement is None]
+    if not sites or inside:
+        where = (f"the call on {_lines(inside)} is inside an expression" if inside else
+                 f"no statement calling {c.target or 'it'}(...) or .step() was found (an "
+                 "optimizer run by nn.TrainOneStepCell, ms.Model or a Cell)")
+        raise ValueError(f"its schedule (line {lr_style[0].line}) steps inside the MindSpore "
+                         f"optimizer; the {to} scheduler uo.lr_scheduler gives must be "
+                         f"stepped after each optimizer step, and {where}: port the training "
+                         "step by hand, with uo.lr_scheduler(optimizer).step() after each "
+                         "optimizer step")
+    variable, home = lr_style[0].target, _function_of(module, c.line)
+    out = []
+    for name, site in sites:
+        # the scheduler's variable moves after the optimizer: in scope where it is
+        local = variable is not None and name == c.target and \
+            _function_of(module, site.line) == home
+        out.append((site, f"{variable}.step()" if local else
+                    f"uo.lr_scheduler({name}).step()"))
     return out
 
 
@@ -1139,6 +1307,11 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 notes.append(f"line {c.line}: the group list {o.groups.variable} is read "
                              f"elsewhere too: its construction stays as written ({c.framework} "
                              "code)")
+        for site, code in o.steps_after:
+            after.setdefault(id(site.statement), []).append(code)
+            notes.append(f"line {site.line}: {code} added after the optimizer's step: "
+                         f"MindSpore stepped the lr inside the optimizer, {to}'s scheduler "
+                         "steps when told")
         for line, statement, clip in o.clips:
             remove.add(id(statement))
             notes.append(f"line {line}: the clip is the spec's grad_clip={clip!r} now: the "
@@ -1156,7 +1329,7 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 after.setdefault(id(c.statement), []).append(f"{s.target} = {new}")
                 rewrites.append(Rewrite(s.line, reader.code(s.call), f"{s.target} = {new} "
                                         f"(after line {c.line})", reason))
-            elif to != "mindspore":
+            elif to != "mindspore" and not o.steps_after:
                 notes.append(f"line {c.line}: the schedule given inline is inside the "
                              f"optimizer now; step uo.lr_scheduler(optimizer) after each "
                              "optimizer step")
