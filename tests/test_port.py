@@ -651,3 +651,28 @@ def test_from_mindspore_a_schedule_with_no_step_to_follow_is_refused(loop):
     (line, message), = ported.refusals
     assert line == 6 and "steps inside the MindSpore optimizer" in message
     assert "opt = nn.Adam(net.trainable_params(), learning_rate=lr)" in ported.source
+
+
+def test_the_documented_sample_output_is_what_the_command_prints(tmp_path, monkeypatch,
+                                                                 capsys):
+    """docs/porting.md §1 shows the command's stderr; ``(...)`` stands for an elided
+    part (the measured timings)."""
+    import re
+
+    text = (ROOT / "docs" / "porting.md").read_text()
+    block = text.split("```console\n", 1)[1].split("```", 1)[0]
+    command, *shown = block.split("\n$ diff ")[0].splitlines()
+    monkeypatch.chdir(ROOT)        # the path is printed as given, relative to the checkout
+    argv = command.removeprefix("$ unified-opt ").split()
+    argv[argv.index("-o") + 1] = str(tmp_path / "train_paddle.py")
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().err.splitlines()
+    assert len(printed) == len(shown)
+    for doc, real in zip(shown, printed):
+        pattern = ".+".join(re.escape(part) for part in doc.split("(...)"))
+        assert re.fullmatch(pattern, real), f"docs: {doc}\nprints: {real}"
+    # and the diff it shows is the written file's
+    shown_diff = block.split("\n$ diff ")[1].splitlines()[1:]
+    real_diff = subprocess.run(["diff", str(SAMPLE), str(tmp_path / "train_paddle.py")],
+                               capture_output=True, text=True).stdout.splitlines()
+    assert real_diff == shown_diff
