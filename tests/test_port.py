@@ -573,15 +573,20 @@ for epoch in range(4):
     ("    sched.step()", False),                         # once per epoch
     ("        if batch % 2 == 0:\n            sched.step()", False),     # under a condition
     ("        sched.step()", True),                      # once per optimizer step
-], ids=["per_epoch", "conditional", "per_step"])
+    ("        scaler.step(opt)\n        sched.step()", True),   # torch.amp steps it too
+], ids=["per_epoch", "conditional", "per_step", "amp"])
 def test_to_mindspore_a_scheduler_must_step_with_the_optimizer(step, ported):
     """MindSpore steps the lr at every optimizer step: removing a scheduler.step() that
     ran per epoch would advance the schedule every batch instead."""
-    result = port_source(EPOCH_LOOP.replace("{step}", step), "mindspore")
+    source = EPOCH_LOOP.replace("{step}", step)
+    if "scaler" in step:
+        source = source.replace("loss.backward(); opt.step()", "loss.backward()")
+    result = port_source(source, "mindspore")
     if ported:
         assert result.refusals == [] and "sched = uo.lr_scheduler(opt)" in result.source
-        assert result.notes == ["line 7: sched.step() -- remove: MindSpore optimizers step "
-                                "their lr themselves (uo.lr_scheduler gives None there)"]
+        line = len(source.splitlines())
+        assert result.notes == [f"line {line}: sched.step() -- remove: MindSpore optimizers "
+                                "step their lr themselves (uo.lr_scheduler gives None there)"]
         return
     (line, message), = result.refusals
     assert line == 2 and message.startswith(

@@ -614,6 +614,10 @@ def _finder():
                     func.value, cst.Name):
                 self.step_calls.setdefault(func.value.value, []).append(line)
                 self._site(func.value.value, node, line, "step")
+            if isinstance(func, cst.Attribute) and func.attr.value == "step" and node.args \
+                    and isinstance(node.args[0].value, cst.Name):
+                # torch.amp's scaler.step(optimizer) steps the optimizer
+                self._site(node.args[0].value.value, node, line, "step")
             elif isinstance(func, cst.Name):
                 self._site(func.value, node, line, "call")
             qualified_names = self.get_metadata(QualifiedNameProvider, node.func, set())
