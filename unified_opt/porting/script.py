@@ -57,6 +57,14 @@ from typing import Any
 from ..backend import BACKENDS
 from ..groups import NAME_RULES
 from ..spec import Spec
+from .finder import (
+    CLIPS,
+    OPTIMIZER_SCHEDULERS,
+    OWN_BASE_LR,
+    Construction,
+    make_finder,
+)
+from .stepping import function_of, plan_schedule_steps, scheduler_steps
 
 #: the parameter argument: keyword, and position among the positional arguments
 PARAMS = {"torch": ("params", 0), "paddle": ("parameters", 1), "mindspore": ("params", 0)}
@@ -98,12 +106,6 @@ class PortRefused(ValueError):
     def __init__(self, refusals: list[tuple[int, str]]):
         self.refusals = refusals
         super().__init__("; ".join(f"line {line}: {message}" for line, message in refusals))
-
-
-def framework_of(qualified_name: str) -> str | None:
-    root = qualified_name.split(".")[0]
-    return {"mindformers": "mindspore"}.get(root, root) if root in (
-        *BACKENDS, "mindformers") else None
 
 
 # -- writing a spec as code -------------------------------------------------------------
@@ -228,14 +230,6 @@ def _name_uses(module, name: str) -> int:
     return sum(1 for node in ast.walk(ast.parse(module.code))
                if isinstance(node, ast.Name) and node.id == name
                and isinstance(node.ctx, ast.Load))
-
-
-#: gradient clips a torch loop calls before ``optimizer.step()``, as the spec's clip
-#: (``unified_opt.clipping``: torch's clip_grad_norm_ divides by the norm + 1e-6)
-CLIPS = {"torch.nn.utils.clip_grad_norm_": "norm",
-         "torch.nn.utils.clip_grad.clip_grad_norm_": "norm",
-         "torch.nn.utils.clip_grad_value_": "value",
-         "torch.nn.utils.clip_grad.clip_grad_value_": "value"}
 
 
 @dataclass
@@ -435,268 +429,6 @@ def target_patterns(patterns: tuple[str, ...], to: str) -> tuple[tuple[str, ...]
     return out, out != tuple(patterns)
 
 
-@dataclass
-class _Site:
-    """Where a variable is called or stepped: the line, the statement the call ends
-    (None where it is inside an expression or followed on its line), the innermost loop,
-    branch or function around it (its id; None: module level), and how."""
-
-    line: int
-    statement: Any
-    scope: int | None
-    kind: str                   # "step": ``variable.step()``; "call": ``variable(...)``
-
-
-@dataclass
-class _Construction:
-    kind: str                   # "optimizer" or "scheduler"
-    name: str                   # the preset's qualified name
-    framework: str
-    call: Any                   # the libcst Call
-    line: int
-    statement: Any = None       # the statement assigning it to a variable, if one does
-    target: str | None = None   # that variable
-
-
-#: where the frameworks' optimizer classes live under their real module paths
-#: (``torch.optim.adamw.AdamW``): only such names are imported to be resolved
-OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
-                     "mindspore.nn.optim.", "mindspore.experimental.optim.", "mindformers.")
-
-
-#: schedulers constructed on the optimizer (``CosineAnnealingLR(optimizer, ...)``), whose
-#: first argument is the optimizer; the others are the optimizer's ``learning_rate``
-OPTIMIZER_SCHEDULERS = ("torch.optim.lr_scheduler.",
-                        "mindspore.experimental.optim.lr_scheduler.")
-#: such schedulers whose ``base_lr`` is their own argument (the lower bound they cycle
-#: from, overwriting the optimizer's lr), not the optimizer's lr: the presets read it so
-OWN_BASE_LR = ("torch.optim.lr_scheduler.CyclicLR",
-               "mindspore.experimental.optim.lr_scheduler.CyclicLR")
-
-
-def _kind(qualified_name: str, resolve: bool = True) -> tuple[str, str] | None:
-    """("optimizer" | "scheduler", preset name) for a native class or function with a
-    preset (or a refused one), else None. ``resolve``: also a real module path
-    (``torch.optim.adamw.AdamW``), which imports the framework to resolve it."""
-    from ..presets._registry import descriptor_name, registry
-    from ..schedules._preset_registry import REGISTRY as SCHEDULES
-
-    def known(name):
-        if name in registry().names() or name in registry().names(True):
-            return "optimizer", name
-        if name in SCHEDULES.names() or name in SCHEDULES.names(True):
-            return "scheduler", name
-        return None
-
-    found = known(qualified_name)
-    if found is None and resolve and qualified_name.startswith(OPTIMIZER_MODULES):
-        found = known(descriptor_name(qualified_name))
-    return found
-
-
-def _finder():
-    import libcst as cst
-    from libcst.metadata import PositionProvider, QualifiedNameProvider
-
-    class Finder(cst.CSTVisitor):
-        METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
-
-        def __init__(self):
-            self.found: list[_Construction] = []
-            self.assigned: dict[int, tuple[Any, str]] = {}   # id(call) -> (statement, var)
-            self.step_calls: dict[str, list[int]] = {}      # var -> lines of var.step()
-            self.statements: dict[int, Any] = {}   # id(expression statement's call) -> it
-            self.functions: list[str] = []          # the function being read
-            #: function -> the variables each of its ``return a, b`` statements returns
-            self.returns: dict[str, list[list[str | None]]] = {}
-            #: variable -> (function, position) for ``a, b = function(...)``
-            self.unpacked: dict[str, list[tuple[str, int]]] = {}
-            self.clips: list[tuple[str, Any, int]] = []     # (clip function, call, line)
-            self.call_statements: dict[int, Any] = {}   # id(call) -> its simple statement
-            self.current: list = []
-            #: (line, message, statement) of each optimizer or scheduler class the script
-            #: names in a way the port does not follow (an alias, functools.partial, a
-            #: star import): refused, so that what it builds is not silently left as is
-            self.unfollowed: list[tuple[int, str, Any]] = []
-            self.star_imports: list[tuple[str, int]] = []    # (module, line)
-            self.called: set[int] = set()       # id(func) of the constructions found
-            self.type_tests = 0                 # inside isinstance(...) / issubclass(...)
-            #: variable -> where ``variable.step(...)`` or ``variable(...)`` is called
-            #: (a MindSpore optimizer steps when called)
-            self.sites: dict[str, list[_Site]] = {}
-            #: the loops, branches and functions around the node being read: what
-            #: decides how often a statement runs
-            self.scopes: list = []
-
-        def visit_FunctionDef(self, node):
-            self.functions.append(node.name.value)
-            self.scopes.append(node)
-
-        def leave_FunctionDef(self, node):
-            self.functions.pop()
-            self.scopes.pop()
-
-        # a statement in a loop, a branch or a handler runs as often as that does
-        def visit_For(self, node):
-            self.scopes.append(node)
-
-        def leave_For(self, node):
-            self.scopes.pop()
-
-        def visit_While(self, node):
-            self.scopes.append(node)
-
-        def leave_While(self, node):
-            self.scopes.pop()
-
-        def visit_If(self, node):
-            self.scopes.append(node)
-
-        def leave_If(self, node):
-            self.scopes.pop()
-
-        def visit_Else(self, node):
-            self.scopes.append(node)
-
-        def leave_Else(self, node):
-            self.scopes.pop()
-
-        def visit_ExceptHandler(self, node):
-            self.scopes.append(node)
-
-        def leave_ExceptHandler(self, node):
-            self.scopes.pop()
-
-        def _site(self, variable: str, node, line: int, kind: str) -> None:
-            """Record a call of ``variable`` (or its ``.step()``), with the statement it
-            ends, where it is the last one on its line (a statement can follow it)."""
-            statement = self.current[-1] if self.current else None
-            if statement is not None:
-                last = statement.body[-1]
-                if not (isinstance(last, cst.Expr) and last.value is node):
-                    statement = None
-            scope = id(self.scopes[-1]) if self.scopes else None
-            self.sites.setdefault(variable, []).append(_Site(line, statement, scope, kind))
-
-        def visit_Return(self, node):
-            if self.functions and isinstance(node.value, cst.Tuple):
-                names = [e.value.value if isinstance(e.value, cst.Name) else None
-                         for e in node.value.elements]
-                self.returns.setdefault(self.functions[-1], []).append(names)
-
-        def leave_SimpleStatementLine(self, node):
-            self.current.pop()
-
-        def visit_SimpleStatementLine(self, node):
-            self.current.append(node)
-            if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
-                assign = node.body[0]
-                if len(assign.targets) == 1 and isinstance(assign.targets[0].target,
-                                                           cst.Name):
-                    self.assigned[id(assign.value)] = (node, assign.targets[0].target.value)
-                target = assign.targets[0].target if len(assign.targets) == 1 else None
-                if isinstance(target, cst.Tuple) and isinstance(assign.value, cst.Call) and \
-                        isinstance(assign.value.func, cst.Name):
-                    for position, element in enumerate(target.elements):
-                        if isinstance(element.value, cst.Name):
-                            self.unpacked.setdefault(element.value.value, []).append(
-                                (assign.value.func.value, position))
-            if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and isinstance(
-                    node.body[0].value, cst.Call):
-                self.statements[id(node.body[0].value)] = node
-
-        def visit_Call(self, node):
-            line = self.get_metadata(PositionProvider, node).start.line
-            if self.current:
-                self.call_statements[id(node)] = self.current[-1]
-            func = node.func
-            if isinstance(func, cst.Attribute) and func.attr.value == "step" and isinstance(
-                    func.value, cst.Name):
-                self.step_calls.setdefault(func.value.value, []).append(line)
-                self._site(func.value.value, node, line, "step")
-            if isinstance(func, cst.Attribute) and func.attr.value == "step" and node.args \
-                    and isinstance(node.args[0].value, cst.Name):
-                # torch.amp's scaler.step(optimizer) steps the optimizer
-                self._site(node.args[0].value.value, node, line, "step")
-            elif isinstance(func, cst.Name):
-                self._site(func.value, node, line, "call")
-            qualified_names = self.get_metadata(QualifiedNameProvider, node.func, set())
-            if {q.name for q in qualified_names} & {"builtins.isinstance",
-                                                     "builtins.issubclass"}:
-                self.type_tests += 1
-            for qualified in qualified_names:
-                if qualified.name in CLIPS:
-                    self.clips.append((qualified.name, node, line))
-                    break
-                framework = framework_of(qualified.name)
-                kind = _kind(qualified.name) if framework else None
-                if kind is not None:
-                    statement, target = self.assigned.get(id(node), (None, None))
-                    self.found.append(_Construction(kind[0], kind[1], framework, node, line,
-                                                    statement, target))
-                    self.called.add(id(node.func))
-                    break
-            if not qualified_names and isinstance(func, cst.Name):
-                self._star_imported(func.value, line)
-
-        def leave_Call(self, node):
-            names = {q.name for q in self.get_metadata(QualifiedNameProvider, node.func, set())}
-            if names & {"builtins.isinstance", "builtins.issubclass"}:
-                self.type_tests -= 1
-
-        def visit_ImportFrom(self, node):
-            if isinstance(node.names, cst.ImportStar) and node.module is not None \
-                    and not node.relative:
-                module = cst.Module([]).code_for_node(node.module)
-                line = self.get_metadata(PositionProvider, node).start.line
-                self.star_imports.append((module, line))
-            return False        # the imported names are not uses of the classes
-
-        def visit_Annotation(self, node):
-            return False        # a type annotation builds nothing
-
-        def visit_Attribute(self, node):
-            return self._reference(node)
-
-        def visit_Name(self, node):
-            return self._reference(node)
-
-        def _reference(self, node) -> bool:
-            """An optimizer or scheduler class named without being called (``OptCls =
-            torch.optim.AdamW``, ``functools.partial(torch.optim.AdamW, ...)``, a base
-            class) is refused: what it builds is not read. isinstance tests pass."""
-            if id(node) in self.called or self.type_tests:
-                return True
-            for qualified in self.get_metadata(QualifiedNameProvider, node, set()):
-                # not resolved through imports: every module on the way would import
-                kind = _kind(qualified.name, resolve=False) if framework_of(
-                    qualified.name) else None
-                if kind is not None:
-                    self._unfollowed(node, f"{qualified.name}: named here without being "
-                                     "called (an alias, functools.partial, a base class): the "
-                                     "port reads only a direct call of the class, so what "
-                                     "this builds is not ported; call the class directly")
-                    return False
-            return True
-
-        def _star_imported(self, name: str, line: int) -> None:
-            for module, import_line in self.star_imports:
-                kind = _kind(f"{module}.{name}", resolve=False)
-                if kind is not None:
-                    self.unfollowed.append((line, f"{kind[1]}: {name} comes from 'from "
-                                            f"{module} import *' (line {import_line}), "
-                                            "which the port does not follow; import it by "
-                                            f"name (from {module} import {name})",
-                                            self.current[-1] if self.current else None))
-                    return
-
-        def _unfollowed(self, node, message: str) -> None:
-            line = self.get_metadata(PositionProvider, node).start.line
-            self.unfollowed.append((line, message, self.current[-1] if self.current else None))
-
-    return Finder()
-
-
 class _Reader:
     """Turns the found constructions into specs, collecting refusals."""
 
@@ -708,10 +440,10 @@ class _Reader:
     def code(self, node) -> str:
         return self.module.code_for_node(node).strip()
 
-    def refuse(self, construction: _Construction, message: str) -> None:
+    def refuse(self, construction: Construction, message: str) -> None:
         self.refusals.append((construction.line, f"{construction.name}: {message}"))
 
-    def arguments(self, c: _Construction, leading: list[str], signature) -> dict:
+    def arguments(self, c: Construction, leading: list[str], signature) -> dict:
         """keyword -> argument node; positional ones named by ``leading`` (the arguments
         the preset lacks: parameters, optimizer) and then the preset's signature (less
         ``base_lr`` where it stands for the optimizer's lr)."""
@@ -735,7 +467,7 @@ class _Reader:
                 out[arg.keyword.value] = arg.value
         return out
 
-    def literal(self, c: _Construction, keyword: str, node) -> Any:
+    def literal(self, c: Construction, keyword: str, node) -> Any:
         text = self.code(node)
         try:
             return _literal_code(text, self.constants)
@@ -743,7 +475,7 @@ class _Reader:
             raise ValueError(f"{keyword}={text} is not a literal or a module-level "
                              "constant: its value is only known at run time") from None
 
-    def schedule(self, c: _Construction, base_lr: float | None):
+    def schedule(self, c: Construction, base_lr: float | None):
         from ..schedules import preset as schedule_preset
         from ..schedules._preset_registry import REGISTRY
 
@@ -773,7 +505,7 @@ class _Reader:
                 return c
         return None
 
-    def torch_schedulers(self, optimizer: _Construction) -> list[_Construction]:
+    def torch_schedulers(self, optimizer: Construction) -> list[Construction]:
         import libcst as cst
 
         out = []
@@ -798,10 +530,10 @@ class SchedulerRefused(ValueError):
 
 @dataclass
 class _Optimizer:
-    construction: _Construction
+    construction: Construction
     spec: Spec
     params: Any                              # the parameter argument's node
-    schedulers: list[_Construction]          # the constructions its schedule came from
+    schedulers: list[Construction]          # the constructions its schedule came from
     groups: _Groups | None = None            # parameter groups read from dicts
     rules: list = field(default_factory=list)    # [(patterns, uo.Group keywords)]
     clips: list = field(default_factory=list)    # the clip calls folded into the spec
@@ -809,7 +541,7 @@ class _Optimizer:
     steps_after: list = field(default_factory=list)
 
 
-def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
+def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
     import libcst as cst
 
     from ..presets._registry import preset, registry, signature
@@ -876,7 +608,7 @@ def _read_optimizer(reader: _Reader, c: _Construction) -> _Optimizer:
 
 
 def _rules(groups: _Groups, spec: Spec, base_lr, reader: _Reader,
-           scheduler: _Construction | None) -> list:
+           scheduler: Construction | None) -> list:
     """``[(patterns, uo.Group keywords)]`` of the groups: an lr is absolute with a
     constant spec lr, a factor of the base lr under a ``scheduler`` that scales it
     (checked as ``uo.from_native`` checks it: the scheduler's schedule from the group's
@@ -1034,7 +766,7 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
         wrapper = MetadataWrapper(cst.parse_module(source))
     except cst.ParserSyntaxError as error:
         raise ValueError(f"port: {filename} is not valid Python: {error}") from None
-    finder = _finder()
+    finder = make_finder()
     wrapper.visit(finder)
     constants = {**_file_constants(wrapper.module), **_module_constants(wrapper.module)}
     reader = _Reader(wrapper.module, finder, constants)
@@ -1067,7 +799,7 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
                           "or MindSpore one is the optimizer's learning_rate)")
             refused_calls.add(id(c.call))
     _fold_clips(reader, optimizers, to)
-    optimizers = _plan_schedule_steps(reader, optimizers, to, wrapper.module)
+    optimizers = plan_schedule_steps(reader, optimizers, to, wrapper.module)
     ported = _rewrite(wrapper.module, reader, optimizers, to)
     if not any(c.kind == "optimizer" for c in finder.found) and not ported.refusals:
         ported.nothing_found = (
@@ -1151,133 +883,6 @@ def _clip_arguments(reader: _Reader, call, kind: str) -> dict:
     return values
 
 
-def _aliases(reader: _Reader, variable: str | None, function: str | None) -> list[str]:
-    """``variable`` (assigned in ``function``) and the variables a helper returning it
-    (``return optimizer, scheduler``) unpacks it into."""
-    if variable is None:
-        return []
-    out = [variable]
-    for name, positions in reader.finder.unpacked.items():
-        for called, position in positions:
-            returned = reader.finder.returns.get(called, [])
-            if called == function and any(len(r) > position and r[position] == variable
-                                          for r in returned):
-                out.append(name)
-    return list(dict.fromkeys(out))
-
-
-def _scheduler_steps(reader: _Reader, variable: str | None, function: str | None
-                     ) -> dict[str, list[int]]:
-    """The ``.step()`` lines of every variable holding a scheduler: its own, and those a
-    helper returning it (``return optimizer, scheduler``) unpacks into."""
-    return {name: reader.finder.step_calls[name] for name in _aliases(reader, variable, function)
-            if reader.finder.step_calls.get(name)}
-
-
-# -- who steps the schedule -------------------------------------------------------------
-# MindSpore optimizers step their lr at each of their own steps; torch's and Paddle's
-# schedulers step when the script calls scheduler.step(). Where a port moves the stepping
-# from one to the other, it must keep how often the schedule advances.
-
-def _plan_schedule_steps(reader: _Reader, optimizers: list[_Optimizer], to: str,
-                         module) -> list[_Optimizer]:
-    """The optimizers whose schedule steps as often after the port: to MindSpore, the
-    script's ``scheduler.step()`` must run once per optimizer step (it is removed); from
-    MindSpore, a ``.step()`` of the new scheduler is added after each optimizer step
-    (:attr:`_Optimizer.steps_after`). The others are refused (left as written, marked)."""
-    kept = []
-    for o in optimizers:
-        try:
-            if o.construction.framework != to and to == "mindspore":
-                _check_stepped_per_optimizer_step(reader, o, module)
-            elif o.construction.framework == "mindspore" != to:
-                o.steps_after = _steps_after(reader, o, to, module)
-        except ValueError as error:
-            reader.refuse(o.construction, str(error))
-            continue
-        kept.append(o)
-    return kept
-
-
-def _optimizer_sites(reader: _Reader, o: _Optimizer, module) -> list[tuple[str, _Site]]:
-    """``(variable, site)`` of each step or call of the optimizer's variables."""
-    c = o.construction
-    return [(name, site) for name in _aliases(reader, c.target, _function_of(module, c.line))
-            for site in reader.finder.sites.get(name, [])]
-
-
-def _lines(sites) -> str:
-    lines = sorted({site.line for site in sites})
-    return ("line " if len(lines) == 1 else "lines ") + ", ".join(map(str, lines))
-
-
-def _check_stepped_per_optimizer_step(reader: _Reader, o: _Optimizer, module) -> None:
-    """ValueError unless each ``scheduler.step()`` of the script is in the loop or branch
-    of an ``optimizer.step()``, as many of them: then removing it and letting MindSpore
-    step the lr at each optimizer step gives the same schedule. A scheduler stepped once
-    per epoch, outside the batch loop, would advance every batch instead."""
-    from collections import Counter
-
-    stepped = [site for s in o.schedulers
-               for name in _aliases(reader, s.target, _function_of(module, s.line))
-               for site in reader.finder.sites.get(name, []) if site.kind == "step"]
-    if not stepped:
-        return
-    optimizer_steps = [site for _, site in _optimizer_sites(reader, o, module)]
-    if Counter(x.scope for x in stepped) == Counter(x.scope for x in optimizer_steps):
-        return
-    found = (f"the optimizer's step ({_lines(optimizer_steps)})" if optimizer_steps else
-             "no step of the optimizer found beside it")
-    raise ValueError(f"its scheduler steps ({_lines(stepped)}) in another loop or branch "
-                     f"than {found}: MindSpore steps the lr at every optimizer step, so a "
-                     "scheduler stepped once per epoch (or under a condition) would follow "
-                     "another schedule there; step it with the optimizer, or give the "
-                     "schedule per optimizer step (uo.schedules.PerEpoch) by hand")
-
-
-def _steps_after(reader: _Reader, o: _Optimizer, to: str, module) -> list[tuple[_Site, str]]:
-    """``(site, code)``: ``scheduler.step()`` after each statement stepping the MindSpore
-    optimizer (``optimizer(grads)``, ``optimizer.step()``), for a schedule it took as
-    its ``learning_rate``. ValueError where no such statement is found (the optimizer is
-    run by ``nn.TrainOneStepCell``, ``ms.Model``, a Cell's ``construct``) or one is
-    inside an expression (``F.depend(loss, optimizer(grads))``)."""
-    c = o.construction
-    lr_style = [s for s in o.schedulers if s not in reader.torch_schedulers(c)]
-    if not lr_style:
-        return []
-    sites = _optimizer_sites(reader, o, module)
-    inside = [site for _, site in sites if site.statement is None]
-    if not sites or inside:
-        where = (f"the call on {_lines(inside)} is inside an expression" if inside else
-                 f"no statement calling {c.target or 'it'}(...) or .step() was found (an "
-                 "optimizer run by nn.TrainOneStepCell, ms.Model or a Cell)")
-        raise ValueError(f"its schedule (line {lr_style[0].line}) steps inside the MindSpore "
-                         f"optimizer; the {to} scheduler uo.lr_scheduler gives must be "
-                         f"stepped after each optimizer step, and {where}: port the training "
-                         "step by hand, with uo.lr_scheduler(optimizer).step() after each "
-                         "optimizer step")
-    variable, home = lr_style[0].target, _function_of(module, c.line)
-    out = []
-    for name, site in sites:
-        # the scheduler's variable moves after the optimizer: in scope where it is
-        local = variable is not None and name == c.target and \
-            _function_of(module, site.line) == home
-        out.append((site, f"{variable}.step()" if local else
-                    f"uo.lr_scheduler({name}).step()"))
-    return out
-
-
-def _function_of(module, line: int) -> str | None:
-    """The innermost function defined around ``line``."""
-    found = None
-    for node in ast.walk(ast.parse(module.code)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                node.lineno <= line <= (node.end_lineno or node.lineno):
-            if found is None or node.lineno > found[0]:
-                found = (node.lineno, node.name)
-    return found[1] if found else None
-
-
 def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> Ported:
     import libcst as cst
 
@@ -1338,7 +943,7 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                              f"optimizer now; step uo.lr_scheduler(optimizer) after each "
                              "optimizer step")
             if to == "mindspore":
-                steps = _scheduler_steps(reader, s.target, _function_of(module, s.line))
+                steps = scheduler_steps(reader, s.target, function_of(module, s.line))
                 for variable, lines in sorted(steps.items(), key=lambda kv: kv[1][0]):
                     where = "line" + ("s" if len(lines) > 1 else "")
                     notes.append(f"{where} {', '.join(map(str, lines))}: {variable}.step() "
