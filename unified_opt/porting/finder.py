@@ -126,36 +126,18 @@ def make_finder():
             self.functions.pop()
             self.scopes.pop()
 
-        # a statement in a loop, a branch or a handler runs as often as that does
-        def visit_For(self, node):
-            self.scopes.append(node)
+        #: a statement in a loop, a branch or a handler runs as often as that does
+        SCOPES = (cst.For, cst.While, cst.If, cst.Else, cst.ExceptHandler)
 
-        def leave_For(self, node):
-            self.scopes.pop()
+        def on_visit(self, node) -> bool:
+            if isinstance(node, self.SCOPES):
+                self.scopes.append(node)
+            return super().on_visit(node)
 
-        def visit_While(self, node):
-            self.scopes.append(node)
-
-        def leave_While(self, node):
-            self.scopes.pop()
-
-        def visit_If(self, node):
-            self.scopes.append(node)
-
-        def leave_If(self, node):
-            self.scopes.pop()
-
-        def visit_Else(self, node):
-            self.scopes.append(node)
-
-        def leave_Else(self, node):
-            self.scopes.pop()
-
-        def visit_ExceptHandler(self, node):
-            self.scopes.append(node)
-
-        def leave_ExceptHandler(self, node):
-            self.scopes.pop()
+        def on_leave(self, original_node) -> None:
+            super().on_leave(original_node)
+            if isinstance(original_node, self.SCOPES):
+                self.scopes.pop()
 
         def _site(self, variable: str, node, line: int, kind: str) -> None:
             """Record a call of ``variable`` (or its ``.step()``), with the statement it
