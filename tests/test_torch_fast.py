@@ -250,14 +250,21 @@ def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(m
 @pytest.mark.parametrize("spec", [uo.CAME(lr=1e-3), uo.Adafactor(lr=1e-3), uo.Lamb()],
                          ids=["came", "adafactor", "lamb"])
 def test_a_state_of_another_shape_is_refused_before_the_vm_writes(spec):
-    """torch's load_state_dict checks no shapes; the VM walks the parameter's dims."""
+    """torch's load_state_dict checks no shapes: the own optimizer's load refuses a state
+    of another model, and the VM (which walks the parameter's dims) a state written by
+    hand."""
     p = torch.nn.Parameter(torch.randn(5, 6, 7))
     opt = uo.build(spec, [p], path="own")
     p.grad = torch.randn_like(p)
     opt.step()
     q = torch.nn.Parameter(torch.randn(5, 6, 8))
     other = uo.build(spec, [q], path="own")
-    other.load_state_dict(opt.state_dict())
+    with pytest.raises(ValueError, match=r"load_state_dict: the state of parameter 0 "
+                                         r"\[5, 6, 8\]: '\w+' is \[5, \d, 7\], it keeps "
+                                         r"\[5, \d, 8\]"):
+        other.load_state_dict(opt.state_dict())
+    assert not other.state
+    other.state[q] = {k: v.clone() for k, v in opt.state[p].items()}     # by hand
     q.grad = torch.randn_like(q)
     before = q.detach().clone()
     with pytest.raises(ValueError, match=r"of a parameter of shape \[5, 6, 8\] has shape"):
