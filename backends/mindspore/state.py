@@ -64,7 +64,7 @@ from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore import dtype as mstype
 
 from unified_opt.backend import load
-from unified_opt.porting.state import Snapshot, initial_state, state_layout
+from unified_opt.porting.state import Snapshot, changed_outside, initial_state, state_layout
 from unified_opt.schedules import Schedule
 
 #: step counters, by attribute (every one a class holds must agree)
@@ -254,14 +254,10 @@ def _check_own_lr(optimizer, spec, taken: int) -> None:
     stored = np.float32(np.asarray(optimizer.learning_rate.asnumpy()).reshape(-1)[0])
     lr = spec.lr_at(taken)
     if stored != np.float32(lr):
-        raise ValueError(f"save_state: the own optimizer holds learning_rate="
-                         f"{float(stored)!r}, but the spec gives {float(lr)!r} "
-                         f"{'at step ' + str(taken) if isinstance(spec.lr, Schedule) else ''}"
-                         f"(lr={spec.lr!r}): it was changed from outside (a "
-                         "ReduceLROnPlateau callback, a hand edit), which a state file cannot "
-                         "carry (the resumed run would use the spec's). Give the change to the "
-                         "spec (a uo.schedules lr) and build with it, or set it back before "
-                         "saving")
+        at = f"at step {taken} " if isinstance(spec.lr, Schedule) else ""
+        raise changed_outside(f"the own optimizer holds learning_rate={float(stored)!r}",
+                              f"the spec gives {float(lr)!r} {at}(lr={spec.lr!r})",
+                              "a ReduceLROnPlateau callback, a hand edit")
 
 
 def _read_params(out: Layout, named, plans) -> dict:

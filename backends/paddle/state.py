@@ -52,7 +52,7 @@ import numpy as np
 import paddle
 
 from unified_opt.backend import load
-from unified_opt.porting.state import Snapshot, initial_state, state_layout
+from unified_opt.porting.state import Snapshot, changed_outside, initial_state, state_layout
 
 from .optimizer import STEP, STEPS_TAKEN, ScheduleLR
 
@@ -260,12 +260,9 @@ def _check_lr(record, optimizer) -> None:
             record.spec.lr):
         shown = type(held).__name__ if isinstance(held, paddle.optimizer.lr.LRScheduler) \
             else repr(float(held))
-        raise ValueError(f"save_state: the optimizer's lr is {shown}, but the spec gives the "
-                         f"constant lr {record.spec.lr!r}: it was changed outside uo "
-                         "(set_lr, set_lr_scheduler, a hand edit), which a state file cannot "
-                         "carry (the resumed run would use the spec's). Give the change to "
-                         "the spec (a uo.schedules lr, spec.replace(lr=...)) and build with "
-                         "it, or set it back before saving")
+        raise changed_outside(f"the optimizer's lr is {shown}",
+                              f"the spec gives the constant lr {record.spec.lr!r}",
+                              "set_lr, set_lr_scheduler, a hand edit")
 
 
 def snapshot_built(record, optimizer) -> Snapshot:

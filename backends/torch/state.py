@@ -17,7 +17,14 @@ import numpy as np
 import torch
 
 from unified_opt.backend import load
-from unified_opt.porting.state import BFLOAT16, Snapshot, initial_state, state_layout, storage_dtype
+from unified_opt.porting.state import (
+    BFLOAT16,
+    Snapshot,
+    changed_outside,
+    initial_state,
+    state_layout,
+    storage_dtype,
+)
 from unified_opt.storage import state_storage
 
 from .ops import DTensor
@@ -131,14 +138,10 @@ def check_group_values(record, optimizer) -> None:
                 expected.setdefault(key, (value, f"the spec (at step {step})"))
         for key, (value, where) in expected.items():
             if key in group and _plain(group[key]) != _plain(value):
-                raise ValueError(
-                    f"save_state: param_groups[{g}] (parameters {names}) holds {key}="
-                    f"{_plain(group[key])!r}, but {where} gives {_plain(value)!r}: it was "
-                    "changed outside uo (a torch lr scheduler, a plateau scheduler or a "
-                    "hand edit), which a state file cannot carry (the resumed run would "
-                    f"use {_plain(value)!r}). Give the change to the spec instead (a "
-                    "uo.schedules lr, spec.replace(...), uo.Group rules) and build with it, "
-                    "or set the value back before saving")
+                raise changed_outside(
+                    f"param_groups[{g}] (parameters {names}) holds {key}="
+                    f"{_plain(group[key])!r}", f"{where} gives {_plain(value)!r}",
+                    "a torch lr scheduler, a plateau scheduler or a hand edit")
 
 
 def snapshot_built(record, optimizer) -> Snapshot:

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -313,8 +314,6 @@ def check_multiple(own: Schedule, schedule: Schedule, scale: float, where: str, 
     ``uo.Group`` lr_scale gives it (e.g. ``CosineAnnealingLR``'s absolute ``eta_min``,
     which a scale would scale too). Shared by ``from_native`` and ``unified-opt port``
     (``caller`` prefixes the message; None: no prefix)."""
-    import math
-
     for t in range(checked_steps(schedule)):
         if not math.isclose(own(t), scale * schedule(t), rel_tol=1e-12, abs_tol=0.0):
             prefix = f"{caller}: " if caller else ""

@@ -121,6 +121,17 @@ class Snapshot:
     ranks: tuple[int, int] | None = None
 
 
+def changed_outside(found: str, expected: str, how: str) -> ValueError:
+    """``save_state``'s refusal of an lr or hyperparameter changed outside uo (``how``:
+    the ways it could have been), which a state file cannot carry: ``found`` says what
+    the optimizer holds, ``expected`` what the spec gives instead."""
+    return ValueError(f"save_state: {found}, but {expected}: it was changed outside uo "
+                      f"({how}), which a state file cannot carry (the resumed run would use "
+                      "the spec's). Give the change to the spec instead (a uo.schedules lr, "
+                      "spec.replace(...), uo.Group rules) and build with it, or set it back "
+                      "before saving")
+
+
 def _backend_state(framework: str):
     return importlib.import_module(f"unified_opt.backends.{framework}.state")
 
