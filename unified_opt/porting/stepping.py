@@ -12,6 +12,7 @@ the step and call sites), ``o`` one of its optimizers read.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import Counter
 
 
@@ -127,9 +128,16 @@ def _steps_after(reader, o, to: str, module) -> list[tuple[object, str]]:
 def function_of(module, line: int) -> str | None:
     """The innermost function defined around ``line``."""
     found = None
-    for node in ast.walk(ast.parse(module.code)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
-                node.lineno <= line <= (node.end_lineno or node.lineno):
-            if found is None or node.lineno > found[0]:
-                found = (node.lineno, node.name)
+    for first, last, name in _functions(module.code):
+        if first <= line <= last and (found is None or first > found[0]):
+            found = (first, name)
     return found[1] if found else None
+
+
+@functools.lru_cache(maxsize=4)
+def _functions(code: str) -> tuple[tuple[int, int, str], ...]:
+    """``(first line, last line, name)`` of each function in ``code``, parsed once per
+    script (every construction and step site asks)."""
+    return tuple((node.lineno, node.end_lineno or node.lineno, node.name)
+                 for node in ast.walk(ast.parse(code))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
