@@ -90,8 +90,9 @@ def offload_adam_pipeline() -> HostPipeline:
     took 1.36 and 1.50x in the same runs: batches this small stay in the host's cache
     between their download, the update and their upload (the host's update inside the
     pipeline took 26 to 27 ms, against 30 ms alone), and a kernel a batch keeps the
-    host's cost of queueing 62 batches low. The loop of one kernel a batch both ways is
-    newer than those runs.
+    host's cost of queueing 62 batches low. With one kernel a batch both ways (this
+    pipeline) the probe on an H100 read 1.05x, against 1.17x for batches of 2**20 and
+    1.32x for 2**19 in the same run.
     """
     return HostPipeline(split=True, batch_elements=1 << 21, first_batch_elements=1 << 19,
                         staging=StagingRing(transfer="kernel"))
@@ -114,8 +115,8 @@ class OffloadAdam(torch.optim.Optimizer):
     * ``"host"`` (the default): the host's fused Adam, as above (MindSpore's
       ``AdamOffload`` computes there too). On H100s with 16 host threads, GPT-2 small,
       the earlier default pipeline (copy engines, batches of 2**23 elements) took 1.34
-      to 1.53x the host's fused Adam alone, and kernel transfers with batches of 2**21
-      1.25 and 1.28x (``docs/devices.md``; the target is 1.15x).
+      to 1.53x the host's fused Adam alone; the default now (one kernel a batch both
+      ways, batches of 2**21) 1.03x (``docs/devices.md``; the target is 1.15x).
     * ``"device"``: torch's fused CUDA Adam, reading and writing the state where it lives,
       in pinned host memory, through the device's mapping of those pages (each step moves
       the moments over the bus, 16 bytes per float32 element, and nothing else). Still 0
