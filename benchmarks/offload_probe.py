@@ -201,18 +201,19 @@ class Probe:
     def host_adam_in_batches(self) -> dict:
         """OffloadAdam's host update over its own batches, every transfer left out: the
         pipeline's update cut into calls, on its buffers, with nothing else running."""
-        from unified_opt.backends.torch.offload import OffloadAdam
+        from unified_opt.backends.torch.offload import OffloadAdam, _BatchCall
 
         optimizer = OffloadAdam(self.params, lr=1e-3)
         self.next_gradients()
         optimizer.step()
         batches = optimizer.pipeline.batches(list(enumerate(self.params)))
-        group = optimizer.param_groups[0]
+        states = [optimizer.state[p] for p in self.params]
+        calls = [_BatchCall(batch, states, [0] * len(states), optimizer.param_groups)
+                 for batch in batches]      # each batch's fused call, as a step makes it
 
         def update():
-            cut = {}        # a step's counts of the parameters cut into pieces
-            for batch in batches:
-                optimizer._adam(group, batch, cut)
+            for call in calls:
+                call.run(optimizer.param_groups)
 
         out = self.timed(update, prepare=lambda: None)
         out["batches"] = len(batches)
@@ -319,7 +320,8 @@ class Probe:
             return run
 
         pipeline = optimizer.pipeline
-        optimizer._adam = timed("adam", optimizer._adam)
+        run = pipeline.run      # the update the pipeline calls for each batch
+        pipeline.run = lambda params, update: run(params, timed("adam", update))
         for name in ("upload", "download", "transfer"):
             setattr(pipeline, f"_{name}", timed(f"{name}_queue",
                                                 getattr(pipeline, f"_{name}")))

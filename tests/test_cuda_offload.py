@@ -116,15 +116,20 @@ def test_cuda_ring_downloads_wait_for_the_uploads_out_of_their_slots(transfer):
     on_cuda.pipeline = HostPipeline(split=True,
                                     staging=StagingRing(slots=2, transfer=transfer),
                                     **cases.SMALL_BATCHES)
-    adam = on_cuda._adam
+    run = on_cuda.pipeline.run
 
-    def update_then_hold_the_uploads(group, pieces, cut):
-        adam(group, pieces, cut)
-        (_, up), = on_cuda.pipeline._streams.values()
-        with torch.cuda.stream(up):
-            torch.cuda._sleep(20_000_000)          # about 10 ms on the GPU
+    def run_holding_the_uploads(params, update):
+        def update_then_hold_the_uploads(batch):
+            update(batch)
+            # the uploads' stream: "up" for the copy engines, the one side stream of
+            # the kernel transfer
+            (_, up), = on_cuda.pipeline._streams.values()
+            with torch.cuda.stream(up):
+                torch.cuda._sleep(20_000_000)          # about 10 ms on the GPU
 
-    on_cuda._adam = update_then_hold_the_uploads       # SHAPES: 7 batches, 2 slots
+        run(params, update_then_hold_the_uploads)
+
+    on_cuda.pipeline.run = run_holding_the_uploads      # SHAPES: 7 batches, 2 slots
     cases.assert_same(cases.run_steps(on_cuda, cuda_params), cases.run_steps(on_cpu, cpu_params))
 
 

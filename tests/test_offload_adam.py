@@ -98,6 +98,50 @@ def test_the_host_update_is_torch_adams_fused_kernel():
     cases.assert_same(cases.run_steps(offload, ours), cases.run_steps(adam, theirs))
 
 
+def _kept_calls(offload):
+    """Each kept batch's kernel arguments (``OffloadAdam``'s ``_BatchCall``)."""
+    return [batch.memo.get("adam") for _, batches, _ in offload.pipeline._plans.values()
+            for batch in batches]
+
+
+def test_kept_kernel_arguments_follow_state_written_by_hand_and_a_changed_group():
+    """A step makes each batch's kernel arguments once and keeps them; a state tensor
+    replaced by hand (here one not contiguous), a new lr or betas are read at the next
+    step, as torch's Adam reads them."""
+    ours, theirs = cases.make_params("cpu"), cases.make_params("cpu")
+    offload = OffloadAdam(ours, lr=0.01)
+    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **cases.SMALL_BATCHES)
+    adam = torch.optim.Adam(theirs, lr=0.01, fused=True)
+    cases.run_steps(offload, ours, steps=2)
+    cases.run_steps(adam, theirs, steps=2)
+    kept = _kept_calls(offload)
+    cases.run_steps(offload, ours, steps=1)
+    cases.run_steps(adam, theirs, steps=1)
+    assert len(kept) > 3 and all(a is b is not None for a, b in zip(kept, _kept_calls(offload)))
+    for optimizer, params in ((offload, ours), (adam, theirs)):
+        optimizer.state[params[0]]["exp_avg"] = optimizer.state[params[0]]["exp_avg"] * 0.5
+        optimizer.param_groups[0].update(lr=0.005, betas=(0.8, 0.9))
+    ours_sq = offload.state[ours[1]]["exp_avg_sq"]
+    offload.state[ours[1]]["exp_avg_sq"] = ours_sq.t().contiguous().t()     # (7, 5) strided
+    assert not offload.state[ours[1]]["exp_avg_sq"].is_contiguous()
+    cases.assert_same(cases.run_steps(offload, ours), cases.run_steps(adam, theirs))
+    cases.assert_same_state(cases.state_copy(offload, ours), cases.state_copy(adam, theirs))
+
+
+def test_a_step_keeps_no_reference_to_the_gradients():
+    """The kept pieces let go of the step's device views: a gradient set to None is
+    freed (with its memory on the GPU), not held until the next step."""
+    params = cases.make_params("cpu")
+    offload = OffloadAdam(params, lr=0.01)
+    offload.pipeline = HostPipeline(split=True, stage_cpu=True, **cases.SMALL_BATCHES)
+    cases.run_steps(offload, params, steps=1)
+    grads = [StorageWeakRef(p.grad.untyped_storage()) for p in params if p.numel()]
+    for p in params:
+        p.grad = None
+    gc.collect()
+    assert grads and all(ref.expired() for ref in grads)
+
+
 @pytest.mark.parametrize("betas", [(0.9, 0.99), (torch.tensor(0.9), torch.tensor(0.99))],
                          ids=["float-betas", "tensor-betas"])
 def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypatch):

@@ -56,6 +56,18 @@ class Piece:
         return host_tensor if self.whole else host_tensor.view(-1)[self.start:self.stop]
 
 
+class Batch(list):
+    """A batch's pieces (a list) and its ``memo``: a dict kept with the batch's plan
+    between steps (a new one when the plan is made again), where an update keeps what it
+    derives from the pieces' host buffers, which stay the same while the plan is kept."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self, pieces, memo: dict) -> None:
+        super().__init__(pieces)
+        self.memo = memo
+
+
 def plan_pieces(sizes, splittable, batch_elements: int, first_batch_elements: int):
     """Batches of ``(index, start, stop)`` over parameters of ``sizes`` elements, in order.
 
@@ -168,19 +180,22 @@ class HostPipeline:
             else:
                 self._run_staged(device, [(i, params[i]) for i in indices], update)
 
-    def batches(self, indexed) -> list[list[Piece]]:
+    def batches(self, indexed) -> list[Batch]:
         """The batches of pieces for ``(index, parameter)`` pairs on one device.
 
-        The plan and its host views are kept for the same parameters (identity, device,
-        shape, dtype, cut or not) while the staging made no new buffer since: a step then only
-        takes views of the parameters and their gradients (fresh tensors each step).
+        The plan, its host views and its pieces are kept for the same parameters (index,
+        identity, device, shape, dtype, cut or not) while the staging made no new buffer
+        since: a step then only gives the kept pieces views of the parameters and their
+        gradients (fresh tensors each step), in place. So a batch is the same object at
+        every step of a plan, and its pieces hold the device views until
+        :meth:`release` (a step's run releases them: they would keep the gradients).
         """
         def splittable(p) -> bool:
             return self.split and p.is_contiguous() and p.grad.is_contiguous()
 
         # the device too: a parameter moved keeps its identity, and the ring's slots are
         # per device
-        key = tuple((id(p), p.device, p.shape, p.dtype, splittable(p)) for _, p in indexed)
+        key = tuple((i, id(p), p.device, p.shape, p.dtype, splittable(p)) for i, p in indexed)
         kept = self._plans.get(key)
         if kept is None or kept[0] != self.staging.generation:
             self._plans.pop(key, None)
@@ -190,27 +205,37 @@ class HostPipeline:
                 del self._plans[next(iter(self._plans))]
         else:
             self._plans[key] = self._plans.pop(key)     # the least recently used go first
-        _, plan, host, mapped = kept
-        flat: dict[int, tuple] = {}     # each cut parameter's flat value and gradient
+        _, batches, by_parameter = kept
+        for pieces in by_parameter:
+            p = pieces[0].param
+            if pieces[0].whole:
+                pieces[0].device_value, pieces[0].device_grad = p.detach(), p.grad
+                continue
+            value, grad = p.detach().view(-1), p.grad.view(-1)
+            for piece in pieces:
+                piece.device_value = value[piece.start:piece.stop]
+                piece.device_grad = grad[piece.start:piece.stop]
+        return batches
 
-        def device_views(k, start, stop, whole):
-            p = indexed[k][1]
-            if whole:
-                return p.detach(), p.grad
-            if k not in flat:
-                flat[k] = (p.detach().view(-1), p.grad.view(-1))
-            value, grad = flat[k]
-            return value[start:stop], grad[start:stop]
+    @staticmethod
+    def release(batches) -> None:
+        """Drop the pieces' device views (the parameters' and gradients' memory stays
+        with them otherwise, a zeroed gradient included, until the next step)."""
+        for batch in batches:
+            for piece in batch:
+                piece.device_value = piece.device_grad = None
 
-        return [[Piece(indexed[k][0], indexed[k][1], start, stop, whole, value, grad,
-                       *device_views(k, start, stop, whole), *aliases)
-                 for (k, start, stop, whole), (value, grad), aliases
-                 in zip(batch, views, mapped_views)]
-                for batch, views, mapped_views in zip(plan, host, mapped)]
+    def forget_memos(self) -> None:
+        """Empty every kept batch's memo (what an update derived from state it no longer
+        uses: the references would keep that state alive)."""
+        for _, batches, _ in self._plans.values():
+            for batch in batches:
+                batch.memo.clear()
 
     def _plan(self, indexed, split: list[bool]) -> tuple:
-        """``(staging generation, batches of (k, start, stop, whole), their host views,
-        the same views as the device maps them (or ``()`` each))``."""
+        """``(staging generation, the batches (their pieces with the host views and, for
+        a kernel transfer, the same views as the device maps them), each parameter's
+        pieces in order)``; the pieces' device views are filled in by :meth:`batches`."""
         plan = plan_pieces([p.numel() for _, p in indexed], split, self.batch_elements,
                            self.first_batch_elements)
         plan = [[(k, start, stop, start == 0 and stop == indexed[k][1].numel())
@@ -228,24 +253,39 @@ class HostPipeline:
                       for number, batch in enumerate(parts)]
         else:
             mapped = [[()] * len(batch) for batch in parts]
-        return self.staging.generation, plan, host, mapped
+        by_parameter: dict[int, list[Piece]] = {}
+        batches = []
+        for batch, views, mapped_views in zip(plan, host, mapped):
+            pieces = []
+            for (k, start, stop, whole), (value, grad), aliases in zip(batch, views,
+                                                                        mapped_views):
+                piece = Piece(indexed[k][0], indexed[k][1], start, stop, whole, value, grad,
+                              None, None, *aliases)
+                by_parameter.setdefault(k, []).append(piece)
+                pieces.append(piece)
+            batches.append(Batch(pieces, {}))
+        return self.staging.generation, batches, list(by_parameter.values())
 
     def _kernel_transfer(self, device) -> bool:
         return self.staging.transfer == "kernel" and device.type == "cuda"
 
     def _run_staged(self, device, indexed, update) -> None:
         batches = self.batches(indexed)
-        if device.type == "cuda":
-            run = self._run_paired if self._kernel_transfer(device) else self._run_streamed
-            run(device, batches, update, torch.cuda)
-            return
-        for batch in batches:           # stage_cpu: the same loop, plain copies
-            for piece in batch:
-                piece.value.copy_(piece.device_value)
-                piece.grad.copy_(piece.device_grad)
-            update(batch)
-            for piece in batch:
-                piece.device_value.copy_(piece.value)
+        try:
+            if device.type == "cuda":
+                run = (self._run_paired if self._kernel_transfer(device)
+                       else self._run_streamed)
+                run(device, batches, update, torch.cuda)
+                return
+            for batch in batches:           # stage_cpu: the same loop, plain copies
+                for piece in batch:
+                    piece.value.copy_(piece.device_value)
+                    piece.grad.copy_(piece.device_grad)
+                update(batch)
+                for piece in batch:
+                    piece.device_value.copy_(piece.value)
+        finally:
+            self.release(batches)
 
     @staticmethod
     def _wait(event) -> None:
