@@ -45,7 +45,7 @@ class Piece:
     whole: bool
     value: torch.Tensor
     grad: torch.Tensor
-    device_value: torch.Tensor | None = None    # None: the parameter lives on the CPU
+    device_value: torch.Tensor | None = None    # None: on the CPU, or between steps
     device_grad: torch.Tensor | None = None
     # ``value`` and ``grad`` as the device addresses them (a ring with transfer="kernel")
     mapped_value: torch.Tensor | None = None
