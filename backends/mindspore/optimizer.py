@@ -60,6 +60,17 @@ class SpecOptimizer(nn.Optimizer):
     data-parallel spec (DGC) built after ``mindspore.communication.init()`` gets an
     ``exchange`` (:class:`.exchange.MindSporeExchange`): this process is one worker of
     ``spec.exchange_step``.
+
+    Loading state: ``Cell.load_state_dict`` (``opt.load_state_dict(opt.state_dict())``,
+    or a dict from ``mindspore.load_checkpoint``) first checks the dict in a pre-hook and
+    refuses, before anything is copied, an array of another shape, part of the spec's
+    state missing, and a ``global_step`` that is not a whole count >= 0 (each a
+    ValueError naming the key). ``mindspore.load_param_into_net`` and
+    ``mindspore.load_checkpoint(path, opt)`` call no hook of the Cell: MindSpore itself
+    refuses another shape or a float ``global_step`` (RuntimeError, after copying the
+    Parameters before it) and reports missing Parameters in its return value and a
+    warning; a negative ``global_step`` it copies is refused by the next step, before
+    anything changes.
     """
 
     def __init__(self, params, spec, plans, total_steps: int | None = None, exchange=None,
@@ -124,6 +135,11 @@ class SpecOptimizer(nn.Optimizer):
         self._loop_host = _Host(self)
         self._loop = StepLoop(spec, self._plans, list(self._parameters),
                               lambda index, spec: self._engine_list, self._loop_host)
+        # Cell.load_state_dict (MindSpore's torch-style loading) runs these;
+        # mindspore.load_param_into_net and load_checkpoint run no hook (see the class)
+        self._load_prefix = ""
+        self.register_load_state_dict_pre_hook(SpecOptimizer._check_loaded_state)
+        self.register_load_state_dict_post_hook(SpecOptimizer._loaded_state_keys)
 
     def _custom_form(self, graph) -> None:
         """The custom operators' attributes (:class:`.graph.GraphStep`)."""
@@ -168,7 +184,12 @@ class SpecOptimizer(nn.Optimizer):
 
     def lr_of_step(self, step0: int, stored: float) -> float:
         """The lr of 0-based step ``step0`` with ``stored`` in ``learning_rate`` (see
-        ``follows_learning_rate``); past ``total_steps`` our RuntimeError."""
+        ``follows_learning_rate``); past ``total_steps`` our RuntimeError, a negative
+        ``global_step`` (loaded or assigned from outside) our ValueError."""
+        if step0 < 0:
+            raise ValueError(f"SpecOptimizer: global_step is {step0}; it counts the steps "
+                             "taken, a whole number >= 0 (loaded from a checkpoint that "
+                             "does not fit, or assigned from outside?)")
         if self.total_steps is not None and step0 >= self.total_steps:
             raise past_total_steps(type(self).__name__, self.total_steps, step0)
         lr = float(self.spec.lr_at(step0))
@@ -302,6 +323,53 @@ class SpecOptimizer(nn.Optimizer):
     def spec_state(self, p) -> dict:
         index = next(i for i, q in enumerate(self._parameters) if q is p)
         return dict(self._slots[index])
+
+    def _check_loaded_state(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                            unexpected_keys, error_msgs) -> None:
+        """``Cell.load_state_dict``'s pre-hook, run before anything is copied: what
+        MindSpore would refuse only after copying the rest (an array of another shape)
+        and what it would copy without a word (a ``global_step`` that is negative,
+        fractional or NaN, cast to int32; part of the spec's state) is refused with a
+        ValueError naming the key. A dict without any of the spec's state arrays (the
+        weights alone, ``strict=False``) is MindSpore's to judge."""
+        self._load_prefix = prefix
+        owner = f"{type(self).__name__}.load_state_dict"
+        for name, p in self._params.items():
+            value = state_dict.get(prefix + name)
+            shape = getattr(value, "shape", None)
+            if p is None or shape is None or tuple(shape) == tuple(p.shape):
+                continue
+            raise ValueError(f"{owner}: {prefix + name!r} has shape {tuple(shape)} in the "
+                             f"state_dict, this optimizer keeps {tuple(p.shape)} (a state_dict "
+                             "of another model?); nothing was loaded")
+        slots = [prefix + slot.name for slots in self._slots for slot in slots.values()]
+        held = [key for key in slots if key in state_dict]
+        if held:
+            lacks = [key for key in slots + [prefix + "global_step"] if key not in state_dict]
+            if lacks:
+                raise ValueError(f"{owner}: the state_dict lacks {lacks}; it holds "
+                                 f"{held} of the spec's state ({self.spec.name}), which keeps "
+                                 f"{slots} and 'global_step' (a state_dict of another spec or "
+                                 "model?); nothing was loaded")
+        step = state_dict.get(prefix + "global_step")
+        if step is not None and getattr(step, "shape", None) is not None:
+            values = np.asarray(step.asnumpy() if isinstance(step, Tensor) else step,
+                                dtype=np.float64).reshape(-1)
+            value = float(values[0]) if values.size == 1 else float("nan")
+            if not np.isfinite(value) or value < 0 or value != int(value) or \
+                    value > np.iinfo(np.int32).max:
+                raise ValueError(f"{owner}: {prefix + 'global_step'!r} must be a whole count "
+                                 f">= 0 (the steps taken), got {values.tolist()}; nothing "
+                                 "was loaded")
+
+    def _loaded_state_keys(self, incompatible_keys) -> None:
+        """``Cell.load_state_dict``'s post-hook: MindSpore's strict check takes a loaded
+        Parameter whose name holds a dot (``exp_avg.weight``) for a key of a child Cell
+        and calls it unexpected; this optimizer has no child Cells, so such a key that it
+        holds was loaded."""
+        ours = {self._load_prefix + name for name in self._params}
+        incompatible_keys.unexpected_keys[:] = [
+            key for key in incompatible_keys.unexpected_keys if key not in ours]
 
 
 def _host_lr(optimizer):
