@@ -13,6 +13,7 @@ from unified_opt.storage import refuse_rounding
 
 from .engines import Eager, Kernels
 from .kernels import PaddleKernels
+from .loading import check_state_dict
 from .ops import paddle_ops
 
 STEP = "step"   # accumulator holding each parameter's count of updates
@@ -116,6 +117,16 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         self._host = _Host(self)
         self._loop = StepLoop(spec, plans, params, lambda index, spec: self._engines,
                               self._host)
+        self._built = True
+
+    def _add_param_group(self, param_group) -> None:
+        if getattr(self, "_built", False):
+            raise ValueError(
+                "SpecOptimizer: _add_param_group is refused after uo.build: the own path "
+                "makes each parameter's plan, state and gradient pre-step when it is built, "
+                "so a parameter added later would never be updated; build the optimizer "
+                "with every parameter (uo.build(spec, params))")
+        super()._add_param_group(param_group)
 
     @paddle.no_grad()
     def step(self) -> None:
@@ -133,6 +144,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         # Not the base class's step: that one skips zero-size parameters (Paddle counts
         # them as uninitialised), while a spec's scalar state (e.g. NAdam's mu_product)
         # advances for them too.
+        self._check_unchanged()
         found_inf = self._get_auxiliary_var("found_inf")
         if found_inf is not None:
             # paddle.amp.GradScaler sets it and reads it back; like Paddle's own
@@ -155,10 +167,60 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         if self.exchange is not None:
             self.exchange.stats["steps"] += 1
 
+    def _check_unchanged(self) -> None:
+        """Refuse, before the step changes anything, what Paddle's optimizers would read
+        and the own path would not: a parameter added to (or removed from) the parameter
+        list after the build, and a regularizer, lr factor, need_clip or grad_clip set on
+        the parameters or the optimizer after it (the build refuses them before)."""
+        listed = self._parameter_list
+        if len(listed) != len(self._params) or \
+                any(a is not b for a, b in zip(listed, self._params)):
+            built = {id(p) for p in self._params}
+            added = [getattr(p, "name", type(p).__name__) for p in listed if id(p) not in built]
+            removed = [p.name for p in self._params if all(p is not q for q in listed)]
+            change = "; ".join((["added " + ", ".join(added)] if added else []) +
+                               (["removed " + ", ".join(removed)] if removed else [])) \
+                or "reordered"
+            raise ValueError(
+                f"SpecOptimizer: its parameter list (_parameter_list / _param_groups) changed "
+                f"after uo.build ({change}): the own path makes each parameter's plan, state "
+                f"and gradient pre-step when it is built, and would never update a parameter "
+                f"added later; build a new optimizer with every parameter "
+                f"(uo.build(spec, params))")
+        for attribute in ("regularization", "_grad_clip"):
+            if getattr(self, attribute, None) is not None:
+                raise ValueError(
+                    f"SpecOptimizer: {attribute} = {getattr(self, attribute)!r} was set after "
+                    f"uo.build and the own path does not read it (the decay and clip are the "
+                    f"spec's); build a new optimizer from spec.replace(...)")
+        clipped = self.spec.grad_clip is not None
+        for p in self._params:
+            if p.regularizer is not None:
+                raise ValueError(
+                    f"SpecOptimizer: parameter {p.name} carries regularizer={p.regularizer!r}, "
+                    f"set after uo.build, which the own path does not read; set "
+                    f"p.regularizer = None and give the decay in the spec (or a uo.Group)")
+            lr_scale = (p.optimize_attr or {}).get("learning_rate", 1.0)
+            if lr_scale != 1.0:
+                raise ValueError(
+                    f"SpecOptimizer: parameter {p.name} carries optimize_attr['learning_rate']"
+                    f"={lr_scale!r}, set after uo.build, which the own path does not read; set "
+                    f"it to 1.0 (or give the factor as uo.Group(lr_scale=...))")
+            if clipped and p.need_clip is False:
+                raise ValueError(
+                    f"SpecOptimizer: parameter {p.name} carries need_clip=False, set after "
+                    f"uo.build, which the spec's grad_clip does not read; set it to True and "
+                    f"leave it out with uo.Group(match=..., exclude_from=('grad_clip',))")
+
     def _create_accumulators(self, block, parameters):
         pass   # all made in __init__
 
     def set_state_dict(self, state_dict) -> None:
+        """Paddle's load, after :func:`.loading.check_state_dict` found the whole dict
+        fits (nothing is loaded otherwise); a dict saved before the optimizer counted its
+        steps gets ``steps_taken`` from the parameters' counts."""
+        check_state_dict(self, state_dict, counters=(STEP, STEPS_TAKEN),
+                         optional=(STEPS_TAKEN,))
         counter = self._get_accumulator(STEPS_TAKEN, self._params[0])
         if counter.name not in state_dict:
             # saved before the optimizer counted its steps: every parameter had a
