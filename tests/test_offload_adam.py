@@ -180,13 +180,15 @@ def test_cut_updates_are_torch_adams_across_a_loaded_state_dict(betas, monkeypat
     with torch.no_grad():
         for p, value in zip(ours, values):
             p.copy_(value)
-    assert not offload._pieces          # the views of the replaced state are let go
+    assert not any(_kept_calls(offload))    # the views of the replaced state are let go
     cases.assert_same(ours_run(), cases.run_steps(adam, theirs))
     cases.assert_same_state(cases.state_copy(offload, ours), cases.state_copy(adam, theirs))
-    kept = len(offload._pieces)
+    kept = _kept_calls(offload)
     offload.state.clear()               # a reset state: its new tensors take the old places
     ours_run()
-    assert len(offload._pieces) == kept
+    again = _kept_calls(offload)
+    assert len(again) == len(kept) and all(a is not None and a is not b
+                                           for a, b in zip(again, kept))
 
 
 def test_an_update_on_the_device_leaves_cpu_parameters_to_the_host_update():

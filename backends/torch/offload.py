@@ -32,9 +32,6 @@ from .staging import (
 #: where :class:`OffloadAdam` may run a GPU parameter's update (its ``update_on``)
 UPDATES_ON = ("host", "device")
 
-#: how many cut pieces' state views :class:`OffloadAdam` keeps between steps
-KEPT_VIEWS = 1 << 14
-
 #: the state tensors a host Adam step reads, ``max_exp_avg_sq`` in amsgrad groups only
 ADAM_STATE = ("exp_avg", "exp_avg_sq", "step")
 AMSGRAD_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "step")
@@ -63,7 +60,8 @@ def _fused_arguments(group) -> bool:
 class _BatchCall:
     """One batch's arguments to torch's fused Adam, one list set per (group, dtype), made
     once and kept in the batch's memo while they hold: the same state tensors (not
-    replaced by a load or by hand), groups and amsgrad flags. A step then costs a check
+    replaced by a load or by hand; a cut piece's are flat views of its parameter's),
+    groups and amsgrad flags. A step then costs a check
     per piece and one kernel call per list set, not the lists made again (on an H100's
     host, GPT-2 small, making them took 4.2 of a 35.7 ms step)."""
 
@@ -99,11 +97,22 @@ class _BatchCall:
         return True
 
     def run(self, groups: list) -> None:
-        for g, lists in self.calls:
+        """The kernel over each list set; the counts it reads are already one on."""
+        for g, (values, grads, exp_avgs, exp_avg_sqs, maxes, steps) in self.calls:
             group = groups[g]
             beta1, beta2 = group["betas"]
-            torch._fused_adam_(*lists, amsgrad=group["amsgrad"], lr=group["lr"],
-                               beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"],
+            if not _fused_arguments(group):
+                # torch's function adds one to the counts itself: to copies of the count
+                # before (a cut parameter's pieces, in several calls, share one count)
+                torch_adam.adam(values, grads, exp_avgs, exp_avg_sqs, maxes,
+                                [step - 1 for step in steps], fused=True,
+                                amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2,
+                                lr=group["lr"], weight_decay=group["weight_decay"],
+                                eps=group["eps"], maximize=group["maximize"])
+                continue
+            torch._fused_adam_(values, grads, exp_avgs, exp_avg_sqs, maxes, steps,
+                               amsgrad=group["amsgrad"], lr=group["lr"], beta1=beta1,
+                               beta2=beta2, weight_decay=group["weight_decay"],
                                eps=group["eps"], maximize=group["maximize"])
 
 
@@ -210,10 +219,6 @@ class OffloadAdam(torch.optim.Optimizer):
         self._update_on = update_on
         self.pipeline = offload_adam_pipeline()
         self._mapped: dict[torch.Tensor, tuple] = {}    # update_on="device": state aliases
-        # each cut piece's flat views of its state, kept between steps:
-        # (id(parameter), state name, start, stop) -> (state tensor, view); a new state
-        # tensor (a reset state, one written by hand) takes its old entry's place
-        self._pieces: dict[tuple, tuple] = {}
         self.register_load_state_dict_pre_hook(_check_loaded_moments)
         self.register_load_state_dict_post_hook(keep_state_on_host)
         # the aliases and views of state just replaced would keep it (and its pinned pages)
@@ -233,7 +238,6 @@ class OffloadAdam(torch.optim.Optimizer):
 
     def _forget_views(self) -> None:
         self._mapped.clear()
-        self._pieces.clear()
         self.pipeline.forget_memos()
 
     @torch.no_grad()
@@ -252,10 +256,6 @@ class OffloadAdam(torch.optim.Optimizer):
                 params.append(p)
                 group_of.append(g)
         on_device = self.update_on == "device" and _check_device_update(params)
-        # the fused host step checks a parameter's state when it (re)makes the batch's
-        # arguments (:class:`_BatchCall`), not at every step
-        fused = not on_device and all(_fused_arguments(self.param_groups[g])
-                                      for g in set(group_of))
         for p, g in zip(params, group_of):
             state = self.state[p]
             mapped = on_device and p.device.type == "cuda"
@@ -267,36 +267,21 @@ class OffloadAdam(torch.optim.Optimizer):
                 state["exp_avg_sq"] = zeros(p)
                 if self.param_groups[g]["amsgrad"]:
                     state["max_exp_avg_sq"] = zeros(p)
-            if not fused:
+            if on_device:
                 _prepare_state(state, pinned=mapped)
+            # (the host step checks a state when it makes a batch's arguments)
         if on_device:
             self._update_on_device(params, group_of)
-            return loss
-        if fused:
-            self._step_fused(params, group_of)
-            return loss
-        cut: dict[int, torch.Tensor] = {}   # updated in pieces: their step counted here
-
-        def update(batch: list[Piece]) -> None:
-            groups = {group_of[piece.index] for piece in batch}
-            if len(groups) == 1:        # (most batches: no pieces to sort out)
-                self._adam(self.param_groups[groups.pop()], batch, cut)
-                return
-            for g in sorted(groups):
-                self._adam(self.param_groups[g],
-                           [piece for piece in batch if group_of[piece.index] == g], cut)
-
-        self.pipeline.run(params, update)
-        for i in cut:
-            self.state[params[i]]["step"] += 1
+        else:
+            self._step_host(params, group_of)
         return loss
 
-    def _step_fused(self, params, group_of) -> None:
-        """The host step where every group's hyper-parameters are plain floats: each batch
-        one ``torch._fused_adam_`` call per group and dtype over arguments kept between
-        steps (:class:`_BatchCall`). The kernel reads each count plus one (as
-        ``torch.optim.adam`` adds one before it); every count goes up at the first batch,
-        so a step refused before any update counts nothing."""
+    def _step_host(self, params, group_of) -> None:
+        """The host update through the pipeline: each batch one fused-kernel call per
+        group and dtype over arguments kept between steps (:class:`_BatchCall`). The
+        kernel reads each count plus one (as ``torch.optim.adam`` adds one before it);
+        every count goes up at the first batch, so a step refused before any update
+        counts nothing."""
         states = [self.state[p] for p in params]
         counted = []
 
@@ -321,7 +306,7 @@ class OffloadAdam(torch.optim.Optimizer):
                 pieces = [Piece(i, p, 0, p.numel(), True, p.detach(), p.grad)
                           for i, (p, h) in enumerate(zip(params, group_of)) if h == g]
                 if pieces:
-                    self._adam(group, pieces, {})
+                    self._adam(group, pieces)
         finally:    # also after a group's launch failed: the host may read the state
             torch.cuda.current_stream(device).synchronize()
 
@@ -340,61 +325,28 @@ class OffloadAdam(torch.optim.Optimizer):
                                             for k, v in host.items()})
         return kept[1]
 
-    def _piece(self, state: dict, name: str, piece: Piece) -> torch.Tensor:
-        """``piece.flat(state[name])``, the view kept between steps (a host step cuts the
-        same pieces each time: taking the views anew was a fifth of its Python)."""
-        state_tensor = state[name]
-        if piece.whole:
-            return state_tensor
-        key = (id(piece.param), name, piece.start, piece.stop)
-        kept = self._pieces.get(key)
-        if kept is None or kept[0] is not state_tensor:
-            if len(self._pieces) >= KEPT_VIEWS:
-                self._pieces.clear()
-            kept = self._pieces[key] = (state_tensor, piece.flat(state_tensor))
-        return kept[1]
-
-    def _adam(self, group, pieces: list[Piece], cut: dict) -> None:
-        """torch's fused Adam over ``pieces`` of one group. ``cut`` maps each parameter
-        updated in pieces this step to its step count plus one, made at its first piece:
-        every piece's kernel reads that count, and the state's count goes up once, after
-        the step (:meth:`step`)."""
-        values, grads, exp_avgs, exp_avg_sqs, maxes, steps = ([] for _ in range(6))
+    def _adam(self, group, pieces: list[Piece]) -> None:
+        """torch's fused Adam over whole ``pieces`` of one group, each against
+        :meth:`_state_of` (``update_on="device"``)."""
         amsgrad = group["amsgrad"]
         beta1, beta2 = group["betas"]
         lr, dtype = group["lr"], pieces[0].value.dtype
+        states = [self._state_of(piece.param) for piece in pieces]
+        lists = ([piece.value for piece in pieces], [piece.grad for piece in pieces],
+                 [state["exp_avg"] for state in states],
+                 [state["exp_avg_sq"] for state in states],
+                 [state["max_exp_avg_sq"] for state in states] if amsgrad else [],
+                 [state["step"] for state in states])
         # what torch.optim.adam.adam(..., fused=True) runs for one device and dtype,
         # without its Python (grouping by device and dtype, the checks of the other
         # modes), which cost as much as the kernel on a host batch
-        direct = (all(isinstance(x, float) for x in (lr, beta1, beta2))
-                  and all(p.value.is_cpu and p.value.dtype == dtype for p in pieces))
-        counted = []        # the whole pieces' counts, one on before the kernel reads them
-        for piece in pieces:
-            state = self._state_of(piece.param)
-            values.append(piece.value)
-            grads.append(piece.grad)
-            exp_avgs.append(self._piece(state, "exp_avg", piece))
-            exp_avg_sqs.append(self._piece(state, "exp_avg_sq", piece))
-            if amsgrad:
-                maxes.append(self._piece(state, "max_exp_avg_sq", piece))
-            if piece.whole:
-                steps.append(state["step"])
-                counted.append(state["step"])
-                continue
-            ahead = cut.get(piece.index)
-            if ahead is None:
-                ahead = cut[piece.index] = state["step"] + 1
-            # torch.optim.adam.adam adds one itself: to a copy of the count before
-            steps.append(ahead if direct else ahead - 1)
-        if direct:
-            if counted:
-                torch._foreach_add_(counted, 1)
-            torch._fused_adam_(values, grads, exp_avgs, exp_avg_sqs, maxes, steps,
-                               amsgrad=amsgrad, lr=lr, beta1=beta1, beta2=beta2,
+        if _fused_arguments(group) and all(p.value.is_cpu and p.value.dtype == dtype
+                                           for p in pieces):
+            torch._foreach_add_(lists[-1], 1)
+            torch._fused_adam_(*lists, amsgrad=amsgrad, lr=lr, beta1=beta1, beta2=beta2,
                                weight_decay=group["weight_decay"], eps=group["eps"],
                                maximize=group["maximize"])
             return
-        torch_adam.adam(values, grads, exp_avgs, exp_avg_sqs, maxes, steps, fused=True,
-                        amsgrad=amsgrad, beta1=beta1, beta2=beta2, lr=lr,
-                        weight_decay=group["weight_decay"], eps=group["eps"],
+        torch_adam.adam(*lists, fused=True, amsgrad=amsgrad, beta1=beta1, beta2=beta2,
+                        lr=lr, weight_decay=group["weight_decay"], eps=group["eps"],
                         maximize=group["maximize"])
