@@ -250,9 +250,11 @@ class Bench:
 
         def build(named):
             optimizer = uo.build(spec, named, options=options)
-            if "transfer" in row.extra:     # batches of HostPipeline's default size
+            if "transfer" in row.extra:     # batches of HostPipeline's default size or
+                sizes = {k: row.extra[k] for k in ("batch_elements", "first_batch_elements")
+                         if k in row.extra}                      # of the row's
                 optimizer.pipeline = HostPipeline(
-                    split=True, staging=StagingRing(transfer=row.extra["transfer"]))
+                    split=True, staging=StagingRing(transfer=row.extra["transfer"]), **sizes)
             return optimizer
 
         return self.optimizer_row(build, slow=False, describe=_explained)
@@ -366,6 +368,11 @@ def all_rows(bench_cls=Bench) -> list[Row]:
             Row("offload/adam-copy-engine", "adam_offload",
                 "OffloadAdam through the copy engines, batches of 2**23 (the default "
                 "before 2026-11-26)", bench_cls.offload, extra={"transfer": "copy-engine"}),
+            Row("offload/adam-table", "adam_offload",
+                "OffloadAdam as built, its transfers a Triton kernel a batch over an "
+                "address table (StagingRing(transfer='table'))", bench_cls.offload,
+                extra={"transfer": "table", "batch_elements": 1 << 21,
+                       "first_batch_elements": 1 << 19}),
             Row("offload/adam-on-device", "adam_offload",
                 "uo.build(uo.AdamOffload(), options={'update_on': 'device'}): the GPU's "
                 "fused Adam over the state in pinned host memory", bench_cls.offload,

@@ -17,7 +17,9 @@ suspects one at a time on the GPT-2-small set, in one process:
   ``other_ms``; and ``tail_ms``, from the step's return until the last uploads are done;
   and the staging buffers' bytes): through the ring of staging slots (the default), through a
   buffer per parameter (before), and through rings of smaller slots, whose batches stay
-  in the host's cache between the copy and the update;
+  in the host's cache between the copy and the update; each batch moved by the copy
+  engines, by a ``torch._foreach_copy_`` kernel or by a Triton kernel over an address
+  table (``transfer="table"``);
 * for comparison, the GPU's own fused Adam with the moments in mapped host memory
   (zero-copy: 0 bytes of state on the GPU, the update the GPU's, not the host's).
 
@@ -293,7 +295,8 @@ class Probe:
         self.next_gradients()
         optimizer.step()
         # the host's time in each part of the loop (wrappers on these instances)
-        # (transfer="kernel" queues each batch's copies both ways in one transfer_queue;
+        # (transfer="kernel" queues each batch's copies both ways in one transfer_queue,
+        # transfer="table" its kernel, TableMoves.send;
         # adam_kernel: torch's fused kernel inside adam; first_wait: the wait for the
         # first batch, inside wait; tail: from step's return until the device is done
         # (the last uploads); other: the rest of the host's step, the loop's own Python)
@@ -340,12 +343,15 @@ class Probe:
                                    "transfer_queue", "wait"))
             per_step.append(dict(parts))
 
-        fused_adam = torch._fused_adam_
+        from unified_opt.backends.torch.moves import TableMoves
+
+        fused_adam, send = torch._fused_adam_, TableMoves.send
         torch._fused_adam_ = timed("adam_kernel", fused_adam)  # what offload.py calls
+        TableMoves.send = timed("transfer_queue", send)
         try:
             out = self.timed(step)
         finally:
-            torch._fused_adam_ = fused_adam
+            torch._fused_adam_, TableMoves.send = fused_adam, send
         for name in parts:
             out[f"{name}_ms"] = round(statistics.median(s[name] for s in per_step[2:]) * 1e3,
                                       3)
@@ -438,6 +444,15 @@ def rows(probe: Probe) -> list[tuple[str, str, object]]:
                  "2**21, transfer='kernel' (OffloadAdam's default now)",
                  lambda: probe.offload(batch_elements=1 << 21, first_batch_elements=1 << 19,
                                        transfer="kernel")),
+                ("offload/ring-table-2M", "OffloadAdam through 4 ring slots, batches of "
+                 "2**21, transfer='table' (a Triton kernel a batch over an address "
+                 "table)", lambda: probe.offload(batch_elements=1 << 21,
+                                                 first_batch_elements=1 << 19,
+                                                 transfer="table")),
+                ("offload/ring-table-4M", "OffloadAdam through 4 ring slots, batches of "
+                 "2**22, transfer='table'",
+                 lambda: probe.offload(batch_elements=1 << 22, first_batch_elements=1 << 20,
+                                       transfer="table")),
                 ("offload/ring-kernel-1M", "OffloadAdam through 4 ring slots, batches of "
                  "2**20, transfer='kernel'",
                  lambda: probe.offload(batch_elements=1 << 20, first_batch_elements=1 << 18,

@@ -46,8 +46,9 @@ STAGINGS = [(f"{name}-{how}", make, kwargs)
                                      ("per-parameter", HostStaging, {})]
             for how, kwargs in [("alloc", {**base, "pinning": "alloc"}),
                                 ("register", {**base, "pinning": "register"}),
-                                ("kernel", {**base, "transfer": "kernel"})]
-            if how != "kernel" or make is StagingRing]
+                                ("kernel", {**base, "transfer": "kernel"}),
+                                ("table", {**base, "transfer": "table"})]
+            if how not in ("kernel", "table") or make is StagingRing]
 
 
 @needs_cuda
@@ -274,3 +275,29 @@ def test_cuda_update_on_the_device_updates_cpu_parameters_beside_on_the_host():
     cases.assert_same([p.detach() for p in on_cpu], [p.detach() for p in ref_cpu])
     assert all(v.is_pinned() for p in on_gpu for v in offload.state[p].values() if v.numel())
     assert not any(v.is_pinned() for p in on_cpu for v in offload.state[p].values())
+
+
+@needs_cuda
+@pytest.mark.parametrize("transfer", TRANSFERS)
+def test_cuda_offload_of_strided_weights_and_gradients_is_the_contiguous_one(transfer):
+    """A transposed CUDA weight and a transposed gradient (the table copies their pieces
+    through views, the other transfers too) beside plain ones: the numbers of OffloadAdam
+    over contiguous CPU copies, bit for bit."""
+    g = torch.Generator().manual_seed(5)
+    made = [torch.randn(500, 300, generator=g).t(), torch.randn(400, 200, generator=g),
+            torch.randn(7, generator=g), torch.randn(2 * PIECE_ALIGNMENT + 5, generator=g)]
+    ours = [torch.nn.Parameter(m.cuda()) for m in made]
+    ours[0] = torch.nn.Parameter(made[0].t().contiguous().cuda().t())     # strided on CUDA
+    plain = [torch.nn.Parameter(m.contiguous().clone()) for m in made]
+    on_cuda, on_cpu = OffloadAdam(ours, lr=0.01), OffloadAdam(plain, lr=0.01)
+    on_cuda.pipeline = HostPipeline(split=True, staging=StagingRing(transfer=transfer),
+                                    **cases.SMALL_BATCHES)
+    for _ in range(3):
+        grads = [torch.randn(m.shape, generator=g) for m in made]
+        grads[1] = torch.randn(200, 400, generator=g).t()
+        for p, q, grad in zip(ours, plain, grads):
+            p.grad, q.grad = grad.cuda(), grad.contiguous()
+        on_cuda.step()
+        on_cpu.step()
+    assert not ours[0].is_contiguous() and not ours[1].grad.is_contiguous()
+    cases.assert_same([p.detach().cpu() for p in ours], [q.detach() for q in plain])

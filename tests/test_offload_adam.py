@@ -100,7 +100,7 @@ def test_the_host_update_is_torch_adams_fused_kernel():
 
 def _kept_calls(offload):
     """Each kept batch's kernel arguments (``OffloadAdam``'s ``_BatchCall``)."""
-    return [batch.memo.get("adam") for _, batches, _ in offload.pipeline._plans.values()
+    return [batch.memo.get("adam") for _, batches, _, _ in offload.pipeline._plans.values()
             for batch in batches]
 
 

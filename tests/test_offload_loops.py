@@ -6,6 +6,7 @@ slots, plans and argument checks (backends/torch/staging.py)."""
 import contextlib
 import dataclasses
 import gc
+import warnings
 
 import pytest
 from conftest import require
@@ -16,12 +17,14 @@ import offload_cases as cases  # noqa: E402
 from lazy_streams import LazyCuda  # noqa: E402
 from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
 
+from unified_opt.backends.torch.moves import TableMoves, plain_layout  # noqa: E402
 from unified_opt.backends.torch.offload import OffloadAdam  # noqa: E402
 from unified_opt.backends.torch.pipeline import (  # noqa: E402
     KEPT_PLANS,
     PIECE_ALIGNMENT,
     Batch,
     HostPipeline,
+    paired_launches,
     plan_pieces,
 )
 from unified_opt.backends.torch.staging import (  # noqa: E402
@@ -82,10 +85,38 @@ class _Event:
         self.cuda.log.append(f"synchronize {self.number}")
 
 
+class _Interpreted:
+    """The table transfer's Triton kernel run by Triton's interpreter over CPU memory, on
+    the stand-in's current stream: at once, or queued on a lazy side stream."""
+
+    def __init__(self, cuda):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        from unified_opt.backends.torch import move_kernel
+
+        self.cuda, self.launches = cuda, []
+        self.kernel = InterpretedFunction(move_kernel.move.fn)
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            self.launches.append(grid[0])
+
+            def run():
+                with warnings.catch_warnings():    # numpy's, about the interpreter's code
+                    warnings.filterwarnings("ignore", category=DeprecationWarning,
+                                            module="triton")
+                    self.kernel[grid](*args, **kw)
+
+            deferred = getattr(self.cuda, "_deferred", lambda: False)()
+            self.cuda.current.enqueue(run) if deferred else run()
+        return launch
+
+
 class _StreamedOnCpu(HostPipeline):
     def __init__(self, cuda, **kw):
         super().__init__(stage_cpu=True, **kw)
         self.cuda = cuda
+        self.kernel = _Interpreted(cuda) if self.staging.transfer == "table" else None
 
     def _run_staged(self, device, indexed, update):
         def logged(batch):
@@ -97,12 +128,20 @@ class _StreamedOnCpu(HostPipeline):
         if self.staging.transfer == "copy-engine":
             self._run_streamed(device, batches, logged, self.cuda)
             return
-        # transfer="kernel": on the CPU each host view stands in for its device mapping
+        # transfer="kernel" or "table": on the CPU each host view stands in for its device
+        # mapping
         mapped = [Batch([dataclasses.replace(piece, mapped_value=piece.value,
                                              mapped_grad=piece.grad) for piece in batch],
                         batch.memo)
                   for batch in batches]
-        self._run_paired(device, mapped, logged, self.cuda)
+        moves = None
+        if self.kernel is not None:
+            params = [p for _, p in indexed]
+            moves = TableMoves(mapped, params, [plain_layout(p) for p in params],
+                               paired_launches(self.staging.lookahead(len(mapped)),
+                                               len(mapped)))
+            moves._move = self.kernel
+        self._run_paired(device, mapped, logged, self.cuda, moves)
 
 
 #: a streamed step's first waits: the downloads after the caller's work (the gradients)
@@ -203,12 +242,142 @@ def test_the_kernel_transfer_sends_a_batch_up_and_a_later_one_down_in_one_kernel
     assert len(sizes) == batches and copies == expected_calls
 
 
+def test_the_table_transfer_moves_each_launch_s_pieces_in_one_kernel_over_their_rows():
+    """transfer="table"'s loop on the CPU (Triton's interpreter over the host views that
+    stand in for the device's mapping), bit for bit against the plain host update: the
+    same stream, events and waits as transfer="kernel", one kernel a launch over a job
+    row per 64 KiB chunk of each value and gradient down and each value up, and no
+    ``_foreach_copy_`` (every piece here is contiguous)."""
+    from unified_opt.backends.torch.moves import CHUNK_BYTES
+
+    kernel_log, _ = _streamed_log(StagingRing(slots=3, transfer="kernel"))
+    copies = []
+    foreach_copy = torch._foreach_copy_
+    ring = StagingRing(slots=3, transfer="table")
+    torch._foreach_copy_ = lambda targets, sources: copies.append(len(targets))
+    try:
+        cuda = _StandInCuda()
+        params, plain_params = cases.make_params("cpu"), cases.make_params("cpu")
+        streamed, plain = cases.two_groups(params), cases.two_groups(plain_params)
+        streamed.pipeline = _StreamedOnCpu(cuda, split=True, staging=ring,
+                                           **cases.SMALL_BATCHES)
+        cases.assert_same(cases.run_steps(streamed, params, steps=2),
+                          cases.run_steps(plain, plain_params, steps=2))
+    finally:
+        torch._foreach_copy_ = foreach_copy
+    assert copies == []
+    assert cuda.log[:len(kernel_log)] == kernel_log     # the first step's, as "kernel"
+    pieces = streamed.pipeline.batches(list(enumerate(params)))
+    chunks = [sum(-(-(p.stop - p.start) * 4 // CHUNK_BYTES) for p in batch)
+              for batch in pieces]
+    expected = [2 * chunks[0], 2 * chunks[1]] + [
+        chunks[n] + (2 * chunks[n + 2] if n + 2 < len(chunks) else 0)
+        for n in range(len(chunks))]
+    assert [n for n in streamed.pipeline.kernel.launches] == [n for n in expected if n] * 2
+
+
+def _strided_run(make_pipeline, steps=3):
+    """OffloadAdam over a transposed weight (not contiguous), a weight given transposed
+    gradients, and two plain ones, against OffloadAdam over contiguous copies of the same
+    numbers with contiguous gradients: ``(parameters, reference parameters, optimizer,
+    reference optimizer)`` after ``steps``."""
+    g = torch.Generator().manual_seed(3)
+    ours = [torch.nn.Parameter(torch.randn(500, 300, generator=g).t()),
+            torch.nn.Parameter(torch.randn(400, 200, generator=g)),
+            torch.nn.Parameter(torch.randn(7, generator=g)),
+            torch.nn.Parameter(torch.randn(2 * PIECE_ALIGNMENT + 5, generator=g))]
+    plain_params = [torch.nn.Parameter(p.detach().contiguous().clone()) for p in ours]
+    optimizer, plain = OffloadAdam(ours, lr=0.01), OffloadAdam(plain_params, lr=0.01)
+    if make_pipeline is not None:
+        optimizer.pipeline = make_pipeline()
+    for _ in range(steps):
+        grads = [torch.randn(p.shape, generator=g) for p in ours]
+        grads[1] = torch.randn(200, 400, generator=g).t()      # not contiguous
+        for p, q, grad in zip(ours, plain_params, grads):
+            p.grad, q.grad = grad, grad.contiguous()
+        optimizer.step()
+        plain.step()
+    assert [plain_layout(p) for p in ours] == [False, False, True, True]
+    assert all(plain_layout(q) for q in plain_params)
+    return ours, plain_params, optimizer, plain
+
+
+def _assert_strided_run_exact(ours, plain_params, optimizer, plain):
+    cases.assert_same([p.detach() for p in ours], [q.detach() for q in plain_params])
+    cases.assert_same_state(cases.state_copy(optimizer, ours),
+                            cases.state_copy(plain, plain_params))
+
+
+def test_a_cpu_parameter_or_gradient_not_contiguous_is_updated_by_index():
+    """A CPU parameter updated in place by torch's fused CPU Adam, which pairs the
+    parameter, gradient and state elements by memory order: a transposed weight beside
+    contiguous state, or a transposed gradient, would pair other elements (torch's own
+    ``Adam(fused=True)`` does so with such a gradient). Those go through host buffers;
+    every number, state included, is the contiguous copies'."""
+    _assert_strided_run_exact(*_strided_run(None))
+
+
+def test_the_table_transfer_copies_what_it_cannot_move_and_moves_the_rest():
+    """The transposed weight and the transposed gradient of :func:`_strided_run` under
+    transfer="table": ``_foreach_copy_`` takes their pieces in the same launches, the
+    table the others; the numbers are the contiguous copies', bit for bit."""
+    copies = []
+    foreach_copy = torch._foreach_copy_
+
+    def counted(targets, sources):
+        copies.append([tuple(t.shape) for t in targets])
+        foreach_copy(targets, sources)
+
+    torch._foreach_copy_ = counted
+    try:
+        run = _strided_run(lambda: _StreamedOnCpu(
+            _StandInCuda(), split=True, staging=StagingRing(slots=2, transfer="table"),
+            **cases.SMALL_BATCHES))
+    finally:
+        torch._foreach_copy_ = foreach_copy
+    _assert_strided_run_exact(*run)
+    assert {shape for call in copies for shape in call} == {(300, 500), (400, 200)}
+    assert run[2].pipeline.kernel.launches
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("triton") is None,
+                    reason="needs Triton")
+def test_the_table_kernel_compiles_for_the_gpu_with_16_byte_moves_where_aligned():
+    """The kernel compiles for an H100/H200 (sm_90) here, without a GPU: aligned, its
+    whole blocks load and store 16 bytes a thread (``v4.b32``); unaligned or with
+    2-byte words, it moves word by word."""
+    import re
+
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from unified_opt.backends.torch.move_kernel import move
+    from unified_opt.backends.torch.moves import BLOCK
+
+    signature = {"jobs": "*i64", "addresses": "*i64", "T": "constexpr", "WORD": "constexpr",
+                 "ALIGNED": "constexpr", "BLOCK": "constexpr"}
+
+    def moves(word, aligned):
+        kernel = triton.compile(
+            ASTSource(move, signature, {"T": getattr(tl, f"int{8 * word}"), "WORD": word,
+                                        "ALIGNED": aligned, "BLOCK": BLOCK}),
+            target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        return set(re.findall(r"(?:ld|st)\.global\.[.\w]+", kernel.asm["ptx"]))
+
+    assert {"ld.global.v4.b32", "st.global.v4.b32"} <= moves(4, True)
+    assert not any(".v4." in m for m in moves(4, False))
+    assert {"ld.global.b16", "st.global.b16"} <= moves(2, False)
+
+
 #: each streamed loop's stagings: copy engines (a buffer per parameter, a ring) and
 #: kernel transfers (rings of 2 and 3 slots)
 LAZY_STAGINGS = {"per-parameter": HostStaging,
                  "ring-of-2": lambda: StagingRing(slots=2),
                  "kernel-ring-of-2": lambda: StagingRing(slots=2, transfer="kernel"),
-                 "kernel-ring-of-3": lambda: StagingRing(slots=3, transfer="kernel")}
+                 "kernel-ring-of-3": lambda: StagingRing(slots=3, transfer="kernel"),
+                 "table-ring-of-3": lambda: StagingRing(slots=3, transfer="table")}
 
 
 @pytest.mark.parametrize("make_staging", LAZY_STAGINGS.values(), ids=LAZY_STAGINGS.keys())
@@ -425,11 +594,15 @@ def test_each_device_has_its_own_ring_slots():
     (HostStaging, {"pinning": "pinned"}, ValueError,
      "HostStaging: pinning must be one of ('alloc', 'register'), got 'pinned'"),
     (StagingRing, {"transfer": 1}, TypeError,
-     "StagingRing: transfer must be one of ('copy-engine', 'kernel'), got 1 of type int"),
+     "StagingRing: transfer must be one of ('copy-engine', 'kernel', 'table'), got 1 of "
+     "type int"),
     (StagingRing, {"transfer": "dma"}, ValueError,
-     "StagingRing: transfer must be one of ('copy-engine', 'kernel'), got 'dma'"),
+     "StagingRing: transfer must be one of ('copy-engine', 'kernel', 'table'), got 'dma'"),
     (StagingRing, {"transfer": "kernel", "pinning": "register"}, ValueError,
      "transfer='kernel' needs pinning='alloc' (a registered page may have another "
+     "address on the device), got 'register'"),
+    (StagingRing, {"transfer": "table", "pinning": "register"}, ValueError,
+     "transfer='table' needs pinning='alloc' (a registered page may have another "
      "address on the device), got 'register'"),
     (HostPipeline, {"staging": "ring"}, TypeError,
      "staging must be a StagingRing or a HostStaging, got str"),
@@ -440,3 +613,15 @@ def test_staging_arguments_are_checked(make, kwargs, error, words):
     with pytest.raises(error) as raised:
         make(**kwargs)
     assert str(raised.value) == words
+
+
+def test_a_table_transfer_without_triton_is_refused(monkeypatch):
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "triton" else find_spec(name, *a))
+    with pytest.raises(ValueError, match=r"^transfer='table' needs Triton \(its kernel is "
+                                         r"Triton's\); install triton, or take "
+                                         r"transfer='kernel'$"):
+        StagingRing(transfer="table")

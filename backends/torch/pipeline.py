@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from .moves import TableMoves, plain_layout
 from .staging import HostStaging, StagingRing
 
 #: element boundary at which :class:`HostPipeline` may cut a parameter. A multiple of any
@@ -113,6 +114,15 @@ def plan_pieces(sizes, splittable, batch_elements: int, first_batch_elements: in
     return batches
 
 
+def paired_launches(ahead: int, batches: int) -> list[tuple]:
+    """The ``(up, down)`` batch numbers of each launch of :meth:`HostPipeline._run_paired`
+    (None: none that way): the first ``ahead`` batches down on their own, then each batch
+    up (once updated) with the batch ``ahead`` after it down."""
+    return ([(None, number) for number in range(ahead)] +
+            [(number, number + ahead if number + ahead < batches else None)
+             for number in range(batches)])
+
+
 class HostPipeline:
     """The host-update loop with its transfers overlapped, per parameter device.
 
@@ -129,7 +139,10 @@ class HostPipeline:
     ``StagingRing(transfer="kernel")`` one kernel per batch on one side stream sends the
     batch just updated up and brings a later one down (:meth:`_run_paired`). The stream
     that called ``run`` waits for the uploads (later work on it sees the new values) and
-    the host does not. Parameters on the CPU are one batch of whole pieces, no copies.
+    the host does not. Parameters on the CPU are one batch of whole pieces, no copies,
+    where they and their gradients are contiguous (a fused CPU kernel pairs elements by
+    memory order, and host state is contiguous); others go through the host buffers with
+    plain copies.
 
     ``split=True`` lets a large parameter be cut into flat pieces (elementwise updates
     only, such as Adam; a norm or a factored moment needs the whole tensor). The value
@@ -175,9 +188,16 @@ class HostPipeline:
             by_device.setdefault(p.device, []).append(i)
         for device, indices in by_device.items():
             if device.type == "cpu" and not self.stage_cpu:
-                update([Piece(i, params[i], 0, params[i].numel(), True, params[i].detach(),
-                              params[i].grad) for i in indices])
-            else:
+                # in place where the parameter and its gradient are laid out as host state
+                # is (contiguous); the others through host buffers, with plain copies: a
+                # fused CPU kernel pairs elements by memory order, not by index
+                plain = [i for i in indices
+                         if params[i].is_contiguous() and params[i].grad.is_contiguous()]
+                if plain:
+                    update([Piece(i, params[i], 0, params[i].numel(), True,
+                                  params[i].detach(), params[i].grad) for i in plain])
+                indices = sorted(set(indices) - set(plain))
+            if indices:
                 self._run_staged(device, [(i, params[i]) for i in indices], update)
 
     def batches(self, indexed) -> list[Batch]:
@@ -189,24 +209,33 @@ class HostPipeline:
         gradients (fresh tensors each step), in place. So a batch is the same object at
         every step of a plan, and its pieces hold the device views until
         :meth:`release` (a step's run releases them: they would keep the gradients).
+        With ``transfer="table"`` only the pieces the table does not move get views.
         """
+        return self._kept(indexed)[1]
+
+    def _kept(self, indexed) -> tuple:
+        """The kept plan of :meth:`batches` (:meth:`_plan`'s tuple), views refreshed."""
         def splittable(p) -> bool:
             return self.split and p.is_contiguous() and p.grad.is_contiguous()
 
         # the device too: a parameter moved keeps its identity, and the ring's slots are
-        # per device
-        key = tuple((i, id(p), p.device, p.shape, p.dtype, splittable(p)) for i, p in indexed)
+        # per device; with a table, whether it moves each parameter
+        table = self._table_transfer(indexed[0][1].device)
+        key = tuple((i, id(p), p.device, p.shape, p.dtype, splittable(p),
+                     table and plain_layout(p)) for i, p in indexed)
         kept = self._plans.get(key)
         if kept is None or kept[0] != self.staging.generation:
             self._plans.pop(key, None)
-            kept = self._plan(indexed, [split for *_, split in key])
+            kept = self._plan(indexed, [k[5] for k in key], [k[6] for k in key])
             self._plans[key] = kept
             while len(self._plans) > KEPT_PLANS:
                 del self._plans[next(iter(self._plans))]
         else:
             self._plans[key] = self._plans.pop(key)     # the least recently used go first
-        _, batches, by_parameter = kept
-        for pieces in by_parameter:
+        _, batches, by_parameter, moves = kept
+        for k, pieces in enumerate(by_parameter):
+            if moves is not None and moves.moved[k]:
+                continue            # the table reaches it by its address
             p = pieces[0].param
             if pieces[0].whole:
                 pieces[0].device_value, pieces[0].device_grad = p.detach(), p.grad
@@ -215,7 +244,7 @@ class HostPipeline:
             for piece in pieces:
                 piece.device_value = value[piece.start:piece.stop]
                 piece.device_grad = grad[piece.start:piece.stop]
-        return batches
+        return kept
 
     @staticmethod
     def release(batches) -> None:
@@ -228,14 +257,16 @@ class HostPipeline:
     def forget_memos(self) -> None:
         """Empty every kept batch's memo (what an update derived from state it no longer
         uses: the references would keep that state alive)."""
-        for _, batches, _ in self._plans.values():
+        for _, batches, _, _ in self._plans.values():
             for batch in batches:
                 batch.memo.clear()
 
-    def _plan(self, indexed, split: list[bool]) -> tuple:
+    def _plan(self, indexed, split: list[bool], moved: list[bool]) -> tuple:
         """``(staging generation, the batches (their pieces with the host views and, for
-        a kernel transfer, the same views as the device maps them), each parameter's
-        pieces in order)``; the pieces' device views are filled in by :meth:`batches`."""
+        a kernel or table transfer, the same views as the device maps them), each
+        parameter's pieces in order, the :class:`.moves.TableMoves` of a table transfer
+        (``moved``: the parameters it moves) or None)``; the pieces' device views are
+        filled in by :meth:`batches`."""
         plan = plan_pieces([p.numel() for _, p in indexed], split, self.batch_elements,
                            self.first_batch_elements)
         plan = [[(k, start, stop, start == 0 and stop == indexed[k][1].numel())
@@ -248,7 +279,8 @@ class HostPipeline:
             self._plans.clear()
         self.staging.reserve(parts)
         host = [self.staging.views(number, batch) for number, batch in enumerate(parts)]
-        if self._kernel_transfer(indexed[0][1].device):
+        device = indexed[0][1].device
+        if self._kernel_transfer(device):
             mapped = [self.staging.device_views(number, batch)
                       for number, batch in enumerate(parts)]
         else:
@@ -264,18 +296,28 @@ class HostPipeline:
                 by_parameter.setdefault(k, []).append(piece)
                 pieces.append(piece)
             batches.append(Batch(pieces, {}))
-        return self.staging.generation, batches, list(by_parameter.values())
+        moves = None
+        if self._table_transfer(device):
+            moves = TableMoves(batches, [p for _, p in indexed], moved,
+                               paired_launches(self.staging.lookahead(len(batches)),
+                                               len(batches)))
+        return self.staging.generation, batches, list(by_parameter.values()), moves
 
     def _kernel_transfer(self, device) -> bool:
-        return self.staging.transfer == "kernel" and device.type == "cuda"
+        """Whether the device's threads move the batches (a kernel or a table)."""
+        return self.staging.transfer in ("kernel", "table") and device.type == "cuda"
+
+    def _table_transfer(self, device) -> bool:
+        return self.staging.transfer == "table" and device.type == "cuda"
 
     def _run_staged(self, device, indexed, update) -> None:
-        batches = self.batches(indexed)
+        _, batches, _, moves = self._kept(indexed)
         try:
             if device.type == "cuda":
-                run = (self._run_paired if self._kernel_transfer(device)
-                       else self._run_streamed)
-                run(device, batches, update, torch.cuda)
+                if self._kernel_transfer(device):
+                    self._run_paired(device, batches, update, torch.cuda, moves)
+                else:
+                    self._run_streamed(device, batches, update, torch.cuda)
                 return
             for batch in batches:           # stage_cpu: the same loop, plain copies
                 for piece in batch:
@@ -347,7 +389,7 @@ class HostPipeline:
             for piece in batch:
                 piece.device_value.copy_(piece.value, non_blocking=True)
 
-    def _run_paired(self, device, batches, update, cuda) -> None:
+    def _run_paired(self, device, batches, update, cuda, moves=None) -> None:
         """The overlapped loop of ``transfer="kernel"``: one stream, one kernel per batch
         that both sends the batch just updated up and brings a later batch down (PCIe
         carries the two directions at once), and one event per batch down. So the host
@@ -355,7 +397,9 @@ class HostPipeline:
         waits on each other; and the stream's order alone keeps a slot's next download
         after its upload. A ring of ``slots`` then has ``slots - 1`` batches in flight
         (:meth:`.staging.StagingRing.lookahead`): the slot going up is not the one coming
-        down in the same kernel."""
+        down in the same kernel. With ``transfer="table"`` the kernel is ``moves``'s
+        (:class:`.moves.TableMoves`: the launches of :func:`paired_launches`), after one
+        copy of the step's addresses."""
         ahead = self.staging.lookahead(len(batches))
         with cuda.device(device):
             _, side = self._side_streams(device, cuda)
@@ -367,18 +411,25 @@ class HostPipeline:
             side.wait_stream(caller)
             try:
                 with cuda.stream(side):
-                    for number in range(ahead):     # the first batches, each on its own
-                        self._transfer([], self._downloads(batches[number], mapped=True))
-                        arrived[number % len(arrived)].record(side)
-                    for number, batch in enumerate(batches):
-                        self._wait(arrived[number % len(arrived)])
-                        update(batch)
-                        later = number + ahead
-                        self._transfer([(p.device_value, p.mapped_value) for p in batch],
-                                       self._downloads(batches[later], mapped=True)
-                                       if later < len(batches) else [])
-                        if later < len(batches):
-                            arrived[later % len(arrived)].record(side)
+                    if moves is None:
+                        def send(up, down):
+                            self._transfer(
+                                [] if up is None else
+                                [(p.device_value, p.mapped_value) for p in batches[up]],
+                                [] if down is None else
+                                self._downloads(batches[down], mapped=True))
+                    else:
+                        addresses = moves.addresses()
+
+                        def send(up, down):
+                            moves.send(addresses, up, down)
+                    for up, down in paired_launches(ahead, len(batches)):
+                        if up is not None:
+                            self._wait(arrived[up % len(arrived)])
+                            update(batches[up])
+                        send(up, down)
+                        if down is not None:
+                            arrived[down % len(arrived)].record(side)
             finally:
                 caller.wait_stream(side)     # as in _run_streamed
 

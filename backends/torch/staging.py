@@ -27,22 +27,26 @@ A ring moves a batch as :data:`TRANSFERS` says: ``"copy-engine"``, one
 each, about 5 us apiece); ``"kernel"``, ``torch._foreach_copy_`` kernels whose threads
 read and write the pinned slots through the device's mapping of them (unified
 addressing: a pinned page has the same address on the device), so a batch of many small
-tensors costs the host one launch. On an H100 such kernels, one per batch and direction
-on two streams, cut the host's time queueing a GPT-2-small step's copies from 5.9 to 2.2
-ms, and the step against the copy engines in the same run moved by -21% to +5% over
-thirteen pairs of rows (nine faster): within the machines' run-to-run noise, so the copy
-engines stay a ring's default. With batches of 2**21 elements kernel transfers read
-1.25 and 1.28x the host's fused Adam in the two latest probes (the copy engines with
-batches of 2**23: 1.36 and 1.50x), so :class:`.offload.OffloadAdam` takes those
+tensors costs the host one launch; ``"table"``, the same kernels' work done by one
+Triton kernel a launch reading the addresses from a table (:mod:`.moves`: no views or
+lists made per step, one small copy of the gradients' addresses instead; not yet timed
+on a GPU). On an H100 ``"kernel"`` transfers, one per batch and direction on two
+streams, cut the host's time queueing a GPT-2-small step's copies from 5.9 to 2.2 ms,
+and the step against the copy engines in the same run moved by -21% to +5% over thirteen
+pairs of rows (nine faster): within the machines' run-to-run noise, so the copy engines
+stay a ring's default. With batches of 2**21 elements kernel transfers read 1.25 and
+1.28x the host's fused Adam in the two latest probes (the copy engines with batches of
+2**23: 1.36 and 1.50x), so :class:`.offload.OffloadAdam` takes those
 (:func:`.offload.offload_adam_pipeline`). Since then one kernel per batch both sends the
 batch just updated up and brings a later one down, on one stream (one launch and one
-event a batch where there were two launches, two events and a wait between streams):
-on H100s that default read 1.03 to 1.24x the host's fused Adam alone (the copy engines
-with batches of 2**23 in the same runs: 1.28 to 1.66x).
+event a batch where there were two launches, two events and a wait between streams): on
+H100s that default read 1.03 to 1.24x the host's fused Adam alone (the copy engines with
+batches of 2**23 in the same runs: 1.28 to 1.66x).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import weakref
 
 import torch
@@ -67,7 +71,7 @@ PINNING = ("alloc", "register")
 SLOT_ALIGNMENT = 64
 
 #: how a :class:`StagingRing`'s batches cross the bus (the module's docstring)
-TRANSFERS = ("copy-engine", "kernel")
+TRANSFERS = ("copy-engine", "kernel", "table")
 
 
 def _pin() -> bool:
@@ -223,8 +227,9 @@ class StagingRing:
     :class:`.pipeline.HostPipeline` drops its kept views first: :meth:`fits`); a CUDA
     device is synchronized first, since an upload of its previous step may still read it.
 
-    ``transfer`` is one of :data:`TRANSFERS`; ``"kernel"`` needs ``pinning="alloc"``
-    (only ``cudaHostAlloc``'s pages are sure to have the same address on the device).
+    ``transfer`` is one of :data:`TRANSFERS`; ``"kernel"`` and ``"table"`` need
+    ``pinning="alloc"`` (only ``cudaHostAlloc``'s pages are sure to have the same address
+    on the device), ``"table"`` needs Triton.
     """
 
     def __init__(self, slots: int = 4, pinning: str = "alloc",
@@ -236,13 +241,18 @@ class StagingRing:
                              f"down), got {slots}")
         v.check_choice("StagingRing", "transfer", transfer, TRANSFERS)
         self._pinned = _PinnedZeros("StagingRing", pinning)
-        if transfer == "kernel" and pinning != "alloc":
-            raise ValueError(f"transfer='kernel' needs pinning='alloc' (a registered page "
-                             f"may have another address on the device), got {pinning!r}")
+        if transfer != "copy-engine" and pinning != "alloc":
+            raise ValueError(f"transfer={transfer!r} needs pinning='alloc' (a registered "
+                             f"page may have another address on the device), got "
+                             f"{pinning!r}")
+        if transfer == "table" and importlib.util.find_spec("triton") is None:
+            raise ValueError("transfer='table' needs Triton (its kernel is Triton's); "
+                             "install triton, or take transfer='kernel'")
         self.slots, self.pinning, self.transfer = slots, pinning, transfer
         self._slots: dict[torch.device, list[torch.Tensor]] = {}
-        self._aliases: dict[torch.device, list[torch.Tensor]] = {}   # transfer="kernel"
-        if transfer == "kernel":
+        # transfer="kernel" or "table"
+        self._aliases: dict[torch.device, list[torch.Tensor]] = {}
+        if transfer != "copy-engine":
             # a kernel's read of a pinned slot is no copy torch's pinned-memory cache
             # waits for before it hands the pages out again: a ring dropped while its
             # uploads run waits for its devices first
@@ -305,7 +315,7 @@ class StagingRing:
             slots.append(self._pinned.zeros((need[k],), torch.uint8))
         if small or added:
             self.generation += 1
-            if self.transfer == "kernel" and device.type == "cuda":
+            if self.transfer != "copy-engine" and device.type == "cuda":
                 self._aliases[device] = [mapped_on_device(slot, device) for slot in slots]
                 if device not in self._devices:
                     self._devices.append(device)
@@ -319,7 +329,8 @@ class StagingRing:
 
     def device_views(self, batch_number: int, parts) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """What :meth:`views` gives, as CUDA tensors over the same pinned bytes (the
-        device's mapping of the slot; ``transfer="kernel"`` on a CUDA device only)."""
+        device's mapping of the slot; ``transfer="kernel"`` or ``"table"`` on a CUDA device
+        only)."""
         offsets, half = self._layout(parts)
         alias = self._aliases[parts[0][0].device][batch_number % self.slots]
         return _slot_views(alias, half, parts, offsets)
@@ -327,9 +338,9 @@ class StagingRing:
     def lookahead(self, batches: int) -> int:
         """How many batches may come down before the first is updated: one per slot on
         the copy engines (a download waits for the upload out of its slot on the other
-        stream); one less with ``transfer="kernel"``, whose kernel sends one slot up
-        while it fills another."""
-        return min(self.slots - (self.transfer == "kernel"), batches)
+        stream); one less with ``transfer="kernel"`` or ``"table"``, whose kernel sends one
+        slot up while it fills another."""
+        return min(self.slots - (self.transfer != "copy-engine"), batches)
 
     def pinned(self) -> list[torch.Tensor]:
         """Every slot of every device (pinned where a GPU exists)."""
