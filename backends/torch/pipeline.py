@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from .moves import TableMoves, plain_layout
+from .moves import TableMoves
 from .staging import HostStaging, StagingRing
 
 #: element boundary at which :class:`HostPipeline` may cut a parameter. A multiple of any
@@ -215,14 +215,19 @@ class HostPipeline:
 
     def _kept(self, indexed) -> tuple:
         """The kept plan of :meth:`batches` (:meth:`_plan`'s tuple), views refreshed."""
-        def splittable(p) -> bool:
-            return self.split and p.is_contiguous() and p.grad.is_contiguous()
+        split, table = self.split, self._table_transfer(indexed[0][1].device)
 
-        # the device too: a parameter moved keeps its identity, and the ring's slots are
-        # per device; with a table, whether it moves each parameter
-        table = self._table_transfer(indexed[0][1].device)
-        key = tuple((i, id(p), p.device, p.shape, p.dtype, splittable(p),
-                     table and plain_layout(p)) for i, p in indexed)
+        def described(i, p) -> tuple:
+            # the device too: a parameter moved keeps its identity, and the ring's slots
+            # are per device; cut or not; with a table, whether it moves the parameter
+            # (plain_layout's test, its attributes read once: this runs every step)
+            grad = p.grad
+            contiguous = p.is_contiguous() and grad.is_contiguous()
+            shape, dtype = p.shape, p.dtype
+            return (i, id(p), p.device, shape, dtype, split and contiguous,
+                    table and contiguous and grad.dtype == dtype and grad.shape == shape)
+
+        key = tuple(described(i, p) for i, p in indexed)
         kept = self._plans.get(key)
         if kept is None or kept[0] != self.staging.generation:
             self._plans.pop(key, None)
