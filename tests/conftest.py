@@ -10,7 +10,8 @@ conformance runner: a test module lists its cases in ``WORKER_CASES`` and takes 
 ``worker_runs`` fixture. The session starts one conformance run for the ``WORKER_CASES``
 of every collected module as soon as collection ends, in a background thread (the
 workers are other processes: they run while the tests of this process do), and the
-fixture waits for it.
+fixture waits for it. The modules that take it run last, so that the other modules' tests
+run meanwhile.
 
 MindSpore's CPU kernels run on one thread in this process. Several of them (nn.Adam
 with weight decay, nn.Adam(use_offload=True) with weight decay and a loss scale, among
@@ -118,6 +119,16 @@ class _Background:
 
 
 _BACKGROUND: list = []
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The modules whose tests take ``worker_runs`` run last, whole and in their order:
+    the background run then overlaps the other modules' tests instead of holding the
+    first such test (test_acceptance.py, early in the alphabet) for its whole length."""
+    waiting = {item.module for item in items
+               if "worker_runs" in getattr(item, "fixturenames", ())}
+    items[:] = ([item for item in items if getattr(item, "module", None) not in waiting] +
+                [item for item in items if getattr(item, "module", None) in waiting])
 
 
 def pytest_collection_finish(session):

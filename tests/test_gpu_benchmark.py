@@ -54,7 +54,7 @@ def test_every_row_runs_on_the_cpu_with_a_tiny_set(tmp_path):
     report = json.loads((tmp_path / "gpu_step_time.json").read_text())
     listed = [line.split()[0] for line in
               _run("--list", "--engines", "auto,false").stdout.splitlines()]
-    assert [r["key"] for r in report["rows"]] == listed and len(listed) == 34
+    assert [r["key"] for r in report["rows"]] == listed and len(listed) == 35
     for row in report["rows"]:
         assert "error" not in row, row
         assert "ms" in row or row.get("skipped") == "not installed", row
@@ -68,7 +68,8 @@ def test_every_row_runs_on_the_cpu_with_a_tiny_set(tmp_path):
     assert by_key["native/adafactor"]["path"] == "torch.optim.Adafactor"
     assert by_key["own/lamb/auto"]["path"] == "own"
     assert by_key["offload/adam"]["path"].endswith("OffloadAdam")
-    for key in ("offload/adam-values-kept", "offload/adam-copy-engine", "offload/adam-on-device"):
+    for key in ("offload/adam-values-kept", "offload/adam-copy-engine", "offload/adam-table",
+                "offload/adam-on-device"):
         assert by_key[key]["path"].endswith("OffloadAdam")
     assert by_key["own/came/false"]["state_bytes"] > 0
     assert report["parameters"]["tensors"] == 28
