@@ -108,6 +108,12 @@ class Reference:
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
         self._specs = {name: plan.spec for name, plan in self.plans.items()}
+        # each parameter's state storage dtype, None where the state stays in the compute
+        # dtype (numpy's dtype.name is slow enough to show in a step)
+        self._state_storage = {}
+        for name, parameter_spec in self._specs.items():
+            kept = state_storage(parameter_spec, storage or self.dtype.name)
+            self._state_storage[name] = None if kept == self.dtype.name else kept
         with weak_python_scalars():
             self.states = [{name: self._kept_state(name, self._specs[name].init(p, ops))
                             for name, p in self.params.items()}
@@ -184,8 +190,8 @@ class Reference:
 
     def _kept_state(self, name: str, state: dict) -> dict:
         """A parameter's state arrays rounded to their storage dtype."""
-        storage = state_storage(self._specs[name], self.storage or self.dtype.name)
-        if storage == self.dtype.name:
+        storage = self._state_storage[name]
+        if storage is None:
             return state
         return {key: round_to(np.asarray(array, dtype=self.dtype), storage)
                 for key, array in state.items()}
