@@ -124,11 +124,19 @@ _BACKGROUND: list = []
 def pytest_collection_modifyitems(session, config, items):
     """The modules whose tests take ``worker_runs`` run last, whole and in their order:
     the background run then overlaps the other modules' tests instead of holding the
-    first such test (test_acceptance.py, early in the alphabet) for its whole length."""
+    first such test (test_acceptance.py, early in the alphabet) for its whole length.
+
+    ``UO_TEST_SHARD=k/n`` keeps every n-th test from the k-th (a test that runs a file's
+    tests in several children at once: tests/test_cuda_engine.py)."""
     waiting = {item.module for item in items
                if "worker_runs" in getattr(item, "fixturenames", ())}
     items[:] = ([item for item in items if getattr(item, "module", None) not in waiting] +
                 [item for item in items if getattr(item, "module", None) in waiting])
+    shard = os.environ.get("UO_TEST_SHARD")
+    if shard:
+        k, n = (int(x) for x in shard.split("/"))
+        config.hook.pytest_deselected(items=[x for i, x in enumerate(items) if i % n != k])
+        items[:] = items[k::n]
 
 
 def pytest_collection_finish(session):
