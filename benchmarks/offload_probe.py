@@ -296,7 +296,7 @@ class Probe:
         optimizer.step()
         # the host's time in each part of the loop (wrappers on these instances)
         # (transfer="kernel" queues each batch's copies both ways in one transfer_queue,
-        # transfer="table" its kernel, TableMoves.send;
+        # transfer="table" its kernel too, TableMoves.launch;
         # adam_kernel: torch's fused kernel inside adam; first_wait: the wait for the
         # first batch, inside wait; tail: from step's return until the device is done
         # (the last uploads); other: the rest of the host's step, the loop's own Python)
@@ -345,13 +345,13 @@ class Probe:
 
         from unified_opt.backends.torch.moves import TableMoves
 
-        fused_adam, send = torch._fused_adam_, TableMoves.send
+        fused_adam, launch = torch._fused_adam_, TableMoves.launch
         torch._fused_adam_ = timed("adam_kernel", fused_adam)  # what offload.py calls
-        TableMoves.send = timed("transfer_queue", send)
+        TableMoves.launch = timed("transfer_queue", launch)
         try:
             out = self.timed(step)
         finally:
-            torch._fused_adam_, TableMoves.send = fused_adam, send
+            torch._fused_adam_, TableMoves.launch = fused_adam, launch
         for name in parts:
             out[f"{name}_ms"] = round(statistics.median(s[name] for s in per_step[2:]) * 1e3,
                                       3)

@@ -8,8 +8,8 @@ gradient coming down into its slot and its value going up, cut into :data:`CHUNK
 rows. A row names the parameter or gradient by a column of the step's address table, so
 the gradients (fresh tensors each step) cost one small copy of their addresses a step,
 not a view and a list entry per piece and launch. A piece the table cannot move (a
-parameter or gradient not contiguous, a gradient of another dtype) is copied by
-``torch._foreach_copy_`` in the same launch's turn, through views as
+parameter or gradient not contiguous, a gradient of another dtype) is left to the
+pipeline's ``torch._foreach_copy_`` in the same launch's turn, through views as
 ``transfer="kernel"`` makes them. Not yet timed on a GPU (``benchmarks/offload_probe.py``
 has its rows).
 """
@@ -64,14 +64,18 @@ class TableMoves:
         self._launches: dict[tuple, tuple] = {}
         for up, down in pairs:
             rows: list[tuple] = []
-            copied: list[tuple] = []       # (way, piece): torch._foreach_copy_'s
+            unmoved: dict[str, list] = {"up": [], "down": []}   # the pipeline copies them
             for way, number in (("up", up), ("down", down)):
                 for piece in batches[number] if number is not None else ():
-                    self._rows(piece, columns[id(piece.param)], way, rows, copied)
+                    if self.moved[columns[id(piece.param)]]:
+                        self._rows(piece, columns[id(piece.param)], way, rows)
+                    else:
+                        unmoved[way].append(piece)
             jobs = np.asarray(rows, dtype=np.int64).reshape(-1, 5)
             self._launches[(up, down)] = (
                 self._placed(torch.from_numpy(jobs)) if len(jobs) else None,
-                _alignment(jobs[:, [1, 3]].ravel()), _alignment(jobs[:, 4]), copied)
+                _alignment(jobs[:, [1, 3]].ravel()), _alignment(jobs[:, 4]),
+                (unmoved["up"], unmoved["down"]))
 
     def _placed(self, jobs: torch.Tensor) -> torch.Tensor:
         """``jobs`` where the kernel reads them: on a CUDA device, pinned host memory as
@@ -81,11 +85,8 @@ class TableMoves:
             return jobs
         return mapped_on_device(jobs.pin_memory(), self.device)
 
-    def _rows(self, piece, column: int, way: str, rows: list, copied: list) -> None:
-        """``piece``'s job rows one way (or its place among the copies)."""
-        if not self.moved[column]:
-            copied.append((way, piece))
-            return
+    def _rows(self, piece, column: int, way: str, rows: list) -> None:
+        """``piece``'s job rows one way."""
         size = piece.param.element_size()
         nbytes, offset = (piece.stop - piece.start) * size, piece.start * size
         value, grad = 1 + column, 1 + len(self.moved) + column   # its table columns
@@ -115,18 +116,14 @@ class TableMoves:
             host = host.pin_memory()
         return host.to(self.device, non_blocking=True), _alignment(table)
 
-    def send(self, addresses: tuple[torch.Tensor, int], up, down) -> None:
-        """The launch ``(up, down)`` on the current stream: the kernel over its rows, then
-        ``torch._foreach_copy_`` for the pieces the table does not move."""
-        jobs, at, lengths, copied = self._launches[(up, down)]
+    def launch(self, addresses: tuple[torch.Tensor, int], up, down) -> tuple[list, list]:
+        """The kernel of launch ``(up, down)`` over its rows, on the current stream; the
+        pieces it does not move, ``(going up, coming down)``."""
+        jobs, at, lengths, unmoved = self._launches[(up, down)]
         if jobs is not None:
             table, table_at = addresses
             aligned = min(at, table_at)       # of every address a row reads or writes
             word = min(aligned, lengths, 4)
             self._move[(jobs.shape[0],)](jobs, table, T=self._types[word], WORD=word,
                                          ALIGNED=aligned == 16, BLOCK=BLOCK, num_warps=4)
-        if copied:
-            pairs = [(p.device_value, p.mapped_value) if way == "up" else
-                     (p.mapped_value, p.device_value) for way, p in copied]
-            pairs += [(p.mapped_grad, p.device_grad) for way, p in copied if way == "down"]
-            torch._foreach_copy_([t for t, _ in pairs], [s for _, s in pairs])
+        return unmoved

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from .moves import TableMoves
+from .moves import TableMoves, plain_layout
 from .staging import HostStaging, StagingRing
 
 #: element boundary at which :class:`HostPipeline` may cut a parameter. A multiple of any
@@ -217,17 +217,11 @@ class HostPipeline:
         """The kept plan of :meth:`batches` (:meth:`_plan`'s tuple), views refreshed."""
         split, table = self.split, self._table_transfer(indexed[0][1].device)
 
-        def described(i, p) -> tuple:
-            # the device too: a parameter moved keeps its identity, and the ring's slots
-            # are per device; cut or not; with a table, whether it moves the parameter
-            # (plain_layout's test, its attributes read once: this runs every step)
-            grad = p.grad
-            contiguous = p.is_contiguous() and grad.is_contiguous()
-            shape, dtype = p.shape, p.dtype
-            return (i, id(p), p.device, shape, dtype, split and contiguous,
-                    table and contiguous and grad.dtype == dtype and grad.shape == shape)
-
-        key = tuple(described(i, p) for i, p in indexed)
+        # the device too: a parameter moved keeps its identity, and the ring's slots are
+        # per device; cut or not; with a table, whether it moves the parameter
+        key = tuple((i, id(p), p.device, p.shape, p.dtype,
+                     split and p.is_contiguous() and p.grad.is_contiguous(),
+                     table and plain_layout(p)) for i, p in indexed)
         kept = self._plans.get(key)
         if kept is None or kept[0] != self.staging.generation:
             self._plans.pop(key, None)
@@ -416,23 +410,17 @@ class HostPipeline:
             side.wait_stream(caller)
             try:
                 with cuda.stream(side):
-                    if moves is None:
-                        def send(up, down):
-                            self._transfer(
-                                [] if up is None else
-                                [(p.device_value, p.mapped_value) for p in batches[up]],
-                                [] if down is None else
-                                self._downloads(batches[down], mapped=True))
-                    else:
-                        addresses = moves.addresses()
-
-                        def send(up, down):
-                            moves.send(addresses, up, down)
+                    addresses = None if moves is None else moves.addresses()
                     for up, down in paired_launches(ahead, len(batches)):
                         if up is not None:
                             self._wait(arrived[up % len(arrived)])
                             update(batches[up])
-                        send(up, down)
+                        ups = [] if up is None else batches[up]
+                        downs = [] if down is None else batches[down]
+                        if moves is not None:   # the table's kernel; what it cannot move
+                            ups, downs = moves.launch(addresses, up, down)
+                        self._transfer([(p.device_value, p.mapped_value) for p in ups],
+                                       self._downloads(downs, mapped=True))
                         if down is not None:
                             arrived[down % len(arrived)].record(side)
             finally:
@@ -443,7 +431,8 @@ class HostPipeline:
         """One kernel on the current stream for every ``(target, source)`` pair, up and
         down (each target a device tensor or a slot's device mapping)."""
         pairs = ups + downs
-        torch._foreach_copy_([t for t, _ in pairs], [s for _, s in pairs])
+        if pairs:
+            torch._foreach_copy_([t for t, _ in pairs], [s for _, s in pairs])
 
     def _arrival_events(self, device, cuda) -> list:
         """Reusable events, one per ring slot: batch ``b``'s arrival is event
