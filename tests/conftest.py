@@ -11,7 +11,10 @@ conformance runner: a test module lists its cases in ``WORKER_CASES`` and takes 
 of every collected module as soon as collection ends, in a background thread (the
 workers are other processes: they run while the tests of this process do), and the
 fixture waits for it. The modules that take it run last, so that the other modules' tests
-run meanwhile.
+run meanwhile. Under pytest-xdist (``-n 2``: the README's test command) one test process
+makes that run, in a directory the xdist controller hands every test process
+(:func:`pytest_configure_node`), and the others read its ``report.json`` and trajectories
+from there once it is done.
 
 MindSpore's CPU kernels run on one thread in this process. Several of them (nn.Adam
 with weight decay, nn.Adam(use_offload=True) with weight decay and a loss scale, among
@@ -29,12 +32,15 @@ failure is tied to a CPU. ``.ci/without_avx512/run`` emulates a CPU without AVX-
 """
 
 import importlib.util
+import json
 import os
 import platform
 import re
 import shutil
 import tempfile
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
@@ -96,9 +102,12 @@ def require(framework: str):
 
 
 class _Background:
-    def __init__(self, cases):
-        self.cases = cases
-        self.out = tempfile.mkdtemp(prefix="uo-worker-runs-")
+    """The conformance run over the collected ``WORKER_CASES``, made in a thread of this
+    process into ``out``; ``done`` (a file) is written once it ends, for the other test
+    processes of an xdist run."""
+
+    def __init__(self, cases, out: Path):
+        self.cases, self.out = cases, out
         self.runs = self.error = None
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -110,6 +119,8 @@ class _Background:
             self.runs = worker_runs(self.cases, self.out)
         except BaseException as exc:   # re-raised in the tests that need the runs
             self.error = exc
+            (self.out / _FAILED).write_text(f"{type(exc).__name__}: {exc}")
+        (self.out / _DONE).touch()
 
     def result(self):
         self.thread.join()
@@ -118,6 +129,36 @@ class _Background:
         return self.runs
 
 
+class _Made:
+    """Another test process's :class:`_Background` run, read from its directory once its
+    ``done`` file is there."""
+
+    def __init__(self, out: Path):
+        self.out, self.thread = out, None
+
+    def result(self):
+        from support import WorkerRuns
+
+        pid = self.out.parent / "maker" / "pid"
+        while not pid.exists():       # written just after the maker's mkdir
+            time.sleep(0.1)
+        maker = int(pid.read_text())
+        while not (self.out / _DONE).exists():
+            try:
+                os.kill(maker, 0)
+            except ProcessLookupError:
+                if (self.out / _DONE).exists():
+                    break
+                raise RuntimeError(f"the test process {maker} that made the conformance run "
+                                   "over WORKER_CASES ended before the run did") from None
+            time.sleep(1)
+        if (self.out / _FAILED).exists():
+            raise RuntimeError("the conformance run over WORKER_CASES (made in another test "
+                               "process) failed: " + (self.out / _FAILED).read_text())
+        return WorkerRuns(json.loads((self.out / "report.json").read_text()), self.out)
+
+
+_DONE, _FAILED = "done", "failed.txt"
 _BACKGROUND: list = []
 
 
@@ -153,14 +194,44 @@ def pytest_collection_finish(session):
                 raise ValueError(f"WORKER_CASES: case id {case.id!r} appears twice")
             seen.add(case.id)
             cases.append(case)
-    if cases:
-        _BACKGROUND.append(_Background(cases))
+    if not cases:
+        return
+    shared = getattr(session.config, "workerinput", {}).get("uo_worker_runs")
+    if shared is None:
+        _BACKGROUND.append(_Background(cases, Path(tempfile.mkdtemp(prefix="uo-worker-runs-"))))
+        return
+    maker = Path(shared) / "maker"
+    try:                                # the first test process to get here makes the run
+        maker.mkdir()
+    except FileExistsError:
+        _BACKGROUND.append(_Made(Path(shared) / "runs"))
+    else:
+        (maker / "pid.part").write_text(str(os.getpid()))
+        (maker / "pid.part").rename(maker / "pid")
+        _BACKGROUND.append(_Background(cases, Path(shared) / "runs"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """(xdist controller) every test process gets the directory of the one run."""
+    config = node.config
+    if not hasattr(config, "_uo_worker_runs"):
+        config._uo_worker_runs = tempfile.mkdtemp(prefix="uo-worker-runs-")
+    node.workerinput["uo_worker_runs"] = config._uo_worker_runs
 
 
 def pytest_sessionfinish(session):
     for background in _BACKGROUND:
-        background.thread.join()
-        shutil.rmtree(background.out, ignore_errors=True)
+        if background.thread is not None:
+            background.thread.join()
+            if not hasattr(session.config, "workerinput"):
+                shutil.rmtree(background.out, ignore_errors=True)
+
+
+def pytest_unconfigure(config):
+    # (xdist controller) after every test process has ended
+    if hasattr(config, "_uo_worker_runs"):
+        shutil.rmtree(config._uo_worker_runs, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -164,7 +164,7 @@ def test_the_readme_links_the_docs_index_below_its_two_commands():
         'python3 -m venv .venv && .venv/bin/pip install -q -e ".[all]" && '
         ".venv/bin/unified-opt conformance --out conformance-report",
         'python3 -m venv .venv && .venv/bin/pip install -q -e ".[all,test,peers]" && '
-        ".venv/bin/python -m pytest -q"]
+        ".venv/bin/python -m pytest -q -n 2"]
     link = readme.index("](docs/index.md)")
     assert link > readme.index(commands[1])
     assert (DOCS / "index.md").is_file()
