@@ -163,16 +163,24 @@ _BACKGROUND: list = []
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The modules whose tests take ``worker_runs`` run last, whole and in their order:
-    the background run then overlaps the other modules' tests instead of holding the
-    first such test (test_acceptance.py, early in the alphabet) for its whole length.
+    """Whole modules in three bands, each in its order: the modules with a test marked
+    ``slow`` first, then the others, and last the modules whose tests take
+    ``worker_runs``. Under xdist (``--dist loadfile``: a module's tests share its caches
+    and fixtures in one process) the long modules then start at once instead of holding a
+    process at the end, and the background run overlaps the other modules' tests instead
+    of holding the first test that needs it (test_acceptance.py, early in the alphabet).
 
     ``UO_TEST_SHARD=k/n`` keeps every n-th test from the k-th (a test that runs a file's
     tests in several children at once: tests/test_cuda_engine.py)."""
+    slow = {item.module for item in items if item.get_closest_marker("slow")}
     waiting = {item.module for item in items
                if "worker_runs" in getattr(item, "fixturenames", ())}
-    items[:] = ([item for item in items if getattr(item, "module", None) not in waiting] +
-                [item for item in items if getattr(item, "module", None) in waiting])
+
+    def band(item):
+        module = getattr(item, "module", None)
+        return 2 if module in waiting else 0 if module in slow else 1
+
+    items.sort(key=band)
     shard = os.environ.get("UO_TEST_SHARD")
     if shard:
         k, n = (int(x) for x in shard.split("/"))

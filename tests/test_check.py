@@ -92,6 +92,7 @@ def _hyper(rule, spec):
 PLANTED = [("torch", *b) for b in BUGS] + [(fw, *BUGS[0]) for fw in ("paddle", "mindspore")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework, bug, rule, spec, words", PLANTED,
                          ids=[f"{p[0]}-{p[1]}-{p[2].__name__}" for p in PLANTED])
 def test_a_planted_bug_fails_with_its_knob_named(framework, bug, rule, spec, words):

@@ -226,6 +226,7 @@ def _knob_outcome(case_id: str):
     return seen, detected, missed, weakest
 
 
+@pytest.mark.slow
 def test_every_knob_of_every_default_case_changes_the_numbers(monkeypatch):
     """Each knob that changes a case's float64 trajectory changes it far beyond float32
     noise (so a backend that gets it wrong fails the case), and every knob changes the

@@ -43,6 +43,7 @@ here = pytest.mark.skipif(not HERE, reason="runs in test_under_triton_s_interpre
 
 
 @pytest.mark.skipif(HERE, reason="the tests run in this process")
+@pytest.mark.slow
 def test_under_triton_s_interpreter():
     """Two children, each every other test of this file (conftest.py's SHARD): the
     interpreter is numpy on one core."""

@@ -99,6 +99,7 @@ def test_every_descriptor_is_complete():
             assert cls.lowerings or cls.not_lowered, f"{cls.name}: say why it is not lowered"
 
 
+@pytest.mark.slow
 def test_every_row_knob_is_visible_in_a_case_the_row_builds():
     references = References()
     invisible = {}

@@ -95,6 +95,7 @@ def runs(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework, ranks", LAUNCHES)
 def test_every_rank_follows_the_simulated_workers(runs, framework, ranks):
     reference = lambda spec, case, dtype, ops=numpy_ops: workers_trajectory(  # noqa: E731

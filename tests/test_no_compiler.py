@@ -24,6 +24,7 @@ from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
 
 pytest.importorskip("ziglang", reason="the no-compiler path needs unified-opt[compiler]")
+pytestmark = pytest.mark.slow
 
 #: the system compiler's step over the zig-built kernel's, in instructions
 SPEED_CLASS = 1.5
