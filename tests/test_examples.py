@@ -37,24 +37,44 @@ def test_the_training_loop_agrees_across_frameworks():
     assert spread < 1e-5, out
 
 
+#: seen in two whole-suite runs here (one of them with two test processes at once): a torch
+#: rank aborts after the example's last step was printed, between its last exchange and
+#: its exit (``dist.barrier``, ``destroy_process_group``, the interpreter's end), with
+#: this line from the C++ runtime and no Python error; 48 runs outside pytest, 6 at once,
+#: did not show it. A run that fails so is launched once more (PYTHONFAULTHANDLER=1 puts
+#: the ranks' Python stacks in the output if it comes back)
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
+def _launched(backend: str, script: str, directory: Path):
+    from unified_opt.conformance.distributed import launch_environment, launcher
+
+    directory.mkdir()
+    command = launcher(backend, 2, directory / "logs") + [
+        str(EXAMPLES / "distributed" / script), str(DGC_STEPS)]
+    done = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=300,
+                          env=dict(launch_environment(), PYTHONFAULTHANDLER="1"),
+                          start_new_session=True)
+    logs = directory / "logs"
+    logs = "".join(p.read_text(errors="replace") for p in sorted(logs.glob("*"))
+                   if p.is_file()) if logs.exists() else ""
+    return done, done.stdout + done.stderr + logs
+
+
 @pytest.mark.parametrize("backend, script", [("torch", "dgc_torchrun.py"),
                                              ("paddle", "dgc_paddle_launch.py"),
                                              ("mindspore", "dgc_msrun.py")])
 def test_dgc_under_the_launcher(backend, script, tmp_path):
     if backend not in installed_frameworks():
         pytest.skip(f"{backend} is not installed")
-    from unified_opt.conformance.distributed import launch_environment, launcher
-
-    command = launcher(backend, 2, tmp_path / "logs") + [
-        str(EXAMPLES / "distributed" / script), str(DGC_STEPS)]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=launch_environment(), start_new_session=True)
-    logs = "".join(p.read_text(errors="replace") for p in sorted((tmp_path / "logs").glob("*"))
-                   if p.is_file()) if (tmp_path / "logs").exists() else ""
-    text = done.stdout + done.stderr + logs
+    final = rf"^step {DGC_STEPS}: loss [0-9.]+, sent ([0-9.]+) of the dense bytes"
+    done, text = _launched(backend, script, tmp_path / "first")
+    if backend == "torch" and done.returncode != 0 and re.search(final, text, re.M) \
+            and TEARDOWN_ABORT in text:
+        # torch's own teardown, after every step ran (see TEARDOWN_ABORT): once more
+        done, text = _launched(backend, script, tmp_path / "again")
     assert done.returncode == 0, text[-6000:]
-    line = re.search(rf"^step {DGC_STEPS}: loss [0-9.]+, sent ([0-9.]+) of the dense bytes",
-                     text, re.M)
+    line = re.search(final, text, re.M)
     assert line, text[-6000:]
     assert 0 < float(line.group(1)) < 1          # compressed steps sent less than dense
 
