@@ -119,6 +119,7 @@ class _Background:
             self.runs = worker_runs(self.cases, self.out)
         except BaseException as exc:   # re-raised in the tests that need the runs
             self.error = exc
+            self.out.mkdir(parents=True, exist_ok=True)     # (refused before the runner made it)
             (self.out / _FAILED).write_text(f"{type(exc).__name__}: {exc}")
         (self.out / _DONE).touch()
 
