@@ -40,8 +40,8 @@ def test_the_training_loop_agrees_across_frameworks():
 #: seen in two whole-suite runs here (one of them with two test processes at once): a torch
 #: rank aborts after the example's last step was printed, between its last exchange and
 #: its exit (``dist.barrier``, ``destroy_process_group``, the interpreter's end), with
-#: this line from the C++ runtime and no Python error; 48 runs outside pytest, 6 at once,
-#: did not show it. A run that fails so is launched once more (PYTHONFAULTHANDLER=1 puts
+#: this line from the C++ runtime and no Python error; 64 runs outside pytest (4 to 6 at
+#: once) did not show it. A run that fails so is launched once more (PYTHONFAULTHANDLER=1 puts
 #: the ranks' Python stacks in the output if it comes back)
 TEARDOWN_ABORT = "terminate called without an active exception"
 
@@ -55,9 +55,9 @@ def _launched(backend: str, script: str, directory: Path):
     done = subprocess.run(command, cwd=directory, capture_output=True, text=True, timeout=300,
                           env=dict(launch_environment(), PYTHONFAULTHANDLER="1"),
                           start_new_session=True)
-    logs = directory / "logs"
-    logs = "".join(p.read_text(errors="replace") for p in sorted(logs.glob("*"))
-                   if p.is_file()) if logs.exists() else ""
+    log_dir = directory / "logs"
+    logs = "".join(p.read_text(errors="replace") for p in sorted(log_dir.glob("*"))
+                   if p.is_file()) if log_dir.exists() else ""
     return done, done.stdout + done.stderr + logs
 
 
