@@ -262,3 +262,11 @@ class UntraceableSGD(SGD):
         if ops.norm(grad) > 0.0:
             return param - grad * lr, state
         return param, state
+
+
+class PerRankSGD(SGD):
+    """SGD whose step scalar follows the parameter's rank (as LARS's ``exclude_1d`` does):
+    a trace that reads ``ndim`` serves its own rank only."""
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        return param - grad * (lr * (0.5 if param.ndim > 1 else 1.0)), state

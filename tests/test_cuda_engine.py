@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import LOOP_PARAMS, case_of, judge
+from support import LOOP_PARAMS, PerRankSGD, case_of, judge
 
 import unified_opt as uo
 
@@ -72,6 +72,7 @@ from unified_opt.backends.torch import cuda  # noqa: E402
 from unified_opt.backends.torch.ops import torch_ops  # noqa: E402
 from unified_opt.conformance.trajectory import Recorder  # noqa: E402
 from unified_opt.kernels.runtime import KernelRunner, run_numpy  # noqa: E402
+from unified_opt.kernels.trace import trace_update  # noqa: E402
 from unified_opt.ops import numpy_ops  # noqa: E402
 from unified_opt.step_loop import Batch  # noqa: E402
 
@@ -136,6 +137,41 @@ def test_the_kernels_give_the_vm_s_bits(name):
             for key, value in vm_state.items():
                 np.testing.assert_array_equal(state[key].cpu().numpy(), value,
                                               err_msg=f"{name} {shape} {key} step {step}")
+
+
+@here
+@pytest.mark.parametrize("name, traces", [("adamw", 1), ("per_rank", 4)])
+def test_a_rank_blind_update_is_traced_once_a_step(name, traces, monkeypatch):
+    """A step's scalars come from tracing the update's Python. AdamW's never looks at
+    the axes: one 1-D trace a step serves the tensors of every rank. ``PerRankSGD``'s
+    scalar follows the rank: each of the four ranks is traced for itself, and each gets
+    its own scale (the VM's bits, rank by rank)."""
+    from unified_opt.kernels import runtime
+
+    spec = uo.AdamW(lr=1e-2) if name == "adamw" else PerRankSGD(lr=0.1)
+    made = []
+    monkeypatch.setattr(runtime, "trace_update",
+                        lambda *a, **k: made.append(a[1]) or trace_update(*a, **k))
+    rng = np.random.default_rng(5)
+    engine = cuda.CudaKernels(True, "test")
+    runner = KernelRunner(specialize=False)
+    params = [torch.tensor(np.asarray(rng.standard_normal(s), dtype=np.float32),
+                           device=DEVICE) for s in SHAPES]
+    on_vm = [p.cpu().numpy() for p in params]
+    states = [{k: v.clone() for k, v in spec.init(p, torch_ops).items()} for p in params]
+    vm_states = [{k: v.cpu().numpy() for k, v in s.items()} for s in states]
+    for step in (1, 2, 3):
+        grads = _gradients(rng, step)
+        made.clear()
+        assert engine.run(Batch(spec, 0.1, list(range(len(SHAPES))), params,
+                                [torch.tensor(g, device=DEVICE) for g in grads], states,
+                                [step] * len(SHAPES))) == []
+        if step > 1:
+            assert len(made) == traces, made
+        for p, g, state in zip(on_vm, grads, vm_states):
+            run_numpy(runner, spec, p, g.copy(), state, lr=0.1, step=step)
+        for shape, p, q in zip(SHAPES, params, on_vm):
+            np.testing.assert_array_equal(p.cpu().numpy(), q, err_msg=f"{shape} {step}")
 
 
 @here

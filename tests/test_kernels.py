@@ -14,14 +14,14 @@ import sys
 import numpy as np
 import pytest
 from algorithms import ALGORITHMS
-from support import PARAMS, UntraceableSGD, case_of, judge
+from support import PARAMS, PerRankSGD, UntraceableSGD, case_of, judge
 
 import unified_opt as uo
 from unified_opt.conformance.trajectory import Recorder
 from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import KernelRunner, Programs, run_numpy
-from unified_opt.kernels.trace import Untraceable, canonical_dims, trace_update
+from unified_opt.kernels.trace import Untraceable, canonical_dims, state_masks, trace_update
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import prepare_gradients
 
@@ -187,6 +187,36 @@ def test_the_structure_follows_python_branches_and_the_values_follow_the_step(ru
     code7, values7 = runner.code_and_scalars(adam, (4, 4), "float32", adam.lr_at(6), 7)
     assert code3.tobytes() == code7.tobytes()
     assert not np.array_equal(values3, values7)
+
+
+class _RowMean(uo.SGD):
+    """An update that sums over a chosen axis (without reading the rank)."""
+
+    def update(self, param, grad, state, *, lr, step, ops):
+        return param - ops.mean(grad, axis=-1, keepdims=True) * lr, state
+
+
+def test_a_trace_is_rank_blind_only_where_python_never_saw_the_axes():
+    """``Trace.rank_blind`` lets the CUDA engine run a parameter of any rank on the 1-D
+    trace of the step (one trace a step): true for AdamW, Lion and Lamb, whose Python
+    reads no shape; false for an update that reads ``ndim`` (its scalar follows the
+    rank), one that sums over a chosen axis, and a factored one. The state test
+    (``Programs.states_flatten``) takes AdamW's moments, whole at every rank, and refuses
+    Adafactor's factored rows and columns."""
+    def blind(spec, shape):
+        return trace_update(spec, shape, "float32", state_masks(spec, shape, "float32"),
+                            lr=1e-3, step=3).rank_blind
+
+    for spec in (uo.AdamW(), uo.Lion(), uo.Lamb(), uo.LARS()):
+        assert blind(spec, (64,)), spec.name
+    for spec in (PerRankSGD(lr=0.1), _RowMean(lr=0.1), uo.Adafactor(),
+                 uo.LARS(exclude_1d=True)):
+        assert not blind(spec, (64,)), spec.name
+    programs = Programs()
+    assert all(programs.states_flatten(uo.AdamW(), ndim, "float32") for ndim in (0, 2, 3))
+    assert programs.states_flatten(uo.SGD(lr=0.1), 2, "float32")          # no state
+    assert not programs.states_flatten(uo.Adafactor(), 2, "float32")
+    assert programs.states_flatten(uo.Adafactor(), 0, "float32")          # 0-d: one value
 
 
 class _PerWidth(uo.SGD):

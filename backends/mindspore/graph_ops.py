@@ -87,8 +87,8 @@ from unified_opt.kernels.trace import (
     TraceOps,
     Tracer,
     Untraceable,
-    _axis_labels,
     _mask,
+    axis_labels,
     canonical_dims,
     state_masks,
     trace_update,
@@ -418,7 +418,7 @@ def symbolic_trace(spec, shape, dtype: str = "float32", forced: tuple = ()) -> S
     labels = state_masks(spec, shape, dtype)
     graph = ScalarGraph(tuple(forced))
     tracer = _SymTracer(shape, dtype, graph)
-    axes = _axis_labels(len(shape))
+    axes = axis_labels(len(shape))
     names = ("param", "grad", *labels)
     param, grad = tracer.input(0, axes), tracer.input(1, axes)
     state = {key: tracer.input(2 + i, value) for i, (key, value) in enumerate(labels.items())}

@@ -144,6 +144,9 @@ class _Launch:
         self.written = [p.detach() for p in params]
         # a gradient has its parameter's shape: these have no elements (address 0)
         self._empty = [t for t, p in enumerate(params) if p.numel() == 0]
+        # the inputs but the gradients keep their addresses while the launch holds
+        inputs = np.delete(table[:program.n_inputs], 1, axis=0)
+        self._aligned = bool((inputs % 16 == 0).all())
         self.launches = []
         for launch in program.launches:
             tables = [self._programs(phase.domain, dims, q)
@@ -209,10 +212,11 @@ class _Launch:
         fresh buffer each step: the allocators keep it until the kernels have read it),
         then the phases and their reductions, in order on the current stream."""
         table = self.table
-        table[1] = [g.data_ptr() for g in grads]
+        row = table[1]
+        row[:] = [g.data_ptr() for g in grads]
         if self._empty:
-            table[1, self._empty] = 0
-        aligned = bool((table[:self.program.n_inputs] % 16 == 0).all())
+            row[self._empty] = 0
+        aligned = self._aligned and not (row % 16).any()
         n_scalars = scalars.shape[1]
         host = torch.empty(table.size + self.count + scalars.size, dtype=torch.int64,
                            pin_memory=self.device.type == "cuda")
@@ -252,6 +256,8 @@ class CudaKernels(Engine):
         self._partitions: dict = {}
         self._flat: dict = {}
         self._memo: dict = {}
+        #: (id(spec), dtype) -> (spec, whether its last 1-D trace was rank-blind)
+        self._blind: dict = {}
         self._triton: dict = {}
         self._refused: set = set()
         self._warned = False
@@ -351,7 +357,8 @@ class CudaKernels(Engine):
         for (dtype, shape, device), positions in by_shape.items():
             # torch's own grads match their parameter; a gradient put there by hand may
             # not: the program is one storage layout, so such a parameter runs eagerly
-            odd = {k for k in positions if batch.grads[k].dtype != batch.params[k].dtype}
+            want, grads = TORCH_DTYPES[dtype], batch.grads
+            odd = {k for k in positions if grads[k].dtype is not want}
             if odd:
                 leftover += sorted(odd)
                 positions = [k for k in positions if k not in odd]
@@ -403,7 +410,24 @@ class CudaKernels(Engine):
         LARS's norms) runs every tensor as 1-D, so that tensors of every rank share one
         program and one launch. Checked, not assumed: the 1-D trace must be the same
         program with the tensor's axes read as one, and the update must not read the
-        tensor's size. Worked out once per spec, rank, dtype and step."""
+        tensor's size. Worked out once per spec, rank, dtype and step.
+
+        Where the 1-D trace of this step is rank-blind (:attr:`Trace.rank_blind`: the
+        update's Python never looked at the axes) and the state arrays are whole or 0-d
+        as for a 1-D parameter, the parameter's own trace would be that one with its
+        axes read as one: a step then traces once for every rank."""
+        if len(shape) != 1:
+            blind = self._blind.get((id(spec), dtype))
+            if blind is None or blind[0] is not spec or blind[1]:
+                numel = math.prod(shape)
+                flat_trace, flat_code = self.programs.traced(spec, (numel,), dtype, lr,
+                                                             step)
+                if len(self._blind) >= LABELS_KEPT:
+                    self._blind.clear()
+                self._blind[(id(spec), dtype)] = (spec, flat_trace.rank_blind)
+                if flat_trace.rank_blind and self.programs.states_flatten(spec, len(shape),
+                                                                          dtype):
+                    return (numel,), flat_code, flat_trace.scalars, True
         memo_key = (id(spec), len(shape), dtype, lr, step)
         memo = self._memo.get(memo_key)
         if memo is not None and memo[0] is spec:

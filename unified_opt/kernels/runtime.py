@@ -34,7 +34,16 @@ import numpy as np
 from . import build
 from .bytecode import DTYPES, compile_program
 from .codegen import kernel_source
-from .trace import B, C, R, Untraceable, canonical_dims, state_masks, trace_update
+from .trace import (
+    B,
+    C,
+    R,
+    Untraceable,
+    axis_labels,
+    canonical_dims,
+    state_masks,
+    trace_update,
+)
 
 #: elements from which "auto" compiles a parameter's program into a kernel of its own
 SPECIALIZE_MIN = 1 << 16
@@ -81,6 +90,18 @@ class Programs:
                 self._labels.clear()
             self._labels[key] = state_masks(spec, shape, dtype)
         return self._labels[key]
+
+    def states_flatten(self, spec, ndim: int, dtype: str) -> bool:
+        """Whether each state array of a parameter of ``ndim`` dimensions is, key by key
+        as for a 1-D parameter, either the whole parameter or 0-d: then the parameter and
+        its state read as 1-D are a 1-D parameter's (see :attr:`.trace.Trace.rank_blind`)."""
+        mine = self.state_labels(spec, (1,) * ndim, dtype)
+        flat = self.state_labels(spec, (1,), dtype)
+        whole = axis_labels(ndim)
+        return mine.keys() == flat.keys() and all(
+            flat[key] in ((C,), ()) and mine[key] in (whole, ())
+            and (ndim == 0 or (mine[key] == whole) == (flat[key] == (C,)))
+            for key in mine)
 
     def state_sizes(self, spec, shape, dtype: str) -> dict[str, int]:
         """The number of elements of each state array (the kernels walk them by the

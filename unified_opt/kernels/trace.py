@@ -71,6 +71,15 @@ class Node(NamedTuple):
     boolean: bool = False
 
 
+def _node(op: str, args: tuple, mask: int, attr: int, boolean: bool) -> Node:
+    # Node's own constructor fills defaults through a Python function: a trace makes a
+    # node per operation every step, so the hot paths build the tuple directly
+    return _new_tuple(Node, (op, args, mask, attr, boolean))
+
+
+_new_tuple = tuple.__new__
+
+
 @dataclass(frozen=True)
 class Program:
     """A traced update: ``nodes`` in order; ``inputs`` the names of the arrays it reads
@@ -99,7 +108,7 @@ def canonical_dims(shape) -> tuple[int, int, int]:
     return int(np.prod(shape[:-2], dtype=np.int64)), shape[-2], shape[-1]
 
 
-def _axis_labels(ndim: int) -> tuple[int, ...]:
+def axis_labels(ndim: int) -> tuple[int, ...]:
     """The canonical axis of each axis of a parameter of ``ndim`` dimensions."""
     if ndim == 0:
         return ()
@@ -155,11 +164,13 @@ class Traced:
     # marks the trace as one size's)
     @property
     def shape(self) -> tuple[int, ...]:
+        self._tracer.rank_read = True
         return _Shape(self._tracer,
                       (self._tracer.size_of(label) if label else 1 for label in self._labels))
 
     @property
     def ndim(self) -> int:
+        self._tracer.rank_read = True
         return len(self._labels)
 
     @property
@@ -180,7 +191,7 @@ class Traced:
             b = tracer.scalar(other)
         x, y = (b, self) if reflected else (self, b)
         labels = x._labels if x._labels == y._labels else _broadcast((x._labels, y._labels))
-        return tracer.add(Node(op, (x._index, y._index), _mask(labels), 0, op in BOOLEAN),
+        return tracer.add(_node(op, (x._index, y._index), _mask(labels), 0, op in BOOLEAN),
                           labels)
 
     def __add__(self, other): return self._binary("add", other)
@@ -224,6 +235,9 @@ class Traced:
         raise Untraceable("numpy reads a traced tensor")
 
 
+_new_traced = object.__new__
+
+
 class Tracer:
     """Records the nodes and scalar slots of one trace (see :func:`trace_update`)."""
 
@@ -233,6 +247,9 @@ class Tracer:
         self.nodes: list[Node] = []
         self.scalars: list[float] = []
         self.shape_read = False
+        #: the update looked at the rank: read a shape or ``ndim``, or reduced over
+        #: chosen axes (see :attr:`Trace.rank_blind`)
+        self.rank_read = False
 
     def size_of(self, label: int) -> int:
         return {B: self.dims[0], R: self.dims[1], C: self.dims[2]}[label]
@@ -240,7 +257,9 @@ class Tracer:
     def add(self, node: Node, labels: tuple[int, ...]) -> Traced:
         nodes = self.nodes
         nodes.append(node)
-        return Traced(self, len(nodes) - 1, labels)
+        traced = _new_traced(Traced)
+        traced._tracer, traced._index, traced._labels = self, len(nodes) - 1, labels
+        return traced
 
     def input(self, index: int, labels: tuple[int, ...]) -> Traced:
         return self.add(Node("input", (), _mask(labels), index), labels)
@@ -257,7 +276,7 @@ class Tracer:
             value = float(value)
         scalars = self.scalars
         scalars.append(value)
-        return self.add(Node("scalar", (), 0, len(scalars) - 1), ())
+        return self.add(_node("scalar", (), 0, len(scalars) - 1, False), ())
 
     def operand(self, x) -> Traced:
         if isinstance(x, Traced):
@@ -270,7 +289,7 @@ class Tracer:
         args = [self.operand(x) for x in operands]
         labels = _broadcast(tuple(a._labels for a in args))
         boolean = op in BOOLEAN
-        return self.add(Node(op, tuple(a._index for a in args), _mask(labels), 0, boolean),
+        return self.add(_node(op, tuple(a._index for a in args), _mask(labels), 0, boolean),
                         labels)
 
     def fill(self, labels: tuple[int, ...], value) -> Traced:
@@ -282,6 +301,8 @@ class Tracer:
         """The sum of ``x`` over ``axis`` (an int or None: all), and the axes summed."""
         x = self.operand(x)
         labels = x._labels
+        if keepdims or axis is not None:
+            self.rank_read = True
         if axis is None:
             positions = range(len(labels))
         else:
@@ -390,12 +411,22 @@ class TraceOps(Ops):
 
 @dataclass(frozen=True)
 class Trace:
-    """A traced step: its :class:`Program`, the values of its scalar slots, and whether
-    the update read the parameter's size (then the values belong to that size)."""
+    """A traced step: its :class:`Program`, the values of its scalar slots, whether
+    the update read the parameter's size (then the values belong to that size), and
+    whether it read nothing of the parameter's axes at all (:attr:`rank_blind`)."""
 
     program: Program
     scalars: np.ndarray
     shape_read: bool
+    rank_read: bool = True
+
+    @property
+    def rank_blind(self) -> bool:
+        """The update read no size, shape or ``ndim`` and reduced over no chosen axis
+        (sums of whole tensors only): then its Python ran the same way whatever the
+        parameter's rank, so a parameter of any rank whose state arrays are each whole
+        or 0-d has this step's program and scalars when read as 1-D."""
+        return not (self.shape_read or self.rank_read)
 
 
 def state_masks(spec, shape, dtype) -> dict[str, tuple[int, ...]]:
@@ -403,7 +434,7 @@ def state_masks(spec, shape, dtype) -> dict[str, tuple[int, ...]]:
     (traced, so a factored moment's row and column are told apart from the parameter
     even where a size is 1)."""
     tracer = Tracer(shape, dtype)
-    param = tracer.input(0, _axis_labels(len(shape)))
+    param = tracer.input(0, axis_labels(len(shape)))
     state = spec.init(param, TraceOps(tracer))
     return {key: value._labels for key, value in state.items()}
 
@@ -436,7 +467,7 @@ def trace_update(spec, shape, dtype, state_labels: dict, *, lr: float, step: int
     """Trace ``spec.update`` for a parameter of ``shape`` and ``dtype`` at 1-based ``step``
     with ``lr``. ``state_labels``: :func:`state_masks` of the same spec and shape."""
     tracer = Tracer(shape, dtype)
-    labels = _axis_labels(len(shape))
+    labels = axis_labels(len(shape))
     names = ("param", "grad", *state_labels)
     param, grad = tracer.input(0, labels), tracer.input(1, labels)
     state = {key: tracer.input(2 + i, value) for i, (key, value) in enumerate(state_labels.items())}
@@ -447,4 +478,5 @@ def trace_update(spec, shape, dtype, state_labels: dict, *, lr: float, step: int
                       input_masks=(_mask(labels), _mask(labels),
                                    *(_mask(v) for v in state_labels.values())),
                       outputs=tuple(outputs), n_scalars=len(tracer.scalars))
-    return Trace(program, np.asarray(tracer.scalars, dtype=np.float64), tracer.shape_read)
+    return Trace(program, np.asarray(tracer.scalars, dtype=np.float64), tracer.shape_read,
+                 tracer.rank_read)
