@@ -175,7 +175,11 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     backend cannot use is a :class:`.device.DeviceUnavailable` (a ValueError) before any
     stream runs. Paddle's default device is set for the check and put back after it;
     MindSpore's ``device_target`` is one per process, so a check on another device sets
-    it for the rest of the process (refused once MindSpore has started on another)."""
+    it for the rest of the process (refused once MindSpore has started on another).
+
+    The reference trajectories of each stream (the float64 oracle, the float32 floors,
+    the explainer's variants) are kept for the next check of an equal spec in this
+    process, the last :data:`KEPT_SPECS` specs' (:func:`_references_of`)."""
     if not callable(factory):
         raise TypeError(f"check: factory must be callable (params -> optimizer), got "
                         f"{factory!r}")
@@ -191,9 +195,11 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     cases = check_cases(spec, steps, nonfinite)
     driver_cls = driver_class(backend)
     called = _Called(factory, backend)
+    references = _references_of(spec)
     with _placed(backend, device) as placement:
         started = time.perf_counter()
-        results = [_run(driver_cls, backend, case, called, placement) for case in cases]
+        results = [_run(driver_cls, backend, case, called, placement, references)
+                   for case in cases]
     worker = {"exit_code": 0, "seconds": round(time.perf_counter() - started, 2),
               "framework_version": framework_version(backend), "error": None,
               "python": sys.version.split()[0], "platform": platform.platform(),
@@ -229,7 +235,32 @@ def _placed(backend: str, device: Device):
             paddle.set_device(previous)
 
 
-def _run(driver_cls, backend: str, case: Case, factory, placement=None) -> dict:
+#: how many specs' reference trajectories a process keeps (:func:`_references_of`)
+KEPT_SPECS = 4
+_kept: dict = {}
+
+
+def _references_of(spec) -> References:
+    """The reference trajectories of ``spec``'s streams, kept for the next check of an
+    equal spec: the float64 oracle, the float32 floors and the explainer's variants of
+    each stream depend on the spec and the stream only, not on the optimizer checked,
+    so checking several optimizers (or one optimizer again) against a spec computes them
+    once. The last :data:`KEPT_SPECS` specs are kept (a check of a failing Lamb makes
+    about 300 of them, each 50 steps)."""
+    try:
+        references = _kept.pop(spec)
+    except TypeError:                        # a spec that cannot be a key: not kept
+        return References()
+    except KeyError:
+        references = References()
+    _kept[spec] = references                 # the most recent last
+    while len(_kept) > KEPT_SPECS:
+        del _kept[next(iter(_kept))]
+    return references
+
+
+def _run(driver_cls, backend: str, case: Case, factory, placement,
+         references: References) -> dict:
     started = time.perf_counter()
     recorder, decision, error = Recorder(), None, None
     try:
@@ -247,7 +278,7 @@ def _run(driver_cls, backend: str, case: Case, factory, placement=None) -> dict:
         compared["lr"] = bool(trajectory.steps) and not any(
             lr != lr for lr in trajectory.lrs.tolist())
         compared["state"] = _state_complete(driver, case)
-    result = verdict(case, backend, PATH, trajectory, decision, error, References(),
+    result = verdict(case, backend, PATH, trajectory, decision, error, references,
                      state=compared["state"], lr=compared["lr"])
     result.update(seconds=round(time.perf_counter() - started, 4),
                   steps_done=trajectory.steps, trajectory=None,

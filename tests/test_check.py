@@ -115,6 +115,40 @@ def test_a_planted_bug_fails_with_its_knob_named(framework, bug, rule, spec, wor
 _CORRECT: dict = {}
 
 
+@require("torch")
+def test_a_second_check_of_a_spec_computes_no_reference_again(monkeypatch):
+    """The oracle, the floors and the explainer's variants of a stream depend on the spec
+    and the stream only: checks of several optimizers against one spec compute them
+    once (the last ``KEPT_SPECS`` specs are kept), and say what they said before."""
+    import torch
+
+    from unified_opt.conformance import checker, verdict
+
+    made = []
+    real = verdict.reference_trajectory
+    monkeypatch.setattr(verdict, "reference_trajectory",
+                        lambda spec, *a: made.append(spec) or real(spec, *a))
+    monkeypatch.setattr(checker, "_kept", {})
+    spec = uo.SGD(lr=0.05, momentum=0.9)
+    good = lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)      # noqa: E731
+    wrong = lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.8)     # noqa: E731
+    first = check(good, spec, backend="torch")
+    assert first.passed and made
+    made.clear()
+    again = check(good, spec, backend="torch")
+    assert made == [] and again.worst_ratio == first.worst_ratio
+    failed = check(wrong, spec, backend="torch")     # the explainer's variants: new ones
+    assert not failed.passed and "first failure at step 2" in failed.explanation
+    made.clear()
+    assert check(wrong, spec, backend="torch").explanation == failed.explanation
+    assert made == []
+    for lr in (0.01, 0.02, 0.03, 0.04):              # four other specs push this one out
+        check(good, uo.SGD(lr=lr, momentum=0.9), backend="torch", nonfinite=False)
+    made.clear()
+    check(good, spec, backend="torch")
+    assert made
+
+
 COSINE = schedules.Cosine(lr=0.01, T_max=50, eta_min=0.001)
 
 
