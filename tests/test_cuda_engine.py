@@ -110,18 +110,23 @@ def _gradients(rng, step):
     return out
 
 
+def _on_both(spec, seed):
+    """``(rng, engine, VM runner, params, their numpy copies, states, the states' numpy
+    copies)``: :data:`SHAPES`'s parameters on the device and for the VM."""
+    rng = np.random.default_rng(seed)
+    params = [torch.tensor(np.asarray(rng.standard_normal(s), dtype=np.float32),
+                           device=DEVICE) for s in SHAPES]
+    states = [{k: v.clone() for k, v in spec.init(p, torch_ops).items()} for p in params]
+    return (rng, cuda.CudaKernels(True, "test"), KernelRunner(specialize=False), params,
+            [p.cpu().numpy() for p in params], states,
+            [{k: v.cpu().numpy() for k, v in s.items()} for s in states])
+
+
 @here
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_the_kernels_give_the_vm_s_bits(name):
     spec = SPECS[name]
-    rng = np.random.default_rng(7)
-    engine = cuda.CudaKernels(True, "test")
-    runner = KernelRunner(specialize=False)
-    params = [torch.tensor(np.asarray(rng.standard_normal(s), dtype=np.float32),
-                           device=DEVICE) for s in SHAPES]
-    on_vm = [p.cpu().numpy() for p in params]
-    states = [{k: v.clone() for k, v in spec.init(p, torch_ops).items()} for p in params]
-    vm_states = [{k: v.cpu().numpy() for k, v in s.items()} for s in states]
+    rng, engine, runner, params, on_vm, states, vm_states = _on_both(spec, 7)
     for step in range(1, 5):
         grads = _gradients(rng, step)
         lr = float(spec.lr_at(step - 1))
@@ -152,14 +157,7 @@ def test_a_rank_blind_update_is_traced_once_a_step(name, traces, monkeypatch):
     made = []
     monkeypatch.setattr(runtime, "trace_update",
                         lambda *a, **k: made.append(a[1]) or trace_update(*a, **k))
-    rng = np.random.default_rng(5)
-    engine = cuda.CudaKernels(True, "test")
-    runner = KernelRunner(specialize=False)
-    params = [torch.tensor(np.asarray(rng.standard_normal(s), dtype=np.float32),
-                           device=DEVICE) for s in SHAPES]
-    on_vm = [p.cpu().numpy() for p in params]
-    states = [{k: v.clone() for k, v in spec.init(p, torch_ops).items()} for p in params]
-    vm_states = [{k: v.cpu().numpy() for k, v in s.items()} for s in states]
+    rng, engine, runner, params, on_vm, states, vm_states = _on_both(spec, 5)
     for step in (1, 2, 3):
         grads = _gradients(rng, step)
         made.clear()
