@@ -204,21 +204,62 @@ def _default_cases_by_id() -> dict:
     return {c.id: c for c in default_cases()}
 
 
+#: steps of a variant's first look (:func:`_knob_outcome`)
+PREFIX_STEPS = 10
+
+
+class _FirstSteps:
+    """``case`` cut to its first ``steps`` steps, for a reference run (a Case itself
+    holds at least 50 steps)."""
+
+    def __init__(self, case, steps: int):
+        self._case, self.steps = case, steps
+
+    def __getattr__(self, name):
+        return getattr(self._case, name)
+
+
+def _prefix(trajectory: Trajectory, steps: int) -> Trajectory:
+    out = Trajectory.from_quantities({k: v[:steps] for k, v in
+                                      trajectory.quantities().items()})
+    out.storage = dict(trajectory.storage)
+    return out
+
+
 def _knob_outcome(case_id: str):
     """One default case's knobs: those seen, those whose planted float32 run fails the
-    case, the weakest such ratio, and the knobs whose planted run passed (must be none)."""
+    case, the weakest such ratio, and the knobs whose planted run passed (must be none).
+
+    Each variant runs its first :data:`PREFIX_STEPS` steps first: a step's ratio depends
+    on the steps up to it only (its floor on the float32 errors and magnitudes so far),
+    so a ratio past the bound there is one of the whole run, and most knobs show at
+    once. Only a variant the prefix leaves undecided runs every step. The weakest ratio
+    is then at most the whole run's, so its bound is checked no less strictly."""
     case = _default_cases_by_id()[case_id]
     oracle = reference_trajectory(case.spec, case)
     floors = floor_trajectories(case.spec, case)
+    n = min(PREFIX_STEPS, case.steps)
+    first = _FirstSteps(case, n)
+    first_oracle, first_floors = _prefix(oracle, n), [_prefix(f, n) for f in floors]
     seen, detected, missed, weakest = set(), set(), [], np.inf
-    known = {}                                # the case's float32 floors, computed once
+    known, first_known = {}, {}               # the float32 floors, computed once each
+
+    def judged(variant, dtype, bound):
+        """The comparison of the variant's run: its prefix's where that is past
+        ``bound`` and fails, else the whole run's."""
+        if n < case.steps:
+            early = compare(reference_trajectory(variant, first, dtype), first_oracle,
+                            first_floors, floors=first_known)
+            if early.worst_ratio > bound and not early.passed:
+                return early
+        return compare(reference_trajectory(variant, case, dtype), oracle, floors,
+                       floors=known)
+
     for description, variant in knob_variants(case.spec, case):
         seen.add(_knob(description))
-        exact = compare(reference_trajectory(variant, case), oracle, floors, floors=known)
-        if exact.worst_ratio <= 2 * K:       # inert here, or within noise of it
-            continue
-        planted = compare(reference_trajectory(variant, case, "float32"), oracle, floors,
-                          floors=known)
+        if judged(variant, "float64", 2 * K).worst_ratio <= 2 * K:
+            continue                          # inert here, or within noise of it
+        planted = judged(variant, "float32", K)
         if planted.passed:
             missed.append(description)
         detected.add(_knob(description))
