@@ -25,7 +25,12 @@ from unified_opt.schedules import Schedule
 
 from .cases import Case
 from .compare import K, compare
+from .trajectory import FirstSteps
 from .verdict import References
+
+#: steps a change runs first: most changes show there, and only the others run every
+#: step (:class:`.trajectory.FirstSteps`)
+FIRST_STEPS = 10
 
 #: a knob is visible when another value moves the oracle by more than this many floors
 VISIBLE = 10 * K
@@ -118,6 +123,9 @@ def changes(case: Case, field: str, seen: list, references: References,
     dampening). Kinds in ``skip`` are not tried."""
     oracle = references.get(case, "float64")
     floors = references.floors(case.spec, case)
+    first = FirstSteps(case, min(FIRST_STEPS, case.steps))
+    first_oracle, first_floors = oracle.first(first.steps), [f.first(first.steps)
+                                                             for f in floors]
     canonical = case.spec.canonical()
     out = {}
     for kind, value in alternatives(case.spec, field, seen):
@@ -127,6 +135,11 @@ def changes(case: Case, field: str, seen: list, references: References,
             changed = case.spec.replace(**{field: value})
             if changed.canonical() == canonical:
                 out[kind] = (SAME, "")
+                continue
+            if first.steps < case.steps and not compare(
+                    references.of(changed, first, "float64"), first_oracle, first_floors,
+                    k=VISIBLE).passed:
+                out[kind] = (SHOWN, "")        # shown in the first steps already
                 continue
             trajectory = references.of(changed, case, "float64")
         except (TypeError, ValueError):

@@ -55,6 +55,13 @@ class Trajectory:
         with np.load(path, allow_pickle=False) as data:
             return cls.from_quantities({key: data[key] for key in data.files})
 
+    def first(self, steps: int) -> "Trajectory":
+        """The first ``steps`` steps."""
+        out = Trajectory.from_quantities({name: values[:steps] for name, values
+                                          in self.quantities().items()})
+        out.storage = dict(self.storage)
+        return out
+
     @classmethod
     def from_quantities(cls, quantities: Mapping[str, np.ndarray]) -> "Trajectory":
         params: dict = {}
@@ -71,6 +78,21 @@ class Trajectory:
         skipped = quantities.get("skipped")
         return cls(np.asarray(quantities["lr"], dtype=np.float64), params, state,
                    None if skipped is None else np.asarray(skipped, dtype=np.float64))
+
+
+class FirstSteps:
+    """``case`` cut to its first ``steps`` steps, for a reference run (a :class:`Case`
+    holds at least 50). Each step's numbers depend on the steps before it only, so the
+    run is the whole case's first ``steps`` steps, and a comparison that fails on them
+    fails on the whole run (:mod:`.compare`: a step's ratio and its floor read the steps
+    up to it only): a check that only needs to know that a run fails can look at the
+    first steps first."""
+
+    def __init__(self, case, steps: int):
+        self._case, self.steps = case, steps
+
+    def __getattr__(self, name):
+        return getattr(self._case, name)
 
 
 class Recorder:

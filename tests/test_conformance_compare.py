@@ -10,7 +10,12 @@ from unified_opt.conformance import gradients
 from unified_opt.conformance.cases import PARAMS, Case, default_cases, select, uncovered_rows
 from unified_opt.conformance.compare import TINY, ULPS, K, compare
 from unified_opt.conformance.explainer import knob_variants
-from unified_opt.conformance.trajectory import Trajectory, floor_trajectories, reference_trajectory
+from unified_opt.conformance.trajectory import (
+    FirstSteps,
+    Trajectory,
+    floor_trajectories,
+    reference_trajectory,
+)
 
 STEPS = 4
 
@@ -208,24 +213,6 @@ def _default_cases_by_id() -> dict:
 PREFIX_STEPS = 10
 
 
-class _FirstSteps:
-    """``case`` cut to its first ``steps`` steps, for a reference run (a Case itself
-    holds at least 50 steps)."""
-
-    def __init__(self, case, steps: int):
-        self._case, self.steps = case, steps
-
-    def __getattr__(self, name):
-        return getattr(self._case, name)
-
-
-def _prefix(trajectory: Trajectory, steps: int) -> Trajectory:
-    out = Trajectory.from_quantities({k: v[:steps] for k, v in
-                                      trajectory.quantities().items()})
-    out.storage = dict(trajectory.storage)
-    return out
-
-
 def _knob_outcome(case_id: str):
     """One default case's knobs: those seen, those whose planted float32 run fails the
     case, the weakest such ratio, and the knobs whose planted run passed (must be none).
@@ -239,8 +226,8 @@ def _knob_outcome(case_id: str):
     oracle = reference_trajectory(case.spec, case)
     floors = floor_trajectories(case.spec, case)
     n = min(PREFIX_STEPS, case.steps)
-    first = _FirstSteps(case, n)
-    first_oracle, first_floors = _prefix(oracle, n), [_prefix(f, n) for f in floors]
+    first = FirstSteps(case, n)
+    first_oracle, first_floors = oracle.first(n), [f.first(n) for f in floors]
     seen, detected, missed, weakest = set(), set(), [], np.inf
     known, first_known = {}, {}               # the float32 floors, computed once each
 
