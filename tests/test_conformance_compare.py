@@ -209,6 +209,25 @@ def _default_cases_by_id() -> dict:
     return {c.id: c for c in default_cases()}
 
 
+def test_a_case_s_first_steps_are_the_first_steps_of_its_run():
+    """``FirstSteps`` runs a case's first steps: bit for bit the whole run's first steps
+    (a step schedule, gradient clipping and a skipped non-finite step in them), and a
+    comparison failing there fails on the whole run."""
+    case = _default_cases_by_id()["skip_nonfinite_adam_clip"]
+    assert min(case.nonfinite_steps) < 10
+    whole = reference_trajectory(case.spec, case)
+    first = reference_trajectory(case.spec, FirstSteps(case, 10))
+    assert first.steps == 10 and whole.steps == case.steps > 10
+    for name, values in whole.first(10).quantities().items():
+        np.testing.assert_array_equal(first.quantities()[name], values, err_msg=name)
+    wrong = case.spec.replace(eps=case.spec.eps * 10)
+    floors = floor_trajectories(case.spec, case)
+    early = compare(reference_trajectory(wrong, FirstSteps(case, 10)), whole.first(10),
+                    [f.first(10) for f in floors])
+    assert not early.passed
+    assert not compare(reference_trajectory(wrong, case), whole, floors).passed
+
+
 #: steps of a variant's first look (:func:`_knob_outcome`)
 PREFIX_STEPS = 10
 
