@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 import platform
 import sys
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -238,6 +239,7 @@ def _placed(backend: str, device: Device):
 #: how many specs' reference trajectories a process keeps (:func:`_references_of`)
 KEPT_SPECS = 4
 _kept: dict = {}
+_kept_lock = threading.Lock()            # checks may run in several threads
 
 
 def _references_of(spec) -> References:
@@ -247,16 +249,17 @@ def _references_of(spec) -> References:
     so checking several optimizers (or one optimizer again) against a spec computes them
     once. The last :data:`KEPT_SPECS` specs are kept (a check of a failing Lamb makes
     about 300 of them, each 50 steps)."""
-    try:
-        references = _kept.pop(spec)
-    except TypeError:                        # a spec that cannot be a key: not kept
-        return References()
-    except KeyError:
-        references = References()
-    _kept[spec] = references                 # the most recent last
-    while len(_kept) > KEPT_SPECS:
-        del _kept[next(iter(_kept))]
-    return references
+    with _kept_lock:
+        try:
+            references = _kept.pop(spec)
+        except TypeError:                    # a spec that cannot be a key: not kept
+            return References()
+        except KeyError:
+            references = References()
+        _kept[spec] = references             # the most recent last
+        while len(_kept) > KEPT_SPECS:
+            del _kept[next(iter(_kept))]
+        return references
 
 
 def _run(driver_cls, backend: str, case: Case, factory, placement,
