@@ -19,6 +19,7 @@ import cProfile
 import io
 import os
 import pstats
+import re
 import statistics
 import sys
 import time
@@ -71,7 +72,15 @@ def profile(algorithm: str, device: str, shapes, steps: int) -> str:
                f"profile of {steps} steps\n\n")
     stats.sort_stats("tottime").print_stats(25)
     stats.sort_stats("cumulative").print_stats(30)
-    return text.getvalue()
+    return relative_paths(text.getvalue())
+
+
+def relative_paths(text: str) -> str:
+    """``text`` with the machine's folders left out of its file names: this checkout's
+    files from its root, installed packages from ``site-packages/``."""
+    root = Path(__file__).resolve().parent.parent
+    text = text.replace(f"{root}/", "").replace(f"{root.resolve()}/", "")
+    return re.sub(r"\S*/site-packages/", "site-packages/", text)
 
 
 def main(argv=None) -> int:

@@ -85,7 +85,7 @@ class NumpyOps(Ops):
     def zeros_like(self, x): return np.zeros_like(x)
     def full_like(self, x, value):
         # a 0-d one (norms, trust ratios) without np.full_like's 7 us: the same array
-        return np.array(value, dtype=x.dtype) if x.ndim == 0 else np.full_like(x, value)
+        return self.scalar_like(x, value) if x.ndim == 0 else np.full_like(x, value)
     def scalar_like(self, x, value): return np.array(value, dtype=x.dtype)
     def sqrt(self, x): return np.sqrt(x)
     def abs(self, x): return np.abs(x)
