@@ -54,7 +54,7 @@ def main(job_file: str, out: str) -> None:
     driver = start(driver_class(job["backend"]), case, job["path"])
     if rank == 0:
         Path(out, "decision.json").write_text(json.dumps(decision_dict(driver.decision)))
-    drive(driver, case).save(Path(out) / f"rank{rank}.npz")
+    drive(driver, case).save(Path(out) / f"rank{rank}.npz", compress=False)
 
 
 if __name__ == "__main__":

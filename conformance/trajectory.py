@@ -46,9 +46,11 @@ class Trajectory:
                 out[f"state:{name}:{key}"] = values
         return out
 
-    def save(self, path) -> None:
-        """Write a compressed ``.npz`` (the conformance output keeps these as artifacts)."""
-        np.savez_compressed(path, **self.quantities())
+    def save(self, path, compress: bool = True) -> None:
+        """Write an ``.npz``, compressed (the conformance output keeps these as artifacts)
+        unless ``compress=False``: for a file another process reads once, as zlib takes
+        about 0.1 s per MB of float32 steps, which hardly compress (random mantissas)."""
+        (np.savez_compressed if compress else np.savez)(path, **self.quantities())
 
     @classmethod
     def load(cls, path) -> "Trajectory":

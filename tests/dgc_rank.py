@@ -39,7 +39,7 @@ def main(framework: str, job_file: str, out: str) -> None:
         lr = driver.step(mine.gradients(t))
         recorder.add(lr, driver.params_numpy(), {})
         stats.append(uo.exchange_stats(driver.optimizer))
-    recorder.trajectory().save(Path(out) / f"rank{rank}.npz")
+    recorder.trajectory().save(Path(out) / f"rank{rank}.npz", compress=False)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(stats))
 
 

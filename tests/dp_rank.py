@@ -68,7 +68,7 @@ def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
             scheduler.step()
         recorder.add(lr, {n: (p.full_tensor() if engine == "fsdp" else p).detach().numpy()
                           .copy() for n, p in inner.weights.items()}, {})
-    recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz")
+    recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz", compress=False)
 
 
 def run_paddle(case: Case, rank: int, out: Path, engine: str) -> None:
@@ -100,7 +100,7 @@ def run_paddle(case: Case, rank: int, out: Path, engine: str) -> None:
         if scheduler is not None:
             scheduler.step()
         recorder.add(lr, {n: getattr(inner, n).numpy().copy() for n in inner.names}, {})
-    recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz")
+    recorder.trajectory().save(out / f"{case.id}.{engine}.rank{rank}.npz", compress=False)
 
 
 def main(framework: str, job_file: str, out: str) -> None:

@@ -148,7 +148,7 @@ def run(framework: str, job: dict) -> None:
         lr = float(case.spec.lr_at(t))
         net.step(optimizer, case.gradients(t))
         recorder.add(lr, net.read(), {})
-    recorder.trajectory().save(job["trajectory"])
+    recorder.trajectory().save(job["trajectory"], compress=False)
     if job["phase"] == "train":
         np.savez(job["params"], **net.read())
         uo.save_state(optimizer, job["state"])

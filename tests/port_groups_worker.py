@@ -59,7 +59,7 @@ def run(framework: str, job: dict) -> None:
     for t in range(case.steps):
         lr = driver.step(case.gradients(t))
         recorder.add(lr, driver.params_numpy(), {})
-    recorder.trajectory().save(job["trajectory"])
+    recorder.trajectory().save(job["trajectory"], compress=False)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def run(framework: str, job: dict) -> None:
     for t in steps:
         lr = driver.step(case.gradients(t))
         recorder.add(lr, driver.params_numpy(), driver.state_numpy())
-    recorder.trajectory().save(job["trajectory"])
+    recorder.trajectory().save(job["trajectory"], compress=False)
     if job["phase"] == "train":
         np.savez(job["params"], **driver.params_numpy())
         uo.save_state(driver.optimizer, job["state"], lr_scheduler=driver.scheduler,

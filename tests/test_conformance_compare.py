@@ -1,6 +1,7 @@
 """The comparison rule, the gradient stream, the cases and the trajectory files."""
 
 import functools
+import zipfile
 
 import numpy as np
 import pytest
@@ -126,10 +127,14 @@ def test_missing_state_wrong_shape_and_short_runs_fail():
     assert (short.passed, short.failure, short.first_failing_step) == (False, "steps", 3)
 
 
-def test_trajectory_npz_round_trip_without_pickle(tmp_path):
+@pytest.mark.parametrize("compress", [True, False])
+def test_trajectory_npz_round_trip_without_pickle(tmp_path, compress):
     case = Case(id="round_trip", spec=uo.Adam(lr=0.01, amsgrad=True))
     trajectory = reference_trajectory(case.spec, case, "float32")
-    trajectory.save(tmp_path / "t.npz")
+    trajectory.save(tmp_path / "t.npz", compress=compress)
+    with zipfile.ZipFile(tmp_path / "t.npz") as archive:
+        methods = {member.compress_type for member in archive.infolist()}
+    assert methods == {zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED}
     loaded = Trajectory.load(tmp_path / "t.npz")
     for name, values in trajectory.quantities().items():
         np.testing.assert_array_equal(loaded.quantities()[name], values)
