@@ -129,6 +129,7 @@ def test_a_second_check_of_a_spec_computes_no_reference_again(monkeypatch):
     monkeypatch.setattr(verdict, "reference_trajectory",
                         lambda spec, *a: made.append(spec) or real(spec, *a))
     monkeypatch.setattr(checker, "_kept", {})
+    monkeypatch.setattr(checker, "KEPT_SPECS", 2)    # two other specs push one out
     spec = uo.SGD(lr=0.05, momentum=0.9)
     good = lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.9)      # noqa: E731
     wrong = lambda params: torch.optim.SGD(params, lr=0.05, momentum=0.8)     # noqa: E731
@@ -142,7 +143,11 @@ def test_a_second_check_of_a_spec_computes_no_reference_again(monkeypatch):
     made.clear()
     assert check(wrong, spec, backend="torch").explanation == failed.explanation
     assert made == []
-    for lr in (0.01, 0.02, 0.03, 0.04):              # four other specs push this one out
+    check(good, uo.SGD(lr=0.01, momentum=0.9), backend="torch", nonfinite=False)
+    made.clear()
+    check(good, spec, backend="torch")               # still kept: one other spec since
+    assert made == []
+    for lr in (0.02, 0.03):                          # two other specs push this one out
         check(good, uo.SGD(lr=lr, momentum=0.9), backend="torch", nonfinite=False)
     made.clear()
     check(good, spec, backend="torch")
