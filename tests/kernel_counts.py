@@ -12,6 +12,7 @@ import unified_opt as uo
 from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import Programs
+from unified_opt.kernels.trace import canonical_dims
 from unified_opt.ops import numpy_ops
 
 #: the algorithms of benchmarks/algorithm_step_time.py's table, its specs
@@ -29,21 +30,22 @@ MISSES_PER_ELEMENT = 0.01
 INSTRUCTIONS = 1.02
 
 
-def job(path: Path, spec, gradient: str) -> tuple[Path, np.ndarray]:
+def job(path: Path, spec, gradient: str, shape: tuple = SHAPE) -> tuple[Path, np.ndarray]:
     """One step's job file (see kernel_driver.cc) on ``gradient`` ("constant": all ones,
-    "random": standard normal, random signs), and the program's code."""
+    "random": standard normal, random signs) for a parameter of ``shape``, and the
+    program's code."""
     programs = Programs()
-    code, scalars = programs.code_and_scalars(spec, SHAPE, "float32", 1e-3, 2)
+    code, scalars = programs.code_and_scalars(spec, shape, "float32", 1e-3, 2)
     rng = np.random.default_rng(0)
-    param = rng.standard_normal(SHAPE, dtype=np.float32)
-    grad = (np.ones(SHAPE, np.float32) if gradient == "constant"
-            else rng.standard_normal(SHAPE, dtype=np.float32))
+    param = rng.standard_normal(shape, dtype=np.float32)
+    grad = (np.ones(shape, np.float32) if gradient == "constant"
+            else rng.standard_normal(shape, dtype=np.float32))
     state = spec.init(param, numpy_ops)
     arrays = [param, grad] + [np.ascontiguousarray(state[k], np.float32)
-                              for k in programs.state_order(spec, SHAPE, "float32")]
+                              for k in programs.state_order(spec, shape, "float32")]
     with open(path, "wb") as f:
         f.write(np.int32(0).tobytes())
-        f.write(np.asarray([1, *SHAPE], np.int64).tobytes())
+        f.write(np.asarray(canonical_dims(shape), np.int64).tobytes())
         for values, dtype in ((code, np.int32), (scalars, np.float64)):
             f.write(np.int64(values.size).tobytes() + np.asarray(values, dtype).tobytes())
         f.write(np.int64(len(arrays)).tobytes())
