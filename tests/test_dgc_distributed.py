@@ -57,13 +57,18 @@ def workers_trajectory(spec, case, dtype="float64", ops=numpy_ops, workers=2):
     return recorder.trajectory()
 
 
-def _launch(framework: str, case: Case, ranks: int, out: Path,
+def _launch(framework: str, runs: list[tuple[Case, Path]], ranks: int,
             kill: list | None = None) -> subprocess.Popen:
-    out.mkdir(parents=True)
-    job = out / "job.json"
-    job.write_text(json.dumps({"case": case.to_dict(), "kill": kill}))
-    return subprocess.Popen(launcher(framework, ranks, out / "logs")
-                            + [str(RANK_SCRIPT), framework, str(job), str(out)],
+    """One launch of ``ranks`` processes making ``runs`` (each a case and the folder of
+    its output) one after the other; its logs in the first run's folder."""
+    for _, out in runs:
+        out.mkdir(parents=True)
+    first = runs[0][1]
+    job = first / "job.json"
+    job.write_text(json.dumps({"runs": [[case.to_dict(), str(out)] for case, out in runs],
+                               "kill": kill}))
+    return subprocess.Popen(launcher(framework, ranks, first / "logs")
+                            + [str(RANK_SCRIPT), framework, str(job)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=launch_environment())
 
@@ -76,11 +81,14 @@ def _logs(out: Path) -> str:
 def runs(tmp_path_factory):
     """The runs' directories: ``<framework><ranks>`` and ``<framework>-traffic``."""
     root = tmp_path_factory.mktemp("dgc")
-    launched = {f"{f}{n}": _launch(f, CASES[f], n, root / f"{f}{n}") for f, n in LAUNCHES}
-    for framework in TRAFFIC_FRAMEWORKS:
-        launched[f"{framework}-traffic"] = _launch(framework, TRAFFIC_CASES[framework], 2,
-                                                   root / f"{framework}-traffic")
-    killed = {f"{f}-killed": _launch(f, CASES[f], 2, root / f"{f}-killed", kill=[1, 5])
+    # a framework's traffic run follows its two-rank run, in the same launch
+    traffic = {f: (TRAFFIC_CASES[f], root / f"{f}-traffic") for f in TRAFFIC_FRAMEWORKS}
+    launched = {}
+    for f, n in LAUNCHES:
+        runs = [(CASES[f], root / f"{f}{n}")] + ([traffic.pop(f)] if n == 2 else [])
+        launched[f"{f}{n}"] = _launch(f, runs, n)
+    assert not traffic
+    killed = {f"{f}-killed": _launch(f, [(CASES[f], root / f"{f}-killed")], 2, kill=[1, 5])
               for f in sorted({f for f, _ in LAUNCHES})}
     for key, process in launched.items():
         out, _ = process.communicate(timeout=600)
