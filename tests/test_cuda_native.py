@@ -10,9 +10,14 @@ classes measured on an H200, and their causes.
   parameters have) then had a gradient the CUDA fused kernels refuse. The CPU test
   checks that every gradient the native step sees has its parameter's dtype, device,
   layout and strides.
+* torch's fused CPU kernels pair a parameter, its gradient and its state by memory
+  order: a gradient laid out unlike its parameter, or a parameter with gaps, gave other
+  numbers without an error. The CPU tests check the step hook's answer to each.
 * On CUDA (skipped without it): each fused class with each pre-step, on the conformance
   parameters, passes the conformance rule against the float64 oracle, as on the CPU.
 """
+
+import inspect
 
 import numpy as np
 import pytest
@@ -155,6 +160,81 @@ def test_laid_out_like_copies_only_where_the_strides_differ():
     assert relaid.stride() == (1, 4) and torch.equal(relaid, contiguous)
     # size-1 dimensions may have any stride (torch's fast-path rule ignores them)
     assert same_strides(torch.zeros(1, 5), torch.zeros(5, 1).t())
+
+
+# -- gradients laid out unlike their parameters, on the CPU --------------------------------
+
+def _three_steps(opt, params, layouts, seed=2):
+    """Three steps of ``opt`` with the same random gradients each time, each given to
+    its parameter through ``layouts`` (``grad -> grad in some layout``)."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        for p, layout in zip(params, layouts):
+            p.grad = layout(torch.randn(p.shape, generator=g))
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+def _transposed(t):
+    """``t``'s values in a transposed layout (strides (1, rows))."""
+    return t.t().contiguous().t()
+
+
+@pytest.mark.parametrize("case", ["transposed gradient", "transposed parameter"])
+@pytest.mark.parametrize("name", sorted(FUSED_SPECS))
+def test_a_fused_cpu_class_gets_gradients_laid_out_like_its_parameters(name, case):
+    """torch's fused CPU kernels pair a parameter, its gradient and its state by memory
+    order: a gradient laid out otherwise (given by hand) was paired with other elements,
+    silently. uo's step hook lays it out like the parameter: the numbers are, bit for
+    bit, those of the same build given the gradients in the parameters' layouts (as
+    autograd gives them; the same memory, so the same vector and tail code)."""
+    rng = np.random.default_rng(4)
+    values = [torch.from_numpy(rng.standard_normal((5, 7)).astype(np.float32)),
+              torch.from_numpy(rng.standard_normal((6,)).astype(np.float32))]
+    as_given = _transposed if case == "transposed gradient" else torch.Tensor.contiguous
+    made = _transposed if case == "transposed parameter" else torch.Tensor.clone
+
+    def run(weight_grad_layout):
+        params = [torch.nn.Parameter(made(values[0])), torch.nn.Parameter(values[1].clone())]
+        opt = uo.build(FUSED_SPECS[name], [("w", params[0]), ("b", params[1])])
+        assert opt.param_groups[0]["fused"] is True
+        return params, _three_steps(opt, params, [weight_grad_layout, lambda g: g])
+
+    params, ours = run(as_given)
+    assert params[0].grad.stride() == params[0].stride()
+    assert as_given(values[0]).stride() != params[0].stride()
+    _, expected = run(lambda g: torch.empty_like(params[0]).copy_(g))
+    assert all(torch.equal(a, b) for a, b in zip(ours, expected))
+
+
+@pytest.mark.parametrize("name", sorted(FUSED_SPECS))
+def test_a_fused_cpu_group_with_a_strided_slice_runs_unfused(name):
+    """A parameter with gaps (every other column of a matrix): no gradient layout lets a
+    fused CPU kernel walk it, so its group runs unfused for the step, with the numbers of
+    torch's for-loop class over the same layout, and is fused again after it."""
+    rng = np.random.default_rng(5)
+    base = torch.from_numpy(rng.standard_normal((4, 12)).astype(np.float32))
+    sliced = torch.nn.Parameter(base.clone()[:, ::2])
+    assert sliced.stride() == (12, 2)
+    opt = uo.build(FUSED_SPECS[name], [("w", sliced)])
+    assert opt.param_groups[0]["fused"] is True
+    ours = _three_steps(opt, [sliced], [lambda t: t])
+    assert opt.param_groups[0]["fused"] is True
+    same = torch.nn.Parameter(base.clone()[:, ::2])
+    cls = getattr(torch.optim, name)
+    arguments = inspect.signature(cls).parameters
+    flags = {k: v for k, v in opt.defaults.items()
+             if k in arguments and k not in ("fused", "foreach")}
+    loop = cls([same], foreach=False, **flags)
+    assert torch.equal(ours[0], _three_steps(loop, [same], [lambda t: t])[0])
+
+
+def test_dense_tells_a_layout_with_gaps():
+    from unified_opt.backends.torch.steps import dense
+
+    m = torch.zeros(4, 6)
+    assert dense(m) and dense(m.t()) and dense(torch.zeros(0, 3)) and dense(m[:1])
+    assert not dense(m[:, ::2]) and not dense(m[:, :3]) and not dense(m.expand(2, 4, 6))
 
 
 # -- on CUDA ----------------------------------------------------------------------------
