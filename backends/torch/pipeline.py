@@ -181,6 +181,7 @@ class HostPipeline:
         self._events: dict[torch.device, list] = {}     # transfer="kernel": per slot
         self._plans: dict[tuple, tuple] = {}     # KEPT_PLANS, least recently used first
 
+    @torch.no_grad()
     def run(self, params, update: Callable[[list[Piece]], None]) -> None:
         params = list(params)
         by_device: dict[torch.device, list[int]] = {}
@@ -215,34 +216,41 @@ class HostPipeline:
 
     def _kept(self, indexed) -> tuple:
         """The kept plan of :meth:`batches` (:meth:`_plan`'s tuple), views refreshed."""
-        split, table = self.split, self._table_transfer(indexed[0][1].device)
+        device = indexed[0][1].device       # (every parameter's: run groups them)
+        split, table = self.split, self._table_transfer(device)
 
         # the device too: a parameter moved keeps its identity, and the ring's slots are
-        # per device; cut or not; with a table, whether it moves the parameter
-        key = tuple((i, id(p), p.device, p.shape, p.dtype,
-                     split and p.is_contiguous() and p.grad.is_contiguous(),
-                     table and plain_layout(p)) for i, p in indexed)
+        # per device; per parameter, cut or not, and with a table whether it moves it
+        params = tuple([(i, id(p), p.shape, p.dtype,
+                         split and p.is_contiguous() and p.grad.is_contiguous(),
+                         table and plain_layout(p)) for i, p in indexed])
+        key = (device, params)
         kept = self._plans.get(key)
         if kept is None or kept[0] != self.staging.generation:
             self._plans.pop(key, None)
-            kept = self._plan(indexed, [k[5] for k in key], [k[6] for k in key])
+            kept = self._plan(indexed, [k[4] for k in params], [k[5] for k in params])
             self._plans[key] = kept
             while len(self._plans) > KEPT_PLANS:
                 del self._plans[next(iter(self._plans))]
         else:
             self._plans[key] = self._plans.pop(key)     # the least recently used go first
         _, batches, by_parameter, moves = kept
-        for k, pieces in enumerate(by_parameter):
-            if moves is not None and moves.moved[k]:
-                continue            # the table reaches it by its address
-            p = pieces[0].param
-            if pieces[0].whole:
-                pieces[0].device_value, pieces[0].device_grad = p.detach(), p.grad
-                continue
-            value, grad = p.detach().view(-1), p.grad.view(-1)
-            for piece in pieces:
-                piece.device_value = value[piece.start:piece.stop]
-                piece.device_grad = grad[piece.start:piece.stop]
+        # a whole piece's device tensor is the parameter itself (the steps run under
+        # no_grad: run); a cut one's pieces come from one split of it, detached first
+        # so that the views hold no reference to the parameter's own tensor (which
+        # torch.utils.swap_tensors, as module.to may call, requires)
+        with torch.no_grad():
+            for k, (pieces, sizes) in enumerate(by_parameter):
+                if moves is not None and moves.moved[k]:
+                    continue            # the table reaches it by its address
+                p = pieces[0].param
+                if sizes is None:       # a whole piece
+                    pieces[0].device_value, pieces[0].device_grad = p, p.grad
+                    continue
+                values = p.detach().view(-1).split_with_sizes(sizes)
+                grads = p.grad.view(-1).split_with_sizes(sizes)
+                for piece, value, grad in zip(pieces, values, grads):
+                    piece.device_value, piece.device_grad = value, grad
         return kept
 
     @staticmethod
@@ -263,7 +271,8 @@ class HostPipeline:
     def _plan(self, indexed, split: list[bool], moved: list[bool]) -> tuple:
         """``(staging generation, the batches (their pieces with the host views and, for
         a kernel or table transfer, the same views as the device maps them), each
-        parameter's pieces in order, the :class:`.moves.TableMoves` of a table transfer
+        parameter's ``(pieces in order, their sizes or None for a whole one)``, the
+        :class:`.moves.TableMoves` of a table transfer
         (``moved``: the parameters it moves) or None)``; the pieces' device views are
         filled in by :meth:`batches`."""
         plan = plan_pieces([p.numel() for _, p in indexed], split, self.batch_elements,
@@ -300,7 +309,12 @@ class HostPipeline:
             moves = TableMoves(batches, [p for _, p in indexed], moved,
                                paired_launches(self.staging.lookahead(len(batches)),
                                                len(batches)))
-        return self.staging.generation, batches, list(by_parameter.values()), moves
+        # each parameter's pieces with their sizes, None for a whole one; its pieces are
+        # its elements in order, so one split of the flat parameter gives their views
+        by_parameter = [(pieces, None if pieces[0].whole else
+                         [piece.stop - piece.start for piece in pieces])
+                        for pieces in by_parameter.values()]
+        return self.staging.generation, batches, by_parameter, moves
 
     def _kernel_transfer(self, device) -> bool:
         """Whether the device's threads move the batches (a kernel or a table)."""
@@ -336,19 +350,17 @@ class HostPipeline:
     def _download(self, batch, down, cuda):
         """Queue ``batch``'s copies down on ``down``; the event the host waits for."""
         with cuda.stream(down):
-            for target, source in self._downloads(batch, mapped=False):
+            for target, source in self._downloads(batch):
                 target.copy_(source, non_blocking=True)
             arrived = cuda.Event()
             arrived.record(down)
         return arrived
 
-    def _downloads(self, batch, mapped: bool) -> list[tuple]:
-        """``(target, device source)`` of each copy bringing ``batch`` down, values first
-        (unless not fetched), then gradients; each target the piece's host view, or its
-        device mapping where ``mapped``."""
-        pairs = [(p.mapped_value if mapped else p.value, p.device_value) for p in batch
-                 if self.fetch_values]
-        return pairs + [(p.mapped_grad if mapped else p.grad, p.device_grad) for p in batch]
+    def _downloads(self, batch) -> list[tuple]:
+        """``(host view, device source)`` of each copy bringing ``batch`` down, values
+        first (unless not fetched), then gradients."""
+        pairs = [(p.value, p.device_value) for p in batch if self.fetch_values]
+        return pairs + [(p.grad, p.device_grad) for p in batch]
 
     def _run_streamed(self, device, batches, update, cuda) -> None:
         """The overlapped loop on the copy engines: downloads and uploads on two streams,
@@ -419,20 +431,25 @@ class HostPipeline:
                         downs = [] if down is None else batches[down]
                         if moves is not None:   # the table's kernel; what it cannot move
                             ups, downs = moves.launch(addresses, up, down)
-                        self._transfer([(p.device_value, p.mapped_value) for p in ups],
-                                       self._downloads(downs, mapped=True))
+                        self._transfer(ups, downs)
                         if down is not None:
                             arrived[down % len(arrived)].record(side)
             finally:
                 caller.wait_stream(side)     # as in _run_streamed
 
-    @staticmethod
-    def _transfer(ups: list[tuple], downs: list[tuple]) -> None:
-        """One kernel on the current stream for every ``(target, source)`` pair, up and
-        down (each target a device tensor or a slot's device mapping)."""
-        pairs = ups + downs
-        if pairs:
-            torch._foreach_copy_([t for t, _ in pairs], [s for _, s in pairs])
+    def _transfer(self, ups: list[Piece], downs: list[Piece]) -> None:
+        """One kernel on the current stream sending the pieces ``ups`` up (their slots'
+        device mappings to their parameters) and bringing ``downs`` down (values first,
+        unless not fetched, then gradients, as :meth:`_downloads` orders them)."""
+        targets = [p.device_value for p in ups]
+        sources = [p.mapped_value for p in ups]
+        if self.fetch_values:
+            targets += [p.mapped_value for p in downs]
+            sources += [p.device_value for p in downs]
+        targets += [p.mapped_grad for p in downs]
+        sources += [p.device_grad for p in downs]
+        if targets:
+            torch._foreach_copy_(targets, sources)
 
     def _arrival_events(self, device, cuda) -> list:
         """Reusable events, one per ring slot: batch ``b``'s arrival is event

@@ -30,20 +30,20 @@ addressing: a pinned page has the same address on the device), so a batch of man
 tensors costs the host one launch; ``"table"``, the same kernels' work done by one
 Triton kernel a launch reading the addresses from a table (:mod:`.moves`: no views or
 lists made per step, one small copy of the gradients' addresses instead; slower than
-``"kernel"`` on an H100 and an H200: a Triton launch costs the host more). On an H100 ``"kernel"`` transfers, one per batch and direction on two
-streams, cut the host's time queueing a GPT-2-small step's copies from 5.9 to 2.2 ms,
-and the step against the copy engines in the same run moved by -21% to +5% over thirteen
-pairs of rows (nine faster): within the machines' run-to-run noise, so the copy engines
-stay a ring's default. With batches of 2**21 elements kernel transfers read 1.25 and
-1.28x the host's fused Adam in the two latest probes (the copy engines with batches of
-2**23: 1.36 and 1.50x), so :class:`.offload.OffloadAdam` takes those
-(:func:`.offload.offload_adam_pipeline`). Since then one kernel per batch both sends the
-batch just updated up and brings a later one down, on one stream (one launch and one
-event a batch where there were two launches, two events and a wait between streams): on
-H100s that default read 1.03 to 1.24x the host's fused Adam alone (the copy engines with
-batches of 2**23 in the same runs: 1.28 to 1.66x), and 0.90 to 1.13x once each batch's
-arguments and pieces were kept between steps (two H100 machines; copy engines 1.27 to
-1.51x).
+``"kernel"`` on an H100 and an H200: a Triton launch costs the host more). On an H100
+``"kernel"`` transfers, one per batch and direction on two streams, cut the host's time
+queueing a GPT-2-small step's copies from 5.9 to 2.2 ms, and the step against the copy
+engines in the same run moved by -21% to +5% over thirteen pairs of rows (nine faster):
+within the machines' run-to-run noise, so the copy engines stay a ring's default. With
+batches of 2**21 elements kernel transfers read 1.25 and 1.28x the host's fused Adam in
+the two latest probes (the copy engines with batches of 2**23: 1.36 and 1.50x), so
+:class:`.offload.OffloadAdam` takes those (:func:`.offload.offload_adam_pipeline`).
+Since then one kernel per batch both sends the batch just updated up and brings a later
+one down, on one stream (one launch and one event a batch where there were two launches,
+two events and a wait between streams): on H100s that default read 1.03 to 1.24x the
+host's fused Adam alone (the copy engines with batches of 2**23 in the same runs: 1.28
+to 1.66x), and 0.90 to 1.13x once each batch's arguments and pieces were kept between
+steps (two H100 machines; copy engines 1.27 to 1.51x).
 """
 
 from __future__ import annotations
