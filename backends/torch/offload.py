@@ -198,7 +198,7 @@ class OffloadAdam(torch.optim.Optimizer):
       to 1.53x the host's fused Adam alone; the default now (one kernel a batch both
       ways, batches of 2**21) 1.03 to 1.24x on four H100 hosts at earlier commits, the
       most where the host's Adam was fastest, and 0.90 to 1.13x in nine measurements
-      on three H100 machines since (``docs/devices.md``; the target is 1.15x).
+      on three H100 machine starts since (``docs/devices.md``; the target is 1.15x).
     * ``"device"``: torch's fused CUDA Adam, reading and writing the state where it lives,
       in pinned host memory, through the device's mapping of those pages (each step moves
       the moments over the bus, 16 bytes per float32 element, and nothing else). Still 0

@@ -43,7 +43,7 @@ one down, on one stream (one launch and one event a batch where there were two l
 two events and a wait between streams): on H100s that default read 1.03 to 1.24x the
 host's fused Adam alone (the copy engines with batches of 2**23 in the same runs: 1.28
 to 1.66x), and 0.90 to 1.13x once each batch's arguments and pieces were kept between
-steps (three H100 machines; copy engines 1.27 to 1.51x).
+steps (three H100 machine starts; copy engines 1.27 to 1.51x).
 """
 
 from __future__ import annotations
