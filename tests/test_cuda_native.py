@@ -229,6 +229,39 @@ def test_a_fused_cpu_group_with_a_strided_slice_runs_unfused(name):
     assert torch.equal(ours[0], _three_steps(loop, [same], [lambda t: t])[0])
 
 
+@pytest.mark.parametrize("saved, loaded", [("transposed", "contiguous"),
+                                           ("contiguous", "transposed")])
+@pytest.mark.parametrize("name", sorted(FUSED_SPECS))
+def test_a_loaded_state_is_laid_out_like_its_parameter(name, saved, loaded):
+    """``load_state_dict`` keeps the saved tensors' strides: the state of a transposed
+    parameter loaded for a contiguous one (or the other way) would be paired with other
+    elements by a fused CPU kernel. uo's load hook lays it out like the parameter: the
+    steps after the load give, bit for bit, the numbers of the same state loaded in the
+    parameter's own layout."""
+    layouts = {"transposed": _transposed, "contiguous": torch.Tensor.contiguous}
+    rng = np.random.default_rng(6)
+    start = torch.from_numpy(rng.standard_normal((5, 7)).astype(np.float32))
+    source = torch.nn.Parameter(layouts[saved](start))
+    opt = uo.build(FUSED_SPECS[name], [("w", source)])
+    _three_steps(opt, [source], [lambda g: torch.empty_like(source).copy_(g)], seed=7)
+    state = opt.state_dict()
+
+    def resumed(state_layout):
+        p = torch.nn.Parameter(layouts[loaded](source.detach()))
+        copy = {"param_groups": state["param_groups"],
+                "state": {k: {n: state_layout(v) if v.dim() else v.clone()
+                              for n, v in s.items()} for k, s in state["state"].items()}}
+        resumed = uo.build(FUSED_SPECS[name], [("w", p)])
+        resumed.load_state_dict(copy)
+        out = _three_steps(resumed, [p], [lambda g: torch.empty_like(p).copy_(g)], seed=8)
+        return out, [v.stride() for v in resumed.state[p].values() if v.dim()], p
+
+    ours, strides, p = resumed(lambda v: v.clone())
+    assert strides and all(s == p.stride() for s in strides)
+    expected, _, _ = resumed(lambda v: torch.empty_like(p).copy_(v))
+    assert torch.equal(ours[0], expected[0])
+
+
 def test_dense_tells_a_layout_with_gaps():
     from unified_opt.backends.torch.steps import dense
 

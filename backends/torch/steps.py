@@ -16,7 +16,8 @@ runs the rest with ``Optimizer.register_step_pre_hook`` / ``register_step_post_h
   too) alone, and put back afterwards;
 * a fused CPU group: each gradient laid out like its parameter, and a group holding a
   parameter with gaps run unfused for the step (:func:`_fused_cpu_layouts`: torch's
-  fused CPU kernels pair elements by memory order);
+  fused CPU kernels pair elements by memory order); after ``load_state_dict``, the
+  loaded state laid out like its parameters (:func:`lay_out_state`);
 * after the step: the count of steps taken, kept in ``param_groups[0]["steps_taken"]``
   (so ``state_dict`` carries it), advances unless the step was skipped.
 
@@ -131,7 +132,9 @@ def _fused_cpu_layouts(optimizer) -> list[dict]:
     parameter with gaps (a strided slice: its state and gradient are dense). Autograd
     lays a gradient out like a dense parameter, but a gradient assigned by hand need not
     be. A dense parameter's gradient is copied into its layout (:func:`laid_out_like`,
-    as the pre-step's are); a group holding a parameter with gaps runs unfused (torch's
+    as the pre-step's are), and so is its state where a parameter not contiguous has
+    state in another layout (a contiguous parameter's is laid out at load:
+    :func:`lay_out_state`); a group holding a parameter with gaps runs unfused (torch's
     for-loop and foreach kernels follow strides). CUDA's fused kernels check the layouts
     and raise instead."""
     unfused = []
@@ -149,7 +152,23 @@ def _fused_cpu_layouts(optimizer) -> list[dict]:
                 break
             if not same_strides(grad, p):
                 p.grad = laid_out_like(grad, p)
+            lay_out_state(optimizer.state.get(p, {}), p)
     return unfused
+
+
+def lay_out_state(state: dict, param) -> None:
+    """``param``'s state tensors of its shape laid out like it (:func:`laid_out_like`),
+    for a dense parameter. torch makes state ``zeros_like`` the parameter, so only a
+    loaded state (``load_state_dict`` keeps the saved strides: a checkpoint of a
+    transposed parameter loaded for a contiguous one) or one written by hand differs;
+    a fused CPU kernel would pair its elements with others (see
+    :func:`_fused_cpu_layouts`)."""
+    if not dense(param):
+        return
+    for key, value in state.items():
+        if (isinstance(value, torch.Tensor) and value.shape == param.shape
+                and not same_strides(value, param)):
+            state[key] = laid_out_like(value, param)
 
 
 def _late_momentum_buffers(optimizer) -> list[dict]:
@@ -193,6 +212,7 @@ class NativeStepHooks:
         optimizer.register_step_pre_hook(self.before)
         optimizer.register_step_post_hook(self.after)
         optimizer.register_load_state_dict_pre_hook(self.check_loaded)
+        optimizer.register_load_state_dict_post_hook(self.lay_out_loaded)
         if self.pre_step or self.varies:
             optimizer.add_param_group = self.refuse_new_group
 
@@ -217,6 +237,16 @@ class NativeStepHooks:
                 raise ValueError(f"load_state_dict: param_groups[{g}] lacks {missing}, which "
                                  f"{type(optimizer).__name__} reads from each group (a "
                                  f"state_dict of another optimizer?)")
+
+    @staticmethod
+    def lay_out_loaded(optimizer) -> None:
+        """``load_state_dict``'s post-hook: each fused group's loaded state laid out like
+        its parameters (:func:`lay_out_state`; the steps check only the state of
+        parameters that are not contiguous)."""
+        for group in optimizer.param_groups:
+            if group.get("fused"):
+                for p in group["params"]:
+                    lay_out_state(optimizer.state.get(p, {}), p)
 
     @torch.no_grad()
     def before(self, optimizer, args, kwargs):
