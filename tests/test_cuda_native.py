@@ -11,8 +11,9 @@ classes measured on an H200, and their causes.
   checks that every gradient the native step sees has its parameter's dtype, device,
   layout and strides.
 * torch's fused CPU kernels pair a parameter, its gradient and its state by memory
-  order: a gradient laid out unlike its parameter, or a parameter with gaps, gave other
-  numbers without an error. The CPU tests check the step hook's answer to each.
+  order: a gradient or a loaded state laid out unlike its parameter, or a parameter
+  with gaps, gave other numbers without an error. The CPU tests check the step and load
+  hooks' answer to each.
 * On CUDA (skipped without it): each fused class with each pre-step, on the conformance
   parameters, passes the conformance rule against the float64 oracle, as on the CPU.
 """
@@ -162,7 +163,7 @@ def test_laid_out_like_copies_only_where_the_strides_differ():
     assert same_strides(torch.zeros(1, 5), torch.zeros(5, 1).t())
 
 
-# -- gradients laid out unlike their parameters, on the CPU --------------------------------
+# -- gradients and state laid out unlike their parameters, on the CPU ----------------------
 
 def _three_steps(opt, params, layouts, seed=2):
     """Three steps of ``opt`` with the same random gradients each time, each given to
