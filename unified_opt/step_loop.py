@@ -5,6 +5,14 @@ framework: it holds the parameters and state the framework's way and answers the
 questions of a :class:`Host`. :class:`StepLoop` runs the step the same way on every
 backend:
 
+0. every gradient checked against its parameter (:func:`check_gradients`: the same
+   shape, dtype, device and dense form), all of them before anything changes: a
+   mismatch raises naming the parameter, and no parameter or state has changed (no
+   partial step). An engine reads a parameter's elements and its gradient's as arrays
+   of one size and dtype, so a shorter gradient would be read past its end (measured
+   before this check: a segmentation fault on torch, garbage and Inf written into the
+   parameter), a broadcast one silently used, a float64 one turn Paddle's parameter
+   into float64;
 1. the gradient pre-step (:func:`unified_opt.pre_step.prepare_gradients`: unscale, skip
    a non-finite step, clip, centralise) once over every parameter; a skipped step
    changes nothing and returns False;
@@ -76,23 +84,86 @@ class Engine:
         raise NotImplementedError
 
 
+#: what :meth:`Host.describe` gives of a tensor, in order (a gradient's must equal its
+#: parameter's); ``form`` is "dense" or the name of a sparse form
+DESCRIBED = ("shape", "dtype", "device", "form")
+DENSE = "dense"
+
+
+def gradient_mismatch(owner: str, name: str, parameter: tuple, gradient: tuple,
+                      hint: str = "") -> Exception:
+    """The error for a gradient described ``gradient`` of a parameter described
+    ``parameter`` (:meth:`Host.describe`; they differ): each field that differs, with
+    both values. A sparse gradient is a RuntimeError (torch's own refusals of sparse
+    gradients are), a dtype that differs a TypeError (torch's optimizers require the
+    parameter's dtype), a shape or device that differs a ValueError."""
+    differs = [(field, want, have) for field, want, have in zip(DESCRIBED, parameter, gradient)
+               if want != have]
+    parts = ", ".join(f"{field} {_shown(have)} (the parameter's: {_shown(want)})"
+                      for field, want, have in differs)
+    fields = {field for field, _, _ in differs}
+    dense = " (sparse gradients are not supported here" + hint + ")" \
+        if "form" in fields else ""
+    message = (f"{owner}: the gradient of {name} does not fit its parameter: {parts}; "
+               f"every gradient must have its parameter's shape (no broadcasting), dtype "
+               f"and device, and be dense{dense}. Nothing was changed: every gradient is "
+               f"checked before the step changes any parameter or state")
+    if "form" in fields:
+        return RuntimeError(message)
+    if "dtype" in fields:
+        return TypeError(message)
+    return ValueError(message)
+
+
+def _shown(value) -> str:
+    if isinstance(value, tuple):
+        return str(list(value))
+    return str(value).removeprefix("torch.").removeprefix("paddle.")
+
+
+def check_gradients(owner: str, names: Sequence, params: Sequence, grads: Sequence,
+                    describe, accepts=None, hint: str = "") -> None:
+    """Raise :func:`gradient_mismatch` for the first gradient (None: no gradient) whose
+    description differs from its parameter's, before anything changes. ``names``: each
+    parameter's name (None: named by its index); ``describe``: :meth:`Host.describe`;
+    ``accepts(index, parameter_description, gradient_description)``: True where a
+    caller's optimizer steps that form anyway (torch's SGD and Adagrad step sparse
+    gradients). The cost per parameter
+    is two descriptions (a few attribute reads) and a tuple compare."""
+    for i, (p, g) in enumerate(zip(params, grads)):
+        if g is None:
+            continue
+        want, have = describe(p), describe(g)
+        if want != have and not (accepts is not None and accepts(i, want, have)):
+            name = names[i] if names[i] is not None else f"parameter {i}"
+            raise gradient_mismatch(owner, name, want, have, hint)
+
+
 class Host:
     """What the loop asks the framework's optimizer (see the module)."""
 
     ops: Any                                     # the framework's ops binding
+    owner = "step"                               # who raises: the optimizer class's name
+    sparse_hint = ""                             # where sparse gradients are stepped
 
     def gradients(self) -> list:
         """Every parameter's gradient, None where it has none."""
+        raise NotImplementedError
+
+    def describe(self, tensor) -> tuple:
+        """``(shape, dtype, device, form)`` of a parameter or gradient (:data:`DESCRIBED`),
+        values that compare with ``==``: a gradient must have its parameter's."""
         raise NotImplementedError
 
     def set_gradients(self, prepared: list) -> None:
         """The pre-step's results (the update reads them; torch leaves them in
         ``p.grad``)."""
 
-    def prepare(self, spec, plans: Sequence) -> list | None:
-        """The gradient pre-step over :meth:`gradients` (None: the step is skipped). A
-        framework may run it elsewhere (MindSpore: in numpy over host memory)."""
-        return prepare_gradients(spec, plans, self.gradients(), self.ops)
+    def prepare(self, spec, plans: Sequence, grads: list) -> list | None:
+        """The gradient pre-step over ``grads`` (:meth:`gradients`, checked; None: the
+        step is skipped). A framework may run it elsewhere (MindSpore: in numpy over
+        host memory)."""
+        return prepare_gradients(spec, plans, grads, self.ops)
 
     def steps_taken(self) -> int:
         raise NotImplementedError
@@ -142,6 +213,8 @@ class StepLoop:
         self.host = host
         self._engines = engines
         self._groups: list[_Group] | None = None
+        #: each parameter's name in errors (None: its index)
+        self.names = [plan.name for plan in self.plans]
 
     def regroup(self) -> None:
         """Form the groups again at the next step (an engine changed its mind)."""
@@ -162,7 +235,10 @@ class StepLoop:
     def step(self) -> bool:
         """One optimizer step; False when the pre-step skipped it."""
         host = self.host
-        prepared = host.prepare(self.spec, self.plans)
+        grads = host.gradients()
+        check_gradients(host.owner, self.names, self.params, grads, host.describe,
+                        hint=host.sparse_hint)
+        prepared = host.prepare(self.spec, self.plans, grads)
         if prepared is None:
             return False
         host.set_gradients(prepared)

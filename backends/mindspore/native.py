@@ -18,6 +18,45 @@ from __future__ import annotations
 
 from unified_opt.groups import name_matches
 from unified_opt.native import import_native
+from unified_opt.step_loop import DENSE, check_gradients
+
+
+def _tensor_class():
+    from mindspore import Tensor  # not at import time: the core imports this lazily
+
+    return Tensor
+
+
+def describe(tensor) -> tuple:
+    """``(shape, dtype, device, form)`` of a MindSpore parameter or gradient
+    (:data:`unified_opt.step_loop.DESCRIBED`): a gradient must have its parameter's. A
+    process runs on one ``device_target``, so the device is None; a gradient that is not
+    a Tensor (a RowTensor, a sparse embedding's gradient in a graph) has its type's
+    name as its form."""
+    if not isinstance(tensor, _tensor_class()):
+        return (getattr(tensor, "dense_shape", None), getattr(tensor, "dtype", None), None,
+                type(tensor).__name__)
+    return (tuple(tensor.shape), tensor.dtype, None, DENSE)
+
+
+def check_call(optimizer, inputs) -> None:
+    """A forward pre-hook of every native optimizer ``uo.build`` returns: the gradients
+    of a call (``opt(grads)``, in PyNative also ``nn.TrainOneStepCell``) checked against
+    ``optimizer.parameters`` before MindSpore runs the step
+    (:func:`unified_opt.step_loop.check_gradients`: shape, dtype, dense), naming the
+    parameter. MindSpore's own refusal (its shape inference, or a dtype it will not cast
+    for a Parameter) names an operator, not the parameter; compiled into an outer graph
+    the hook does not run and that refusal, before any step, is what remains."""
+    params = list(optimizer.parameters)
+    grads = inputs[0] if inputs else None
+    if not isinstance(grads, tuple):
+        raise TypeError(f"{type(optimizer).__name__}: gradients must be a tuple of Tensors "
+                        f"in parameter order, got {type(grads).__name__}")
+    if len(grads) != len(params):
+        raise ValueError(f"{type(optimizer).__name__}: got {len(grads)} gradients for "
+                         f"{len(params)} parameters")
+    check_gradients(type(optimizer).__name__, [p.name for p in params], params, grads,
+                    describe)
 
 
 def check_options(cls_info, options: dict) -> None:
@@ -91,6 +130,16 @@ def arguments_of(lowering, spec) -> dict:
 
 def native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells: bool = True,
                      total_steps: int | None = None):
+    """:func:`_native_optimizer`'s optimizer, its calls' gradients checked first
+    (:func:`check_call`)."""
+    optimizer = _native_optimizer(cls_info, lowering, params, plans, spec, options,
+                                  cells=cells, total_steps=total_steps)
+    optimizer.register_forward_pre_hook(check_call)
+    return optimizer
+
+
+def _native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells: bool = True,
+                      total_steps: int | None = None):
     """``cls_info.name`` over the non-empty ``params`` (one plan each, see
     :mod:`unified_opt.groups`). The lr is ``spec.lr`` (a lowering's own ``learning_rate``
     argument replaces it: nn.AdaFactor's None); a group's lr is its fixed lr or its

@@ -14,6 +14,12 @@ Two ways in, the same numbers bit for bit:
   the same VM programs as custom operators (the CPU), or the spec's update traced and
   written as MindSpore operations (:mod:`.graph_ops`, any device). What a graph cannot
   run is refused when it compiles, naming why.
+
+Every gradient is checked against its parameter before anything changes (the same
+shape, no broadcasting, and dtype: :func:`.native.describe`): by the step loop's check
+(:func:`unified_opt.step_loop.check_gradients`, naming the parameter) where Python calls
+the optimizer, in either mode; compiled into an outer graph, by ``construct`` when the
+graph compiles (shapes and dtypes are constants there), before any step runs.
 """
 
 from __future__ import annotations
@@ -26,13 +32,14 @@ from mindspore import dtype as mstype
 from unified_opt.ops import numpy_ops
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
-from unified_opt.step_loop import Host, StepLoop
+from unified_opt.step_loop import Host, StepLoop, check_gradients
 from unified_opt.storage import refuse_rounding
 
 from . import graph as graph_forms
 from .cells import past_total_steps
 from .engines import Eager, ExchangeOnHost, Kernels
 from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
+from .native import describe
 from .ops import mindspore_ops
 
 
@@ -205,6 +212,11 @@ class SpecOptimizer(nn.Optimizer):
     def __call__(self, gradients):
         if ms.get_context("mode") == ms.PYNATIVE_MODE:
             return self.step_python(gradients)
+        # GRAPH_MODE opt(grads): Python sees the gradients, so they are checked here
+        # with the parameters' names (compiled into an outer graph, construct checks them)
+        self._check(gradients)
+        check_gradients(type(self).__name__, [p.name for p in self._parameters],
+                        self._parameters, gradients, describe)
         return super().__call__(gradients)
 
     def construct(self, gradients):
@@ -311,14 +323,11 @@ class SpecOptimizer(nn.Optimizer):
                              f"{len(self._parameters)} parameters")
         for p, grad in zip(self._parameters, gradients):
             if not isinstance(grad, Tensor):
+                # a RowTensor (a sparse embedding's gradient in a graph) is not a Tensor
                 raise TypeError(f"SpecOptimizer: the gradient of {p.name} must be a Tensor, "
-                                f"got {type(grad).__name__}")
-            if grad.dtype != p.dtype:
-                raise TypeError(f"SpecOptimizer: the gradient of {p.name} is {grad.dtype}, "
-                                f"the parameter is {p.dtype}")
-            if grad.shape != p.shape:
-                raise ValueError(f"SpecOptimizer: the gradient of {p.name} has shape "
-                                 f"{grad.shape}, the parameter {p.shape}")
+                                f"got {type(grad).__name__} (sparse gradients are not "
+                                f"supported here)")
+        # shape, dtype: the step loop's check (unified_opt.step_loop.check_gradients)
 
     def spec_state(self, p) -> dict:
         index = next(i for i, q in enumerate(self._parameters) if q is p)
@@ -393,6 +402,8 @@ class _Host(Host):
     MindSpore's own optimizers), and the update's ``step`` is ``global_step + 1``."""
 
     ops = mindspore_ops
+    owner = "SpecOptimizer"
+    describe = staticmethod(describe)
 
     def __init__(self, optimizer: SpecOptimizer):
         self.optimizer = optimizer
@@ -408,13 +419,13 @@ class _Host(Host):
     def gradients(self) -> list:
         return self._gradients
 
-    def prepare(self, spec, plans) -> list | None:
+    def prepare(self, spec, plans, grads: list) -> list | None:
         """The gradient pre-step (:mod:`unified_opt.pre_step`). On the CPU with the kernel
         VM or an exchange it runs in numpy over the gradients' own memory (one MindSpore
         operation in PyNative costs about 0.5 ms; numpy's float32 follows the same
         rules), its results numpy arrays the engines read; else in MindSpore
         operations."""
-        optimizer, gradients = self.optimizer, self._gradients
+        optimizer, gradients = self.optimizer, grads
         on_host = optimizer._kernels is not None or optimizer.exchange is not None
         if not on_host or not has_pre_step(spec):
             return prepare_gradients(spec, plans, gradients, mindspore_ops)

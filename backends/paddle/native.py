@@ -9,6 +9,7 @@ import paddle
 from paddle.utils import unique_name
 
 from unified_opt.native import import_native
+from unified_opt.step_loop import DENSE, check_gradients
 
 # Constructor arguments that are not implementation flags: build sets them, or they
 # change the numbers the optimizer computes.
@@ -192,11 +193,58 @@ class _FiniteGradientsOnly:
         return super().minimize(*args, **kwargs)
 
 
+def describe(tensor) -> tuple:
+    """``(shape, dtype, place, form)`` of a Paddle parameter or gradient
+    (:data:`unified_opt.step_loop.DESCRIBED`): a gradient must have its parameter's.
+    ``form`` is "selected_rows" for the SelectedRows gradient of a ``sparse=True``
+    embedding (its shape is the rows', not the parameter's), else "dense"."""
+    return (tensor.shape, tensor.dtype, tensor.place,
+            "selected_rows" if tensor.is_selected_rows() else DENSE)
+
+
+#: where a SelectedRows gradient is refused, how to avoid one
+SELECTED_ROWS_HINT = (": a SelectedRows gradient comes from paddle.nn.Embedding("
+                      "sparse=True): build the embedding with sparse=False")
+
+
+def check_parameter_gradients(optimizer, params) -> None:
+    """Every gradient of ``params`` a Paddle step would read (not ``stop_gradient``)
+    checked against its parameter, before anything changes
+    (:func:`unified_opt.step_loop.check_gradients`)."""
+    params = [p for p in params if not p.stop_gradient]
+    check_gradients(type(optimizer).__name__, [p.name for p in params], params,
+                    [p._grad_ivar() for p in params], describe, hint=SELECTED_ROWS_HINT)
+
+
+class _CheckedGradients:
+    """Mixin for every Paddle optimizer class ``uo.build`` returns: each step's gradients
+    checked against their parameters first (:func:`check_parameter_gradients`: shape,
+    dtype, place, dense), a mismatch refused naming the parameter before anything
+    changes. Paddle's classes broadcast a 1-element gradient or raise only at the
+    parameter whose kernel refuses it, after updating the ones before it (the step runs
+    per parameter group and per parameter)."""
+
+    purpose = "checking each gradient against its parameter before the step"
+
+    def step(self):
+        check_parameter_gradients(self, _parameters(self))
+        return super().step()
+
+    def backward(self, *args, **kwargs):
+        # minimize's gradients: checked before its _apply_optimize changes anything
+        params_grads = super().backward(*args, **kwargs)
+        params = [p for p, _ in params_grads]
+        check_gradients(type(self).__name__, [p.name for p in params], params,
+                        [g for _, g in params_grads], describe, hint=SELECTED_ROWS_HINT)
+        return params_grads
+
+
 _SUBCLASSES: dict[tuple, type] = {}
 
 
 def subclass_with(cls, mixins: tuple, nonfinite: str = ""):
-    """``cls`` with ``mixins`` (:class:`_HeldAttributes`, :class:`_FiniteGradientsOnly`):
+    """``cls`` with ``mixins`` (:class:`_CheckedGradients`, :class:`_HeldAttributes`,
+    :class:`_FiniteGradientsOnly`):
     one subclass per combination, with ``cls``'s name, so the optimizer is still an
     instance of ``cls``."""
     key = (cls, mixins, nonfinite)
@@ -236,7 +284,8 @@ def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, opt
     if layout.groups is not None:
         parameters = [{"params": [params[i] for i in indices], **keys}
                       for indices, keys in layout.groups]
-    mixins = ((_FiniteGradientsOnly,) if cls_info.refuses_nonfinite else ()) + \
+    mixins = (_CheckedGradients,) + \
+        ((_FiniteGradientsOnly,) if cls_info.refuses_nonfinite else ()) + \
         ((_HeldAttributes,) if layout.holds_attributes else ())
     cls = subclass_with(cls, mixins, cls_info.nonfinite)
     with unique_name.guard():

@@ -14,6 +14,7 @@ from unified_opt.storage import refuse_rounding
 from .engines import Eager, Kernels
 from .kernels import PaddleKernels
 from .loading import check_state_dict
+from .native import describe
 from .ops import paddle_ops
 
 STEP = "step"   # accumulator holding each parameter's count of updates
@@ -48,10 +49,14 @@ class ScheduleLR(LRScheduler):
 class SpecOptimizer(paddle.optimizer.Optimizer):
     """``paddle.optimizer.Optimizer`` running the spec's own update.
 
-    The step is :class:`unified_opt.step_loop.StepLoop`'s, the same on every backend: the
-    gradient pre-step (:func:`unified_opt.pre_step.prepare_gradients`: unscale, skip a
-    non-finite step, clip, centralise) once over all parameters, then for each parameter
-    with a gradient ``plan.spec.at_step(t).update(...)``, ``t`` the optimizer's steps
+    The step is :class:`unified_opt.step_loop.StepLoop`'s, the same on every backend:
+    every gradient checked against its parameter first (the same shape, no broadcasting,
+    dtype, place, and dense: :func:`.native.describe`; a mismatch raises naming the
+    parameter before anything changes: a float64 gradient would otherwise turn a float32
+    parameter and its state into float64), the gradient pre-step
+    (:func:`unified_opt.pre_step.prepare_gradients`: unscale, skip a non-finite step,
+    clip, centralise) once over all parameters, then for each parameter with a gradient
+    ``plan.spec.at_step(t).update(...)``, ``t`` the optimizer's steps
     taken, ``step`` the parameter's own count of updates, with the parameter's lr
     ``plan.lr(lr)`` (``plans``: one :class:`unified_opt.groups.ParameterPlan` each), on
     the engines of :mod:`.engines` (the kernel VM, then eagerly). ``skipped`` gets one
@@ -109,9 +114,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
                 self._add_accumulator(STEP, p, dtype=paddle.int64, shape=[1])
                 if i == 0:
                     self._add_accumulator(STEPS_TAKEN, p, dtype=paddle.int64, shape=[1])
-                for key, value in initial.items():
-                    self._add_accumulator(key, p, dtype=value.dtype,
-                                          shape=value.shape).set_value(value)
+                self._adopt_state(p, initial)
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
         self._engines = engines + [Eager(exchange)]
         self._host = _Host(self)
@@ -119,13 +122,40 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
                               self._host)
         self._built = True
 
+    def _adopt_state(self, p, initial: dict) -> None:
+        """Make ``initial`` (``spec.init``'s arrays for ``p``) ``p``'s accumulators
+        without a copy: each accumulator is made empty (shape [0]: Paddle fills it
+        with nothing) and then takes the initial tensor's storage
+        (``Tensor._share_underline_tensor_to``: the accumulator keeps its name and
+        takes the tensor's data, shape and dtype). Filling an accumulator of the full
+        shape and copying the initial value in (``set_value``) held every state
+        array twice while the optimizer was built: a 50M-element AdamW peaked at 1445
+        MiB against 1249 for Paddle's own AdamW
+        (benchmarks/results/paddle_own_memory.md). An initial tensor whose storage is
+        already taken (the parameter's, or another state's: a spec may hand back
+        one tensor twice) is copied instead, so no two of them share memory."""
+        taken = [p]
+        for key in list(initial):
+            value = initial.pop(key)
+            shared = any(value._is_shared_buffer_with(t) for t in taken)
+            accumulator = self._add_accumulator(
+                key, p, dtype=value.dtype, shape=list(value.shape) if shared else [0])
+            if shared:
+                accumulator.set_value(value)
+            else:
+                value._share_underline_tensor_to(accumulator)
+            taken.append(accumulator)
+
     def _add_param_group(self, param_group) -> None:
         if getattr(self, "_built", False):
             raise ValueError(
                 "SpecOptimizer: _add_param_group is refused after uo.build: the own path "
                 "makes each parameter's plan, state and gradient pre-step when it is built, "
-                "so a parameter added later would never be updated; build the optimizer "
-                "with every parameter (uo.build(spec, params))")
+                "so a parameter added later would never be updated, and uo.save_state "
+                "(which keys the state by the names given to uo.build) would leave it out; "
+                "build the optimizer with every parameter up front, its own "
+                "hyperparameters as rules: uo.build(spec, layer, groups=[uo.Group(match=..., "
+                "lr_scale=..., weight_decay=...)])")
         super()._add_param_group(param_group)
 
     @paddle.no_grad()
@@ -244,6 +274,7 @@ class _Host(Host):
     """What :class:`~unified_opt.step_loop.StepLoop` asks of a :class:`SpecOptimizer`."""
 
     ops = paddle_ops
+    owner = "SpecOptimizer"
 
     def __init__(self, optimizer: SpecOptimizer):
         self.optimizer = optimizer
@@ -254,6 +285,8 @@ class _Host(Host):
     def gradients(self) -> list:
         return [p._grad_ivar() if id(p) in self.stepping else None
                 for p in self.optimizer._params]
+
+    describe = staticmethod(describe)
 
     def steps_taken(self) -> int:
         return self.optimizer.steps_taken()

@@ -18,7 +18,7 @@ from .kernels import TorchKernels
 from .loading import check_loaded_state
 from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
-from .steps import STEPS_TAKEN, checked_gradients, partition, steps_taken
+from .steps import SPARSE_HINT, STEPS_TAKEN, describe, partition, steps_taken
 
 #: hyperparameter names of torch's optimizers: a param group of the own path holding one
 #: was written by hand or by a script meant for a native class (see ``_check_groups``)
@@ -41,9 +41,12 @@ class SpecOptimizer(torch.optim.Optimizer):
     groups: one per distinct (spec, lr), as on the native path. The lr is
     ``param_groups[i]["lr"]``, so torch LR schedulers drive it as usual.
 
-    The step is :class:`unified_opt.step_loop.StepLoop`'s, the same on every backend: the
-    gradient pre-step (loss scale, non-finite skip, clipping, centralisation; the
-    prepared gradients are left in ``p.grad``), then ``plan.spec.at_step(t)`` for each
+    The step is :class:`unified_opt.step_loop.StepLoop`'s, the same on every backend:
+    every ``p.grad`` checked against its parameter first (the same shape, dtype, device,
+    and dense: :func:`.steps.describe`; a mismatch raises naming the parameter before
+    anything changes, on every engine, offload included), the gradient pre-step (loss
+    scale, non-finite skip, clipping, centralisation; the prepared gradients are left in
+    ``p.grad``), then ``plan.spec.at_step(t)`` for each
     parameter with a gradient, ``t`` the steps taken so far
     (``param_groups[0]["steps_taken"]``), on the parameter's engines
     (:mod:`.engines`). A skipped step changes nothing and appends True to ``skipped``
@@ -144,8 +147,11 @@ class SpecOptimizer(torch.optim.Optimizer):
             raise ValueError(
                 "SpecOptimizer: add_param_group is refused after uo.build: the own path "
                 "makes each parameter's plan, engines and gradient pre-step when it is "
-                "built, so a parameter added later would not be updated as the spec says; "
-                "build the optimizer with every parameter (uo.build(spec, params))")
+                "built, so a parameter added later would not be updated as the spec says, "
+                "and uo.save_state (which keys the state by the names given to uo.build) "
+                "would leave it out; build the optimizer with every parameter up front, "
+                "its own hyperparameters as rules: uo.build(spec, model, "
+                "groups=[uo.Group(match=..., lr_scale=..., weight_decay=...)])")
         super().add_param_group(param_group)
 
     def _engines(self, index: int, spec) -> list:
@@ -239,6 +245,8 @@ class _Host(Host):
     """What :class:`~unified_opt.step_loop.StepLoop` asks of a :class:`SpecOptimizer`."""
 
     ops = torch_ops
+    owner = "SpecOptimizer"
+    sparse_hint = SPARSE_HINT
 
     def __init__(self, optimizer: SpecOptimizer):
         self.optimizer = optimizer
@@ -250,13 +258,14 @@ class _Host(Host):
         self._index: dict = {}
 
     def gradients(self) -> list:
-        return checked_gradients(self.optimizer._params, "SpecOptimizer")
+        return [p.grad for p in self.optimizer._params]
 
-    def prepare(self, spec, plans) -> list | None:
+    describe = staticmethod(describe)
+
+    def prepare(self, spec, plans, grads: list) -> list | None:
         """The pre-step in the math dtype: bfloat16 and float16 gradients are read into
         float32 for it, and its results rounded back to their dtype
         (:mod:`unified_opt.storage`)."""
-        grads = self.gradients()
         if not has_pre_step(spec):
             return prepare_gradients(spec, plans, grads, self.ops)
         low = [g is not None and g.dtype in LOW_TORCH_DTYPES for g in grads]

@@ -5,7 +5,17 @@ gradient pre-step (:mod:`unified_opt.pre_step`), per-step hyperparameters
 A native ``torch.optim`` class computes the spec's update; :class:`NativeStepHooks`
 runs the rest with ``Optimizer.register_step_pre_hook`` / ``register_step_post_hook``:
 
-* before the step: ``prepare_gradients`` over every parameter (the torch binding of
+* before the step, first: every ``p.grad`` checked against its parameter
+  (:func:`describe`, :func:`unified_opt.step_loop.check_gradients`: the same shape, no
+  broadcasting, dtype, device, and dense), all before anything changes: torch's fused
+  and foreach kernels read a shorter gradient past its end (measured: a segmentation
+  fault on a 10M-element parameter given a 1-element gradient; garbage and Inf at 1000
+  elements). A sparse gradient is passed on where the class steps it
+  (:func:`steps_sparse`: SGD without momentum or weight decay, Adagrad without weight
+  decay, and no pre-step), its group run unfused for the step (the fused kernels refuse
+  sparse gradients); elsewhere refused naming the parameter. With a closure, the
+  closure runs first (it makes the gradients);
+* then ``prepare_gradients`` over every parameter (the torch binding of
   the one implementation), its results written into ``p.grad`` laid out like the
   parameter (:func:`laid_out_like`: the fused kernels take no other); then each param
   group's per-step hyperparameters (``weight_decay`` of a weight-decay schedule,
@@ -29,6 +39,7 @@ from __future__ import annotations
 import torch
 
 from unified_opt.pre_step import has_pre_step, prepare_gradients
+from unified_opt.step_loop import DENSE, check_gradients
 
 from .ops import DTensor, torch_ops
 
@@ -54,14 +65,35 @@ def steps_taken(optimizer) -> int:
     return optimizer.param_groups[0].setdefault(STEPS_TAKEN, 0)
 
 
-def checked_gradients(params, caller: str) -> list:
-    """Every parameter's ``p.grad`` (None allowed); sparse gradients refused."""
-    grads = [p.grad for p in params]
-    for g in grads:
-        if g is not None and g.is_sparse:
-            raise RuntimeError(f"{caller}: sparse gradients are not supported here (the "
-                               "gradient pre-step and the own update take dense ones)")
-    return grads
+#: where a sparse gradient is refused, which torch classes step one
+SPARSE_HINT = (": torch.optim.SGD (momentum=0, weight_decay=0) and torch.optim.Adagrad "
+               "(weight_decay=0) step sparse gradients, so uo.build(uo.SGD(...) or "
+               "uo.Adagrad(...), params) on those native classes (the default path, or "
+               "prefer='native'), without a gradient pre-step (clipping, loss scale, "
+               "skip_nonfinite, centralisation), takes them")
+
+
+def describe(tensor) -> tuple:
+    """``(shape, dtype, device, form)`` of a parameter or gradient
+    (:data:`unified_opt.step_loop.DESCRIBED`): a gradient must have its parameter's.
+    ``form`` is "dense" for a strided tensor, else its layout ("sparse_coo", ...)."""
+    layout = tensor.layout
+    return (tensor.shape, tensor.dtype, tensor.device,
+            DENSE if layout is torch.strided else str(layout).removeprefix("torch."))
+
+
+def steps_sparse(optimizer, group: dict) -> bool:
+    """Whether torch's class steps a sparse gradient of a parameter in ``group`` (torch
+    2.13, ``torch/optim/sgd.py`` and ``adagrad.py``, their for-loop form; the fused ones
+    raise): SGD without momentum (a momentum buffer made from a sparse gradient is sparse,
+    and a later dense gradient cannot be added to it) and weight decay (``add(sparse,
+    dense)`` raises), Adagrad without weight decay (torch raises "weight_decay option is
+    not compatible with sparse gradients")."""
+    if isinstance(optimizer, torch.optim.SGD):
+        return group.get("momentum", 0) == 0 and group.get("weight_decay", 0) == 0
+    if isinstance(optimizer, torch.optim.Adagrad):
+        return group.get("weight_decay", 0) == 0
+    return False
 
 
 def closure_first(args, kwargs):
@@ -145,7 +177,8 @@ def _fused_cpu_layouts(optimizer) -> list[dict]:
             if not p.is_cpu:        # (first: on CUDA this loop is the whole cost)
                 continue
             grad = p.grad
-            if grad is None or (p.is_contiguous() and grad.is_contiguous()):
+            if grad is None or grad.layout is not torch.strided or \
+                    (p.is_contiguous() and grad.is_contiguous()):
                 continue
             if not dense(p):
                 unfused.append(group)
@@ -208,22 +241,40 @@ class NativeStepHooks:
         self.varies = spec.varies_per_step()
         self._stash: list | None = None
         self._unfused: list = []
+        #: each parameter's name in errors (None: its index)
+        self.names = [plan.name for plan in self.plans]
+        self._optimizer = optimizer
         steps_taken(optimizer)
         optimizer.register_step_pre_hook(self.before)
         optimizer.register_step_post_hook(self.after)
         optimizer.register_load_state_dict_pre_hook(self.check_loaded)
         optimizer.register_load_state_dict_post_hook(self.lay_out_loaded)
-        if self.pre_step or self.varies:
-            optimizer.add_param_group = self.refuse_new_group
+        # an instance attribute: torch.optim.Optimizer.__init__ has made the build's
+        # groups through the class's method already
+        optimizer.add_param_group = self.refuse_new_group
 
     def refuse_new_group(self, param_group) -> None:
-        """``add_param_group`` where the pre-step or per-step values cover the parameters
-        given to ``uo.build`` only: a later group would escape them."""
+        """``add_param_group`` after ``uo.build``, refused on every native class (a
+        ValueError, nothing changed): ``uo.save_state`` writes each parameter's state
+        under the name ``uo.build`` was given for it, with the spec and ``uo.Group``
+        rules that make its hyperparameters, and a parameter added later has neither, so
+        the file would leave it out and ``load_state`` would resume it from nothing;
+        where the build has a gradient pre-step or per-step hyperparameters, those cover
+        the built parameters only as well."""
+        reasons = ("uo.save_state keys the state by the parameter names given to uo.build "
+                   "and writes the spec and uo.Group rules as the hyperparameters, and a "
+                   "parameter added later has no name or rule there, so its state would "
+                   "be left out of the file")
+        if self.pre_step or self.varies:
+            reasons += ("; the gradient pre-step (clipping, loss scale, the non-finite "
+                        "skip) and per-step hyperparameters run over the built parameters "
+                        "only, so a group added later would escape them")
         raise ValueError(
-            "add_param_group is refused on this uo.build optimizer: its gradient pre-step "
-            "(clipping, loss scale, the non-finite skip) and per-step hyperparameters run "
-            "over the parameters it was built with, so a group added later would escape "
-            "them; build the optimizer with every parameter (uo.build(spec, params))")
+            f"add_param_group is refused on this uo.build optimizer: {reasons}; build it "
+            "with every parameter up front (a parameter without a gradient, e.g. one still "
+            "frozen, is not updated until it has one), its own "
+            "hyperparameters as rules: uo.build(spec, model, groups=[uo.Group(match=..., "
+            "lr_scale=..., weight_decay=...)])")
 
     def check_loaded(self, optimizer, state_dict) -> None:
         """``load_state_dict``'s pre-hook: every saved group holds the hyperparameters the
@@ -248,13 +299,55 @@ class NativeStepHooks:
                 for p in group["params"]:
                     lay_out_state(optimizer.state.get(p, {}), p)
 
+    def _accepts_sparse(self, index: int, parameter: tuple, gradient: tuple) -> bool:
+        """A gradient that differs from its parameter only in being sparse, where the
+        class steps it (:func:`steps_sparse`) and no pre-step reads it (the pre-step
+        takes dense gradients)."""
+        return (gradient[3] == "sparse_coo" and gradient[:3] == parameter[:3]
+                and not self.pre_step
+                and steps_sparse(self._optimizer, self._group(index)))
+
+    def _group(self, index: int) -> dict:
+        """The param group holding parameter ``index`` (looked up at the step:
+        ``load_state_dict`` replaces the group dicts)."""
+        p = self.params[index]
+        return next(g for g in self._optimizer.param_groups
+                    if any(p is q for q in g["params"]))
+
+    def check(self, optimizer) -> list:
+        """Every ``p.grad`` checked against its parameter before anything changes
+        (:func:`unified_opt.step_loop.check_gradients`: shape, dtype, device, dense, a
+        sparse gradient where :meth:`_accepts_sparse`); the param groups holding a sparse
+        gradient (they run unfused: the fused kernels refuse sparse gradients)."""
+        grads = [p.grad for p in self.params]
+        check_gradients(type(optimizer).__name__, self.names, self.params, grads,
+                        describe, self._accepts_sparse, SPARSE_HINT)
+        sparse = []
+        for i, g in enumerate(grads):
+            if g is not None and g.layout is not torch.strided:
+                group = self._group(i)
+                if not any(group is s for s in sparse):
+                    sparse.append(group)
+        return sparse
+
     @torch.no_grad()
     def before(self, optimizer, args, kwargs):
         changed, self._stash = None, None
-        if self.pre_step:
+        if self.pre_step or args[1:] or kwargs.get("closure") is not None:
+            # the closure makes the gradients the check and the pre-step read
             _, args, kwargs = closure_first(args, kwargs)
             changed = (args, kwargs)
-            grads = checked_gradients(self.params, "step")
+        if self.varies:
+            # the step's values first: whether a sparse gradient is stepped reads them
+            # (rewritten at every step, so a refused step leaves nothing behind)
+            t = steps_taken(optimizer)
+            for group, spec in zip(optimizer.param_groups, self.group_specs):
+                for key, value in self.lowering.to_native(spec.at_step(t)).items():
+                    if group[key] != value:
+                        group[key] = value
+        sparse = self.check(optimizer)
+        if self.pre_step:
+            grads = [p.grad for p in self.params]
             prepared = prepare_gradients(self.spec, self.plans, grads, torch_ops)
             if prepared is None:
                 self._stash = grads
@@ -265,13 +358,9 @@ class NativeStepHooks:
             for p, g, new in zip(self.params, grads, prepared):
                 if new is not g:
                     p.grad = laid_out_like(new, p)
-        if self.varies:
-            t = steps_taken(optimizer)
-            for group, spec in zip(optimizer.param_groups, self.group_specs):
-                for key, value in self.lowering.to_native(spec.at_step(t)).items():
-                    if group[key] != value:
-                        group[key] = value
         self._unfused = _late_momentum_buffers(optimizer)
+        self._unfused += [g for g in sparse if g.get("fused")
+                          and not any(g is u for u in self._unfused)]
         self._unfused += [g for g in _fused_cpu_layouts(optimizer)
                           if not any(g is u for u in self._unfused)]
         for group in self._unfused:
