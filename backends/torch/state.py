@@ -36,17 +36,25 @@ UNCOUNTED = frozenset({"torch.optim.SGD"})
 
 
 def _numpy(t) -> np.ndarray:
-    """A state tensor as numpy, exactly: bfloat16 as its bits (:data:`BFLOAT16`)."""
+    """A state tensor as numpy, exactly: bfloat16 as its bits (:data:`BFLOAT16`). A CPU
+    tensor's array shares its memory (no copy: a snapshot is written by ``save_state``
+    at once and never kept, so the state file costs no second copy of the state)."""
     t = t.detach().cpu()
     if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(BFLOAT16).copy()
-    return t.numpy().copy()
+        return t.view(torch.int16).numpy().view(BFLOAT16)
+    return t.numpy()
 
 
 def _tensor(array: np.ndarray, device) -> torch.Tensor:
+    """``array`` as a contiguous tensor on ``device``, sharing the memory of a
+    contiguous ``array`` on the CPU: ``load_state`` hands over arrays of its own (read
+    from the file, or copied from a transform's result), so loading costs no second
+    copy of the state."""
+    if not (array.flags.c_contiguous and array.flags.writeable):
+        array = array.copy(order="C")
     if array.dtype == BFLOAT16:
-        return torch.from_numpy(array.view(np.int16).copy()).view(torch.bfloat16).to(device)
-    return torch.from_numpy(array.copy()).to(device)
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(array).to(device)
 
 
 def _dtype(spec, p) -> np.dtype:
