@@ -692,7 +692,9 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
         got = dict(saved.arrays[name])
         fn = transform_of(name)
         if fn is not None:
-            got = {k: np.asarray(fn(a)) for k, a in got.items()}
+            # a copy: a backend may keep the arrays it is handed as the state itself,
+            # and a transform's result may be an array the caller still holds
+            got = {k: np.array(fn(a)) for k, a in got.items()}
         if sorted(got) != sorted(expected):
             raise ValueError(f"{CALLER}: parameter {name!r} has state {sorted(got)} in the "
                              f"file, the optimizer expects {sorted(expected)}")
