@@ -16,24 +16,43 @@ infinities follow IEEE); ``-fno-math-errno`` only lets ``sqrt`` vectorise.
 
 Where no compiler runs (none on PATH and no ziglang), :func:`load` raises
 :class:`KernelUnavailable` with the compiler's message; the own optimizers then run
-eagerly (``compile="auto"``) or refuse (``compile=True``).
+eagerly (``compile="auto"``, with a warning) or refuse (``compile=True``).
+
+Clean-up (:func:`_build`): the cache never holds a file under its final name that is
+not complete. The source ``<stem>_<digest>.cc`` is written atomically
+(:func:`unified_opt.files.write_text`); the compiler writes the library, and its own
+temporary files (``TMPDIR``), into a work folder ``.partial-build.<pid>.<random>``
+beside it, the library is ``fsync``-ed and moved to its name with ``os.replace``, and
+the work folder is removed whether the build succeeded or failed (a full disk: the
+compiler's message, ``ENOSPC`` or ``EFBIG``, in :class:`KernelUnavailable`; nothing
+left). The compiler runs in a process group of its own, watched by a ``/bin/sh`` that
+reads a pipe only this process writes: when this process dies in any way (SIGKILL
+included, where no Python code runs), the pipe closes and the watcher kills the
+compiler's whole group (the driver and its ``cc1plus``, ``as``, ``ld``), so no compiler
+outlives it; a KeyboardInterrupt kills the group at once. Every build holds the cache's
+lock (``.lock``), so a work folder or a ``.cc`` partial found by a process holding it
+was left by a killed one: :func:`compiled` removes them before it builds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import hashlib
 import importlib.util
 import os
 import platform
+import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from ..files import PARTIAL_SUFFIX, fsync_folder, write_text
 from .bytecode import FUNCTIONS
 
 SOURCE = Path(__file__).with_name("vm.cc")
@@ -45,6 +64,10 @@ HEADERS = (HEADER, Path(__file__).with_name("abi.h"))
 MARCH = "native"
 FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-ffp-contract=off", "-fno-math-errno"]
 OPENMP = ["-fopenmp"]
+#: the name of a build's work folder in the cache starts so (then the builder's pid)
+WORK_PREFIX = ".partial-build."
+#: the shell of the watcher that kills a compiler whose Python died (see the module)
+SHELL = "/bin/sh"
 
 _loaded: ctypes.CDLL | None = None
 _path: Path | None = None
@@ -137,18 +160,77 @@ def library_path(source: str, stem: str, compiler: Compiler, openmp: bool,
 
 def _build(compiler: Compiler, source: str, target: Path, openmp: bool,
            march: str = MARCH) -> None:
+    """Compile ``source`` into ``target`` (see the module's clean-up: the source written
+    atomically, the library and the compiler's temporary files in a work folder removed
+    in every case, the compiler killed with this process)."""
+    folder = target.parent
     source_file = target.with_suffix(".cc")
-    source_file.write_text(source)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
-        partial = Path(tmp.name)
-    command = [*compiler, *flags(march, openmp, compiler.zig), f"-I{HEADER.parent}", "-o",
-               str(partial), str(source_file)]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        partial.unlink(missing_ok=True)
-        raise KernelUnavailable(f"compiling {source_file.name} failed ({' '.join(command)}): "
-                                f"{done.stderr.strip()[-2000:]}")
-    os.replace(partial, target)        # atomic: a reader never sees half a library
+    write_text(source_file, source)
+    work = Path(tempfile.mkdtemp(dir=folder, prefix=f"{WORK_PREFIX}{os.getpid()}."))
+    try:
+        partial = work / target.name
+        command = [*compiler, *flags(march, openmp, compiler.zig), f"-I{HEADER.parent}",
+                   "-o", str(partial), str(source_file)]
+        returncode, stderr = _run_compiler(command, dict(os.environ, TMPDIR=str(work)))
+        if returncode != 0:
+            raise KernelUnavailable(f"compiling {source_file.name} failed "
+                                    f"({' '.join(command)}): {stderr.strip()[-2000:]}")
+        with open(partial, "rb") as library_file:
+            os.fsync(library_file.fileno())   # complete on disk before it takes the name
+        os.replace(partial, target)        # atomic: a reader never sees half a library
+        fsync_folder(folder)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_compiler(command: list, env: dict) -> tuple[int, str]:
+    """Run ``command`` in a process group of its own under a watcher that kills the
+    group when this process dies (see the module); ``(exit status, stderr)``."""
+    compiler = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, env=env, text=True,
+                                start_new_session=True)
+    watcher = None
+    try:
+        # `read` returns true on the line written below when the compiler is done, false
+        # at the end of the pipe: this process died (its end closed by the kernel); a
+        # negative pid names a group (dash's `kill` takes no `--` before it)
+        watcher = subprocess.Popen(
+            [SHELL, "-c", 'read done || kill -KILL "-$1" 2>/dev/null', "uo-watch",
+             str(compiler.pid)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+        _, stderr = compiler.communicate()
+    except BaseException:
+        # a KeyboardInterrupt (or any error) here: the whole group goes now
+        with contextlib.suppress(OSError):
+            os.killpg(compiler.pid, signal.SIGKILL)
+        compiler.wait()
+        raise
+    finally:
+        if watcher is not None:
+            with contextlib.suppress(OSError):
+                watcher.stdin.write(b"done\n")
+                watcher.stdin.close()
+            watcher.wait()
+    return compiler.returncode, stderr
+
+
+#: the partial library of a killed build of releases before the work folders
+#: (``tempfile``'s name: "tmp", 8 characters)
+_OLD_PARTIAL = re.compile(r"tmp[a-z0-9_]{8}\.so")
+
+
+def _remove_partials(folder: Path) -> None:
+    """Remove the work folders and the ``.cc`` partial files of killed builds from the
+    cache ``folder`` (called holding its lock: no build is running, see the module), and
+    the partial libraries that earlier releases' killed builds left."""
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.startswith(WORK_PREFIX) and entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif ((name.startswith(".") and name.endswith(PARTIAL_SUFFIX) and ".cc." in name)
+              or _OLD_PARTIAL.fullmatch(name)):
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError):
+                entry.unlink()
 
 
 def compiled(source: str, stem: str, march: str = MARCH) -> Path:
@@ -165,6 +247,7 @@ def compiled(source: str, stem: str, march: str = MARCH) -> Path:
             with open(target.parent / ".lock", "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)      # one process builds, the others wait
                 if not target.exists():
+                    _remove_partials(target.parent)
                     _build(compiler, source, target, openmp, march)
             return target
         except KernelUnavailable:
