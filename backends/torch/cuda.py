@@ -30,7 +30,6 @@ compiles nothing.
 from __future__ import annotations
 
 import importlib.util
-import math
 import operator
 import os
 import sys
@@ -41,9 +40,8 @@ import torch
 from torch.autograd.graph import increment_version
 
 from unified_opt.kernels import build
-from unified_opt.kernels.bytecode import OPCODES, OPERAND_KINDS, decode
 from unified_opt.kernels.runtime import LABELS_KEPT, Programs
-from unified_opt.kernels.trace import B, C, R, Untraceable, canonical_dims
+from unified_opt.kernels.trace import Untraceable, canonical_dims
 from unified_opt.kernels.triton_source import (
     REDUCE_MANY,
     REDUCE_TOTAL,
@@ -254,10 +252,6 @@ class CudaKernels(Engine):
         self.programs = Programs()
         self._launches: dict = {}
         self._partitions: dict = {}
-        self._flat: dict = {}
-        self._memo: dict = {}
-        #: (id(spec), dtype) -> (spec, whether its last 1-D trace was rank-blind)
-        self._blind: dict = {}
         self._triton: dict = {}
         self._refused: set = set()
         self._warned = False
@@ -378,8 +372,8 @@ class CudaKernels(Engine):
                 found = any_shape.get((dtype, len(shape), step))
                 if found is None:
                     try:
-                        view, code, scalars, shared = self._code(batch.spec, shape, math,
-                                                                 batch.lr, step)
+                        view, code, scalars, shared = self.programs.program(
+                            batch.spec, shape, math, batch.lr, step)
                         program = self._program(code, math,
                                                 self._storage(batch.spec, view, dtype))
                     except (Untraceable, Unsupported, TritonUnavailable) as error:
@@ -402,60 +396,6 @@ class CudaKernels(Engine):
             # the kernels wrote through addresses: tell autograd, as an in-place op would
             increment_version(written)
         return sorted(leftover)
-
-    def _code(self, spec, shape, dtype, lr, step):
-        """``(the shape the kernels see, VM code, scalars, whether they serve every shape
-        of this rank)`` of a parameter's update (not where the update reads a size): a
-        program that is elementwise but for whole-tensor sums (Adam, Lion, Lamb's and
-        LARS's norms) runs every tensor as 1-D, so that tensors of every rank share one
-        program and one launch. Checked, not assumed: the 1-D trace must be the same
-        program with the tensor's axes read as one, and the update must not read the
-        tensor's size. Worked out once per spec, rank, dtype and step.
-
-        Where the 1-D trace of this step is rank-blind (:attr:`Trace.rank_blind`: the
-        update's Python never looked at the axes) and the state arrays are whole or 0-d
-        as for a 1-D parameter, the parameter's own trace would be that one with its
-        axes read as one: a step then traces once for every rank."""
-        if len(shape) != 1:
-            blind = self._blind.get((id(spec), dtype))
-            if blind is None or blind[0] is not spec or blind[1]:
-                numel = math.prod(shape)
-                flat_trace, flat_code = self.programs.traced(spec, (numel,), dtype, lr,
-                                                             step)
-                if len(self._blind) >= LABELS_KEPT:
-                    self._blind.clear()
-                self._blind[(id(spec), dtype)] = (spec, flat_trace.rank_blind)
-                if flat_trace.rank_blind and self.programs.states_flatten(spec, len(shape),
-                                                                          dtype):
-                    return (numel,), flat_code, flat_trace.scalars, True
-        memo_key = (id(spec), len(shape), dtype, lr, step)
-        memo = self._memo.get(memo_key)
-        if memo is not None and memo[0] is spec:
-            if memo[1] is not None:                       # the rank's shared flat program
-                return (math.prod(shape),), memo[1], memo[2], True
-            if not memo[3]:
-                code, scalars = self.programs.code_and_scalars(spec, shape, dtype, lr, step)
-                return shape, code, scalars, True
-        trace, code = self.programs.traced(spec, shape, dtype, lr, step)
-        flat = None
-        if len(shape) != 1 and not trace.shape_read:
-            numel = math.prod(shape)
-            flat_trace, flat_code = self.programs.traced(spec, (numel,), dtype, lr, step)
-            key = code.tobytes()
-            if key not in self._flat:
-                if len(self._flat) >= LABELS_KEPT:
-                    self._flat.clear()
-                self._flat[key] = (not flat_trace.shape_read
-                                   and flattens(code, flat_code, len(shape))
-                                   and np.array_equal(trace.scalars, flat_trace.scalars))
-            if self._flat[key]:
-                flat = (flat_code, flat_trace.scalars)
-        if len(self._memo) >= LABELS_KEPT:
-            self._memo.clear()
-        self._memo[memo_key] = (spec, *(flat or (None, None)), trace.shape_read)
-        if flat is not None:
-            return (math.prod(shape),), flat[0], flat[1], True
-        return shape, code, trace.scalars, not trace.shape_read
 
     def _refuse(self, key, batch: Batch, error) -> None:
         if self.mode is True:
@@ -497,38 +437,6 @@ class CudaKernels(Engine):
         else:
             launch.run(grads, rows, row_of)
         return launch
-
-
-def flattens(code: np.ndarray, flat_code: np.ndarray, ndim: int) -> bool:
-    """Whether VM ``code`` of a parameter of ``ndim`` dimensions is ``flat_code`` (the same
-    update traced on the parameter seen as 1-D) with every full mask read as the 1-D one:
-    no array, phase or sum of ``code`` spans part of the parameter's axes."""
-    full = {0: 0, 1: C, 2: R | C}.get(ndim, B | R | C)
-
-    def normalized(decoded, whole):
-        def axes(mask):
-            return "all" if mask == whole else ("none" if mask == 0 else None)
-
-        masks = [axes(m) for m in decoded.masks]
-        phases = []
-        for domain, instructions in decoded.phases:
-            body = []
-            for ins in instructions:
-                ins = list(ins)
-                if ins[0] == OPCODES["sum"]:
-                    ins[2] = axes(ins[2])
-                for kind, value in ((3, 4), (5, 6), (7, 8)):
-                    if ins[kind] == OPERAND_KINDS["count"]:
-                        ins[value] = axes(ins[value])
-                body.append(tuple(ins))
-            phases.append((axes(domain), tuple(body)))
-        return decoded.n_inputs, tuple(masks), tuple(phases)
-
-    mine = normalized(decode(code), full)
-    if None in mine[1] or any(d is None for d, _ in mine[2]) or any(
-            None in ins for _, body in mine[2] for ins in body):
-        return False
-    return mine == normalized(decode(flat_code), C)
 
 
 def _own_memory(p, state: dict, order, sizes: dict, dtype: torch.dtype) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import build
-from .bytecode import DTYPES, compile_program
+from .bytecode import DTYPES, OPCODES, OPERAND_KINDS, compile_program, decode
 from .codegen import kernel_source
 from .trace import (
     B,
@@ -78,6 +78,12 @@ class Programs:
         self._codes: dict = {}
         self._traces: dict = {}
         self._traced_step = None
+        #: VM code -> whether it is its 1-D trace's code with the axes read as one
+        self._flat: dict = {}
+        #: (id(spec), rank, dtype, lr, step) -> (spec, flat code, flat scalars, shape_read)
+        self._memo: dict = {}
+        #: (id(spec), dtype) -> (spec, whether its last 1-D trace was rank-blind)
+        self._blind: dict = {}
 
     def state_order(self, spec, shape, dtype: str) -> tuple[str, ...]:
         """The order of the state arrays after the parameter and the gradient."""
@@ -147,6 +153,64 @@ class Programs:
                 self._traces[(key, shape)] = found
         return found
 
+    def program(self, spec, shape, dtype, lr, step):
+        """``(the shape the kernels see, VM code, scalars, whether they serve every shape
+        of this rank)`` of a parameter's update at this step.
+
+        A program that is elementwise but for whole-tensor sums (Adam, Lion, Lamb's and
+        LARS's norms) runs every tensor as 1-D: its walk then does not depend on the
+        tensor's last axis (a conv weight of shape (512, 512, 3, 3) walks as one
+        2,359,296-element row, in chunks of the kernels' width, not in 786,432 rows of
+        3), and tensors of every rank share one program. Checked, not assumed: the 1-D
+        trace must be the same program with the tensor's axes read as one
+        (:func:`flattens`), and the update must not read the tensor's size. Worked out
+        once per spec, rank, dtype and step. An update that reduces over chosen axes
+        (Adafactor's and CAME's factored moments) keeps the tensor's shape.
+
+        Where the 1-D trace of this step is rank-blind (:attr:`.trace.Trace.rank_blind`:
+        the update's Python never looked at the axes) and the state arrays are whole or
+        0-d as for a 1-D parameter, the parameter's own trace would be that one with its
+        axes read as one: a step then traces once for every rank."""
+        shape = tuple(shape)
+        if len(shape) != 1:
+            blind = self._blind.get((id(spec), dtype))
+            if blind is None or blind[0] is not spec or blind[1]:
+                numel = int(np.prod(shape, dtype=np.int64))
+                flat_trace, flat_code = self.traced(spec, (numel,), dtype, lr, step)
+                if len(self._blind) >= LABELS_KEPT:
+                    self._blind.clear()
+                self._blind[(id(spec), dtype)] = (spec, flat_trace.rank_blind)
+                if flat_trace.rank_blind and self.states_flatten(spec, len(shape), dtype):
+                    return (numel,), flat_code, flat_trace.scalars, True
+        memo_key = (id(spec), len(shape), dtype, lr, step)
+        memo = self._memo.get(memo_key)
+        if memo is not None and memo[0] is spec:
+            if memo[1] is not None:                       # the rank's shared flat program
+                return (int(np.prod(shape, dtype=np.int64)),), memo[1], memo[2], True
+            if not memo[3]:
+                code, scalars = self.code_and_scalars(spec, shape, dtype, lr, step)
+                return shape, code, scalars, True
+        trace, code = self.traced(spec, shape, dtype, lr, step)
+        flat = None
+        if len(shape) != 1 and not trace.shape_read:
+            numel = int(np.prod(shape, dtype=np.int64))
+            flat_trace, flat_code = self.traced(spec, (numel,), dtype, lr, step)
+            key = code.tobytes()
+            if key not in self._flat:
+                if len(self._flat) >= LABELS_KEPT:
+                    self._flat.clear()
+                self._flat[key] = (not flat_trace.shape_read
+                                   and flattens(code, flat_code, len(shape))
+                                   and np.array_equal(trace.scalars, flat_trace.scalars))
+            if self._flat[key]:
+                flat = (flat_code, flat_trace.scalars)
+        if len(self._memo) >= LABELS_KEPT:
+            self._memo.clear()
+        self._memo[memo_key] = (spec, *(flat or (None, None)), trace.shape_read)
+        if flat is not None:
+            return (int(np.prod(shape, dtype=np.int64)),), flat[0], flat[1], True
+        return shape, code, trace.scalars, not trace.shape_read
+
 
 class KernelRunner(Programs):
     """Traces, compiles to VM code and runs parameters' updates (see the module)."""
@@ -165,13 +229,13 @@ class KernelRunner(Programs):
         nothing."""
         programs = []
         for job in jobs:
-            code, scalars = self.code_and_scalars(job.spec, tuple(job.shape), job.dtype,
-                                                  job.lr, job.step)
+            shape, code, scalars, _ = self.program(job.spec, job.shape, job.dtype, job.lr,
+                                                   job.step)
             self.specialized(code, int(np.prod(job.shape, dtype=np.int64)), job.spec.name)
-            programs.append((code, scalars))
-        for job, (code, scalars) in zip(jobs, programs):
+            programs.append((shape, code, scalars))
+        for job, (shape, code, scalars) in zip(jobs, programs):
             addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
-            dims = np.asarray(canonical_dims(job.shape), dtype=np.int64)
+            dims = np.asarray(canonical_dims(shape), dtype=np.int64)
             status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
                                             addresses, dims.ctypes.data, scalars.ctypes.data)
             if status:
@@ -290,6 +354,38 @@ def _compile(library, key: bytes, code: np.ndarray, name: str) -> None:
     except build.KernelUnavailable as error:
         warnings.warn(f"unified_opt: the {name} update stays on the kernel VM (the same "
                       f"numbers, slower): {error}", RuntimeWarning, stacklevel=1)
+
+
+def flattens(code: np.ndarray, flat_code: np.ndarray, ndim: int) -> bool:
+    """Whether VM ``code`` of a parameter of ``ndim`` dimensions is ``flat_code`` (the same
+    update traced on the parameter seen as 1-D) with every full mask read as the 1-D one:
+    no array, phase or sum of ``code`` spans part of the parameter's axes."""
+    full = {0: 0, 1: C, 2: R | C}.get(ndim, B | R | C)
+
+    def normalized(decoded, whole):
+        def axes(mask):
+            return "all" if mask == whole else ("none" if mask == 0 else None)
+
+        masks = [axes(m) for m in decoded.masks]
+        phases = []
+        for domain, instructions in decoded.phases:
+            body = []
+            for ins in instructions:
+                ins = list(ins)
+                if ins[0] == OPCODES["sum"]:
+                    ins[2] = axes(ins[2])
+                for kind, value in ((3, 4), (5, 6), (7, 8)):
+                    if ins[kind] == OPERAND_KINDS["count"]:
+                        ins[value] = axes(ins[value])
+                body.append(tuple(ins))
+            phases.append((axes(domain), tuple(body)))
+        return decoded.n_inputs, tuple(masks), tuple(phases)
+
+    mine = normalized(decode(code), full)
+    if None in mine[1] or any(d is None for d, _ in mine[2]) or any(
+            None in ins for _, body in mine[2] for ins in body):
+        return False
+    return mine == normalized(decode(flat_code), C)
 
 
 def run_numpy(runner: KernelRunner, spec, param: np.ndarray, grad: np.ndarray, state: dict,
