@@ -102,8 +102,21 @@ def initial_state(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[s
 
 
 def state_layout(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, tuple]:
-    """The spec's state of such a parameter: name -> (shape, numpy dtype)."""
-    return {k: (a.shape, a.dtype) for k, a in initial_state(spec, shape, dtype).items()}
+    """The spec's state of such a parameter: name -> (shape, numpy dtype), as
+    :func:`initial_state` gives it. ``spec.init`` runs on a read-only broadcast zero
+    (no memory of the parameter's size), and its arrays are not copied: checking a
+    load's layout costs no state-sized memory (``init`` is a pure function)."""
+    low = np.dtype(dtype) in (BFLOAT16, np.dtype(np.float16))
+    probe = np.broadcast_to(np.zeros((), dtype=np.float32 if low else dtype), shape)
+    init = spec.init(probe, numpy_ops)
+    if not low:
+        return {k: (np.shape(a), np.asarray(a).dtype) for k, a in init.items()}
+    # the low-precision storage dtypes hold every state array in that dtype; a 0-d
+    # array becomes [1] in bfloat16 (bfloat16_bits' ascontiguousarray), as initial_state
+    # gives it
+    bits = np.dtype(dtype) == BFLOAT16
+    return {k: ((1,) if bits and np.ndim(a) == 0 else np.shape(a), np.dtype(dtype))
+            for k, a in init.items()}
 
 
 @dataclass
