@@ -99,7 +99,8 @@ def gradient_mismatch(owner: str, name: str, parameter: tuple, gradient: tuple,
     parameter's dtype), a shape or device that differs a ValueError."""
     differs = [(field, want, have) for field, want, have in zip(DESCRIBED, parameter, gradient)
                if want != have]
-    parts = ", ".join(f"{field} {_shown(have)} (the parameter's: {_shown(want)})"
+    parts = ", ".join(f"{field} {_shown(field, have)} (the parameter's: "
+                      f"{_shown(field, want)})"
                       for field, want, have in differs)
     fields = {field for field, _, _ in differs}
     dense = " (sparse gradients are not supported here" + hint + ")" \
@@ -115,9 +116,9 @@ def gradient_mismatch(owner: str, name: str, parameter: tuple, gradient: tuple,
     return ValueError(message)
 
 
-def _shown(value) -> str:
-    if isinstance(value, tuple):
-        return str(list(value))
+def _shown(field: str, value) -> str:
+    if field == "shape" and value is not None:     # a tuple, torch.Size, paddle.Size
+        return str([int(n) for n in value])
     return str(value).removeprefix("torch.").removeprefix("paddle.")
 
 

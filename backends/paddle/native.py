@@ -212,8 +212,16 @@ def check_parameter_gradients(optimizer, params) -> None:
     checked against its parameter, before anything changes
     (:func:`unified_opt.step_loop.check_gradients`)."""
     params = [p for p in params if not p.stop_gradient]
-    check_gradients(type(optimizer).__name__, [p.name for p in params], params,
+    check_gradients(type(optimizer).__name__, _names(optimizer, params), params,
                     [p._grad_ivar() for p in params], describe, hint=SELECTED_ROWS_HINT)
+
+
+def _names(optimizer, params) -> list[str]:
+    """Each parameter's name in errors: the name ``uo.build`` knew (a module's
+    attribute path) with Paddle's own, else Paddle's."""
+    known = optimizer.__dict__.get("_uo_names", {})
+    return [f"{known[p.name]} ({p.name})" if known.get(p.name, p.name) != p.name else p.name
+            for p in params]
 
 
 class _CheckedGradients:
@@ -234,7 +242,7 @@ class _CheckedGradients:
         # minimize's gradients: checked before its _apply_optimize changes anything
         params_grads = super().backward(*args, **kwargs)
         params = [p for p, _ in params_grads]
-        check_gradients(type(self).__name__, [p.name for p in params], params,
+        check_gradients(type(self).__name__, _names(self, params), params,
                         [g for _, g in params_grads], describe, hint=SELECTED_ROWS_HINT)
         return params_grads
 
@@ -293,6 +301,9 @@ def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, opt
                         **arguments, **options)
         for i in layout.unclipped:
             optimizer._hold(params[i], need_clip=False)
+        # the names uo.build knew, for the gradient check's errors (_CheckedGradients)
+        optimizer._uo_names = {p.name: plan.name for p, plan in zip(params, plans)
+                               if plan.name is not None}
         block = paddle.static.default_main_program().global_block()
         optimizer._create_accumulators(block, [p for p in params if not p.stop_gradient])
     return optimizer

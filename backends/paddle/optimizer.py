@@ -14,7 +14,7 @@ from unified_opt.storage import refuse_rounding
 from .engines import Eager, Kernels
 from .kernels import PaddleKernels
 from .loading import check_state_dict
-from .native import describe
+from .native import SELECTED_ROWS_HINT, describe
 from .ops import paddle_ops
 
 STEP = "step"   # accumulator holding each parameter's count of updates
@@ -275,6 +275,7 @@ class _Host(Host):
 
     ops = paddle_ops
     owner = "SpecOptimizer"
+    sparse_hint = SELECTED_ROWS_HINT
 
     def __init__(self, optimizer: SpecOptimizer):
         self.optimizer = optimizer
