@@ -78,6 +78,7 @@ from pathlib import Path
 
 import numpy as np
 
+from unified_opt.files import write_text
 from unified_opt.kernels.trace import (
     BOOLEAN,
     B,
@@ -734,9 +735,8 @@ def load_source(text: str):
             return _modules[name]
         path = _cache_dir() / f"{name}.py"
         if not path.exists() or path.read_text() != text:
-            partial = path.with_suffix(f".{os.getpid()}.tmp")
-            partial.write_text(text)
-            os.replace(partial, path)
+            # atomically: a failed write (a full disk) removes its partial file
+            write_text(path, text)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module

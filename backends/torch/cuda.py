@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
+from unified_opt.files import write_text
 from unified_opt.kernels import build
 from unified_opt.kernels.runtime import LABELS_KEPT, Programs
 from unified_opt.kernels.trace import Untraceable, canonical_dims
@@ -91,9 +92,8 @@ def module_of(program: TritonProgram):
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"uo_{program.digest}.py"
             if not path.exists() or path.read_text() != program.source:
-                partial = path.with_suffix(f".{os.getpid()}.tmp")
-                partial.write_text(program.source)
-                partial.replace(path)
+                # atomically: a failed write (a full disk) removes its partial file
+                write_text(path, program.source)
             name = f"unified_opt_triton_{program.digest}"
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
