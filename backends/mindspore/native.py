@@ -39,24 +39,50 @@ def describe(tensor) -> tuple:
     return (tuple(tensor.shape), tensor.dtype, None, DENSE)
 
 
-def check_call(optimizer, inputs) -> None:
-    """A forward pre-hook of every native optimizer ``uo.build`` returns: the gradients
-    of a call (``opt(grads)``, in PyNative also ``nn.TrainOneStepCell``) checked against
+def check_call(optimizer, gradients) -> None:
+    """The gradients of a call of a native optimizer checked against
     ``optimizer.parameters`` before MindSpore runs the step
-    (:func:`unified_opt.step_loop.check_gradients`: shape, dtype, dense), naming the
-    parameter. MindSpore's own refusal (its shape inference, or a dtype it will not cast
-    for a Parameter) names an operator, not the parameter; compiled into an outer graph
-    the hook does not run and that refusal, before any step, is what remains."""
+    (:func:`unified_opt.step_loop.check_gradients`: shape, no broadcasting, dtype, a
+    Tensor), naming the parameter."""
     params = list(optimizer.parameters)
-    grads = inputs[0] if inputs else None
-    if not isinstance(grads, tuple):
+    if not isinstance(gradients, tuple):
         raise TypeError(f"{type(optimizer).__name__}: gradients must be a tuple of Tensors "
-                        f"in parameter order, got {type(grads).__name__}")
-    if len(grads) != len(params):
-        raise ValueError(f"{type(optimizer).__name__}: got {len(grads)} gradients for "
+                        f"in parameter order, got {type(gradients).__name__}")
+    if len(gradients) != len(params):
+        raise ValueError(f"{type(optimizer).__name__}: got {len(gradients)} gradients for "
                          f"{len(params)} parameters")
-    check_gradients(type(optimizer).__name__, [p.name for p in params], params, grads,
+    check_gradients(type(optimizer).__name__, [p.name for p in params], params, gradients,
                     describe)
+
+
+class _CheckedCall:
+    """Mixin in front of every native optimizer class ``uo.build`` returns: each call's
+    gradients checked first (:func:`check_call`). ``__call__``, since a forward pre-hook
+    is compiled into the class's ``@jit`` construct (and a raise with a formatted message
+    cannot be). Python sees each call where it calls the optimizer: PyNative
+    (``opt(grads)``, ``nn.TrainOneStepCell``, ``ms.Model``) and ``opt(grads)`` in
+    GRAPH_MODE. Compiled into an outer graph (a GRAPH_MODE train step), MindSpore's own
+    shape and dtype inference refuses a mismatch when the graph compiles, before any
+    step runs, naming an operator rather than the parameter."""
+
+    def __call__(self, *args, **kwargs):
+        if args:
+            check_call(self, args[0])
+        return super().__call__(*args, **kwargs)
+
+
+_CHECKED: dict[type, type] = {}
+
+
+def checked_class(cls) -> type:
+    """``cls`` with :class:`_CheckedCall` in front: same name, constructor and
+    Parameters, ``isinstance(opt, cls)`` holds; ``uo_native_class`` (its own attribute,
+    not inherited by a further subclass) names ``cls`` for readers of the class."""
+    if cls not in _CHECKED:
+        _CHECKED[cls] = type(cls.__name__, (_CheckedCall, cls),
+                             {"__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                              "uo_native_class": cls})
+    return _CHECKED[cls]
 
 
 def check_options(cls_info, options: dict) -> None:
@@ -130,17 +156,8 @@ def arguments_of(lowering, spec) -> dict:
 
 def native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells: bool = True,
                      total_steps: int | None = None):
-    """:func:`_native_optimizer`'s optimizer, its calls' gradients checked first
-    (:func:`check_call`)."""
-    optimizer = _native_optimizer(cls_info, lowering, params, plans, spec, options,
-                                  cells=cells, total_steps=total_steps)
-    optimizer.register_forward_pre_hook(check_call)
-    return optimizer
-
-
-def _native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells: bool = True,
-                      total_steps: int | None = None):
-    """``cls_info.name`` over the non-empty ``params`` (one plan each, see
+    """``cls_info.name`` (:func:`checked_class`: each call's gradients checked first)
+    over the non-empty ``params`` (one plan each, see
     :mod:`unified_opt.groups`). The lr is ``spec.lr`` (a lowering's own ``learning_rate``
     argument replaces it: nn.AdaFactor's None); a group's lr is its fixed lr or its
     ``lr_scale`` times that. A scheduled lr or weight decay takes the form
@@ -149,7 +166,7 @@ def _native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells
     ``loss_scale`` goes to the classes that divide by it (the descriptor's ``loss_scale``)."""
     from unified_opt.schedules import Schedule
 
-    cls = import_native(cls_info.name)
+    cls = checked_class(import_native(cls_info.name))
     held = [(p, plan) for p, plan in zip(params, plans) if p.size > 0]
     params, plans = [p for p, _ in held], [plan for _, plan in held]
     arguments = [arguments_of(lowering, plan.spec) for plan in plans]

@@ -293,7 +293,24 @@ def _own(record) -> bool:
     return record.decision.path == "own"
 
 
+def refuse_unnamed_held(record, optimizer) -> None:
+    """Refuse (ValueError) an optimizer made by ``uo.build`` that holds a parameter the
+    build was not given (an ``experimental.optim`` group added after it, by a path that
+    got past ``add_param_group``'s refusal): the file names each parameter by the
+    build's name for it, so such a parameter would be silently left out."""
+    built = {id(p) for p in record.params}
+    for p in getattr(optimizer, "parameters", ()):
+        if id(p) not in built:
+            raise ValueError(
+                f"save_state: the optimizer holds parameter {p.name} (shape "
+                f"{list(p.shape)}), which was not given to uo.build (a group added "
+                "later?), so the state file has no name for it and would leave its state "
+                "out; build the optimizer with every parameter up front (uo.build(spec, "
+                "net, groups=[uo.Group(...)]))")
+
+
 def snapshot_built(record, optimizer) -> Snapshot:
+    refuse_unnamed_held(record, optimizer)
     names = list(record.names)
     shapes = {n: tuple(p.shape) for n, p in zip(names, record.params)}
     scheduled = isinstance(record.spec.lr, Schedule)
@@ -482,7 +499,9 @@ def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -
 def _qualified(optimizer) -> str:
     from unified_opt.porting.live import native_classes
 
-    cls = native_classes("mindspore").get(type(optimizer))
+    # uo.build's native classes are checked_class subclasses, read as the class they wrap
+    cls = native_classes("mindspore").get(
+        vars(type(optimizer)).get("uo_native_class", type(optimizer)))
     if cls is None or cls.refused:
         raise ValueError(f"convert_checkpoint: {type(optimizer).__qualname__} is not a "
                          "MindSpore optimizer class that unified-opt reads (a subclass is not "
