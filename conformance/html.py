@@ -24,6 +24,8 @@ import platform
 import zlib
 from pathlib import Path
 
+from unified_opt.files import write_text
+
 from .series import grid
 
 TITLE = "unified-opt conformance report"
@@ -369,5 +371,5 @@ def html_report(report: dict) -> str:
 
 
 def write_html(report: dict, path: Path | str) -> None:
-    """Write :func:`html_report` to ``path``."""
-    Path(path).write_text(html_report(report), encoding="utf-8")
+    """Write :func:`html_report` to ``path``, atomically (:mod:`unified_opt.files`)."""
+    write_text(Path(path), html_report(report))

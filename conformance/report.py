@@ -4,7 +4,16 @@
 error/floor per step plotted, :mod:`.html`) and ``junit.xml`` (one testcase per case x
 backend x path, for CI). Each backend's entry names the device it ran on
 (``device``, ``framework_device``, ``device_name``) and the runs it left out there
-(``not_run``: JUnit ``skipped``, ``not run`` in the matrix, the reason in the notes)."""
+(``not_run``: JUnit ``skipped``, ``not run`` in the matrix, the reason in the notes).
+
+``status`` says whether the run behind a report finished: ``"complete"``;
+``"interrupted"`` (stopped by a signal, ``interrupted_by``: its name; the results that
+finished, the others errors saying so; the Markdown and the page say so at the top, and
+``junit.xml`` has an erroring testcase ``run[interrupted]``); ``"incomplete"``: the stub
+reports a run writes when it starts (:func:`write_stub_reports`: no results, no
+summary; ``junit.xml`` one erroring testcase ``run[incomplete]``), which stay if it is
+killed. Only a complete report is a verdict; :mod:`.report_diff` refuses the others.
+Every file is written atomically (:mod:`unified_opt.files`)."""
 
 from __future__ import annotations
 
@@ -14,19 +23,26 @@ import math
 import platform
 import sys
 import xml.etree.ElementTree as ET
+from html import escape as html_escape
 from pathlib import Path
 
 import numpy as np
 
 import unified_opt as uo
+from unified_opt.files import write_text
 
 from .cases import SUITE_VERSION
 from .compare import TINY, ULPS, K
-from .html import cpu_name, write_html
+from .html import cpu_name, html_report
 
 FORMAT_VERSION = 1
 PATH_ORDER = ("auto", "own", "native", "hand", "check")
 STATUSES = ("pass", "fail", "error")
+#: a report's ``status``: its run finished, was stopped by a signal, or has not finished
+#: (the stub a run writes first)
+COMPLETE, INTERRUPTED, INCOMPLETE = "complete", "interrupted", "incomplete"
+#: the reports a run writes into its folder
+REPORT_FILES = ("report.json", "report.md", "report.html", "junit.xml")
 
 RULE = ("per step and quantity: max|backend - oracle(float64)| <= K * max(float32 "
         "reference error, ULPS float32 ulps of max|oracle|, TINY); non-finite positions "
@@ -61,12 +77,16 @@ def unexercised_rows(backend: str, results: list[dict]) -> list[str]:
 
 
 def build_report(cases, backends, workers: dict, results: list[dict], *,
-                 unstable_cases=()) -> dict:
+                 unstable_cases=(), interrupted_by: str | None = None) -> dict:
+    """The report; ``interrupted_by`` (a signal's name): the run was stopped, and
+    ``results`` are what it has (see the module)."""
     counts = {s: sum(r["status"] == s for r in results) for s in STATUSES}
     counts["known"] = sum(bool(r.get("known")) and r["status"] == "pass" for r in results)
     uncovered = {b: unexercised_rows(b, results) for b in backends}
     report = {
         "format_version": FORMAT_VERSION,
+        "status": COMPLETE if interrupted_by is None else INTERRUPTED,
+        **({} if interrupted_by is None else {"interrupted_by": interrupted_by}),
         "suite_version": SUITE_VERSION,
         "unified_opt_version": uo.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -218,6 +238,7 @@ def markdown(report: dict) -> str:
            "error/floor over all steps and quantities, and whether the build used the "
            "framework's native class or the spec's own update; `-`: not run (the "
            "`auto` build already took the own implementation).", "",
+           *([f"**{interrupted_text(report)}**", ""] if interrupted_text(report) else []),
            f"**{summary_line(report)}**", "",
            "| " + " | ".join(header) + " |",
            "|" + "|".join("---" for _ in header) + "|"]
@@ -255,6 +276,25 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def interrupted_text(report: dict) -> str | None:
+    """What an interrupted report says first (None for any other report)."""
+    if report.get("status") != INTERRUPTED:
+        return None
+    return (f"INTERRUPTED by {report.get('interrupted_by') or 'a signal'}: the run was "
+            "stopped before it finished; these are the results that finished, the runs it "
+            "did not finish are errors. Not a verdict on the suite.")
+
+
+def _run_testsuite(root: ET.Element, name: str, message: str) -> None:
+    """A testsuite ``conformance.run`` of one erroring testcase ``run[name]`` (an
+    interrupted or unfinished run: a CI's test view shows it red)."""
+    suite = ET.SubElement(root, "testsuite", name="conformance.run", tests="1",
+                          failures="0", errors="1", skipped="0", time="0.000")
+    case = ET.SubElement(suite, "testcase", classname="conformance.run", name=f"run[{name}]",
+                         time="0.000")
+    ET.SubElement(case, "error", type=name, message=message).text = message
+
+
 def junit(report: dict) -> str:
     """JUnit XML for a CI's test view: a testsuite per backend, a testcase per result,
     named ``case[backend-path]`` (as :mod:`.report_diff` names results) in class
@@ -265,11 +305,14 @@ def junit(report: dict) -> str:
     # stderr may hold a terminal colour's ESC)
     xml_text = dict.fromkeys(c for c in range(32) if c not in (9, 10, 13))
     skipped = not_run_entries(report)
+    interrupted = interrupted_text(report)
     root = ET.Element("testsuites", name="unified-opt conformance",
-                      tests=str(report["summary"]["total"] + len(skipped)),
+                      tests=str(report["summary"]["total"] + len(skipped) + bool(interrupted)),
                       failures=str(report["summary"]["fail"]),
-                      errors=str(report["summary"]["error"]),
+                      errors=str(report["summary"]["error"] + bool(interrupted)),
                       skipped=str(len(skipped)))
+    if interrupted:
+        _run_testsuite(root, INTERRUPTED, interrupted)
     for backend, worker in report["backends"].items():
         mine = [r for r in report["results"] if r["backend"] == backend]
         left_out = [e for e in skipped if e["backend"] == backend]
@@ -303,9 +346,58 @@ def junit(report: dict) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def html_page(report: dict) -> str:
+    """:func:`.html.html_report`'s page; an interrupted report's says so under its
+    title."""
+    page = html_report(report)
+    interrupted = interrupted_text(report)
+    if interrupted:
+        banner = (f"<p class=\"fail\" id=\"status\"><b>{html_escape(interrupted)}</b></p>")
+        page = page.replace("</h1>", "</h1>" + banner, 1)
+    return page
+
+
 def write_reports(report: dict, out: Path | str) -> None:
+    """``report.json``, ``report.md``, ``report.html`` and ``junit.xml`` of ``report``
+    into the folder ``out``, each replaced atomically."""
     out = Path(out)
-    (out / "report.json").write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
-    (out / "report.md").write_text(markdown(report))
-    write_html(report, out / "report.html")
-    (out / "junit.xml").write_text(junit(report))
+    write_text(out / "report.json", json.dumps(report, indent=1, allow_nan=False) + "\n")
+    write_text(out / "report.md", markdown(report))
+    write_text(out / "report.html", html_page(report))
+    write_text(out / "junit.xml", junit(report))
+
+
+def stub_report(started: str, pid: int) -> dict:
+    """What ``report.json`` holds while a run (process ``pid``, started at ``started``)
+    has not finished: ``status`` incomplete, no results, no summary."""
+    return {"format_version": FORMAT_VERSION, "status": INCOMPLETE, "started": started,
+            "pid": pid, "unified_opt_version": uo.__version__,
+            "message": (f"INCOMPLETE: the conformance run started at {started} (process "
+                        f"{pid}) has not written its reports: it is still running, or it "
+                        "was killed before it could. There are no results here; this is "
+                        "not a verdict on the suite.")}
+
+
+def write_stub_reports(out: Path | str, *, started: str, pid: int) -> None:
+    """Mark the folder ``out`` as holding no finished run's reports: the four reports
+    an earlier run left are removed (a kill between two of these writes leaves a report
+    missing, never an earlier run's), then written as stubs that say so
+    (:func:`stub_report`)."""
+    out = Path(out)
+    for name in REPORT_FILES:
+        (out / name).unlink(missing_ok=True)
+    stub = stub_report(started, pid)
+    message = stub["message"]
+    write_text(out / "report.json", json.dumps(stub, indent=1) + "\n")
+    write_text(out / "report.md", f"# unified-opt conformance report\n\n**{message}**\n")
+    write_text(out / "report.html",
+               "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+               "<title>unified-opt conformance report: incomplete</title></head><body>"
+               f"<h1>unified-opt conformance report</h1><p><b>{html_escape(message)}</b></p>"
+               "</body></html>\n")
+    root = ET.Element("testsuites", name="unified-opt conformance", tests="1",
+                      failures="0", errors="1", skipped="0")
+    _run_testsuite(root, INCOMPLETE, message)
+    ET.indent(root)
+    write_text(out / "junit.xml",
+               ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")

@@ -21,7 +21,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .report import FORMAT_VERSION, STATUSES, json_safe
+from .report import COMPLETE, FORMAT_VERSION, STATUSES, json_safe
 
 MIN_REGRESSION_RATIO = 0.5
 RESULT_KEYS = ("case", "backend", "path", "status")
@@ -114,10 +114,19 @@ def _regression_line(change: Change) -> str:
 
 
 def validate_report(report, name: str) -> None:
-    """Raise TypeError/ValueError naming ``name`` unless ``report`` is a conformance report
-    of this unified-opt's format_version, each result keyed once."""
+    """Raise TypeError/ValueError naming ``name`` unless ``report`` is a complete
+    conformance report (``status``, :mod:`.report`) of this unified-opt's format_version,
+    each result keyed once."""
     if not isinstance(report, dict):
         raise TypeError(f"{name}: a report is a dict, got {type(report).__name__}")
+    # an interrupted run's report, or the stub of one that has not finished, is no verdict
+    # (a report written before "status" existed is a finished run's)
+    status = report.get("status", COMPLETE)
+    if status != COMPLETE:
+        why = (f"interrupted by {report['interrupted_by']}" if report.get("interrupted_by")
+               else "killed, or still running")
+        raise ValueError(f"{name}: status {status!r}: the run that wrote it did not finish "
+                         f"({why}); only a complete report can be compared")
     missing = [k for k in ("format_version", "results") if k not in report]
     if missing:
         raise ValueError(f"{name}: not a conformance report (no {', '.join(missing)})")

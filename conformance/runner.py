@@ -23,11 +23,30 @@ A worker that crashes, is killed or runs past ``timeout`` (then its whole proces
 group is killed) loses only the runs it had not finished: those are errors naming how
 it ended (the one it was running also gets its stderr's end); its finished results and
 the other backends' stand.
+
+One run at a time per ``out``: a run holds an exclusive ``flock`` on
+``out/.unified-opt-conformance.lock`` (:data:`LOCK`, holding its process id; removed
+when the run ends) and a second run into the same folder is refused at once with
+:class:`OutInUse`, before it changes anything there. The run then replaces the four
+reports by stubs that say it has not finished (``report.json``'s ``"status":
+"incomplete"``, no results; ``junit.xml`` one erroring testcase), so that a run killed
+at any moment leaves no earlier run's passing reports behind; the real reports replace
+the stubs atomically (:mod:`unified_opt.files`) at the end.
+
+A :class:`KeyboardInterrupt` in the thread that runs :func:`run` (Ctrl-C, or
+:class:`Signalled`, which the command line's SIGTERM handler raises) stops the run:
+the workers' process groups are killed and reaped, every thread of the run ends, the
+reports are written marked ``"status": "interrupted"`` (with ``interrupted_by``, the
+finished results, and the unfinished runs as errors saying so), and :func:`run` raises
+:class:`RunInterrupted`. After that no worker runs and nothing writes into ``out``.
 """
 
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import datetime
+import fcntl
 import json
 import os
 import shutil
@@ -42,7 +61,7 @@ from typing import Callable, Iterable
 
 from .cases import Case
 from .device import CPU, Device, parse_device, probe_all
-from .report import build_report, write_reports
+from .report import build_report, write_reports, write_stub_reports
 from .worker import result_stem
 
 STDERR_TAIL = 2000
@@ -53,9 +72,41 @@ LOGS = "logs"
 PIPE_GRACE = 5.0            # seconds to wait for a worker's stdout to close once it ended
 #: what :func:`_run_worker` tells :func:`run` beside the report's backend entry
 INTERNAL = ("skipped", "unstable", "running", "ending", "stderr_tail")
+#: the lock file a run holds in ``out`` (see the module)
+LOCK = ".unified-opt-conformance.lock"
 
-_running: set[subprocess.Popen] = set()
-_running_lock = threading.Lock()
+
+class OutInUse(ValueError):
+    """Another conformance run holds the output folder (raised before anything in it
+    changes)."""
+
+
+class Signalled(KeyboardInterrupt):
+    """Raised by a signal handler into the thread running :func:`run` to stop it, as
+    Ctrl-C's KeyboardInterrupt does; ``signal_name`` names the signal (``"SIGTERM"``)."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """:func:`run` was interrupted (``signal_name``: ``"SIGINT"`` for a plain
+    KeyboardInterrupt, else :class:`Signalled`'s). Raised once its workers are killed
+    and reaped and ``out`` holds the reports marked interrupted (``report``: what
+    ``report.json`` holds). A KeyboardInterrupt, so that code which stops on Ctrl-C
+    stops on it too."""
+
+    def __init__(self, signal_name: str, report: dict, out: Path):
+        super().__init__(f"conformance run interrupted by {signal_name}")
+        self.signal_name, self.report, self.out = signal_name, report, out
+
+
+def _signal_name(error: BaseException) -> str | None:
+    """The signal that ``error`` stands for (None: an error, not an interrupt)."""
+    if isinstance(error, Signalled):
+        return error.signal_name
+    return "SIGINT" if isinstance(error, KeyboardInterrupt) else None
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -80,16 +131,102 @@ def _abort(process: subprocess.Popen) -> None:
         pass
 
 
+class _Workers:
+    """One run's worker processes. Once stopped (``stopped_by``: why) every running
+    worker's group is killed and no new worker starts: a thread of the pool may be about
+    to start one when the run is interrupted."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.processes: set[subprocess.Popen] = set()
+        self.stopped_by: str | None = None
+
+    def start(self, command: list[str], **popen) -> subprocess.Popen | None:
+        """The started worker (in a session of its own), or None once stopped."""
+        with self.lock:
+            if self.stopped_by is not None:
+                return None
+            process = subprocess.Popen(command, start_new_session=True, **popen)
+            self.processes.add(process)
+            return process
+
+    def ended(self, process: subprocess.Popen) -> None:
+        with self.lock:
+            self.processes.discard(process)
+
+    def stop(self, reason: str) -> None:
+        with self.lock:
+            if self.stopped_by is None:
+                self.stopped_by = reason
+            for process in self.processes:
+                _kill_group(process)
+
+
+_runs: set[_Workers] = set()
+_runs_lock = threading.Lock()
+
+
 def _stop_running() -> None:
-    """Kill every running worker. A worker has a session of its own, out of reach of
-    the terminal's Ctrl-C, so an interrupted run (or an interpreter that exits with a run
-    in a background thread, as pytest's can) stops them itself."""
-    with _running_lock:
-        for process in _running:
-            _kill_group(process)
+    """Kill every running worker of every run. A worker has a session of its own, out of
+    reach of the terminal's Ctrl-C, so an interrupted run (or an interpreter that exits
+    with a run in a background thread, as pytest's can) stops them itself."""
+    with _runs_lock:
+        runs = list(_runs)
+    for workers in runs:
+        workers.stop("the Python process running the conformance run exited")
 
 
 atexit.register(_stop_running)
+
+
+class _OutLock:
+    """An exclusive, non-blocking ``flock`` on ``out/LOCK`` (see the module).
+
+    The file is removed (while still locked) when the run ends; a run that opened it
+    just before and locks it just after would then hold a removed file, so after
+    locking, the file at the path must be the one locked, else it opens the path anew.
+    The descriptor is not inherited by the workers (Python opens files
+    non-inheritable, and ``Popen`` closes the others), so a stray worker cannot keep
+    the folder locked."""
+
+    def __init__(self, out: Path):
+        self.path = out / LOCK
+        self.fd: int | None = None
+
+    def __enter__(self) -> "_OutLock":
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 64).decode(errors="replace").strip()
+                os.close(fd)
+                raise OutInUse(
+                    f"output folder {str(self.path.parent)!r} is in use by another "
+                    f"conformance run (process {holder or '?'}, holding {LOCK}); wait for it "
+                    "to end or give another folder") from None
+            except BaseException:
+                os.close(fd)
+                raise
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self.fd)
 
 
 class _Relay:
@@ -119,8 +256,12 @@ class _Relay:
                     other.write(line)
 
 
-def _ending(code: int, timed_out: bool, timeout: float | None) -> str | None:
-    """How the worker ended, as ``the worker ...`` goes on; None for exit status 0."""
+def _ending(code: int, timed_out: bool, timeout: float | None,
+            stopped_by: str | None = None) -> str | None:
+    """How the worker ended, as ``the worker ...`` goes on; None for exit status 0.
+    ``stopped_by``: why the run stopped it (it was killed for that)."""
+    if stopped_by is not None and code != 0:
+        return f"was stopped: {stopped_by}"
     if timed_out:
         return f"timed out after {timeout:g} s and was killed"
     if code < 0:
@@ -131,12 +272,28 @@ def _ending(code: int, timed_out: bool, timeout: float | None) -> str | None:
     return f"crashed with exit status {code}" if code else None
 
 
+def _info(device: Device, **values) -> dict:
+    """A backend's entry for the report (with the :data:`INTERNAL` keys): ``values``
+    over the defaults of a worker that did not run."""
+    return {"exit_code": None, "seconds": 0.0, "framework_version": None, "error": None,
+            "logs": [], "trajectories_dropped": [], "skipped": [], "unstable": [],
+            "running": None, "ending": None, "stderr_tail": "", "device": str(device),
+            "framework_device": None, "device_name": None, "not_run": [], **values}
+
+
+def _not_started(device: Device, stopped_by: str) -> dict:
+    """The entry of a backend whose worker the stopped run never started."""
+    ending = f"was not started: {stopped_by}"
+    return _info(device, ending=ending, error=f"the worker {ending}")
+
+
 def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[str], None],
                 timeout: float | None, keep_trajectories: bool = False,
-                device: Device = CPU) -> dict:
-    """Run ``backend``'s worker to its end (``timeout``: then kill its process group);
-    its entry for the report's ``backends``, with the :data:`INTERNAL` keys for
-    :func:`run`."""
+                device: Device = CPU, workers: _Workers | None = None) -> dict:
+    """Run ``backend``'s worker to its end (``timeout``: then kill its process group;
+    ``workers``: the run's, which may stop it); its entry for the report's ``backends``,
+    with the :data:`INTERNAL` keys for :func:`run`."""
+    workers = _Workers() if workers is None else workers
     work = out / WORK / backend
     if work.exists():                 # results of an earlier run must not be read as ours
         shutil.rmtree(work)
@@ -154,10 +311,11 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
     # faulthandler: a worker that crashes in C code, or that is aborted at the timeout,
     # writes every thread's Python stack to its stderr log (else empty after a kill)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-    with open(work / "stderr.log", "w") as stderr, _running_lock:
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                   start_new_session=True, env=env)
-        _running.add(process)
+    with open(work / "stderr.log", "w") as stderr:
+        process = workers.start(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                env=env)
+    if process is None:
+        return _not_started(device, workers.stopped_by)
     relay.start(process.stdout)
     timed_out = False
     try:
@@ -168,15 +326,10 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
     finally:                          # a timeout, an interrupt, or what the worker left
         _kill_group(process)
         code = process.wait()
-        with _running_lock:
-            _running.discard(process)
+        workers.ended(process)
     relay.thread.join(PIPE_GRACE)     # a process that left the group may hold the pipe
     seconds = time.perf_counter() - started
-    info = {"exit_code": code, "seconds": round(seconds, 2), "framework_version": None,
-            "error": None, "logs": [], "trajectories_dropped": [], "skipped": [],
-            "unstable": [], "running": relay.running, "ending": None, "stderr_tail": "",
-            "device": str(device), "framework_device": None, "device_name": None,
-            "not_run": []}
+    info = _info(device, exit_code=code, seconds=round(seconds, 2), running=relay.running)
     summary = work / "worker.json"
     if summary.exists():
         written = json.loads(summary.read_text())
@@ -185,7 +338,7 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         placed = written.get("device") or {}
         info["framework_device"] = placed.get("framework_device")
         info["device_name"] = placed.get("name")
-    ending = _ending(code, timed_out, timeout)
+    ending = _ending(code, timed_out, timeout, workers.stopped_by)
     if ending is not None:
         where = (f"while running {relay.running[0]} ({relay.running[1]})" if relay.running
                  else "outside any run")
@@ -217,13 +370,18 @@ def _keep_logs(work: Path, out: Path, backend: str) -> list[str]:
     return kept
 
 
-def _result(case: Case, backend: str, path: str, run_dir: Path, worker: dict,
+def _result(case: Case, backend: str, path: str, run_dir: Path | None, worker: dict,
             error: str | None = None) -> dict:
     """The verdict the worker wrote for (case, path), or an error saying why there is
-    none (``error``; by default the worker's error)."""
-    info_file = run_dir / f"{result_stem(case.id, path)}.json"
-    if info_file.exists():
-        return json.loads(info_file.read_text())
+    none (``error``; by default the worker's error). ``run_dir`` None: the worker never
+    ran (what the folder holds is an earlier run's)."""
+    info_file = None if run_dir is None else run_dir / f"{result_stem(case.id, path)}.json"
+    if info_file is not None and info_file.exists():
+        try:
+            return json.loads(info_file.read_text())
+        except json.JSONDecodeError:      # a worker killed while it wrote the file
+            error = (f"{error or worker['error'] or ''}\nthe worker's verdict file "
+                     f"{info_file.name} is cut short: it ended while writing it").strip()
     return {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
             "status": "error", "lowering": None, "comparison": None, "explanation": None,
             "known": None, "seconds": None,
@@ -290,7 +448,12 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
     (``"cpu"``, ``"cuda"``, ``"gpu:1"``, ``"npu"``: :mod:`.device`): where every backend
     puts the parameters; off the CPU each backend is asked first, and a device one of
     them cannot use raises :class:`.device.DeviceUnavailable` before anything runs or
-    ``out`` is touched. Distributed cases are not run off the CPU (:func:`not_run`)."""
+    ``out`` is touched. Distributed cases are not run off the CPU (:func:`not_run`).
+
+    :class:`OutInUse` when another run holds ``out`` (nothing in it changed);
+    :class:`RunInterrupted` when a KeyboardInterrupt (or :class:`Signalled`) stopped the
+    run; on any other error the workers are killed and ``out`` keeps the stubs that say
+    the run is incomplete (see the module)."""
     cases, backends, out = list(cases), list(backends), Path(out)
     if not cases or not backends:
         raise ValueError(f"conformance run: need cases and backends, got {len(cases)} "
@@ -301,34 +464,98 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
     device = parse_device(device)
     if not device.is_cpu:
         probe_all(backends, device)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = _Workers()
+    with _OutLock(out):
+        with _runs_lock:
+            _runs.add(workers)
+        try:
+            return _run_locked(cases, backends, out, workers, jobs=jobs, progress=progress,
+                               timeout=timeout, keep_trajectories=keep_trajectories,
+                               device=device)
+        finally:
+            with _runs_lock:
+                _runs.discard(workers)
+
+
+def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Workers, *,
+                jobs: int, progress: Callable[[str], None], timeout: float | None,
+                keep_trajectories: bool, device: Device) -> dict:
+    """:func:`run` once it holds ``out``."""
     left_out = {c.id: reason for c in cases if (reason := not_run(c, device)) is not None}
     ran = [c for c in cases if c.id not in left_out]
-    out.mkdir(parents=True, exist_ok=True)
-    _clear(out)
-    (out / WORK).mkdir()
-    cases_file = out / WORK / "cases.json"
-    cases_file.write_text(json.dumps([c.to_dict() for c in ran], indent=1))
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    futures: dict[str, concurrent.futures.Future] = {}
     lock = threading.Lock()
 
     def say(line: str) -> None:
         with lock:
-            progress(line)
+            if workers.stopped_by is None:      # a stopped worker's last lines say nothing
+                progress(line)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {b: pool.submit(_run_worker, b, cases_file, out, say, timeout,
-                                  keep_trajectories, device)
-                   for b in sorted(backends, key=_start_rank)}
-        try:
-            workers = {b: futures[b].result() for b in backends}
-        except BaseException:        # Ctrl-C: the workers do not get it (own sessions)
-            for future in futures.values():
-                future.cancel()
-            _stop_running()
-            raise
+    try:
+        write_stub_reports(out, started=started, pid=os.getpid())
+        _clear(out)
+        (out / WORK).mkdir()
+        cases_file = out / WORK / "cases.json"
+        cases_file.write_text(json.dumps([c.to_dict() for c in ran], indent=1))
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            try:
+                for b in sorted(backends, key=_start_rank):
+                    futures[b] = pool.submit(_run_worker, b, cases_file, out, say, timeout,
+                                             keep_trajectories, device, workers)
+                infos = {b: futures[b].result() for b in backends}
+            except BaseException as error:   # the workers do not get Ctrl-C (own sessions)
+                for future in futures.values():
+                    future.cancel()
+                workers.stop(_stop_reason(error))
+                raise
+        report = _report(cases, backends, left_out, infos, out)
+        write_reports(report, out)
+        shutil.rmtree(out / WORK)
+        _prune(out)
+        return report
+    except BaseException as error:
+        signal_name = _signal_name(error)
+        workers.stop(_stop_reason(error))
+        # every thread of the run has ended before the reports are written: none writes
+        # into out after them
+        concurrent.futures.wait(futures.values())
+        if signal_name is None:
+            raise                     # the stubs stay: the run did not finish
+        infos = {b: _finished(futures.get(b), device, workers.stopped_by) for b in backends}
+        report = _report(cases, backends, left_out, infos, out, interrupted_by=signal_name)
+        write_reports(report, out)
+        shutil.rmtree(out / WORK, ignore_errors=True)
+        _prune(out)
+        raise RunInterrupted(signal_name, report, out) from None
 
+
+def _stop_reason(error: BaseException) -> str:
+    """Why the run stops its workers, as ``the worker was stopped: ...`` goes on."""
+    signal_name = _signal_name(error)
+    if signal_name is not None:
+        return f"the run was interrupted by {signal_name}"
+    return f"the run stopped on an error ({type(error).__name__})"
+
+
+def _finished(future: concurrent.futures.Future | None, device: Device,
+              stopped_by: str) -> dict:
+    """A backend's entry once the run stopped: its worker's, or one saying it never ran
+    (not started, or its thread raised)."""
+    if future is not None and not future.cancelled() and future.exception() is None:
+        return future.result()
+    return _not_started(device, stopped_by)
+
+
+def _report(cases: list[Case], backends: list[str], left_out: dict[str, str],
+            infos: dict[str, dict], out: Path, interrupted_by: str | None = None) -> dict:
+    """The report of the workers' entries ``infos`` and the verdicts they wrote; a run
+    a worker did not report is an error saying how the worker ended."""
     results, unstable = [], set()
     for backend in backends:
-        worker = workers[backend]
+        worker = infos[backend]
+        run_dir = None if worker["exit_code"] is None else out / WORK / backend
         skipped = set(worker["skipped"])
         unstable |= set(worker["unstable"])
         for case in cases:
@@ -342,7 +569,7 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
                 continue
             for path in case.paths:
                 if result_stem(case.id, path) not in skipped:
-                    result = _result(case, backend, path, out / WORK / backend, worker,
+                    result = _result(case, backend, path, run_dir, worker,
                                      _missing(case, path, worker))
                     if result.get("trajectory"):      # relative to out
                         result["trajectory"] = f"{TRAJECTORIES}/{backend}/{result['trajectory']}"
@@ -350,8 +577,5 @@ def run(cases: Iterable[Case], backends: Iterable[str], out: Path | str, *, jobs
         for key in INTERNAL:
             del worker[key]
     unstable = [c.id for c in cases if c.id in unstable]
-    report = build_report(cases, backends, workers, results, unstable_cases=unstable)
-    write_reports(report, out)
-    shutil.rmtree(out / WORK)
-    _prune(out)
-    return report
+    return build_report(cases, backends, infos, results, unstable_cases=unstable,
+                        interrupted_by=interrupted_by)

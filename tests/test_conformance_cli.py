@@ -24,9 +24,9 @@ E2E_CASES = ["sgd_momentum", "sgd_lr_inside_cosine", "adam_eps_hat",
 RESULT_KEYS = {"case", "algorithm", "backend", "path", "status", "lowering", "comparison",
                "explanation", "error", "seconds", "known", "steps_done", "trajectory",
                "series"}
-REPORT_KEYS = {"format_version", "suite_version", "unified_opt_version", "created", "python",
-               "platform", "cpu", "numpy", "tolerance", "backends", "cases", "unstable_cases",
-               "unexercised_lowering_rows", "results", "summary"}
+REPORT_KEYS = {"format_version", "status", "suite_version", "unified_opt_version", "created",
+               "python", "platform", "cpu", "numpy", "tolerance", "backends", "cases",
+               "unstable_cases", "unexercised_lowering_rows", "results", "summary"}
 
 
 @require("torch")

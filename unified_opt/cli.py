@@ -6,7 +6,11 @@
 each judging its own runs) with the parameters on the device (default cpu), prints the
 matrix, writes ``DIR/report.json``, ``report.md``, ``report.html`` and ``junit.xml``, and
 exits 0 only when every result passes (1 when one fails or errors, 2 for a bad command
-line or a device a selected backend cannot use, before any case runs).
+line, a device a selected backend cannot use, or a DIR another run holds, before any
+case runs). SIGINT (Ctrl-C) or SIGTERM stops the run: the workers are killed, the
+reports are written marked interrupted, one line says so on stderr, and the exit status
+is 130 or 143 (128 + the signal's number). While it runs, DIR's reports are stubs
+marked incomplete, never an earlier run's.
 
 ``unified-opt explain SPEC --backend NAME [key=value ...]`` prints the spec and which
 path ``uo.build`` takes, and why. SPEC is a registry name in any case (``adamw``,
@@ -39,14 +43,17 @@ Exit status: 0 ok; 1 what the command judges does not hold (a conformance result
 or errors, a checked optimizer does not conform, ``diff``'s configurations differ,
 ``report diff`` finds a new failure, ``port`` refuses a construction); 2 a bad command
 line or input that cannot be used (a one-line message naming the argument and the
-value).
+value); 130 or 143 a conformance run stopped by SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
 import textwrap
+import threading
 
 USAGE_ERROR = 2
 DEVICE_HELP = ("where the parameters live: cpu (default), cuda or gpu (cuda:N), npu (npu:N; "
@@ -99,8 +106,13 @@ def _parser() -> argparse.ArgumentParser:
                     "per backend) against the numpy reference, with the parameters on "
                     "--device, print the matrix and write DIR/report.json, report.md, "
                     "report.html and junit.xml. Exit status 0 when every result passes, 1 "
-                    "when one fails or errors, 2 for a bad command line or a device a "
-                    "selected backend cannot use (said before any case runs).")
+                    "when one fails or errors, 2 for a bad command line, a device a "
+                    "selected backend cannot use, or a DIR another run is writing into "
+                    "(said before any case runs). While the run goes on, DIR's reports are "
+                    "stubs marked incomplete (report.json \"status\": \"incomplete\", "
+                    "junit.xml an error), never an earlier run's. SIGINT (Ctrl-C) or "
+                    "SIGTERM stops the workers, writes the reports marked interrupted with "
+                    "the results that finished, and exits 130 or 143.")
     run.add_argument("--backends", type=_names, default=None, metavar="NAME,...",
                      help="comma-separated backends (default: every installed one)")
     run.add_argument("--algorithms", type=_names, default=None, metavar="NAME,...",
@@ -111,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="steps per case (>= 50; default: each case's own)")
     run.add_argument("--out", default="conformance-report", metavar="DIR",
                      help="report directory: report.json, report.md, report.html, "
-                          "junit.xml (default: %(default)s)")
+                          "junit.xml (default: %(default)s); one run at a time: a second "
+                          "run into it is refused (exit status 2)")
     run.add_argument("--jobs", type=int, default=2, metavar="N",
                      help="backend workers run at once (default: %(default)s)")
     run.add_argument("--timeout", type=float, default=None, metavar="S",
@@ -460,7 +473,69 @@ def _some_case_matches(cases, patterns: list[str]) -> None:
                      f"{len(ids)} cases); closest: {', '.join(close) or ids[0]}")
 
 
+#: the signals that stop a conformance run (CI's cancel and ``timeout`` send SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _signals_stop_the_run():
+    """SIGINT and SIGTERM raise :class:`~unified_opt.conformance.runner.Signalled` (a
+    KeyboardInterrupt) in this, the main, thread; the runner then stops its workers and
+    writes the interrupted reports. A second signal while it does is ignored, so that the
+    clean-up is not cut short and leaves no worker running. A signal this process was
+    started ignoring stays ignored (a shell's background job ignores SIGINT). Other
+    threads cannot set handlers: there this does nothing. The handlers before are put
+    back at the end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from unified_opt.conformance.runner import Signalled
+
+    stopping = []
+
+    def stop(signum, frame):
+        if stopping:
+            return
+        stopping.append(signum)
+        raise Signalled(signal.Signals(signum).name)
+
+    before = {}
+    for number in STOP_SIGNALS:
+        handler = signal.getsignal(number)
+        if handler is not signal.SIG_IGN:
+            before[number] = signal.signal(number, stop)
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+
 def _conformance(args) -> int:
+    from unified_opt.conformance.report import summary_line
+    from unified_opt.conformance.runner import RunInterrupted, Signalled
+
+    ran = []           # the report, once the run has returned
+    with _signals_stop_the_run():
+        try:
+            return _run_conformance(args, ran)
+        except RunInterrupted as stopped:
+            name = stopped.signal_name
+            line = (f"interrupted by {name}: the workers were stopped; {args.out}/"
+                    "report.json, report.md, report.html and junit.xml are marked "
+                    f"interrupted ({summary_line(stopped.report)}; the runs it did not "
+                    "finish are errors)")
+        except KeyboardInterrupt as error:    # before the run began, or after it ended
+            name = error.signal_name if isinstance(error, Signalled) else "SIGINT"
+            line = (f"interrupted by {name} "
+                    + (f"after the run ended ({args.out}'s reports are complete)" if ran
+                       else "before any case ran"))
+        print(f"unified-opt conformance: {line}", file=sys.stderr, flush=True)
+        return 128 + signal.Signals[name].value
+
+
+def _run_conformance(args, ran: list) -> int:
+    """``unified-opt conformance``; ``ran`` gets the report once the run has returned."""
     from pathlib import Path
 
     from unified_opt.conformance import runner
@@ -484,8 +559,9 @@ def _conformance(args) -> int:
             report = runner.run(cases, backends, args.out, jobs=args.jobs,
                                 timeout=args.timeout, progress=display,
                                 keep_trajectories=args.keep_trajectories, device=device)
-    except DeviceUnavailable as error:
-        return _usage_error(args, error)      # it names the device and the backend
+    except (DeviceUnavailable, runner.OutInUse) as error:
+        return _usage_error(args, error)      # it names the device and the backend / DIR
+    ran.append(report)
     print()
     print(text_matrix(report) if args.verbose else problems_text(report))
     kept = [d for d in ("trajectories", "logs") if (Path(args.out) / d).is_dir()]
