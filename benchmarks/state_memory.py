@@ -1,0 +1,224 @@
+"""Peak extra memory of ``uo.save_state`` and ``uo.load_state`` against the state's size.
+
+    python benchmarks/state_memory.py [--elements 50000000] [--tensors 10]
+                                      [--old 996d90c] [--out benchmarks/results]
+
+A torch AdamW (``uo.build``, default path) over ``--elements`` float32 parameters in
+``--tensors`` equal tensors takes one step, so that it holds ``exp_avg`` and
+``exp_avg_sq``: a state of 2 x 4 x elements bytes (50M: 381 MiB). Each measurement runs
+in a fresh child process (one framework per process, no allocator history), which
+resets its peak resident size (Linux ``/proc/self/clear_refs`` 5, as
+``algorithm_step_time.py`` does), runs the call and reads ``VmHWM`` minus the resident
+size before the call (with glibc's mmap threshold fixed at 128 KiB, so that every large
+array is a mapping of its own, returned when freed: the peak counts the bytes alive
+at once, not the allocator's reuse of freed heap):
+
+* ``save``: ``uo.save_state(opt, path)`` over an existing file (extra beyond the state
+  the optimizer holds);
+* ``write``: the file layer alone, ``porting.state._write`` of a snapshot taken before;
+* ``read``: ``porting.state.read_state(path)``, kept alive: extra beyond the arrays it
+  returns (the state's size is subtracted from the peak increase);
+* ``load``: ``uo.load_state(opt, path)`` into the optimizer, which already holds a
+  state of that size: the new state's arrays are made before the old ones are dropped,
+  so the state's size is subtracted from the peak increase as for ``read`` (both
+  figures are in the results).
+
+The target (issue 41) is an extra of at most 0.25 x the state's size for save and for
+load. ``--old REV`` measures the same with the code as of git revision ``REV`` (the
+code before the streaming writer), for comparison: ``unified_opt/porting/state.py``'s
+``_write``, ``read_state`` and ``state_layout`` and ``backends/torch/state.py``'s
+``_numpy`` and ``_tensor``. Results go to ``state_memory.{json,md}`` in
+``--out``, written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 1 << 20
+TARGET = 0.25
+MODES = ("save", "write", "read", "load")
+MMAP_THRESHOLD = 1 << 17
+
+
+def _status_mib(field: str) -> float:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def _reset_peak() -> None:
+    """Start ``VmHWM`` again from the resident size now (Linux: clear_refs 5)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _old_module(rev: str, path: str, package: str):
+    """The module at ``path`` as of git revision ``rev``, loaded beside the current one
+    (in ``package``, so its relative imports resolve)."""
+    source = subprocess.run(["git", "show", f"{rev}:{path}"],
+                            cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    module = types.ModuleType(f"{package}.{Path(path).stem}_old")
+    module.__package__ = package
+    sys.modules[module.__name__] = module      # dataclasses looks its module up there
+    exec(compile(source, f"{rev}:{path}", "exec"), module.__dict__)
+    return module
+
+
+def _use_old_code(rev: str) -> None:
+    """Put the code as of ``rev`` under the names save and load call: the file layer
+    (``_write``, ``read_state``, ``state_layout``) and the torch backend's conversion of
+    state tensors to and from numpy (``_numpy``, ``_tensor``)."""
+    from unified_opt.backends.torch import state as torch_state
+    from unified_opt.porting import state
+
+    old = _old_module(rev, "unified_opt/porting/state.py", "unified_opt.porting")
+    state._write, state.read_state = old._write, old.read_state
+    state.state_layout = torch_state.state_layout = old.state_layout
+    old_torch = _old_module(rev, "backends/torch/state.py", "unified_opt.backends.torch")
+    torch_state._numpy, torch_state._tensor = old_torch._numpy, old_torch._tensor
+
+
+def measure(mode: str, elements: int, tensors: int, folder: str, old: str | None) -> dict:
+    """In this process: build and step the optimizer, then measure ``mode``."""
+    import torch
+
+    import unified_opt as uo
+    from unified_opt.porting import state
+
+    torch.manual_seed(0)
+    size = elements // tensors
+    params = [torch.nn.Parameter(torch.zeros(size)) for _ in range(tensors)]
+    optimizer = uo.build(uo.AdamW(lr=1e-3, weight_decay=0.01),
+                         [(f"p{i}", p) for i, p in enumerate(params)])
+    for p in params:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    for p in params:
+        p.grad = None
+    state_bytes = 2 * 4 * size * tensors
+    path = Path(folder) / "run.safetensors"
+    if old is not None:
+        _use_old_code(old)
+    if mode != "save" and not path.exists():
+        uo.save_state(optimizer, path)
+    snapshot = None
+    if mode == "write":
+        from unified_opt.backend import record_of
+
+        snapshot = state._backend_state("torch").snapshot_built(record_of(optimizer),
+                                                                 optimizer)
+    gc.collect()
+    before = _status_mib("VmRSS")
+    _reset_peak()
+    kept = None
+    if mode == "save":
+        uo.save_state(optimizer, path)
+    elif mode == "write":
+        state._write(snapshot, path)
+    elif mode == "read":
+        kept = state.read_state(path)
+    else:
+        uo.load_state(optimizer, path)
+    peak = _status_mib("VmHWM")
+    del kept
+    # read and load make the arrays of the state they return (a load's new state exists
+    # before each array of the old one is dropped); save and write return nothing
+    returned = state_bytes / MIB if mode in ("read", "load") else 0.0
+    extra = peak - before - returned
+    return {"mode": mode, "state_mib": state_bytes / MIB,
+            "file_mib": path.stat().st_size / MIB, "rss_before_mib": before,
+            "peak_mib": peak, "peak_increase_mib": peak - before, "returned_mib": returned,
+            "extra_mib": extra, "ratio": extra / (state_bytes / MIB)}
+
+
+def _child(mode: str, args, folder: str, old: str | None) -> dict:
+    command = [sys.executable, __file__, "--measure", mode, "--elements", str(args.elements),
+               "--tensors", str(args.tensors), "--folder", folder]
+    if old is not None:
+        command += ["--old-layer", old]
+    # a fixed mmap threshold: every large array is its own mapping, returned to the OS
+    # when freed, so the peak is the bytes alive at once, not glibc's reuse of freed heap
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} ({old or 'new'}) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def markdown(result: dict) -> str:
+    lines = ["# Peak extra memory of state files (issue 41)", "",
+             f"torch AdamW, {result['elements']:,} float32 parameters in "
+             f"{result['tensors']} tensors: state {result['state_mib']:.0f} MiB "
+             f"(file {result['file_mib']:.0f} MiB). Each row: one child process, "
+             "VmHWM after the call minus VmRSS before it (clear_refs 5): the peak "
+             "increase; extra = that minus the state `read` returns and `load` makes (its "
+             "new arrays exist before the optimizer's old ones are dropped); `write` is "
+             "the file layer alone (a snapshot taken before). "
+             f"Target: extra <= {TARGET} x the state's size.", "",
+             "| call | code | peak increase MiB | returned MiB | extra MiB | extra / state "
+             "| within target |",
+             "|---|---|---:|---:|---:|---:|---|"]
+    for row in result["rows"]:
+        lines.append(f"| {row['mode']} | {row['code']} | {row['peak_increase_mib']:.1f} | "
+                     f"{row['returned_mib']:.1f} | {row['extra_mib']:.1f} | "
+                     f"{row['ratio']:.3f} | {'yes' if row['ratio'] <= TARGET else 'no'} |")
+    old = (f"`unified_opt/porting/state.py` (`_write`, `read_state`, `state_layout`) and "
+           f"`backends/torch/state.py` (`_numpy`, `_tensor`) at {result['old']}"
+           if result["old"] else "not measured")
+    lines += ["", f"Machine: {result['machine']}; python {result['python']}; children run "
+              f"with MALLOC_MMAP_THRESHOLD_={result['mmap_threshold']}; old code: {old}.",
+              "Reproduce: `python benchmarks/state_memory.py`.", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--elements", type=int, default=50_000_000)
+    parser.add_argument("--tensors", type=int, default=10)
+    parser.add_argument("--old", default="996d90c",
+                        help="git revision of the old file layer ('' to skip it)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--measure", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--old-layer", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.elements, args.tensors, args.folder,
+                                 args.old_layer)))
+        return 0
+    from unified_opt.files import write_text
+
+    rows = []
+    for old in ([None, args.old] if args.old else [None]):
+        for mode in MODES:
+            with tempfile.TemporaryDirectory() as folder:
+                row = _child(mode, args, folder, old)
+            row["code"] = "before (" + old + ")" if old else "streaming"
+            rows.append(row)
+            print(f"{row['code']:>20} {mode:>6}: extra {row['extra_mib']:8.1f} MiB = "
+                  f"{row['ratio']:.3f} x state", flush=True)
+    result = {"elements": args.elements, "tensors": args.tensors,
+              "state_mib": rows[0]["state_mib"], "file_mib": rows[0]["file_mib"],
+              "target_ratio": TARGET, "old": args.old, "mmap_threshold": MMAP_THRESHOLD,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+              "python": platform.python_version(), "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text(args.out / "state_memory.json", json.dumps(result, indent=1) + "\n")
+    write_text(args.out / "state_memory.md", markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
