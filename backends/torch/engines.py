@@ -71,8 +71,29 @@ class Eager(Engine):
             for key, array in new_state.items():
                 if kept is not None:
                     array = array.to(kept)
-                state[key] = _placed_as(array, state.get(key))
+                _keep(state, key, array)
         return []
+
+
+def _keep(state: dict, key: str, array) -> None:
+    """``array`` (what ``update`` returned for state ``key``) kept in ``state``: copied
+    into the state tensor the optimizer owns, never kept as is. ``update`` may return one
+    of its inputs (SGD's first momentum step returns the gradient itself): a state tensor
+    bound to it would be ``p.grad``, which ``zero_grad(set_to_none=False)`` and the next
+    ``backward()`` change in place. A state tensor made here the first time (none yet, of
+    another shape, dtype or placement, or one object under two names, as an ``init`` may
+    return) is a copy too."""
+    old = state.get(key)
+    array = _placed_as(array, old)
+    if old is array:                     # the update passed the state tensor through
+        return
+    if old is not None and type(old) is type(array) and old.shape == array.shape \
+            and old.dtype == array.dtype and old.device == array.device \
+            and getattr(old, "placements", None) == getattr(array, "placements", None) \
+            and not any(other is old for name, other in state.items() if name != key):
+        old.copy_(array)
+    else:
+        state[key] = array.clone(memory_format=torch.contiguous_format)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
