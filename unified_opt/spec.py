@@ -247,7 +247,15 @@ class Spec:
     def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
                ops: Ops) -> tuple[Tensor, State]:
         """One step. ``step`` is 1-based (the step being taken). Returns
-        ``(new_param, new_state)`` and does not modify its inputs."""
+        ``(new_param, new_state)`` and does not modify its inputs.
+
+        The contract between an update and the engines that run it: the update returns
+        new arrays, or one of its inputs unchanged (SGD's first momentum step returns the
+        gradient itself as the buffer), and never writes into an input. An engine copies
+        what it keeps into the parameter and into state arrays it owns, and never keeps
+        a reference to a gradient, a parameter or a returned input: a gradient is
+        rewritten in place by ``zero_grad(set_to_none=False)`` and the next backward
+        (``tests/test_update_contract.py`` checks every sample of every algorithm)."""
         raise NotImplementedError
 
     def canonical(self) -> "Spec":
