@@ -98,7 +98,8 @@ def _parser() -> argparse.ArgumentParser:
                "or errors, a checked optimizer does not conform, diff's two "
                "configurations differ, report diff finds a new failure, port refuses a "
                "construction); 2 a bad command line or input that cannot be used (each "
-               "command's --help says which).")
+               "command's --help says which); 130 or 143 a conformance run stopped by "
+               "SIGINT or SIGTERM.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "conformance", help="run the conformance suite and write its reports",
