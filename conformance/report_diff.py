@@ -21,6 +21,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from unified_opt.files import write_text
+
 from .report import COMPLETE, FORMAT_VERSION, STATUSES, json_safe
 
 MIN_REGRESSION_RATIO = 0.5
@@ -302,7 +304,7 @@ def main_diff(old_path, new_path, ratio_threshold: float = 2.0, json_out=None) -
     if json_out is not None:
         text = json.dumps(diff.to_dict(), indent=1, allow_nan=False) + "\n"
         try:
-            Path(json_out).write_text(text)
+            write_text(json_out, text)      # atomically: a failure keeps the old file
         except OSError as error:
             raise ValueError(f"--json {str(json_out)!r}: cannot write it: "
                              f"{error.strerror or error}") from None

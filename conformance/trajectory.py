@@ -10,11 +10,13 @@ contain ``':'`` (cases check it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
 
 import unified_opt as uo
+from unified_opt.files import atomic_writer
 from unified_opt.ops import float32_kernel_ops, numpy_ops
 from unified_opt.reference import Reference, with_float32_hyperparameters
 from unified_opt.storage import LOW_PRECISION, state_storage
@@ -49,8 +51,20 @@ class Trajectory:
     def save(self, path, compress: bool = True) -> None:
         """Write an ``.npz``, compressed (the conformance output keeps these as artifacts)
         unless ``compress=False``: for a file another process reads once, as zlib takes
-        about 0.1 s per MB of float32 steps, which hardly compress (random mantissas)."""
-        (np.savez_compressed if compress else np.savez)(path, **self.quantities())
+        about 0.1 s per MB of float32 steps, which hardly compress (random mantissas).
+
+        ``path`` gets ``.npz`` appended when it lacks it (as ``np.savez`` does) and is
+        written atomically (:func:`unified_opt.files.atomic_writer`): an error or a kill
+        mid-write leaves the file it replaces; an open binary file is written as is."""
+        write = np.savez_compressed if compress else np.savez
+        if hasattr(path, "write"):
+            write(path, **self.quantities())
+            return
+        target = Path(path)
+        if not target.name.endswith(".npz"):
+            target = target.with_name(target.name + ".npz")
+        with atomic_writer(target, "wb") as handle:
+            write(handle, **self.quantities())
 
     @classmethod
     def load(cls, path) -> "Trajectory":

@@ -278,6 +278,7 @@ def _add_port(commands) -> None:
 def _port(args) -> int:
     from pathlib import Path
 
+    from unified_opt.files import write_text
     from unified_opt.porting.script import port_source
 
     script = Path(args.script)
@@ -289,7 +290,7 @@ def _port(args) -> int:
     if args.out:
         # written first: an --out that cannot be written is a usage error, alone
         try:
-            Path(args.out).write_text(ported.source, encoding="utf-8")
+            write_text(args.out, ported.source)       # atomically, UTF-8
         except OSError as error:
             return _usage_error(args, ValueError(f"--out {args.out}: "
                                                  f"{error.strerror or error}"))
@@ -581,6 +582,7 @@ def _matrix(args) -> int:
     from pathlib import Path
 
     from unified_opt.compatibility import markdown
+    from unified_opt.files import write_text
 
     out = Path(args.out) if args.out is not None else None
     if out is not None and not out.parent.is_dir():
@@ -594,7 +596,7 @@ def _matrix(args) -> int:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return 0
     try:
-        out.write_text(text)
+        write_text(out, text)                         # atomically
     except OSError as error:
         return _usage_error(args, ValueError(f"--out {args.out}: {error.strerror or error}"))
     print(f"wrote {args.out}")
