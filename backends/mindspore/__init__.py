@@ -73,6 +73,22 @@ class MindSporeContext(Context):
     graph: str | None = None
 
 
+def _refuse_new_group(param_group) -> None:
+    """``add_param_group`` of a ``mindspore.experimental.optim`` class after ``uo.build``,
+    refused (a ValueError, nothing changed): ``uo.save_state`` writes each parameter's
+    state under the name ``uo.build`` was given for it, with the spec and ``uo.Group``
+    rules that make its hyperparameters; a parameter added later has neither, so the
+    file would leave it out. (MindSpore 2.10's ``add_param_group`` also makes no
+    ``exp_avg``/``exp_avg_sq`` for the new parameters.)"""
+    raise ValueError(
+        "add_param_group is refused on this uo.build optimizer: uo.save_state keys the "
+        "state by the parameter names given to uo.build and writes the spec and uo.Group "
+        "rules as the hyperparameters, and a parameter added later has no name or rule "
+        "there, so its state would be left out of the file; build it with every "
+        "parameter up front, its own hyperparameters as rules: uo.build(spec, net, "
+        "groups=[uo.Group(match=..., lr_scale=..., weight_decay=...)])")
+
+
 class MindSporeBackend(Backend):
     name = "mindspore"
     own_class = ("unified_opt.backends.mindspore.optimizer.SpecOptimizer "
@@ -159,8 +175,15 @@ class MindSporeBackend(Backend):
 
         for name, p in named:
             if not isinstance(p, ms.Parameter):
+                # a plain Tensor has no name, requires_grad or the Parameter storage a
+                # MindSpore optimizer assigns into
+                label = f"{name} " if name else ""
                 raise TypeError(f"build: mindspore parameters must be mindspore.Parameter, "
-                                f"got {name or ''} {type(p).__name__}")
+                                f"got {label}{type(p).__name__}"
+                                + (f" (shape {list(p.shape)}); make it a Parameter "
+                                   "(mindspore.Parameter(tensor, name=...), or pass a "
+                                   "Cell's trainable_params())"
+                                   if isinstance(p, ms.Tensor) else ""))
             if p.dtype != ms.float32:
                 # MindSpore rounds Python float scalars to float32 even in float64 tensor
                 # arithmetic, and its optimizer kernels compute in float32.
@@ -195,6 +218,9 @@ class MindSporeBackend(Backend):
                                      [p for _, p in named], plans, spec, context.options,
                                      cells=context.device in SCHEDULE_CELL_DEVICES,
                                      total_steps=context.total_steps)
+        if hasattr(optimizer, "add_param_group"):    # the experimental.optim classes
+            # an instance attribute: the class's __init__ has made the build's groups
+            optimizer.add_param_group = _refuse_new_group
         return optimizer, None, []   # a native class never skips: skip_nonfinite is own
 
     def build_own(self, decision, spec, named, plans, context):

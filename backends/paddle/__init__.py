@@ -33,10 +33,24 @@ NATIVE_PRE_STEP = when(
 
 
 def _check_parameter(name, p, spec, paddle) -> None:
+    """Refuse what Paddle's optimizers would mishandle. A plain ``paddle.Tensor`` (not a
+    Parameter, ``paddle.base.framework.EagerParamBase``) lacks the attributes every
+    Paddle optimizer reads at the step (``regularizer``, ``optimize_attr``,
+    ``need_clip``; measured on Paddle 3.3: ``AttributeError: 'Tensor' object has no
+    attribute 'regularizer'`` at the first step), so it is refused here, before
+    anything is built."""
+    from paddle.base.framework import EagerParamBase
+
     label = name if name is not None else getattr(p, "name", "")
     if not isinstance(p, paddle.Tensor) or not p.is_leaf:
         raise TypeError(f"build: paddle parameters must be leaf tensors, got {label} "
                         f"{type(p).__name__}")
+    if not isinstance(p, EagerParamBase):
+        raise TypeError(f"build: params holds {label or 'a tensor'} (shape {list(p.shape)}), "
+                        f"a plain paddle.Tensor, not a Parameter: Paddle's optimizers read "
+                        f"a Parameter's regularizer, optimize_attr and need_clip at the "
+                        f"step; make it a Parameter (paddle.create_parameter(shape, dtype), "
+                        f"or a paddle.nn.Layer's parameter via Layer.create_parameter)")
     # Set by ParamAttr or left behind by a param-group optimizer built by hand: Paddle
     # optimizers would apply them on top of the spec.
     if getattr(p, "regularizer", None) is not None:
@@ -53,6 +67,22 @@ def _check_parameter(name, p, spec, paddle) -> None:
                          "clip honours and the spec's grad_clip does not; set it to True "
                          "and leave it out with uo.Group(match=..., "
                          "exclude_from=('grad_clip',))")
+
+
+def _refuse_new_group(param_group) -> None:
+    """``_add_param_group`` of a native class after ``uo.build``, refused (a ValueError,
+    nothing changed): ``uo.save_state`` writes each parameter's state under the name
+    ``uo.build`` was given for it, with the spec and ``uo.Group`` rules that make its
+    hyperparameters; a parameter added later has neither, so the file would leave it
+    out (``load_state`` would then resume it from nothing)."""
+    raise ValueError(
+        "_add_param_group is refused on this uo.build optimizer: uo.save_state keys the "
+        "state by the parameter names given to uo.build and writes the spec and uo.Group "
+        "rules as the hyperparameters, and a parameter added later has no name or rule "
+        "there, so its state would be left out of the file; build it with every "
+        "parameter up front (a parameter without a gradient is not updated until it has "
+        "one), its own hyperparameters as rules: uo.build(spec, layer, "
+        "groups=[uo.Group(match=..., lr_scale=..., weight_decay=...)])")
 
 
 class PaddleBackend(Backend):
@@ -118,6 +148,8 @@ class PaddleBackend(Backend):
         optimizer = native_optimizer(decision.native_class, decision.lowering, spec,
                                      [p for _, p in named], plans, learning_rate,
                                      context.options, context.dtypes)
+        # an instance attribute: Paddle's __init__ has made the build's groups already
+        optimizer._add_param_group = _refuse_new_group
         return optimizer, scheduler, []
 
     def build_own(self, decision, spec, named, plans, context):
