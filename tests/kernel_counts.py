@@ -3,6 +3,7 @@ table's specs, one step's job file for ``kernel_driver.cc`` and callgrind's coun
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from pathlib import Path
 
@@ -21,6 +22,9 @@ TABLE = {"adam": uo.Adam(lr=1e-3), "adamw": uo.AdamW(lr=1e-3, weight_decay=0.01)
          "lars": uo.LARS(lr=0.1, weight_decay=1e-4), "lion": uo.Lion(lr=1e-4),
          "adafactor": uo.Adafactor(lr=1e-3)}
 SHAPE = (32, 2048)                     # 65,536 elements: every element loop runs long
+#: the CPU the counted libraries are built for: AVX2 and FMA, the newest that valgrind
+#: (3.19 and later) decodes; it has no AVX-512, which a ``-march=native`` build has on
+#: some CPUs (callgrind then dies with SIGILL: :class:`CannotCount`)
 MARCH = "x86-64-v3"
 DRIVER = Path(__file__).with_name("kernel_driver.cc")
 #: mispredicted conditional branches per element that random signs may add: a branch
@@ -54,13 +58,27 @@ def job(path: Path, spec, gradient: str, shape: tuple = SHAPE) -> tuple[Path, np
     return path, code
 
 
+class CannotCount(RuntimeError):
+    """callgrind cannot run the library: valgrind does not decode one of its instructions
+    (it raises SIGILL in the program; the message quotes valgrind's words)."""
+
+
 def counts(driver: Path, library: Path, job_file: Path, out: Path) -> dict[str, int]:
-    """callgrind's totals (Ir, Bc, Bcm, ...) of the library's step (one thread)."""
-    subprocess.run(["valgrind", "--tool=callgrind", "--branch-sim=yes",
-                    f"--callgrind-out-file={out}", "--toggle-collect=uo_vm_run",
-                    "--toggle-collect=uo_kernel_run", str(driver), str(library),
-                    str(job_file)], check=True, capture_output=True,
-                   env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=600)
+    """callgrind's totals (Ir, Bc, Bcm, ...) of the library's step (one thread);
+    :class:`CannotCount` where valgrind cannot run an instruction of the library."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--branch-sim=yes",
+                           f"--callgrind-out-file={out}", "--toggle-collect=uo_vm_run",
+                           "--toggle-collect=uo_kernel_run", str(driver), str(library),
+                           str(job_file)], capture_output=True, text=True,
+                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}, timeout=600)
+    if done.returncode == -signal.SIGILL or "signal 4 (SIGILL)" in done.stderr:
+        said = [line.split("== ", 1)[-1] for line in done.stderr.splitlines()
+                if "unhandled instruction" in line or "(SIGILL)" in line]
+        raise CannotCount(f"callgrind died with SIGILL on {library.name}: "
+                          f"{' / '.join(said)[:400]}")
+    if done.returncode != 0:
+        raise subprocess.CalledProcessError(done.returncode, done.args, done.stdout,
+                                            done.stderr)
     text = out.read_text().splitlines()
     events = next(line for line in text if line.startswith("events:")).split()[1:]
     totals = next(line for line in text if line.startswith(("totals:", "summary:")))
