@@ -50,7 +50,7 @@ import numpy as np
 from ..backend import BACKENDS, BuildRecord, record_of
 from ..files import atomic_writer
 from ..groups import Group
-from ..ops import numpy_ops
+from ..ops import NumpyOps, numpy_ops
 from ..spec import Spec, spec_from_dict
 from ..storage import round_to
 
@@ -101,14 +101,31 @@ def initial_state(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[s
     return {k: np.asarray(a).copy() for k, a in init.items()}
 
 
+class _LayoutOps(NumpyOps):
+    """``numpy_ops`` whose ``zeros_like`` and ``full_like`` make arrays that hold no
+    resident memory of their size (``np.zeros``: pages mapped on first write; a
+    broadcast constant): :func:`state_layout` reads only their shapes and dtypes."""
+
+    def zeros_like(self, x):
+        return np.zeros(np.shape(x), dtype=x.dtype)
+
+    def full_like(self, x, value):
+        if x.ndim == 0:
+            return super().full_like(x, value)
+        return np.broadcast_to(np.array(value, dtype=x.dtype), np.shape(x))
+
+
+_layout_ops = _LayoutOps()
+
+
 def state_layout(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, tuple]:
     """The spec's state of such a parameter: name -> (shape, numpy dtype), as
-    :func:`initial_state` gives it. ``spec.init`` runs on a read-only broadcast zero
-    (no memory of the parameter's size), and its arrays are not copied: checking a
-    load's layout costs no state-sized memory (``init`` is a pure function)."""
+    :func:`initial_state` gives it. ``spec.init`` (a pure function) runs on a read-only
+    broadcast zero with :class:`_LayoutOps` and its arrays are not copied: checking a
+    load's layout costs no resident memory of the state's size."""
     low = np.dtype(dtype) in (BFLOAT16, np.dtype(np.float16))
     probe = np.broadcast_to(np.zeros((), dtype=np.float32 if low else dtype), shape)
-    init = spec.init(probe, numpy_ops)
+    init = spec.init(probe, _layout_ops)
     if not low:
         return {k: (np.shape(a), np.asarray(a).dtype) for k, a in init.items()}
     # the low-precision storage dtypes hold every state array in that dtype; a 0-d
