@@ -47,6 +47,8 @@ from pathlib import Path
 
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
+from unified_opt.files import write_text
+
 SIZES = {"torch": (4096, 4096), "paddle": (2048, 2048), "mindspore": (2048, 2048),
          "mindspore-graph": (2048, 2048)}
 #: untimed steps of a uo build before timing, in seconds: the background compile of
@@ -279,8 +281,8 @@ def main() -> None:
                   "what": "own kernel: random / constant gradients",
                   **_run("torch", f"independence|{expression}|true", args.repeats)}
                  for algorithm, expression in ALGORITHMS.items()]
-        path.write_text(json.dumps(rows, indent=1) + "\n")
-        (args.out / "algorithm_step_time.md").write_text(markdown(rows))
+        write_text(path, json.dumps(rows, indent=1) + "\n")
+        write_text(args.out / "algorithm_step_time.md", markdown(rows))
         print(markdown(rows))
         return
     rows = []
@@ -290,8 +292,8 @@ def main() -> None:
         rows += rows_of(backend, args.repeats)
         print(markdown(rows), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "algorithm_step_time.json").write_text(json.dumps(rows, indent=1) + "\n")
-    (args.out / "algorithm_step_time.md").write_text(markdown(rows))
+    write_text(args.out / "algorithm_step_time.json", json.dumps(rows, indent=1) + "\n")
+    write_text(args.out / "algorithm_step_time.md", markdown(rows))
     print("\n".join(summary(rows)))
 
 

@@ -29,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from unified_opt.files import write_text
+
 RAMP = [0.75, 0.9375, 0.984375, 0.996, 0.999]
 SHAPE = (4096, 1024)
 
@@ -73,7 +75,7 @@ def rank_main(out: str) -> None:
         times.append(time.perf_counter() - start)
     results["dense_sgd_allreduce_ms"] = 1e3 * statistics.median(times)
     if rank == 0:
-        Path(out).write_text(json.dumps(results))
+        write_text(Path(out), json.dumps(results))
     dist.destroy_process_group()
 
 
@@ -119,9 +121,9 @@ def main(argv: list[str]) -> int:
         results = json.loads(raw.read_text())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dgc_traffic.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_text(out / "dgc_traffic.json", json.dumps(results, indent=1) + "\n")
     table = _table(results, args.ranks)
-    (out / "dgc_traffic.md").write_text(table)
+    write_text(out / "dgc_traffic.md", table)
     print(table)
     return 0
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from unified_opt.files import write_text
+
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_TESTS = ["tests/test_cuda_engine.py", "tests/test_cuda_native.py",
               "tests/test_cuda_offload.py", "tests/test_device_option.py",
@@ -172,7 +174,7 @@ def main(argv=None) -> int:
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     info = environment(args.device)
-    (out / "environment.json").write_text(json.dumps(info, indent=1))
+    write_text(out / "environment.json", json.dumps(info, indent=1))
     log(out, f"environment: {info}")
     work = Path(tempfile.mkdtemp(prefix="uo-gpu-check-"))
     env = dict(os.environ, TRITON_CACHE_DIR=str(work / "triton"),
@@ -192,7 +194,7 @@ def main(argv=None) -> int:
         again = run(out, [python, "-c", FIRST_STEP], 120, env=env)
         if again is not None and again.returncode == 0:
             info["came_first_step_s_warm_cache"] = float(again.stdout.split()[-1])
-            (out / "environment.json").write_text(json.dumps(info, indent=1))
+            write_text(out / "environment.json", json.dumps(info, indent=1))
     # where the offload's step time goes, still alone on the machine (about 90 s)
     run(out, [python, "benchmarks/offload_probe.py", "--out", str(out)]
         + (["--device", "cpu", "--tiny", "--steps", "3"] if args.device == "cpu" else []),
@@ -217,7 +219,7 @@ def main(argv=None) -> int:
     if args.device == "cpu":
         tests = tests[:-1] + ["-k", "not under_triton_s_interpreter and not compiles"]
     done = run(out, tests, args.part_timeout_s, env=env)
-    (out / "cuda_tests.txt").write_text(
+    write_text(out / "cuda_tests.txt",
         "timed out\n" if done is None else done.stdout[-60000:] + done.stderr[-20000:])
     tests_ok = done is not None and done.returncode == 0
     codes = []
@@ -232,8 +234,8 @@ def main(argv=None) -> int:
             f.write(f"--- {folder.name} (exit {process.returncode})\n{text[-8000:]}\n")
     summary = summarize([folder for folder, _ in started])
     summary["exit_codes"] = codes
-    (out / "conformance.json").write_text(json.dumps(summary, indent=1))
-    (out / "conformance.md").write_text(conformance_markdown(summary, info))
+    write_text(out / "conformance.json", json.dumps(summary, indent=1))
+    write_text(out / "conformance.md", conformance_markdown(summary, info))
     log(out, f"conformance {summary['counts']} exit codes {codes}; tests "
              f"{'passed' if tests_ok else 'did not pass'}")
     if args.device == "cuda":

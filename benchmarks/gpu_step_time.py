@@ -60,6 +60,8 @@ from pathlib import Path
 
 from algorithm_step_time import ALGORITHMS, PEERS  # this folder's: specs and peer classes
 
+from unified_opt.files import write_text
+
 #: the algorithms with targets, in the order they are reported
 TARGET_ALGORITHMS = ("adamw", "lion", "lars", "lamb", "came", "adafactor")
 #: issue 20's speed targets: the most × fused AdamW a fast own path may take
@@ -627,8 +629,8 @@ def main(argv=None) -> int:
 
 
 def _write(out: Path, report: dict) -> None:
-    (out / "gpu_step_time.json").write_text(json.dumps(report, indent=1) + "\n")
-    (out / "gpu_step_time.md").write_text(markdown(report))
+    write_text(out / "gpu_step_time.json", json.dumps(report, indent=1) + "\n")
+    write_text(out / "gpu_step_time.md", markdown(report))
 
 
 if __name__ == "__main__":

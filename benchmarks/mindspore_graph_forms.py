@@ -32,6 +32,8 @@ import numpy as np
 from algorithm_step_time import ALGORITHMS  # this folder's: the algorithms' specs
 from step_time import Harness, interleaved_medians
 
+from unified_opt.files import write_text
+
 FORMS = ("custom", "ops")
 
 
@@ -119,9 +121,9 @@ def main() -> None:
     meta = {"machine": _cpu_name(), "cpus": os.cpu_count(),
             "mindspore": importlib.metadata.version("mindspore"),
             "load_before": load_before, "load_after": round(os.getloadavg()[0], 1)}
-    (folder / "mindspore_graph_forms.json").write_text(
+    write_text(folder / "mindspore_graph_forms.json",
         json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
-    (folder / "mindspore_graph_forms.md").write_text(markdown(rows, meta))
+    write_text(folder / "mindspore_graph_forms.md", markdown(rows, meta))
 
 
 def _cpu_name() -> str:

@@ -53,6 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
+from unified_opt.files import write_text
+
 #: the specs measured, as :func:`unified_opt.expressions.parse_spec` reads them (two SGD
 #: forms: plain and with momentum, which Paddle lowers to different classes)
 SPECS = {"sgd": "SGD(lr=0.01)", "momentum": "SGD(lr=0.01, momentum=0.9)",
@@ -335,8 +337,8 @@ def main() -> None:
     result = {"environment": environment(), "versions": versions(),
               "repeats": args.repeats, "passes": args.passes, "rows": merged(passes)}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "native_vs_own.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "native_vs_own.md").write_text(markdown(result))
+    write_text(args.out / "native_vs_own.json", json.dumps(result, indent=1) + "\n")
+    write_text(args.out / "native_vs_own.md", markdown(result))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
+from unified_opt.files import write_text
+
 SPECS = {"adam": "Adam(lr=1e-3)", "adamw": "AdamW(lr=1e-3, weight_decay=0.01)",
          "came": "CAME(lr=1e-4)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
          "lars": "LARS(lr=0.1, weight_decay=1e-4)", "lion": "Lion(lr=1e-4)",
@@ -319,8 +321,8 @@ def main() -> None:
     result["installed_mb"] = {m: _installed_mb(m) for m in ("ziglang", "numba", "llvmlite")}
     result["cold_zig_s"] = cold_zig_seconds() if args.cold else None
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "no_compiler.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "no_compiler.md").write_text(markdown(result))
+    write_text(args.out / "no_compiler.json", json.dumps(result, indent=1) + "\n")
+    write_text(args.out / "no_compiler.md", markdown(result))
     print(markdown(result))
 
 

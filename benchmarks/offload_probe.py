@@ -50,6 +50,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_step_time import TINY, gpt2_shapes  # noqa: E402  this folder's
 
+from unified_opt.files import write_text  # noqa: E402
+
 
 def host_facts() -> dict:
     def read(path):
@@ -521,8 +523,8 @@ def main(argv=None) -> int:
         probe.release()     # the row's host and device memory, before the next row
         report["rows"].append({"key": key, "what": what, **result})
         print(key, json.dumps(result), flush=True)
-        (args.out / "offload_probe.json").write_text(json.dumps(report, indent=1) + "\n")
-        (args.out / "offload_probe.md").write_text(markdown(report))
+        write_text(args.out / "offload_probe.json", json.dumps(report, indent=1) + "\n")
+        write_text(args.out / "offload_probe.md", markdown(report))
     return 0
 
 

@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_step_time import ALGORITHMS, TINY, gpt2_shapes  # noqa: E402
 
+from unified_opt.files import write_text
+
 
 def profile(algorithm: str, device: str, shapes, steps: int) -> str:
     import torch
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     parts = [profile(name, args.device, shapes, args.steps)
              for name in args.algorithms.split(",")]
-    (args.out / "own_host_profile.txt").write_text("\n\n".join(parts))
+    write_text(args.out / "own_host_profile.txt", "\n\n".join(parts))
     print("\n".join(part.splitlines()[0] for part in parts))
     return 0
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from unified_opt import speed
 from unified_opt.backend import load
+from unified_opt.files import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_RESULTS = "native_vs_own.json"
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
         same = args.out.exists() and args.out.read_text() == text
         print(f"{args.out}: {'up to date' if same else 'differs from the results'}")
         return 0 if same else 1
-    args.out.write_text(text)
+    write_text(args.out, text)
     table = json.loads(text)
     own = [r for r in table["rows"] if r["native_over_own"] >= table["threshold"]]
     print(f"{args.out}: {len(table['rows'])} rows, {len(own)} where the own implementation "

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from unified_opt.files import write_text
+
 PARAMETER_SETS = {
     "model": [(1024, 1024)] * 4 + [(1024,)] * 4,
     "big": [(4096, 4096)],
@@ -220,8 +222,8 @@ def main():
         rows += json.loads(done.stdout.strip().splitlines()[-1])
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "step_time.json").write_text(json.dumps({"rows": rows}, indent=1))
-    (out / "step_time.md").write_text(table(rows))
+    write_text(out / "step_time.json", json.dumps({"rows": rows}, indent=1))
+    write_text(out / "step_time.md", table(rows))
     print(table(rows))
 
 
