@@ -355,13 +355,20 @@ def _write(s: Snapshot, path: Path) -> None:
     text += b" " * (-len(text) % 8)
     # atomic_writer gives the umask's mode like every other output (safetensors'
     # save_file leaves 0600)
-    with atomic_writer(path, "wb") as handle:
-        handle.write(_HEADER_LENGTH.pack(len(text)))
-        handle.write(text)
-        for key in order:
-            raw = _raw(tensors[key])
-            for begin in range(0, len(raw), _CHUNK):
-                handle.write(raw[begin:begin + _CHUNK])
+    try:
+        with atomic_writer(path, "wb") as handle:
+            handle.write(_HEADER_LENGTH.pack(len(text)))
+            handle.write(text)
+            for key in order:
+                raw = _raw(tensors[key])
+                for begin in range(0, len(raw), _CHUNK):
+                    handle.write(raw[begin:begin + _CHUNK])
+    except OSError as error:
+        # the same errno (so the same OSError subclass), naming the file and what
+        # became of it: a full disk or a size limit says neither
+        raise OSError(error.errno, f"save_state: cannot write the state file "
+                      f"({error.strerror or error}); the file there, if any, is unchanged",
+                      str(path)) from error
 
 
 # -- reading a file -----------------------------------------------------------------------
