@@ -144,7 +144,7 @@ def _sparse_gradients(steps=3):
     for t in range(steps):
         rows = torch.tensor([[t % 5, 2, 2]])
         values = torch.linspace(-1.0, 1.0, 3 * 4).reshape(3, 4) * (t + 1)
-        out.append(torch.sparse_coo_tensor(rows, values, (6, 4)))
+        out.append(torch.sparse_coo_tensor(rows, values, (6, 4), check_invariants=True))
     return out
 
 
@@ -163,12 +163,13 @@ def test_sparse_gradients_step_as_torch_does_on_the_default_path(name):
         native.step()
         assert torch.equal(ours.detach().view(torch.int32), theirs.detach().view(torch.int32))
     assert not torch.equal(ours.detach(), start)
-    # a dense step after sparse ones runs fused again, bit for bit with torch's too
+    # a dense step after sparse ones runs fused again (measured: the same bits as
+    # torch's for-loop here)
     ours.grad, theirs.grad = torch.full_like(start, 0.5), torch.full_like(start, 0.5)
     opt.step()
     native.step()
-    assert torch.allclose(ours.detach(), theirs.detach(), rtol=0, atol=1e-6)
-    assert all(g.get("fused") is not False for g in opt.param_groups)
+    assert torch.equal(ours.detach(), theirs.detach())
+    assert all(g["fused"] for g in opt.param_groups)
 
 
 @pytest.mark.parametrize("spec", [uo.AdamW(lr=0.1), uo.SGD(lr=0.1, momentum=0.9),
