@@ -169,6 +169,15 @@ def test_a_second_run_into_the_same_out_is_refused_and_the_first_passes(tmp_path
     assert sorted(p.name for p in out.iterdir()) == sorted(REPORT_FILES)
 
 
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process, as Python sets it up (unless the
+    process was started with SIGINT ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def interrupt_once_a_worker_runs(out: Path) -> list:
     """Send SIGINT to this, the main, thread once a worker of the run into ``out`` runs
     (``_thread.interrupt_main`` would not wake it from its wait); the list it returns
@@ -187,7 +196,8 @@ def interrupt_once_a_worker_runs(out: Path) -> list:
 
 
 @require("torch")
-def test_the_library_run_raises_run_interrupted_after_stopping_its_workers(tmp_path):
+def test_the_library_run_raises_run_interrupted_after_stopping_its_workers(tmp_path,
+                                                                           sigint_raises):
     """A KeyboardInterrupt in the thread that called :func:`runner.run` (a SIGINT once
     the worker runs): RunInterrupted, with the interrupted report written and every
     worker gone."""
@@ -245,7 +255,7 @@ def test_the_stubs_say_incomplete_and_report_diff_refuses_them(tmp_path, capsys)
 
 @require("torch")
 @require("paddle")
-def test_a_worker_the_interrupted_run_never_started_is_reported_so(tmp_path):
+def test_a_worker_the_interrupted_run_never_started_is_reported_so(tmp_path, sigint_raises):
     """``jobs=1``: Paddle's worker starts first (the slower backends first), torch's
     waits for it; the interrupt stops Paddle's, and torch's never starts."""
     out = tmp_path / "report"
