@@ -31,11 +31,12 @@ from .functions import decode_spec, encode_spec
 from .native import Native
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
-SUITE_VERSION = "6"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
+SUITE_VERSION = "7"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
 #                       algorithm, NaN and Inf interchangeable where both are non-finite;
 #                       4: parameters without a gradient at some steps; 5: bfloat16
 #                       parameters and state_dtype (judged in bfloat16 ulps); 6: the
-#                       float32 references keep 0-d values in float32 (NEP 50)
+#                       float32 references keep 0-d values in float32 (NEP 50); 7:
+#                       gradients from a real backward in both zero_grad modes
 MIN_STEPS = 50
 DEFAULT_STEPS = 50
 
@@ -69,6 +70,21 @@ STORAGE_REFUSED = {
     for backend in ("paddle", "mindspore")}
 
 #: why a backend cannot run a case with missing gradients (``Case.missing_gradients``)
+#: how a case's gradients reach the optimizer (``Case.backward``): None, assigned to
+#: ``p.grad`` and dropped after the step; otherwise a real backward of the loss
+#: ``sum(p * g)`` (whose gradient is ``g`` exactly) and, between steps, torch's
+#: ``zero_grad(set_to_none=...)`` / Paddle's ``clear_grad(set_to_zero=...)`` in that mode
+#: (not on MindSpore: :data:`BACKWARD_REFUSED`)
+BACKWARD_MODES = ("set_to_none", "set_to_zero")
+#: why a backend does not run a case with ``backward`` (``Case.backward``)
+BACKWARD_REFUSED = {
+    "mindspore": "MindSpore's optimizers take the gradients as the call's argument, new "
+                 "tensors from mindspore.grad at every step, and keep no gradient on a "
+                 "parameter to clear (torch's zero_grad, Paddle's clear_grad): the "
+                 "assigned-gradient cases drive it as its training loops do (a real "
+                 "autodiff here costs a graph compile of about 2 s per run)",
+}
+
 MISSING_GRADIENTS_REFUSED = {
     "mindspore": "MindSpore's optimizers take a tuple of one gradient per parameter (a "
                  "parameter the loss does not reach gets zeros from GradOperation, and "
@@ -119,6 +135,11 @@ class Case:
     #: and the oracle and the floors round the same way. Backends whose own path cannot
     #: keep parameters so (:data:`STORAGE_REFUSED`) do not run the case
     storage: str | None = None
+    #: None: the gradients are assigned (``p.grad = g``); one of :data:`BACKWARD_MODES`:
+    #: the driver takes them from a real backward and clears them that way between steps
+    #: (a gradient zeroed in place and written by the next backward: an optimizer that
+    #: kept a reference to it would follow it)
+    backward: str | None = None
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -182,6 +203,16 @@ class Case:
         if self.storage is not None and (self.workers > 1 or self.native is not None):
             raise ValueError(f"{owner}: storage={self.storage!r} is for uo.build's "
                              "optimizers on one process (no native built by hand, no workers)")
+        if self.backward is not None:
+            if self.backward not in BACKWARD_MODES:
+                raise ValueError(f"{owner}: backward must be None or one of "
+                                 f"{BACKWARD_MODES}, got {self.backward!r}")
+            if self.missing_gradients or self.storage is not None or self.workers > 1 \
+                    or self.nonfinite_steps:
+                raise ValueError(f"{owner}: backward={self.backward!r} takes every gradient "
+                                 "from one backward of finite float32 values on one process "
+                                 "(no missing_gradients, storage, workers or "
+                                 "nonfinite_steps)")
         encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
 
     def _check_missing_gradients(self, owner: str, shapes: dict) -> None:
@@ -266,6 +297,8 @@ class Case:
             return None
         if self.missing_gradients and backend in MISSING_GRADIENTS_REFUSED:
             return f"not run on {backend}: {MISSING_GRADIENTS_REFUSED[backend]}"
+        if self.backward is not None and backend in BACKWARD_REFUSED:
+            return f"not run on {backend}: {BACKWARD_REFUSED[backend]}"
         if backend in STORAGE_REFUSED and (self.storage is not None or
                                            getattr(self.spec, "state_dtype", None) is not None):
             return f"not run on {backend}: {STORAGE_REFUSED[backend]}"
@@ -316,7 +349,8 @@ class Case:
                 **({"missing_gradients": {n: list(s) for n, s in
                                           self.missing_gradients.items()}}
                    if self.missing_gradients else {}),
-                **({"storage": self.storage} if self.storage is not None else {})}
+                **({"storage": self.storage} if self.storage is not None else {}),
+                **({"backward": self.backward} if self.backward is not None else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -332,7 +366,7 @@ class Case:
                    workers=data.get("workers", 1), rank=data.get("rank", 0),
                    missing_gradients={n: tuple(s) for n, s in
                                       data.get("missing_gradients", {}).items()},
-                   storage=data.get("storage"))
+                   storage=data.get("storage"), backward=data.get("backward"))
 
 
 def dense(**fields) -> Case:

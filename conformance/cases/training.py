@@ -19,7 +19,7 @@ import unified_opt as uo
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 from unified_opt.schedules import Cosine, Cyclic, OneCycle, Step, preset
 
-from .case import DENSE_PARAMS, PARAMS, Case
+from .case import BACKWARD_MODES, DENSE_PARAMS, PARAMS, Case
 
 COSINE = Cosine(lr=0.05, T_max=50, eta_min=0.005)
 NN_NAMES = ("*beta*", "*gamma*")
@@ -232,6 +232,19 @@ def missing_gradient_cases() -> list[Case]:
     ]
 
 
+def backward_cases() -> list[Case]:
+    """Gradients from a real backward in both of the frameworks' clearing modes
+    (``Case.backward``), over SGD with momentum (whose first momentum step is the
+    gradient itself), Adam and Lamb: an optimizer that kept a reference to a gradient
+    tensor (zeroed in place and written by the next backward) fails the
+    ``set_to_zero`` cases."""
+    specs = [uo.SGD(lr=0.05, momentum=0.9), uo.Adam(lr=0.01, eps=1e-3),
+             uo.Lamb(lr=0.01, weight_decay=0.05)]
+    return [_dense(f"backward_{mode}_{spec.name}", spec, backward=mode,
+                   description=f"gradients from backward(); cleared with {mode}")
+            for spec in specs for mode in BACKWARD_MODES]
+
+
 def acceptance_cases() -> list[Case]:
     """The issue's three native runs, 100 steps each."""
     no_decay = (G(match=("*bias", "ln.*"), weight_decay=0.0),)
@@ -264,4 +277,4 @@ def acceptance_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     return group_cases() + clip_cases() + loss_scale_cases() + per_step_cases() + \
-        missing_gradient_cases() + acceptance_cases()
+        missing_gradient_cases() + backward_cases() + acceptance_cases()

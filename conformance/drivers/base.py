@@ -41,11 +41,13 @@ class Driver:
                  options: Mapping | None = None, total_steps: int | None = None,
                  groups=None, native: Native | None = None, factory=None,
                  device: Placement | None = None, prefer: str = "speed",
-                 storage: str | None = None):
+                 storage: str | None = None, backward: str | None = None):
         # prefer: uo.build's (a test of a native row asks for "native")
         self.spec = spec
         #: the dtype the parameters are made in (None: the arrays'; Case.storage)
         self.storage = storage
+        #: how the gradients arrive (``Case.backward``: None, assigned)
+        self.backward = backward
         if storage is not None and storage not in self.storage_dtypes:
             raise ValueError(f"the {self.backend} driver makes no {storage} parameters "
                              f"(storage: {self.storage_dtypes or 'none'})")

@@ -1,6 +1,8 @@
 """Conformance driver for Paddle: ``p.grad = paddle.to_tensor(g)`` (``p.grad = None``
 where the case has no gradient), ``step``, ``clear_grad(set_to_zero=False)``, then the
-lr scheduler's ``step()``. A native
+lr scheduler's ``step()``; a case with ``backward`` takes its gradients from a real
+``backward()`` and clears them in that mode (``clear_grad(set_to_zero=True)`` keeps the
+gradient tensors, zeroed in place). A native
 optimizer built by hand gets its scheduler as ``learning_rate`` and its parameters as
 ``parameters=`` (``parameter_list=`` for the incubate classes that still take it).
 Parameters and gradients go to Paddle's default place, which
@@ -51,11 +53,16 @@ class PaddleDriver(Driver):
                 raise ValueError(f"grads[{name!r}] has shape {g.shape} and dtype {g.dtype}; "
                                  f"the parameter has {tuple(p.shape)} and {array_dtype(p)}")
             tensors[name] = paddle.to_tensor(g)
-        for name, p in self.params.items():
-            p.grad = tensors[name]
+        if self.backward is None:
+            for name, p in self.params.items():
+                p.grad = tensors[name]
+        else:
+            # a real backward of sum(p * g): its gradient is g exactly, accumulated into
+            # the gradient clear_grad left (none, or zeros in place: 0 + g is g)
+            sum((p * tensors[name]).sum() for name, p in self.params.items()).backward()
         self.run_before_step()
         self.optimizer.step()
-        self.optimizer.clear_grad(set_to_zero=False)
+        self.optimizer.clear_grad(set_to_zero=self.backward == "set_to_zero")
         if self.scheduler is not None:
             self.scheduler.step()
 

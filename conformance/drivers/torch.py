@@ -1,7 +1,10 @@
 """Conformance driver for torch: backward-style ``p.grad`` (None where the case has no
-gradient), ``step``, ``zero_grad``, then ``scheduler.step()``. A native optimizer built
-by hand takes its parameters first, its scheduler is built on it, and ``before_step``
-functions (``clip_grad_norm_``) run between the gradients and the step. Loading it
+gradient), ``step``, ``zero_grad``, then ``scheduler.step()``; a case with ``backward``
+takes its gradients from a real ``backward()`` and zeroes them in that mode
+(``zero_grad(set_to_none=False)`` keeps the gradient tensors, zeroed in place). A
+native optimizer built by hand takes its parameters first, its scheduler is built on it,
+and ``before_step`` functions (``clip_grad_norm_``) run between the gradients and the
+step. Loading it
 runs the backend's :func:`~unified_opt.backends.torch.ops.warm_up_cpu_sqrt` (a race in
 torch's first CPU ``sqrt`` of a process), also before a native optimizer built by hand.
 On a device (``cuda:N``, ``npu:N``) each parameter and gradient is moved there with
@@ -52,14 +55,22 @@ class TorchDriver(Driver):
         return self.spec.lr
 
     def apply(self, grads):
-        for name, p in self.params.items():
-            # None: no gradient at this step (Case.missing_gradients), as after a
-            # backward the parameter took no part in
-            p.grad = None if grads[name] is None else torch.from_numpy(
-                np.array(grads[name], dtype=array_dtype(p))).to(p.device, p.dtype)
+        if self.backward is None:
+            for name, p in self.params.items():
+                # None: no gradient at this step (Case.missing_gradients), as after a
+                # backward the parameter took no part in
+                p.grad = None if grads[name] is None else torch.from_numpy(
+                    np.array(grads[name], dtype=array_dtype(p))).to(p.device, p.dtype)
+        else:
+            # a real backward of sum(p * g): its gradient is g exactly, accumulated into
+            # the gradient zero_grad left (None, or zeros in place: 0 + g is g)
+            loss = sum((p * torch.from_numpy(np.array(grads[name], dtype=array_dtype(p))
+                                             ).to(p.device, p.dtype)).sum()
+                       for name, p in self.params.items())
+            loss.backward()
         self.run_before_step()
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        self.optimizer.zero_grad(set_to_none=self.backward != "set_to_zero")
         if self.scheduler is not None:
             self.scheduler.step()
 

@@ -1,0 +1,52 @@
+"""The conformance cases whose gradients come from a real backward (``Case.backward``),
+in both of the frameworks' clearing modes: torch's ``zero_grad(set_to_none=True/False)``
+and Paddle's ``clear_grad(set_to_zero=False/True)``, over SGD with momentum, Adam and
+Lamb, on every build path; MindSpore (no gradient kept on a parameter) does not run
+them, and the report says why."""
+
+import dataclasses
+
+import pytest
+from support import installed_frameworks
+
+import unified_opt as uo
+from unified_opt.conformance.cases import Case, default_cases
+from unified_opt.conformance.cases.case import BACKWARD_MODES, DENSE_PARAMS
+
+BACKWARD_CASES = [c for c in default_cases() if c.backward is not None]
+#: the same cases through the conformance runner (a worker process per backend)
+WORKER_CASES = [dataclasses.replace(c, id=f"grads_{c.id}") for c in BACKWARD_CASES]
+
+
+def test_sgd_momentum_adam_and_lamb_run_in_both_modes():
+    assert sorted((c.spec.name, c.backward) for c in BACKWARD_CASES) == sorted(
+        (name, mode) for name in ("adam", "lamb", "sgd") for mode in BACKWARD_MODES)
+    sgd = [c.spec for c in BACKWARD_CASES if c.spec.name == "sgd"]
+    assert all(s.momentum > 0 for s in sgd)
+
+
+def test_a_backward_case_travels_to_a_worker_and_refuses_what_it_cannot_do():
+    case = BACKWARD_CASES[0]
+    assert Case.from_dict(case.to_dict()) == case
+    assert "backward" not in dataclasses.replace(case, backward=None).to_dict()
+    with pytest.raises(ValueError, match="backward must be None or one of"):
+        Case(id="x", spec=uo.SGD(lr=0.1), params=DENSE_PARAMS, backward="zero")
+    with pytest.raises(ValueError, match="no missing_gradients"):
+        Case(id="x", spec=uo.SGD(lr=0.1), params=DENSE_PARAMS, backward="set_to_zero",
+             missing_gradients={"w": (3,)})
+    assert "keep no gradient" in case.refused_on("mindspore")
+    assert case.refused_on("torch") is None and case.refused_on("paddle") is None
+
+
+def test_every_backend_in_the_conformance_runner(worker_runs):
+    for case in WORKER_CASES:
+        for backend in installed_frameworks():
+            if backend == "mindspore":
+                left_out = [e for e in worker_runs.report["backends"][backend]["not_run"]
+                            if e["case"] == case.id]
+                assert [e["path"] for e in left_out] == list(case.paths)
+                assert all(e["reason"] == case.refused_on("mindspore") for e in left_out)
+                continue
+            result = worker_runs.assert_passes(case.id, backend, "auto")
+            if result["lowering"]["path"] == "native":
+                worker_runs.assert_passes(case.id, backend, "own")
