@@ -274,3 +274,20 @@ def test_a_worker_the_interrupted_run_never_started_is_reported_so(tmp_path, sig
     assert torch_results and {r["error"] for r in torch_results} == {
         "not run: the worker was not started: the run was interrupted by SIGINT"}
     assert not (out / "runs").exists() and not (out / runner.LOCK).exists()
+
+
+def test_a_signal_before_the_run_is_one_line_and_the_handlers_are_put_back(monkeypatch,
+                                                                           capsys, tmp_path):
+    """A signal while the command line is read (here raised by ``_plan``): one line, exit
+    143, nothing written; the handlers of the calling process are back afterwards."""
+    def signalled(args):
+        raise runner.Signalled("SIGTERM")
+
+    handlers = {s: signal.getsignal(s) for s in cli.STOP_SIGNALS}
+    monkeypatch.setattr(cli, "_plan", signalled)
+    out = tmp_path / "report"
+    assert cli.main(["conformance", "--out", str(out)]) == 143
+    assert capsys.readouterr().err == (
+        "unified-opt conformance: interrupted by SIGTERM before any case ran\n")
+    assert not out.exists()
+    assert {s: signal.getsignal(s) for s in cli.STOP_SIGNALS} == handlers
