@@ -94,8 +94,9 @@ class RunInterrupted(KeyboardInterrupt):
     """:func:`run` was interrupted (``signal_name``: ``"SIGINT"`` for a plain
     KeyboardInterrupt, else :class:`Signalled`'s). Raised once its workers are killed
     and reaped and ``out`` holds the reports marked interrupted (``report``: what
-    ``report.json`` holds). A KeyboardInterrupt, so that code which stops on Ctrl-C
-    stops on it too."""
+    ``report.json`` holds; complete when the signal came after the complete reports were
+    written). A KeyboardInterrupt, so that code which stops on Ctrl-C stops on it
+    too."""
 
     def __init__(self, signal_name: str, report: dict, out: Path):
         super().__init__(f"conformance run interrupted by {signal_name}")
@@ -486,6 +487,7 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
     ran = [c for c in cases if c.id not in left_out]
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     futures: dict[str, concurrent.futures.Future] = {}
+    written = None                    # the complete report, once in out
     lock = threading.Lock()
 
     def say(line: str) -> None:
@@ -512,6 +514,7 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
                 raise
         report = _report(cases, backends, left_out, infos, out)
         write_reports(report, out)
+        written = report
         shutil.rmtree(out / WORK)
         _prune(out)
         return report
@@ -523,9 +526,13 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
         concurrent.futures.wait(futures.values())
         if signal_name is None:
             raise                     # the stubs stay: the run did not finish
-        infos = {b: _finished(futures.get(b), device, workers.stopped_by) for b in backends}
-        report = _report(cases, backends, left_out, infos, out, interrupted_by=signal_name)
-        write_reports(report, out)
+        report = written              # a signal after the complete reports leaves them
+        if report is None:
+            infos = {b: _finished(futures.get(b), device, workers.stopped_by)
+                     for b in backends}
+            report = _report(cases, backends, left_out, infos, out,
+                             interrupted_by=signal_name)
+            write_reports(report, out)
         shutil.rmtree(out / WORK, ignore_errors=True)
         _prune(out)
         raise RunInterrupted(signal_name, report, out) from None
@@ -550,9 +557,11 @@ def _finished(future: concurrent.futures.Future | None, device: Device,
 
 def _report(cases: list[Case], backends: list[str], left_out: dict[str, str],
             infos: dict[str, dict], out: Path, interrupted_by: str | None = None) -> dict:
-    """The report of the workers' entries ``infos`` and the verdicts they wrote; a run
-    a worker did not report is an error saying how the worker ended."""
+    """The report of the workers' entries ``infos`` (left as they are: an interrupt while
+    the report is made makes it again) and the verdicts they wrote; a run a worker did
+    not report is an error saying how the worker ended."""
     results, unstable = [], set()
+    infos = {b: {**infos[b], "not_run": list(infos[b]["not_run"])} for b in backends}
     for backend in backends:
         worker = infos[backend]
         run_dir = None if worker["exit_code"] is None else out / WORK / backend

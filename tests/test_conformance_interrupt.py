@@ -291,3 +291,34 @@ def test_a_signal_before_the_run_is_one_line_and_the_handlers_are_put_back(monke
         "unified-opt conformance: interrupted by SIGTERM before any case ran\n")
     assert not out.exists()
     assert {s: signal.getsignal(s) for s in cli.STOP_SIGNALS} == handlers
+
+
+@require("torch")
+def test_a_signal_after_the_complete_reports_leaves_them(monkeypatch, capsys, tmp_path):
+    """The signal comes once the complete reports are written (here while the working
+    files are cleared; the worker is a stand-in that reports nothing): they stay, and
+    the line says so."""
+    cleared = []
+    prune = runner._prune
+
+    def prune_interrupted(out):
+        written = json.loads((out / "report.json").read_text())
+        if not cleared and written["status"] == "complete":    # (also called at the start)
+            cleared.append(out)
+            raise runner.Signalled("SIGTERM")
+        prune(out)
+
+    monkeypatch.setattr(runner, "_run_worker", lambda backend, *args: runner._info(
+        runner.CPU, exit_code=0))
+    monkeypatch.setattr(runner, "_prune", prune_interrupted)
+    out = tmp_path / "report"
+    assert cli.main(["conformance", "--backends", "torch", "--cases", CASE,
+                     "--out", str(out)]) == 143
+    err = capsys.readouterr().err
+    assert err.startswith("unified-opt conformance: interrupted by SIGTERM after the run "
+                          f"ended ({out}'s reports are complete: 3 results: 0 pass, "), err
+    report = json.loads((out / "report.json").read_text())
+    assert report["status"] == "complete" and "interrupted_by" not in report
+    assert junit_errors(out).keys() == {f"{CASE}[torch-{p}]" for p in ("auto", "own",
+                                                                        "native")}
+    assert not (out / "runs").exists() and not (out / runner.LOCK).exists()

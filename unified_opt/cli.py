@@ -523,10 +523,14 @@ def _conformance(args) -> int:
             return _run_conformance(args, ran)
         except RunInterrupted as stopped:
             name = stopped.signal_name
-            line = (f"interrupted by {name}: the workers were stopped; {args.out}/"
-                    "report.json, report.md, report.html and junit.xml are marked "
-                    f"interrupted ({summary_line(stopped.report)}; the runs it did not "
-                    "finish are errors)")
+            if stopped.report["status"] == "complete":     # the signal came at the end
+                line = (f"interrupted by {name} after the run ended ({args.out}'s reports "
+                        f"are complete: {summary_line(stopped.report)})")
+            else:
+                line = (f"interrupted by {name}: the workers were stopped; {args.out}/"
+                        "report.json, report.md, report.html and junit.xml are marked "
+                        f"interrupted ({summary_line(stopped.report)}; the runs it did not "
+                        "finish are errors)")
         except KeyboardInterrupt as error:    # before the run began, or after it ended
             name = error.signal_name if isinstance(error, Signalled) else "SIGINT"
             line = (f"interrupted by {name} "
