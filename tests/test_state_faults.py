@@ -40,25 +40,24 @@ def snapshot(seed, elements):
                     framework="torch")
 """
 
-#: a numpy-only server: writes the old state to argv[1], then for each line on stdin
-#: rewrites the old state (in this process), forks a child that saves the new state
-#: over it, prints the child's pid, waits for it (killed or not) and prints "done"
+#: a numpy-only server: saves state 0 to argv[1]; then for each line on stdin (a seed,
+#: 0 or 1) forks a child that saves that state over the file, prints the child's pid,
+#: waits for it (killed or not) and prints "done"
 KILL_SERVER = SNAPSHOTS + """
 import os, sys, time
 from pathlib import Path
 from unified_opt.porting.state import _write
 
 path, elements = Path(sys.argv[1]), int(sys.argv[2])
-old, new = snapshot(0, elements), snapshot(1, elements)
+states = [snapshot(0, elements), snapshot(1, elements)]
 started = time.perf_counter()
-_write(new, path)
+_write(states[0], path)
 print(f"ready {time.perf_counter() - started:.4f}", flush=True)
 for line in sys.stdin:
-    _write(old, path)
     pid = os.fork()
     if pid == 0:
         try:
-            _write(new, path)
+            _write(states[int(line)], path)
         finally:
             os._exit(0)
     print(pid, flush=True)
@@ -102,10 +101,23 @@ def _leftovers(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.name.endswith(PARTIAL_SUFFIX))
 
 
+def _wait_for_partial(folder: Path, size: float, timeout: float = 10.0) -> None:
+    """Until a temporary file in ``folder`` holds ``size`` bytes (or ``timeout`` s)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for partial in _leftovers(folder):
+            try:
+                if partial.stat().st_size >= size:
+                    return
+            except FileNotFoundError:     # replaced meanwhile
+                return
+        time.sleep(0.0005)
+
+
 def test_a_save_killed_at_random_moments_leaves_the_old_or_the_new_state(tmp_path):
     from unified_opt.porting.state import read_state
 
-    elements = 3_000_000        # 4 float32 arrays: a 48 MB file
+    elements = 2_000_000        # 4 float32 arrays: a 32 MB file
     path = tmp_path / "run.safetensors"
     server = subprocess.Popen([sys.executable, "-c", KILL_SERVER, str(path), str(elements)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -114,35 +126,38 @@ def test_a_save_killed_at_random_moments_leaves_the_old_or_the_new_state(tmp_pat
         ready = server.stdout.readline().split()
         assert ready and ready[0] == "ready", ready
         duration = float(ready[1])            # one whole save, fsync included
-        old, new = _snapshot(0, elements), _snapshot(1, elements)
+        states = [_snapshot(0, elements), _snapshot(1, elements)]
+        held = 0                              # the state the file holds
         rng = random.Random(41)
         outcomes, cut_short = [], 0
-        for _ in range(20):
-            server.stdin.write("go\n")
+        for round_ in range(20):
+            server.stdin.write(f"{1 - held}\n")     # save the other state over it
             server.stdin.flush()
             pid = int(server.stdout.readline())
-            time.sleep(rng.uniform(0.0, duration))
+            if round_ % 2:        # at a random moment of (about) a whole save
+                time.sleep(rng.uniform(0.0, 1.2 * duration))
+            else:                 # once the temporary file holds a random part of it
+                _wait_for_partial(tmp_path, rng.uniform(0.05, 0.6) * path.stat().st_size)
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:        # it finished first: the new state
                 pass
             assert server.stdout.readline().strip() == "done"
             saved = read_state(path)          # a truncated file would raise here
-            if _same_arrays(saved, old):
+            if _same_arrays(saved, states[held]):
                 outcomes.append("old")
-                assert saved.steps == 3
             else:
-                assert _same_arrays(saved, new), "neither the old nor the new state"
+                assert _same_arrays(saved, states[1 - held]), "neither old nor new state"
                 outcomes.append("new")
-                assert saved.steps == 4
+                held = 1 - held
+            assert saved.steps == 3 + held
             # a killed save leaves its temporary file beside the target, never in its
             # place; one shorter than the file shows the kill landed inside the write
             for partial in _leftovers(tmp_path):
                 cut_short += partial.stat().st_size < path.stat().st_size
                 partial.unlink()
-        # the kills landed inside the write: old files whose new one was cut short
-        assert outcomes.count("old") >= 5, outcomes
-        assert cut_short >= 5, (cut_short, outcomes)
+        # the kills landed inside the write: new files cut short, the old ones intact
+        assert cut_short >= 8 and outcomes.count("old") >= 8, (cut_short, outcomes)
     finally:
         server.stdin.close()
         server.wait(timeout=60)
