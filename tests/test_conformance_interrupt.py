@@ -322,3 +322,12 @@ def test_a_signal_after_the_complete_reports_leaves_them(monkeypatch, capsys, tm
     assert junit_errors(out).keys() == {f"{CASE}[torch-{p}]" for p in ("auto", "own",
                                                                         "native")}
     assert not (out / "runs").exists() and not (out / runner.LOCK).exists()
+
+
+def test_a_lock_file_left_by_a_killed_run_does_not_hold_the_folder(tmp_path):
+    """A run killed by SIGKILL leaves its lock file, unlocked (the lock went with its
+    process): the next run takes it, and removes it at its end."""
+    (tmp_path / runner.LOCK).write_text("999999\n")
+    with runner._OutLock(tmp_path):
+        assert (tmp_path / runner.LOCK).read_text() == f"{os.getpid()}\n"
+    assert not (tmp_path / runner.LOCK).exists()
