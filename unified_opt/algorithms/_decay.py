@@ -44,13 +44,26 @@ def l2_gradient(spec, param, grad):
     return g
 
 
+def decayed(param, delta):
+    """``param * (1 - delta)``: decoupled decay in torch's form (``param.mul_(1 - lr * wd)``,
+    ``_foreach_mul_``). The factor ``1 - delta`` is rounded once to the parameter's dtype
+    (a Python float is a weak scalar under NEP 50, see
+    :func:`unified_opt.reference.weak_python_scalars`), so the float32 reference carries
+    the same per-step rounding of the factor as the frameworks: in float32,
+    ``float32(1 - 1e-4)`` is 1.7e-8 relative away from ``1 - 1e-4``, a bias of the same
+    sign at every step that after 200 steps is more than the float32 noise of the form
+    ``param - param * delta`` (which rounds the product, not the factor). The two forms
+    agree in exact arithmetic."""
+    return param * (1.0 - delta)
+
+
 def apply_weight_decay(spec, param, grad, lr: float):
     """``(param, gradient)`` after weight decay: decoupled ``param * (1 - lr * wd)`` when
     ``spec.decoupled_weight_decay`` (torch's NAdamW/RAdamW forms), else L2 in the gradient."""
     if not spec.decoupled_weight_decay:
         return param, l2_gradient(spec, param, grad)
     if spec.weight_decay != 0.0:
-        param = param * (1.0 - lr * spec.weight_decay)
+        param = decayed(param, lr * spec.weight_decay)
     return param, (-grad if spec.maximize else grad)
 
 

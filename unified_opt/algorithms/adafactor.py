@@ -32,12 +32,24 @@ and for fewer dimensions :math:`V_t = \hat\beta_{2t} V_{t-1} + (1-\hat\beta_{2t}
     \hat U_t = \alpha_t\,\frac{U_t}{\max(1, \mathrm{RMS}(U_t)/d)} \\
     m_t &= \beta_1 m_{t-1} + (1-\beta_1)\hat U_t \ \text{(only when } \beta_1 \text{ is not None;
         the step is then } m_t) \\
-    \theta_t &= \theta_{t-1} - \delta\,\theta_{t-1} - \hat U_t \text{ (or } m_t),
+    \theta_t &= (1 - \delta)\,\theta_{t-1} - \hat U_t \text{ (or } m_t),
         \qquad \delta = \lambda\eta_t \ (\texttt{decay\_lr="raw"})
             \text{ or } \lambda\alpha_t \ (\texttt{"scaled"})
 
-:math:`\epsilon_1 = ` ``eps[0]`` (None: the machine epsilon of the parameter's dtype),
-:math:`\epsilon_2 = ` ``eps[1]``, :math:`d = ` ``clip_threshold``.
+:math:`\epsilon_1 = ` ``eps[0]``, :math:`\epsilon_2 = ` ``eps[1]``, :math:`d = `
+``clip_threshold``. ``eps[0]=None`` is the machine epsilon of the dtype the update
+computes in (``ops.machine_eps``): the parameter's dtype, float32 for a bfloat16 or
+float16 parameter (:mod:`unified_opt.storage`): 1.19e-7 for float32, 2.2e-16 for
+float64, as torch's ``finfo(param.dtype).eps``. The numpy oracle, which computes in
+float64, takes it from the dtype of the run it models (the parameters it is given, or
+its ``storage``: :class:`unified_opt.reference.Reference`), so the oracle of a float32
+run uses 1.19e-7; float64's 2.2e-16 there would make ``"add"`` and ``"clamp"`` one
+computation.
+
+An :math:`\epsilon_1` whose square is below float32's range (:math:`\epsilon_1 <` about
+4e-23, e.g. 1e-30) clamps at 0 in a float32 run with ``"clamp"``: a tensor whose
+gradients were all 0 (or, factored, near 1e-20) then gets an infinite :math:`1/\sqrt{V}`
+and NaN updates, where the float64 oracle clamps at 1e-60 and stays finite.
 
 Differences between frameworks
 ------------------------------
@@ -63,6 +75,8 @@ from .. import _validation as v
 from ..ops import Ops
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
+from ._alternatives import VISIBLE_WITHIN
+from ._decay import decayed
 
 EPS_MODES = ("clamp", "add")
 DECAY_LRS = ("raw", "scaled")
@@ -226,20 +240,37 @@ class Adafactor(Spec):
             update = ema(state["exp_avg"], update, self.beta1)
             new_state["exp_avg"] = update
         if self.weight_decay != 0.0:
-            param = param - param * (self.weight_decay * (lr if self.decay_lr == "raw"
-                                                           else alpha))
+            # torch's form, param * (1 - delta): the float32 reference then rounds the
+            # factor as torch does (decayed's docstring); Hugging Face's param - param*delta
+            # differs from it by rounding only
+            param = decayed(param, self.weight_decay * (lr if self.decay_lr == "raw"
+                                                        else alpha))
         return param - update, new_state
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """The other eps mode, the other relative step (where it moves the step size
+        within :data:`VISIBLE_WITHIN` steps: :meth:`_relative_step_shows`), the other
+        parameter scaling, decay lr and beta2 form."""
         other_mode = "add" if self.eps_mode == "clamp" else "clamp"
         out = [(f"eps_mode={other_mode!r}", self.replace(eps_mode=other_mode)),
-               (f"relative_step={not self.relative_step}",
-                self.replace(relative_step=not self.relative_step, warmup_init=False)),
                (f"scale_parameter={not self.scale_parameter}",
                 self.replace(scale_parameter=not self.scale_parameter))]
+        if self._relative_step_shows():
+            out.insert(1, (f"relative_step={not self.relative_step}",
+                           self.replace(relative_step=not self.relative_step,
+                                        warmup_init=False)))
         if self.weight_decay != 0.0:
             other = "scaled" if self.decay_lr == "raw" else "raw"
             out.append((f"decay_lr={other!r}", self.replace(decay_lr=other)))
         if self.beta2 is None:
             out.append(("constant beta2=0.999", self.replace(beta2=0.999, decay_rate=None)))
         return out
+
+    def _relative_step_shows(self) -> bool:
+        r"""Does the relative step :math:`\min(\eta_t, t^{-1/2})` part from the plain lr
+        :math:`\eta_t` within :data:`VISIBLE_WITHIN` steps? Only where some
+        :math:`\eta_t > t^{-1/2}` (or with ``warmup_init``, whose :math:`\eta_t t` is
+        another step size from step 1): with lr=0.01 the two agree for 10^4 steps."""
+        if self.warmup_init:
+            return True
+        return any(self.lr_at(t) > 1.0 / math.sqrt(t + 1) for t in range(VISIBLE_WITHIN))
