@@ -8,9 +8,11 @@ no empty source, no partial library."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,14 +88,18 @@ def test_a_compile_killed_midway_leaves_no_compiler_and_the_next_build_cleans_up
         child.kill()                   # SIGKILL: no Python code of the child runs
         child.wait()
     assert child.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while (left := _processes_naming(cache, child.pid)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, (f"compiler processes outlived their Python: {_short(left)} "
                       f"(of {_short(compilers)})")
-    # what the killed build left (its work folder), and what a killed atomic write of the
-    # source and an earlier release's killed build leave
-    assert [p.name for p in cache.iterdir() if p.name.startswith(build.WORK_PREFIX)]
+    # what the killed build left: its work folder, without the library (a compiler left
+    # running, orphaned, would have linked it there by now)
+    works = [p for p in cache.iterdir() if p.name.startswith(build.WORK_PREFIX)]
+    assert len(works) == 1, works
+    assert not list(works[0].glob("*.so")), "the killed build's compiler ran on to the end"
+    # and what a killed atomic write of the source and an earlier release's killed build
+    # leave
     (cache / ".uo_vm_0123.cc.abcd1234.partial").write_text("// half a sou")
     (cache / "tmpab_cd123.so").write_bytes(b"\x7fELF")
     # the next build into the cache (any source: the clean-up is the folder's)
@@ -170,18 +176,37 @@ def test_a_compile_interrupted_in_this_process_kills_its_compiler(tmp_path, monk
     seen = {}
 
     def interrupt(*_):
-        seen.update(_processes_naming(cache, os.getpid()))
         raise KeyboardInterrupt
 
+    def interrupt_when_compiling():
+        # SIGALRM to this (the main) thread once the compiler runs: its handler raises
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            seen.update(_processes_naming(cache, os.getpid()))
+            time.sleep(0.01)
+        time.sleep(0.2)                   # into the compile (the VM takes seconds)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+
+    removed = []                    # what the work folder held when it was removed
+    remove = shutil.rmtree
+
+    def recorded_rmtree(path, *args, **kwargs):
+        removed.append(sorted(os.listdir(path)))
+        return remove(path, *args, **kwargs)
+
+    monkeypatch.setattr(build.shutil, "rmtree", recorded_rmtree)
     previous = signal.signal(signal.SIGALRM, interrupt)
+    watcher = threading.Thread(target=interrupt_when_compiling)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)     # into the VM's compile (seconds)
+        watcher.start()
         with pytest.raises(KeyboardInterrupt):
             build._build(compiler, build.SOURCE.read_text(), cache / "uo_vm_test.so",
                          compiler.openmp)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        watcher.join()
         signal.signal(signal.SIGALRM, previous)
+    # killed, not waited for: the compiler never got to write the library
+    assert len(removed) == 1 and "uo_vm_test.so" not in removed[0], removed
     assert seen, "the compiler was not running at the interrupt"
     deadline = time.monotonic() + 5          # a SIGKILL-ed process takes a moment to go
     while (left := _processes_naming(cache, os.getpid())) and time.monotonic() < deadline:
