@@ -24,14 +24,20 @@ not complete. The source ``<stem>_<digest>.cc`` is written atomically
 temporary files (``TMPDIR``), into a work folder ``.partial-build.<pid>.<random>``
 beside it, the library is ``fsync``-ed and moved to its name with ``os.replace``, and
 the work folder is removed whether the build succeeded or failed (a full disk: the
-compiler's message, ``ENOSPC`` or ``EFBIG``, in :class:`KernelUnavailable`; nothing
-left). The compiler runs in a process group of its own, watched by a ``/bin/sh`` that
+compiler's message, ``ENOSPC`` or ``EFBIG``, in :class:`KernelUnavailable`; no
+partial file left). The compiler runs in a process group of its own, watched by a ``/bin/sh`` that
 reads a pipe only this process writes: when this process dies in any way (SIGKILL
 included, where no Python code runs), the pipe closes and the watcher kills the
 compiler's whole group (the driver and its ``cc1plus``, ``as``, ``ld``), so no compiler
-outlives it; a KeyboardInterrupt kills the group at once. Every build holds the cache's
-lock (``.lock``), so a work folder or a ``.cc`` partial found by a process holding it
-was left by a killed one: :func:`compiled` removes them before it builds.
+outlives it; a KeyboardInterrupt kills the group at once. (Not ``PR_SET_PDEATHSIG``: it
+reaches the driver only, not the ``cc1plus`` it starts, and needs a ``preexec_fn``,
+unsafe in a threaded process, where kernels compile in a background thread. Limits: a
+process forked without an exec while the compiler runs (``multiprocessing``'s "fork")
+holds the pipe too, so the watcher waits for it as well; a kill in the instant between
+the compiler's start and the watcher's leaves the compiler to finish on its own.) Every
+build holds the cache's lock (``.lock``), so a work folder or a ``.cc`` partial found
+by a process holding it was left by a killed one: :func:`compiled` removes them before
+it builds.
 """
 
 from __future__ import annotations
