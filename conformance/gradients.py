@@ -11,6 +11,17 @@ process and the comparing parent produce bit-identical gradients independently.
 
 Cases of ``skip_nonfinite`` name steps that get one non-finite element
 (:func:`with_nonfinite`): +inf, NaN and -inf in turn, in a different parameter each time.
+
+*Quiet* streams (:func:`quiet_gradients_at`) give some tensors a whole history of small
+gradients, step 0 included: near :data:`EPS_SIZED` (1e-8, the size of Adam's and Adamax's
+default eps), near :data:`SMALL` (1e-12) or near :data:`SMALLER` (1e-20, whose square is
+below float32's normal range); and one tensor exact zeros for :data:`QUIET_ZERO_STEPS`
+steps after a normal first step (its state decays that long). The kind streams above
+cannot show a knob that matters only for such a tensor (a trust-ratio eps, an eps added
+to the squared gradient instead of a clamp): their first step is normal-sized for every
+tensor, and a state that once held a normal-sized gradient hides the small ones for the
+rest of the run. Each quiet stream
+keeps tensors of the normal kind cycle, so first-step rules stay visible there too.
 """
 
 from __future__ import annotations
@@ -20,7 +31,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-KINDS = ("normal", "zeros", "tiny", "huge", "mixed", "zero_rows")
+KINDS = ("normal", "zeros", "tiny", "huge", "mixed", "zero_rows", "eps_sized", "small",
+         "smaller")
 
 #: The kind cycle: ``normal`` most often, so trajectories move, every kind within 10 steps.
 CYCLE = ("normal", "mixed", "zeros", "normal", "tiny", "zero_rows", "normal", "huge",
@@ -32,11 +44,51 @@ HUGE = 500.0
 MIXED_MAGNITUDES = (TINY, 1e-6, 1.0, HUGE)
 
 
+#: the magnitudes of the quiet streams' small tensors: 1e-8 is a common eps (an eps
+#: placement or an eps inside a max shows where the gradients are of its size), 1e-12
+#: squares to 1e-24 (a normal float32), 1e-20 to 1e-40 (a float32 subnormal: float32 and
+#: float64 part there)
+EPS_SIZED = 1e-8
+SMALL = 1e-12
+SMALLER = 1e-20
+#: the steps a quiet stream's ``zeros`` tensor gets exact zeros after its first step
+QUIET_ZERO_STEPS = 20
+#: the roles of the tensors of a quiet stream, by position (:func:`quiet_role`):
+#: ``eps_sized``, ``small`` and ``smaller``, the whole history near 1e-8, 1e-12 and 1e-20;
+#: ``cycle``, the normal kind cycle; ``zeros``, a normal step 0, zeros for
+#: :data:`QUIET_ZERO_STEPS` steps, then the kind cycle. On the standard parameter set
+#: (``w`` 65x65, ``bias`` 7, ``ln.gamma`` 8, ``ln.beta`` 9, ``w3d`` 4x4x4, ``scale`` 1)
+#: the factored tensors (Adafactor and CAME factor >= 2-D) get 1e-12 and 1e-8 and 1-D
+#: ones 1e-20. Where float32 cannot hold what float64 does, no float32 run can follow
+#: the oracle, and a check there would fail a correct optimizer: a factored second moment
+#: of 1e-20 gradients (R C / mean R, each about 1e-40) and a zero history from step 0
+#: (V = 0) both meet Adafactor's clamp at eps[0]**2, which is 0 in float32 for
+#: eps[0]=1e-30 (an infinite 1/sqrt(V), then NaN) and 1e-60 in float64
+QUIET_ROLES = ("small", "cycle", "smaller", "zeros", "eps_sized", "smaller")
+
+
 def kind_at(step: int, position: int) -> str:
     """The gradient kind of the parameter at ``position`` for 0-based ``step``."""
     if step == 0:
         return "normal"
     return CYCLE[(step + 3 * position) % len(CYCLE)]
+
+
+def quiet_role(position: int, rotation: int = 0) -> str:
+    """The role (:data:`QUIET_ROLES`) of the parameter at ``position`` in quiet stream
+    ``rotation``: ``QUIET_ROLES[(position + rotation) % 6]``."""
+    return QUIET_ROLES[(position + rotation) % len(QUIET_ROLES)]
+
+
+def quiet_kind_at(step: int, position: int, rotation: int) -> str:
+    """The gradient kind of the parameter at ``position`` for 0-based ``step`` of quiet
+    stream ``rotation`` (:func:`quiet_role`)."""
+    role = quiet_role(position, rotation)
+    if role in ("eps_sized", "small", "smaller"):
+        return role
+    if role == "zeros" and 0 < step <= QUIET_ZERO_STEPS:
+        return "zeros"
+    return kind_at(step, position)
 
 
 def gradient(kind: str, shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
@@ -48,6 +100,12 @@ def gradient(kind: str, shape: Sequence[int], rng: np.random.Generator) -> np.nd
         out = np.zeros(shape)
     elif kind == "tiny":
         out = rng.standard_normal(shape) * TINY
+    elif kind == "eps_sized":
+        out = rng.standard_normal(shape) * EPS_SIZED
+    elif kind == "small":
+        out = rng.standard_normal(shape) * SMALL
+    elif kind == "smaller":
+        out = rng.standard_normal(shape) * SMALLER
     elif kind == "huge":
         out = rng.standard_normal(shape) * HUGE
     elif kind == "mixed":
@@ -95,6 +153,25 @@ def _gradients_at(seed: int, step: int, shapes: tuple) -> dict:
     for position, (name, shape) in enumerate(shapes):
         rng = np.random.default_rng([seed, step, position])
         out[name] = gradient(kind_at(step, position), shape, rng)
+    return out
+
+
+def quiet_gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]],
+                       rotation: int) -> dict:
+    """The gradients of every parameter for 0-based ``step`` of quiet stream ``rotation``
+    (:func:`quiet_kind_at`): name -> float32 array, a fresh copy. The values depend only
+    on ``(seed, step, parameter position, rotation)``."""
+    key = (seed, step, tuple((name, tuple(shape)) for name, shape in shapes.items()),
+           rotation)
+    return {name: g.copy() for name, g in _quiet_gradients_at(*key).items()}
+
+
+@functools.lru_cache(maxsize=512)
+def _quiet_gradients_at(seed: int, step: int, shapes: tuple, rotation: int) -> dict:
+    out = {}
+    for position, (name, shape) in enumerate(shapes):
+        rng = np.random.default_rng([seed, step, position])
+        out[name] = gradient(quiet_kind_at(step, position, rotation), shape, rng)
     return out
 
 

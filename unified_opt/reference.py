@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -12,7 +13,7 @@ from .groups import Group, plan_parameters
 from .ops import NumpyOps, Ops, numpy_ops
 from .pre_step import has_pre_step, prepare_gradients
 from .spec import Spec, check_momentum_cycling
-from .storage import LOW_PRECISION, round_to, state_storage
+from .storage import LOW_PRECISION, math_dtype, round_to, state_storage
 
 DTYPES = ("float64", "float32")
 
@@ -62,6 +63,15 @@ class Reference:
     :mod:`unified_opt.storage` says. Without ``storage`` only a spec's ``state_dtype``
     rounds (the state).
 
+    A spec's "machine epsilon" (``ops.machine_eps``: Adafactor's ``eps[0]=None``) is that
+    of the dtype the run being modelled computes each parameter's update in, not the
+    reference's ``dtype``: the math dtype (:func:`unified_opt.storage.math_dtype`) of
+    ``storage``, else of the dtype ``params[name]`` is given in (float32 for a float32,
+    bfloat16 or float16 array, float64 for a float64 one; ``dtype`` for an integer one).
+    So the float64 oracle of a float32 run uses float32's 1.19e-7, as torch's
+    ``finfo(param.dtype).eps`` does on float32 parameters, where float64's 2.2e-16 would
+    make an eps added to :math:`g^2` and one used as a clamp the same numbers.
+
     ``groups`` (a list of :class:`unified_opt.Group`) set per-parameter lr factors and
     weight decay by name, as in ``uo.build``; ``plans`` holds what each parameter got.
     ``skipped`` has one bool per ``step`` call: True where ``skip_nonfinite`` skipped it
@@ -102,9 +112,14 @@ class Reference:
         self.spec = spec
         self.dtype = np.dtype(dtype)
         self.storage = storage
-        self.params = {name: self._kept(np.array(_real(value, f"reference: params[{name!r}]"),
-                                                 dtype=self.dtype, copy=True))
-                       for name, value in params.items()}
+        given = {name: _real(value, f"reference: params[{name!r}]")
+                 for name, value in params.items()}
+        self.params = {name: self._kept(np.array(value, dtype=self.dtype, copy=True))
+                       for name, value in given.items()}
+        #: each parameter's ops: ``ops`` with the machine epsilon of the dtype the
+        #: modelled run computes the parameter's update in (class doc)
+        self._ops = {name: _ops_with_machine_eps(ops, self._run_dtype(value))
+                     for name, value in given.items()}
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
         self._specs = {name: plan.spec for name, plan in self.plans.items()}
@@ -115,7 +130,8 @@ class Reference:
             kept = state_storage(parameter_spec, storage or self.dtype.name)
             self._state_storage[name] = None if kept == self.dtype.name else kept
         with weak_python_scalars():
-            self.states = [{name: self._kept_state(name, self._specs[name].init(p, ops))
+            self.states = [{name: self._kept_state(name, self._specs[name].init(
+                p, self._ops[name]))
                             for name, p in self.params.items()}
                            for _ in range(self.workers or 1)]
         self.step_count = 0
@@ -167,14 +183,14 @@ class Reference:
                     value, state = spec.update(
                         self.params[name], per_worker[0][name], self.states[0][name],
                         lr=self.plans[name].lr(lr), step=self.param_steps[name],
-                        ops=self.ops)
+                        ops=self._ops[name])
                     self.params[name] = self._kept(value)
                     self.states[0][name] = self._kept_state(name, state)
                     continue
                 value, states = spec.exchange_step(
                     self.params[name], [g[name] for g in per_worker],
                     [s[name] for s in self.states], lr=lr, step=self.param_steps[name],
-                    ops=self.ops, exchange=self.exchange)
+                    ops=self._ops[name], exchange=self.exchange)
                 self.params[name] = self._kept(value)
                 for worker_states, new in zip(self.states, states):
                     worker_states[name] = self._kept_state(name, new)
@@ -182,6 +198,14 @@ class Reference:
             self.lrs.append(lr)
             self.skipped.append(False)
         return lr
+
+    def _run_dtype(self, given: np.ndarray) -> np.dtype:
+        """The dtype the modelled run computes a parameter given as ``given`` in."""
+        if self.storage is not None:
+            return np.dtype(math_dtype(self.storage))
+        if given.dtype.kind != "f":
+            return self.dtype
+        return np.dtype(math_dtype(given.dtype.name))
 
     def _kept(self, values):
         """A parameter or a gradient as the parameters' storage keeps it."""
@@ -218,6 +242,15 @@ class Reference:
                                  f"parameter has {self.params[name].shape}")
             arrays[name] = self._kept(grad.astype(self.dtype))
         return arrays
+
+
+def _ops_with_machine_eps(ops: NumpyOps, dtype: np.dtype) -> NumpyOps:
+    """A copy of ``ops`` whose ``machine_eps`` is ``dtype``'s whatever array it is given
+    (the reference computes every array in its own ``dtype``)."""
+    eps = float(np.finfo(dtype).eps)
+    copied = copy.copy(ops)
+    copied.machine_eps = lambda x: eps
+    return copied
 
 
 def _check_workers(spec: Spec, workers, exchange) -> int | None:

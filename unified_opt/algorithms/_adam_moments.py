@@ -55,10 +55,13 @@ def adam_moments(spec, g, state, step, ops):
 
 
 def adam_alternatives(spec) -> list:
-    """Variants that other frameworks' Adams compute, for the failure explainer."""
+    """Variants that other frameworks' Adams compute, for the failure explainer; an eps
+    placement that is the spec's own canonical one (without bias correction, eps-hat is
+    "outside": :func:`canonical_adam`) is no variant."""
     out = []
     for placement in EPS_PLACEMENTS:
-        if placement != spec.eps_placement:
+        if placement != spec.eps_placement and \
+                spec.replace(eps_placement=placement).canonical() != spec.canonical():
             out.append((f"eps_placement={placement!r}", spec.replace(eps_placement=placement)))
     out.append((f"bias_correction={not spec.bias_correction}",
                 spec.replace(bias_correction=not spec.bias_correction)))

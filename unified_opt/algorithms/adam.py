@@ -92,5 +92,9 @@ class Adam(Spec):
         return canonical_adam(self)
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """:func:`adam_alternatives`, and AdamW's decoupled decay where there is a decay
+        (with ``weight_decay=0`` both compute the same numbers)."""
+        if self.weight_decay == 0.0:
+            return adam_alternatives(self)
         decoupled = spec_class("adamw")(**self.hyperparameters())
         return adam_alternatives(self) + [("decoupled weight decay (AdamW)", decoupled)]

@@ -95,6 +95,11 @@ class AdamW(Spec):
         return canonical_adam(self)
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """:func:`adam_alternatives`, and where there is a decay (with ``weight_decay=0``
+        they compute the spec's numbers) Adam's coupled decay and the other
+        ``decay_times_lr``."""
+        if self.weight_decay == 0.0:
+            return adam_alternatives(self)
         fields = {k: val for k, val in self.hyperparameters().items()
                   if k not in ("decay_form", "decay_times_lr")}
         return adam_alternatives(self) + [

@@ -56,6 +56,7 @@ from ..groups import name_matches
 from ..ops import Ops
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
+from ._alternatives import distinct, lr_varies
 from ._decay import canonical_adapt, check_decay, decay_for_parameter
 from .sgd import SGD, canonical_momentum, check_momentum_fields
 
@@ -152,15 +153,28 @@ class LARS(Spec):
         return canonical_adapt(canonical_momentum(self))
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """Other frameworks' LARS knobs, but those that compute the spec's numbers here:
+        ``"none"`` and ``"one_if_denominator_zero"`` part only where the denominator
+        is 0, which eps > 0 or a decay on every parameter rules out (a parameter tensor
+        of norm 0 aside, which no check stream holds); ``always_adapt`` only acts on a
+        parameter that does not decay and is not excluded; the lr placement only under
+        an lr schedule; the first-step rule only with dampening."""
+        never_zero = self.eps > 0.0 or (self.weight_decay > 0.0 and not self.no_decay_names)
+        rules = [rule for rule in ZERO_NORM_RULES if rule != self.zero_norm_rule]
+        if never_zero:      # the twins: one of them, and not the spec's twin
+            rules.remove("none" if self.zero_norm_rule == "one_if_denominator_zero"
+                         else "one_if_denominator_zero")
         out = [(f"zero_norm_rule={rule!r}", self.replace(zero_norm_rule=rule))
-               for rule in ZERO_NORM_RULES if rule != self.zero_norm_rule]
-        out.append((f"always_adapt={not self.always_adapt}",
-                    self.replace(always_adapt=not self.always_adapt)))
-        other = "outside" if self.lr_placement == "inside" else "inside"
-        out.append((f"lr_placement={other!r}", self.replace(lr_placement=other)))
+               for rule in rules]
+        if self.weight_decay == 0.0 or self.no_decay_names:
+            out.append((f"always_adapt={not self.always_adapt}",
+                        self.replace(always_adapt=not self.always_adapt)))
+        if lr_varies(self):
+            other = "outside" if self.lr_placement == "inside" else "inside"
+            out.append((f"lr_placement={other!r}", self.replace(lr_placement=other)))
         if self.momentum != 0.0:
             other = "grad" if self.momentum_init == "zeros" else "zeros"
             out.append((f"momentum_init={other!r}", self.replace(momentum_init=other)))
         out.append((f"exclude_1d={not self.exclude_1d}",
                     self.replace(exclude_1d=not self.exclude_1d)))
-        return out
+        return distinct(self, out)

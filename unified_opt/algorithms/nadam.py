@@ -88,5 +88,9 @@ class NAdam(Spec):
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq, "mu_product": mu_product}
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """The other decay coupling, where there is a decay (with ``weight_decay=0`` both
+        compute the same numbers)."""
+        if self.weight_decay == 0.0:
+            return []
         return [(f"decoupled_weight_decay={not self.decoupled_weight_decay}",
                  self.replace(decoupled_weight_decay=not self.decoupled_weight_decay))]

@@ -86,7 +86,11 @@ class RAdam(Spec):
         return param, {"exp_avg": exp_avg, "exp_avg_sq": exp_avg_sq}
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """The other rectification threshold and, where there is a decay (with
+        ``weight_decay=0`` both compute the same numbers), the other decay coupling."""
         other = 4.0 if self.rectify_threshold != 4.0 else 5.0
-        return [(f"rectify_threshold={other:g}", self.replace(rectify_threshold=other)),
-                (f"decoupled_weight_decay={not self.decoupled_weight_decay}",
-                 self.replace(decoupled_weight_decay=not self.decoupled_weight_decay))]
+        out = [(f"rectify_threshold={other:g}", self.replace(rectify_threshold=other))]
+        if self.weight_decay != 0.0:
+            out.append((f"decoupled_weight_decay={not self.decoupled_weight_decay}",
+                        self.replace(decoupled_weight_decay=not self.decoupled_weight_decay)))
+        return out

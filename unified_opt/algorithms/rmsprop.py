@@ -32,6 +32,7 @@ from .. import _validation as v
 from ..ops import Ops
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
+from ._alternatives import VISIBLE_WITHIN, lr_varies
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 PLACEMENTS = ("outside", "inside")
@@ -114,9 +115,16 @@ class RMSprop(Spec):
         return self
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """The other eps placement (but where it moves no number within
+        :data:`VISIBLE_WITHIN` steps: :meth:`_eps_placement_shows`), the other lr
+        placement (with momentum and an lr schedule only: under a constant lr inside and
+        outside the buffer differ by rounding alone) and the other initial square
+        average."""
         out = []
-        knobs: list[tuple[str, str]] = [("eps_placement", self.eps_placement)]
-        if self.momentum:   # without a buffer the lr placement changes nothing
+        knobs: list[tuple[str, str]] = []
+        if self._eps_placement_shows():
+            knobs.append(("eps_placement", self.eps_placement))
+        if self.momentum and lr_varies(self):
             knobs.append(("lr_placement", self.lr_placement))
         for knob, value in knobs:
             other = "inside" if value == "outside" else "outside"
@@ -125,3 +133,16 @@ class RMSprop(Spec):
         out.append((f"initial_square_avg={square_avg}",
                     self.replace(initial_square_avg=square_avg)))
         return out
+
+    def _eps_placement_shows(self) -> bool:
+        """Can eps inside the sqrt and eps outside it part by a float32 ulp within
+        :data:`VISIBLE_WITHIN` steps? With ``initial_square_avg`` :math:`s_0 > 0` the
+        (centered too) square average stays above :math:`v = s_0 \\alpha^t` whatever the
+        gradients, and the two denominators differ relatively by at most
+        :math:`\\epsilon/(2v) + \\epsilon/\\sqrt{v}`: below half a float32 ulp (2^-24)
+        they compute the same float32 numbers (Paddle's eps=1e-10 with a square average
+        from 1 is one)."""
+        if self.initial_square_avg == 0.0:
+            return True
+        lowest = self.initial_square_avg * self.alpha ** VISIBLE_WITHIN
+        return self.eps * (0.5 / lowest + lowest ** -0.5) >= 2.0 ** -24

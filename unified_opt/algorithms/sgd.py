@@ -36,6 +36,7 @@ from .. import _validation as v
 from ..ops import Ops
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
+from ._alternatives import distinct, lr_varies
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 LR_PLACEMENTS = ("outside", "inside")
@@ -116,15 +117,20 @@ class SGD(Spec):
         return canonical_momentum(self)
 
     def alternatives(self) -> list[tuple[str, Spec]]:
+        """The first-step rule (only with dampening: without it both rules agree), the lr
+        placement (only under an lr schedule: under a constant lr inside and outside
+        the buffer differ by rounding alone, :func:`._alternatives.lr_varies`) and,
+        without dampening, Nesterov."""
         out = []
         if self.momentum != 0.0:
             other = "zeros" if self.momentum_init == "grad" else "grad"
             out.append((f"momentum_init={other!r} (first-step rule)",
                         self.replace(momentum_init=other)))
-            other = "inside" if self.lr_placement == "outside" else "outside"
-            out.append((f"lr_placement={other!r} (lr {other} the momentum buffer)",
-                        self.replace(lr_placement=other)))
+            if lr_varies(self):
+                other = "inside" if self.lr_placement == "outside" else "outside"
+                out.append((f"lr_placement={other!r} (lr {other} the momentum buffer)",
+                            self.replace(lr_placement=other)))
             if self.dampening == 0.0:
                 out.append((f"nesterov={not self.nesterov}",
                             self.replace(nesterov=not self.nesterov)))
-        return out
+        return distinct(self, out)
