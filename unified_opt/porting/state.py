@@ -342,10 +342,11 @@ def _write(s: Snapshot, path: Path) -> None:
     fsync, ``os.replace``, folder fsync): the extra memory is the JSON header, whatever
     the state's size, and a failure or a kill at any moment leaves the old file whole.
 
-    The layout is safetensors' own (what ``safetensors.serialize`` writes): an 8-byte
-    little-endian header length, a JSON header (``__metadata__``, then per tensor its
-    ``dtype``, ``shape`` and ``data_offsets``) padded with spaces to a multiple of 8,
-    then the raw little-endian arrays, the widest dtypes first so that every array
+    The layout is the safetensors format (read by ``safetensors.safe_open``; files that
+    ``safetensors.serialize`` wrote read the same): an 8-byte little-endian header
+    length, a JSON header (``__metadata__``, then per tensor its ``dtype``, ``shape``
+    and ``data_offsets``) padded with spaces to a multiple of 8, then the raw
+    little-endian arrays, the widest dtypes first (then by name) so that every array
     starts at a multiple of its item size."""
     metadata, tensors = _metadata(s), _tensors(s)
     names = {dtype: name for name, dtype in FILE_DTYPES.items()}
