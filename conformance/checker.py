@@ -7,13 +7,12 @@ dense parameter set, 1 to 4225 elements, 1-D to 3-D, named ``w``, ``bias``,
 or an ``(optimizer, lr_scheduler)`` pair, the framework's usual way (torch:
 ``p.grad``, ``step()``, ``zero_grad()``, ``scheduler.step()``; Paddle: ``p.grad``,
 ``step()``, ``clear_grad()``, ``scheduler.step()``; MindSpore: ``opt(grads)``) through
-the spec's gradient streams: :data:`STREAMS` seeded streams, of adversarial magnitudes
-(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`) and quiet ones where some
-tensors' whole history is small (near 1e-8, 1e-12 or 1e-20; one zero for 20 steps),
-and one with a NaN and infinities, each of ``steps`` >= 50 steps. After every step it
-compares, under the suite's rule (:mod:`.compare`), the parameters, the lr where the
-optimizer exposes it (torch ``param_groups``, Paddle and MindSpore ``get_lr()``) and the
-state where it can be mapped: a native class's through its descriptor, a torch optimizer's where
+the spec's gradient streams: :data:`STREAMS` seeded streams of adversarial magnitudes
+(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`) and one with a NaN and
+infinities, each of ``steps`` >= 50 steps. After every step it compares, under the
+suite's rule (:mod:`.compare`), the parameters, the lr where the optimizer exposes it
+(torch ``param_groups``, Paddle and MindSpore ``get_lr()``) and the state where it can
+be mapped: a native class's through its descriptor, a torch optimizer's where
 ``optimizer.state[p]`` holds the spec's own state names (``exp_avg``,
 ``exp_avg_sq``, ...). A failure names the first failing step and quantity, and the
 spec knob whose other value the trajectory follows (:mod:`.explainer`).
@@ -32,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -44,22 +43,23 @@ from unified_opt.backend import BACKENDS
 from .cases import DENSE_PARAMS, MIN_STEPS, Case
 from .deviations import has_trust_ratio
 from .device import Device, parse_device, place
-from .drivers.base import spec_state_shapes
-from .gradients import quiet_gradients_at
+from .drivers.base import Driver, spec_state_shapes
 from .report import build_report, write_reports
-from .trajectory import Recorder
+from .runner import TRAJECTORIES
+from .trajectory import Recorder, Trajectory
 from .verdict import References, verdict
-from .worker import FRAMEWORK_MODULES, drive, driver_class, framework_version
+from .worker import (
+    FAILING_TRAJECTORY_BUDGET,
+    FRAMEWORK_MODULES,
+    TrajectoryKeeper,
+    drive,
+    driver_class,
+    framework_version,
+    result_stem,
+)
 
-#: seeded streams of adversarial magnitudes per check (:func:`.gradients.kind_at`)
-ADVERSARIAL_STREAMS = 3
-#: seeded quiet streams per check (:func:`.gradients.quiet_kind_at`): a knob that matters
-#: only for a tensor whose gradients were never normal-sized (Lamb's ``trust_eps``,
-#: Adafactor's ``eps_mode``) shows there only
-QUIET_STREAMS = 1
-#: seeded gradient streams per check, besides the one with non-finite elements (and, for
-#: a trust-ratio spec, the one of large weights)
-STREAMS = ADVERSARIAL_STREAMS + QUIET_STREAMS
+#: seeded gradient streams per check, besides the one with non-finite elements
+STREAMS = 3
 #: the steps (0-based) of the non-finite stream that get a NaN or an Inf
 NONFINITE_STEPS = (5, 17, 29)
 PATH = "check"
@@ -70,21 +70,54 @@ class CheckResult:
     """What :func:`check` found: ``passed``; ``worst_ratio`` (error/floor over every
     step, quantity and stream); ``explanation`` (empty when it passed: the first failing
     stream, step and quantity, and the knob the trajectory follows); ``report`` (the
-    conformance report, as ``report.json`` holds it)."""
+    conformance report, as ``report.json`` holds it); ``compared`` (what every stream
+    compared: ``params``, ``lr``, ``state <name>`` per spec state name) and
+    ``not_compared`` (what was not, each with the reason), as the first line says;
+    ``state_reshaped`` (spec state names read from arrays kept without their keepdims
+    axes) and ``state_ignored`` (keys of the optimizer's state the spec has no state of);
+    ``trajectories`` (case id -> :class:`.trajectory.Trajectory` of each stream that did
+    not pass)."""
 
     passed: bool
     worst_ratio: float
     explanation: str
     report: dict
+    compared: tuple[str, ...] = ()
+    not_compared: tuple[str, ...] = ()
+    state_reshaped: tuple[str, ...] = ()
+    state_ignored: tuple[str, ...] = ()
+    trajectories: dict = field(default_factory=dict, repr=False)
 
     def __bool__(self) -> bool:
         return self.passed
 
     def __str__(self) -> str:
         s = self.report["summary"]
+        what = f"compared: {', '.join(_grouped(self.compared)) or 'nothing'}"
+        if self.not_compared:
+            what += f"; not compared: {'; '.join(self.not_compared)}"
         head = (f"{'PASS' if self.passed else 'FAIL'}: {s['pass']} of {s['total']} streams "
-                f"pass, worst error/floor {self.worst_ratio:.3g}")
-        return head + (f"\n{self.explanation}" if self.explanation else "")
+                f"pass, worst error/floor {self.worst_ratio:.3g} ({what})")
+        lines = [head]
+        if self.state_reshaped or self.state_ignored:
+            mapped = []
+            if self.state_reshaped:
+                mapped.append(f"{', '.join(self.state_reshaped)} read from arrays kept "
+                              "without their keepdims axes")
+            if self.state_ignored:
+                mapped.append(f"ignored: {', '.join(self.state_ignored)} (no state of the "
+                              "spec)")
+            lines.append(f"state mapped onto the spec's names: {'; '.join(mapped)}")
+        if self.explanation:
+            lines.append(self.explanation)
+        return "\n".join(lines)
+
+
+def _grouped(compared) -> list[str]:
+    """``["params", "lr", "state a", "state b"]`` -> ``["params", "lr", "state a, b"]``."""
+    plain = [c for c in compared if not c.startswith("state ")]
+    state = [c[len("state "):] for c in compared if c.startswith("state ")]
+    return plain + ([f"state {', '.join(state)}"] if state else [])
 
 
 #: how much larger the parameters of the trust-ratio stream start
@@ -103,40 +136,17 @@ class ScaledCase(Case):
                 for n, a in super().initial_params().items()}
 
 
-@dataclass(frozen=True)
-class QuietCase(Case):
-    """A check stream where some tensors' gradients are small from step 0 on
-    (:func:`.gradients.quiet_gradients_at` with ``rotation``); checks run in this
-    process: the case never travels as JSON."""
-
-    rotation: int = 0
-
-    def gradients(self, step: int) -> dict:
-        if self.nonfinite_steps or self.missing_gradients or self.storage is not None \
-                or self.rank:
-            raise ValueError(f"QuietCase {self.id!r}: a quiet stream has no non-finite "
-                             "steps, missing gradients, storage dtype or rank")
-        return quiet_gradients_at(self.seed, step, self.params, self.rotation)
-
-
 def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
                 ) -> list[Case]:
-    """The cases a check runs: :data:`ADVERSARIAL_STREAMS` seeded streams of adversarial
-    magnitudes, :data:`QUIET_STREAMS` quiet ones (tensors whose whole history is near
-    1e-8, 1e-12 or 1e-20, beside tensors of the normal cycle and one zero for 20 steps
-    after its first), for a spec with a trust ratio one more whose parameters start
-    :data:`TRUST_SCALE` times larger (its ratios are ~100 from step 1, so a clipped ratio
-    or a clamp shows at once; on the others a ratio reaches 10 only when small gradients
-    have shrunk the update), and with ``nonfinite`` one with non-finite elements."""
+    """The cases a check runs: :data:`STREAMS` seeded streams, for a spec with a trust
+    ratio one more whose parameters start :data:`TRUST_SCALE` times larger (its ratios
+    are ~100 from step 1, so a clipped ratio or a clamp shows at once; on the others a
+    ratio reaches 10 only when small gradients have shrunk the update), and with
+    ``nonfinite`` one with non-finite elements."""
     steps = MIN_STEPS if steps is None else steps
     cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=DENSE_PARAMS, steps=steps,
                   description=f"gradient stream {i} of adversarial magnitudes")
-             for i in range(ADVERSARIAL_STREAMS)]
-    cases += [QuietCase(id=f"check_{spec.name}_quiet_{i}", spec=spec, params=DENSE_PARAMS,
-                        steps=steps, rotation=i,
-                        description=f"quiet gradient stream {i}: tensors near 1e-8, 1e-12 "
-                                    "or 1e-20 from step 0, one zero for 20 steps")
-              for i in range(QUIET_STREAMS)]
+             for i in range(STREAMS)]
     if has_trust_ratio(spec):
         cases.append(ScaledCase(
             id=f"check_{spec.name}_large_weights", spec=spec, params=DENSE_PARAMS,
@@ -229,25 +239,109 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     driver_cls = driver_class(backend)
     called = _Called(factory, backend)
     references = _references_of(spec)
-    with _placed(backend, device) as placement:
+    with _placed(backend, device) as placement, _one_intra_op_thread(backend):
         started = time.perf_counter()
-        results = [_run(driver_cls, backend, case, called, placement, references)
-                   for case in cases]
+        runs = [_run(driver_cls, backend, case, called, placement, references)
+                for case in cases]
+    results = [result for result, _ in runs]
+    failing = {r["case"]: t for r, t in runs if r["status"] != "pass" and t.steps}
     worker = {"exit_code": 0, "seconds": round(time.perf_counter() - started, 2),
               "framework_version": framework_version(backend), "error": None,
               "python": sys.version.split()[0], "platform": platform.platform(),
               "device": placement.device, "framework_device": placement.framework_device,
-              "device_name": placement.name, "not_run": []}
-    report = build_report(cases, [backend], {backend: worker}, results)
-    report["unexercised_lowering_rows"] = {backend: []}   # no uo.build lowering ran
-    report["checked"] = {"factory": _name(factory), "spec": spec.to_json()}
+              "device_name": placement.name, "not_run": [], "trajectories_dropped": []}
+    what = what_was_compared(results)
     if out is not None:
         Path(out).mkdir(parents=True, exist_ok=True)
+        worker["trajectories_dropped"] = _keep_trajectories(Path(out), backend, cases,
+                                                            results, failing)
+    report = build_report(cases, [backend], {backend: worker}, results)
+    report["unexercised_lowering_rows"] = {backend: []}   # no uo.build lowering ran
+    report["checked"] = {"factory": _name(factory), "spec": spec.to_json(), **what}
+    if out is not None:
         write_reports(report, out)
     ratios = [r["comparison"]["worst_ratio"] for r in results if r["comparison"]]
     worst = max((float("inf") if x is None else x for x in ratios), default=float("inf"))
     passed = all(r["status"] == "pass" for r in results)
-    return CheckResult(passed, worst, "" if passed else explanation(results), report)
+    return CheckResult(passed, worst, "" if passed else explanation(results), report,
+                       **{k: tuple(v) for k, v in what.items()}, trajectories=failing)
+
+
+def _keep_trajectories(out: Path, backend: str, cases, results: list[dict],
+                       failing: dict) -> list[str]:
+    """Write the trajectory of each stream that did not pass into
+    ``out/trajectories/<backend>/<case>__check.npz`` (as a suite run does: compressed,
+    atomically, :meth:`.trajectory.Trajectory.save`; up to
+    :data:`.worker.FAILING_TRAJECTORY_BUDGET` bytes), name it in its result
+    (``trajectory``, relative to ``out``), and remove what an earlier check of these
+    streams left there. Returns the stems left out for the budget."""
+    folder = out / TRAJECTORIES / backend
+    for case in cases:                      # an earlier check's file is not this one's
+        (folder / f"{result_stem(case.id, PATH)}.npz").unlink(missing_ok=True)
+    if not failing:
+        return []
+    keeper = TrajectoryKeeper(folder, False, FAILING_TRAJECTORY_BUDGET)
+    dropped = []
+    for result in results:
+        if result["case"] not in failing:
+            continue
+        stem = result_stem(result["case"], PATH)
+        kept = keeper.keep(stem, failing[result["case"]], result["status"])
+        if kept is None:
+            dropped.append(stem)
+        result["trajectory"] = None if kept is None else f"{TRAJECTORIES}/{backend}/{kept}"
+    return dropped
+
+
+def what_was_compared(results: list[dict]) -> dict:
+    """``{"compared", "not_compared", "state_reshaped", "state_ignored"}`` over the
+    streams that ran (every stream when all raised): a quantity is compared when every
+    stream compared it; each reason a stream gave for leaving one out is listed once."""
+    ran = [r for r in results if r["status"] != "error"] or results
+    compared = ["params"]
+    if all("lr" in r["compared"] for r in ran):
+        compared.append("lr")
+    if all("state" in r["compared"] for r in ran):
+        names = [n for r in ran for n in r.get("compared_state", [])]
+        compared += [f"state {n}" for n in dict.fromkeys(names)]
+    def union(key):
+        return list(dict.fromkeys(x for r in ran for x in r.get(key, [])))
+    return {"compared": compared, "not_compared": union("not_compared"),
+            "state_reshaped": union("state_reshaped"), "state_ignored": union("state_ignored")}
+
+
+#: torch's intra-op threads while a check runs, and how many checks are running
+_threads = {"before": None, "checks": 0}
+_threads_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_intra_op_thread(backend: str):
+    """torch on one intra-op thread while checks run (``torch.set_num_threads(1)``, the
+    number before put back when the last check ends). The check's tensors have at most
+    4225 elements, below torch's grain for splitting an op over threads, so the numbers
+    are the same; but on a loaded machine (CI's two cores running tests beside it) each
+    op's hand-off to the thread pool waits for a core: 250 AdamW steps of the check's
+    parameters took 4.7-12.9 s on two threads and 0.24-0.33 s on one, under a load of
+    about 10 on two cores. Paddle already runs on one (its import sets
+    OMP_NUM_THREADS=1); MindSpore keeps its own pool."""
+    if backend != "torch":
+        yield
+        return
+    import torch
+
+    with _threads_lock:
+        if _threads["checks"] == 0:
+            _threads["before"] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads["checks"] += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads["checks"] -= 1
+            if _threads["checks"] == 0:
+                torch.set_num_threads(_threads["before"])
 
 
 @contextlib.contextmanager
@@ -295,7 +389,11 @@ def _references_of(spec) -> References:
 
 
 def _run(driver_cls, backend: str, case: Case, factory, placement,
-         references: References) -> dict:
+         references: References) -> tuple[dict, Trajectory]:
+    """One stream's result and trajectory; the result says what was compared
+    (``compared``: ``params``, ``lr``, ``state``; ``compared_state``: the spec state
+    names; ``state_reshaped``, ``state_ignored``, ``not_compared``: see
+    :class:`CheckResult`)."""
     started = time.perf_counter()
     recorder, decision, error = Recorder(), None, None
     try:
@@ -309,16 +407,21 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
         error = traceback.format_exc()
     trajectory = recorder.trajectory()
     compared = {"lr": False, "state": False}
+    reading: dict = {}
     if error is None:
         compared["lr"] = bool(trajectory.steps) and not any(
             lr != lr for lr in trajectory.lrs.tolist())
-        compared["state"] = _state_complete(driver, case)
+        reading = _state_read(driver, case, backend)
+        compared["state"] = not reading["not_compared"]
+        if not compared["lr"]:
+            reading["not_compared"].insert(0, "lr (the optimizer exposes none: torch "
+                                              "param_groups, Paddle and MindSpore get_lr())")
     result = verdict(case, backend, PATH, trajectory, decision, error, references,
                      state=compared["state"], lr=compared["lr"])
     result.update(seconds=round(time.perf_counter() - started, 4),
                   steps_done=trajectory.steps, trajectory=None,
-                  compared=["params"] + [k for k, v in compared.items() if v])
-    return result
+                  compared=["params"] + [k for k, v in compared.items() if v], **reading)
+    return result, trajectory
 
 
 #: what a factory's optimizer must have, per framework: the calls the driver makes
@@ -382,13 +485,28 @@ class _Called:
         return None
 
 
-def _state_complete(driver, case: Case) -> bool:
-    """Was every parameter's spec state read (else the state is not compared)?"""
+def _state_read(driver, case: Case, backend: str) -> dict:
+    """What of the state was read: ``compared_state`` (the spec's state names, when every
+    parameter's state was read), ``state_reshaped``, ``state_ignored`` (from the
+    driver's :class:`.drivers.base.StateMap` of each parameter) and ``not_compared``
+    (the state, with the first parameter's reason, when some was not read)."""
+    names, reshaped, ignored, missing = [], [], [], []
     for name in driver.names:
         wanted = spec_state_shapes(case.spec, case.params[name])
-        if wanted and set(driver.spec_state(name)) != set(wanted):
-            return False
-    return True
+        names += wanted
+        state_map = driver.state_maps.get(name)
+        if state_map is not None:
+            reshaped += state_map.reshaped
+            ignored += state_map.ignored
+            if state_map.unmapped and not missing:
+                missing.append(f"state ({name}: {state_map.unmapped})")
+        if wanted and set(driver.spec_state(name)) != set(wanted) and not missing:
+            missing.append(f"state (a {backend} optimizer's state is read through a native "
+                           "class's descriptor only)" if type(driver).optimizer_state is
+                           Driver.optimizer_state else f"state ({name}: not read)")
+    return {"compared_state": [] if missing else list(dict.fromkeys(names)),
+            "state_reshaped": list(dict.fromkeys(reshaped)),
+            "state_ignored": list(dict.fromkeys(ignored)), "not_compared": missing}
 
 
 def explanation(results: list[dict]) -> str:

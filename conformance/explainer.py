@@ -30,7 +30,7 @@ from .deviations import (
     momentum_before_decay_applies,
     slip_variants,
 )
-from .trajectory import Trajectory, floor_trajectories, reference_trajectory
+from .trajectory import FirstSteps, Trajectory, floor_trajectories, reference_trajectory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,33 +159,117 @@ def _pairs(spec, case=None) -> list[tuple[str, object]]:
 #: floor, and still have the variant's own floors measured (a variant's float32 noise is
 #: of the claimed spec's size; 1000 times leaves no doubt)
 PREFILTER = 1000.0
+#: steps past the trajectory's first failure against the claimed spec that a candidate
+#: is first judged on (:func:`matching`): a variant that is no match almost always parts
+#: from the trajectory at that failure or within a few steps of it
+FIRST_MARGIN = 5
 
 
 def matching(trajectory: Trajectory, case, candidates, *, k: float = K, ulps: float = ULPS,
              reference=reference_trajectory, state: bool = True, lr: bool = True,
-             floor_values: dict | None = None) -> list[str]:
+             floor_values: dict | None = None, first_steps: int | None = None,
+             claimed=None) -> list[str]:
     """Descriptions of the candidate specs whose reference ``trajectory`` passes against.
     ``reference(spec, case, dtype)`` makes (or looks up) a reference trajectory;
     ``state=False``: compared on the lr and the parameters, ``lr=False``: not on the lr
     (:func:`.compare.compare`). ``floor_values``: the claimed spec's floor per quantity
     (:func:`.compare.compare`'s ``floors``): a candidate the trajectory misses by
     :data:`PREFILTER` times the rule on them is not a match, without measuring its own
-    floors (three float32 runs each)."""
-    found = []
+    floors (three float32 runs each).
+
+    ``first_steps``: each candidate is judged on the case's first ``first_steps`` steps
+    first (:class:`.trajectory.FirstSteps`), and run whole only when it passes there: a
+    step's ratio and floor read the steps up to it only, so a candidate that fails on the
+    first steps fails on the whole run, and the matches are the same as without it.
+
+    Candidates that compute the same numbers are tried once: a spec whose canonical form
+    (:meth:`unified_opt.Spec.canonical`) is ``claimed``'s (the trajectory failed it) or an
+    earlier candidate's is skipped, and a match whose float64 trajectory is bit for bit
+    an earlier match's is not listed again (a knob and a slip that say one computation
+    in other words: AdamW's "coupled L2 weight decay (Adam)" and the coupled-decay slip)."""
+    found, matched = [], []
+    tried = _Seen()
+    if claimed is not None:
+        tried.add(_canonical(claimed))
+    first = None
+    if first_steps is not None and first_steps < case.steps:
+        first = FirstSteps(case, first_steps)
+        first_trajectory = trajectory.first(first.steps)
+        first_values = None if floor_values is None else {
+            name: tuple(values[:first.steps] for values in pair)
+            for name, pair in floor_values.items()}
     for description, spec in candidates:
+        canonical = _canonical(spec)
+        if canonical is not None:
+            if canonical in tried:
+                continue
+            tried.add(canonical)
         try:
+            if first is not None and not _passes(first_trajectory, spec, first, k, ulps,
+                                                 reference, state, lr, first_values):
+                continue
             oracle = reference(spec, case, "float64")
         except (TypeError, ValueError):     # a variant this case cannot run is no candidate
             continue
-        # a copy: a quantity the claimed spec lacks gets this candidate's own floor
-        if floor_values is not None and not compare(
-                trajectory, oracle, [], k=k * PREFILTER, ulps=ulps * PREFILTER, state=state,
-                lr=lr, floors=dict(floor_values)).passed:
-            continue
-        floors = floor_trajectories(spec, case, reference)
-        if compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state, lr=lr).passed:
+        if _passes(trajectory, spec, case, k, ulps, reference, state, lr, floor_values,
+                   oracle) and not any(_same_numbers(oracle, m) for m in matched):
             found.append(description)
+            matched.append(oracle)
     return found
+
+
+def _passes(trajectory, spec, case, k, ulps, reference, state, lr, floor_values,
+            oracle=None) -> bool:
+    """Does ``trajectory`` pass against candidate ``spec`` on ``case`` (prefiltered on the
+    claimed spec's ``floor_values``, then on the candidate's own floors)?"""
+    oracle = reference(spec, case, "float64") if oracle is None else oracle
+    # a copy: a quantity the claimed spec lacks gets this candidate's own floor
+    if floor_values is not None and not compare(
+            trajectory, oracle, [], k=k * PREFILTER, ulps=ulps * PREFILTER, state=state,
+            lr=lr, floors=dict(floor_values)).passed:
+        return False
+    floors = floor_trajectories(spec, case, reference)
+    return compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state, lr=lr).passed
+
+
+def _canonical(spec):
+    """``spec``'s canonical form (None for a deviation: no spec, no canonical form)."""
+    if not isinstance(spec, uo.Spec):
+        return None
+    try:
+        return spec.canonical()
+    except (TypeError, ValueError):
+        return None
+
+
+class _Seen:
+    """Canonical specs seen so far (by hash where they have one, else by equality)."""
+
+    def __init__(self) -> None:
+        self._hashed: set = set()
+        self._others: list = []
+
+    def add(self, spec) -> None:
+        if spec is None:
+            return
+        try:
+            self._hashed.add(spec)
+        except TypeError:
+            self._others.append(spec)
+
+    def __contains__(self, spec) -> bool:
+        try:
+            return spec in self._hashed
+        except TypeError:
+            return any(spec == other for other in self._others)
+
+
+def _same_numbers(a: Trajectory, b: Trajectory) -> bool:
+    """Are two reference trajectories the same numbers, bit for bit (NaN where NaN)?"""
+    qa, qb = a.quantities(), b.quantities()
+    return qa.keys() == qb.keys() and all(
+        qa[n].shape == qb[n].shape and np.array_equal(qa[n], qb[n], equal_nan=True)
+        for n in qa)
 
 
 def knob_text(description: str, spec) -> str:
@@ -213,14 +297,17 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
         return {"matches": [], "text": "incomplete trajectory: nothing to explain"}
     # the claimed spec's floor per quantity, for matching's prefilter
     values: dict = {}
+    first_steps = None
     try:
-        compare(trajectory, reference(spec, case, "float64"),
-                floor_trajectories(spec, case, reference), k=k, ulps=ulps, state=state, lr=lr,
-                floors=values)
+        claimed = compare(trajectory, reference(spec, case, "float64"),
+                          floor_trajectories(spec, case, reference), k=k, ulps=ulps,
+                          state=state, lr=lr, floors=values)
+        if claimed.first_failing_step is not None:
+            first_steps = claimed.first_failing_step + FIRST_MARGIN
     except (TypeError, ValueError):
         values = None
     options = dict(k=k, ulps=ulps, reference=reference, state=state, lr=lr,
-                   floor_values=values)
+                   floor_values=values, first_steps=first_steps, claimed=spec)
     found = matching(trajectory, case, variants(spec, case), **options)
     if not found:
         found = matching(trajectory, case, _pairs(spec, case), **options)

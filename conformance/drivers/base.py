@@ -167,24 +167,40 @@ class Driver:
     def checked_state(self, p, name: str) -> dict:
         """The state of a factory's optimizer under the spec's state names: through the
         class's descriptor where it is a native class; else the arrays the optimizer
-        keeps under the spec's own state names (:meth:`optimizer_state`), fixed at the
-        first step: every name or none."""
+        keeps by parameter (:meth:`optimizer_state`) mapped onto the spec's names
+        (:func:`map_state`: the same names, a factor stored without its keepdims axis
+        reshaped, extra keys ignored), fixed at the first step: every name or none. What
+        was mapped, ignored or could not be mapped is :attr:`state_maps`."""
         if self.decision.native_class is not None:
             return self.native_state(p, self.spec)
         held = self.optimizer_state(p)
-        if not hasattr(self, "_state_names"):
-            self._state_names = {}
-        if name not in self._state_names:
+        if name not in self.state_maps:
             wanted = spec_state_shapes(self.spec, self.to_numpy(p).shape)
-            self._state_names[name] = tuple(wanted) if all(
-                k in held and self.to_numpy(held[k]).shape == shape
-                for k, shape in wanted.items()) else ()
-        return {k: held[k] for k in self._state_names[name]}
+            shapes = {k: tuple(self.to_numpy(v).shape) for k, v in held.items()}
+            self.state_maps[name] = map_state(wanted, shapes, self.optimizer_state_keys(p))
+        mapping = self.state_maps[name]
+        if mapping.unmapped:
+            return {}
+        return {k: held[k] if k not in mapping.reshaped else held[k].reshape(
+            mapping.reshaped[k][1]) for k in mapping.names}
+
+    @property
+    def state_maps(self) -> dict:
+        """Parameter name -> its :class:`StateMap` (a factory's optimizer without a
+        descriptor, once its state was first read)."""
+        if not hasattr(self, "_state_maps"):
+            self._state_maps = {}
+        return self._state_maps
 
     def optimizer_state(self, param) -> Mapping:
-        """A user optimizer's state of ``param`` by key (torch's ``optimizer.state``);
-        empty where the framework keeps no such mapping."""
+        """A user optimizer's state tensors of ``param`` by key (torch's
+        ``optimizer.state``); empty where the framework keeps no such mapping."""
         return {}
+
+    def optimizer_state_keys(self, param) -> list[str]:
+        """Every key of a user optimizer's state of ``param``, tensors or not (a step
+        count kept as an int)."""
+        return list(self.optimizer_state(param))
 
     # -- the loop -----------------------------------------------------------------
     def step(self, grads: Mapping[str, np.ndarray]) -> float:
@@ -232,6 +248,63 @@ def spec_state_shapes(spec, shape) -> dict[str, tuple[int, ...]]:
     from unified_opt.ops import numpy_ops
 
     return {k: np.shape(a) for k, a in spec.init(np.zeros(shape), numpy_ops).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class StateMap:
+    """How one parameter's state, as a user's optimizer keeps it, is read under the
+    spec's state names: ``names`` (the spec's, all read when ``unmapped`` is empty);
+    ``reshaped``: spec name -> (the held shape, the spec's shape) where the held array
+    lacks the spec's keepdims axes (a row or column factor kept 1-D); ``ignored``: held
+    keys the spec has no state of (a step count, CAME's ``RMS``); ``unmapped``: why the
+    state cannot be read (then none of it is compared)."""
+
+    names: tuple[str, ...] = ()
+    reshaped: dict = dataclasses.field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    unmapped: str = ""
+
+
+def map_state(wanted: Mapping[str, tuple], held: Mapping[str, tuple],
+              keys: list[str]) -> StateMap:
+    """The :class:`StateMap` of a parameter whose spec state is ``wanted`` (name ->
+    shape) and whose optimizer holds arrays ``held`` (key -> shape) among its state keys
+    ``keys``. A spec name maps to the held array of that name with the spec's shape, or
+    with the spec's shape less some of its size-1 axes (the same elements in the same
+    order: a factor stored without keepdims); any other difference (a missing name,
+    another shape) leaves the whole state unmapped."""
+    ignored = tuple(sorted((str(k) for k in keys if k not in wanted), key=str))
+    reshaped, problems = {}, []
+    for name, shape in wanted.items():
+        shape = tuple(shape)
+        if name not in held:
+            problems.append(f"no {name}")
+        elif tuple(held[name]) == shape:
+            continue
+        elif _without_keepdims(shape, tuple(held[name])):
+            reshaped[name] = (tuple(held[name]), shape)
+        else:
+            problems.append(f"{name} of shape {tuple(held[name])}, the spec's is {shape}")
+    unmapped = ""
+    if problems:
+        holds = ", ".join(str(k) for k in keys) if keys else "nothing"
+        unmapped = f"{'; '.join(problems)} (the optimizer's state holds {holds})"
+    return StateMap(tuple(wanted), reshaped, ignored, unmapped)
+
+
+def _without_keepdims(shape: tuple, held: tuple) -> bool:
+    """Is ``held`` ``shape`` with some of its size-1 axes left out (a keepdims factor
+    kept without them)?"""
+    if len(held) >= len(shape):
+        return False
+    rest = iter(held)
+    pending = next(rest, None)
+    for size in shape:
+        if pending is not None and size == pending:
+            pending = next(rest, None)
+        elif size != 1:
+            return False
+    return pending is None
 
 
 def checked_decision(backend: str, spec, optimizer, factory) -> Decision:

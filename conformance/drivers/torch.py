@@ -112,6 +112,11 @@ class TorchDriver(Driver):
         held = state.get(param, {}) if hasattr(state, "get") else {}
         return {k: v for k, v in held.items() if isinstance(v, torch.Tensor)}
 
+    def optimizer_state_keys(self, param):
+        state = getattr(self.optimizer, "state", {})
+        held = state.get(param, {}) if hasattr(state, "get") else {}
+        return [str(k) for k in held]
+
 
 #: dtypes numpy has no (bfloat16) or a slow (float16) type for: read as float32, exactly
 LOW_PRECISION = tuple(getattr(torch, name) for name in LOW_PRECISION_NAMES)
