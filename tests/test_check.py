@@ -261,7 +261,7 @@ def test_the_cli_checks_a_factory_and_writes_the_reports(tmp_path, monkeypatch, 
     out = tmp_path / "report"
     assert main(["check", "my_optim:good", "--spec", "adam(lr=0.01, eps=1e-3)",
                  "--backend", "torch", "--out", str(out)]) == 0
-    assert "PASS: 4 of 4 streams pass" in capsys.readouterr().out
+    assert "PASS: 5 of 5 streams pass" in capsys.readouterr().out
     assert {"report.json", "report.md", "junit.xml"} <= {p.name for p in out.iterdir()}
     assert main(["check", "my_optim:bad", "--preset", "torch.optim.Adam(lr=0.01, eps=1e-3)",
                  "--backend", "torch"]) == 1

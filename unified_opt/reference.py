@@ -69,8 +69,9 @@ class Reference:
     ``storage``, else of the dtype ``params[name]`` is given in (float32 for a float32,
     bfloat16 or float16 array, float64 for a float64 one; ``dtype`` for an integer one).
     So the float64 oracle of a float32 run uses float32's 1.19e-7, as torch's
-    ``finfo(param.dtype).eps`` does on float32 parameters, where float64's 2.2e-16 would
-    make an eps added to :math:`g^2` and one used as a clamp the same numbers.
+    ``finfo(param.dtype).eps`` does on float32 parameters. Against float64's 2.2e-16
+    every float32 run differs by float32's eps, the noise floor grows by as much, and an
+    eps added to :math:`g^2` passes for one used as a clamp.
 
     ``groups`` (a list of :class:`unified_opt.Group`) set per-parameter lr factors and
     weight decay by name, as in ``uo.build``; ``plans`` holds what each parameter got.

@@ -43,8 +43,8 @@ float16 parameter (:mod:`unified_opt.storage`): 1.19e-7 for float32, 2.2e-16 for
 float64, as torch's ``finfo(param.dtype).eps``. The numpy oracle, which computes in
 float64, takes it from the dtype of the run it models (the parameters it is given, or
 its ``storage``: :class:`unified_opt.reference.Reference`), so the oracle of a float32
-run uses 1.19e-7; float64's 2.2e-16 there would make ``"add"`` and ``"clamp"`` one
-computation.
+run uses 1.19e-7: against float64's 2.2e-16 every float32 run differs by float32's eps,
+and its noise floor hid ``"add"`` against ``"clamp"``.
 
 An :math:`\epsilon_1` whose square is below float32's range (:math:`\epsilon_1 <` about
 4e-23, e.g. 1e-30) clamps at 0 in a float32 run with ``"clamp"``: a tensor whose
