@@ -34,12 +34,18 @@ MISSES_PER_ELEMENT = 0.01
 INSTRUCTIONS = 1.02
 
 
-def job(path: Path, spec, gradient: str, shape: tuple = SHAPE) -> tuple[Path, np.ndarray]:
+def job(path: Path, spec, gradient: str, shape: tuple = SHAPE, as_run: bool = False
+        ) -> tuple[Path, np.ndarray]:
     """One step's job file (see kernel_driver.cc) on ``gradient`` ("constant": all ones,
     "random": standard normal, random signs) for a parameter of ``shape``, and the
-    program's code."""
+    program's code: the parameter's own trace, or with ``as_run`` the program the kernel
+    runtime runs for it (``Programs.program``: a rank-blind update's 1-D program)."""
     programs = Programs()
-    code, scalars = programs.code_and_scalars(spec, shape, "float32", 1e-3, 2)
+    if as_run:
+        view, code, scalars, _ = programs.program(spec, shape, "float32", 1e-3, 2)
+    else:
+        view = shape
+        code, scalars = programs.code_and_scalars(spec, shape, "float32", 1e-3, 2)
     rng = np.random.default_rng(0)
     param = rng.standard_normal(shape, dtype=np.float32)
     grad = (np.ones(shape, np.float32) if gradient == "constant"
@@ -49,7 +55,7 @@ def job(path: Path, spec, gradient: str, shape: tuple = SHAPE) -> tuple[Path, np
                               for k in programs.state_order(spec, shape, "float32")]
     with open(path, "wb") as f:
         f.write(np.int32(0).tobytes())
-        f.write(np.asarray(canonical_dims(shape), np.int64).tobytes())
+        f.write(np.asarray(canonical_dims(view), np.int64).tobytes())
         for values, dtype in ((code, np.int32), (scalars, np.float64)):
             f.write(np.int64(values.size).tobytes() + np.asarray(values, dtype).tobytes())
         f.write(np.int64(len(arrays)).tobytes())
