@@ -351,6 +351,10 @@ def _check(args) -> int:
     print(result)
     if args.out is not None:
         print(f"reports: {args.out}/")
+        kept = {r["trajectory"].rpartition("/")[0] for r in result.report["results"]
+                if r.get("trajectory")}
+        for folder in sorted(kept):          # the failing streams' (docs/ci.md)
+            print(f"trajectories: {args.out}/{folder}/")
     return 0 if result.passed else 1
 
 
