@@ -195,7 +195,10 @@ def test_callgrind_dying_on_an_instruction_it_does_not_decode_is_named(tmp_path)
     job_file, code = job(tmp_path / "adam.job", TABLE["adam"], "random", SHAPE)
     system = build._compiler()
     library = tmp_path / "adam.v4.so"
-    build._build(system, kernel_source(code), library, system.openmp, "x86-64-v4")
+    try:
+        build._build(system, kernel_source(code), library, system.openmp, "x86-64-v4")
+    except build.KernelUnavailable as error:         # a compiler older than x86-64-v4
+        pytest.skip(f"the system compiler builds nothing for x86-64-v4: {error}"[:300])
     try:
         counts(driver, library, job_file, tmp_path / "adam.v4.out")
     except CannotCount as error:
