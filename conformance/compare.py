@@ -21,6 +21,21 @@ depends on the order of IEEE operations (``beta*m + (1-beta)*g`` keeps an infini
 the frameworks do not share and no spec knob describes. With ``tolerate_finite`` (a
 native class that declares, in its descriptor's ``nonfinite``, how it departs from the
 spec under a non-finite gradient) an element the oracle holds non-finite may stay finite.
+
+What a parameter makes of a NaN in its state is an IEEE convention too, and no knob
+describes it either: Lion's ``sign(m + (g - m)*(1-beta))`` is ``sign(NaN) = 0`` in torch
+and MindSpore (the element stops: once torch's ``m`` went from Inf to NaN, and where a
+NaN gradient made ``m`` NaN in both) where numpy's ``sign`` keeps the NaN or, for the
+oracle's ``m`` still Inf, steps by the lr: differences no floor covers. So from the first
+step at which an element of a parameter's state holds NaN in one trajectory and NaN or
+Inf in the other (a state array of the parameter's shape, or one that broadcasts to it,
+as a factored row or column does), that element of the parameter is left out of the
+comparison, and the result says so (``excused``: the parameter -> how many elements from
+which step, and the state arrays that held the NaN). The state itself keeps the rule
+above: a state element finite in one trajectory and not in the other still fails (a
+gradient zeroed where it is NaN keeps the state finite), and so does every element whose
+state is finite or Inf in both. It needs the backend's state: with ``state=False``
+nothing is excused.
 A missing quantity or a wrong shape fails. With ``state=False`` (a native optimizer
 built by hand, whose state the run does not read) the spec state is not compared: the
 lr and the parameters are.
@@ -69,6 +84,8 @@ class Comparison:
     failure: str | None = None
     detail: str = ""
     per_quantity: dict[str, float] = field(default_factory=dict)   # worst ratio per quantity
+    #: parameter quantity -> what was left out of it after a NaN in its state (module doc)
+    excused: dict[str, str] = field(default_factory=dict)
     #: per quantity, error/floor at every step (inf where non-finite positions differ);
     #: for plots, not part of :meth:`to_dict`
     series: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
@@ -88,6 +105,40 @@ def _nonfinite_mismatch(b: np.ndarray, o: np.ndarray, tolerate_finite: bool = Fa
         differ &= ~finite_b                      # only the backend non-finite counts
     opposite = np.isinf(b) & np.isinf(o) & (np.sign(b) != np.sign(o))
     return (differ | opposite).any(axis=1)
+
+
+def nan_in_state(b: np.ndarray, o: np.ndarray) -> np.ndarray:
+    """Where ``b`` and ``o`` are both non-finite and at least one is NaN (elementwise)."""
+    return ~np.isfinite(b) & ~np.isfinite(o) & (np.isnan(b) | np.isnan(o))
+
+
+def excused_elements(got: dict, expected: dict) -> dict[str, tuple[np.ndarray, str]]:
+    """Per parameter name: ``(mask, text)``, ``mask`` (steps, *shape) True from the first
+    step at which one of its state elements (a state array of its shape, or one that
+    broadcasts to it) holds NaN in ``got`` or ``expected`` and is non-finite in both, on
+    (see the module); ``text`` names the state arrays. Parameters without such an
+    element are absent."""
+    out: dict[str, tuple[np.ndarray, str]] = {}
+    for name, oracle_values in expected.items():
+        if not name.startswith("state:") or name not in got:
+            continue
+        parameter = name[len("state:"):].rpartition(":")[0]
+        shape = expected.get(f"param:{parameter}", np.empty(0)).shape
+        backend_values = np.asarray(got[name])
+        if not shape or backend_values.shape != oracle_values.shape or \
+                oracle_values.shape[0] != shape[0]:
+            continue
+        pairs = nan_in_state(backend_values, np.asarray(oracle_values))
+        if not pairs.any():
+            continue
+        try:
+            pairs = np.broadcast_to(pairs, shape)
+        except ValueError:          # a state that is not elementwise: nothing to map
+            continue
+        mask, sources = out.get(parameter, (np.zeros(shape, dtype=bool), ""))
+        out[parameter] = (np.logical_or.accumulate(mask | pairs, axis=0),
+                          f"{sources}, {name}" if sources else name)
+    return out
 
 
 def _max_abs(diff: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -123,14 +174,19 @@ def float32_floor(oracle: np.ndarray, float32, storage: str | None = None
 
 
 def step_ratios(backend: np.ndarray, oracle: np.ndarray, float32, *, ulps: float = ULPS,
-                tolerate_finite: bool = False, floor32=None, storage: str | None = None):
+                tolerate_finite: bool = False, floor32=None, storage: str | None = None,
+                excused: np.ndarray | None = None):
     """``(ratio, nonfinite_mismatch, error, floor)`` per step for one quantity;
     ``float32`` is one float32 reference trajectory or a list of them (``floor32``:
     their :func:`float32_floor`, when already known); ``storage``: the dtype the
-    quantity is kept in, whose ulps error and floor are then counted in."""
+    quantity is kept in, whose ulps error and floor are then counted in; ``excused``:
+    a bool mask of the quantity's shape per step, elements left out (the module)."""
     steps = oracle.shape[0]
     b = np.asarray(backend, dtype=np.float64).reshape(steps, -1)
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
+    if excused is not None:
+        # an excused element counts as the oracle's own value: no error, same position
+        b = np.where(excused.reshape(steps, -1), o, b)
     with np.errstate(invalid="ignore", over="ignore"):
         difference = _in_ulps(b, o, storage)
         error = difference.max(axis=1, initial=0.0)
@@ -169,6 +225,7 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
                                                else [float32])]
     out = Comparison(True)
     first = (np.inf, "", "", "")               # (step, quantity, failure, detail)
+    excusals = excused_elements(got, oracle.quantities()) if state else {}
     for name, expected in oracle.quantities().items():
         if (not state and name.startswith("state:")) or (not lr and name == "lr"):
             continue
@@ -195,9 +252,16 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
                                     f"{name} at step {s + 1}: {int(off[s].sum())} values "
                                     f"are not {stored} values (the spec keeps it in "
                                     f"{stored})"))
+        excused = _excused_in(name, expected.shape, excusals)
+        if excused is not None:
+            s = int(np.argmax(excused.reshape(excused.shape[0], -1).any(axis=1)))
+            out.excused[name] = (f"{int(excused[-1].sum())} of {excused[-1].size} elements "
+                                 f"from step {s + 1} on (NaN in "
+                                 f"{excusals[name[len('param:'):]][1]})")
         ratio, nonfinite, error, floor = step_ratios(
             got[name], expected, float32_of, ulps=ulps, tolerate_finite=tolerate_finite,
-            floor32=None if floors is None else floors[name], storage=stored)
+            floor32=None if floors is None else floors[name], storage=stored,
+            excused=excused)
         worst = int(np.argmax(ratio))
         out.per_quantity[name] = float(ratio[worst])
         out.series[name] = np.where(nonfinite, np.inf, ratio)
@@ -222,3 +286,14 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
         out.first_failing_step, out.failing_quantity, out.failure, out.detail = (
             int(first[0]), first[1], first[2], first[3])
     return out
+
+
+def _excused_in(quantity: str, shape: tuple, excusals: dict) -> np.ndarray | None:
+    """The excused mask of ``quantity`` (a parameter's only: the module)."""
+    if not quantity.startswith("param:"):
+        return None
+    parameter = quantity[len("param:"):]
+    if parameter not in excusals:
+        return None
+    mask = excusals[parameter][0]
+    return mask if mask.shape == tuple(shape) and mask.any() else None

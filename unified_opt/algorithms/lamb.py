@@ -18,10 +18,16 @@ named in ``no_decay_names``):
         \qquad \text{only when } \lambda > 0 \text{ or } \texttt{always\_adapt},
         \text{ else } \rho_t = 1 \\
     \theta_t &= \theta_{t-1} - \eta\, s_t\, \rho_t\, u_t, \qquad
-        s_t = \frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t} \text{ if } \texttt{bias\_correction="step"}
-        \text{ else } 1
+        s_t = \begin{cases}
+        \frac{\sqrt{1-\beta_2^t}}{1-\beta_1^t} & \texttt{bias\_correction="step"} \\
+        \frac{1}{1-\beta_1^t} & \texttt{bias\_correction="first\_moment\_step"} \\
+        1 & \text{otherwise} \end{cases}
 
-Norms are over the whole tensor. :math:`\epsilon_{tr}` is ``trust_eps``.
+Norms are over the whole tensor. :math:`\epsilon_{tr}` is ``trust_eps``. The factor
+:math:`s_t` multiplies the step outside the trust ratio, so it does not cancel: only
+``"moments"`` corrects inside :math:`r_t`, where a scalar factor of :math:`\hat m_t`
+alone would (with :math:`\lambda = 0` and no trust eps) cancel against
+:math:`\lVert u_t\rVert`.
 
 Differences between frameworks
 ------------------------------
@@ -38,8 +44,15 @@ Differences between frameworks
 * ``torch_optimizer.Lamb``: ``bias_correction="none"`` (``"step"`` with ``debias=True``,
   a factor outside the trust ratio), ``weight_norm_clamp=10``, ``always_adapt=True``.
 * ``pytorch_optimizer.Lamb`` adds eps to the trust-ratio denominator (``trust_eps``),
-  clamps at 10 and by default decays decoupled before the norms; the last is not a
-  knob here (its step is 10x the paper's at step 1).
+  clamps at 10, computes the trust ratio on every parameter (``always_adapt=True``) and
+  by default (``adam_debias=False``) divides its step by :math:`1-\beta_1^t` alone,
+  outside the trust ratio: ``bias_correction="first_moment_step"`` (10x the paper's
+  step at step 1 with :math:`\beta_1 = 0.9`; read from its source,
+  ``pytorch_optimizer/optimizer/lamb.py``, 4.1, and checked against it). Its
+  ``adam_debias=True`` is ``bias_correction="none"``. By default it also decays
+  decoupled, multiplying the parameter by :math:`1-\eta\lambda` before the norms
+  (``weight_decouple=True``, with a default ``weight_decay`` of 0): that is not a knob
+  here.
 """
 
 from __future__ import annotations
@@ -54,7 +67,7 @@ from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct
 from ._decay import canonical_adapt, check_decay, decay_for_parameter
 
-BIAS_CORRECTIONS = ("moments", "none", "step")
+BIAS_CORRECTIONS = ("moments", "none", "step", "first_moment_step")
 
 
 def trust_ratio(param, update, ops, norm_clamp=None, trust_eps=0.0):
@@ -120,6 +133,8 @@ class Lamb(Spec):
         if self.bias_correction == "step":
             step_size = (lr * math.sqrt(1.0 - ops.power(beta2, step))
                          / (1.0 - ops.power(beta1, step)))
+        elif self.bias_correction == "first_moment_step":
+            step_size = lr / (1.0 - ops.power(beta1, step))
         if self.weight_decay > 0.0 or self.always_adapt:
             scale = trust_ratio(param, direction, ops, self.weight_norm_clamp,
                                 self.trust_eps) * step_size
