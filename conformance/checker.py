@@ -7,12 +7,13 @@ dense parameter set, 1 to 4225 elements, 1-D to 3-D, named ``w``, ``bias``,
 or an ``(optimizer, lr_scheduler)`` pair, the framework's usual way (torch:
 ``p.grad``, ``step()``, ``zero_grad()``, ``scheduler.step()``; Paddle: ``p.grad``,
 ``step()``, ``clear_grad()``, ``scheduler.step()``; MindSpore: ``opt(grads)``) through
-the spec's gradient streams: :data:`STREAMS` seeded streams of adversarial magnitudes
-(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`) and one with a NaN and
-infinities, each of ``steps`` >= 50 steps. After every step it compares, under the
-suite's rule (:mod:`.compare`), the parameters, the lr where the optimizer exposes it
-(torch ``param_groups``, Paddle and MindSpore ``get_lr()``) and the state where it can
-be mapped: a native class's through its descriptor, a torch optimizer's where
+the spec's gradient streams: :data:`STREAMS` seeded streams, of adversarial magnitudes
+(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`) and quiet ones where some
+tensors' whole history is small (near 1e-8, 1e-12 or 1e-20; one zero for 20 steps),
+and one with a NaN and infinities, each of ``steps`` >= 50 steps. After every step it
+compares, under the suite's rule (:mod:`.compare`), the parameters, the lr where the
+optimizer exposes it (torch ``param_groups``, Paddle and MindSpore ``get_lr()``) and the
+state where it can be mapped: a native class's through its descriptor, a torch optimizer's where
 ``optimizer.state[p]`` holds the spec's own state names (``exp_avg``,
 ``exp_avg_sq``, ...). A failure names the first failing step and quantity, and the
 spec knob whose other value the trajectory follows (:mod:`.explainer`).
@@ -44,6 +45,7 @@ from .cases import DENSE_PARAMS, MIN_STEPS, Case
 from .deviations import has_trust_ratio
 from .device import Device, parse_device, place
 from .drivers.base import Driver, spec_state_shapes
+from .gradients import quiet_gradients_at
 from .report import build_report, write_reports
 from .runner import TRAJECTORIES
 from .trajectory import Recorder, Trajectory
@@ -58,8 +60,15 @@ from .worker import (
     result_stem,
 )
 
-#: seeded gradient streams per check, besides the one with non-finite elements
-STREAMS = 3
+#: seeded streams of adversarial magnitudes per check (:func:`.gradients.kind_at`)
+ADVERSARIAL_STREAMS = 3
+#: seeded quiet streams per check (:func:`.gradients.quiet_kind_at`): a knob that matters
+#: only for a tensor whose gradients were never normal-sized (Lamb's ``trust_eps``,
+#: Adafactor's ``eps_mode``) shows there only
+QUIET_STREAMS = 1
+#: seeded gradient streams per check, besides the one with non-finite elements (and, for
+#: a trust-ratio spec, the one of large weights)
+STREAMS = ADVERSARIAL_STREAMS + QUIET_STREAMS
 #: the steps (0-based) of the non-finite stream that get a NaN or an Inf
 NONFINITE_STEPS = (5, 17, 29)
 PATH = "check"
@@ -136,17 +145,40 @@ class ScaledCase(Case):
                 for n, a in super().initial_params().items()}
 
 
+@dataclass(frozen=True)
+class QuietCase(Case):
+    """A check stream where some tensors' gradients are small from step 0 on
+    (:func:`.gradients.quiet_gradients_at` with ``rotation``); checks run in this
+    process: the case never travels as JSON."""
+
+    rotation: int = 0
+
+    def gradients(self, step: int) -> dict:
+        if self.nonfinite_steps or self.missing_gradients or self.storage is not None \
+                or self.rank:
+            raise ValueError(f"QuietCase {self.id!r}: a quiet stream has no non-finite "
+                             "steps, missing gradients, storage dtype or rank")
+        return quiet_gradients_at(self.seed, step, self.params, self.rotation)
+
+
 def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
                 ) -> list[Case]:
-    """The cases a check runs: :data:`STREAMS` seeded streams, for a spec with a trust
-    ratio one more whose parameters start :data:`TRUST_SCALE` times larger (its ratios
-    are ~100 from step 1, so a clipped ratio or a clamp shows at once; on the others a
-    ratio reaches 10 only when small gradients have shrunk the update), and with
-    ``nonfinite`` one with non-finite elements."""
+    """The cases a check runs: :data:`ADVERSARIAL_STREAMS` seeded streams of adversarial
+    magnitudes, :data:`QUIET_STREAMS` quiet ones (tensors whose whole history is near
+    1e-8, 1e-12 or 1e-20, beside tensors of the normal cycle and one zero for 20 steps
+    after its first), for a spec with a trust ratio one more whose parameters start
+    :data:`TRUST_SCALE` times larger (its ratios are ~100 from step 1, so a clipped ratio
+    or a clamp shows at once; on the others a ratio reaches 10 only when small gradients
+    have shrunk the update), and with ``nonfinite`` one with non-finite elements."""
     steps = MIN_STEPS if steps is None else steps
     cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=DENSE_PARAMS, steps=steps,
                   description=f"gradient stream {i} of adversarial magnitudes")
-             for i in range(STREAMS)]
+             for i in range(ADVERSARIAL_STREAMS)]
+    cases += [QuietCase(id=f"check_{spec.name}_quiet_{i}", spec=spec, params=DENSE_PARAMS,
+                        steps=steps, rotation=i,
+                        description=f"quiet gradient stream {i}: tensors near 1e-8, 1e-12 "
+                                    "or 1e-20 from step 0, one zero for 20 steps")
+              for i in range(QUIET_STREAMS)]
     if has_trust_ratio(spec):
         cases.append(ScaledCase(
             id=f"check_{spec.name}_large_weights", spec=spec, params=DENSE_PARAMS,
