@@ -286,12 +286,66 @@ def knob_text(description: str, spec) -> str:
     return f"{description} follows this optimizer"
 
 
+#: how :func:`explain_failure` points a user's check at its finite streams alone
+FINITE_ONLY = ("to check the finite streams alone: unified-opt check --finite-only "
+               "(uo.conformance.check(..., nonfinite=False))")
+
+
+def whole_tensor_nan(trajectory: Trajectory, oracle: Trajectory, case, comparison
+                     ) -> str | None:
+    """The text for a failure that is a whole tensor turned NaN by a non-finite gradient
+    element, or None. The pattern: the first failure is a non-finite one, at a step at
+    which every element of the failing quantity (more than one) is NaN in ``trajectory``
+    where the oracle keeps finite elements, after a gradient with a non-finite element.
+    An implementation that scales a tensor by a factor made from a norm over it (a trust
+    ratio, an RMS, a clipping norm) gets a NaN factor from one NaN or Inf element and
+    spreads it to every element; the spec says what its rule makes of a NaN norm (Lamb's
+    and LARS's trust ratio is 1 then), which keeps the other elements finite."""
+    if comparison is None or comparison.passed or comparison.failure != "nonfinite":
+        return None
+    name, step = comparison.failing_quantity, comparison.first_failing_step
+    got, expected = trajectory.quantities(), oracle.quantities()
+    if name == "lr" or name not in got or name not in expected:
+        return None
+    values = np.asarray(got[name][step - 1], dtype=np.float64).ravel()
+    wanted = np.asarray(expected[name][step - 1], dtype=np.float64).ravel()
+    finite = int(np.isfinite(wanted).sum())
+    if values.size < 2 or not np.isnan(values).all() or finite == 0:
+        return None
+    parameter = name.partition(":")[2].rpartition(":")[0] if name.startswith("state:") \
+        else name.partition(":")[2]
+    own, other = None, None
+    for t in range(step):
+        for grad_name, grad in case.gradients(t).items():
+            if grad is not None and not np.isfinite(grad).all():
+                if grad_name == parameter and own is None:
+                    own = t + 1
+                elif grad_name != parameter and other is None:
+                    other = (grad_name, t + 1)
+    if own is not None:
+        cause = (f"a non-finite element of {parameter}'s gradient (step {own}) made a norm "
+                 "over the tensor NaN")
+    elif other is not None:
+        cause = (f"a non-finite element of {other[0]}'s gradient (step {other[1]}) made a "
+                 "norm over several tensors NaN (a global norm)")
+    else:
+        return None
+    return (f"{cause}, so the whole tensor became NaN: {name} at step {step} is NaN in "
+            f"all {values.size} elements where the spec keeps {finite} finite (a NaN "
+            "norm scaled every element; the spec's rule for a NaN norm keeps the others)")
+
+
 def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
                     ulps: float = ULPS, reference=reference_trajectory,
-                    state: bool = True, lr: bool = True) -> dict:
+                    state: bool = True, lr: bool = True, finite_only_hint: bool = False
+                    ) -> dict:
     """``{"matches": [...], "text": "..."}`` for a trajectory that failed ``spec``
     (default ``case.spec``); ``state=False`` for a run that recorded no state,
-    ``lr=False`` for one whose lr could not be read."""
+    ``lr=False`` for one whose lr could not be read. A whole tensor turned NaN by a
+    non-finite gradient element is named as such (:func:`whole_tensor_nan`, ``"nonfinite":
+    "whole_tensor_nan"``) without trying variants (each makes the same NaN);
+    ``finite_only_hint``: the text then says how a user's check leaves that stream out
+    (:data:`FINITE_ONLY`)."""
     spec = case.spec if spec is None else spec
     if trajectory.steps != case.steps:
         return {"matches": [], "text": "incomplete trajectory: nothing to explain"}
@@ -299,13 +353,18 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
     values: dict = {}
     first_steps = None
     try:
-        claimed = compare(trajectory, reference(spec, case, "float64"),
+        oracle = reference(spec, case, "float64")
+        claimed = compare(trajectory, oracle,
                           floor_trajectories(spec, case, reference), k=k, ulps=ulps,
                           state=state, lr=lr, floors=values)
         if claimed.first_failing_step is not None:
             first_steps = claimed.first_failing_step + FIRST_MARGIN
     except (TypeError, ValueError):
-        values = None
+        values, claimed = None, None
+    whole = None if claimed is None else whole_tensor_nan(trajectory, oracle, case, claimed)
+    if whole is not None:
+        return {"matches": [], "nonfinite": "whole_tensor_nan",
+                "text": f"{whole}; {FINITE_ONLY}" if finite_only_hint else whole}
     options = dict(k=k, ulps=ulps, reference=reference, state=state, lr=lr,
                    floor_values=values, first_steps=first_steps, claimed=spec)
     found = matching(trajectory, case, variants(spec, case), **options)
