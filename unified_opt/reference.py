@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -117,10 +116,9 @@ class Reference:
                  for name, value in params.items()}
         self.params = {name: self._kept(np.array(value, dtype=self.dtype, copy=True))
                        for name, value in given.items()}
-        #: each parameter's ops: ``ops`` with the machine epsilon of the dtype the
-        #: modelled run computes the parameter's update in (class doc)
-        self._ops = {name: _ops_with_machine_eps(ops, self._run_dtype(value))
-                     for name, value in given.items()}
+        #: each parameter's machine epsilon where it is not the one ``ops`` reads from an
+        #: array of ``dtype`` (class doc), else None
+        self._machine_eps = {name: self._machine_eps_of(value) for name, value in given.items()}
         self.plans = dict(zip(self.params, plan_parameters(spec, list(self.params), groups,
                                                             "reference")))
         self._specs = {name: plan.spec for name, plan in self.plans.items()}
@@ -132,7 +130,7 @@ class Reference:
             self._state_storage[name] = None if kept == self.dtype.name else kept
         with weak_python_scalars():
             self.states = [{name: self._kept_state(name, self._specs[name].init(
-                p, self._ops[name]))
+                p, self._ops_of(name)))
                             for name, p in self.params.items()}
                            for _ in range(self.workers or 1)]
         self.step_count = 0
@@ -184,14 +182,14 @@ class Reference:
                     value, state = spec.update(
                         self.params[name], per_worker[0][name], self.states[0][name],
                         lr=self.plans[name].lr(lr), step=self.param_steps[name],
-                        ops=self._ops[name])
+                        ops=self._ops_of(name))
                     self.params[name] = self._kept(value)
                     self.states[0][name] = self._kept_state(name, state)
                     continue
                 value, states = spec.exchange_step(
                     self.params[name], [g[name] for g in per_worker],
                     [s[name] for s in self.states], lr=lr, step=self.param_steps[name],
-                    ops=self._ops[name], exchange=self.exchange)
+                    ops=self._ops_of(name), exchange=self.exchange)
                 self.params[name] = self._kept(value)
                 for worker_states, new in zip(self.states, states):
                     worker_states[name] = self._kept_state(name, new)
@@ -200,13 +198,22 @@ class Reference:
             self.skipped.append(False)
         return lr
 
-    def _run_dtype(self, given: np.ndarray) -> np.dtype:
-        """The dtype the modelled run computes a parameter given as ``given`` in."""
+    def _machine_eps_of(self, given: np.ndarray) -> float | None:
+        """The machine epsilon of the dtype the modelled run computes a parameter given
+        as ``given`` in, or None where it is ``dtype``'s."""
         if self.storage is not None:
-            return np.dtype(math_dtype(self.storage))
-        if given.dtype.kind != "f":
-            return self.dtype
-        return np.dtype(math_dtype(given.dtype.name))
+            run = np.dtype(math_dtype(self.storage))
+        elif given.dtype.kind != "f":
+            run = self.dtype
+        else:
+            run = np.dtype(math_dtype(given.dtype.name))
+        return None if run == self.dtype else float(np.finfo(run).eps)
+
+    def _ops_of(self, name: str):
+        """The ops a parameter's update computes with: ``self.ops`` (read at each step: a
+        planted deviation may replace it), with the parameter's machine epsilon."""
+        eps = self._machine_eps[name]
+        return self.ops if eps is None else _WithMachineEps(self.ops, eps)
 
     def _kept(self, values):
         """A parameter or a gradient as the parameters' storage keeps it."""
@@ -245,13 +252,18 @@ class Reference:
         return arrays
 
 
-def _ops_with_machine_eps(ops: NumpyOps, dtype: np.dtype) -> NumpyOps:
-    """A copy of ``ops`` whose ``machine_eps`` is ``dtype``'s whatever array it is given
-    (the reference computes every array in its own ``dtype``)."""
-    eps = float(np.finfo(dtype).eps)
-    copied = copy.copy(ops)
-    copied.machine_eps = lambda x: eps
-    return copied
+class _WithMachineEps:
+    """``ops`` whose ``machine_eps`` is ``eps`` whatever array it is given (the reference
+    computes every array in its own dtype); every other call is ``ops``'s."""
+
+    def __init__(self, ops, eps: float) -> None:
+        self._ops, self._eps = ops, eps
+
+    def machine_eps(self, x) -> float:
+        return self._eps
+
+    def __getattr__(self, name):
+        return getattr(self._ops, name)
 
 
 def _check_workers(spec: Spec, workers, exchange) -> int | None:
