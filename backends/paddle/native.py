@@ -330,11 +330,13 @@ def native_state(cls_info, optimizer, p, spec) -> dict:
     element the spec's 0-d value) is read as one element; it depends only on the step and
     on hyperparameters every parameter shares, so a zero-size parameter (which has no
     element, and which Paddle's step skips) reads it from a non-empty one."""
-    from .ops import paddle_ops
+    from unified_opt.porting.state import state_layout
 
     out = {}
     scalars = cls_info.parameter_shaped_scalars
-    names = spec.init(p.detach(), paddle_ops)   # the spec's state for this parameter's shape
+    # the spec's state names for this parameter's shape; state_layout holds no memory of
+    # the state's size (spec.init on the parameter would make all of it: save_state's peak)
+    names = state_layout(spec, tuple(p.shape), paddle.zeros([0], dtype=p.dtype).numpy().dtype)
     for ours, theirs in cls_info.state.items():
         if ours not in names:
             continue
