@@ -20,8 +20,8 @@ steps after a normal first step (its state decays that long). The kind streams a
 cannot show a knob that matters only for such a tensor (a trust-ratio eps, an eps added
 to the squared gradient instead of a clamp): their first step is normal-sized for every
 tensor, and a state that once held a normal-sized gradient hides the small ones for the
-rest of the run. Each quiet stream
-keeps tensors of the normal kind cycle, so first-step rules stay visible there too.
+rest of the run. Each quiet stream keeps tensors of the normal kind cycle, so first-step
+rules stay visible there too.
 """
 
 from __future__ import annotations
