@@ -9,8 +9,17 @@ r"""Lion (Chen et al., 2023): the sign of an interpolated momentum.
 
 Differences between frameworks
 ------------------------------
-* No framework ships Lion: every backend runs this update (own implementation).
-  ``pytorch-optimizer``'s ``Lion`` computes the same (decoupled decay times lr).
+* No framework ships Lion: every backend runs this update (own implementation), with
+  :math:`\mathrm{sign}(\mathrm{NaN}) = \mathrm{NaN}` on every binding.
+* ``pytorch-optimizer``'s ``Lion`` computes the same on finite gradients (decoupled
+  decay times lr). Under non-finite ones it departs where no knob reaches: its
+  ``m.lerp(g, 1-beta)`` is ``m + (g - m)(1-beta)``, which turns an infinite moment NaN at
+  the next finite gradient (``inf - inf``), and ``torch.sign(NaN)`` is 0, so such an
+  element, and one whose gradient was NaN, stops where this update keeps stepping (an
+  infinite moment) or goes NaN. The conformance rule leaves a parameter element out once
+  its state holds NaN in one trajectory and NaN or Inf in the other
+  (:mod:`unified_opt.conformance.compare`), so ``check`` passes it on the non-finite
+  stream too.
 """
 
 from __future__ import annotations
