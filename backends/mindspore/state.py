@@ -213,7 +213,7 @@ def layout(cls_info, optimizer, what: str) -> Layout:
                 placed.update(id(p) for _, p in value.parameters_and_names())
     for attr in INERT.get(cls_info.name, ()):
         for p in out.slots(attr) or ():
-            if np.any(p.asnumpy() != 0):
+            if np.count_nonzero(p.asnumpy()):      # (no array of the comparison)
                 raise ValueError(f"{what}: MindSpore's {cls_info.name} holds {p.name} "
                                  "with values other than its initial zeros")
             placed.add(id(p))

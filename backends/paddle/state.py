@@ -379,7 +379,7 @@ def _native_values(record, optimizer, saved: Snapshot, arrays: dict) -> list:
             accumulator = held.get(theirs, {}).get(p.name)
             if accumulator is None:
                 continue
-            dtype = np.dtype(accumulator.numpy().dtype)
+            dtype = _dtype(accumulator)     # (numpy() would copy the accumulator)
             if ours in arrays[name]:
                 value = np.asarray(arrays[name][ours])
                 if ours in cls.parameter_shaped_scalars:
