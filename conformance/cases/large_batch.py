@@ -23,6 +23,8 @@ def _lamb() -> list[Case]:
              spec=uo.Lamb(**a, bias_correction="none", weight_norm_clamp=2.0,
                           always_adapt=True)),
         Case(id="lamb_bias_correction_step", spec=uo.Lamb(**a, bias_correction="step")),
+        Case(id="lamb_bias_correction_first_moment_step",
+             spec=uo.Lamb(**a, bias_correction="first_moment_step")),
         Case(id="lamb_trust_eps", spec=uo.Lamb(**a, trust_eps=0.05, eps=1e-3)),
         Case(id="lamb_no_decay_names_drop_ratio",
              spec=uo.Lamb(**a, no_decay_names=NN_NAMES)),
