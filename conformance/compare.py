@@ -128,11 +128,17 @@ def excused_elements(got: dict, expected: dict) -> dict[str, tuple[np.ndarray, s
         shape = expected.get(f"param:{parameter}", np.empty(0)).shape
         backend_values = np.asarray(got[name])
         if not shape or backend_values.shape != oracle_values.shape or \
-                oracle_values.shape[0] != shape[0]:
+                oracle_values.shape[0] != shape[0] or np.isfinite(backend_values).all():
             continue
         pairs = nan_in_state(backend_values, np.asarray(oracle_values))
         if not pairs.any():
             continue
+        # per step, the state's shape aligned to the parameter's from the last axis, as
+        # numpy broadcasts (a 0-d state per step covers the whole parameter)
+        extra = len(shape) - pairs.ndim
+        if extra < 0:
+            continue
+        pairs = pairs.reshape(pairs.shape[:1] + (1,) * extra + pairs.shape[1:])
         try:
             pairs = np.broadcast_to(pairs, shape)
         except ValueError:          # a state that is not elementwise: nothing to map

@@ -88,6 +88,22 @@ def test_the_rule_excuses_nothing_else():
         False, 3, only_element_1)
 
 
+def test_a_factored_or_scalar_state_excuses_the_elements_it_broadcasts_to():
+    from unified_opt.conformance.compare import excused_elements
+
+    param = np.zeros((3, 2, 3))                 # 3 steps of a (2, 3) parameter
+    row, row_got = np.zeros((3, 2, 1)), np.zeros((3, 2, 1))
+    row[1:, 0, 0], row_got[1:, 0, 0] = np.inf, np.nan        # row 0 from step 2
+    scalar, scalar_got = np.zeros(3), np.zeros(3)
+    scalar[2] = scalar_got[2] = np.nan                       # everything from step 3
+    mask, text = excused_elements(
+        {"param:w": param, "state:w:row": row_got, "state:w:scalar": scalar_got},
+        {"param:w": param, "state:w:row": row, "state:w:scalar": scalar})["w"]
+    np.testing.assert_array_equal(mask, [np.zeros((2, 3)), [[1, 1, 1], [0, 0, 0]],
+                                         np.ones((2, 3))])
+    assert text == "state:w:row, state:w:scalar"
+
+
 # --- the Lamb knob in the spec -----------------------------------------------------------
 
 def test_lamb_first_moment_step_divides_the_step_by_one_minus_beta1_power_t():
