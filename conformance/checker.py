@@ -13,10 +13,15 @@ tensors' whole history is small (near 1e-8, 1e-12 or 1e-20; one zero for 20 step
 and one with a NaN and infinities, each of ``steps`` >= 50 steps. After every step it
 compares, under the suite's rule (:mod:`.compare`), the parameters, the lr where the
 optimizer exposes it (torch ``param_groups``, Paddle and MindSpore ``get_lr()``) and the
-state where it can be mapped: a native class's through its descriptor, a torch optimizer's where
-``optimizer.state[p]`` holds the spec's own state names (``exp_avg``,
-``exp_avg_sq``, ...). A failure names the first failing step and quantity, and the
-spec knob whose other value the trajectory follows (:mod:`.explainer`).
+state where it can be mapped: a native class's through its descriptor, a torch
+optimizer's where ``optimizer.state[p]`` holds the spec's own state names (``exp_avg``,
+``exp_avg_sq``, ...), a factor kept without its keepdims axis read reshaped and keys the
+spec has no state of ignored (:func:`.drivers.base.map_state`: came-pytorch's CAME keeps
+a (4, 3) parameter's row factor as (4,) beside ``step`` and ``RMS``). The answer says
+what was compared and what was not, and why (:class:`CheckResult`). A failure names the
+first failing step and quantity, and the spec knob whose other value the trajectory
+follows (:mod:`.explainer`); with ``out``, the failing streams' trajectories are written
+as a suite run writes them.
 
 The optimizer runs in this process, on the framework it is written for: ``backend``
 names it, or the one framework this process has imported.
@@ -313,6 +318,9 @@ def _keep_trajectories(out: Path, backend: str, cases, results: list[dict],
     for case in cases:                      # an earlier check's file is not this one's
         (folder / f"{result_stem(case.id, PATH)}.npz").unlink(missing_ok=True)
     if not failing:
+        for empty in (folder, folder.parent):    # no empty folders left (as the runner)
+            with contextlib.suppress(OSError):   # absent, or holding other files
+                empty.rmdir()
         return []
     keeper = TrajectoryKeeper(folder, False, FAILING_TRAJECTORY_BUDGET)
     dropped = []

@@ -208,7 +208,7 @@ def test_a_failing_check_writes_its_trajectories_under_out(tmp_path, monkeypatch
     # a passing check into the same folder leaves none of the failing one's files
     assert main(["check", "hand_sgd:renamed", "--spec", "sgd(lr=0.05, momentum=0.9)",
                  "--backend", "torch", "--finite-only", "--out", str(out)]) == 0
-    assert list((out / "trajectories" / "torch").glob("*.npz")) == []
+    assert not (out / "trajectories").exists()
     assert "trajectories:" not in capsys.readouterr().out
 
 
