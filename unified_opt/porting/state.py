@@ -20,14 +20,16 @@ Each array keeps its storage dtype (bfloat16 as safetensors' ``BF16``, held in n
 JSON header, the raw little-endian arrays), readable by the ``safetensors`` package: no
 code runs on load, no pickle.
 
-How it is written and read (issue 41): ``save_state`` (and ``convert_checkpoint``)
+How it is written and read: ``save_state`` (and ``convert_checkpoint``)
 writes through :func:`unified_opt.files.atomic_writer` (a temporary file in the same
 folder, fsync, ``os.replace``, folder fsync), so a process killed at any moment, a full
 disk or a file size limit leaves the old file whole (a failed write is an OSError
 naming the file). Both directions stream: the digest is fed one array at a time and
 each array is written from its own memory, and each array is read from its byte range
-straight into the array returned; the torch backend hands over its CPU state tensors'
-memory and takes the loaded arrays as its state. The peak memory beyond the state the
+straight into the array returned; every backend hands over read-only views of its CPU
+state tensors' memory (torch's tensors, Paddle's through DLPack, MindSpore's
+``asnumpy``), and torch and MindSpore take the loaded arrays as their state (Paddle
+copies each into its accumulator). The peak memory beyond the state the
 optimizer holds (saving) or the arrays returned (loading) is the JSON header, not a
 multiple of the state: ``benchmarks/results/state_memory.md`` measures it against the
 target of 0.25 x the state's size. ``load_state`` checks everything (digest, format, spec
