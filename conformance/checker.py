@@ -337,19 +337,22 @@ def _keep_trajectories(out: Path, backend: str, cases, results: list[dict],
 
 def what_was_compared(results: list[dict]) -> dict:
     """``{"compared", "not_compared", "state_reshaped", "state_ignored"}`` over the
-    streams that ran (every stream when all raised): a quantity is compared when every
-    stream compared it; each reason a stream gave for leaving one out is listed once."""
-    ran = [r for r in results if r["status"] != "error"] or results
+    streams that ran: a quantity is compared when every stream that did not raise
+    compared it; each reason a stream gave for leaving one out is listed once. When every
+    stream raised, nothing was compared."""
+    ran = [r for r in results if r["status"] != "error"]
+    if not ran:
+        return {"compared": [], "not_compared": ["anything (every stream raised)"],
+                "state_reshaped": [], "state_ignored": []}
     compared = ["params"]
     if all("lr" in r["compared"] for r in ran):
         compared.append("lr")
     if all("state" in r["compared"] for r in ran):
         names = [n for r in ran for n in r.get("compared_state", [])]
         compared += [f"state {n}" for n in dict.fromkeys(names)]
-    def union(key):
-        return list(dict.fromkeys(x for r in ran for x in r.get(key, [])))
-    return {"compared": compared, "not_compared": union("not_compared"),
-            "state_reshaped": union("state_reshaped"), "state_ignored": union("state_ignored")}
+    listed = {key: list(dict.fromkeys(x for r in ran for x in r.get(key, [])))
+              for key in ("not_compared", "state_reshaped", "state_ignored")}
+    return {"compared": compared, **listed}
 
 
 #: torch's intra-op threads while a check runs, and how many checks are running

@@ -13,7 +13,7 @@ from conftest import require
 import unified_opt as uo
 from unified_opt.cli import main
 from unified_opt.conformance import explainer
-from unified_opt.conformance.checker import check, check_cases
+from unified_opt.conformance.checker import check, check_cases, what_was_compared
 from unified_opt.conformance.drivers.base import map_state, spec_state_shapes
 from unified_opt.conformance.trajectory import Trajectory, reference_trajectory
 from unified_opt.conformance.verdict import References
@@ -89,6 +89,39 @@ def test_the_peers_state_layouts_are_the_ones_mapped():
             assert mapped.unmapped == "", (cls, p.shape, mapped)
             assert "RMS" in mapped.ignored
             assert bool(mapped.reshaped) == (p.dim() > 1)
+
+
+def test_what_every_stream_compared_is_what_is_said():
+    def result(status, compared, state=(), **lists):
+        return {"status": status, "compared": compared, "compared_state": list(state),
+                **lists}
+
+    both = [result("pass", ["params", "lr", "state"], ["exp_avg"], state_ignored=["step"]),
+            result("fail", ["params", "lr", "state"], ["exp_avg"], state_ignored=["step"]),
+            result("error", ["params"])]      # a stream that raised compared nothing
+    assert what_was_compared(both) == {"compared": ["params", "lr", "state exp_avg"],
+                                       "not_compared": [], "state_reshaped": [],
+                                       "state_ignored": ["step"]}
+    no_lr = [result("pass", ["params", "lr"]),
+             result("pass", ["params"], not_compared=["lr (none)"])]
+    assert what_was_compared(no_lr)["compared"] == ["params"]
+    assert what_was_compared(no_lr)["not_compared"] == ["lr (none)"]
+    assert what_was_compared([result("error", ["params"])])["compared"] == []
+
+
+@require("torch")
+def test_torch_adafactor_state_is_read_through_its_descriptor():
+    """torch.optim.Adafactor keeps row_var/col_var (keepdims) and variance: its
+    descriptor maps them; nothing is reshaped or ignored by the check's mapping."""
+    import torch
+
+    result = check(lambda p: torch.optim.Adafactor(p, lr=0.01),
+                   uo.preset("torch.optim.Adafactor", lr=0.01), backend="torch",
+                   nonfinite=False)
+    assert result.passed, str(result)
+    assert result.compared == ("params", "lr", "state exp_avg_sq_row",
+                               "state exp_avg_sq_col", "state exp_avg_sq")
+    assert result.state_reshaped == () and result.state_ignored == ()
 
 
 def _perturbed_came(factor):
