@@ -45,7 +45,7 @@ measured on CPU):
   ``max_exp_avg_sq`` of ``experimental.optim.AdamW`` without amsgrad) are left as they
   are, and so is ``experimental.optim.Adam``'s ``max_exp_avg_sq`` (it ignores amsgrad on
   CPU: checked to hold its initial zeros).
-* **Memory** (issue 41): on the CPU ``Parameter.asnumpy()`` is an array sharing the
+* **Memory**: on the CPU ``Parameter.asnumpy()`` is an array sharing the
   Parameter's memory (a write through it is seen by the Parameter), ``Tensor(array)``
   copies and ``Tensor.from_numpy(array)`` shares the array's memory, which ``set_data``
   keeps. ``save_state``'s snapshot holds read-only views of the state (no copy of it),

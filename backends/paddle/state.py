@@ -44,7 +44,7 @@ them):
   optimizer that has none yet (what its first step would create), matches each to its
   entry (the exact name, else the one differing only in ``n``; shapes checked) and then
   calls ``optimizer.set_state_dict``, which restores the scheduler too.
-* Memory (issue 41): ``Tensor.numpy()`` copies a CPU tensor, ``np.from_dlpack(tensor)``
+* Memory: ``Tensor.numpy()`` copies a CPU tensor, ``np.from_dlpack(tensor)``
   is a read-only view of its memory (float16/32/64, int32/64; DLPack refuses bfloat16).
   ``save_state``'s snapshot holds such views of the state (no copy of it; bfloat16 and
   non-CPU tensors are copied, and those copies are held until the file is written), and
