@@ -31,13 +31,16 @@ from .functions import decode_spec, encode_spec
 from .native import Native
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
-SUITE_VERSION = "8"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
+SUITE_VERSION = "9"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
 #                       algorithm, NaN and Inf interchangeable where both are non-finite;
 #                       4: parameters without a gradient at some steps; 5: bfloat16
 #                       parameters and state_dtype (judged in bfloat16 ulps); 6: the
 #                       float32 references keep 0-d values in float32 (NEP 50); 7:
 #                       gradients from a real backward in both zero_grad modes; 8: the
-#                       oracle's machine eps is the run's dtype's (Adafactor eps[0]=None)
+#                       oracle's machine eps is the run's dtype's (Adafactor eps[0]=None);
+#                       9: a parameter element whose state holds NaN against NaN/Inf is
+#                       excused, Adafactor decays as p*(1-lr*wd), lamb_bias_correction_
+#                       first_moment_step
 MIN_STEPS = 50
 DEFAULT_STEPS = 50
 
