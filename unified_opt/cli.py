@@ -521,7 +521,7 @@ def _conformance(args) -> int:
     from unified_opt.conformance.report import summary_line
     from unified_opt.conformance.runner import RunInterrupted, Signalled
 
-    ran = []           # the report, once the run has returned
+    ran: list[dict] = []     # the report, once the run has returned
     with _signals_stop_the_run():
         try:
             return _run_conformance(args, ran)

@@ -63,9 +63,13 @@ def atomic_writer(path, mode: str = "wb", encoding: str | None = None) -> Iterat
     fd, partial = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.",
                                    suffix=PARTIAL_SUFFIX)
     try:
-        os.fchmod(fd, _umask_mode())
-        kwargs = {} if mode == "wb" else {"encoding": encoding or "utf-8", "newline": ""}
-        with os.fdopen(fd, mode, **kwargs) as handle:
+        handle: IO
+        if mode == "wb":
+            handle = os.fdopen(fd, "wb")
+        else:
+            handle = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline="")
+        with handle:
+            os.fchmod(handle.fileno(), _umask_mode())
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
