@@ -240,7 +240,7 @@ def backward_cases() -> list[Case]:
     ``set_to_zero`` cases."""
     specs = [uo.SGD(lr=0.05, momentum=0.9), uo.Adam(lr=0.01, eps=1e-3),
              uo.Lamb(lr=0.01, weight_decay=0.05)]
-    return [_dense(f"backward_{mode}_{spec.name}", spec, backward=mode,
+    return [_case(f"backward_{mode}_{spec.name}", spec, backward=mode,
                    description=f"gradients from backward(); cleared with {mode}")
             for spec in specs for mode in BACKWARD_MODES]
 
