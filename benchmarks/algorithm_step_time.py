@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from peak_memory import reset_peak, status_mib  # this folder's
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
 from unified_opt.files import write_text
@@ -87,19 +88,6 @@ PEERS = {
 }
 
 
-def _status_mb(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> None:
-    """Start ``VmHWM`` again from the resident size now (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
 def measure(backend: str, what: str, repeats: int) -> dict:
     """In this process: ``what`` is ``native|<qualified>|<json kwargs>``,
     ``uo|<spec expression>|<compile option as JSON>`` or ``independence|<spec
@@ -132,15 +120,15 @@ def measure(backend: str, what: str, repeats: int) -> dict:
     step()
     while kind == "uo" and time.perf_counter() - settle < SETTLE_SECONDS:
         step()              # "auto": its kernels compile in the background meanwhile
-    resident = _status_mb("VmRSS")
-    _reset_peak()
+    resident = status_mib("VmRSS")
+    reset_peak()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
     return {"ms": round(statistics.median(times) * 1000, 2), "first_step_s": round(first, 2),
-            "step_peak_mb": round(_status_mb("VmHWM") - resident, 1)}
+            "step_peak_mb": round(status_mib("VmHWM") - resident, 1)}
 
 
 def independence(harness, shape, expression: str, repeats: int) -> dict:

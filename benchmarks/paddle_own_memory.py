@@ -36,24 +36,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from peak_memory import reset_peak, status_mib  # this folder's
+
 ROWS = {
     "native": "paddle.optimizer.AdamW",
     "own": 'uo.build(..., path="own") (kernel VM)',
     "own eager": 'uo.build(..., path="own", options={"compile": False})',
 }
-
-
-def _status_mib(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> None:
-    """Start ``VmHWM`` again from the resident size now (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def measure(row: str, elements: int, steps: int) -> dict:
@@ -65,8 +54,8 @@ def measure(row: str, elements: int, steps: int) -> dict:
     w = paddle.create_parameter([elements], "float32",
                                 default_initializer=paddle.nn.initializer.Constant(1.0))
     grad = paddle.full([elements], 0.5, dtype="float32")
-    before_build = _status_mib("VmRSS")
-    _reset_peak()
+    before_build = status_mib("VmRSS")
+    reset_peak()
     if row == "native":
         optimizer = paddle.optimizer.AdamW(learning_rate=1e-3, parameters=[w],
                                            weight_decay=0.01)
@@ -74,26 +63,26 @@ def measure(row: str, elements: int, steps: int) -> dict:
         options = {"compile": False} if row == "own eager" else {}
         optimizer = uo.build(uo.AdamW(lr=1e-3, weight_decay=0.01), [w], path="own",
                              options=options)
-    peaks = [_status_mib("VmHWM")]
+    peaks = [status_mib("VmHWM")]
     build_rise = peaks[-1] - before_build
     address = w.data_ptr()
     w.grad = grad       # Paddle keeps a copy: resident before the first step
-    before_first = _status_mib("VmRSS")
-    _reset_peak()
+    before_first = status_mib("VmRSS")
+    reset_peak()
     optimizer.step()
-    peaks.append(_status_mib("VmHWM"))
+    peaks.append(status_mib("VmHWM"))
     first_rise = peaks[-1] - before_first
-    after_first = _status_mib("VmRSS")
-    _reset_peak()
+    after_first = status_mib("VmRSS")
+    reset_peak()
     for _ in range(steps):
         w.grad = grad
         optimizer.step()
-    peaks.append(_status_mib("VmHWM"))
+    peaks.append(status_mib("VmHWM"))
     step_rise = peaks[-1] - after_first
     # each reset starts VmHWM again: the run's peak is the highest of the three
     return {"peak_mib": round(max(peaks), 1), "build_rise_mib": round(build_rise, 1),
             "first_step_rise_mib": round(first_rise, 1), "step_rise_mib": round(step_rise, 1),
-            "resident_mib": round(_status_mib("VmRSS"), 1),
+            "resident_mib": round(status_mib("VmRSS"), 1),
             "parameter_in_place": w.data_ptr() == address}
 
 

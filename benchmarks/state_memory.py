@@ -53,6 +53,8 @@ import tempfile
 import types
 from pathlib import Path
 
+from peak_memory import reset_peak, status_mib  # this folder's
+
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1 << 20
 TARGET = 0.25
@@ -61,19 +63,6 @@ FRAMEWORKS = ("torch", "paddle", "mindspore")
 PATHS = {"torch": ("default",), "paddle": ("own", "native"), "mindspore": ("own", "native")}
 MODES = ("save", "write", "read", "load")
 MMAP_THRESHOLD = 1 << 17
-
-
-def _status_mib(field: str) -> float:
-    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process, in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"/proc/self/status has no {field}")
-
-
-def _reset_peak() -> None:
-    """Start ``VmHWM`` again from the resident size now (Linux: clear_refs 5)."""
-    Path("/proc/self/clear_refs").write_text("5")
 
 
 def _old_module(rev: str, path: str, package: str):
@@ -188,8 +177,8 @@ def measure(framework: str, path: str, mode: str, elements: int, tensors: int, f
         snapshot = state._backend_state(framework).snapshot_built(record_of(optimizer),
                                                                   optimizer)
     gc.collect()
-    before = _status_mib("VmRSS")
-    _reset_peak()
+    before = status_mib("VmRSS")
+    reset_peak()
     kept = None
     if mode == "save":
         uo.save_state(optimizer, file)
@@ -199,7 +188,7 @@ def measure(framework: str, path: str, mode: str, elements: int, tensors: int, f
         kept = state.read_state(file)
     else:
         uo.load_state(optimizer, file)
-    peak = _status_mib("VmHWM")
+    peak = status_mib("VmHWM")
     del kept
     # read and load make the arrays of the state they return (a load's new state exists
     # before each array of the old one is dropped or overwritten); save and write
