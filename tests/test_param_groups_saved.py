@@ -68,8 +68,9 @@ def test_save_state_refuses_a_parameter_the_build_was_not_given(path, tmp_path):
     w.grad, extra.grad = torch.ones(3), torch.ones(5)
     optimizer.step()
     target = tmp_path / "run.safetensors"
-    with pytest.raises(ValueError, match=r"save_state: param_groups\[1\]\['params'\]\[0\] "
-                                         r"\(shape \[5\]\) was not given to uo\.build"):
+    with pytest.raises(ValueError, match=r"save_state: the optimizer holds param_groups\[1\]"
+                                         r"\['params'\]\[0\] \(shape \[5\]\), which was not "
+                                         r"given to uo\.build"):
         uo.save_state(optimizer, target)
     assert not target.exists()
     assert list(tmp_path.iterdir()) == []     # no temporary file left behind either

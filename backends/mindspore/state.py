@@ -70,7 +70,13 @@ from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore import dtype as mstype
 
 from unified_opt.backend import load
-from unified_opt.porting.state import Snapshot, changed_outside, initial_state, state_layout
+from unified_opt.porting.state import (
+    Snapshot,
+    changed_outside,
+    initial_state,
+    refuse_unnamed,
+    state_layout,
+)
 from unified_opt.schedules import Schedule
 
 #: step counters, by attribute (every one a class holds must agree)
@@ -336,24 +342,10 @@ def _own(record) -> bool:
     return record.decision.path == "own"
 
 
-def refuse_unnamed_held(record, optimizer) -> None:
-    """Refuse (ValueError) an optimizer made by ``uo.build`` that holds a parameter the
-    build was not given (an ``experimental.optim`` group added after it, by a path that
-    got past ``add_param_group``'s refusal): the file names each parameter by the
-    build's name for it, so such a parameter would be silently left out."""
-    built = {id(p) for p in record.params}
-    for p in getattr(optimizer, "parameters", ()):
-        if id(p) not in built:
-            raise ValueError(
-                f"save_state: the optimizer holds parameter {p.name} (shape "
-                f"{list(p.shape)}), which was not given to uo.build (a group added "
-                "later?), so the state file has no name for it and would leave its state "
-                "out; build the optimizer with every parameter up front (uo.build(spec, "
-                "net, groups=[uo.Group(...)]))")
-
-
 def snapshot_built(record, optimizer) -> Snapshot:
-    refuse_unnamed_held(record, optimizer)
+    # an experimental.optim group added after the build
+    refuse_unnamed(record, ((f"parameter {p.name}", p)
+                            for p in getattr(optimizer, "parameters", ())))
     names = list(record.names)
     shapes = {n: tuple(p.shape) for n, p in zip(names, record.params)}
     scheduled = isinstance(record.spec.lr, Schedule)

@@ -58,7 +58,13 @@ import numpy as np
 import paddle
 
 from unified_opt.backend import load
-from unified_opt.porting.state import Snapshot, changed_outside, initial_state, state_layout
+from unified_opt.porting.state import (
+    Snapshot,
+    changed_outside,
+    initial_state,
+    refuse_unnamed,
+    state_layout,
+)
 
 from .optimizer import STEP, STEPS_TAKEN, ScheduleLR
 
@@ -292,28 +298,13 @@ def _check_lr(record, optimizer) -> None:
                               "set_lr, set_lr_scheduler, a hand edit")
 
 
-def refuse_unnamed_held(record, optimizer) -> None:
-    """Refuse (ValueError) an optimizer made by ``uo.build`` that holds a parameter the
-    build was not given (added to ``_parameter_list`` / ``_param_groups`` after it): the
-    file names each parameter by the build's name for it, so such a parameter, which a
-    native class steps, would be silently left out and resume from nothing."""
-    built = {id(p) for p in record.params}
+def snapshot_built(record, optimizer) -> Snapshot:
     # a dict-grouped optimizer steps _param_groups, which _add_param_group extends
     # without touching _parameter_list
     grouped = [p for group in getattr(optimizer, "_param_groups", None) or []
                if isinstance(group, dict) for p in group["params"]]
-    for p in _parameters(optimizer) + grouped:
-        if id(p) not in built:
-            raise ValueError(
-                f"save_state: the optimizer holds parameter {p.name} (shape "
-                f"{list(p.shape)}), which was not given to uo.build (a group added "
-                "later?), so the state file has no name for it and would leave its state "
-                "out; build the optimizer with every parameter up front (uo.build(spec, "
-                "layer, groups=[uo.Group(...)]))")
-
-
-def snapshot_built(record, optimizer) -> Snapshot:
-    refuse_unnamed_held(record, optimizer)
+    refuse_unnamed(record, ((f"parameter {p.name}", p)
+                            for p in _parameters(optimizer) + grouped))
     if None in record.names:
         raise ValueError("save_state: every parameter needs a name; build with (name, "
                          "parameter) pairs or a Layer")

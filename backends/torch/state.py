@@ -22,6 +22,7 @@ from unified_opt.porting.state import (
     Snapshot,
     changed_outside,
     initial_state,
+    refuse_unnamed,
     state_layout,
     storage_dtype,
 )
@@ -152,27 +153,12 @@ def check_group_values(record, optimizer) -> None:
                     "a torch lr scheduler, a plateau scheduler or a hand edit")
 
 
-def refuse_unnamed_held(record, optimizer) -> None:
-    """Refuse (ValueError) an optimizer made by ``uo.build`` that holds a parameter the
-    build was not given (a param group added after it, by a path that got past
-    ``add_param_group``'s refusal): the file names each parameter by the build's name
-    for it, so such a parameter, which the optimizer steps, would be silently left out
-    and resume from nothing."""
-    built = {id(p) for p in record.params}
-    for g, group in enumerate(optimizer.param_groups):
-        for k, p in enumerate(group["params"]):
-            if id(p) not in built:
-                raise ValueError(
-                    f"save_state: param_groups[{g}]['params'][{k}] (shape {list(p.shape)}) "
-                    "was not given to uo.build (a group added later?), so the state file "
-                    "has no name for it and would leave its state out; build the "
-                    "optimizer with every parameter up front (uo.build(spec, model, "
-                    "groups=[uo.Group(...)]))")
-
-
 def snapshot_built(record, optimizer) -> Snapshot:
     own = isinstance(optimizer, SpecOptimizer)
-    refuse_unnamed_held(record, optimizer)
+    refuse_unnamed(record, (
+        (f"param_groups[{g}]['params'][{k}]", p)
+        for g, group in enumerate(optimizer.param_groups)
+        for k, p in enumerate(group["params"])))
     named = _named(record.names, record.params)
     _refuse_sharded("save_state", named)
     check_group_values(record, optimizer)

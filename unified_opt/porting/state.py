@@ -168,6 +168,22 @@ class Snapshot:
     ranks: tuple[int, int] | None = None
 
 
+def refuse_unnamed(record: BuildRecord, held) -> None:
+    """Refuse (ValueError) an optimizer made by ``uo.build`` that holds a parameter the
+    build was not given: ``held`` is each parameter the optimizer steps, as ``(how the
+    framework names it, parameter)``. The file names each parameter by the build's name
+    for it, so such a parameter (a group added after the build, by a path that got past
+    ``add_param_group``'s refusal) would be silently left out and resume from nothing."""
+    built = {id(p) for p in record.params}
+    for label, p in held:
+        if id(p) not in built:
+            raise ValueError(
+                f"save_state: the optimizer holds {label} (shape {list(p.shape)}), which "
+                "was not given to uo.build (a group added later?), so the state file has "
+                "no name for it and would leave its state out; build the optimizer with "
+                "every parameter up front (uo.build(spec, model, groups=[uo.Group(...)]))")
+
+
 def changed_outside(found: str, expected: str, how: str) -> ValueError:
     """``save_state``'s refusal of an lr or hyperparameter changed outside uo (``how``:
     the ways it could have been), which a state file cannot carry: ``found`` says what
