@@ -39,7 +39,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Tuple
 
 import numpy as np
 
@@ -96,10 +96,12 @@ class CheckResult:
     worst_ratio: float
     explanation: str
     report: dict
-    compared: tuple[str, ...] = ()
-    not_compared: tuple[str, ...] = ()
-    state_reshaped: tuple[str, ...] = ()
-    state_ignored: tuple[str, ...] = ()
+    # typing.Tuple: the docs' parser reads the builtin tuple[str, ...] of a dataclass
+    # field as two names
+    compared: Tuple[str, ...] = ()
+    not_compared: Tuple[str, ...] = ()
+    state_reshaped: Tuple[str, ...] = ()
+    state_ignored: Tuple[str, ...] = ()
     trajectories: dict = field(default_factory=dict, repr=False)
 
     def __bool__(self) -> bool:

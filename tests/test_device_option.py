@@ -338,7 +338,7 @@ def test_check_on_the_cpu_passes_and_records_the_device():
     result = uo.conformance.check(factory, uo.SGD(lr=0.1, momentum=0.9), backend="torch",
                                   device="cpu", nonfinite=False)
     assert result.passed and result.worst_ratio <= 8.0
-    assert placed == [{"cpu"}] * 3
+    assert placed == [{"cpu"}] * 4          # every stream: three adversarial, one quiet
     entry = result.report["backends"]["torch"]
     assert (entry["device"], entry["framework_device"]) == ("cpu", "cpu")
 

@@ -88,8 +88,9 @@ def test_uo_check_and_the_session_report_from_a_fresh_project(tmp_path):
     for r in report["results"]:
         by_test.setdefault(r["case"].partition(".")[0], set()).add(r["status"])
     assert by_test == {"test_my_lamb": {"pass"}, "test_torch_adam_is_not_eps_hat": {"fail"}}
-    # Lamb's check has a fifth stream, of large weights (its trust ratio: issue 22)
-    assert report["summary"]["total"] == 9 and report["summary"]["pass"] == 5
+    # a check runs four streams (three adversarial, one quiet) and the non-finite one;
+    # Lamb's has a sixth, of large weights (its trust ratio: issue 22)
+    assert report["summary"]["total"] == 11 and report["summary"]["pass"] == 6
     assert (project / "uo-report" / "junit.xml").exists()
 
 
