@@ -230,6 +230,26 @@ class WorkerRuns:
                                  f"{detail}")
         return result
 
+    def assert_cases_pass_or_are_refused(self, cases) -> None:
+        """Each of ``cases`` passes on every installed backend ("auto", and "own" where
+        "auto" built a native class), or, where the case refuses that backend
+        (:meth:`Case.refused_on`), is listed there as not run on each path with that
+        reason and has no result."""
+        for case in cases:
+            for backend in installed_frameworks():
+                reason = case.refused_on(backend)
+                if reason is not None:
+                    left_out = [e for e in self.report["backends"][backend]["not_run"]
+                                if e["case"] == case.id]
+                    assert [e["path"] for e in left_out] == list(case.paths)
+                    assert all(e["reason"] == reason for e in left_out)
+                    assert not [r for r in self.report["results"]
+                                if (r["case"], r["backend"]) == (case.id, backend)]
+                    continue
+                result = self.assert_passes(case.id, backend, "auto")
+                if result["lowering"]["path"] == "native":
+                    self.assert_passes(case.id, backend, "own")
+
 
 def worker_runs(cases, out, backends=None) -> WorkerRuns:
     """Run ``cases`` through the conformance runner (one worker process per backend,

@@ -7,7 +7,6 @@ them, and the report says why."""
 import dataclasses
 
 import pytest
-from support import installed_frameworks
 
 import unified_opt as uo
 from unified_opt.conformance.cases import Case, default_cases
@@ -39,14 +38,4 @@ def test_a_backward_case_travels_to_a_worker_and_refuses_what_it_cannot_do():
 
 
 def test_every_backend_in_the_conformance_runner(worker_runs):
-    for case in WORKER_CASES:
-        for backend in installed_frameworks():
-            if backend == "mindspore":
-                left_out = [e for e in worker_runs.report["backends"][backend]["not_run"]
-                            if e["case"] == case.id]
-                assert [e["path"] for e in left_out] == list(case.paths)
-                assert all(e["reason"] == case.refused_on("mindspore") for e in left_out)
-                continue
-            result = worker_runs.assert_passes(case.id, backend, "auto")
-            if result["lowering"]["path"] == "native":
-                worker_runs.assert_passes(case.id, backend, "own")
+    worker_runs.assert_cases_pass_or_are_refused(WORKER_CASES)
