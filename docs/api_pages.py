@@ -34,7 +34,7 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
       "DGCMomentum"]),
     ("Building an optimizer",
      "The framework's own optimizer object for a spec, and why that one.",
-     ["build", "explain", "Decision", "backends", "lr_scheduler", "plateau_scheduler",
+     ["build", "explain", "Decision", "backends", "native_scheduler", "plateau_scheduler",
       "skipped_steps", "exchange_stats", "optimizer_factory"]),
     ("The training loop",
      "Parameter groups as name rules, gradient clips, and the gradient pre-step every "

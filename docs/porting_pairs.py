@@ -31,11 +31,11 @@ LOOP = {
                  "mindspore": "`loss, grads = ms.value_and_grad(f, None, "
                               "optimizer.parameters)(x, y); optimizer(grads)`"},
     "lr schedule": {"torch": "`scheduler.step()` after `optimizer.step()` "
-                             "(`uo.lr_scheduler(optimizer)` is the one `uo.build` made)",
+                             "(`uo.native_scheduler(optimizer)` is the one `uo.build` made)",
                     "paddle": "`scheduler.step()` after `optimizer.step()` "
-                              "(`uo.lr_scheduler(optimizer)`)",
+                              "(`uo.native_scheduler(optimizer)`)",
                     "mindspore": "the optimizer steps its lr itself: no scheduler to step "
-                                 "(`uo.lr_scheduler(optimizer)` is `None`)"},
+                                 "(`uo.native_scheduler(optimizer)` is `None`)"},
     "Linear weight": {"torch": "`nn.Linear`: (out, in)", "paddle": "`nn.Linear`: (in, out)",
                       "mindspore": "`nn.Dense`: (out, in)"},
     "weight decay by default": {

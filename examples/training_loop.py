@@ -43,7 +43,7 @@ def train_torch(steps: int) -> tuple[list[float], str]:
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     model.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
     optimizer = uo.build(SPEC, model, groups=GROUPS)     # torch.optim.AdamW, two groups
-    scheduler = uo.lr_scheduler(optimizer)               # the cosine, as a LambdaLR
+    scheduler = uo.native_scheduler(optimizer)               # the cosine, as a LambdaLR
     losses = []
     for _ in range(steps):
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -65,7 +65,7 @@ def train_paddle(steps: int) -> tuple[list[float], str]:
     for name, p in model.named_parameters():       # Paddle's Linear weight is (in, out)
         p.set_value(weights[name].T if name.endswith("weight") else weights[name])
     optimizer = uo.build(SPEC, model, groups=GROUPS)     # paddle.optimizer.AdamW
-    scheduler = uo.lr_scheduler(optimizer)
+    scheduler = uo.native_scheduler(optimizer)
     losses = []
     for _ in range(steps):
         loss = paddle.nn.functional.mse_loss(model(x), y)

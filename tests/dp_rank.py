@@ -44,7 +44,7 @@ def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
         model = Linear(case.initial_params())
         fully_shard(model)
         optimizer = uo.build(case.spec, model)
-        scheduler = uo.lr_scheduler(optimizer)
+        scheduler = uo.native_scheduler(optimizer)
         inner = model
     elif engine == "zero":   # each rank steps its share of the parameters, then broadcasts
         model = DistributedDataParallel(Linear(case.initial_params()))
@@ -56,7 +56,7 @@ def run_torch(case: Case, rank: int, out: Path, engine: str) -> None:
         model = DistributedDataParallel(Linear(case.initial_params()))
         inner = model.module
         optimizer = uo.build(case.spec, model)
-        scheduler = uo.lr_scheduler(optimizer)
+        scheduler = uo.native_scheduler(optimizer)
     mine, recorder = dataclasses.replace(case, seed=case.seed + rank), Recorder()
     for t in range(case.steps):
         grads = {n: torch.from_numpy(g) for n, g in mine.gradients(t).items()}
@@ -89,7 +89,7 @@ def run_paddle(case: Case, rank: int, out: Path, engine: str) -> None:
     inner = Linear(case.initial_params())
     model = paddle.DataParallel(inner)
     optimizer = uo.build(case.spec, model)
-    scheduler = uo.lr_scheduler(optimizer)
+    scheduler = uo.native_scheduler(optimizer)
     mine, recorder = dataclasses.replace(case, seed=case.seed + rank), Recorder()
     for t in range(case.steps):
         grads = {n: paddle.to_tensor(g) for n, g in mine.gradients(t).items()}

@@ -90,7 +90,7 @@ def test_uo_built_sgd_resumes_with_its_momentum(tmp_path):
                   for n, a in CASE.initial_params().items()]
         optimizer = uo.build(spec, params)
         assert uo.explain(optimizer).native == "torch.optim.SGD"
-        scheduler = uo.lr_scheduler(optimizer)
+        scheduler = uo.native_scheduler(optimizer)
         if state is not None:
             for (n, p), value in zip(params, state[0]):
                 p.data.copy_(value)

@@ -187,7 +187,7 @@ def test_cell_pairs_and_bare_parameters(spec, path):
         else:
             assert (decision.path, decision.native) == (
                 path, native if path == "native" else None), str(decision)
-        assert uo.lr_scheduler(opt) is None
+        assert uo.native_scheduler(opt) is None
         held = list(opt.parameters)
 
         def step(grads):

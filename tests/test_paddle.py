@@ -95,7 +95,7 @@ def test_the_optimizer_is_the_class_and_a_schedule_an_lr_scheduler(spec, native)
                                             and type(d.optimizer).__name__ == cls.__name__)
     else:
         assert type(d.optimizer).__name__ == "SpecOptimizer"
-    assert (uo.lr_scheduler(d.optimizer) is not None) == isinstance(spec.lr, schedules.Schedule)
+    assert (uo.native_scheduler(d.optimizer) is not None) == isinstance(spec.lr, schedules.Schedule)
 
 
 def test_own_path_float64_is_the_reference():
@@ -236,7 +236,7 @@ def test_state_dict_round_trip(spec, path):
     case = case_of("paddle_state_dict", spec)
 
     def run(optimizer, named, steps, start=0):
-        run_paddle(optimizer, named, case, steps, start, uo.lr_scheduler(optimizer))
+        run_paddle(optimizer, named, case, steps, start, uo.native_scheduler(optimizer))
 
     uninterrupted = make_params(case.initial_params())
     run(uo.build(spec, uninterrupted, path=path), uninterrupted, 8)
@@ -441,7 +441,7 @@ def test_skipped_step_keeps_the_schedule_position():
     spec = uo.SGD(lr=schedules.Step(lr=0.1, step_size=1, gamma=0.5), skip_nonfinite=True)
     case = case_of("paddle_skip_position", spec, steps=STEPS, nonfinite_steps=(0, 2))
     run = assert_passes(follow("paddle", case))
-    scheduler = uo.lr_scheduler(run.driver.optimizer)
+    scheduler = uo.native_scheduler(run.driver.optimizer)
     assert scheduler.skipped_steps == 2 and scheduler.last_epoch == STEPS
     assert run.driver.current_lr() == 0.1 * 0.5 ** (STEPS - 2)
 
@@ -504,7 +504,7 @@ def test_native_path_is_paddle_built_by_hand(spec, groups, by_hand):
     built = uo.build(spec, ours, groups=groups)
     assert_nothing_left_behind(p for _, p in ours)
     reference, scheduler = by_hand(dict(theirs))
-    run_paddle(built, ours, case, STEPS, scheduler=uo.lr_scheduler(built))
+    run_paddle(built, ours, case, STEPS, scheduler=uo.native_scheduler(built))
     run_paddle(reference, theirs, case, STEPS, scheduler=scheduler)
     assert_bit_identical({n: p.numpy() for n, p in ours}, {n: p.numpy() for n, p in theirs})
     assert_nothing_left_behind(p for _, p in ours)
@@ -595,7 +595,7 @@ def test_resume_keeps_the_count_of_skipped_steps():
     case = case_of("paddle_resume_skips", spec, nonfinite_steps=(1, 2))
 
     def run_steps(optimizer, named, steps, start=0):
-        run_paddle(optimizer, named, case, steps, start, uo.lr_scheduler(optimizer))
+        run_paddle(optimizer, named, case, steps, start, uo.native_scheduler(optimizer))
 
     whole = make_params(case.initial_params())
     uninterrupted = uo.build(spec, whole)

@@ -32,7 +32,7 @@ def _train(spec, compiled: str | None):
     model = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.Tanh(),
                                  paddle.nn.Linear(16, 4))
     optimizer = uo.build(spec, model.parameters())
-    scheduler = uo.lr_scheduler(optimizer)
+    scheduler = uo.native_scheduler(optimizer)
     forward = paddle.jit.to_static(model, full_graph=True) if compiled == "forward" else model
 
     def step(x, y):

@@ -193,9 +193,9 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
     lines = ported.source.splitlines()
     assert lines[2].startswith("opt = uo.build(uo.AdamW(lr=uo.schedules.Cosine(lr=0.01, "
                                "T_max=50), weight_decay=0.02), net.trainable_params())")
-    assert lines[3] == "sched = uo.lr_scheduler(opt)"
+    assert lines[3] == "sched = uo.native_scheduler(opt)"
     assert ported.notes == ["line 6: sched.step() -- remove: MindSpore optimizers step "
-                            "their lr themselves (uo.lr_scheduler gives None there)"]
+                            "their lr themselves (uo.native_scheduler gives None there)"]
     assert ported.rewrites[0].spec == uo.preset(
         "paddle.optimizer.AdamW", weight_decay=0.02, learning_rate=uo.schedules.preset(
             "paddle.optimizer.lr.CosineAnnealingDecay", learning_rate=0.01, T_max=50))
@@ -382,7 +382,7 @@ def test_groups_a_clip_and_one_cycle_are_ported_as_rules_and_the_spec(group_runs
     source = paddle_or_ms.source
     assert "grouped = [" not in source and "clip_grad_norm_" not in source
     assert "groups=[uo.Group(match=('*bias*', '*LayerNorm.weight*'" in source
-    assert "scheduler = uo.lr_scheduler(optimizer)" in source
+    assert "scheduler = uo.native_scheduler(optimizer)" in source
     assert len(groups) == 1 and groups[0].weight_decay == 0.0
 
 
@@ -405,7 +405,7 @@ def test_the_ported_groups_clip_and_schedule_follow_the_torch_run(group_runs, fr
 def test_mindspore_notes_every_step_of_a_scheduler_a_helper_returns():
     ported = port_source(GROUPS_SCRIPT, "mindspore")
     assert "line 29: scheduler.step() -- remove: MindSpore optimizers step their lr " \
-           "themselves (uo.lr_scheduler gives None there)" in ported.notes
+           "themselves (uo.native_scheduler gives None there)" in ported.notes
     assert "('*bias*', '*LayerNorm.weight*', '*beta*', '*LayerNorm.gamma*')" in ported.source
 
 
@@ -583,10 +583,10 @@ def test_to_mindspore_a_scheduler_must_step_with_the_optimizer(step, ported):
         source = source.replace("loss.backward(); opt.step()", "loss.backward()")
     result = port_source(source, "mindspore")
     if ported:
-        assert result.refusals == [] and "sched = uo.lr_scheduler(opt)" in result.source
+        assert result.refusals == [] and "sched = uo.native_scheduler(opt)" in result.source
         line = len(source.splitlines())
         assert result.notes == [f"line {line}: sched.step() -- remove: MindSpore optimizers "
-                                "step their lr themselves (uo.lr_scheduler gives None there)"]
+                                "step their lr themselves (uo.native_scheduler gives None there)"]
         return
     (line, message), = result.refusals
     assert line == 2 and message.startswith(
@@ -622,9 +622,9 @@ def test_from_mindspore_the_new_scheduler_is_stepped_after_each_optimizer_step(t
     assert ported.refusals == []
     lines = ported.source.splitlines()
     assert lines[lines.index("opt = " + ported.rewrites[0].replacement) + 1] == \
-        "lr = uo.lr_scheduler(opt)"
+        "lr = uo.native_scheduler(opt)"
     # in the helper, lr may be another name: the optimizer's scheduler is asked for
-    assert lines[lines.index("    opt(grads)") + 1] == "    uo.lr_scheduler(opt).step()"
+    assert lines[lines.index("    opt(grads)") + 1] == "    uo.native_scheduler(opt).step()"
     assert lines[-2:] == ["    opt(grads)", "    lr.step()"]
     assert "line 15: lr.step() added after the optimizer's step: MindSpore stepped the lr " \
            f"inside the optimizer, {to}'s scheduler steps when told" in ported.notes
@@ -635,7 +635,7 @@ def test_the_added_scheduler_step_makes_torch_follow_the_mindspore_schedule():
     ported = port_source(MINDSPORE_LOOP, "torch")
     spec = ported.rewrites[0].spec
     opt = eval(ported.rewrites[0].replacement, {"uo": uo, "net": torch.nn.Linear(4, 1)})
-    lr = uo.lr_scheduler(opt)
+    lr = uo.native_scheduler(opt)
     seen = []
     for _ in range(5):
         seen.append(opt.param_groups[0]["lr"])

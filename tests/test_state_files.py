@@ -326,7 +326,7 @@ def test_save_state_takes_a_uo_schedule_and_group_lr_scale(tmp_path, path):
     model = _torch_linear()
     groups = [uo.Group(match="bias", lr_scale=0.5)]
     optimizer = uo.build(uo.Adam(lr=schedule), model, groups=groups, path=path)
-    _torch_steps(model, optimizer, uo.lr_scheduler(optimizer), 5)
+    _torch_steps(model, optimizer, uo.native_scheduler(optimizer), 5)
     assert sorted(g["lr"] for g in optimizer.param_groups) == [0.00125, 0.0025]
     uo.save_state(optimizer, tmp_path / "run.safetensors")
     assert read_state(tmp_path / "run.safetensors").position == 5

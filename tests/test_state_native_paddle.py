@@ -231,7 +231,7 @@ def _continued(paddle, tmp_path, half, state_file):
     optimizer = uo.resume(state_file, layer, prefer="native")
     assert type(optimizer).__name__ == "AdamW"
     assert record_of(optimizer).decision.path == "native"
-    _train(paddle, layer, optimizer, range(15, 30), uo.lr_scheduler(optimizer))
+    _train(paddle, layer, optimizer, range(15, 30), uo.native_scheduler(optimizer))
     return layer, optimizer
 
 

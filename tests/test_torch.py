@@ -110,7 +110,7 @@ def test_scheduled_lr_is_a_lambda_lr_stepped_the_usual_way():
     schedule = uo.schedules.Step(lr=0.1, step_size=2, gamma=0.5)
     p = torch.nn.Parameter(torch.zeros(1))
     opt = uo.build(uo.SGD(lr=schedule), [p])
-    sched = uo.lr_scheduler(opt)
+    sched = uo.native_scheduler(opt)
     assert isinstance(sched, torch.optim.lr_scheduler.LambdaLR)
     used = []
     for _ in range(6):
@@ -119,7 +119,7 @@ def test_scheduled_lr_is_a_lambda_lr_stepped_the_usual_way():
         opt.step()
         sched.step()
     assert used == [schedule(t) for t in range(6)]
-    assert uo.lr_scheduler(uo.build(uo.SGD(lr=0.1), [p])) is None
+    assert uo.native_scheduler(uo.build(uo.SGD(lr=0.1), [p])) is None
 
 
 def test_momentum_cycling_needs_a_momentum_to_cycle():
@@ -162,10 +162,10 @@ def test_a_checkpoint_with_a_nested_schedule_loads_with_weights_only(skip_nonfin
     case = case_of("nested_schedule_checkpoint", spec)
     whole = _params(case.initial_params())
     full_opt = uo.build(spec, whole.items())
-    full = _drive(full_opt, whole, case, 10, scheduler=uo.lr_scheduler(full_opt))
+    full = _drive(full_opt, whole, case, 10, scheduler=uo.native_scheduler(full_opt))
     first = _params(case.initial_params())
     opt = uo.build(spec, first.items())
-    scheduler = uo.lr_scheduler(opt)
+    scheduler = uo.native_scheduler(opt)
     _drive(opt, first, case, 4, scheduler=scheduler)
     buffer = io.BytesIO()
     torch.save({"optimizer": opt.state_dict(), "scheduler": scheduler.state_dict()}, buffer)
@@ -174,7 +174,7 @@ def test_a_checkpoint_with_a_nested_schedule_loads_with_weights_only(skip_nonfin
     resumed = {n: torch.nn.Parameter(p.detach().clone()) for n, p in first.items()}
     again = uo.build(spec, resumed.items())
     again.load_state_dict(saved["optimizer"])
-    again_scheduler = uo.lr_scheduler(again)
+    again_scheduler = uo.native_scheduler(again)
     again_scheduler.load_state_dict(saved["scheduler"])
     assert_bit_identical(_drive(again, resumed, case, 6, start=4, scheduler=again_scheduler),
                          full)

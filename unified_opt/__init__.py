@@ -32,7 +32,7 @@ from .build import (
     build,
     exchange_stats,
     explain,
-    lr_scheduler,
+    native_scheduler,
     optimizer_factory,
     plateau_scheduler,
     skipped_steps,
@@ -49,7 +49,7 @@ __version__ = "0.1.0"
 __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
            "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
            "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
-           "build", "exchange_stats", "explain", "get", "lr_scheduler", "optimizer_factory",
+           "build", "exchange_stats", "explain", "get", "native_scheduler", "optimizer_factory",
            "preset", "presets", "reference",
            "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
            "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]

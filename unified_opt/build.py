@@ -184,7 +184,7 @@ def exchange_stats(optimizer: Any) -> dict[str, int]:
     return dict(exchange.stats)
 
 
-def lr_scheduler(optimizer: Any) -> Any:
+def native_scheduler(optimizer: Any) -> Any:
     """The native scheduler ``build`` made for a scheduled lr, to step the framework's
     usual way (torch and paddle: ``scheduler.step()`` after ``optimizer.step()``);
     ``None`` for a constant lr and on MindSpore (its optimizers step the lr themselves)."""

@@ -80,7 +80,7 @@ def paddle_half(directory: Path, fresh: bool) -> list[float]:
         optimizer = uo.build(read_state(state).spec, model)
     else:
         optimizer = uo.resume(state, model, transform={n: np.transpose for n in TRANSPOSED})
-    scheduler = uo.lr_scheduler(optimizer)
+    scheduler = uo.native_scheduler(optimizer)
     losses = []
     for _ in range(SWITCH, STEPS):
         loss = paddle.nn.functional.mse_loss(model(x), y)

@@ -38,7 +38,7 @@ there is one, the lr is constant and the bare call carries the whole spec (read 
 through the class's own preset: no loss scale or other pre-step, the same name rules);
 else ``uo.build(<spec>, <parameters>)``, the spec written out as ``uo`` constructor
 calls (the model itself as the parameters where the spec has name rules). A
-scheduler variable becomes ``uo.lr_scheduler(optimizer)`` (``None`` on MindSpore, whose
+scheduler variable becomes ``uo.native_scheduler(optimizer)`` (``None`` on MindSpore, whose
 optimizers step their lr themselves: the script's ``scheduler.step()`` lines are listed
 to remove, those of a variable a helper's ``return optimizer, scheduler`` fills too, and
 each must run once per optimizer step, else the optimizer is refused). From MindSpore,
@@ -927,9 +927,9 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                          f"optimizer of line {c.line} clips inside step(), before the "
                          "update; the call is removed")
         for s in o.schedulers:
-            new = f"uo.lr_scheduler({c.target})"
+            new = f"uo.native_scheduler({c.target})"
             reason = ("the schedule is the spec's lr now (line "
-                      f"{c.line}); uo.lr_scheduler gives the scheduler uo.build made")
+                      f"{c.line}); uo.native_scheduler gives the scheduler uo.build made")
             if s in reader.torch_schedulers(c):
                 calls[id(s.call)] = new
                 rewrites.append(Rewrite(s.line, reader.code(s.call), new, reason))
@@ -940,7 +940,7 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                                         f"(after line {c.line})", reason))
             elif to != "mindspore" and not o.steps_after:
                 notes.append(f"line {c.line}: the schedule given inline is inside the "
-                             f"optimizer now; step uo.lr_scheduler(optimizer) after each "
+                             f"optimizer now; step uo.native_scheduler(optimizer) after each "
                              "optimizer step")
             if to == "mindspore":
                 steps = scheduler_steps(reader, s.target, function_of(module, s.line))
@@ -948,7 +948,7 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                     where = "line" + ("s" if len(lines) > 1 else "")
                     notes.append(f"{where} {', '.join(map(str, lines))}: {variable}.step() "
                                  "-- remove: MindSpore optimizers step their lr themselves "
-                                 "(uo.lr_scheduler gives None there)")
+                                 "(uo.native_scheduler gives None there)")
             imports.append("import unified_opt as uo")
     # what could not be read stays as written, marked where it stands
     marks: dict[int, list[str]] = {}

@@ -232,7 +232,7 @@ def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = N
     if record is not None:
         if lr_scheduler is not None and lr_scheduler is not record.lr_scheduler:
             raise ValueError("save_state: lr_scheduler is not the scheduler uo.build made "
-                             "for this optimizer (uo.lr_scheduler(optimizer)); leave it out")
+                             "for this optimizer (uo.native_scheduler(optimizer)); leave it out")
         snapshot = backend.snapshot_built(record, optimizer)
     else:
         from .live import read_native
@@ -783,7 +783,7 @@ def resume(path, params, *, transform=None, path_taken: str = "auto",
            prefer: str = "speed"):
     """``uo.build`` the saved spec and groups over ``params`` (on their framework), load
     the state into it (``transform``: as for :func:`load_state`), and return the
-    optimizer (its scheduler: ``uo.lr_scheduler``). ``path_taken`` and ``prefer``:
+    optimizer (its scheduler: ``uo.native_scheduler``). ``path_taken`` and ``prefer``:
     ``uo.build``'s ``path`` and ``prefer`` (which class it built, and why:
     ``uo.explain(optimizer)``)."""
     from ..build import build, framework_of, named_parameters

@@ -110,9 +110,9 @@ def _steps_after(reader, o, to: str, module) -> list[tuple[object, str]]:
                  f"no statement calling {c.target or 'it'}(...) or .step() was found (an "
                  "optimizer run by nn.TrainOneStepCell, ms.Model or a Cell)")
         raise ValueError(f"its schedule (line {lr_style[0].line}) steps inside the MindSpore "
-                         f"optimizer; the {to} scheduler uo.lr_scheduler gives must be "
+                         f"optimizer; the {to} scheduler uo.native_scheduler gives must be "
                          f"stepped after each optimizer step, and {where}: port the training "
-                         "step by hand, with uo.lr_scheduler(optimizer).step() after each "
+                         "step by hand, with uo.native_scheduler(optimizer).step() after each "
                          "optimizer step")
     variable, home = lr_style[0].target, function_of(module, c.line)
     out = []
@@ -121,7 +121,7 @@ def _steps_after(reader, o, to: str, module) -> list[tuple[object, str]]:
         local = variable is not None and name == c.target and \
             function_of(module, site.line) == home
         out.append((site, f"{variable}.step()" if local else
-                    f"uo.lr_scheduler({name}).step()"))
+                    f"uo.native_scheduler({name}).step()"))
     return out
 
 
