@@ -21,6 +21,19 @@ Facts relied on (torch 2.13):
 * ``OneCycleLR`` keeps ``pct_start`` only as phase ends ``float(pct_start *
   total_steps) - 1``; it is read back as the shortest decimal giving the same ends (so
   the same lrs).
+* Several schedulers over one optimizer each rewrite the group's ``lr`` from the value
+  before (their chainable form: StepLR multiplies it by ``gamma``, LinearLR by the ratio
+  of its factors), so stepped together they compose as ``ChainedScheduler`` composes
+  them; the first one made stores ``initial_lr`` (``setdefault``), the base of all.
+  ``lr_scheduler=[s1, s2]`` is read that way, their ``last_epoch`` equal.
+* A loop writing ``param_group['lr']`` leaves no trace in the optimizer. Its schedule,
+  given as a ``uo.schedules`` schedule, stands at the optimizer's step count: the
+  ``step`` every parameter's state holds (Adam, AdamW, ...: one per ``optimizer.step()``
+  that reached it), none before the first step. ``SGD`` keeps no count (without
+  momentum no state at all), so its position cannot be read.
+* ``group["lr"]`` is the lr of the next ``optimizer.step()``: schedulers write it at
+  their ``step()``; it is checked against the schedule read
+  (:func:`unified_opt.porting.live.check_live_lr`, float64 tolerance).
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import inspect
 from unified_opt import schedules as uo_schedules
 from unified_opt.porting import live
 from unified_opt.presets._registry import IMPLEMENTATION_FLAGS
-from unified_opt.schedules import Cyclic, OneCycle
+from unified_opt.schedules import Cyclic, OneCycle, Schedule
 
 NS = "torch.optim.lr_scheduler"
 #: schedulers that multiply the optimizer's base lr: their keyword arguments (attributes)
@@ -45,6 +58,8 @@ _SCALING = {
     "CosineAnnealingWarmRestarts": ("T_0", "T_mult", "eta_min"),
 }
 _FUNCTIONS = {"LambdaLR", "MultiplicativeLR"}
+#: the key of torch's per-parameter step count
+STEP = "step"
 
 
 def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
@@ -70,6 +85,10 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
             arguments[key] = groups[0][key]
     if reading is not None:
         arguments["lr"] = reading.base_lrs[0]
+        for index, group in enumerate(groups):
+            live.check_live_lr(f"param_groups[{index}]", group["lr"], reading.schedule,
+                               reading.position, reading.scales[index],
+                               live.LR_RTOL_FLOAT64, reading.name)
     spec = live.with_schedule(live.call_preset(cls, arguments),
                               reading.schedule if reading else None)
     given = live.parameter_names(names)
@@ -100,12 +119,45 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
 
 
 def position(optimizer, lr_scheduler=None):
-    return None if lr_scheduler is None else _position(lr_scheduler)
+    if lr_scheduler is None:
+        return None
+    if isinstance(lr_scheduler, Schedule):
+        return _steps_taken(optimizer)
+    if isinstance(lr_scheduler, (list, tuple)):
+        return _chain_position(list(lr_scheduler))
+    return _position(lr_scheduler)
 
 
 def _position(s) -> int:
     # ChainedScheduler keeps no last_epoch: its schedulers step together
     return int(s.last_epoch if hasattr(s, "last_epoch") else s._schedulers[0].last_epoch)
+
+
+def _chain_position(schedulers) -> int:
+    positions = [_position(s) for s in schedulers]
+    if len(set(positions)) != 1:
+        raise ValueError(f"{live.CALLER}: the schedulers given stand at different steps "
+                         f"(last_epoch {positions}): stepped together, as a "
+                         f"{NS}.ChainedScheduler steps them, they would stand at one")
+    return positions[0]
+
+
+def _steps_taken(optimizer) -> int:
+    """The optimizer steps taken (module docstring): the parameters' ``step`` count."""
+    held = [state for state in optimizer.state.values() if state]
+    counts = sorted({int(state[STEP]) for state in held if STEP in state})
+    if len(counts) > 1:
+        raise ValueError(f"{live.CALLER}: the parameters' step counts differ ({counts}): "
+                         "some took steps others did not, so the step a schedule stands at "
+                         "is not one number; pass the scheduler that counts them")
+    if counts:
+        return counts[0]
+    if held or type(optimizer).__name__ == "SGD":
+        raise ValueError(f"{live.CALLER}: {type(optimizer).__qualname__} keeps no step count "
+                         "in its state, so the step a uo.schedules schedule stands at cannot "
+                         "be read; drive it with a torch.optim.lr_scheduler scheduler (its "
+                         "last_epoch is the position)")
+    return 0
 
 
 # -- the scheduler ---------------------------------------------------------------------------
@@ -123,12 +175,23 @@ def _read_scheduler(optimizer, s, sample_steps):
     import torch
 
     sched = torch.optim.lr_scheduler
+    if isinstance(s, Schedule):
+        return _given_schedule(optimizer, s)
+    if isinstance(s, (list, tuple)):
+        if not s:
+            raise ValueError(f"{live.CALLER}: lr_scheduler is an empty {type(s).__name__}; "
+                             "pass the schedulers that step the optimizer, or None")
+        if len(s) > 1:
+            return _chain(optimizer, list(s))
+        s = s[0]
+    if _is_uo_scheduler(s):
+        return _uo_scheduler(optimizer, s)
     if not isinstance(s, sched.LRScheduler):
         raise TypeError(f"{live.CALLER}: lr_scheduler must be a torch.optim.lr_scheduler "
-                        f"scheduler, got {s!r} of type {type(s).__qualname__}")
-    if s.optimizer is not optimizer:
-        raise ValueError(f"{live.CALLER}: lr_scheduler={s!r} schedules another optimizer "
-                         "than the one given")
+                        "scheduler (several: a list, read as ChainedScheduler), a "
+                        "uo.schedules schedule or a uo.lr_scheduler scheduler, got "
+                        f"{s!r} of type {type(s).__qualname__}")
+    _over(optimizer, s)
     bare = _bare(s)
     name = f"{NS}.{bare}"
     if bare == "ReduceLROnPlateau":
@@ -163,6 +226,79 @@ def _read_scheduler(optimizer, s, sample_steps):
     return _Scheduler(name, schedule, bases, scales, (), position, notes)
 
 
+def _over(optimizer, s, where="lr_scheduler") -> None:
+    if s.optimizer is not optimizer:
+        raise ValueError(f"{live.CALLER}: {where}={s!r} schedules another optimizer than "
+                         "the one given")
+
+
+def _chain(optimizer, schedulers):
+    """Several torch schedulers stepped together: ``ChainedScheduler``'s composition."""
+    import torch
+
+    for i, s in enumerate(schedulers):
+        if not isinstance(s, torch.optim.lr_scheduler.LRScheduler):
+            raise TypeError(f"{live.CALLER}: lr_scheduler[{i}] must be a "
+                            f"torch.optim.lr_scheduler scheduler, got {s!r} of type "
+                            f"{type(s).__qualname__}")
+        _over(optimizer, s, f"lr_scheduler[{i}]")
+    name = f"{NS}.ChainedScheduler"
+    position = _chain_position(schedulers)
+    arguments = {"schedulers": _members(schedulers, name)}
+    groups = optimizer.param_groups
+    bases = [g["initial_lr"] for g in groups]
+    schedule = uo_schedules.preset(name, base_lr=bases[0], **arguments)
+    scales = [live.scale_of(b, bases[0], f"param_groups[{i}]") for i, b in enumerate(bases)]
+    for i, (base, scale) in enumerate(zip(bases, scales)):
+        if i and scale != 1.0:
+            own = uo_schedules.preset(name, base_lr=base, **arguments)
+            live.check_multiple(own, schedule, scale, f"param_groups[{i}]", name)
+    return _Scheduler(name, schedule, bases, scales, (), position)
+
+
+def _given_schedule(optimizer, schedule):
+    """A ``uo.schedules`` schedule of group 0's lr, a loop of the script's own writing
+    it: each group runs at its lr's ratio to group 0's (checked at the position)."""
+    position = _steps_taken(optimizer)
+    lrs = [float(g["lr"]) for g in optimizer.param_groups]
+    if len(lrs) > 1 and lrs[0] == 0.0 and any(lr != 0.0 for lr in lrs):
+        raise ValueError(f"{live.CALLER}: param_groups[0] runs at lr 0.0 and others do not "
+                         f"({lrs}): no factor of the schedule gives their lrs")
+    scales = [1.0 if lr == lrs[0] else lr / lrs[0] for lr in lrs]
+    name = f"uo.schedules.{type(schedule).__name__}"
+    return _Scheduler(name, schedule, [schedule(0) * k for k in scales], scales, (),
+                      position)
+
+
+def _is_uo_scheduler(s) -> bool:
+    """A ``uo.lr_scheduler`` scheduler: one ``uo.schedules`` schedule per group and a
+    ``last_epoch``."""
+    schedules = getattr(s, "schedules", None)
+    return (isinstance(schedules, (list, tuple)) and bool(schedules)
+            and all(isinstance(x, Schedule) for x in schedules) and hasattr(s, "last_epoch"))
+
+
+def _uo_scheduler(optimizer, s):
+    if getattr(s, "optimizer", optimizer) is not optimizer:
+        raise ValueError(f"{live.CALLER}: lr_scheduler={s!r} schedules another optimizer "
+                         "than the one given")
+    schedules = list(s.schedules)
+    groups = optimizer.param_groups
+    if len(schedules) != len(groups):
+        raise ValueError(f"{live.CALLER}: lr_scheduler={s!r} holds {len(schedules)} "
+                         f"schedules for the optimizer's {len(groups)} param groups")
+    name = f"{type(s).__module__}.{type(s).__qualname__}"
+    schedule = schedules[0]
+    scales = [1.0]
+    for i, own in enumerate(schedules[1:], start=1):
+        where = f"param_groups[{i}]"
+        scale = live.scale_of(own(0), schedule(0), where)
+        live.check_multiple(own, schedule, scale, where, name)
+        scales.append(scale)
+    return _Scheduler(name, schedule, [x(0) for x in schedules], scales, (),
+                      int(s.last_epoch))
+
+
 def _bare(s) -> str:
     """The scheduler's class name in ``torch.optim.lr_scheduler`` (ValueError for a
     subclass or another class)."""
@@ -193,17 +329,23 @@ def _arguments(s) -> dict:
             out["milestones"] = sorted(s.milestones.elements())
         return out
     if bare in ("SequentialLR", "ChainedScheduler"):
-        subs = []
-        for i, sub in enumerate(s._schedulers):
-            sub_bare = _bare(sub)
-            if sub_bare in _FUNCTIONS:
-                raise live.lambda_refused(f"{NS}.{bare}'s schedulers[{i}] {sub_bare}",
-                                          "lr_lambda", sub.lr_lambdas[0])
-            subs.append((sub_bare, _arguments(sub)))
+        subs = _members(s._schedulers, f"{NS}.{bare}")
         if bare == "SequentialLR":
             return {"schedulers": subs, "milestones": list(s._milestones)}
         return {"schedulers": subs}
     raise ValueError(f"{live.CALLER}: {NS}.{bare} cannot be read inside another scheduler")
+
+
+def _members(schedulers, name) -> list:
+    """``[(class name, arguments), ...]`` of the schedulers composed by ``name``."""
+    subs = []
+    for i, sub in enumerate(schedulers):
+        sub_bare = _bare(sub)
+        if sub_bare in _FUNCTIONS:
+            raise live.lambda_refused(f"{name}'s schedulers[{i}] {sub_bare}", "lr_lambda",
+                                      sub.lr_lambdas[0])
+        subs.append((sub_bare, _arguments(sub)))
+    return subs
 
 
 def _tabulated(s, bare, bases, sample_steps):

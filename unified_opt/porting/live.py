@@ -28,7 +28,17 @@ it or a base class), and that backend's reader, ``unified_opt.backends.<framewor
    ``learning_rate`` LRScheduler; MindSpore: the ``learning_rate`` Cell or per-step
    list) becomes the schedule ``uo.schedules.preset`` gives for the same arguments,
    and its position is reported (:attr:`NativeReading.position`, also
-   :func:`schedule_position`).
+   :func:`schedule_position`). torch also takes several schedulers stepped together
+   (a list, read as torch's ``ChainedScheduler`` composes them), a ``uo.schedules``
+   schedule that a loop of the script's own follows (a hand-set lr), or a
+   ``uo.lr_scheduler`` scheduler.
+5. **The live lr is checked.** Every group's lr the next step will use (torch: the
+   group's ``lr``; Paddle: ``get_lr()``, the scheduler's current lr; MindSpore: the lr
+   Parameter or schedule Cell at ``global_step``) must be the read schedule at its
+   position times the group's ``lr_scale`` (:func:`check_live_lr`, which states the
+   tolerance): a scheduler left out (one of two attached to the optimizer), a loop
+   writing ``param_group['lr']`` by hand, or a reading that is off is a ValueError
+   naming the group, both values and the remedy, never a silently wrong schedule.
 
 Nothing is guessed: a value the reader cannot read exactly is an error saying what it
 is. In particular a Python lr function (torch ``LambdaLR`` / ``MultiplicativeLR``,
@@ -129,10 +139,25 @@ def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
     pairs naming the optimizer's parameters. ``sample_steps``: tabulate a Python lr
     function over this many steps (see the module docstring).
 
+    ``lr_scheduler`` on a torch optimizer may also be a list or tuple of schedulers over
+    it, all stepped together (read as ``torch.optim.lr_scheduler.ChainedScheduler``
+    composes them), a ``uo.schedules.Schedule`` (the lr of group 0 at each 0-based
+    optimizer step, for an lr a loop of the script writes by hand; its position is the
+    optimizer's step count; other groups run at their lr's ratio to group 0's), or a
+    ``uo.lr_scheduler`` scheduler (its ``schedules``, one per group, and ``last_epoch``).
+
     An optimizer whose param groups carry a scheduler's traces (``initial_lr``,
     ``max_lr``, ``base_momentum``, ...) is driven by a scheduler: read without it, its
     lr (and momentum) would be frozen at today's values, so it is a ValueError naming
-    the keys, unless ``constant_lr=True`` says the constant lr is meant."""
+    the keys, unless ``constant_lr=True`` says the constant lr is meant. So is a torch
+    optimizer none of whose groups runs at the constructor's lr (``defaults["lr"]``)
+    without a scheduler: a loop wrote the lr by hand (nanoGPT's ``param_group['lr'] =
+    get_lr(it)``), and read as a constant its schedule would be lost. A loop whose lr
+    happens to equal the constructor's at the moment of reading cannot be told from a
+    constant lr by the object (nothing records the writes): pass its schedule.
+
+    With a schedule read, every group's live lr is checked against it
+    (:func:`check_live_lr`)."""
     if sample_steps is not None:
         sample_steps = v.check_int(CALLER, "sample_steps", sample_steps, low=1)
     constant_lr = v.check_bool(CALLER, "constant_lr", constant_lr)
@@ -144,12 +169,42 @@ def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
             raise ValueError(f"{CALLER}: the optimizer's param groups hold {traces}, which a "
                              "scheduler writes: a scheduler drives its lr, and read without "
                              "it the schedule would be frozen at its current values; pass "
-                             "lr_scheduler=<the scheduler>, or constant_lr=True to read the "
-                             "current lr as a constant")
+                             "lr_scheduler=<the scheduler> (several: a list), or "
+                             "constant_lr=True to read the current lr as a constant")
+        if optimizer_framework(optimizer) == "torch":
+            _refuse_a_hand_set_lr(optimizer)
     reading = reader.read(optimizer, lr_scheduler, names=names, sample_steps=sample_steps)
     # which class building the spec back makes, and why (prefer="speed" may replace it)
     note = build_note(reading.spec, optimizer_framework(optimizer))
     return dataclasses.replace(reading, notes=(*reading.notes, note))
+
+
+def _refuse_a_hand_set_lr(optimizer: Any) -> None:
+    """A torch optimizer none of whose groups runs at ``defaults["lr"]``, with no
+    scheduler: its lr was written by hand (see :func:`read_native`)."""
+    defaults, groups = getattr(optimizer, "defaults", None), getattr(optimizer,
+                                                                     "param_groups", None)
+    if not isinstance(defaults, dict) or not isinstance(groups, list):
+        return                        # no optimizer: the reader says what it is
+    constructor = defaults.get("lr")
+    lrs = [g.get("lr") for g in groups if isinstance(g, dict)]
+    if constructor is None or any(_same_number(lr, constructor) for lr in lrs):
+        return
+    raise ValueError(f"{CALLER}: no param group runs at the constructor's lr {constructor!r} "
+                     f"(their lrs: {lrs}) and no scheduler is given: a loop of the script "
+                     "writes param_group['lr'] (a hand-written warmup or decay), and read "
+                     "as a constant its schedule would be lost; pass the schedule it "
+                     "follows (lr_scheduler=uo.schedules.LinearWarmup(after=uo.schedules"
+                     ".Cosine(...), warmup_steps=...), the lr of each 0-based optimizer "
+                     "step), the scheduler(s) driving it, or constant_lr=True where these "
+                     "lrs are constant (given per group at construction)")
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
 
 
 def schedule_position(optimizer: Any, lr_scheduler: Any = None) -> int | None:
@@ -320,6 +375,50 @@ def check_multiple(own: Schedule, schedule: Schedule, scale: float, where: str, 
             raise ValueError(f"{prefix}{name} gives {where} the lr {own(t)!r} at step {t}, "
                              f"not {scale!r} x the first group's {schedule(t)!r}: no "
                              "uo.Group lr_scale gives it (build one optimizer per group)")
+
+
+#: relative tolerance of :func:`check_live_lr` where the framework computes the lr in
+#: float64 (torch, Paddle): torch's chainable schedulers compute each lr from the one
+#: before (StepLR multiplies the group's lr by gamma, CosineAnnealingLR steps its
+#: recursive form), so the live lr drifts from the closed form by rounding, measured at
+#: most 3.3e-14 relatively over 5000 steps of every torch scheduler (about 1e-17 a
+#: step); 1e-9 leaves four orders of magnitude for longer runs and stays far below a
+#: float32 step's own rounding (1.2e-7), so nothing it lets through changes a run.
+LR_RTOL_FLOAT64 = 1e-9
+#: the same where the framework computes or keeps the lr in float32 (MindSpore's lr
+#: Parameters and schedule Cells): the float32 rounding of the value (6e-8) and of the
+#: Cell's own float32 arithmetic (a power or cosine: a few ulps), within 8 ulps
+LR_RTOL_FLOAT32 = 1e-6
+#: what a user can do about a live lr that the schedule read does not give
+LR_REMEDY = ("pass every scheduler that steps the optimizer (several: lr_scheduler=[s1, "
+             "s2], read as torch's ChainedScheduler), or the schedule a loop of the script "
+             "follows as a uo.schedules schedule (lr_scheduler=uo.schedules.LinearWarmup("
+             "after=uo.schedules.Cosine(...), warmup_steps=...)), or constant_lr=True to "
+             "read the current lr as a constant")
+
+
+def check_live_lr(where: str, live_lr: float, schedule: Schedule, position: int,
+                  scale: float, rel_tol: float, scheduler: str) -> None:
+    """ValueError where ``live_lr``, the lr ``where`` (a param group) runs at its next
+    step, is not ``scale * schedule(position)``, the lr the spec read gives it there,
+    within ``rel_tol`` of the larger (:data:`LR_RTOL_FLOAT64`,
+    :data:`LR_RTOL_FLOAT32`: rounding only). The message names both values, the
+    schedule's step where the live lr is the one before (a loop that sets the lr before
+    ``optimizer.step()``, read after the step) and the remedy (:data:`LR_REMEDY`)."""
+    expected = scale * schedule(position)
+    live_lr = float(live_lr)
+    if math.isclose(live_lr, expected, rel_tol=rel_tol, abs_tol=0.0):
+        return
+    before = ""
+    if position > 0 and math.isclose(live_lr, scale * schedule(position - 1),
+                                     rel_tol=rel_tol, abs_tol=0.0):
+        before = (f" (the live lr is the schedule's at step {position - 1}: a loop that "
+                  "writes the lr before optimizer.step() is read once it has written the "
+                  "next step's)")
+    raise ValueError(f"{CALLER}: {where} runs its next step (step {position}) at lr "
+                     f"{live_lr!r}, but {scheduler} read gives it {expected!r} there: the "
+                     f"schedule read is not the one the optimizer follows{before}; "
+                     f"{LR_REMEDY}")
 
 
 def not_a_rule(where: str, key: str, value: Any, reference: Any) -> ValueError:
