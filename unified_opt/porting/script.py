@@ -64,48 +64,16 @@ from .finder import (
     Construction,
     make_finder,
 )
+from .ported import Ported, PortRefused, Rewrite
 from .stepping import function_of, plan_schedule_steps, scheduler_steps
+
+__all__ = ["PortRefused", "Ported", "Rewrite", "port_source", "spec_code"]
 
 #: the parameter argument: keyword, and position among the positional arguments
 PARAMS = {"torch": ("params", 0), "paddle": ("parameters", 1), "mindspore": ("params", 0)}
 #: the method giving a module's trainable parameters
 PARAMETERS_METHOD = {"torch": "parameters", "paddle": "parameters",
                      "mindspore": "trainable_params"}
-
-
-@dataclass
-class Rewrite:
-    """One rewritten construction: its line in the script, the code before and after,
-    and why (``uo.explain``)."""
-
-    line: int
-    original: str
-    replacement: str
-    reasons: str
-    spec: Spec | None = None      # what an optimizer's construction computes
-
-
-@dataclass
-class Ported:
-    """The rewritten script, what changed, and what is left to the user: ``refusals``,
-    ``(line, message)`` of each construction left as written (marked in the source by a
-    ``# unified-opt port: not ported: ...`` comment)."""
-
-    source: str
-    rewrites: list[Rewrite]
-    notes: list[str] = field(default_factory=list)
-    refusals: list[tuple[int, str]] = field(default_factory=list)
-    #: why nothing was ported, where the script holds no optimizer construction the port
-    #: reads and nothing was refused either ("" otherwise): the command exits 1 then
-    nothing_found: str = ""
-
-
-class PortRefused(ValueError):
-    """Constructions that cannot be read statically: ``(line, message)`` each."""
-
-    def __init__(self, refusals: list[tuple[int, str]]):
-        self.refusals = refusals
-        super().__init__("; ".join(f"line {line}: {message}" for line, message in refusals))
 
 
 # -- writing a spec as code -------------------------------------------------------------
@@ -768,6 +736,11 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
         raise ValueError(f"port: {filename} is not valid Python: {error}") from None
     finder = make_finder()
     wrapper.visit(finder)
+    if to != "torch" and not any(c.framework != "torch" for c in finder.found):
+        # a torch script: the user's code is kept, only framework calls are mapped
+        from .mapper import port_torch
+
+        return port_torch(source, to, filename=filename)
     constants = {**_file_constants(wrapper.module), **_module_constants(wrapper.module)}
     reader = _Reader(wrapper.module, finder, constants)
     reader.refusals += [(line, message) for line, message, _ in finder.unfollowed]
