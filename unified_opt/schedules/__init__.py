@@ -36,9 +36,11 @@ from .decay import (
     Step,
 )
 from .plateau import ReduceOnPlateau  # noqa: E402
+from .warmup import WarmupConstant, WarmupCosine, WarmupCosineToMin, WarmupLinear  # noqa: E402
 
 __all__ = ["Schedule", "schedule_from_dict", "schedules", "preset", "presets", "refusal",
            "Constant", "Cosine", "CosineWarmRestarts", "Cyclic", "Exponential", "InverseTime",
            "Lambda", "Linear", "LinearWarmup", "MultiStep", "Multiplicative", "NaturalExp",
            "Noam", "OneCycle", "PerEpoch", "ReduceOnPlateau", "Piecewise", "Polynomial",
-           "Product", "Sequential", "Step"]
+           "Product", "Sequential", "Step", "WarmupConstant", "WarmupCosine",
+           "WarmupCosineToMin", "WarmupLinear"]

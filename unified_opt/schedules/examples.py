@@ -60,6 +60,7 @@ TORCH = "torch.optim.lr_scheduler"
 PADDLE = "paddle.optimizer.lr"
 MS = "mindspore.nn"
 MS_EXP = "mindspore.experimental.optim.lr_scheduler"
+HF = "transformers"
 F = FUNCTIONS
 
 #: (qualified scheduler, the optimizer preset it drives in the conformance case, native
@@ -85,6 +86,12 @@ PRESETS = [
         ("LinearLR", {"start_factor": 0.1, "total_iters": 10}),
         ("CosineAnnealingLR", {"T_max": 40})], milestones=[10])),
     (f"{TORCH}.StepLR", "torch", dict(base_lr=0.1, step_size=8, gamma=0.6)),
+    (f"{HF}.get_constant_schedule_with_warmup", "torch", dict(base_lr=0.1,
+                                                              num_warmup_steps=10)),
+    (f"{HF}.get_cosine_schedule_with_warmup", "torch_adamw", dict(
+        base_lr=0.01, num_warmup_steps=8, num_training_steps=40, num_cycles=0.75)),
+    (f"{HF}.get_linear_schedule_with_warmup", "torch", dict(base_lr=0.1, num_warmup_steps=10,
+                                                            num_training_steps=45)),
     (f"{PADDLE}.CosineAnnealingDecay", "paddle", dict(learning_rate=0.1, T_max=20,
                                                       eta_min=0.01)),
     (f"{PADDLE}.CosineAnnealingWarmRestarts", "paddle",
