@@ -9,6 +9,10 @@
   and if not, which knobs differ;
 * :mod:`.script`: ``unified-opt port SCRIPT --to FRAMEWORK`` rewrites a script's
   optimizer and scheduler constructions;
+* :mod:`.mapper` (with :mod:`.api_map`'s tables): ``port`` of a torch script, which keeps
+  the script's code and maps only the framework calls; :mod:`.runtime`: what a ported
+  script calls (``uo.porting.named_parameters``, ``check_clip_in_step``,
+  ``torch_signature``);
 * :mod:`.names`: ``uo.porting.name_map(source_framework, target_model)`` and the weight
   layout of each module type, which ``resume`` and ``load_state`` use across frameworks.
 
@@ -16,5 +20,6 @@ Like the rest of the core, nothing here imports a framework at import time.
 """
 
 from .names import name_map
+from .runtime import check_clip_in_step, named_parameters, torch_signature
 
-__all__ = ["name_map"]
+__all__ = ["check_clip_in_step", "name_map", "named_parameters", "torch_signature"]

@@ -75,6 +75,7 @@ class _Plan:
     methods: dict[int, str] = field(default_factory=dict)          # call -> method
     references: dict[int, str] = field(default_factory=dict)       # Name/Attribute -> code
     state: dict[int, str] = field(default_factory=dict)            # call -> "save" | "load"
+    signatures: dict[int, str] = field(default_factory=dict)       # inspect.signature(class)
     #: MindSpore clip -> (the optimizer variable stepped after it, parameters by keyword)
     clip_checks: dict[int, tuple[str, bool]] = field(default_factory=dict)
     marks: list[tuple[int, str, Any]] = field(default_factory=list)
@@ -163,6 +164,7 @@ def _collector(plan: _Plan, qualified, positions):
             self.calls: set[int] = set()                # id(func) of every call
             self.inspecting = 0                        # inside isinstance(...) & co.
             self.type_tests = 0                         # inside isinstance / issubclass
+            self.containers = 0                         # inside a tuple or list literal
             self.star_modules: list[str] = []
             self.step_lines: list[tuple[int, str]] = []
 
@@ -253,6 +255,14 @@ def _collector(plan: _Plan, qualified, positions):
                           "give the spec a loss_scale (uo.preset(..., ).replace(loss_scale="
                           "...)) and step the optimizer", statement)
                 return True
+            if name == "inspect.signature" and len(node.args) == 1:
+                for q in names_of(node.args[0].value):
+                    kind = native_kind(q.name) if q.name.startswith("torch.optim.") else None
+                    if kind is not None and kind[1] in registry().names():
+                        plan.signatures[id(node)] = kind[1]
+                        plan.imports += ["import unified_opt as uo", "import unified_opt.porting"]
+                        return True
+                return False
             if name == "torch.save" and node.args and isinstance(
                     node.args[0].value, cst.Call):
                 inner = node.args[0].value.func
@@ -304,6 +314,18 @@ def _collector(plan: _Plan, qualified, positions):
             if full & {"builtins.isinstance", "builtins.issubclass"}:
                 self.type_tests -= 1
 
+        def visit_Tuple(self, node):
+            self.containers += 1
+
+        def leave_Tuple(self, node):
+            self.containers -= 1
+
+        def visit_List(self, node):
+            self.containers += 1
+
+        def leave_List(self, node):
+            self.containers -= 1
+
         def visit_Attribute(self, node):
             return self._reference(node)
 
@@ -316,7 +338,9 @@ def _collector(plan: _Plan, qualified, positions):
             for q in names_of(node):
                 name = q.name
                 mapped = class_for(name, plan.to)
-                if mapped is not None:
+                # a module type a script tests parameters by: in a type test or a tuple or
+                # list of types; a base class or a layer built is the model's code
+                if mapped is not None and (self.type_tests or self.containers):
                     plan.references[id(node)] = mapped
                     plan.imports.append(f"import {mapped.split('.')[0]}")
                     return False
@@ -469,6 +493,8 @@ def _why(plan: _Plan, key: int) -> str:
         return "the optimizer clips inside its step (its grad_clip): this checks it clips these"
     if key in plan.state:
         return "the optimizer's state in one safetensors file, readable on every framework"
+    if key in plan.signatures:
+        return "torch's signature of the class as its preset reads it, without torch"
     if key in plan.methods:
         return f"{plan.to}'s spelling of torch's {plan.methods[key]}()"
     return f"uo's clip of torch's signature, on {plan.to}'s parameters"
@@ -542,6 +568,8 @@ def _rewriter(plan: _Plan, module, positions):
                 name = "clip_grad_norm_" if clips[key] == "norm" else "clip_grad_value_"
                 code = f"uo.{name}({args_code(updated.args)})"
                 plan.imports.append("import unified_opt as uo")
+            elif key in plan.signatures:
+                code = f"uo.porting.torch_signature({plan.signatures[key]!r})"
             elif key in plan.clip_checks:
                 variable, _ = plan.clip_checks[key]
                 args = _clip_arguments(updated)

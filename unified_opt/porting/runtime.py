@@ -15,6 +15,7 @@ where the target framework has no call of torch's meaning.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Iterable, Iterator
 
 from .names import ATTRIBUTES, module_kind
@@ -102,3 +103,34 @@ def check_clip_in_step(optimizer: Any, parameters: Iterable[Any], max_norm: floa
             "does not step: the ported optimizer clips the global norm of the parameters "
             "it steps, which is another norm here; clip by hand (mindspore.ops."
             "clip_by_global_norm on the gradients) before calling the optimizer")
+
+
+def torch_signature(qualified_name: str) -> inspect.Signature:
+    """The signature of torch's optimizer class ``qualified_name`` (``params`` first, then
+    its arguments and defaults as its preset reads them), without importing torch: what a
+    ported script's ``inspect.signature(torch.optim.AdamW)`` asks (nanoGPT-style scripts
+    test for ``"fused"`` in it; a ``fused=True`` given to the preset chooses torch's
+    kernel, not the numbers: it is warned about and not carried).
+
+    Args:
+        qualified_name: a torch optimizer class with a preset (``"torch.optim.AdamW"``).
+
+    Returns:
+        An ``inspect.Signature``.
+
+    Raises:
+        ValueError: no preset has that name.
+
+    Example:
+        >>> "fused" in uo.porting.torch_signature("torch.optim.AdamW").parameters
+        True
+    """
+    from ..presets._registry import registry, signature
+
+    if not isinstance(qualified_name, str) or not qualified_name.startswith("torch.optim.") \
+            or qualified_name not in registry().names():
+        raise ValueError(f"torch_signature: qualified_name must name a torch optimizer class "
+                         f"with a preset, got {qualified_name!r}")
+    own = signature(qualified_name)
+    params = inspect.Parameter("params", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return own.replace(parameters=[params, *own.parameters.values()])
