@@ -99,9 +99,16 @@ class ClipByGlobalNorm(Clip):
     def apply(self, grads: list[Any], ops: Ops) -> list[Any]:
         if not grads:
             return grads
-        # the norm of the per-tensor norms: torch's clip_grad_norm_ composition, so that
-        # the native path matches a hand-written torch loop bit for bit
-        total = ops.norm(ops.stack([ops.norm(g) for g in grads]))
+        return self.scaled(grads, self.global_norm(grads, ops), ops)
+
+    def global_norm(self, grads: list[Any], ops: Ops) -> Any:
+        """The L2 norm of all of ``grads`` (a non-empty list): the norm of the per-tensor
+        norms, torch's ``clip_grad_norm_`` composition, so that the native path matches
+        a hand-written torch loop bit for bit."""
+        return ops.norm(ops.stack([ops.norm(g) for g in grads]))
+
+    def scaled(self, grads: list[Any], total: Any, ops: Ops) -> list[Any]:
+        """``grads`` scaled by ``min(1, max_norm / (total + eps))``."""
         return [_scaled(g, total, self.max_norm, self.eps, ops) for g in grads]
 
 
