@@ -53,11 +53,16 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
      "A framework's own optimizer read as an exact spec, a live optimizer read back, and "
      "optimizer state carried between frameworks.",
      ["preset", "presets", "mindspore_groups", "from_native", "save_state", "load_state",
-      "resume", "convert_checkpoint", "diff"]),
+      "resume", "convert_checkpoint", "diff", "porting", "porting.name_map",
+      "porting.live.read_native"]),
+    ("Devices",
+     "Where each backend's paths were verified, and the warning a build on any other "
+     "device gives.",
+     ["UnverifiedDeviceWarning", "unified_opt.devices.VERIFIED"]),
     ("The reference and the conformance suite",
      "The numpy oracle, and the conformance check of any optimizer (the suite's command "
      "line: ``unified-opt conformance``, ``docs/conformance.md``).",
-     ["reference", "Reference", "conformance.check"]),
+     ["reference", "Reference", "conformance", "conformance.check"]),
     ("Inside the signatures",
      "The types and modules the signatures and docstrings above name.",
      ["unified_opt.ops.Ops", "unified_opt.clipping", "unified_opt.exchange",
@@ -73,11 +78,15 @@ MODULE_MEMBERS = {
 }
 #: classes a public signature returns, documented on the page of the function
 RETURNED = {"conformance.check": ["unified_opt.conformance.checker.CheckResult"],
+            "porting.live.read_native": ["unified_opt.porting.live.NativeReading"],
             "diff": ["unified_opt.conformance.spec_diff.Diff",
                      "unified_opt.conformance.spec_diff.KnobDifference",
                      "unified_opt.conformance.spec_diff.Parting"],
             "schedules.ReduceOnPlateau": ["unified_opt.schedules.plateau.PlateauState"]}
 
+
+#: data whose value is what the page documents (a table, not an object)
+SHOW_VALUE = {"unified_opt.devices.VERIFIED"}
 
 #: public names whose attribute on the package can be rebound: documented where defined
 #: (importing the subpackage unified_opt.backends sets the package's attribute
@@ -157,6 +166,8 @@ def page(name: str) -> str:
                   "   :show-inheritance:", ""]
     elif callable(obj):
         lines += [f".. autofunction:: {full}", ""]
+    elif name in SHOW_VALUE:
+        lines += [f".. autodata:: {full}", ""]
     else:
         lines += [f".. autodata:: {full}", "   :no-value:", ""]
     for extra in RETURNED.get(name, []):

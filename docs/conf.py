@@ -7,7 +7,13 @@ included; the Markdown pages come in through MyST unchanged.
 
 Built strictly (``-W -n``: every warning, and every reference that resolves to nothing,
 is an error; a reference to an internal helper that exists is shown unlinked) and
-offline (nothing is fetched: no intersphinx). Generated at each build,
+offline (nothing is fetched: no intersphinx), and read offline: MathJax 3 is served from
+the built site (``_static/mathjax``, copied there by the ``sphinx-mathjax-offline``
+extension), never from a CDN. Chosen over KaTeX pre-rendered at build time
+(``sphinxcontrib-katex`` with ``katex_prerender``), measured on this site (docs/building.md,
+"Math offline"): pre-rendering needs Node.js and the npm ``katex`` package at every
+build, and a page's weight depends on its math, while MathJax needs nothing beyond pip
+and a page loads one 1.2 MB script whatever its math. Generated at each build,
 into folders git ignores: ``api/`` (a page per public function and class:
 ``docs/api_pages.py``) and ``pairs/`` (one porting page per framework pair, from the
 native-class descriptors: ``docs/porting_pairs.py``). The pictures are committed
@@ -20,6 +26,9 @@ import importlib
 import importlib.util
 import re
 from pathlib import Path
+
+from sphinx.ext.napoleon import Config as NapoleonConfig
+from sphinx.ext.napoleon.docstring import GoogleDocstring
 
 import unified_opt
 
@@ -48,6 +57,10 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.mathjax",
+    # MathJax 3 copied into the site and loaded from there (sets mathjax_path)
+    "sphinx-mathjax-offline",
+    # a [source] link beside every documented object: the module's code as a page
+    "sphinx.ext.viewcode",
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
@@ -71,6 +84,14 @@ nitpick_ignore_regex = [
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
+# -- Google-style sections (Args:, Returns:, Raises:, Example:) --------------------------
+# sphinx.ext.napoleon's parser, run on functions, classes and modules only (google_sections
+# below): as an extension it would also read every ``#:`` attribute comment's
+# "words: text" as "type: text" (``#: world size 1: every sum ...``). The types come
+# from the annotations.
+NAPOLEON = NapoleonConfig(napoleon_google_docstring=True, napoleon_numpy_docstring=False,
+                          napoleon_use_rtype=False, napoleon_use_param=True)
+
 # -- autodoc: the API reference from the docstrings ----------------------------------------
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
@@ -85,9 +106,12 @@ add_module_names = False
 # -- HTML -------------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = f"unified-opt {release}"
-html_static_path: list[str] = []
+# _static/wide.css: wide tables and console blocks scroll inside their frame
+html_static_path = ["_static"]
+html_css_files = ["wide.css"]
 html_show_sourcelink = False
-# MathJax renders the docstrings' LaTeX (.. math:: and :math:) in the browser
+# MathJax renders the docstrings' LaTeX (.. math:: and :math:) in the browser, from the
+# site's own copy (sphinx-mathjax-offline: _static/mathjax/tex-chtml.js)
 mathjax3_config = {"tex": {"tags": "none"}}
 
 _SECTION = re.compile(r"^(\s*)([^\s].*)\n\1(-{3,}|={3,}|~{3,})\s*$", re.M)
@@ -100,6 +124,14 @@ def docstring_sections(app, what, name, obj, options, lines) -> None:
     new = _SECTION.sub(lambda m: f"{m.group(1)}.. rubric:: {m.group(2)}\n", text)
     if new != text:
         lines[:] = new.split("\n")
+
+
+def google_sections(app, what, name, obj, options, lines) -> None:
+    """The Google-style sections of a function's, class's or module's docstring
+    (``Args:``, ``Returns:``, ``Raises:``, ``Example:``) become Sphinx fields and
+    rubrics."""
+    if what in ("function", "method", "class", "exception", "module"):
+        lines[:] = GoogleDocstring(lines, NAPOLEON, app, what, name, obj, options).lines()
 
 
 def _exists(name: str) -> bool:
@@ -146,5 +178,6 @@ def generate(app) -> None:
 def setup(app) -> dict:
     app.connect("builder-inited", generate)
     app.connect("autodoc-process-docstring", docstring_sections)
+    app.connect("autodoc-process-docstring", google_sections)
     app.connect("missing-reference", internal_reference)
     return {"parallel_read_safe": True}

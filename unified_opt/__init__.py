@@ -1,12 +1,16 @@
 """unified-opt: one definition per optimizer algorithm, lowered into native PyTorch,
 PaddlePaddle and MindSpore optimizers, with a conformance suite that proves it.
 
-The core is numpy only; a framework is imported when a call needs it.
+The core is numpy only; a framework is imported when a call needs it. Every name in
+``__all__`` is an attribute of the package (``dir(uo)``, ``from unified_opt import *``),
+typed; ``conformance`` (the suite, a sibling package installed as
+``unified_opt.conformance``) is imported on first use, and ``diff``, which runs the
+suite's comparison, imports it when called.
 """
 
-from typing import Any
+import typing as _typing
 
-from . import schedules
+from . import porting, schedules
 from .algorithms import (
     CAME,
     LARS,
@@ -38,7 +42,10 @@ from .build import (
     skipped_steps,
 )
 from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+from .devices import UnverifiedDeviceWarning
 from .groups import Group
+from .porting.live import from_native
+from .porting.state import convert_checkpoint, load_state, resume, save_state
 from .presets import preset, presets
 from .presets.mindspore_groups import mindspore_groups
 from .reference import Reference, reference
@@ -48,27 +55,60 @@ __version__ = "0.1.0"
 
 __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
            "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
-           "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends",
-           "build", "exchange_stats", "explain", "get", "native_scheduler", "optimizer_factory",
-           "preset", "presets", "reference",
-           "schedules", "spec_from_dict", "__version__", "ClipByGlobalNorm", "ClipByNorm",
-           "ClipByValue", "Group", "mindspore_groups", "plateau_scheduler", "skipped_steps"]
+           "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends", "build",
+           "exchange_stats", "explain", "get", "native_scheduler", "optimizer_factory", "preset",
+           "presets", "reference", "schedules", "spec_from_dict", "__version__",
+           "ClipByGlobalNorm", "ClipByNorm", "ClipByValue", "Group", "mindspore_groups",
+           "plateau_scheduler", "skipped_steps", "UnverifiedDeviceWarning", "conformance",
+           "convert_checkpoint", "diff", "from_native", "load_state", "porting", "resume",
+           "save_state"]
 
 
-#: porting a live run (``unified_opt.porting``; ``diff``: ``unified_opt.conformance``),
-#: imported on first use
-_PORTING = {"from_native": "unified_opt.porting.live", "save_state": "unified_opt.porting.state",
-            "load_state": "unified_opt.porting.state", "resume": "unified_opt.porting.state",
-            "convert_checkpoint": "unified_opt.porting.state",
-            # runs the references and the suite's comparison: part of the conformance layer
-            "diff": "unified_opt.conformance.spec_diff"}
+if _typing.TYPE_CHECKING:
+    import unified_opt.conformance as conformance
+
+    from .conformance.spec_diff import Diff
 
 
-def __getattr__(name: str) -> Any:
-    if name in _PORTING:
-        import importlib
+def diff(spec_a: "Spec | str", spec_b: "Spec | str") -> "Diff":
+    """Whether two configurations compute the same numbers, and which knobs differ.
 
-        return getattr(importlib.import_module(_PORTING[name]), name)
+    Both run as float32 references over 3 seeded gradient streams of 50 steps each
+    against ``spec_a``'s float64 oracle, judged by the conformance suite's rule (within
+    a small multiple of the float32 noise floor at every step); each differing field is
+    then tried alone on ``spec_a``. Imports the conformance suite
+    (``unified_opt.conformance.spec_diff``) when called.
+
+    Args:
+        spec_a: a spec, or a spec expression string: a native constructor call as a
+            script writes it (``"torch.optim.Adam(lr=1e-3)"``, read through its preset)
+            or a registry call (``"adamw(lr=1e-3)"``); never evaluated by Python.
+        spec_b: the same, compared against ``spec_a``.
+
+    Returns:
+        Diff: ``same`` (also its truth value), ``parting`` (the first step and quantity
+        where ``spec_b`` leaves ``spec_a``'s floor, the worst error/floor ratio) and
+        ``knobs`` (each differing field, with how it alone parts); ``str()`` gives the
+        report ``unified-opt diff`` prints.
+
+    Raises:
+        TypeError: ``spec_a`` or ``spec_b`` is neither a spec nor a string.
+        ValueError: an expression that does not parse or names no known class or
+            algorithm, or a native configuration its preset refuses.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> found = uo.diff("torch.optim.Adam(lr=1e-3)",
+        ...                 "mindspore.nn.Adam(learning_rate=1e-3)")
+        >>> found.same, [knob.field for knob in found.knobs]
+        (False, ['eps_placement'])
+    """
+    from .conformance.spec_diff import diff as run_diff
+
+    return run_diff(spec_a, spec_b)
+
+
+def __getattr__(name: str) -> _typing.Any:
     # ``uo.conformance`` (``uo.conformance.check``) without importing the suite with
     # the core: it is a sibling package installed as unified_opt.conformance
     if name == "conformance":
@@ -76,3 +116,8 @@ def __getattr__(name: str) -> Any:
 
         return importlib.import_module("unified_opt.conformance")
     raise AttributeError(f"module 'unified_opt' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazily imported ``conformance`` listed before its first use (tab completion)
+    return sorted(set(globals()) | {"conformance"})
