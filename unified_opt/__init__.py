@@ -10,7 +10,7 @@ suite's comparison, imports it when called.
 
 import typing as _typing
 
-from . import porting, schedules
+from . import lr_scheduler, porting, schedules
 from .algorithms import (
     CAME,
     LARS,
@@ -43,6 +43,7 @@ from .build import (
 )
 from .clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
 from .devices import UnverifiedDeviceWarning
+from .grad_clip import clip_grad_norm_, clip_grad_value_
 from .groups import Group
 from .porting.live import from_native
 from .porting.state import convert_checkpoint, load_state, resume, save_state
@@ -61,7 +62,7 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "ClipByGlobalNorm", "ClipByNorm", "ClipByValue", "Group", "mindspore_groups",
            "plateau_scheduler", "skipped_steps", "UnverifiedDeviceWarning", "conformance",
            "convert_checkpoint", "diff", "from_native", "load_state", "porting", "resume",
-           "save_state"]
+           "save_state", "lr_scheduler", "clip_grad_norm_", "clip_grad_value_"]
 
 
 if _typing.TYPE_CHECKING:
