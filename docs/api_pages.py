@@ -39,7 +39,18 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("The training loop",
      "Parameter groups as name rules, gradient clips, and the gradient pre-step every "
      "path runs.",
-     ["Group", "ClipByGlobalNorm", "ClipByNorm", "ClipByValue", "unified_opt.pre_step"]),
+     ["Group", "ClipByGlobalNorm", "ClipByNorm", "ClipByValue", "clip_grad_norm_",
+      "clip_grad_value_", "unified_opt.pre_step"]),
+    ("Schedulers",
+     "torch's schedulers (names, arguments, numbers) driving any optimizer ``uo.build`` "
+     "returns through ``param_groups``, each built on ``uo.schedules``.",
+     ["lr_scheduler"] + [f"lr_scheduler.{n}" for n in (
+         "LRScheduler", "LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR",
+         "ExponentialLR", "CosineAnnealingLR", "CosineAnnealingWarmRestarts", "LinearLR",
+         "ConstantLR", "PolynomialLR", "OneCycleLR", "CyclicLR", "SequentialLR",
+         "ChainedScheduler", "ReduceLROnPlateau", "WarmupScheduler",
+         "get_linear_schedule_with_warmup", "get_cosine_schedule_with_warmup",
+         "get_constant_schedule_with_warmup")]),
     ("Learning-rate schedules",
      "Schedules are specs too: ``s(step) -> lr`` for the 0-based optimizer step, passed "
      "as ``lr=``; ``uo.schedules.preset`` reads a framework's own scheduler.",
@@ -48,7 +59,8 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
          "Constant", "Step", "MultiStep", "Exponential", "NaturalExp", "InverseTime",
          "Polynomial", "Piecewise", "Linear", "Cosine", "CosineWarmRestarts", "Cyclic",
          "OneCycle", "Noam", "LinearWarmup", "Multiplicative", "Lambda", "Sequential",
-         "Product", "PerEpoch", "ReduceOnPlateau")]),
+         "Product", "PerEpoch", "ReduceOnPlateau", "WarmupLinear", "WarmupCosine",
+         "WarmupConstant", "WarmupCosineToMin")]),
     ("Porting",
      "A framework's own optimizer read as an exact spec, a live optimizer read back, and "
      "optimizer state carried between frameworks.",
