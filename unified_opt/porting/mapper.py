@@ -213,7 +213,10 @@ def _collector(plan: _Plan, qualified, positions):
                 self.step_lines.append((line, func.value.value))
             if isinstance(func, cst.Attribute) and func.attr.value in METHODS and not any(
                     q.source is QualifiedNameSource.IMPORT for q in found):
-                if METHODS[func.attr.value][plan.to] is not None:
+                renamed = KEYWORDS.get((func.attr.value, plan.to), {})
+                if METHODS[func.attr.value][plan.to] is not None or any(
+                        a.keyword is not None and a.keyword.value in renamed
+                        for a in node.args):
                     if (func.attr.value, plan.to) in NO_ARGUMENTS and node.args:
                         plan.mark(line, f".{func.attr.value}(...) with arguments: "
                                   f"{plan.to} has no form of it that takes them",
@@ -587,7 +590,8 @@ def _rewriter(plan: _Plan, module, positions):
             elif key in plan.methods:
                 method = plan.methods[key]
                 args = args_code(updated.args, KEYWORDS.get((method, plan.to)))
-                code = METHODS[method][plan.to].format(
+                template = METHODS[method][plan.to] or f"{{receiver}}.{method}({{args}})"
+                code = template.format(
                     receiver=_code(updated.func.value), args=args,
                     comma_args=f", {args}" if args else "",
                     args_first=f"{args}, " if args else "")
