@@ -24,6 +24,7 @@ from .backend import (
     remember,
 )
 from .groups import Group, plan_parameters
+from .param_groups import flatten_group_dicts, is_group_dicts, plans_of_group_dicts
 from .schedules.plateau import ReduceOnPlateau
 from .spec import Spec, check_momentum_cycling
 from .speed import check_prefer
@@ -72,9 +73,18 @@ def build(spec: Spec, params: Any, backend: str | None = None,
           options: Mapping[str, Any] | None = None, prefer: str = "speed") -> Any:
     """The framework's own optimizer computing ``spec`` over ``params``.
 
+    ``params`` may also be group dicts, torch's and Paddle's form:
+    ``[{"params": [...], "lr": 0.1, "weight_decay": 0.0}, ...]`` of any framework's
+    parameters (:func:`unified_opt.param_groups.plans_of_group_dicts` says which keys a
+    group may hold).
+
     ``groups``: a list of :class:`unified_opt.Group` (name rules setting per-parameter lr
     factors, weight decay and clipping exclusions), lowered to the framework's own
     parameter groups.
+
+    Whatever is returned has torch's surface beside its framework's own:
+    ``param_groups`` (written values read at the next step), ``defaults`` and
+    ``step(closure=None)`` (:mod:`unified_opt.param_groups`).
 
     ``path``: "auto" (native where exact, else own), "native" (error if no native class
     is exact) or "own" (always the spec's own update). ``options``: implementation
@@ -96,7 +106,15 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     if options is not None and not isinstance(options, Mapping):
         raise TypeError(f"build: options must be a mapping, got {options!r}")
     check_momentum_cycling(spec, "build")
-    named = named_parameters(params)
+    group_dicts = is_group_dicts(params)
+    if group_dicts:
+        if groups is not None:
+            raise ValueError("build: give parameter groups as group dicts in params or as "
+                             "uo.Group rules in groups=, not both")
+        members = [named_parameters(items) for items in flatten_group_dicts(params, "build")]
+        named = [pair for group in members for pair in group]
+    else:
+        named = named_parameters(params)
     if not named:
         raise ValueError("build: params is empty")
     inferred = check_parameters(named, "build")
@@ -109,7 +127,13 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     adapter = load_installed(inferred)
     # name rules see the framework's own name of an unnamed parameter where it has one
     rule_names = [n if n is not None else adapter.parameter_name(p) for n, p in named]
-    plans = plan_parameters(spec, rule_names, groups, "build")
+    if group_dicts:
+        sizes = [len(group) for group in members]
+        starts = [sum(sizes[:g]) for g in range(len(sizes))]
+        plans = plans_of_group_dicts(spec, params, [rule_names[a:a + n]
+                                                    for a, n in zip(starts, sizes)])
+    else:
+        plans = plan_parameters(spec, rule_names, groups, "build")
     optimizer, record = adapter.build(spec, named, path=path, options=dict(options or {}),
                                       plans=plans, prefer=prefer)
     record.groups = tuple(groups or ())

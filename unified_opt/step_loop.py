@@ -177,6 +177,12 @@ class Host:
         """The lr of the parameter at ``index`` for 0-based step ``t``."""
         raise NotImplementedError
 
+    def group_spec(self, index: int, spec):
+        """The plan spec the parameter at ``index`` steps with: ``spec``, or it with the
+        values written into the parameter's param group
+        (:meth:`unified_opt.param_groups.GroupSurface.step_spec`)."""
+        return spec
+
     def state(self, index: int, spec) -> dict:
         """The spec's state arrays of a parameter (made with ``spec.init`` the first time)."""
         raise NotImplementedError
@@ -248,7 +254,7 @@ class StepLoop:
             present = [i for i in group.indices if prepared[i] is not None]
             if not present:
                 continue
-            spec = group.spec.at_step(t)
+            spec = host.group_spec(present[0], group.spec).at_step(t)
             states = host.states(present, group.spec)
             steps = host.advance(present, states)
             batch = Batch(spec, host.lr(present[0], t), present,

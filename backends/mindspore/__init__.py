@@ -221,6 +221,10 @@ class MindSporeBackend(Backend):
         if hasattr(optimizer, "add_param_group"):    # the experimental.optim classes
             # an instance attribute: the class's __init__ has made the build's groups
             optimizer.add_param_group = _refuse_new_group
+        else:       # (the experimental.optim classes have torch's param_groups already)
+            from .surface import attach
+
+            attach(optimizer, spec, plans, [p for _, p in named], decision.native)
         return optimizer, None, []   # a native class never skips: skip_nonfinite is own
 
     def build_own(self, decision, spec, named, plans, context):

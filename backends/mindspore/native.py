@@ -68,6 +68,10 @@ class _CheckedCall:
     def __call__(self, *args, **kwargs):
         if args:
             check_call(self, args[0])
+        if "_uo_surface" in self.__dict__:
+            from .surface import check_native_lrs
+
+            check_native_lrs(self)
         return super().__call__(*args, **kwargs)
 
 

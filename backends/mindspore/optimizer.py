@@ -41,6 +41,7 @@ from .engines import Eager, ExchangeOnHost, Kernels
 from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
 from .native import describe
 from .ops import mindspore_ops
+from .surface import attach
 
 
 class SpecOptimizer(nn.Optimizer):
@@ -135,6 +136,8 @@ class SpecOptimizer(nn.Optimizer):
             self._custom_form(choice.built)
         elif choice.form == "ops":
             self._ops_form(choice.built)
+        #: torch's surface: ``param_groups`` and ``defaults`` (:mod:`.surface`)
+        self._surface = attach(self, spec, plans, list(self._parameters), None)
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
         if exchange is not None:
             engines.append(ExchangeOnHost(exchange))
@@ -289,7 +292,9 @@ class SpecOptimizer(nn.Optimizer):
         step0 = int(host_copy(self.global_step)[0])
         # the lr first: past total_steps (or an lr set from outside with a schedule)
         # raises before anything changes
-        self._loop_host.begin(list(gradients), self._lr_of_step(step0), step0)
+        self._surface.check_groups()
+        self._loop_host.begin(list(gradients), self._surface.lrs(self._lr_of_step(step0)),
+                              step0)
         try:
             taken = self._loop.step()
         finally:
@@ -408,13 +413,14 @@ class _Host(Host):
     def __init__(self, optimizer: SpecOptimizer):
         self.optimizer = optimizer
         self._gradients: list | None = None
-        self._lr: float | None = None
+        self._lrs: list[float] | None = None
         self._taken: int | None = None
 
-    def begin(self, gradients: list | None, lr: float | None, taken: int | None) -> None:
-        """The step's gradients, its spec lr and ``global_step`` (read before the loop
-        runs: the lr may refuse the step)."""
-        self._gradients, self._lr, self._taken = gradients, lr, taken
+    def begin(self, gradients: list | None, lrs: list[float] | None,
+              taken: int | None) -> None:
+        """The step's gradients, each param group's lr and ``global_step`` (read before
+        the loop runs: the lr may refuse the step)."""
+        self._gradients, self._lrs, self._taken = gradients, lrs, taken
 
     def gradients(self) -> list:
         return self._gradients
@@ -439,11 +445,13 @@ class _Host(Host):
         return self._taken
 
     def lr_group(self, index: int) -> object:
-        plan = self.optimizer._plans[index]
-        return (plan.lr_scale, plan.fixed_lr)
+        return self.optimizer._surface.group_of[index]
 
     def lr(self, index: int, t: int) -> float:
-        return self.optimizer._plans[index].lr(self._lr)
+        return self._lrs[self.optimizer._surface.group_of[index]]
+
+    def group_spec(self, index: int, spec):
+        return self.optimizer._surface.step_spec(self.optimizer._surface.group_of[index])
 
     def state(self, index: int, spec) -> dict:
         return self.optimizer._slots[index]

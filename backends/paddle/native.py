@@ -11,6 +11,8 @@ from paddle.utils import unique_name
 from unified_opt.native import import_native
 from unified_opt.step_loop import DENSE, check_gradients
 
+from .surface import attach, step_lrs
+
 # Constructor arguments that are not implementation flags: build sets them, or they
 # change the numbers the optimizer computes.
 _NOT_OPTIONS = {
@@ -234,9 +236,24 @@ class _CheckedGradients:
 
     purpose = "checking each gradient against its parameter before the step"
 
-    def step(self):
+    def step(self, closure=None):
+        """Paddle's step, after the gradients' check and the param groups' lr
+        (:func:`.surface.step_lrs`); ``closure`` (torch's form) runs first, with
+        gradients on, and its loss is returned."""
+        loss = None
+        if closure is not None:
+            with paddle.enable_grad():
+                loss = closure()
         check_parameter_gradients(self, _parameters(self))
-        return super().step()
+        if "_uo_surface" in self.__dict__:
+            step_lrs(self)
+        super().step()
+        return loss
+
+    def minimize(self, *args, **kwargs):
+        if "_uo_surface" in self.__dict__:
+            step_lrs(self)
+        return super().minimize(*args, **kwargs)
 
     def backward(self, *args, **kwargs):
         # minimize's gradients: checked before its _apply_optimize changes anything
@@ -301,6 +318,7 @@ def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, opt
                         **arguments, **options)
         for i in layout.unclipped:
             optimizer._hold(params[i], need_clip=False)
+        attach(optimizer, spec, plans, params, cls_info.name)
         # the names uo.build knew, for the gradient check's errors (_CheckedGradients)
         optimizer._uo_names = {p.name: plan.name for p, plan in zip(params, plans)
                                if plan.name is not None}

@@ -16,6 +16,7 @@ from .kernels import PaddleKernels
 from .loading import check_state_dict
 from .native import SELECTED_ROWS_HINT, describe
 from .ops import paddle_ops
+from .surface import attach, step_lrs
 
 STEP = "step"   # accumulator holding each parameter's count of updates
 #: accumulator (int64 [1], on the first parameter) holding the optimizer's count of
@@ -117,6 +118,8 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
                 self._adopt_state(p, initial)
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
         self._engines = engines + [Eager(exchange)]
+        #: torch's surface: ``param_groups`` and ``defaults`` (:mod:`.surface`)
+        self._surface = attach(self, spec, plans, params, None)
         self._host = _Host(self)
         self._loop = StepLoop(spec, plans, params, lambda index, spec: self._engines,
                               self._host)
@@ -158,9 +161,17 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
                 "lr_scale=..., weight_decay=...)])")
         super()._add_param_group(param_group)
 
-    @paddle.no_grad()
-    def step(self) -> None:
-        self._step(self._parameter_list)
+    def step(self, closure=None):
+        """One step over every parameter with a gradient; ``closure`` (torch's form: it
+        recomputes the loss and the gradients) runs first, with gradients on, and its
+        loss is returned (None without one)."""
+        loss = None
+        if closure is not None:
+            with paddle.enable_grad():
+                loss = closure()
+        with paddle.no_grad():
+            self._step(self._parameter_list)
+        return loss
 
     @paddle.no_grad()
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
@@ -184,6 +195,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
             if found_inf:
                 self.skipped.append(False)
                 return
+        self._host.step_lrs = step_lrs(self)
         self._host.stepping = {id(p) for p in params if not p.stop_gradient}
         try:
             taken = self._loop.step()
@@ -282,6 +294,8 @@ class _Host(Host):
         #: ids of the parameters this step updates (``step``: every one that does not
         #: stop gradients; ``minimize``: those its backward gave)
         self.stepping: set[int] = set()
+        #: each param group's lr for this step (:func:`.surface.step_lrs`)
+        self.step_lrs: list[float] = []
 
     def gradients(self) -> list:
         return [p._grad_ivar() if id(p) in self.stepping else None
@@ -293,13 +307,16 @@ class _Host(Host):
         return self.optimizer.steps_taken()
 
     def lr_group(self, index: int) -> object:
-        plan = self.optimizer._loop.plans[index]
-        return (plan.lr_scale, plan.fixed_lr)
+        return self.optimizer._surface.group_of[index]
 
     def lr(self, index: int, t: int) -> float:
-        # the optimizer's lr (a ScheduleLR stepped by the loop, or a constant) times the
-        # parameter's group factor
-        return self.optimizer._loop.plans[index].lr(self.optimizer.get_lr())
+        # the param group's lr (:func:`.surface.step_lrs`: Paddle's lr, a ScheduleLR
+        # stepped by the loop or a constant, times the group's factor, or the lr written
+        # into the group)
+        return self.step_lrs[self.optimizer._surface.group_of[index]]
+
+    def group_spec(self, index: int, spec):
+        return self.optimizer._surface.step_spec(self.optimizer._surface.group_of[index])
 
     def state(self, index: int, spec) -> dict:
         return self.optimizer.spec_state(self.optimizer._params[index])

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import torch
 
+from unified_opt.param_groups import TORCH_HYPERPARAMETERS, GroupSurface
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.step_loop import Host, StepLoop
 from unified_opt.storage import LOW_PRECISION, math_dtype, rounds, state_storage
@@ -18,16 +17,7 @@ from .kernels import TorchKernels
 from .loading import check_loaded_state
 from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
-from .steps import SPARSE_HINT, STEPS_TAKEN, describe, partition, steps_taken
-
-#: hyperparameter names of torch's optimizers: a param group of the own path holding one
-#: was written by hand or by a script meant for a native class (see ``_check_groups``)
-TORCH_HYPERPARAMETERS = frozenset({
-    "weight_decay", "momentum", "dampening", "nesterov", "betas", "eps", "amsgrad",
-    "maximize", "foreach", "fused", "capturable", "differentiable", "decoupled_weight_decay",
-    "momentum_decay", "lr_decay", "initial_accumulator_value", "rho", "alpha", "centered",
-    "lambd", "t0", "etas", "step_sizes", "beta1", "beta2", "beta3", "eps2", "d",
-    "clip_threshold", "scale_parameter", "relative_step", "warmup_init"})
+from .steps import SPARSE_HINT, STEPS_TAKEN, describe, steps_taken
 
 #: torch's dtypes of :data:`~unified_opt.storage.LOW_PRECISION`
 LOW_TORCH_DTYPES = frozenset(map(torch_dtype, LOW_PRECISION))
@@ -92,18 +82,19 @@ class SpecOptimizer(torch.optim.Optimizer):
     def __init__(self, params, spec, plans, lrs, offload: bool = False,
                  skipped: list | None = None, exchange=None, compile="auto"):
         params, plans, lrs = list(params), list(plans), list(lrs)
-        parts = partition([(plan.spec, lr) for plan, lr in zip(plans, lrs)])
-        super().__init__([{"params": [params[i] for i in indices], "lr": lrs[indices[0]]}
-                          for indices in parts], {"lr": lrs[0]})
+        #: the groups' hyperparameters and what a step reads from them
+        #: (:mod:`unified_opt.param_groups`); torch's own dicts, checked at the step
+        self._surface = surface = GroupSurface(type(self).__name__, plans, params, 1.0,
+                                               checked=False)
+        for group, indices in zip(surface.groups, surface.members):
+            group["lr"] = lrs[indices[0]]
+        super().__init__(surface.groups, {**surface.defaults(spec), "lr": lrs[0]})
         self.spec = spec
         self.offload = offload
         self.plans = plans                 # one plan per parameter, in build order
         self.skipped = [] if skipped is None else skipped
         self._params = params
-        self._group_of = [0] * len(params)
-        for g, indices in enumerate(parts):
-            for i in indices:
-                self._group_of[i] = g
+        self._group_of = surface.group_of
         self.param_groups[0][STEPS_TAKEN] = 0
         #: a data-parallel spec's exchange over the process group (None: world size 1)
         self.exchange = exchange
@@ -132,11 +123,6 @@ class SpecOptimizer(torch.optim.Optimizer):
         self._sharded = any(isinstance(p, DTensor) for p in params)
         self._vm = vm
         self._loop = StepLoop(spec, plans, params, self._engines, _Host(self))
-        #: names a param group may not hold: the spec's hyperparameters and torch's (the
-        #: own path reads only ``lr`` from a group; a write of another would be ignored)
-        self._fixed_keys = frozenset(
-            {f.name for plan in plans for f in dataclasses.fields(plan.spec)}
-            | TORCH_HYPERPARAMETERS) - {"lr"}
         self._index = {id(p): i for i, p in enumerate(params)}
         self._init_shapes: dict = {}
         self.register_load_state_dict_pre_hook(_check_loaded_state)
@@ -189,15 +175,11 @@ class SpecOptimizer(torch.optim.Optimizer):
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}
 
     def _check_groups(self) -> None:
-        """Refuse a hyperparameter written into a param group, before the step changes
-        anything: the own path takes them from the spec (``lr`` alone from the group)."""
-        for g, group in enumerate(self.param_groups):
-            for key in group.keys() & self._fixed_keys:
-                raise ValueError(
-                    f"SpecOptimizer: param_groups[{g}][{key!r}] = {group[key]!r} is not read "
-                    f"by the own path, which takes every hyperparameter but lr from the "
-                    f"spec; build a new optimizer from spec.replace({key}=...), or set lr "
-                    f"through param_groups")
+        """The param groups' values, checked before the step changes anything
+        (:meth:`unified_opt.param_groups.GroupSurface.check_groups`): ``load_state_dict``
+        puts new dicts in place, so the surface reads the current ones."""
+        self._surface.groups = self.param_groups
+        self._surface.check_groups()
 
     def expected_state(self, p) -> dict[str, tuple]:
         """The shape of each state array the spec keeps for ``p`` (``spec.init`` run on
@@ -212,20 +194,22 @@ class SpecOptimizer(torch.optim.Optimizer):
 
 
 def _check_loaded_state(optimizer: SpecOptimizer, state_dict: dict) -> None:
-    """``load_state_dict``'s pre-hook: the groups hold no hyperparameter but lr and
-    steps taken an int >= 0, each parameter's state the spec's arrays (see
-    :func:`.loading.check_loaded_state`)."""
+    """``load_state_dict``'s pre-hook: the groups hold no torch hyperparameter the spec
+    does not have, steps taken an int >= 0, each parameter's state the spec's arrays
+    (see :func:`.loading.check_loaded_state`)."""
     owner = "SpecOptimizer.load_state_dict"
     groups = state_dict["param_groups"]
     taken = groups[0].get(STEPS_TAKEN, 0) if groups else 0
     if isinstance(taken, bool) or not isinstance(taken, int) or taken < 0:
         raise ValueError(f"{owner}: param_groups[0][{STEPS_TAKEN!r}] must be an int >= 0, "
                          f"got {taken!r}")
+    surface = optimizer._surface
     for g, group in enumerate(groups):
-        for key in group.keys() & optimizer._fixed_keys:
-            raise ValueError(f"{owner}: param_groups[{g}] holds {key!r}, which the own path "
-                             f"does not read (every hyperparameter but lr is the spec's): "
-                             f"a state_dict of a native optimizer?")
+        exposed = surface.exposed[g] if g < len(surface.exposed) else {}
+        for key in group.keys() & (TORCH_HYPERPARAMETERS - set(exposed)):
+            raise ValueError(f"{owner}: param_groups[{g}] holds {key!r}, which "
+                             f"{type(optimizer.spec).__name__} does not have: a state_dict "
+                             f"of a native optimizer?")
     check_loaded_state(owner, optimizer, state_dict,
                        lambda group, p: optimizer.expected_state(p))
 
@@ -291,6 +275,9 @@ class _Host(Host):
 
     def lr(self, index: int, t: int) -> float:
         return self.optimizer.param_groups[self.optimizer._group_of[index]]["lr"]
+
+    def group_spec(self, index: int, spec):
+        return self.optimizer._surface.step_spec(self.optimizer._group_of[index])
 
     def state(self, index: int, spec) -> dict:
         optimizer = self.optimizer

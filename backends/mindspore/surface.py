@@ -1,0 +1,98 @@
+"""torch's optimizer surface on the MindSpore optimizers ``uo.build`` returns
+(:mod:`unified_opt.param_groups`): ``param_groups`` and ``defaults`` beside the Cell's
+own ``learning_rate``, ``get_lr()`` and ``opt(grads)``.
+
+A MindSpore optimizer runs where Python calls it (PyNative: ``opt(grads)``, a PyNative
+``TrainOneStepCell`` or ``Model.train``) or compiled into a graph (GRAPH_MODE, an
+``@ms.jit`` step), where Python does not run at each step and the step reads only its
+Parameters. So:
+
+* a write of ``"lr"`` into a group is carried into the optimizer's ``learning_rate``
+  Parameter when the spec's lr is constant and one lr serves every group (one group,
+  or groups without factors of their own): every form of the step then reads it, as
+  float32 (MindSpore holds its lr in float32); the own path's Python step uses the
+  written value itself, in double precision, as torch's optimizers do;
+* where it cannot be carried there (per-group lrs, a hyperparameter written into a
+  group of the own path), only a step Python runs reads it: the write is refused in
+  GRAPH_MODE, and accepted in PyNative, where a step compiled by ``@ms.jit`` would still
+  not read it (it reads Parameters only): build a new optimizer there;
+* a spec whose lr is a schedule sets every step's lr: a write of ``"lr"`` is refused;
+* a native class reads every other hyperparameter when it is built: writing one is
+  refused (naming ``path="own"``).
+"""
+
+from __future__ import annotations
+
+import mindspore as ms
+import numpy as np
+
+from unified_opt.param_groups import GroupSurface
+from unified_opt.schedules import Schedule
+
+
+def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
+    """Give ``optimizer`` its :class:`~unified_opt.param_groups.GroupSurface`
+    (``native``: the native class's qualified name, None on the own path)."""
+    surface = GroupSurface(type(optimizer).__name__, plans, params, float(spec.lr_at(0)),
+                           native=native,
+                           on_write=lambda g, key, value: _carry(optimizer, spec, g, key,
+                                                                 value))
+    object.__setattr__(optimizer, "_uo_surface", surface)
+    object.__setattr__(optimizer, "param_groups", surface.groups)
+    object.__setattr__(optimizer, "defaults", surface.defaults(spec))
+    return surface
+
+
+def _carry(optimizer, spec, g: int, key: str, value) -> None:
+    """Carry an accepted write where the step reads it, or refuse it (see the module)."""
+    surface: GroupSurface = optimizer._uo_surface
+    where = f"param_groups[{g}][{key!r}]"
+    if key == "lr" and isinstance(spec.lr, Schedule):
+        raise ValueError(f"{surface.owner}: {where} = {value!r}: the spec's lr is a schedule "
+                         f"({type(spec.lr).__name__}), which sets every step's lr; build "
+                         "with a constant lr to drive it from param_groups (uo.lr_scheduler)")
+    parameter = _one_lr_parameter(optimizer, surface)
+    if key == "lr" and parameter is not None:
+        parameter.set_data(ms.Tensor(np.full(parameter.shape, value, dtype=np.float32)))
+        if surface.native is None:       # the lr the own step now reads from the Parameter
+            surface.follow_native(optimizer.next_lr())
+        return
+    if surface.native is not None:
+        raise ValueError(f"{surface.owner}: {where} = {value!r}: {surface.native} holds one "
+                         "lr Parameter for every group, and these groups' lrs differ; build "
+                         "the own path, whose step takes each group's lr as written: "
+                         "uo.build(spec, params, path='own')")
+    if ms.get_context("mode") == ms.GRAPH_MODE:
+        raise ValueError(f"{surface.owner}: {where} = {value!r}: in GRAPH_MODE the compiled "
+                         "step reads only the optimizer's Parameters, and this value has no "
+                         "Parameter to go to (only an lr shared by every group does); build "
+                         "a new optimizer with it, or run the step in PyNative mode")
+
+
+def _one_lr_parameter(optimizer, surface: GroupSurface):
+    """The ``learning_rate`` Parameter one lr of every group is carried into, None where
+    there is none (a scheduled or per-group lr, groups with factors)."""
+    if any(plan.lr_scale != 1.0 or plan.fixed_lr is not None for plan in surface.plans):
+        return None
+    if getattr(optimizer, "dynamic_lr", False) or getattr(optimizer, "is_group_lr", False):
+        return None
+    parameter = getattr(optimizer, "learning_rate", None)
+    return parameter if isinstance(parameter, ms.Parameter) else None
+
+
+def check_native_lrs(optimizer) -> None:
+    """Before a native class's step that Python runs: every group's lr is the one its
+    ``learning_rate`` Parameter holds (a loop writing the groups one by one carries
+    each value there; the groups must agree once it is done)."""
+    surface: GroupSurface = optimizer._uo_surface
+    surface.check_groups()
+    parameter = _one_lr_parameter(optimizer, surface)
+    if parameter is None:
+        return
+    held = float(parameter.asnumpy().reshape(-1)[0])
+    lrs = [group["lr"] for group in surface.groups]
+    if any(np.float32(lr) != np.float32(held) for lr in lrs):
+        raise ValueError(f"{surface.owner}: param_groups hold lrs {lrs}, but "
+                         f"{surface.native} runs every group at its one learning_rate "
+                         f"({held}); build the own path, whose step takes each group's lr "
+                         "as written: uo.build(spec, params, path='own')")

@@ -1,0 +1,72 @@
+"""torch's optimizer surface on the Paddle optimizers ``uo.build`` returns
+(:mod:`unified_opt.param_groups`): ``param_groups``, ``defaults`` and
+``step(closure=None)`` beside Paddle's own ``clear_grad``, ``set_lr``, ``get_lr`` and
+``set_state_dict``.
+
+Paddle's lr and the groups' lrs are kept in step. ``set_lr`` or an ``LRScheduler``
+(Paddle's own, or the one ``uo.build`` made for a scheduled spec lr) changes Paddle's
+lr, and each group then follows it (its factor applied); a write into a group's
+``"lr"`` is used at the next step and, where the first group has no factor of its own,
+becomes Paddle's lr too (``set_lr``), so ``get_lr()`` reports it. Both at once are
+refused (:meth:`unified_opt.param_groups.GroupSurface.lrs`).
+
+A native class (``paddle.optimizer.AdamW``, ...) runs at Paddle's one lr times each
+group's factor: a write into the groups is taken where one Paddle lr gives every group
+its written value exactly, and is refused otherwise (naming ``path="own"``, whose step
+takes each group's lr as written), as is any other hyperparameter written there.
+"""
+
+from __future__ import annotations
+
+from paddle.optimizer.lr import LRScheduler
+
+from unified_opt.param_groups import GroupSurface
+
+
+def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
+    """Give ``optimizer`` its :class:`~unified_opt.param_groups.GroupSurface`
+    (``native``: the native class's qualified name, None on the own path)."""
+    surface = GroupSurface(type(optimizer).__name__, plans, params,
+                           float(optimizer.get_lr()), native=native)
+    optimizer.__dict__["_uo_surface"] = surface
+    optimizer.__dict__["param_groups"] = surface.groups
+    optimizer.__dict__["defaults"] = surface.defaults(spec)
+    return surface
+
+
+def step_lrs(optimizer) -> list[float]:
+    """Each group's lr for the step about to run (checked, before anything changes);
+    a written lr made Paddle's own lr where it can be (see the module)."""
+    surface: GroupSurface = optimizer._uo_surface
+    surface.check_groups()
+    paddle_lr = float(optimizer.get_lr())
+    lrs = surface.lrs(paddle_lr)
+    if all(plan.lr(paddle_lr) == lr for plan, lr in zip(surface.plans, lrs)):
+        return lrs                               # the groups follow Paddle's lr
+    scheduled = isinstance(optimizer._learning_rate, LRScheduler)
+    base = None if scheduled else _one_paddle_lr(surface, lrs)
+    if base is None:
+        if surface.native is not None:
+            why = ("Paddle's lr is an LRScheduler, which sets it" if scheduled else
+                   f"no one lr of {surface.native} gives them (Paddle's one lr times each "
+                   f"group's factor {[plan.lr_scale for plan in surface.plans]})")
+            raise ValueError(
+                f"{surface.owner}: param_groups hold lrs {lrs}, but {why}; build the own "
+                "path, whose step takes each group's lr as written: uo.build(spec, params, "
+                "path='own')")
+        return lrs
+    optimizer.set_lr(base)
+    surface.lrs(base)              # Paddle's lr now agrees with the groups
+    return lrs
+
+
+def _one_paddle_lr(surface: GroupSurface, lrs: list[float]) -> float | None:
+    """The Paddle lr that gives every group its lr (the first group's, where its plan
+    has no factor of its own), None where there is none."""
+    first = surface.plans[0]
+    if first.lr_scale != 1.0 or first.fixed_lr is not None:
+        return None
+    base = lrs[0]
+    if all(plan.lr(base) == lr for plan, lr in zip(surface.plans, lrs)):
+        return base
+    return None

@@ -1,0 +1,367 @@
+"""``param_groups`` on every optimizer ``uo.build`` makes, and torch-style group dicts.
+
+torch's optimizers keep their hyperparameters in ``optimizer.param_groups``, a list of
+dicts, and read them at every step: a scheduler or a hand-written loop
+(``for g in opt.param_groups: g["lr"] = lr``) changes the next step. The optimizers
+``uo.build`` returns keep that surface on torch, Paddle and MindSpore, on the native
+classes and on the own path:
+
+* each group is a dict with ``"params"``, ``"lr"`` (the lr of the next step) and the
+  spec's hyperparameters under the spec's field names (``weight_decay``, ``betas``,
+  ``eps``, ``momentum``, ...): every field but the lr and those that are one per
+  optimizer (:data:`PER_OPTIMIZER`: the gradient pre-step, the state dtype, the name
+  rules);
+* the groups are the parameters that share a plan (:mod:`unified_opt.groups`): one per
+  ``uo.Group`` rule or group dict, one for the rest, split further where a spec's own
+  name rule (``no_decay_names``) gives some parameters another weight decay;
+* a value written into a group is read at the next step. The own path runs the step of
+  the spec with the written values (``spec.replace``, validated as the spec's
+  constructor validates, the error naming ``param_groups[g][key]``); a value that
+  would change the state's layout (``amsgrad``, a factored moment's options) is refused.
+  A native class reads its hyperparameters when it is built: there only ``lr`` may be
+  written, and any other change is refused, naming the key and ``path="own"``, whose
+  step reads them all;
+* other keys (a scheduler's ``initial_lr``, a user's own bookkeeping) are kept and not
+  read, as torch keeps them; a key torch's optimizers read that the spec does not have
+  (:data:`TORCH_HYPERPARAMETERS`, e.g. ``momentum`` on Adam) is refused, since a script
+  writing it expects an effect.
+
+The lr has two writers on Paddle and MindSpore: the framework's own (Paddle's
+``set_lr`` and ``LRScheduler``, MindSpore's ``learning_rate`` and the spec's schedule)
+and the groups. At each step the one that changed since the last step is used; when
+both changed, the step is refused (:meth:`GroupSurface.lrs`).
+
+``uo.build(spec, [{"params": [...], "lr": 0.1, "weight_decay": 0.0}, ...])`` takes
+group dicts of any framework's parameters (:func:`plans_of_group_dicts`): torch's keys
+(an absolute ``lr``, any of the spec's hyperparameters) and Paddle's
+``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+from . import _validation as v
+from .groups import NAME_RULES, ParameterPlan, _check_name_rules
+from .schedules import Schedule
+
+#: spec fields that are one per optimizer, not per group: the gradient pre-step (a
+#: global-norm clip spans every group), the state dtype and the name rules
+PER_OPTIMIZER = ("grad_clip", "loss_scale", "skip_nonfinite", "grad_centralization",
+                 "state_dtype", *NAME_RULES)
+
+#: hyperparameter names of torch's optimizers: written into a group of a spec without
+#: that field, the value would not be read (see the module)
+TORCH_HYPERPARAMETERS = frozenset({
+    "weight_decay", "momentum", "dampening", "nesterov", "betas", "eps", "amsgrad",
+    "maximize", "foreach", "fused", "capturable", "differentiable", "decoupled_weight_decay",
+    "momentum_decay", "lr_decay", "initial_accumulator_value", "rho", "alpha", "centered",
+    "lambd", "t0", "etas", "step_sizes", "beta1", "beta2", "beta3", "eps2", "d",
+    "clip_threshold", "scale_parameter", "relative_step", "warmup_init"})
+
+#: Paddle's group key: a factor on the optimizer's lr
+PADDLE_LR_FACTOR = "learning_rate"
+
+
+def group_hyperparameters(spec) -> dict[str, Any]:
+    """The spec's values a param group holds (see the module), by field name; a field
+    holding a schedule (a weight-decay schedule) is the spec's to set at every step, and
+    is not held."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)
+            if f.name != "lr" and f.name not in PER_OPTIMIZER
+            and not isinstance(getattr(spec, f.name), Schedule)}
+
+
+def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
+    """Indices of the parameters of each param group: equal plan spec, lr factor and
+    fixed lr, in order of first appearance (specs compared with ``==``)."""
+    parts: list[tuple[tuple, list[int]]] = []
+    for i, plan in enumerate(plans):
+        key = (plan.spec, plan.lr_scale, plan.fixed_lr)
+        for seen, indices in parts:
+            if seen == key:
+                indices.append(i)
+                break
+        else:
+            parts.append((key, [i]))
+    return [indices for _, indices in parts]
+
+
+# -- group dicts given to uo.build ---------------------------------------------------
+
+def is_group_dicts(params: Any) -> bool:
+    """Whether ``params`` is a list or tuple of group dicts (torch's and Paddle's form)."""
+    return (isinstance(params, (list, tuple)) and bool(params)
+            and all(isinstance(g, Mapping) for g in params))
+
+
+def flatten_group_dicts(groups: Sequence[Mapping], caller: str) -> list[list]:
+    """Each group's parameters (its ``"params"``: a list, a tuple, a generator or a
+    single parameter), checked to be given."""
+    members = []
+    for g, group in enumerate(groups):
+        if "params" not in group:
+            raise ValueError(f"{caller}: params[{g}] is a group dict without 'params' "
+                             f"(keys: {sorted(group, key=str)})")
+        items = group["params"]
+        if isinstance(items, (str, bytes, Mapping)):
+            raise TypeError(f"{caller}: params[{g}]['params'] must be parameters, got "
+                            f"{type(items).__name__}")
+        items = list(items) if hasattr(items, "__iter__") and not hasattr(items, "shape") \
+            else [items]
+        if not items:
+            raise ValueError(f"{caller}: params[{g}]['params'] is empty")
+        members.append(items)
+    return members
+
+
+def plans_of_group_dicts(spec, groups: Sequence[Mapping], names: Sequence[Sequence[str]],
+                         caller: str = "build") -> list[ParameterPlan]:
+    """One plan per parameter of the group dicts ``groups`` (``names``: each group's
+    parameter names, for the spec's own name rules), in order.
+
+    A group's keys: ``params``; ``lr`` (an absolute lr: only with a constant spec lr);
+    ``learning_rate`` (Paddle's factor on the optimizer's lr); any of the spec's
+    hyperparameters (:func:`group_hyperparameters`), validated as the spec validates
+    them. A group that sets ``weight_decay`` replaces the spec's ``no_decay_names`` for
+    its parameters, as a ``uo.Group`` does. Anything else is a ValueError naming it."""
+    allowed = set(group_hyperparameters(spec))
+    plans = []
+    for g, (group, group_names) in enumerate(zip(groups, names)):
+        where = f"params[{g}]"
+        unknown = sorted(set(group) - allowed - {"params", "lr", PADDLE_LR_FACTOR}, key=str)
+        if unknown:
+            raise ValueError(f"{caller}: {where} has {unknown}, which {type(spec).__name__} "
+                             f"has no field for; a group may hold 'params', 'lr', "
+                             f"'{PADDLE_LR_FACTOR}' (Paddle's lr factor) and "
+                             f"{sorted(allowed)}")
+        if "lr" in group and PADDLE_LR_FACTOR in group:
+            raise ValueError(f"{caller}: {where} gives both 'lr' (torch's absolute lr) and "
+                             f"'{PADDLE_LR_FACTOR}' (Paddle's factor); give one")
+        fixed_lr = scale = None
+        if "lr" in group:
+            if isinstance(spec.lr, Schedule):
+                raise ValueError(f"{caller}: {where} sets lr={group['lr']!r}, but the spec's "
+                                 "lr is a schedule; give the group a factor "
+                                 f"('{PADDLE_LR_FACTOR}': ...) or drive every group's lr "
+                                 "with uo.lr_scheduler")
+            fixed_lr = v.check_range(caller, f"{where}['lr']", group["lr"], low=0.0)
+        if PADDLE_LR_FACTOR in group:
+            scale = v.check_range(caller, f"{where}['{PADDLE_LR_FACTOR}']",
+                                  group[PADDLE_LR_FACTOR], low=0.0)
+        changes = {k: group[k] for k in group if k in allowed}
+        if "weight_decay" in changes and hasattr(spec, "no_decay_names"):
+            changes["no_decay_names"] = ()
+        group_spec = replaced(spec, changes, caller, where) if changes else spec
+        for name in group_names:
+            plans.append(ParameterPlan(name, group_spec.for_parameter(name),
+                                       1.0 if scale is None else scale, fixed_lr, g))
+    _check_name_rules(spec, [n for group_names in names for n in group_names], caller)
+    return plans
+
+
+def replaced(spec, changes: Mapping[str, Any], caller: str, where: str):
+    """``spec.replace(**changes)``, its validation error naming ``where``."""
+    try:
+        return spec.replace(**changes)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{caller}: {where}: {error}") from None
+
+
+# -- the surface of a built optimizer ----------------------------------------------------
+
+class ParamGroup(dict):
+    """One param group of an optimizer ``uo.build`` made on Paddle or MindSpore: a dict
+    (torch's form) whose writes are checked when they are made (:meth:`GroupSurface.
+    check_write`), so a value the step could not honour raises at the write, before any
+    step runs."""
+
+    def __init__(self, data: Mapping, check: Callable[[str, Any], None]):
+        super().__init__(data)
+        self._check = check
+
+    def __setitem__(self, key, value) -> None:
+        self._check(key, value)
+        super().__setitem__(key, value)
+
+    def update(self, *args, **kwargs) -> None:     # dict.update would skip the check
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def setdefault(self, key, default=None):
+        if key not in self:
+            self[key] = default
+        return dict.__getitem__(self, key)
+
+    def __delitem__(self, key) -> None:
+        self._check(key, _DELETED)
+        super().__delitem__(key)
+
+    def pop(self, key, *default):
+        if key in self:
+            self._check(key, _DELETED)
+        return super().pop(key, *default)
+
+    def __reduce__(self):                          # copies are plain dicts
+        return (dict, (dict(self),))
+
+
+_DELETED = object()
+
+
+class GroupSurface:
+    """The ``param_groups`` of one optimizer and what its step reads from them.
+
+    ``plans``: one per parameter; ``params``: the parameters; ``lr``: the optimizer's
+    lr at build (before group factors); ``native``: the native class's qualified name,
+    None on the own path (a native class may vary the lr only); ``checked``: make the
+    groups :class:`ParamGroup` (writes checked when made) rather than plain dicts."""
+
+    def __init__(self, owner: str, plans: Sequence[ParameterPlan], params: Sequence,
+                 lr: float, native: str | None = None, checked: bool = True,
+                 on_write: Callable[[int, str, Any], None] | None = None):
+        self.owner = owner
+        self.native = native
+        #: called with each write :meth:`check_write` accepted, before it is made: a
+        #: framework that must carry it elsewhere (MindSpore's lr Parameter) does so, or
+        #: refuses it
+        self.on_write = on_write
+        self.members = partition_plans(plans)
+        self.plans = [plans[indices[0]] for indices in self.members]
+        self.group_of = [0] * len(plans)
+        for g, indices in enumerate(self.members):
+            for i in indices:
+                self.group_of[i] = g
+        self.exposed = [group_hyperparameters(plan.spec) for plan in self.plans]
+        self.groups: list[dict] = []
+        for g, (indices, plan) in enumerate(zip(self.members, self.plans)):
+            data = {"params": [params[i] for i in indices], "lr": plan.lr(lr),
+                    **self.exposed[g]}
+            self.groups.append(ParamGroup(data, self._checker(g)) if checked else data)
+        self._native_lr = lr
+        self._lr_seen = [group["lr"] for group in self.groups]
+        self._specs: dict[int, tuple[tuple, Any]] = {}
+
+    def defaults(self, spec) -> dict[str, Any]:
+        """``optimizer.defaults``: the spec's lr (a schedule's first value) and
+        hyperparameters, as torch's optimizers hold their constructor's."""
+        return {"lr": spec.lr_at(0), **group_hyperparameters(spec)}
+
+    def _checker(self, g: int) -> Callable[[str, Any], None]:
+        return lambda key, value: self.check_write(g, key, value)
+
+    # -- writes -----------------------------------------------------------------------
+    def check_write(self, g: int, key: Any, value: Any) -> None:
+        """Refuse a write the step could not honour (see the module), naming it."""
+        where = f"param_groups[{g}][{key!r}]"
+        if key == "params":
+            raise ValueError(f"{self.owner}: {where} cannot be replaced or removed: each "
+                             "parameter's state and plan are made when the optimizer is "
+                             "built")
+        if value is _DELETED:
+            if key == "lr" or key in self.exposed[g]:
+                raise ValueError(f"{self.owner}: {where} cannot be removed: the step reads it")
+            return
+        if key == "lr":
+            value = v.check_range(self.owner, where, value, low=0.0)
+            if self.on_write is not None:
+                self.on_write(g, key, value)
+            return
+        if key in self.exposed[g]:
+            if self.native is not None and _differs(value, self.exposed[g][key]):
+                raise ValueError(self._native_refusal(where, value))
+            if self.native is None:
+                self._step_spec(g, {**self._written(g), key: value})
+                if self.on_write is not None and _differs(value, self.exposed[g][key]):
+                    self.on_write(g, key, value)
+            return
+        if isinstance(getattr(self.plans[g].spec, key, None), Schedule):
+            raise ValueError(f"{self.owner}: {where} = {value!r}: the spec's {key} is a "
+                             "schedule, which sets it at every step")
+        if key in TORCH_HYPERPARAMETERS or key == PADDLE_LR_FACTOR:
+            raise ValueError(f"{self.owner}: {where} = {value!r} would not be read: "
+                             f"{type(self.plans[g].spec).__name__} has no {key!r}; its "
+                             f"hyperparameters are {sorted(self.exposed[g])}")
+
+    def _native_refusal(self, where: str, value: Any) -> str:
+        return (f"{self.owner}: {where} = {value!r}: {self.native} reads its "
+                "hyperparameters when it is built, so a value written into param_groups "
+                "later would not be used; build the own path, whose step reads every "
+                "group value: uo.build(spec, params, path='own')")
+
+    def _written(self, g: int) -> dict[str, Any]:
+        group, exposed = self.groups[g], self.exposed[g]
+        return {k: group[k] for k in exposed if k in group and _differs(group[k], exposed[k])}
+
+    # -- what a step reads ------------------------------------------------------------
+    def check_groups(self) -> None:
+        """At the step (plain dicts, e.g. torch's, are checked only here): every group
+        still holds its keys, and a native class's hyperparameters are unchanged."""
+        for g, group in enumerate(self.groups):
+            missing = sorted(k for k in ("params", "lr", *self.exposed[g]) if k not in group)
+            if missing:
+                raise ValueError(f"{self.owner}: param_groups[{g}] lost {missing}; the step "
+                                 "reads them")
+            for key, value in self._written(g).items():
+                self.check_write(g, key, value)
+            for key in group.keys() & (TORCH_HYPERPARAMETERS - set(self.exposed[g])):
+                self.check_write(g, key, group[key])
+
+    def step_spec(self, g: int):
+        """The plan spec of group ``g`` with the values written into its dict."""
+        return self._step_spec(g, self._written(g))
+
+    def _step_spec(self, g: int, written: Mapping[str, Any]):
+        base = self.plans[g].spec
+        if not written:
+            return base
+        key = tuple(sorted(written.items(), key=lambda kv: kv[0]))
+        cached = self._specs.get(g)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        changes = dict(written)
+        if "weight_decay" in changes and hasattr(base, "no_decay_names"):
+            changes["no_decay_names"] = ()
+        spec = replaced(base, changes, self.owner, f"param_groups[{g}]")
+        if spec.state_names() != base.state_names():
+            raise ValueError(f"{self.owner}: param_groups[{g}] = {dict(written)!r} changes "
+                             f"the state {type(base).__name__} keeps "
+                             f"({list(base.state_names())} -> {list(spec.state_names())}); "
+                             "build a new optimizer for that")
+        self._specs[g] = (key, spec)
+        return spec
+
+    def follow_native(self, native_lr: float) -> None:
+        """The framework's own lr is now ``native_lr`` because a group's write was
+        carried there (not a change of its own)."""
+        self._native_lr = native_lr
+
+    def lrs(self, native_lr: float) -> list[float]:
+        """Each group's lr for the step about to run, with the framework's own lr now
+        ``native_lr`` (before group factors). Where the framework's lr changed since the
+        last step, each group's lr follows it (its factor applied) and is written into
+        the group; else the groups' values are used. Both changed: a ValueError (two
+        writers of one lr), before anything changes."""
+        changed = _differs(native_lr, self._native_lr)
+        for g, group in enumerate(self.groups):
+            written = _differs(group["lr"], self._lr_seen[g])
+            if changed and written:
+                raise ValueError(
+                    f"{self.owner}: param_groups[{g}]['lr'] was set to {group['lr']!r} and "
+                    f"the optimizer's own lr changed to {native_lr!r} since the last step "
+                    "(its lr scheduler, set_lr, or the spec's lr schedule); one of them "
+                    "must drive the lr: a scheduled spec lr or a framework scheduler, or "
+                    "writes into param_groups (uo.lr_scheduler) with a constant spec lr")
+            if changed:
+                dict.__setitem__(group, "lr", self.plans[g].lr(native_lr))
+        self._native_lr = native_lr
+        self._lr_seen = [group["lr"] for group in self.groups]
+        return list(self._lr_seen)
+
+
+def _differs(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except (TypeError, ValueError):     # an array compared elementwise
+        return a is not b
