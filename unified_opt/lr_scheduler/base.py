@@ -93,6 +93,8 @@ class _Chain:
     def __init__(self) -> None:
         self.members: list[weakref.ref] = []
         self.written: list[float] | None = None
+        #: (the members (weak references) and base lrs, the per-group product they compose to)
+        self.product: tuple[tuple, list] | None = None
 
     def live(self) -> list["LRScheduler"]:
         alive = [m() for m in self.members]
@@ -273,17 +275,23 @@ class LRScheduler:
     def _product(self, members: list["LRScheduler"]) -> list:
         """Per group, the ChainedScheduler preset of ``members``: its factors are theirs,
         and its refusals say which schedulers multiply the lr."""
+        chain = chain_of(self.optimizer)
+        key = (tuple(weakref.ref(m) for m in members), tuple(self.base_lrs))
+        if chain.product is not None and chain.product[0] == key:
+            return chain.product[1]
         names = ", ".join(type(m).__name__ for m in members)
         try:
-            return [preset_for(type(self).__name__, "ChainedScheduler", base_lr=base,
-                               schedulers=[(m.preset, m._kwargs[g]) for m in members])
-                    for g, base in enumerate(self.base_lrs)]
+            product = [preset_for(type(self).__name__, "ChainedScheduler", base_lr=base,
+                                  schedulers=[(m.preset, m._kwargs[g]) for m in members])
+                       for g, base in enumerate(self.base_lrs)]
         except (TypeError, ValueError, NotImplementedError) as exc:
             raise NotComposable(
                 f"{type(self).__name__}: the optimizer is stepped by several schedulers "
                 f"({names}), whose lrs compose only where each multiplies the lr (torch's "
                 f"chainable schedulers): {exc}. Put schedulers that follow one another in a "
                 "SequentialLR, or build one schedule (uo.schedules) as the spec's lr") from exc
+        chain.product = (key, product)
+        return product
 
     def _check_untouched(self, groups: list[dict], chain: _Chain) -> None:
         if not self.recursive or chain.written is None:
