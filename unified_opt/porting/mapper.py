@@ -618,8 +618,14 @@ def _rewriter(plan: _Plan, module, positions):
                                          code, f"{plan.to}'s class of that module type"))
             return cst.parse_expression(code)
 
+        def visit_SimpleStatementLine(self, node):
+            self.rewrites_before = len(plan.rewrites)
+
         def leave_SimpleStatementLine(self, original, updated):
             if id(original) in marked:
+                # a statement not ported stays as written, inner calls included
+                del plan.rewrites[self.rewrites_before:]
+                updated = original
                 comments = [cst.EmptyLine(comment=cst.Comment(text))
                             for text in dict.fromkeys(marked[id(original)])]
                 updated = updated.with_changes(leading_lines=[*updated.leading_lines,
