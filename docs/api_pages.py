@@ -140,8 +140,21 @@ def exists(name: str) -> bool:
         return importlib.util.find_spec(full) is not None if "." in full else False
 
 
-def summary(obj: Any) -> str:
-    """The docstring's first sentence as plain text (roles reduced to literals)."""
+def attribute_comment(name: str) -> str:
+    """The ``#:`` comment above a module-level constant's assignment (its documentation:
+    a constant's own ``__doc__`` is its type's)."""
+    module, _, attribute = qualified(name).rpartition(".")
+    source = inspect.getsource(importlib.import_module(module))
+    found = re.search(rf"((?:^#:.*\n)+)^{re.escape(attribute)}\b", source, re.M)
+    return " ".join(line[2:].strip() for line in found.group(1).splitlines()) if found else ""
+
+
+def summary(obj: Any, name: str = "") -> str:
+    """The docstring's first sentence as plain text (roles reduced to literals); a
+    constant's ``#:`` comment."""
+    if not (inspect.ismodule(obj) or inspect.isclass(obj) or callable(obj)):
+        first = attribute_comment(name) if name else ""
+        return first[:1].upper() + first[1:] + ("." if first and first[-1] != "." else "")
     doc = inspect.getdoc(obj) if not inspect.ismodule(obj) else (obj.__doc__ or "")
     first = (doc or "").strip().split("\n\n")[0].replace("\n", " ")
     first = re.sub(r":[a-z:]+:`~?([^`<]*?)(?: <[^>]*>)?`", r"``\1``", first)
@@ -201,7 +214,7 @@ def index() -> str:
             if not exists(name):
                 continue
             names.append(name)
-            text = summary(resolve(name))
+            text = summary(resolve(name), name)
             lines.append(f"* :doc:`{display(name)} <{display(name)}>`" +
                          (f" -- {text}" if text else ""))
         lines.append("")

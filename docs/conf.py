@@ -90,7 +90,8 @@ myst_enable_extensions = ["colon_fence"]
 # "words: text" as "type: text" (``#: world size 1: every sum ...``). The types come
 # from the annotations.
 NAPOLEON = NapoleonConfig(napoleon_google_docstring=True, napoleon_numpy_docstring=False,
-                          napoleon_use_rtype=False, napoleon_use_param=True)
+                          napoleon_use_rtype=False, napoleon_use_param=True,
+                          napoleon_use_ivar=True)
 
 # -- autodoc: the API reference from the docstrings ----------------------------------------
 autodoc_member_order = "bysource"

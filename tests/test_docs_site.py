@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,73 @@ def test_the_api_reference_has_a_page_per_public_name_with_its_math(site):
     assert "groups" in build and "Sequence" in build   # the signature, annotated
     backends = _text(site / "api" / "uo.backends.html")
     assert "Backends whose framework is installed" in backends
+
+
+def test_math_is_served_from_the_site(site):
+    """MathJax is the site's own copy (sphinx-mathjax-offline), on every page with math;
+    no page loads a script or a stylesheet from elsewhere."""
+    came = _text(site / "api" / "uo.CAME.html")
+    script = re.search(r'<script[^>]*src="([^"]*mathjax[^"]*)"', came)
+    assert script and script.group(1).startswith("../_static/mathjax/tex-chtml.js")
+    assert (site / "_static" / "mathjax" / "tex-chtml.js").stat().st_size > 500_000
+    assert (site / "_static" / "mathjax" / "output" / "chtml" / "fonts" /
+            "woff-v2").is_dir()
+    for page in site.rglob("*.html"):
+        loaded = re.findall(r'<(?:script|link)[^>]*(?:src|href)="(https?:)?//', _text(page))
+        assert not loaded, page
+
+
+def test_the_came_page_draws_its_math_in_chromium_offline(site, tmp_path):
+    """The CAME page in Chromium, every request outside the site refused: MathJax's
+    output elements are there and no raw TeX delimiter is left in the visible text."""
+    try:
+        from playwright import sync_api
+    except ImportError as error:
+        pytest.skip(f"playwright is not importable: {error}")
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("no chromium executable on PATH")
+    refused, problems = [], []
+
+    def route(route):
+        if route.request.url.startswith("file://"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.route("**/*", route)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            page.goto((site / "api" / "uo.CAME.html").as_uri())
+            page.locator("mjx-container").first.wait_for(timeout=30_000)
+            page.wait_for_function("() => window.MathJax && MathJax.startup && "
+                                   "MathJax.startup.promise", timeout=30_000)
+            page.evaluate("() => MathJax.startup.promise")
+            page.screenshot(path=str(tmp_path / "came.png"), full_page=True)
+            displayed = page.locator('mjx-container[display="true"]').count()
+            inline = page.locator("mjx-container:not([display])").count()
+            text = page.inner_text("article")
+            # a wide display equation scrolls inside the article, not past it
+            overflow = page.evaluate(
+                "() => getComputedStyle(document.querySelector('div.math')).overflowX")
+        finally:
+            browser.close()
+    assert (tmp_path / "came.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert displayed >= 1 and inline >= 5, (displayed, inline)
+    assert "\\[" not in text and "\\begin{split}" not in text and "\\frac" not in text
+    assert overflow == "auto"
+    assert refused == [] and problems == []
+
+
+def test_the_sidebar_lists_each_page_once(site):
+    sidebar = _text(site / "index.html").split('class="sidebar-tree"', 1)[1]
+    sidebar = sidebar.split("<article", 1)[0]
+    links = re.findall(r'class="reference internal" href="([^"#]+)"', sidebar)
+    assert len(links) == len(set(links)) and "install.html" in links, links
 
 
 def test_the_plots_page_shows_the_pictures(site):
