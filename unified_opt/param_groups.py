@@ -303,6 +303,7 @@ class GroupSurface:
             if missing:
                 raise ValueError(f"{self.owner}: param_groups[{g}] lost {missing}; the step "
                                  "reads them")
+            v.check_range(self.owner, f"param_groups[{g}]['lr']", group["lr"], low=0.0)
             for key, value in self._written(g).items():
                 self.check_write(g, key, value)
             for key in group.keys() & (TORCH_HYPERPARAMETERS - set(self.exposed[g])):

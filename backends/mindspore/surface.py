@@ -53,7 +53,7 @@ def _carry(optimizer, spec, g: int, key: str, value) -> None:
                          "with a constant lr to drive it from param_groups (uo.lr_scheduler)")
     parameter = _one_lr_parameter(optimizer, surface)
     if key == "lr" and parameter is not None:
-        parameter.set_data(ms.Tensor(np.full(parameter.shape, value, dtype=np.float32)))
+        _assign(parameter, value)
         if surface.native is None:       # the lr the own step now reads from the Parameter
             surface.follow_native(optimizer.next_lr())
         return
@@ -67,6 +67,19 @@ def _carry(optimizer, spec, g: int, key: str, value) -> None:
                          "step reads only the optimizer's Parameters, and this value has no "
                          "Parameter to go to (only an lr shared by every group does); build "
                          "a new optimizer with it, or run the step in PyNative mode")
+
+
+def _assign(parameter, value: float) -> None:
+    """``parameter`` holds ``value`` (float32) in place: a compiled step (a class's
+    ``@jit`` construct, a graph) keeps the Parameter's memory, not a new tensor that
+    ``set_data`` would put there."""
+    from .kernels import host_view
+
+    view = host_view(parameter)
+    if view is not None:
+        view[...] = np.float32(value)
+    else:
+        ms.ops.assign(parameter, ms.Tensor(np.full(parameter.shape, value, dtype=np.float32)))
 
 
 def _one_lr_parameter(optimizer, surface: GroupSurface):

@@ -1,0 +1,270 @@
+"""The one optimizer surface (``unified_opt.param_groups``) on every backend and path:
+``param_groups`` values written before a step are the ones that step uses, bit for bit
+the same as the spec that schedules them (whose numbers the conformance suite proves
+against the oracle); group dicts in ``uo.build``; what a path cannot honour refused,
+naming the key, before anything changes.
+
+Each framework runs in this process (conftest imports MindSpore first).
+"""
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import unified_opt as uo
+
+BACKENDS = [b for b in ("torch", "paddle", "mindspore") if importlib.util.find_spec(b)]
+SHAPES = {"w": (5, 4), "b": (4,)}
+STEPS = 12
+LRS = [0.1, 0.05, 0.05, 0.2, 0.01, 0.3, 0.3, 0.07, 0.11, 0.02, 0.4, 0.09]
+DECAYS = [0.01, 0.01, 0.2, 0.0, 0.05, 0.05, 0.3, 0.1, 0.0, 0.02, 0.02, 0.15]
+
+
+def _init():
+    rng = np.random.default_rng(0)
+    return {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
+
+
+def _grads(t):
+    rng = np.random.default_rng(100 + t)
+    return {n: rng.standard_normal(s).astype(np.float32) for n, s in SHAPES.items()}
+
+
+class Model:
+    """Named float32 parameters of ``backend`` and a step that feeds them gradients."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        init = _init()
+        if backend == "torch":
+            import torch
+
+            self.params = {n: torch.nn.Parameter(torch.tensor(a)) for n, a in init.items()}
+        elif backend == "paddle":
+            import paddle
+
+            self.params = {}
+            for n, a in init.items():
+                p = paddle.create_parameter(list(a.shape), "float32")
+                p.set_value(a)
+                self.params[n] = p
+        else:
+            import mindspore as ms
+
+            self.params = {n: ms.Parameter(ms.Tensor(a), name=n) for n, a in init.items()}
+
+    def step(self, opt, t):
+        grads = _grads(t)
+        if self.backend == "torch":
+            import torch
+
+            for n, p in self.params.items():
+                p.grad = torch.tensor(grads[n])
+            opt.step()
+        elif self.backend == "paddle":
+            import paddle
+
+            for n, p in self.params.items():
+                p.grad = paddle.to_tensor(grads[n])
+            opt.step()
+            opt.clear_grad()
+        else:
+            import mindspore as ms
+
+            opt(tuple(ms.Tensor(grads[n]) for n in self.params))
+
+    def values(self):
+        return {n: np.array(p.detach().numpy() if self.backend == "torch" else
+                            p.numpy() if self.backend == "paddle" else p.asnumpy())
+                for n, p in self.params.items()}
+
+
+def _paths(backend, spec):
+    decision = uo.explain(spec, backend)
+    return ["own"] + (["native"] if decision.alternative or decision.path == "native"
+                      else [])
+
+
+def _build(spec, model, path, **options):
+    return uo.build(spec, list(model.params.items()), path=path, options=options or None)
+
+
+def _scheduled(values):
+    return uo.schedules.Lambda(fn=lambda t: values[min(t, len(values) - 1)])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_an_lr_written_into_param_groups_is_the_next_steps_lr(backend, path):
+    spec = uo.SGD(lr=LRS[0], momentum=0.9, weight_decay=1e-3)
+    if path not in _paths(backend, spec):
+        pytest.skip(f"no native class for {spec} on {backend}")
+    written, model = Model(backend), Model(backend)
+    opt = _build(spec, written, path)
+    options = {"total_steps": STEPS} if backend == "mindspore" else {}
+    scheduled = _build(spec.replace(lr=_scheduled(LRS)), model, path, **options)
+    sched = uo.native_scheduler(scheduled)
+    for t in range(STEPS):
+        for group in opt.param_groups:
+            group["lr"] = LRS[t]
+        written.step(opt, t)
+        model.step(scheduled, t)
+        if sched is not None:
+            sched.step()
+    for name, value in written.values().items():
+        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+    assert not np.array_equal(written.values()["w"], _init()["w"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_weight_decay_written_into_param_groups_is_the_next_steps(backend):
+    spec = uo.AdamW(lr=0.05, weight_decay=DECAYS[0])
+    written, model = Model(backend), Model(backend)
+    opt = _build(spec, written, "own")
+    scheduled = _build(spec.replace(weight_decay=_scheduled(DECAYS)), model, "own")
+    for t in range(STEPS):
+        opt.param_groups[0]["weight_decay"] = DECAYS[t]
+        written.step(opt, t)
+        model.step(scheduled, t)
+    for name, value in written.values().items():
+        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_betas_written_before_a_step_are_that_steps(backend):
+    written, model = Model(backend), Model(backend)
+    opt = _build(uo.Adam(lr=0.05), written, "own")
+    built = _build(uo.Adam(lr=0.05, betas=(0.5, 0.9)), model, "own")
+    opt.param_groups[0]["betas"] = (0.5, 0.9)
+    for t in range(4):
+        written.step(opt, t)
+        model.step(built, t)
+    for name, value in written.values().items():
+        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_dicts_build_what_the_equivalent_rules_build(backend):
+    spec = uo.AdamW(lr=0.05, weight_decay=0.1)
+    dicts, rules = Model(backend), Model(backend)
+    opt = uo.build(spec, [{"params": [dicts.params["w"]]},
+                          {"params": [dicts.params["b"]], "weight_decay": 0.0, "lr": 0.02}])
+    built = uo.build(spec, list(rules.params.items()),
+                     groups=[uo.Group(match="b", weight_decay=0.0, lr=0.02)])
+    assert [(g["lr"], g["weight_decay"]) for g in opt.param_groups] == [(0.05, 0.1),
+                                                                      (0.02, 0.0)]
+    if backend != "torch":      # (torch's own class keeps its constructor's defaults)
+        assert opt.defaults["lr"] == 0.05 and opt.defaults["betas"] == (0.9, 0.999)
+    for t in range(4):
+        dicts.step(opt, t)
+        rules.step(built, t)
+    for name, value in dicts.values().items():
+        np.testing.assert_array_equal(value, rules.values()[name], err_msg=name)
+
+
+WRONG_WRITES = [("momentum", 0.9, ValueError, r"param_groups\[0\]\['momentum'\].*no 'momentum'"),
+                ("betas", (1.5, 0.9), ValueError, r"param_groups\[0\].*betas"),
+                ("amsgrad", True, ValueError, "changes the state"),
+                ("lr", -1.0, ValueError, r"param_groups\[0\]\['lr'\]"),
+                ("lr", "0.1", TypeError, r"param_groups\[0\]\['lr'\]")]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_writes_a_path_cannot_honour_are_refused_naming_the_key(backend):
+    """Paddle's and MindSpore's groups refuse at the write; torch's own dicts (torch's
+    Optimizer makes them) at the next step, before it changes anything."""
+    model = Model(backend)
+    opt = _build(uo.AdamW(lr=0.05), model, "own")
+    group = opt.param_groups[0]
+    before = model.values()
+    for key, value, error, message in WRONG_WRITES:
+        kept = dict(group)
+        with pytest.raises(error, match=message):
+            group[key] = value
+            model.step(opt, 0)
+        dict.clear(group)
+        dict.update(group, kept)
+        for name, array in model.values().items():
+            np.testing.assert_array_equal(array, before[name])
+    if backend != "torch":
+        with pytest.raises(ValueError, match="cannot be replaced"):
+            group["params"] = []
+    group["initial_lr"] = 0.05          # a scheduler's key: kept, not read
+    model.step(opt, 0)
+    assert not np.array_equal(model.values()["w"], before["w"])
+
+
+@pytest.mark.parametrize("backend", ["paddle", "mindspore"])
+def test_a_native_class_refuses_a_hyperparameter_written_after_it_was_built(backend):
+    if backend not in BACKENDS:
+        pytest.skip(f"{backend} is not installed")
+    spec = uo.SGD(lr=0.1, momentum=0.9)
+    model = Model(backend)
+    opt = _build(spec, model, "native")
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['momentum'\].*path='own'"):
+        opt.param_groups[0]["momentum"] = 0.5
+    opt.param_groups[0]["momentum"] = 0.9           # the value it has: nothing changes
+
+
+def test_paddle_lr_writers_agree_and_a_clash_is_refused():
+    if "paddle" not in BACKENDS:
+        pytest.skip("paddle is not installed")
+    model = Model("paddle")
+    opt = _build(uo.SGD(lr=0.1), model, "own")
+    opt.param_groups[0]["lr"] = 0.05
+    model.step(opt, 0)
+    assert opt.get_lr() == 0.05                     # the write became Paddle's lr
+    opt.set_lr(0.02)
+    model.step(opt, 1)
+    assert opt.param_groups[0]["lr"] == 0.02        # and Paddle's lr the group's
+    opt.set_lr(0.03)
+    opt.param_groups[0]["lr"] = 0.04
+    before = model.values()
+    with pytest.raises(ValueError, match="one of them must drive the lr"):
+        model.step(opt, 2)
+    for name, value in model.values().items():
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_paddle_group_factor_form_and_closure():
+    if "paddle" not in BACKENDS:
+        pytest.skip("paddle is not installed")
+    import paddle
+
+    model = Model("paddle")
+    opt = uo.build(uo.SGD(lr=0.1), [{"params": [model.params["w"]]},
+                                    {"params": [model.params["b"]], "learning_rate": 0.5}])
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.05]
+    before = model.values()
+
+    def closure():
+        loss = (model.params["w"] * model.params["w"]).sum() + model.params["b"].sum()
+        loss.backward()
+        return loss
+
+    loss = opt.step(closure)
+    assert float(loss) == pytest.approx(float((before["w"] ** 2).sum() + before["b"].sum()),
+                                        rel=1e-6)
+    w = model.values()["w"]
+    np.testing.assert_array_equal(w, (before["w"] - np.float32(0.1) * (2 * before["w"]))
+                                  .astype(np.float32))
+    assert isinstance(opt.param_groups[0], dict) and paddle.is_tensor(model.params["w"])
+
+
+def test_mindspore_graph_mode_refuses_what_only_python_reads():
+    if "mindspore" not in BACKENDS:
+        pytest.skip("mindspore is not installed")
+    import mindspore as ms
+
+    model = Model("mindspore")
+    opt = _build(uo.AdamW(lr=0.05), model, "own")
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(ValueError, match="GRAPH_MODE"):
+            opt.param_groups[0]["weight_decay"] = 0.5
+        opt.param_groups[0]["lr"] = 0.02            # carried into learning_rate
+    finally:
+        ms.set_context(mode=mode)
+    assert float(opt.learning_rate.asnumpy()) == np.float32(0.02)
