@@ -33,6 +33,13 @@ Facts relied on (MindSpore 2.10):
   lr where it rounds to the same float32, else the shortest decimal rounding to them.
   ``SequentialLR`` and ``CyclicLR`` are not read (their attributes are rewritten in
   float32 at construction), nor ``ReduceLROnPlateau`` (metric-driven).
+* The live lr of the next step: an ``nn`` optimizer's schedule Cell called at
+  ``global_step`` (a per-step list is such a Cell, ``_IteratorLearningRate``;
+  ``get_lr()`` is not called, as it advances ``global_step``), an ``experimental``
+  group's float32 ``lr`` Parameter. Both are float32: checked against the schedule
+  read at the position within :data:`unified_opt.porting.live.LR_RTOL_FLOAT32` (the
+  Cells' closed forms) or :data:`~unified_opt.porting.live.LR_RTOL_FLOAT32_PER_STEP`
+  a step (the experimental schedulers' recursive forms, rounded in float32 each step).
 """
 
 from __future__ import annotations
@@ -113,6 +120,14 @@ def _read_nn(optimizer, cls, given):
     elif isinstance(lr, (list, tuple)):
         schedule = _table(lr)
         lr = schedule
+    if schedule is not None:
+        # the Cell at global_step: what the next call of the optimizer computes with
+        at = position(optimizer)
+        lr_cell = optimizer.learning_rate
+        live.check_live_lr("the optimizer (learning_rate at global_step)",
+                           _number(lr_cell(optimizer.global_step).reshape(()), float),
+                           schedule, at, 1.0, live.LR_RTOL_FLOAT32,
+                           _schedule_name(optimizer))
     if "weight_decay" in arguments and not isinstance(arguments["weight_decay"],
                                                        (int, float)):
         arguments["weight_decay"] = _cell_schedule(arguments["weight_decay"],
@@ -265,6 +280,12 @@ def _read_experimental(optimizer, cls, given, scheduler, sample_steps):
                              f"{first_lr!r}, not the constructor's {defaults['lr']!r}: "
                              "something changed it (a scheduler: pass it as lr_scheduler=)")
     spec = live.with_schedule(live.call_preset(cls, arguments), schedule)
+    if schedule is not None:
+        at = position(optimizer, scheduler)
+        for index, group in enumerate(groups):
+            scale = live.scale_of(bases[index], bases[0], f"param_groups[{index}]")
+            live.check_live_lr(f"param_groups[{index}]", _group_lr(group), schedule, at,
+                               scale, live.per_step(live.LR_RTOL_FLOAT32_PER_STEP, at), name)
     rules = []
     for index, group in enumerate(groups[1:], start=1):
         where = f"param_groups[{index}]"

@@ -30,6 +30,11 @@ Facts relied on (Paddle 3.3):
   (``base_lr`` is ``learning_rate``); ``OneCycleLR`` keeps ``phase_pct`` only as phase
   ends ``phase_pct * total_steps - 1``, read back as the shortest decimal giving the
   same ends; ``CyclicLR`` keeps ``cycle_size`` and ``step_up_pct``.
+* ``optimizer.get_lr()`` is the scheduler's ``last_lr`` (a Python float), the lr of the
+  next step before each parameter's multiplier: it is checked against the schedule
+  read at the position (:func:`unified_opt.porting.live.check_live_lr`, float64
+  tolerance per step: ``CosineAnnealingDecay`` steps a recursive form; the multiplier
+  is the same factor on both sides).
 """
 
 from __future__ import annotations
@@ -73,6 +78,10 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
         schedule, note = _schedule(scheduler, sample_steps)
         notes += note
         arguments["learning_rate"] = schedule
+        live.check_live_lr("the optimizer (get_lr())", optimizer.get_lr(), schedule,
+                           position(optimizer), 1.0,
+                           live.per_step(live.LR_RTOL_FLOAT64_PER_STEP, position(optimizer)),
+                           _scheduler_name(scheduler))
     decay_functions = {k: arguments[k] for k in ("apply_decay_param_fun",
                                                  "exclude_from_weight_decay_fn")
                        if k in arguments}

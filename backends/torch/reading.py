@@ -33,7 +33,7 @@ Facts relied on (torch 2.13):
   momentum no state at all), so its position cannot be read.
 * ``group["lr"]`` is the lr of the next ``optimizer.step()``: schedulers write it at
   their ``step()``; it is checked against the schedule read
-  (:func:`unified_opt.porting.live.check_live_lr`, float64 tolerance).
+  (:func:`unified_opt.porting.live.check_live_lr`, float64 tolerance per step).
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
         for index, group in enumerate(groups):
             live.check_live_lr(f"param_groups[{index}]", group["lr"], reading.schedule,
                                reading.position, reading.scales[index],
-                               live.LR_RTOL_FLOAT64, reading.name)
+                               live.per_step(live.LR_RTOL_FLOAT64_PER_STEP, reading.position),
+                               reading.name)
     spec = live.with_schedule(live.call_preset(cls, arguments),
                               reading.schedule if reading else None)
     given = live.parameter_names(names)
