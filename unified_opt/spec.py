@@ -17,6 +17,7 @@ from . import _validation as v
 from .clipping import Clip, clip_from_dict
 from .ops import Ops
 from .schedules import Schedule, schedule_from_dict
+from .spec_docs import document
 from .storage import STATE_DTYPES
 
 if TYPE_CHECKING:
@@ -312,7 +313,10 @@ _checked_init = v.checked_keyword_init
 
 @dataclass_transform(kw_only_default=True, frozen_default=True)
 def spec_dataclass(cls: _SpecClass) -> _SpecClass:
-    """Decorator for algorithm specs: frozen, keyword-only, argument-checked."""
+    """Decorator for algorithm specs: frozen, keyword-only, argument-checked, and
+    documented: every field in the docstring's ``Args:`` section
+    (:func:`unified_opt.spec_docs.document`)."""
     made: Any = dataclasses.dataclass(frozen=True, kw_only=True)(cls)
     made.__init__ = _checked_init(made, made.__init__)
+    made.__doc__ = document(made)
     return made

@@ -8,6 +8,11 @@ r"""Adadelta (Zeiler, 2012).
     u_t &= \rho u_{t-1} + (1-\rho)\Delta_t^2\\
     \theta_t &= \theta_{t-1} - \eta\,\Delta_t
 
+Args:
+    lr: the learning rate scaling :math:`\Delta_t`, a float >= 0 or a schedule (1.0
+        in torch and MindSpore: the paper has none).
+    rho: :math:`\rho` in [0, 1], the decay of both running averages.
+
 Differences between frameworks
 ------------------------------
 * torch, Paddle and MindSpore (``nn`` and ``experimental``) compute the same update.

@@ -51,6 +51,28 @@ An :math:`\epsilon_1` whose square is below float32's range (:math:`\epsilon_1 <
 gradients were all 0 (or, factored, near 1e-20) then gets an infinite :math:`1/\sqrt{V}`
 and NaN updates, where the float64 oracle clamps at 1e-60 and stays finite.
 
+Args:
+    lr: the step size, or with ``relative_step`` its cap; a float >= 0 or a schedule.
+    eps: :math:`(\epsilon_1, \epsilon_2)`: :math:`\epsilon_1` >= 0 regularises the
+        second moment (``None``: the machine epsilon of the dtype the update computes
+        in), :math:`\epsilon_2` >= 0 floors the parameter's RMS in
+        ``scale_parameter``.
+    eps_mode: how :math:`\epsilon_1` enters: ``'clamp'`` (a floor on the second
+        moment: torch) or ``'add'`` (added to :math:`g^2`: Hugging Face, MindSpore).
+    decay_rate: :math:`\hat\beta_{2t} = 1 - t^{-\texttt{decay\_rate}}` (torch's
+        ``beta2_decay=-0.8`` is 0.8); ``None`` when ``beta2`` is given (exactly one of
+        the two).
+    beta2: a constant :math:`\hat\beta_2` in [0, 1) instead of the schedule;
+        ``None`` (the default) uses ``decay_rate``.
+    beta1: the first moment's decay in [0, 1) (MindSpore's 0.9); ``None``: no first
+        moment.
+    weight_decay: :math:`\lambda` >= 0, decoupled: the parameter is multiplied by
+        :math:`1-\delta` (see ``decay_lr``).
+    decay_lr: the lr the decay is multiplied by: ``'raw'`` (:math:`\eta_t`: torch)
+        or ``'scaled'`` (:math:`\alpha_t`: Hugging Face, MindSpore).
+    scale_parameter: ``True``: the step size is multiplied by
+        :math:`\max(\epsilon_2, \mathrm{RMS}(\theta))`; ``False``: not.
+
 Differences between frameworks
 ------------------------------
 * ``torch.optim.Adafactor`` (this spec's defaults): always ``relative_step`` with the lr

@@ -8,6 +8,12 @@ r"""Adagrad (Duchi et al., 2011).
 
 with :math:`\delta` = ``lr_decay``.
 
+Args:
+    lr_decay: :math:`\delta` >= 0: the lr of step :math:`t` is
+        :math:`\eta / (1 + (t-1)\delta)` (torch's; 0: constant).
+    initial_accumulator_value: :math:`s_0` >= 0, the sum of squares' starting value
+        (0 in torch and Paddle, 0.1 in ``mindspore.nn.Adagrad``).
+
 Differences between frameworks
 ------------------------------
 * torch ``Adagrad`` and ``mindspore.experimental.optim.Adagrad``: eps 1e-10, ``lr_decay``,

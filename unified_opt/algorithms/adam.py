@@ -23,6 +23,11 @@ and, by ``eps_placement``:
     \text{inside:}\quad \theta_t &= \theta_{t-1} - \frac{\eta}{c_1}\,
         \frac{n_t}{\sqrt{\hat v_t / c_2 + \epsilon}}
 
+Args:
+    nesterov: ``True``: the TF/MindSpore Nesterov form, the step's numerator
+        :math:`\beta_1 m_t + (1-\beta_1) g` (``mindspore.nn.Adam(use_nesterov=True)``;
+        not NAdam); ``False``: :math:`m_t`.
+
 Differences between frameworks
 ------------------------------
 * ``torch.optim.Adam`` and ``paddle.optimizer.Adam``: ``eps_placement="outside"``

@@ -8,6 +8,10 @@ of two transfers per step: a model whose Adam state does not fit on the accelera
 still train. The numbers are Adam's (:class:`~unified_opt.algorithms.adam.Adam`, written
 once there); only the placement differs, which ``state_device`` records for the backends.
 
+Args:
+    nesterov: ``True``: the TF/MindSpore Nesterov form of Adam's numerator
+        (:math:`\beta_1 m_t + (1-\beta_1) g`); ``False``: :math:`m_t`.
+
 Differences between frameworks
 ------------------------------
 * ``mindspore.nn.AdamOffload`` and ``mindspore.nn.Adam(use_offload=True)``: MindSpore's

@@ -12,6 +12,13 @@ r"""Adamax (Kingma & Ba, 2015, §7): Adam with the infinity norm.
 
 with L2 weight decay :math:`g \leftarrow g + \lambda\theta_{t-1}`.
 
+Args:
+    eps_placement: where eps enters the infinity norm: ``'on_grad'``
+        (:math:`\max(\beta_2 u, |g| + \epsilon)`: torch, MindSpore's experimental
+        class), ``'on_decayed_norm'`` (:math:`\max(|g|, \beta_2 u + \epsilon)`:
+        Paddle) or ``'outside_max'`` (:math:`m_t / (u_t + \epsilon)`:
+        ``mindspore.nn.AdaMax``).
+
 Differences between frameworks
 ------------------------------
 * torch ``Adamax`` and ``mindspore.experimental.optim.Adamax``: ``"on_grad"``.

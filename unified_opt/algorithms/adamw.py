@@ -14,6 +14,18 @@ L2 term. With :math:`\delta = \eta\lambda` (``decay_times_lr=True``) or
 
 The two forms agree in exact arithmetic and differ only by rounding.
 
+Args:
+    weight_decay: the decoupled decay coefficient :math:`\lambda` >= 0 (a float or a
+        schedule), applied to the parameter, never added to the gradient.
+    nesterov: ``True``: the TF/MindSpore Nesterov form of Adam's numerator
+        (:math:`\beta_1 m_t + (1-\beta_1) g`); ``False``: :math:`m_t`.
+    decay_form: ``'before_update'`` (the parameter is multiplied by
+        :math:`1-\delta` first: torch, Paddle, MindSpore's experimental AdamW) or
+        ``'in_update'`` (:math:`\delta\theta` is added to the step:
+        ``mindspore.nn.AdamWeightDecay``). Equal in exact arithmetic.
+    decay_times_lr: ``True``: :math:`\delta = \eta\lambda` (every framework);
+        ``False``: :math:`\delta = \lambda` (TF-Addons).
+
 Differences between frameworks
 ------------------------------
 * ``torch.optim.AdamW``, ``paddle.optimizer.AdamW`` and

@@ -27,6 +27,21 @@ term). :math:`\alpha_t = \eta_t` by default (``relative_step``, ``warmup_init`` 
 scale floored at ``eps_scale``); ``decay_rate`` replaces the constant :math:`\beta_2`
 by :math:`1 - t^{-\texttt{decay\_rate}}` (then ``betas[1]`` must be None).
 
+Args:
+    betas: :math:`(\beta_1, \beta_2, \beta_3)`, each in [0, 1]: the first moment's,
+        the factored second moment's and the confidence's decay rates;
+        :math:`\beta_2` is ``None`` when ``decay_rate`` gives its schedule.
+    eps: :math:`(\epsilon_1, \epsilon_2)` >= 0, added to :math:`g^2` and to the
+        instability :math:`S`.
+    weight_decay: :math:`\lambda` >= 0, decoupled:
+        :math:`\theta \leftarrow \theta - \alpha_t\lambda\theta`.
+    decay_rate: :math:`\beta_{2t} = 1 - t^{-\texttt{decay\_rate}}`
+        (MindFormers' 0.8); ``None`` (the default): the constant ``betas[1]``.
+    scale_parameter: ``True``: the step size is multiplied by the parameter's RMS
+        floored at ``eps_scale``; ``False``: not.
+    eps_scale: >= 0, the floor of the parameter's RMS under ``scale_parameter``
+        (MindFormers' ``eps[1]``).
+
 Differences between frameworks
 ------------------------------
 * ``came_pytorch.CAME`` (the authors' code) and ``pytorch_optimizer.CAME``: this spec's

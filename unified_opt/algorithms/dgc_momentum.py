@@ -45,6 +45,27 @@ value) pairs and sums everyone's in rank order
 bytes). A launcher's environment saying there are several ranks before the script joins
 the group is refused at build.
 
+Args:
+    momentum: :math:`\mu` >= 0, the momentum factor (dense steps and the momentum
+        correction).
+    rampup_begin_step: :math:`t_0`, an int >= 0: the 0-based step the sparse
+        (compressed) steps start at; before it every step is dense.
+    rampup_step: :math:`T`, an int >= 1: the steps over which ``sparsity`` ramps
+        through its values.
+    sparsity: :math:`S`, a non-empty list of fractions in [0, 1): the fraction of
+        entries kept back at each stage of the ramp (0.999: the top 0.1% is sent).
+    use_nesterov: ``True``: the Nesterov forms of both momentum steps; ``False``: not.
+    local_grad_clip_norm: :math:`C` > 0: each worker's gradient is clipped to norm
+        :math:`C n^{-1/2}` before compression (needs ``num_trainers``); ``None``: no
+        local clip.
+    num_trainers: :math:`n`, an int >= 1, Paddle's ``nranks``: must equal the world
+        size when given; ``None``: the world size.
+    dense_clip_norm: > 0: the clip of the summed gradient on dense steps of small
+        parameters (Paddle's ordinary ``grad_clip``); ``None``: none.
+    weight_decay: :math:`\lambda` >= 0, L2 decay added to each worker's gradient.
+    min_numel: an int >= 0: parameters with fewer elements always take dense steps
+        (Paddle compresses from 16384).
+
 Differences between frameworks
 ------------------------------
 * Paddle's ``DGCMomentumOptimizer`` (``paddle.distributed.fleet``, formerly

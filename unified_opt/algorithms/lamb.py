@@ -29,6 +29,20 @@ Norms are over the whole tensor. :math:`\epsilon_{tr}` is ``trust_eps``. The fac
 alone would (with :math:`\lambda = 0` and no trust eps) cancel against
 :math:`\lVert u_t\rVert`.
 
+Args:
+    weight_decay: :math:`\lambda` >= 0, added to the Adam direction
+        (:math:`u_t = r_t + \lambda\theta_{t-1}`) before the trust ratio; 0 also turns
+        the trust ratio off unless ``always_adapt``.
+    bias_correction: ``'moments'`` (both moments corrected inside :math:`r_t`: the
+        paper, Paddle, MindSpore), ``'none'``, ``'step'`` (the factor
+        :math:`\sqrt{1-\beta_2^t}/(1-\beta_1^t)` outside the trust ratio:
+        torch-optimizer's ``debias``) or ``'first_moment_step'`` (:math:`1/(1-\beta_1^t)`
+        outside it: pytorch-optimizer).
+    weight_norm_clamp: :math:`c` > 0, the parameter norm in the trust ratio is clamped
+        at it (10 in torch-optimizer and pytorch-optimizer); ``None``: no clamp.
+    trust_eps: :math:`\epsilon_{tr}` >= 0 added to the trust ratio's denominator
+        (pytorch-optimizer's); 0: none.
+
 Differences between frameworks
 ------------------------------
 * ``paddle.optimizer.Lamb`` is the paper's Algorithm 2 and this spec's defaults:

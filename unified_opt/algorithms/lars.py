@@ -30,6 +30,24 @@ with ``exclude_1d``, every parameter of at most one dimension) take the plain mo
 step on :math:`g`, without ratio or decay. Names matching one of ``no_decay_names`` get
 :math:`\lambda = 0` (so also no ratio unless ``always_adapt``).
 
+Args:
+    momentum: the momentum factor :math:`\mu` >= 0 of the SGD step on :math:`d`.
+    weight_decay: :math:`\lambda` >= 0, added to the rescaled gradient
+        (:math:`d = \rho(g + \lambda\theta)`); 0 also turns the ratio off unless
+        ``always_adapt``.
+    trust_coefficient: :math:`\eta_{tc}` >= 0, the trust ratio's coefficient.
+    eps: >= 0, added to the trust ratio's denominator.
+    nesterov: ``True``: the Nesterov form of the momentum step (as SGD's).
+    zero_norm_rule: what a zero norm gives: ``'one_if_norm_zero'``,
+        ``'raw_if_norm_zero'``, ``'one_if_denominator_zero'`` or ``'none'`` (each
+        described above).
+    clip: ``True``: the ratio is divided by the lr and clipped to [0, 1]
+        (``mindspore.nn.LARS(use_clip=True)``); ``False``: not.
+    exclude_1d: ``True``: parameters of at most one dimension take the plain
+        momentum step (no ratio, no decay); ``False``: not.
+    exclude_names: shell-style patterns over whole parameter names; matching
+        parameters take the plain momentum step (no ratio, no decay).
+
 Differences between frameworks
 ------------------------------
 * ``paddle.incubate.optimizer.LarsMomentumOptimizer`` (this spec's defaults): lr inside

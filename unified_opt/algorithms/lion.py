@@ -7,6 +7,12 @@ r"""Lion (Chen et al., 2023): the sign of an interpolated momentum.
     \theta_t &= \theta - \eta\,\mathrm{sign}(c_t) \qquad (\mathrm{sign}(0) = 0)\\
     m_t &= \beta_2 m_{t-1} + (1-\beta_2)\, g
 
+Args:
+    betas: :math:`(\beta_1, \beta_2)` in [0, 1): :math:`\beta_1` interpolates the
+        step's direction, :math:`\beta_2` decays the stored momentum.
+    weight_decay: the decoupled decay :math:`\lambda` >= 0: the parameter is
+        multiplied by :math:`1 - \eta\lambda` before the step.
+
 Differences between frameworks
 ------------------------------
 * No framework ships Lion: every backend runs this update (own implementation), with

@@ -12,6 +12,10 @@ and :math:`\Pi_t = \prod_{i\le t}\mu_i` (state ``mu_product``):
     \theta_t &= \theta_{t-1} - \eta\,\frac{1-\mu_t}{1-\Pi_t}\,\frac{g}{d_t}
         - \eta\,\frac{\mu_{t+1}}{1-\Pi_t\mu_{t+1}}\,\frac{m_t}{d_t}
 
+Args:
+    momentum_decay: :math:`\psi` >= 0 in the momentum schedule
+        :math:`\mu_t = \beta_1(1 - \tfrac12\, 0.96^{t\psi})` (torch's default 4e-3).
+
 Differences between frameworks
 ------------------------------
 * torch ``NAdam``, ``paddle.optimizer.NAdam`` and ``mindspore.experimental.optim.NAdam``

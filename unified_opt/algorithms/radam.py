@@ -14,6 +14,11 @@ With :math:`\rho_\infty = 2/(1-\beta_2) - 1` and
 Weight decay is L2 in the gradient, or :math:`\theta \leftarrow (1-\eta\lambda)\theta`
 first with ``decoupled_weight_decay`` (torch's RAdamW form).
 
+Args:
+    rectify_threshold: the rectified step is taken once :math:`\rho_t` exceeds it (5,
+        torch's, Paddle's and MindSpore's; the paper's 4); before that, the
+        un-adapted momentum step :math:`\eta\,\hat m_t`. A float > 0.
+
 Differences between frameworks
 ------------------------------
 * torch ``RAdam``, ``paddle.optimizer.RAdam`` and ``mindspore.experimental.optim.RAdam``:

@@ -14,6 +14,16 @@ Without momentum :math:`\theta_t = \theta_{t-1} - \eta\, g/d_t`. With momentum
 :math:`b_t = \mu b_{t-1} + \eta g/d_t`, :math:`\theta_t = \theta_{t-1} - b_t` (equal
 while the lr is constant).
 
+Args:
+    alpha: :math:`\alpha` in [0, 1], the decay of the running average of
+        :math:`g^2` (torch's ``alpha``, Paddle's ``rho``, MindSpore's ``decay``).
+    centered: ``True``: divide by an estimate of the variance
+        (:math:`s_t - a_t^2`); ``False``: by the uncentred :math:`s_t`.
+    eps_placement: ``'outside'`` (:math:`\sqrt{c_t} + \epsilon`: torch) or
+        ``'inside'`` (:math:`\sqrt{c_t + \epsilon}`: Paddle, ``mindspore.nn.RMSProp``).
+    initial_square_avg: :math:`s_0` >= 0 (0 in torch and Paddle, 1 in
+        ``mindspore.nn.RMSProp``).
+
 Differences between frameworks
 ------------------------------
 * torch ``RMSprop`` and ``mindspore.experimental.optim.RMSprop``: eps outside, lr

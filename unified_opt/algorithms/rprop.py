@@ -12,6 +12,15 @@ Per element, with :math:`s = g_t\, g_{t-1}` (the previous *stored* gradient):
 The lr only seeds the per-element step sizes at the first step; a schedule after that
 has no effect.
 
+Args:
+    lr: the initial per-element step size :math:`\eta_0` > 0; used only at the first
+        step (a schedule after that has no effect).
+    etas: :math:`(\eta^-, \eta^+)` with :math:`0 < \eta^- < 1 < \eta^+`: the
+        factors a step size shrinks by when the gradient's sign flips and grows by when
+        it holds.
+    step_sizes: :math:`(\eta_{\min}, \eta_{\max})`, 0 <= min <= max: the range the
+        step sizes are clipped to.
+
 Differences between frameworks
 ------------------------------
 * torch ``Rprop``, ``paddle.optimizer.Rprop``, ``mindspore.nn.Rprop`` and
