@@ -22,7 +22,13 @@ Every name rule of the library matches this one way (:func:`name_matches`): grou
 spec's ``no_decay_names`` and LARS's ``exclude_names``. A rule that matches no
 parameter is an error, since a typo would otherwise silently change which parameters
 decay (a rule's patterns may each match some of the parameters: MindSpore's default
-``("*beta*", "*gamma*")`` on a network with only ``gamma`` names is fine).
+``("*beta*", "*gamma*")`` on a network with only ``gamma`` names is fine). A rule of
+exact names only (no wildcard; ``uo.from_native`` writes its rules so, a name's own
+``*``, ``?`` or ``[`` escaped as ``[*]``) must find every one of them: names read on
+another framework's model differ in part (MindSpore's ``ln.gamma`` and
+``emb.embedding_table`` for torch's ``ln.weight`` and ``emb.weight``), and the names
+left unmatched would silently fall back to the spec's values.
+``uo.porting.map_rules`` renames such rules onto a model (``uo.porting.name_map``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,47 @@ from . import _validation as v
 EXCLUSIONS = ("weight_decay", "grad_clip")
 #: spec fields that are name rules: shell-style patterns over parameter names
 NAME_RULES = ("no_decay_names", "exclude_names")
+
+
+def exact_name(pattern: str) -> str | None:
+    """The one name ``pattern`` matches where it holds no wildcard (``[*]``, ``[?]`` and
+    ``[[]`` are the characters themselves), else None."""
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "[" and i + 2 < len(pattern) and pattern[i + 2] == "]" \
+                and pattern[i + 1] in "*?[":
+            out.append(pattern[i + 1])
+            i += 3
+            continue
+        if c in "*?[":
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def exact_names(patterns) -> list[str] | None:
+    """The names of a rule of exact names only (:func:`exact_name`), else None."""
+    if isinstance(patterns, str):
+        patterns = (patterns,)
+    names = [exact_name(p) for p in patterns]
+    return None if any(n is None for n in names) else [n for n in names if n is not None]
+
+
+def _unmatched_exact(patterns, known: set, caller: str, what: str) -> None:
+    """ValueError where ``patterns`` are exact names and some name no parameter."""
+    exact = exact_names(patterns)
+    missing = [n for n in exact or () if n not in known]
+    if missing:
+        shown = sorted(known)[:8] + (["..."] if len(known) > 8 else [])
+        raise ValueError(f"{caller}: {what} names exact parameters, and {missing} name none "
+                         f"here (parameter names: {shown}); those would run the spec's own "
+                         "values. Names read on another framework's model differ there "
+                         "(MindSpore's LayerNorm gamma/beta and Embedding embedding_table "
+                         "for torch's and Paddle's weight/bias): rename the rules onto this "
+                         "model with uo.porting.map_rules(spec, groups, source_framework, "
+                         "model) (which uses uo.porting.name_map)")
 
 
 def name_matches(name: str, patterns) -> bool:
@@ -182,6 +229,11 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
         plans.append(ParameterPlan(name, param_spec, scale, group.lr, index,
                                    "grad_clip" not in group.exclude_from))
     _check_name_rules(spec, names, caller)
+    known = {n for n in names if n is not None}
+    for index, group in enumerate(groups):
+        if not callable(group.match):
+            _unmatched_exact(group.match, known, caller,
+                             f"groups[{index}] (match={group.match!r})")
     used = {plan.group for plan in plans}
     for index, group in enumerate(groups):
         if index not in used:   # a typo in a pattern would otherwise pass unnoticed
@@ -208,6 +260,7 @@ def _check_name_rules(spec, names: Sequence[str | None], caller: str) -> None:
             continue
         if rule == "no_decay_names" and tuple(patterns) == MINDSPORE_NO_DECAY:
             continue
+        _unmatched_exact(patterns, set(known), caller, f"{rule}={patterns!r}")
         if not any(name_matches(n, patterns) for n in known):
             shown = known[:8] + (["..."] if len(known) > 8 else [])
             raise ValueError(

@@ -272,23 +272,26 @@ def _given_schedule(optimizer, schedule):
 
 
 def _is_uo_scheduler(s) -> bool:
-    """A ``uo.lr_scheduler`` scheduler: one ``uo.schedules`` schedule per group and a
-    ``last_epoch``."""
-    schedules = getattr(s, "schedules", None)
-    return (isinstance(schedules, (list, tuple)) and bool(schedules)
-            and all(isinstance(x, Schedule) for x in schedules) and hasattr(s, "last_epoch"))
+    """A ``uo.lr_scheduler`` scheduler: one ``uo.schedules`` schedule per group
+    (``schedules``) and its step (``last_epoch``)."""
+    from unified_opt.lr_scheduler.base import LRScheduler
+
+    return isinstance(s, LRScheduler)
 
 
 def _uo_scheduler(optimizer, s):
     if getattr(s, "optimizer", optimizer) is not optimizer:
         raise ValueError(f"{live.CALLER}: lr_scheduler={s!r} schedules another optimizer "
                          "than the one given")
+    name = f"{type(s).__module__}.{type(s).__qualname__}"
+    if s.schedules is None:
+        raise ValueError(f"{live.CALLER}: lr_scheduler {name} cannot be read as a schedule: "
+                         "its lr depends on the metrics it is given, not on the step alone")
     schedules = list(s.schedules)
     groups = optimizer.param_groups
     if len(schedules) != len(groups):
         raise ValueError(f"{live.CALLER}: lr_scheduler={s!r} holds {len(schedules)} "
                          f"schedules for the optimizer's {len(groups)} param groups")
-    name = f"{type(s).__module__}.{type(s).__qualname__}"
     schedule = schedules[0]
     scales = [1.0]
     for i, own in enumerate(schedules[1:], start=1):

@@ -14,7 +14,9 @@
   script calls (``uo.porting.named_parameters``, ``check_clip_in_step``,
   ``torch_signature``);
 * :mod:`.names`: ``uo.porting.name_map(source_framework, target_model)`` and the weight
-  layout of each module type, which ``resume`` and ``load_state`` use across frameworks.
+  layout of each module type, which ``resume`` and ``load_state`` use across frameworks;
+  ``uo.porting.map_rules(spec, groups, source_framework, model)`` renames rules read on
+  one framework's model onto another's.
 
 Like the rest of the core, nothing here imports a framework at import time.
 """

@@ -16,7 +16,9 @@ some weights transposed. Both follow from the module type, so they are a table h
 :func:`parameter_modules` gives each parameter's module type and attribute. State files
 (:mod:`.state`) use both when a run moves between frameworks: ``uo.resume`` and
 ``uo.load_state`` rename and transpose by them, and refuse a square weight whose
-layout no module type decides (its shape cannot tell).
+layout no module type decides (its shape cannot tell). :func:`map_rules` renames a
+spec's name rules and ``uo.Group`` rules (``uo.from_native(..., names=model)``'s, written
+over one framework's names) onto another framework's model, as ``resume`` does.
 
 A module type is known when the module is the framework's own class (or a subclass of
 it): ``torch.nn.Linear``, ``paddle.nn.Linear``, ``mindspore.nn.Dense``, ... Nothing here
@@ -25,7 +27,8 @@ imports a framework: the model's classes are read by their module and name.
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Mapping, Sequence
 
 #: module type -> framework -> class names (in that framework's ``nn``)
 KINDS = {
@@ -144,3 +147,60 @@ def layouts_differ(a: str, b: str) -> bool:
     """Whether some module type keeps its weight in another layout in ``a`` than in
     ``b`` (then a square weight of an unknown module type is undecidable)."""
     return any(t.get(a) != t.get(b) for t in LAYOUTS.values())
+
+
+def renamed_rules(spec: Any, groups: Sequence[Any], names: Sequence[str],
+                  rename: Mapping[str, str], caller: str) -> tuple[Any, list]:
+    """``spec``'s name rules and the ``uo.Group`` rules ``groups``, written over the
+    parameter ``names``, as rules over exactly the parameters each took, under the names
+    ``rename`` gives them (a rule that took none is dropped from the spec's name rules;
+    a group that takes none is refused by ``plan_parameters``, which checks them over
+    ``names`` first)."""
+    from ..groups import NAME_RULES, name_matches, plan_parameters
+    from .live import escaped
+
+    plans = plan_parameters(spec, list(names), list(groups) or None, caller)
+    out = []
+    for index, rule in enumerate(groups):
+        taken = sorted(rename[n] for n, plan in zip(names, plans) if plan.group == index)
+        out.append(dataclasses.replace(rule, match=tuple(escaped(n) for n in taken)))
+    changes = {}
+    for key in NAME_RULES:
+        patterns = getattr(spec, key, ())
+        if patterns:
+            taken = sorted(rename[n] for n in names if name_matches(n, patterns))
+            changes[key] = tuple(escaped(n) for n in taken)
+    return (spec.replace(**changes) if changes else spec), out
+
+
+def map_rules(spec: Any, groups: Sequence[Any], source_framework: str,
+              model: Any) -> tuple[Any, list]:
+    """``(spec, groups)`` read on ``source_framework`` (``uo.from_native(optimizer,
+    names=module)``: ``uo.Group`` rules of exact names, a spec's ``no_decay_names``)
+    renamed onto ``model``, another framework's module, by :func:`name_map`.
+
+    Each rule becomes the exact names, in ``model``, of the parameters it took under the
+    source names; a rule naming a parameter ``model`` does not have is a ValueError
+    (``plan_parameters``), so nothing falls back to the spec's values unseen.
+
+    Args:
+        spec: the spec read (its name rules are renamed too).
+        groups: the ``uo.Group`` rules read with it.
+        source_framework: "torch", "paddle" or "mindspore": whose names the rules use.
+        model: the torch Module, Paddle Layer or MindSpore Cell the spec is built on.
+
+    Returns:
+        ``(spec, groups)`` for ``uo.build(spec, model, groups=groups)``.
+
+    Raises:
+        ValueError: ``source_framework`` is unknown, or a rule names a parameter the
+            model has not (under :func:`name_map`'s names).
+        TypeError: ``model`` is no module of a framework.
+
+    Example:
+        >>> spec, groups = uo.from_native(torch_opt, names=torch_model)  # doctest: +SKIP
+        >>> spec, groups = uo.porting.map_rules(spec, groups, "torch", ms_model)  # doctest: +SKIP
+        >>> opt = uo.build(spec, ms_model, groups=groups)  # doctest: +SKIP
+    """
+    mapping = name_map(source_framework, model)
+    return renamed_rules(spec, groups, list(mapping), mapping, "map_rules")

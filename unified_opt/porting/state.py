@@ -65,6 +65,7 @@ from ..backend import BACKENDS, BuildRecord, record_of
 from ..files import atomic_writer
 from ..groups import Group
 from ..ops import NumpyOps, numpy_ops
+from ..param_groups import saved_record
 from ..spec import Spec, spec_from_dict
 from ..storage import round_to
 
@@ -233,7 +234,7 @@ def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = N
         if lr_scheduler is not None and lr_scheduler is not record.lr_scheduler:
             raise ValueError("save_state: lr_scheduler is not the scheduler uo.build made "
                              "for this optimizer (uo.native_scheduler(optimizer)); leave it out")
-        snapshot = backend.snapshot_built(record, optimizer)
+        snapshot = backend.snapshot_built(saved_record(record, optimizer), optimizer)
     else:
         from .live import read_native
 
@@ -617,24 +618,12 @@ def _model_of(model: Any, framework: str) -> Any:
 def _renamed(saved: Snapshot, rename: dict[str, str]) -> Snapshot:
     """``saved`` under the names ``rename`` gives; its groups and the spec's name rules
     (written over the old names) become rules over exactly the parameters they took."""
-    from ..groups import NAME_RULES, name_matches, plan_parameters
-    from .live import escaped
+    from .names import renamed_rules
 
     new = [rename[n] for n in saved.names]
-    plans = plan_parameters(saved.spec, saved.names, list(saved.groups) or None, CALLER)
-    groups = []
-    for index, rule in enumerate(saved.groups):
-        taken = sorted(rename[n] for n, plan in zip(saved.names, plans) if plan.group == index)
-        groups.append(dataclasses.replace(rule, match=tuple(escaped(n) for n in taken)))
-    changes = {}
-    for key in NAME_RULES:
-        patterns = getattr(saved.spec, key, ())
-        if patterns:
-            taken = sorted(rename[n] for n in saved.names if name_matches(n, patterns))
-            changes[key] = tuple(escaped(n) for n in taken)
+    spec, groups = renamed_rules(saved.spec, saved.groups, saved.names, rename, CALLER)
     return dataclasses.replace(
-        saved, spec=saved.spec.replace(**changes) if changes else saved.spec,
-        groups=tuple(groups), names=new,
+        saved, spec=spec, groups=tuple(groups), names=new,
         shapes={rename[n]: s for n, s in saved.shapes.items()},
         param_steps={rename[n]: s for n, s in saved.param_steps.items()},
         arrays={rename[n]: a for n, a in saved.arrays.items()})
@@ -730,7 +719,7 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
     if saved.spec != record.spec:
         raise ValueError(f"{CALLER}: the file holds the state of another spec than the "
                          f"optimizer computes: {spec_differences(saved.spec, record.spec)}")
-    if tuple(saved.groups) != tuple(record.groups):
+    if tuple(saved.groups) != tuple(saved_record(record, optimizer, CALLER).groups):
         raise ValueError(f"{CALLER}: the file's groups {list(saved.groups)} differ from the "
                          f"optimizer's {list(record.groups)}")
     if sorted(saved.names) != sorted(record.names):
