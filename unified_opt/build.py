@@ -31,7 +31,20 @@ from .speed import check_prefer
 
 
 def backends() -> list[str]:
-    """Backends whose framework is installed (found without importing it)."""
+    """Backends whose framework is installed (found without importing it).
+
+    Args:
+        None.
+
+    Returns:
+        list[str]: the installed of ``"torch"``, ``"paddle"`` and ``"mindspore"``, in that
+        order (a framework counts when its package can be found; nothing is imported).
+
+    Example:
+        >>> import unified_opt as uo
+        >>> set(uo.backends()) <= {"torch", "paddle", "mindspore"}
+        True
+    """
     return installed()
 
 
@@ -71,7 +84,9 @@ def named_parameters(params: Any, caller: str = "build") -> list[tuple[str | Non
 def build(spec: Spec, params: Any, backend: str | None = None,
           groups: Sequence[Group] | None = None, *, path: str = "auto",
           options: Mapping[str, Any] | None = None, prefer: str = "speed") -> Any:
-    """The framework's own optimizer computing ``spec`` over ``params``.
+    """The framework's own optimizer computing ``spec`` over ``params``, or the spec's
+    own update inside an optimizer class of that framework where no class is exact (or
+    where the own update is measured faster: ``prefer``).
 
     ``params`` may also be group dicts, torch's and Paddle's form:
     ``[{"params": [...], "lr": 0.1, "weight_decay": 0.0}, ...]`` of any framework's
@@ -96,6 +111,43 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     (:mod:`unified_opt.speed`) says it is at least 1.5x faster than the class for this
     framework, device, algorithm and size, else the class; "native" always takes the
     class. ``uo.explain(optimizer)`` names the choice, the alternative and the ratio.
+
+    Args:
+        spec: the algorithm and its hyperparameters (``uo.AdamW(lr=1e-3)``, a preset).
+        params: a module (a torch ``nn.Module``, a Paddle ``nn.Layer``, a MindSpore
+            ``nn.Cell``: its named, trainable parameters), an iterable of ``(name,
+            parameter)`` pairs or of parameters, a mapping name -> parameter, or group
+            dicts. Names are what ``groups`` and ``no_decay_names`` match.
+        backend: ``"torch"``, ``"paddle"`` or ``"mindspore"``; None (the default) infers
+            it from the parameters' classes. Given, it must agree with them.
+        groups: ``uo.Group`` name rules, or None.
+        path: ``"auto"``, ``"native"`` or ``"own"`` (above).
+        options: the native class's implementation flags, or None.
+        prefer: ``"speed"`` or ``"native"`` (above).
+
+    Returns:
+        The optimizer, driven the framework's usual way: torch, a
+        ``torch.optim.Optimizer``; Paddle, a ``paddle.optimizer.Optimizer``; MindSpore, a
+        ``mindspore.nn.Optimizer`` Cell (or a ``mindspore.experimental.optim`` optimizer)
+        called with the gradients. A scheduled lr comes with its native scheduler:
+        :func:`native_scheduler`.
+
+    Raises:
+        TypeError: ``spec`` is not a spec, ``options`` not a mapping, or ``params`` not
+            one of the forms above.
+        ValueError: an unknown ``path``, ``backend`` or ``prefer``; empty ``params``;
+            parameters of another framework than ``backend``; repeated names; both
+            group dicts and ``groups``; a name rule matching no parameter; ``path=
+            "native"`` where no native class computes the spec exactly; a spec or
+            option the backend cannot honour (the message says which).
+
+    Example:
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> model = torch.nn.Linear(4, 2)
+        >>> opt = uo.build(uo.AdamW(lr=1e-3, weight_decay=0.01), model)
+        >>> type(opt).__name__
+        'AdamW'
     """
     if not isinstance(spec, Spec):
         raise TypeError(f"build: spec must be a unified_opt spec, got {spec!r}")
@@ -147,7 +199,26 @@ def optimizer_factory(spec: Spec, **build_kwargs: Any) -> Callable[..., Any]:
     ``ZeroRedundancyOptimizer(model.parameters(), optimizer_class=uo.optimizer_factory(
     spec))``. ``params`` may be parameter groups as dicts holding nothing but
     ``"params"`` (what such wrappers pass); hyperparameters belong in the spec (and group
-    rules in ``groups=``), so group keys or ``defaults`` are refused, naming them."""
+    rules in ``groups=``), so group keys or ``defaults`` are refused, naming them.
+
+    Args:
+        spec: the spec every optimizer the callable makes computes.
+        **build_kwargs: passed to :func:`build` (``backend``, ``groups``, ``path``,
+            ``options``, ``prefer``).
+
+    Returns:
+        Callable: ``make(params, **defaults)``, building with :func:`build`; it raises
+        ValueError for ``defaults`` or group keys other than ``"params"``.
+
+    Raises:
+        TypeError: ``spec`` is not a spec.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> make = uo.optimizer_factory(uo.AdamW(lr=1e-3))
+        >>> make.__qualname__
+        'optimizer_factory(adamw)'
+    """
     if not isinstance(spec, Spec):
         raise TypeError(f"optimizer_factory: spec must be a unified_opt spec, got {spec!r}")
 
@@ -198,7 +269,25 @@ def exchange_stats(optimizer: Any) -> dict[str, int]:
     """``{"steps", "bytes_sent", "dense_bytes"}`` of a data-parallel optimizer's exchange
     on the calling rank: the optimizer steps, the bytes this rank put into the
     collectives (indices, values, counts and padding), and the bytes of the same
-    gradients as dense tensors (what a dense all-reduce would carry from this rank)."""
+    gradients as dense tensors (what a dense all-reduce would carry from this rank).
+
+    Args:
+        optimizer: an optimizer made by :func:`build` for a data-parallel spec
+            (``uo.DGCMomentum``) inside an initialized process group.
+
+    Returns:
+        dict[str, int]: ``{"steps": ..., "bytes_sent": ..., "dense_bytes": ...}``.
+
+    Raises:
+        ValueError: ``optimizer`` was not made by :func:`build`, or exchanges no
+            gradients (not data-parallel, or built outside a process group).
+
+    Example:
+        >>> import unified_opt as uo
+        >>> stats = uo.exchange_stats(opt)  # doctest: +SKIP
+        >>> stats["bytes_sent"] / stats["dense_bytes"]  # doctest: +SKIP
+        0.0021
+    """
     record_of(optimizer)
     exchange = getattr(optimizer, "exchange", None)
     if exchange is None:
@@ -211,7 +300,27 @@ def exchange_stats(optimizer: Any) -> dict[str, int]:
 def native_scheduler(optimizer: Any) -> Any:
     """The native scheduler ``build`` made for a scheduled lr, to step the framework's
     usual way (torch and paddle: ``scheduler.step()`` after ``optimizer.step()``);
-    ``None`` for a constant lr and on MindSpore (its optimizers step the lr themselves)."""
+    ``None`` for a constant lr and on MindSpore (its optimizers step the lr themselves).
+
+    Args:
+        optimizer: an optimizer made by :func:`build` (or ``uo.resume``).
+
+    Returns:
+        The scheduler (``torch.optim.lr_scheduler.LRScheduler``, ``paddle.optimizer.lr.
+        LRScheduler``), or None.
+
+    Raises:
+        ValueError: ``optimizer`` was not made by :func:`build`.
+
+    Example:
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> spec = uo.SGD(lr=uo.schedules.Step(lr=0.1, step_size=10))
+        >>> opt = uo.build(spec, torch.nn.Linear(2, 1))
+        >>> scheduler = uo.native_scheduler(opt)   # scheduler.step() after opt.step()
+        >>> scheduler.get_last_lr()
+        [0.1]
+    """
     return record_of(optimizer).lr_scheduler
 
 
@@ -219,7 +328,23 @@ def skipped_steps(optimizer: Any) -> list[bool]:
     """Whether each step call of an optimizer made by ``build`` was skipped by the spec's
     ``skip_nonfinite`` (non-finite unscaled gradients): one bool per call for a spec with
     ``skip_nonfinite=True`` (with a dynamic loss scale, read the last entry after each
-    step to lower the scale). Optimizers that cannot skip may leave it empty."""
+    step to lower the scale). Optimizers that cannot skip may leave it empty.
+
+    Args:
+        optimizer: an optimizer made by :func:`build`.
+
+    Returns:
+        list[bool]: one entry per step call, True where the step was skipped.
+
+    Raises:
+        ValueError: ``optimizer`` was not made by :func:`build`.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> spec = uo.SGD(lr=0.1, loss_scale=1024.0, skip_nonfinite=True)
+        >>> uo.skipped_steps(opt)  # doctest: +SKIP
+        [False, False, True]
+    """
     return record_of(optimizer).skipped
 
 
@@ -320,7 +445,33 @@ def explain(spec: Any, backend: str | None = None, prefer: str | None = None) ->
     for the CPU and its largest size class, and the decision says so). Also accepts an
     optimizer made by ``build`` (then ``backend`` and ``prefer`` are not needed, and the
     decision is the one the build made with its parameters: groups, dtypes, device,
-    size, zero-size ones)."""
+    size, zero-size ones).
+
+    Args:
+        spec: a spec, or an optimizer made by :func:`build`.
+        backend: for a spec: ``"torch"``, ``"paddle"`` or ``"mindspore"`` (the
+            framework need not be installed). For an optimizer: None.
+        prefer: for a spec: ``"speed"`` or ``"native"`` (None: ``"speed"``). For an
+            optimizer: None.
+
+    Returns:
+        Decision: the path (``"native"`` and the class, or ``"own"``), the reason, the
+        alternative and the measured times where both were exact, and the native
+        classes rejected with what each needs; ``str()`` is the text ``unified-opt
+        explain`` prints.
+
+    Raises:
+        TypeError: no ``backend`` for a spec, or ``prefer`` for an optimizer.
+        ValueError: an unknown ``backend`` or ``prefer``, or an object that is neither
+            a spec nor an optimizer made by :func:`build`.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> decision = uo.explain(uo.preset("mindspore.nn.AdamWeightDecay"),
+        ...                       backend="torch")
+        >>> decision.path
+        'own'
+    """
     if not isinstance(spec, Spec):
         if prefer is not None:
             raise TypeError("explain: prefer is for a spec; an optimizer's decision was "
@@ -347,7 +498,30 @@ def plateau_scheduler(optimizer: Any, rule: ReduceOnPlateau, *,
     (``sched.step(metric)``). MindSpore: ``experimental.optim.lr_scheduler.
     ReduceLROnPlateau`` for ``experimental.optim`` optimizers, else the
     ``mindspore.train.ReduceLROnPlateau`` callback for ``Model.train`` (``monitor``:
-    the metric it watches)."""
+    the metric it watches).
+
+    Args:
+        optimizer: an optimizer made by :func:`build`.
+        rule: the plateau rule (factor, patience, threshold, cooldown, min lr).
+        monitor: MindSpore's callback only: the name of the metric it watches.
+
+    Returns:
+        The framework's plateau scheduler (or MindSpore's callback), stepped with the
+        metric the framework's usual way.
+
+    Raises:
+        TypeError: ``rule`` is not a ``uo.schedules.ReduceOnPlateau``.
+        ValueError: ``optimizer`` was not made by :func:`build`, or the framework's
+            scheduler does not compute ``rule`` exactly (the message says what).
+
+    Example:
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> opt = uo.build(uo.SGD(lr=0.1), torch.nn.Linear(2, 1))
+        >>> rule = uo.schedules.ReduceOnPlateau(initial_lr=0.1, factor=0.5, patience=2)
+        >>> type(uo.plateau_scheduler(opt, rule)).__name__
+        'ReduceLROnPlateau'
+    """
     if not isinstance(rule, ReduceOnPlateau):
         raise TypeError(f"plateau_scheduler: rule must be a uo.schedules.ReduceOnPlateau, "
                         f"got {rule!r}")
