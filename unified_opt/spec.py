@@ -54,7 +54,19 @@ def register(cls: _Registered) -> _Registered:
 
 
 def algorithms() -> list[str]:
-    """Registry names of every algorithm, sorted."""
+    """Registry names of every algorithm, sorted.
+
+    Args:
+        None.
+
+    Returns:
+        list[str]: the names :func:`get` takes (``"adamw"``, ``"lamb"``, ...).
+
+    Example:
+        >>> import unified_opt as uo
+        >>> "adamw" in uo.algorithms() and "came" in uo.algorithms()
+        True
+    """
     return sorted(_REGISTRY)
 
 
@@ -78,12 +90,53 @@ def spec_class(name: str) -> type["Spec"]:
 
 
 def get(name: str, **hyperparameters: Any) -> "Spec":
-    """The spec of registry algorithm ``name`` (any case) with the given hyperparameters."""
+    """The spec of registry algorithm ``name`` (any case) with the given hyperparameters.
+
+    Args:
+        name: a registry name (:func:`algorithms`) in any case, or the class's name
+            (``"AdamW"``, ``"AdamOffload"``).
+        **hyperparameters: the spec's fields, as its class takes them.
+
+    Returns:
+        Spec: the spec, checked as its class checks it.
+
+    Raises:
+        TypeError: ``name`` is not a str, or a hyperparameter of the wrong type or
+            unknown to the algorithm.
+        ValueError: an unknown algorithm (the message names the closest), or a value out
+            of its range.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> uo.get("AdamW", lr=1e-3) == uo.AdamW(lr=1e-3)
+        True
+    """
     return spec_class(name)(**hyperparameters)
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> "Spec":
-    """Inverse of :meth:`Spec.to_dict`."""
+    """Inverse of :meth:`Spec.to_dict`: the spec a JSON document describes.
+
+    Args:
+        data: ``{"format_version": 1, "algorithm": name, "hyperparameters": {...}}``
+            (``format_version`` may be left out); schedules and clips as their own
+            ``to_dict()`` documents.
+
+    Returns:
+        Spec: the spec, equal to the one that wrote ``data``.
+
+    Raises:
+        TypeError: ``data`` or its hyperparameters are not mappings.
+        ValueError: missing or unknown keys, an unsupported ``format_version``, or what
+            :func:`get` refuses.
+
+    Example:
+        >>> import json
+        >>> import unified_opt as uo
+        >>> spec = uo.Lamb(lr=1e-3, weight_decay=0.01)
+        >>> uo.spec_from_dict(json.loads(spec.to_json())) == spec
+        True
+    """
     if not isinstance(data, Mapping):
         raise TypeError(f"spec_from_dict: data must be a mapping, got {type(data).__name__}")
     missing = {"algorithm", "hyperparameters"} - set(data)
@@ -135,6 +188,23 @@ class Spec:
     computes in float32 for bfloat16 and float16 parameters (:mod:`unified_opt.storage`
     says where each value is rounded). No native class keeps its state in another dtype
     than the parameter's: a spec with a ``state_dtype`` builds the own update.
+
+    Specs are compared by value (``==``), hashable, and never changed: :meth:`replace`
+    makes a new one.
+
+    Args:
+        grad_clip: a gradient clip (``uo.ClipByGlobalNorm``, ``uo.ClipByNorm``,
+            ``uo.ClipByValue``) or None.
+        loss_scale: a static loss scale > 0 (1.0: none).
+        skip_nonfinite: whether a step with non-finite unscaled gradients is skipped.
+        grad_centralization: whether gradients of two or more dimensions are centralised.
+        state_dtype: None, ``"float32"`` or ``"bfloat16"``.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> spec = uo.AdamW(lr=1e-3)
+        >>> isinstance(spec, uo.Spec), spec.name
+        (True, 'adamw')
     """
 
     name: ClassVar[str] = ""
@@ -182,9 +252,23 @@ class Spec:
 
     # -- data ---------------------------------------------------------------------
     def hyperparameters(self) -> dict[str, Any]:
+        """Every field and its value, in field order.
+
+        Returns:
+            dict[str, Any]: field name -> value (schedules and clips as objects).
+        """
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as a JSON-ready document (:func:`unified_opt.spec_from_dict` reads it).
+
+        The pre-step fields and ``state_dtype`` are written only when they differ from
+        their defaults; tuples become lists, schedules and clips their own documents.
+
+        Returns:
+            dict[str, Any]: ``{"format_version": 1, "algorithm": name,
+            "hyperparameters": {...}}``.
+        """
         hyper = {}
         for key, value in self.hyperparameters().items():
             if key in COMMON_DEFAULTS and value == COMMON_DEFAULTS[key]:
@@ -198,9 +282,26 @@ class Spec:
                 "hyperparameters": hyper}
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as JSON text, keys sorted (the same spec, the same text).
+
+        Returns:
+            str: the JSON document.
+        """
         return json.dumps(self.to_dict(), sort_keys=True)
 
     def replace(self, **changes: Hyperparameters) -> "Spec":
+        """A copy with ``changes`` applied, checked as a new spec is.
+
+        Args:
+            **changes: field name -> new value.
+
+        Returns:
+            Spec: the new spec (this one is unchanged).
+
+        Raises:
+            TypeError: an unknown field or a value of the wrong type.
+            ValueError: a value out of its range.
+        """
         return dataclasses.replace(self, **changes)
 
     # -- learning rate and per-parameter hyperparameters -----------------------------
