@@ -268,3 +268,41 @@ def test_mindspore_graph_mode_refuses_what_only_python_reads():
     finally:
         ms.set_context(mode=mode)
     assert float(opt.learning_rate.asnumpy()) == np.float32(0.02)
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "torch"])
+def test_save_state_keeps_group_dicts_and_a_written_lr(backend, tmp_path):
+    """A run built from group dicts and driven through param_groups resumes with the
+    same groups and the lr it had; a hyperparameter written into a group is refused."""
+    spec = uo.AdamW(lr=0.05, weight_decay=0.1)
+    model = Model(backend)
+    opt = uo.build(spec, [{"params": [("w", model.params["w"])]},
+                          {"params": [("b", model.params["b"])], "weight_decay": 0.0}],
+                   path="own")
+    for t in range(3):
+        for group in opt.param_groups:
+            group["lr"] = LRS[t]
+        model.step(opt, t)
+    uo.save_state(opt, tmp_path / "run.safetensors")
+    again = Model(backend)
+    for name, p in again.params.items():     # the weights the first run reached
+        value = model.values()[name]
+        p.set_value(value) if backend == "paddle" else p.set_data(
+            __import__("mindspore").Tensor(value))
+    resumed = uo.resume(tmp_path / "run.safetensors", list(again.params.items()),
+                        path_taken="own")
+    assert [(g["lr"], g["weight_decay"]) for g in resumed.param_groups] == \
+        [(LRS[2], 0.1), (LRS[2], 0.0)]
+    for t in range(3, 6):
+        for group in opt.param_groups:
+            group["lr"] = LRS[t]
+        for group in resumed.param_groups:
+            group["lr"] = LRS[t]
+        model.step(opt, t)
+        again.step(resumed, t)
+    for name, value in model.values().items():
+        np.testing.assert_array_equal(again.values()[name], value, err_msg=name)
+    opt.param_groups[1]["eps"] = 1e-6
+    with pytest.raises(ValueError, match=r"param_groups\[1\] holds \{'eps'"):
+        uo.save_state(opt, tmp_path / "other.safetensors")
+    assert not (tmp_path / "other.safetensors").exists()

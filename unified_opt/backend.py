@@ -161,7 +161,24 @@ def compile_option(options: dict, modes=COMPILE_MODES):
 
 @dataclass(frozen=True)
 class Decision:
-    """What ``uo.build`` does for a spec on a backend, and why."""
+    """What ``uo.build`` does for a spec on a backend, and why (``uo.explain``'s answer;
+    ``str()`` is the text ``unified-opt explain`` prints).
+
+    Args:
+        backend: ``"torch"``, ``"paddle"`` or ``"mindspore"``.
+        algorithm: the spec's registry name.
+        path: ``"native"`` (the framework's class) or ``"own"`` (the spec's update).
+        native: the native class's qualified name on the native path, else None.
+        reason: why this path, in words.
+        rejected: ``(native class, the conditions it does not meet)`` for each class
+            that does not compute the spec exactly.
+        lowering: how the spec's values map onto the native class's arguments.
+        native_class: the native class's descriptor on the native path.
+        own_class: the own path's optimizer class, on the own path.
+        prefer: ``"speed"`` or ``"native"``, the preference the decision was made under.
+        alternative: the exact path not taken where both were exact, else None.
+        measured: the speed table's row the choice read, else None.
+    """
 
     backend: str
     algorithm: str
@@ -210,6 +227,9 @@ class BuildRecord:
     skipped: list[bool] = dataclasses.field(default_factory=list)
     #: the ``uo.Group`` rules the build was given (a state file carries them)
     groups: tuple = ()
+    #: whether the build was given group dicts (a state file carries them as rules:
+    #: :func:`unified_opt.param_groups.saved_record`)
+    group_dicts: bool = False
 
 
 _RECORDS: "weakref.WeakKeyDictionary[Any, BuildRecord]" = weakref.WeakKeyDictionary()

@@ -226,7 +226,29 @@ def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = N
     found by itself); ``names``: a module or ``(name, parameter)`` pairs naming a native
     optimizer's parameters; ``constant_lr=True``: a native optimizer whose groups show a
     scheduler's traces is saved with its current lr as a constant (else refused, see
-    ``uo.from_native``)."""
+    ``uo.from_native``).
+
+    Args:
+        optimizer: an optimizer made by ``uo.build``, or a native one.
+        path: the safetensors file to write (atomically).
+        lr_scheduler: a native optimizer's scheduler, or None.
+        names: a module or ``(name, parameter)`` pairs naming a native optimizer's
+            parameters, or None.
+        constant_lr: True: a scheduler's traces are saved as the current lr.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: an object of no known framework.
+        ValueError: unnamed parameters, or a native optimizer whose spec cannot be read.
+
+    Example:
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> opt = uo.build(uo.AdamW(lr=1e-3), torch.nn.Linear(4, 2))
+        >>> uo.save_state(opt, "run.safetensors")  # doctest: +SKIP
+    """
     framework = _framework(optimizer)
     record = _record(optimizer)
     backend = _backend_state(framework)
@@ -270,6 +292,26 @@ def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = 
                        constant_lr: bool = False) -> None:
     """Turn a framework's own checkpoint of a native optimizer into a state file ``path``
     that ``uo.resume`` / ``uo.load_state`` read on any backend.
+
+    Args:
+        checkpoint: the framework's checkpoint file, or (torch) its dict (below).
+        path: the state file to write.
+        optimizer: the native optimizer the checkpoint was taken from, built again.
+        lr_scheduler: its scheduler, or None.
+        scheduler_checkpoint: torch: the scheduler's ``state_dict`` file or dict.
+        names: a module or ``(name, parameter)`` pairs naming the parameters.
+        constant_lr: True: a scheduler's traces are saved as the current lr.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: arguments of the wrong type.
+        ValueError: a checkpoint that does not fit ``optimizer``, or that
+            :func:`save_state` refuses.
+
+    Example:
+        >>> uo.convert_checkpoint("opt.pt", "run.safetensors", optimizer=opt)  # doctest: +SKIP
 
     ``optimizer`` (and ``lr_scheduler``) are the native objects the checkpoint was taken
     from, built again as the script builds them (same class, arguments and parameters,
@@ -707,7 +749,24 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
     (:func:`.names.name_map`: MindSpore's ``gamma``/``beta`` for torch's LayerNorm
     ``weight``/``bias``) and layouts (a Linear weight's state transposed between torch
     or MindSpore and Paddle) by its module types. Without it a square 2-D weight is
-    refused where the two frameworks' layouts differ (:func:`across`)."""
+    refused where the two frameworks' layouts differ (:func:`across`).
+
+    Args:
+        optimizer: an optimizer made by ``uo.build`` for the saved spec and groups.
+        path: the state file.
+        transform: parameter name -> a function of each state array, or None.
+        model: the module holding the parameters, or None.
+
+    Returns:
+        None.
+
+    Raises:
+        ValueError: a file for another spec, groups or parameters, or a layout that
+            cannot be read without ``model``.
+
+    Example:
+        >>> uo.load_state(opt, "run.safetensors", model=model)  # doctest: +SKIP
+    """
     record = _record(optimizer)
     if record is None:
         raise TypeError(f"{CALLER}: optimizer must be made by uo.build, got "
@@ -774,7 +833,28 @@ def resume(path, params, *, transform=None, path_taken: str = "auto",
     the state into it (``transform``: as for :func:`load_state`), and return the
     optimizer (its scheduler: ``uo.native_scheduler``). ``path_taken`` and ``prefer``:
     ``uo.build``'s ``path`` and ``prefer`` (which class it built, and why:
-    ``uo.explain(optimizer)``)."""
+    ``uo.explain(optimizer)``).
+
+    Args:
+        path: the state file (:func:`save_state`).
+        params: the parameters to optimize, of any framework (a module reads names and
+            layouts, as ``model`` in :func:`load_state`).
+        transform: as for :func:`load_state`.
+        path_taken: ``uo.build``'s ``path``.
+        prefer: ``uo.build``'s ``prefer``.
+
+    Returns:
+        The optimizer ``uo.build`` made, holding the saved state.
+
+    Raises:
+        ValueError: a file that does not fit ``params``, or what ``uo.build`` refuses.
+
+    Example:
+        >>> import paddle
+        >>> import unified_opt as uo
+        >>> model = paddle.nn.Linear(4, 2)
+        >>> opt = uo.resume("run.safetensors", model)  # doctest: +SKIP
+    """
     from ..build import build, framework_of, named_parameters
 
     saved = read_state(path)
