@@ -82,8 +82,16 @@ def _scaled(grad, norm, max_norm: float, eps: float, ops):
 class ClipByGlobalNorm(Clip):
     """Scale every gradient by ``min(1, max_norm / (global_norm + eps))``.
 
-    ``per_group``: with parameter groups, one norm per group (Paddle's rule) instead
-    of one over all clipped parameters."""
+    Args:
+        max_norm: the largest global norm, > 0.
+        eps: >= 0, added to the norm (torch's ``clip_grad_norm_`` adds 1e-6).
+        per_group: with parameter groups, one norm per group (Paddle's rule) instead
+            of one over all clipped parameters.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> spec = uo.AdamW(lr=1e-3, grad_clip=uo.ClipByGlobalNorm(max_norm=1.0, eps=1e-6))
+    """
 
     kind = "global_norm"
     max_norm: float
@@ -114,7 +122,12 @@ class ClipByGlobalNorm(Clip):
 
 @_clip_dataclass
 class ClipByNorm(Clip):
-    """Scale each gradient by ``min(1, max_norm / (its norm + eps))``."""
+    """Scale each gradient by ``min(1, max_norm / (its norm + eps))``.
+
+    Args:
+        max_norm: the largest norm of each gradient, > 0.
+        eps: >= 0, added to the norm.
+    """
 
     kind = "norm"
     max_norm: float
@@ -131,7 +144,13 @@ class ClipByNorm(Clip):
 
 @_clip_dataclass
 class ClipByValue(Clip):
-    """Clamp every gradient element to ``[min, max]``."""
+    """Clamp every gradient element to ``[min, max]``.
+
+    Args:
+        max: the upper bound (>= 0 when ``min`` is not given).
+        min: the lower bound, <= ``max``; None: ``-max`` (torch's ``clip_grad_value_``,
+            Paddle's default).
+    """
 
     kind = "value"
     max: float

@@ -93,7 +93,23 @@ def name_matches(name: str, patterns) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Group:
-    """One rule of parameter groups (see the module docstring)."""
+    """One rule of parameter groups (see the module docstring).
+
+    Args:
+        match: a shell-style pattern over whole parameter names, a tuple of them, or a
+            callable ``name -> bool`` (not serialisable).
+        lr: an absolute lr for the group (only with a constant ``spec.lr``), or None.
+        lr_scale: a factor on the spec's lr or schedule, or None (not with ``lr``).
+        weight_decay: the group's weight decay (replacing the spec's and its
+            ``no_decay_names``), or None.
+        exclude_from: ``"weight_decay"`` and/or ``"grad_clip"``: what the group is left
+            out of.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> rules = [uo.Group(match=("*.bias", "*norm*"), weight_decay=0.0),
+        ...          uo.Group(match="head.*", lr_scale=10.0)]
+    """
 
     match: str | tuple[str, ...] | Callable[[str], bool]
     lr: float | None = None

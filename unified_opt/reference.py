@@ -88,6 +88,16 @@ class Reference:
     own state (``states[r]``; ``state`` is worker 0's), and the spec's sums over
     workers go through ``exchange`` (:class:`unified_opt.exchange.SimulatedExchange`
     by default; any :class:`~unified_opt.exchange.Exchange` over N workers).
+
+    Args:
+        spec: the spec to run.
+        params: parameter name -> numpy array (copied).
+        dtype: the dtype the math runs in, ``"float64"`` or ``"float32"``.
+        workers: the number of simulated workers of a data-parallel spec, or None.
+        exchange: the exchange over the workers, or None (simulated).
+        groups: ``uo.Group`` name rules, or None.
+        ops: the tensor operations the update runs on (numpy's).
+        storage: the dtype the parameters are kept in, or None.
     """
 
     def __init__(self, spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "float64",
@@ -310,7 +320,37 @@ def reference(spec: Spec, params: Mapping[str, "np.ndarray"], dtype: str = "floa
               workers: int | None = None, exchange: Exchange | None = None,
               groups: Sequence[Group] | None = None, storage: str | None = None
               ) -> Reference:
-    """The numpy oracle for ``spec`` (see :class:`Reference`)."""
+    """The numpy oracle for ``spec`` (see :class:`Reference`).
+
+    Args:
+        spec: the spec to run.
+        params: parameter name -> numpy array (copied; the arrays are not changed).
+        dtype: the dtype the math runs in: ``"float64"`` (the oracle) or ``"float32"``.
+        workers: for a data-parallel spec (``uo.DGCMomentum``): the number of simulated
+            workers; ``step`` then takes one gradient mapping per worker.
+        exchange: the exchange summing the workers' tensors (default: simulated).
+        groups: ``uo.Group`` name rules, as for ``uo.build``.
+        storage: the dtype the parameters are kept in (``"bfloat16"``, ``"float16"``),
+            or None.
+
+    Returns:
+        Reference: stepped with ``ref.step(grads)``; ``ref.params`` and ``ref.state``.
+
+    Raises:
+        TypeError: a spec, params or argument of the wrong type.
+        ValueError: a value the spec or the oracle cannot use (an unknown dtype, a
+            name rule matching no parameter, workers for a spec that is not
+            data-parallel).
+
+    Example:
+        >>> import numpy as np
+        >>> import unified_opt as uo
+        >>> ref = uo.reference(uo.SGD(lr=0.1), {"w": np.array([1.0, 2.0])})
+        >>> ref.step({"w": np.array([1.0, -1.0])})
+        0.1
+        >>> ref.params["w"]
+        array([0.9, 2.1])
+    """
     return Reference(spec, params, dtype, workers, exchange, groups, storage=storage)
 
 

@@ -108,7 +108,35 @@ def from_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
     computes; see the module docstring and :func:`read_native`. ``uo.build(spec, ...)``
     on the same framework may make the own implementation instead of the class read,
     where it is measured faster (``prefer="speed"``); the reading's last note says which
-    class a build makes and why (``prefer="native"`` keeps the class)."""
+    class a build makes and why (``prefer="native"`` keeps the class).
+
+    Args:
+        optimizer: a torch, Paddle or MindSpore optimizer object a script built.
+        lr_scheduler: its scheduler, or None.
+        names: a module or ``(name, parameter)`` pairs naming its parameters (group
+            rules are written over these names), or None.
+        sample_steps: how many steps of a scheduler without a closed form to sample, or
+            None.
+        constant_lr: True: read a scheduler's traces in the groups as the current lr,
+            constant (else refused).
+
+    Returns:
+        tuple[Spec, list[Group]]: the spec and the group rules, for
+        ``uo.build(spec, params, groups=groups)`` on any backend.
+
+    Raises:
+        TypeError: ``optimizer`` is no optimizer of a known framework.
+        ValueError: a class or configuration no spec computes exactly, or a scheduler
+            that cannot be read (each says what and why).
+
+    Example:
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> model = torch.nn.Linear(4, 2)
+        >>> spec, groups = uo.from_native(torch.optim.AdamW(model.parameters(), lr=1e-3))
+        >>> spec == uo.preset("torch.optim.AdamW", lr=1e-3), groups
+        (True, [])
+    """
     reading = read_native(optimizer, lr_scheduler, names=names, sample_steps=sample_steps,
                           constant_lr=constant_lr)
     return reading.spec, reading.groups

@@ -36,7 +36,18 @@ def registry() -> NativeRegistry:
 
 def presets(refused: bool = False) -> list[str]:
     """Qualified names of every native class that has a preset; with ``refused=True``,
-    those whose preset is refused (it raises NotImplementedError saying what is missing)."""
+    those whose preset is refused (it raises NotImplementedError saying what is missing).
+
+    Args:
+        refused: False: the classes :func:`preset` reads; True: the refused ones.
+
+    Returns:
+        list[str]: qualified class names, sorted.
+
+    Example:
+        >>> import unified_opt as uo
+        >>> "torch.optim.AdamW" in uo.presets()
+        True"""
     return registry().names(refused)
 
 
@@ -45,7 +56,29 @@ def preset(qualified_name: str, **native_kwargs: Any) -> Spec:
 
     ``qualified_name`` may also be the class's real module path
     (``"torch.optim.adamw.AdamW"``, ``"mindspore.nn.optim.adam.Adam"``): see
-    :func:`descriptor_name`."""
+    :func:`descriptor_name`.
+
+    Args:
+        qualified_name: the native class's qualified name (``uo.presets()`` lists them).
+        **native_kwargs: its constructor's arguments, under its own names and with its
+            own defaults (``learning_rate=`` for Paddle and MindSpore).
+
+    Returns:
+        Spec: the exact spec (eps placement, bias correction, decay coupling, which
+        parameters are decayed by default, ...).
+
+    Raises:
+        TypeError: an argument the class does not take.
+        ValueError: an unknown class (the message names the closest), or a value out
+            of range.
+        NotImplementedError: a configuration no spec computes exactly (the message
+            says what is missing).
+
+    Example:
+        >>> import unified_opt as uo
+        >>> spec = uo.preset("mindspore.nn.AdamWeightDecay", learning_rate=1e-3)
+        >>> spec.bias_correction, spec.eps
+        (False, 1e-06)"""
     if not isinstance(qualified_name, str) and not isinstance(qualified_name, type) \
             and hasattr(qualified_name, "step"):
         raise TypeError(f"preset: qualified_name must be a str, got the optimizer object "

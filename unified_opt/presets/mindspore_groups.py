@@ -44,7 +44,19 @@ def mindspore_groups(params: Sequence[dict], spec: Spec) -> list[Group]:
     learning_rate=..., weight_decay=..., ...)``), whose lr and weight decay the groups
     without ``lr`` / ``weight_decay`` keep.
 
-    Returns one ``uo.Group`` per group dict, in order, matching exactly its parameter
+    Args:
+        params: the group dicts, names in place of Parameters (above).
+        spec: the optimizer's spec.
+
+    Returns:
+        list[Group]: one ``uo.Group`` per group dict (below).
+
+    Raises:
+        ValueError: a group lr list that is no constant multiple of the spec's schedule,
+            or a decay schedule the spec's name rule does not spare.
+        NotImplementedError: the configurations refused below.
+
+    One ``uo.Group`` per group dict, in order, matching exactly its parameter
     names (escaped for ``fnmatch``):
 
     * ``weight_decay``: the group's, or the optimizer's (``spec.weight_decay``) when the
