@@ -89,7 +89,8 @@ def start(driver_cls: type[Driver], case: Case, path: str, spec=None,
     return driver_cls(spec, case.initial_params(),
                       path="auto" if case.native is not None else path,
                       total_steps=case.steps, groups=case.groups or None, native=case.native,
-                      device=device, storage=case.storage, backward=case.backward)
+                      device=device, storage=case.storage, backward=case.backward,
+                      param_group_writes=case.param_group_writes)
 
 
 def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Trajectory:

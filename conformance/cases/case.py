@@ -31,7 +31,7 @@ from .functions import decode_spec, encode_spec
 from .native import Native
 
 #: Bump when the default cases, the gradient stream or the comparison rule change.
-SUITE_VERSION = "9"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
+SUITE_VERSION = "10"  # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite case per
 #                       algorithm, NaN and Inf interchangeable where both are non-finite;
 #                       4: parameters without a gradient at some steps; 5: bfloat16
 #                       parameters and state_dtype (judged in bfloat16 ulps); 6: the
@@ -40,7 +40,8 @@ SUITE_VERSION = "9"   # 3: kernel sizes (1, 7, 8, 9, 64, 4225), a non-finite cas
 #                       oracle's machine eps is the run's dtype's (Adafactor eps[0]=None);
 #                       9: a parameter element whose state holds NaN against NaN/Inf is
 #                       excused, Adafactor decays as p*(1-lr*wd), lamb_bias_correction_
-#                       first_moment_step
+#                       first_moment_step; 10: lr and weight decay written into
+#                       param_groups before each step (Case.param_group_writes)
 MIN_STEPS = 50
 DEFAULT_STEPS = 50
 
@@ -88,6 +89,9 @@ BACKWARD_REFUSED = {
                  "assigned-gradient cases drive it as its training loops do (a real "
                  "autodiff here costs a graph compile of about 2 s per run)",
 }
+
+#: what a case may write into the optimizer's param groups (``Case.param_group_writes``)
+PARAM_GROUP_WRITES = ("lr", "weight_decay")
 
 MISSING_GRADIENTS_REFUSED = {
     "mindspore": "MindSpore's optimizers take a tuple of one gradient per parameter (a "
@@ -144,6 +148,12 @@ class Case:
     #: (a gradient zeroed in place and written by the next backward: an optimizer that
     #: kept a reference to it would follow it)
     backward: str | None = None
+    #: hyperparameters (of :data:`PARAM_GROUP_WRITES`) that the driver writes into every
+    #: param group of the optimizer before each step, as a script's lr loop or a
+    #: ``uo.lr_scheduler`` does: the optimizer is built with the spec's schedule of each
+    #: at its step-0 value, and before step ``t`` each group gets the schedule's value
+    #: at ``t`` (its lr factor applied). The oracle runs the spec with the schedules
+    param_group_writes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         owner = f"Case {self.id!r}"
@@ -217,7 +227,27 @@ class Case:
                                  "from one backward of finite float32 values on one process "
                                  "(no missing_gradients, storage, workers or "
                                  "nonfinite_steps)")
+        self._check_param_group_writes(owner)
         encode_spec(self.spec)   # a callable that cannot travel to a worker: say so now
+
+    def _check_param_group_writes(self, owner: str) -> None:
+        writes = self.param_group_writes
+        if isinstance(writes, (str, bytes)) or not isinstance(writes, (list, tuple)):
+            raise TypeError(f"{owner}: param_group_writes must be a sequence of "
+                            f"{PARAM_GROUP_WRITES}, got {writes!r}")
+        writes = tuple(writes)
+        for key in writes:
+            if key not in PARAM_GROUP_WRITES:
+                raise ValueError(f"{owner}: param_group_writes holds {key!r}; it may hold "
+                                 f"{PARAM_GROUP_WRITES}")
+            if not isinstance(getattr(self.spec, key, None), uo.schedules.Schedule):
+                raise ValueError(f"{owner}: param_group_writes holds {key!r}, but the spec's "
+                                 f"{key} is no schedule to write")
+        if writes and (self.native is not None or self.workers > 1 or any(
+                g.lr is not None or g.weight_decay is not None for g in self.groups)):
+            raise ValueError(f"{owner}: param_group_writes is for uo.build's optimizers on one "
+                             "process, with groups that set no lr or weight_decay of their own")
+        object.__setattr__(self, "param_group_writes", writes)
 
     def _check_missing_gradients(self, owner: str, shapes: dict) -> None:
         missing = self.missing_gradients
@@ -354,7 +384,9 @@ class Case:
                                           self.missing_gradients.items()}}
                    if self.missing_gradients else {}),
                 **({"storage": self.storage} if self.storage is not None else {}),
-                **({"backward": self.backward} if self.backward is not None else {})}
+                **({"backward": self.backward} if self.backward is not None else {}),
+                **({"param_group_writes": list(self.param_group_writes)}
+                   if self.param_group_writes else {})}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Case":
@@ -370,7 +402,8 @@ class Case:
                    workers=data.get("workers", 1), rank=data.get("rank", 0),
                    missing_gradients={n: tuple(s) for n, s in
                                       data.get("missing_gradients", {}).items()},
-                   storage=data.get("storage"), backward=data.get("backward"))
+                   storage=data.get("storage"), backward=data.get("backward"),
+                   param_group_writes=tuple(data.get("param_group_writes", ())))
 
 
 def dense(**fields) -> Case:

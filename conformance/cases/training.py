@@ -245,6 +245,26 @@ def backward_cases() -> list[Case]:
             for spec in specs for mode in BACKWARD_MODES]
 
 
+def param_group_cases() -> list[Case]:
+    """A script's lr loop (or ``uo.lr_scheduler``) writing the lr into every param group
+    before each step, on every path (native classes take a written lr), and the weight
+    decay too on the own path (a native class reads it when built, and refuses a write)."""
+    cosine = Cosine(lr=0.05, T_max=50, eta_min=0.002)
+    decay = Step(lr=0.1, step_size=7, gamma=0.5)
+    return [
+        _case("param_group_lr_sgd", uo.SGD(lr=cosine, momentum=0.9, weight_decay=0.01),
+              param_group_writes=("lr",),
+              description="lr written into param_groups before each step (a cosine)"),
+        _case("param_group_lr_adamw", uo.AdamW(lr=cosine, weight_decay=0.05),
+              param_group_writes=("lr",), groups=(G(match="*bias", lr_scale=0.5),),
+              description="lr written into param_groups before each step, a group with "
+                          "its own lr factor"),
+        _case("param_group_lr_decay_adamw", uo.AdamW(lr=cosine, weight_decay=decay),
+              param_group_writes=("lr", "weight_decay"), paths=("own",),
+              description="lr and weight decay written into param_groups before each step"),
+    ]
+
+
 def acceptance_cases() -> list[Case]:
     """The issue's three native runs, 100 steps each."""
     no_decay = (G(match=("*bias", "ln.*"), weight_decay=0.0),)
@@ -277,4 +297,5 @@ def acceptance_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     return group_cases() + clip_cases() + loss_scale_cases() + per_step_cases() + \
-        missing_gradient_cases() + backward_cases() + acceptance_cases()
+        missing_gradient_cases() + backward_cases() + param_group_cases() + \
+        acceptance_cases()

@@ -41,8 +41,14 @@ class Driver:
                  options: Mapping | None = None, total_steps: int | None = None,
                  groups=None, native: Native | None = None, factory=None,
                  device: Placement | None = None, prefer: str = "speed",
-                 storage: str | None = None, backward: str | None = None):
+                 storage: str | None = None, backward: str | None = None,
+                 param_group_writes: tuple[str, ...] = ()):
         # prefer: uo.build's (a test of a native row asks for "native")
+        #: the schedules written into every param group before each step
+        #: (``Case.param_group_writes``); the optimizer is built with their step-0 values
+        self.written = {key: getattr(spec, key) for key in param_group_writes}
+        if self.written:
+            spec = spec.replace(**{key: schedule(0) for key, schedule in self.written.items()})
         self.spec = spec
         #: the dtype the parameters are made in (None: the arrays'; Case.storage)
         self.storage = storage
@@ -203,7 +209,25 @@ class Driver:
         return list(self.optimizer_state(param))
 
     # -- the loop -----------------------------------------------------------------
+    def write_param_groups(self) -> float:
+        """Write this step's values of :attr:`written` into every param group (each
+        group's lr factor applied, read from its first parameter's plan); the lr
+        written for a group without a factor."""
+        t = self.calls
+        plan_of = {id(p): plan for p, plan in zip(self.record.params, self.record.plans)}
+        values = {key: float(schedule(t)) for key, schedule in self.written.items()}
+        for group in self.optimizer.param_groups:
+            plan = plan_of[id(group["params"][0])]
+            for key, value in values.items():
+                group[key] = plan.lr(value) if key == "lr" else value
+        return values.get("lr", float(self.spec.lr))
+
     def step(self, grads: Mapping[str, np.ndarray]) -> float:
+        if self.written:
+            lr = self.write_param_groups()
+            self.apply(grads)
+            self.calls += 1
+            return lr
         if self.factory is not None:
             lr = self.checked_lr()
         elif self.native is None:
