@@ -245,11 +245,6 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
         plans.append(ParameterPlan(name, param_spec, scale, group.lr, index,
                                    "grad_clip" not in group.exclude_from))
     _check_name_rules(spec, names, caller)
-    known = {n for n in names if n is not None}
-    for index, group in enumerate(groups):
-        if not callable(group.match):
-            _unmatched_exact(group.match, known, caller,
-                             f"groups[{index}] (match={group.match!r})")
     used = {plan.group for plan in plans}
     for index, group in enumerate(groups):
         if index not in used:   # a typo in a pattern would otherwise pass unnoticed
@@ -257,6 +252,11 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
             raise ValueError(f"{caller}: groups[{index}] (match={group.match!r}) matches no "
                              f"parameter that an earlier group has not taken; parameter "
                              f"names: {shown}")
+    known = {n for n in names if n is not None}
+    for index, group in enumerate(groups):
+        if not callable(group.match):
+            _unmatched_exact(group.match, known, caller,
+                             f"groups[{index}] (match={group.match!r})")
     return plans
 
 
@@ -276,7 +276,6 @@ def _check_name_rules(spec, names: Sequence[str | None], caller: str) -> None:
             continue
         if rule == "no_decay_names" and tuple(patterns) == MINDSPORE_NO_DECAY:
             continue
-        _unmatched_exact(patterns, set(known), caller, f"{rule}={patterns!r}")
         if not any(name_matches(n, patterns) for n in known):
             shown = known[:8] + (["..."] if len(known) > 8 else [])
             raise ValueError(
@@ -284,6 +283,7 @@ def _check_name_rules(spec, names: Sequence[str | None], caller: str) -> None:
                 f"that match whole names: '*bias' for every name ending in 'bias'); "
                 f"parameter names: {shown}. Give patterns that match, "
                 f"spec.replace({rule}=(...)), or () for none")
+        _unmatched_exact(patterns, set(known), caller, f"{rule}={patterns!r}")
 
 
 Group.__init__ = v.checked_keyword_init(Group, Group.__init__)
