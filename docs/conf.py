@@ -15,8 +15,9 @@ extension), never from a CDN. Chosen over KaTeX pre-rendered at build time
 build, and a page's weight depends on its math, while MathJax needs nothing beyond pip
 and a page loads one 1.2 MB script whatever its math. Generated at each build,
 into folders git ignores: ``api/`` (a page per public function and class:
-``docs/api_pages.py``) and ``pairs/`` (one porting page per framework pair, from the
-native-class descriptors: ``docs/porting_pairs.py``). The pictures are committed
+``docs/api_pages.py``), ``pairs/`` (one porting page per framework pair, from the
+native-class descriptors: ``docs/porting_pairs.py``) and ``_generated/`` (figures the
+prose quotes, from the code and the results: ``docs/facts.py``). The pictures are committed
 (``docs/plots.py``).
 """
 
@@ -47,6 +48,7 @@ def _beside(name: str):
 
 api_pages = _beside("api_pages")
 porting_pairs = _beside("porting_pairs")
+facts = _beside("facts")
 
 project = "unified-opt"
 author = "the unified-opt authors"
@@ -65,7 +67,8 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 # plots/gpu_step_time.md is included by plots.md, not a page of its own
-exclude_patterns = ["_build", "plots/gpu_step_time.md"]
+# _generated/: figures the prose quotes (docs/facts.py), included by the pages
+exclude_patterns = ["_build", "plots/gpu_step_time.md", "_generated"]
 
 # -- strict: a reference that resolves to nothing is an error ------------------------------
 nitpicky = True
@@ -174,6 +177,7 @@ def internal_reference(app, env, node, contnode):
 def generate(app) -> None:
     api_pages.write(DOCS / "api")
     porting_pairs.write(DOCS / "pairs")
+    facts.write(DOCS / "_generated")
 
 
 def setup(app) -> dict:

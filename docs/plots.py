@@ -163,7 +163,7 @@ def gpu_page(report: dict[str, Any] | None) -> str:
             f"({parameters['tensors']} float32 tensors, {parameters['elements']:,} "
             "elements): the median `optimizer.step()` as a multiple of "
             "`torch.optim.AdamW(fused=True)` in the same run; the black tick is the "
-            "issue's speed target for the algorithm (`benchmarks/results/"
+            "speed target for the algorithm (`benchmarks/results/"
             "gpu_step_time.md` has every row).\n\n"
             "```{image} plots/gpu_step_time.png\n:alt: optimizer step time on a GPU, per "
             "algorithm, uo against the peer libraries\n```\n")
