@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                "construction); 2 a bad command line or input that cannot be used (each "
                "command's --help says which); 130 or 143 a conformance run stopped by "
                "SIGINT or SIGTERM.")
+    from unified_opt import __version__
+
+    parser.add_argument("--version", action="version", version=f"unified-opt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = commands.add_parser(
         "conformance", help="run the conformance suite and write its reports",
@@ -238,9 +241,26 @@ def _add_report(commands) -> None:
                       help="also write the diff as JSON to FILE")
 
 
+_DIFF_EPILOG = """\
+examples:
+  unified-opt diff "torch.optim.Adam(lr=1e-3)" "mindspore.nn.Adam(learning_rate=1e-3)"
+  unified-opt diff "torch.optim.AdamW(lr=1e-3)" \\
+      "mindspore.nn.AdamWeightDecay(learning_rate=1e-3, weight_decay=0.01)"
+  unified-opt diff "adamw(lr=1e-3)" "adamw(lr=1e-3, eps_placement='eps_hat')"
+"""
+
+_PORT_EPILOG = """\
+examples:
+  unified-opt port train.py --to paddle                   # the ported script on stdout
+  unified-opt port train.py --to mindspore -o train_ms.py
+  unified-opt port train_paddle.py --to torch -o train_torch.py
+"""
+
+
 def _add_diff(commands) -> None:
     diff = commands.add_parser(
         "diff", help="do two optimizer configurations compute the same numbers?",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_DIFF_EPILOG,
         description=textwrap.fill(
             "Run two configurations, each a native constructor call as a script writes "
             "it (\"torch.optim.Adam(lr=1e-3)\", \"mindspore.nn.Adam(learning_rate=1e-3)\") "
@@ -257,6 +277,7 @@ def _add_port(commands) -> None:
     port = commands.add_parser(
         "port", help="rewrite a script's optimizer and lr-scheduler constructions into "
         "another framework",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PORT_EPILOG,
         description=textwrap.fill(
             "Rewrite the optimizer and lr-scheduler constructions of SCRIPT into FRAMEWORK: "
             "its exact native class with the argument values that make it exact, else "
