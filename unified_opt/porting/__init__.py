@@ -21,7 +21,7 @@
 Like the rest of the core, nothing here imports a framework at import time.
 """
 
-from .names import name_map
+from .names import map_rules, name_map
 from .runtime import check_clip_in_step, named_parameters, torch_signature
 
-__all__ = ["check_clip_in_step", "name_map", "named_parameters", "torch_signature"]
+__all__ = ["check_clip_in_step", "map_rules", "name_map", "named_parameters", "torch_signature"]
