@@ -275,18 +275,23 @@ def _add_diff(commands) -> None:
 
 def _add_port(commands) -> None:
     port = commands.add_parser(
-        "port", help="rewrite a script's optimizer and lr-scheduler constructions into "
-        "another framework",
+        "port", help="map a script's optimizer, scheduler, clip and parameter-selection "
+        "calls to another framework",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_PORT_EPILOG,
         description=textwrap.fill(
-            "Rewrite the optimizer and lr-scheduler constructions of SCRIPT into FRAMEWORK: "
-            "its exact native class with the argument values that make it exact, else "
-            "uo.build(spec, ...). Parameter groups (the decay/no-decay dicts over "
-            "named_parameters(), or submodules' parameters()) become uo.Group rules; a "
-            "clip_grad_norm_ / clip_grad_value_ call becomes the spec's grad_clip. Lists "
-            "every rewritten call with its reason on stderr and touches nothing else. A "
-            "construction that cannot be read statically is left as written, marked by a "
-            "comment and listed with its line; the rest is written all the same (exit 1 "
+            "A torch script keeps its code: only framework calls are mapped, their "
+            "arguments kept as the expressions they are (read at run time). "
+            "torch.optim.X(params, ...) becomes uo.build(uo.preset(\"torch.optim.X\", ...), "
+            "params); schedulers become uo.lr_scheduler.<the same name>; clip_grad_norm_ / "
+            "clip_grad_value_ become uo's (on MindSpore a norm clip right before the step "
+            "becomes the optimizer's grad_clip); named_parameters(), parameters(), "
+            "named_modules(), isinstance tests of torch.nn classes and optimizer state "
+            "save/load become the target's; param_groups loops stay. A Paddle or MindSpore "
+            "script's optimizer and scheduler constructions are read into a spec and "
+            "written as the target's exact class or uo.build(spec, ...). Lists every "
+            "rewrite with its reason on stderr. What is not mapped is left as written, "
+            "marked by a '# unified-opt port: not ported: <why>' comment, and listed with "
+            "its line, every reason in one run; the rest is written all the same (exit 1 "
             "then, and when no optimizer construction is found); 2 for a bad command "
             "line.", 79))
     port.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
