@@ -2,7 +2,15 @@
 optimizer sends only the top 0.1 % of each accumulated gradient (after the warm-up ramp)
 and sums everyone's.
 
-    msrun --worker_num=2 --local_worker_num=2 --join=True examples/distributed/dgc_msrun.py [STEPS]
+    GLOG_v=3 msrun --worker_num=2 --local_worker_num=2 --join=True --tail_worker_log=0 \
+        examples/distributed/dgc_msrun.py [STEPS]
+
+Rank 0 prints the progress. msrun writes each worker's output into ``worker_N.log`` and,
+with ``--join=True``, copies the workers named by ``--tail_worker_log`` to the terminal
+(0: rank 0 only; every worker when it is not given); ``GLOG_v=3`` keeps MindSpore's
+own warnings (connection retries while the ranks meet) out of it. msrun starts the
+workers with the ``python`` first on ``PATH``: run it from the environment holding
+MindSpore and unified-opt (e.g. with ``.venv/bin`` first on ``PATH``).
 """
 
 import sys

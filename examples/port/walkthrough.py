@@ -4,13 +4,14 @@ saves its optimizer with ``uo.save_state``, and continues in Paddle and in MindS
 through ``uo.resume``; a control continues in Paddle with the optimizer restarted (what a
 port without the state does). Each framework runs in a process of its own.
 
-    python examples/port/walkthrough.py            # writes docs/porting_curves.{json,png}
+    python examples/port/walkthrough.py --out DIR  # writes DIR/porting_curves.{json,png}
+    python examples/port/walkthrough.py --out docs # the committed docs/porting_curves.*
     python examples/port/walkthrough.py --check    # exit 1 if the committed JSON is stale
                                                    # (any loss off by more than 1e-5)
 
 The JSON holds every loss; the PNG (matplotlib, ``pip install -e .[docs]``) is drawn from
 it and carries the JSON's sha256 in its metadata, so a test can tell that both are
-current.
+current. Without matplotlib the JSON is written and the PNG is not, which the run says.
 """
 
 import argparse
@@ -22,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from unified_opt.files import write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 CURVES = ROOT / "docs" / "porting_curves.json"
@@ -190,8 +193,12 @@ def plot(data: dict, path: Path) -> None:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed JSON")
+    parser.add_argument("--out", metavar="DIR", type=Path,
+                        help="the folder to write porting_curves.json and .png into")
     parser.add_argument("--half", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.half and not args.check and args.out is None:
+        parser.error("give --out DIR (the folder to write the curves into) or --check")
     if args.half:
         framework, directory, *fresh = args.half
         directory = Path(directory)
@@ -204,8 +211,17 @@ def main(argv: list[str]) -> int:
     data = curves()
     if args.check:
         return 0 if stale(json.loads(CURVES.read_text()), data) == [] else 1
-    CURVES.write_text(_text(data))
-    plot(data, PLOT)
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text(args.out / CURVES.name, _text(data))
+    print(f"wrote {args.out / CURVES.name}")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(f"{args.out / PLOT.name} not drawn: matplotlib is not installed "
+              "(pip install -e '.[docs]')", file=sys.stderr)
+        return 0
+    plot(data, args.out / PLOT.name)
+    print(f"wrote {args.out / PLOT.name}")
     return 0
 
 
