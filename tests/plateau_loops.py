@@ -113,7 +113,9 @@ class MindSpore:
             sched.step(value)
 
     def lr(self, opt):
-        if hasattr(opt, "param_groups"):
+        from mindspore.experimental.optim import Optimizer
+
+        if isinstance(opt, Optimizer):      # its groups hold lr Parameters
             return float(opt.param_groups[0]["lr"].asnumpy())
         return float(opt.learning_rate.asnumpy())
 

@@ -1,9 +1,9 @@
 """MindSpore (issue 41, points 4 and 7): the ``mindspore.experimental.optim`` classes
-``uo.build`` returns (the only MindSpore optimizers with ``add_param_group``;
-``mindspore.nn`` classes and the own ``SpecOptimizer`` have none) refuse a group added
-after the build, since the state file keys state by the build's names; ``uo.save_state``
-refuses an optimizer holding a parameter the build was not given; a plain
-``mindspore.Tensor`` is refused at build naming the fix.
+``uo.build`` returns (``mindspore.nn`` classes have no ``add_param_group``; the own
+``SpecOptimizer`` refuses it too) refuse a group added after the build, since the state
+file keys state by the build's names; ``uo.save_state`` refuses an optimizer holding a
+parameter the build was not given; a plain ``mindspore.Tensor`` is refused at build
+naming the fix.
 
 MindSpore runs in this process (conftest imports it first).
 """
@@ -43,9 +43,10 @@ def test_the_experimental_class_refuses_a_group_added_later():
     assert len(optimizer.param_groups) == 1
 
 
-def test_the_own_path_has_no_add_param_group():
+def test_the_own_path_refuses_add_param_group():
     _, optimizer = _built({"path": "own"})
-    assert not hasattr(optimizer, "add_param_group")
+    with pytest.raises(ValueError, match="made when it is built"):
+        optimizer.add_param_group({"params": [_param("extra")]})
 
 
 def test_save_state_refuses_a_parameter_the_build_was_not_given(tmp_path):

@@ -306,3 +306,43 @@ def test_save_state_keeps_group_dicts_and_a_written_lr(backend, tmp_path):
     with pytest.raises(ValueError, match=r"param_groups\[1\] holds \{'eps'"):
         uo.save_state(opt, tmp_path / "other.safetensors")
     assert not (tmp_path / "other.safetensors").exists()
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "mindspore"])
+def test_a_group_added_after_the_build_steps_and_saves_as_if_built_with_it(backend, tmp_path):
+    """torch's and Paddle's own paths: add_param_group gives the new parameters the
+    group's values (Paddle's lr factor form too), bit for bit the build with both groups,
+    and save_state keeps them; native classes refuse, naming the own path."""
+    spec = uo.AdamW(lr=0.05, weight_decay=0.1)
+    extra = {"weight_decay": 0.0, ("lr" if backend == "torch" else "learning_rate"):
+             0.025 if backend == "torch" else 0.5}      # 0.05 * 0.5 == 0.025 exactly
+    added, built = Model(backend), Model(backend)
+    opt = uo.build(spec, [("w", added.params["w"])], path="own")
+    opt.add_param_group({"params": [("b", added.params["b"])], **extra})
+    both = uo.build(spec, [{"params": [("w", built.params["w"])]},
+                           {"params": [("b", built.params["b"])], **extra}], path="own")
+    assert [(g["lr"], g["weight_decay"]) for g in opt.param_groups] == \
+        [(0.05, 0.1), (0.025, 0.0)]
+    for t in range(4):
+        added.step(opt, t)
+        built.step(both, t)
+    for name, value in added.values().items():
+        np.testing.assert_array_equal(value, built.values()[name], err_msg=name)
+    uo.save_state(opt, tmp_path / "run.safetensors")
+    resumed = uo.resume(tmp_path / "run.safetensors", list(Model(backend).params.items()),
+                        path_taken="own")
+    assert [(g["lr"], g["weight_decay"]) for g in resumed.param_groups] == \
+        [(0.05, 0.1), (0.025, 0.0)]
+    with pytest.raises(ValueError, match="already in the optimizer"):
+        opt.add_param_group({"params": [added.params["b"]]})
+    native = _build(spec, Model(backend), "native")
+    with pytest.raises(ValueError, match="path='own'"):
+        native.add_param_group({"params": [Model(backend).params["b"]]})
+
+
+def test_mindspore_refuses_a_group_added_after_the_build():
+    if "mindspore" not in BACKENDS:
+        pytest.skip("mindspore is not installed")
+    opt = _build(uo.AdamW(lr=0.05), Model("mindspore"), "own")
+    with pytest.raises(ValueError, match="made when it is built"):
+        opt.add_param_group({"params": [Model("mindspore").params["b"]]})

@@ -227,9 +227,10 @@ class BuildRecord:
     skipped: list[bool] = dataclasses.field(default_factory=list)
     #: the ``uo.Group`` rules the build was given (a state file carries them)
     groups: tuple = ()
-    #: whether the build was given group dicts (a state file carries them as rules:
-    #: :func:`unified_opt.param_groups.saved_record`)
-    group_dicts: bool = False
+    #: the plans' group indices that come from group dicts (given to the build, or to
+    #: ``add_param_group`` later); a state file carries them as rules
+    #: (:func:`unified_opt.param_groups.saved_record`)
+    dict_groups: tuple = ()
 
 
 _RECORDS: "weakref.WeakKeyDictionary[Any, BuildRecord]" = weakref.WeakKeyDictionary()

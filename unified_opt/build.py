@@ -189,7 +189,8 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     optimizer, record = adapter.build(spec, named, path=path, options=dict(options or {}),
                                       plans=plans, prefer=prefer)
     record.groups = tuple(groups or ())
-    record.group_dicts = group_dicts
+    if group_dicts:
+        record.dict_groups = tuple(range(len(params)))
     remember(optimizer, record)
     return optimizer
 

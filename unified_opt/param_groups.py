@@ -117,7 +117,8 @@ def flatten_group_dicts(groups: Sequence[Mapping], caller: str) -> list[list]:
 
 
 def plans_of_group_dicts(spec, groups: Sequence[Mapping], names: Sequence[Sequence[str]],
-                         caller: str = "build") -> list[ParameterPlan]:
+                         caller: str = "build", first: int = 0,
+                         name_rules: bool = True) -> list[ParameterPlan]:
     """One plan per parameter of the group dicts ``groups`` (``names``: each group's
     parameter names, for the spec's own name rules), in order.
 
@@ -125,11 +126,14 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping], names: Sequence[Sequen
     ``learning_rate`` (Paddle's factor on the optimizer's lr); any of the spec's
     hyperparameters (:func:`group_hyperparameters`), validated as the spec validates
     them. A group that sets ``weight_decay`` replaces the spec's ``no_decay_names`` for
-    its parameters, as a ``uo.Group`` does. Anything else is a ValueError naming it."""
+    its parameters, as a ``uo.Group`` does. Anything else is a ValueError naming it.
+    ``first``: the plans' group index of the first dict (``add_param_group``: after the
+    build's groups); ``name_rules``: check that the spec's own name rules match a
+    parameter (a group added later need not hold one)."""
     allowed = set(group_hyperparameters(spec))
     plans = []
     for g, (group, group_names) in enumerate(zip(groups, names)):
-        where = f"params[{g}]"
+        where = f"params[{g}]" if caller == "build" else "param_group"
         unknown = sorted(set(group) - allowed - {"params", "lr", PADDLE_LR_FACTOR}, key=str)
         if unknown:
             raise ValueError(f"{caller}: {where} has {unknown}, which {type(spec).__name__} "
@@ -156,9 +160,57 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping], names: Sequence[Sequen
         group_spec = replaced(spec, changes, caller, where) if changes else spec
         for name in group_names:
             plans.append(ParameterPlan(name, group_spec.for_parameter(name),
-                                       1.0 if scale is None else scale, fixed_lr, g))
-    _check_name_rules(spec, [n for group_names in names for n in group_names], caller)
+                                       1.0 if scale is None else scale, fixed_lr, first + g))
+    if name_rules:
+        _check_name_rules(spec, [n for group_names in names for n in group_names], caller)
     return plans
+
+
+def added_group(record: Any, group: Any, owner: str, framework: str,
+                name_of: Callable[[Any], str | None]) -> tuple[list, list, list]:
+    """``(names, params, plans)`` of the group dict ``group`` given to
+    ``add_param_group`` of the optimizer ``record`` describes, and ``record`` extended
+    with them (so ``uo.save_state`` writes them: names are needed there). Refused, a
+    TypeError or ValueError naming the reason, before anything changes: not a dict,
+    parameters of another framework or already held, a key the spec has no field for, a
+    scheduled lr (the scheduler ``uo.build`` made drives the groups it was made with)."""
+    from .backend import check_parameters
+    from .build import named_parameters
+
+    caller = f"{owner}.add_param_group"
+    if not isinstance(group, Mapping):
+        raise TypeError(f"{caller}: param_group must be a dict, got {type(group).__name__}")
+    if record.lr_scheduler is not None:
+        raise ValueError(f"{caller}: the spec's lr is a schedule, and the scheduler uo.build "
+                         "made drives the groups it was made with; build with every "
+                         "parameter, or drive the lr with uo.lr_scheduler over a constant "
+                         "spec lr")
+    named = named_parameters(flatten_group_dicts([group], caller)[0], caller)
+    found = check_parameters(named, caller)
+    if found != framework:
+        raise TypeError(f"{caller}: the parameters are {found} objects; this optimizer "
+                        f"holds {framework} parameters")
+    held = {id(p) for p in record.params}
+    again = [n or f"params[{k}]" for k, (n, p) in enumerate(named) if id(p) in held]
+    if again or len({id(p) for _, p in named}) != len(named):
+        raise ValueError(f"{caller}: {again or 'a parameter given twice'} already in the "
+                         "optimizer: a parameter belongs to one group")
+    names = [n if n is not None else name_of(p) for n, p in named]
+    known = [n for n in record.names if n is not None]
+    clash = sorted(set(known) & {n for n in names if n is not None})
+    if clash:
+        raise ValueError(f"{caller}: parameter names {clash} are the names of parameters "
+                         "the optimizer holds")
+    index = 1 + max([len(record.groups) - 1, *record.dict_groups,
+                     *(plan.group for plan in record.plans if plan.group is not None)])
+    plans = plans_of_group_dicts(record.spec, [group], [names], caller, first=index,
+                                 name_rules=False)
+    params = [p for _, p in named]
+    record.params = [*record.params, *params]
+    record.names = [*record.names, *names]
+    record.plans = [*(record.plans or []), *plans]
+    record.dict_groups = (*record.dict_groups, index)
+    return names, params, plans
 
 
 def replaced(spec, changes: Mapping[str, Any], caller: str, where: str):
@@ -243,6 +295,29 @@ class GroupSurface:
         self._lr_seen = [group["lr"] for group in self.groups]
         self._specs: dict[int, tuple[tuple, Any]] = {}
 
+    def add(self, plans: Sequence[ParameterPlan], params: Sequence, lr: float,
+            first_index: int) -> dict:
+        """A group of new parameters (``add_param_group``), their indices in the
+        optimizer's list from ``first_index``; its dict, appended to :attr:`groups`."""
+        g = len(self.groups)
+        plan = plans[0]
+        if any((other.spec, other.lr_scale, other.fixed_lr) != (plan.spec, plan.lr_scale,
+                                                                plan.fixed_lr)
+               for other in plans[1:]):
+            raise ValueError(f"{self.owner}: add_param_group: the spec's name rules give "
+                             "these parameters different hyperparameters; add them as one "
+                             "group each")
+        self.members.append(list(range(first_index, first_index + len(plans))))
+        self.plans.append(plan)
+        self.group_of.extend([g] * len(plans))
+        self.exposed.append(group_hyperparameters(plan.spec))
+        data = {"params": list(params), "lr": plan.lr(lr), **self.exposed[g]}
+        group = ParamGroup(data, self._checker(g)) if isinstance(self.groups[0], ParamGroup) \
+            else data
+        self.groups.append(group)
+        self._lr_seen.append(group["lr"])
+        return group
+
     def defaults(self, spec) -> dict[str, Any]:
         """``optimizer.defaults``: the spec's lr (a schedule's first value) and
         hyperparameters, as torch's optimizers hold their constructor's."""
@@ -298,6 +373,11 @@ class GroupSurface:
     def check_groups(self) -> None:
         """At the step (plain dicts, e.g. torch's, are checked only here): every group
         still holds its keys, and a native class's hyperparameters are unchanged."""
+        if len(self.groups) != len(self.plans):
+            raise ValueError(f"{self.owner}: param_groups[{len(self.plans)}] was not made by "
+                             "uo.build or the optimizer's add_param_group (a framework "
+                             "base class's method called past it?): its parameters have no "
+                             "plan or state here")
         for g, group in enumerate(self.groups):
             missing = sorted(k for k in ("params", "lr", *self.exposed[g]) if k not in group)
             if missing:
@@ -392,11 +472,13 @@ def saved_record(record: Any, optimizer: Any, caller: str = "save_state") -> Any
     run (torch's groups' lr: the torch backend's own check)."""
     surface = surface_of(optimizer)
     rules = tuple(record.groups)
-    if getattr(record, "group_dicts", False):
-        rules = _rules_of_group_dicts(record, caller)
+    if record.dict_groups:
+        # exact names first: a build's pattern rule must not take a dict's parameter
+        rules = _rules_of_group_dicts(record, caller) + rules
     spec = record.spec
     if surface is not None:
-        for g, group in enumerate(surface.groups):
+        for g in range(min(len(surface.plans), len(surface.groups))):
+            # (a group past the plans: the backend's snapshot refuses its parameters)
             written = surface._written(g)
             if written:
                 raise ValueError(f"{caller}: param_groups[{g}] holds {written}, written after "
@@ -433,8 +515,10 @@ def _rules_of_group_dicts(record: Any, caller: str) -> tuple:
     from .groups import Group
 
     rules = []
-    for g in sorted({plan.group for plan in record.plans if plan.group is not None}):
+    for g in record.dict_groups:
         members = [i for i, plan in enumerate(record.plans) if plan.group == g]
+        if not members:
+            continue
         names = [record.names[i] for i in members]
         if any(name is None for name in names):
             raise ValueError(f"{caller}: params[{g}]'s parameters have no names, and the file "
@@ -457,6 +541,5 @@ def _rules_of_group_dicts(record: Any, caller: str) -> tuple:
             keys["lr_scale"] = plan.lr_scale
         if decay is not None and _differs(decay, getattr(base, "weight_decay", None)):
             keys["weight_decay"] = decay
-        if keys:
-            rules.append(Group(match=tuple(glob.escape(n) for n in names), **keys))
+        rules.append(Group(match=tuple(glob.escape(n) for n in names), **keys))
     return tuple(rules)

@@ -223,8 +223,12 @@ class StepLoop:
         #: each parameter's name in errors (None: its index)
         self.names = [plan.name for plan in self.plans]
 
-    def regroup(self) -> None:
-        """Form the groups again at the next step (an engine changed its mind)."""
+    def extend(self, params: Sequence, plans: Sequence) -> None:
+        """Parameters added after the build (``add_param_group``): the groups are formed
+        again at the next step."""
+        self.params.extend(params)
+        self.plans.extend(plans)
+        self.names.extend(plan.name for plan in plans)
         self._groups = None
 
     def groups(self) -> list[_Group]:

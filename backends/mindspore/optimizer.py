@@ -179,6 +179,16 @@ class SpecOptimizer(nn.Optimizer):
             self._ops_host = ops.Custom(_host_lr(self), out_shape=(2,),
                                         out_dtype=mstype.float64, func_type="pyfunc")
 
+    def add_param_group(self, param_group) -> None:
+        """Refused (a ValueError, nothing changed): a MindSpore optimizer is a Cell whose
+        Parameters (each parameter's state, ``global_step``) and graph forms are made
+        when it is built; torch and Paddle's own paths take groups added later."""
+        raise ValueError("SpecOptimizer.add_param_group: a MindSpore optimizer is a Cell "
+                         "whose Parameters (the state, global_step) and compiled graph "
+                         "forms are made when it is built; build a new optimizer with every "
+                         "parameter (a parameter without a gradient gets zeros from "
+                         "MindSpore's grad and is stepped on them)")
+
     @property
     def follows_learning_rate(self) -> bool:
         """Whether an lr written into ``learning_rate`` from outside is used (constant

@@ -54,8 +54,9 @@ def _carry(optimizer, spec, g: int, key: str, value) -> None:
     parameter = _one_lr_parameter(optimizer, surface)
     if key == "lr" and parameter is not None:
         _assign(parameter, value)
-        if surface.native is None:       # the lr the own step now reads from the Parameter
-            surface.follow_native(optimizer.next_lr())
+        # the lr the step now reads from the Parameter: not a change of the framework's own
+        surface.follow_native(optimizer.next_lr() if surface.native is None
+                              else float(np.float32(value)))
         return
     if surface.native is not None:
         raise ValueError(f"{surface.owner}: {where} = {value!r}: {surface.native} holds one "
@@ -96,14 +97,19 @@ def _one_lr_parameter(optimizer, surface: GroupSurface):
 def check_native_lrs(optimizer) -> None:
     """Before a native class's step that Python runs: every group's lr is the one its
     ``learning_rate`` Parameter holds (a loop writing the groups one by one carries
-    each value there; the groups must agree once it is done)."""
+    each value there; the groups must agree once it is done); a value written into the
+    Parameter from outside is followed by the groups (both at once: refused, as
+    :meth:`~unified_opt.param_groups.GroupSurface.lrs` says)."""
     surface: GroupSurface = optimizer._uo_surface
     surface.check_groups()
     parameter = _one_lr_parameter(optimizer, surface)
     if parameter is None:
         return
     held = float(parameter.asnumpy().reshape(-1)[0])
-    lrs = [group["lr"] for group in surface.groups]
+    if np.float32(held) == np.float32(surface._native_lr):
+        held = surface._native_lr          # unchanged (held in float32)
+    # a value written from outside (mindspore.train.ReduceLROnPlateau): the groups follow
+    lrs = surface.lrs(held)
     if any(np.float32(lr) != np.float32(held) for lr in lrs):
         raise ValueError(f"{surface.owner}: param_groups hold lrs {lrs}, but "
                          f"{surface.native} runs every group at its one learning_rate "

@@ -70,19 +70,16 @@ def _check_parameter(name, p, spec, paddle) -> None:
 
 
 def _refuse_new_group(param_group) -> None:
-    """``_add_param_group`` of a native class after ``uo.build``, refused (a ValueError,
-    nothing changed): ``uo.save_state`` writes each parameter's state under the name
-    ``uo.build`` was given for it, with the spec and ``uo.Group`` rules that make its
-    hyperparameters; a parameter added later has neither, so the file would leave it
-    out (``load_state`` would then resume it from nothing)."""
+    """``add_param_group`` / ``_add_param_group`` of a native class after ``uo.build``,
+    refused (a ValueError, nothing changed): the class's groups, the lr and gradient
+    checks around its step and the state file's record are made from the build's
+    parameters. The own path takes groups added later."""
     raise ValueError(
-        "_add_param_group is refused on this uo.build optimizer: uo.save_state keys the "
-        "state by the parameter names given to uo.build and writes the spec and uo.Group "
-        "rules as the hyperparameters, and a parameter added later has no name or rule "
-        "there, so its state would be left out of the file; build it with every "
-        "parameter up front (a parameter without a gradient is not updated until it has "
-        "one), its own hyperparameters as rules: uo.build(spec, layer, "
-        "groups=[uo.Group(match=..., lr_scale=..., weight_decay=...)])")
+        "add_param_group is refused on this uo.build optimizer: the native class's groups, "
+        "the checks around its step and the state file's record are made from the build's "
+        "parameters; the own path takes groups added later (uo.build(spec, params, "
+        "path='own')), or build it with every parameter up front (a parameter without a "
+        "gradient is not updated until it has one)")
 
 
 class PaddleBackend(Backend):
@@ -150,6 +147,7 @@ class PaddleBackend(Backend):
                                      context.options, context.dtypes)
         # an instance attribute: Paddle's __init__ has made the build's groups already
         optimizer._add_param_group = _refuse_new_group
+        optimizer.add_param_group = _refuse_new_group     # (torch's name)
         return optimizer, scheduler, []
 
     def build_own(self, decision, spec, named, plans, context):

@@ -150,16 +150,50 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
             taken.append(accumulator)
 
     def _add_param_group(self, param_group) -> None:
-        if getattr(self, "_built", False):
-            raise ValueError(
-                "SpecOptimizer: _add_param_group is refused after uo.build: the own path "
-                "makes each parameter's plan, state and gradient pre-step when it is built, "
-                "so a parameter added later would never be updated, and uo.save_state "
-                "(which keys the state by the names given to uo.build) would leave it out; "
-                "build the optimizer with every parameter up front, its own "
-                "hyperparameters as rules: uo.build(spec, layer, groups=[uo.Group(match=..., "
-                "lr_scale=..., weight_decay=...)])")
-        super()._add_param_group(param_group)
+        if not getattr(self, "_built", False):
+            super()._add_param_group(param_group)
+            return
+        self.add_param_group(param_group)
+
+    def add_param_group(self, param_group: dict) -> None:
+        """torch's ``add_param_group`` (Paddle's ``_add_param_group`` too) after
+        ``uo.build``: the group's parameters get plans from its keys (torch's ``lr``,
+        Paddle's ``learning_rate`` factor, the spec's hyperparameters:
+        :func:`unified_opt.param_groups.added_group`), their accumulators, a param group
+        read at every step like the others, and the build's record takes them, so
+        ``uo.save_state`` writes their state and groups. Refused where the optimizer
+        exchanges gradients over ranks (its exchange holds the parameters it was built
+        with)."""
+        from unified_opt.backend import record_of
+        from unified_opt.param_groups import added_group
+
+        if self.exchange is not None:
+            raise ValueError("SpecOptimizer.add_param_group: a data-parallel optimizer's "
+                             "exchange holds the parameters it was built with; build a new "
+                             "one with every parameter")
+        record = record_of(self)
+        first = len(self._params)
+        _, params, plans = added_group(record, param_group, "SpecOptimizer", "paddle",
+                                       lambda p: p.name)
+        refuse_rounding(type(self).__name__, "Paddle", [plan.spec for plan in plans],
+                        [(p.name, str(p.dtype).removeprefix("paddle.")) for p in params])
+        if self._kernels is not None:
+            self._kernels.require(
+                (p.name, plan.spec, tuple(p.shape), str(p.dtype).removeprefix("paddle."),
+                 "" if p.place.is_cpu_place() and p.is_contiguous() else
+                 f"a parameter on {p.place} or not contiguous")
+                for p, plan in zip(params, plans))
+        with unique_name.guard():
+            for p, plan in zip(params, plans):
+                initial = plan.spec.init(p.detach(), paddle_ops)
+                self._state_names[p.name] = tuple(initial)
+                self._add_accumulator(STEP, p, dtype=paddle.int64, shape=[1])
+                self._adopt_state(p, initial)
+        self._surface.add(plans, params, float(self.spec.lr), first)
+        self._params.extend(params)
+        self._parameter_list.extend(params)      # (Paddle's _param_groups is this list)
+        self._plans.update({p.name: plan for p, plan in zip(params, plans)})
+        self._loop.extend(params, plans)
 
     def step(self, closure=None):
         """One step over every parameter with a gradient; ``closure`` (torch's form: it

@@ -129,16 +129,44 @@ class SpecOptimizer(torch.optim.Optimizer):
         self._built = True
 
     def add_param_group(self, param_group: dict) -> None:
-        if getattr(self, "_built", False):
-            raise ValueError(
-                "SpecOptimizer: add_param_group is refused after uo.build: the own path "
-                "makes each parameter's plan, engines and gradient pre-step when it is "
-                "built, so a parameter added later would not be updated as the spec says, "
-                "and uo.save_state (which keys the state by the names given to uo.build) "
-                "would leave it out; build the optimizer with every parameter up front, "
-                "its own hyperparameters as rules: uo.build(spec, model, "
-                "groups=[uo.Group(match=..., lr_scale=..., weight_decay=...)])")
-        super().add_param_group(param_group)
+        """torch's ``add_param_group`` after ``uo.build`` (while torch's constructor
+        runs, torch's own): the group's parameters get plans from its keys (torch's
+        ``lr`` and the spec's hyperparameters: :func:`unified_opt.param_groups.
+        added_group`), their engines and a param group read at every step like the
+        others, and the build's record takes them, so ``uo.save_state`` writes their
+        state and groups (names: give ``(name, parameter)`` pairs to save). Refused
+        where the optimizer exchanges gradients over ranks (its exchange holds the
+        parameters it was built with)."""
+        if not getattr(self, "_built", False):
+            super().add_param_group(param_group)
+            return
+        from unified_opt.backend import record_of
+        from unified_opt.param_groups import added_group
+
+        if self.exchange is not None:
+            raise ValueError("SpecOptimizer.add_param_group: a data-parallel optimizer's "
+                             "exchange holds the parameters it was built with; build a new "
+                             "one with every parameter")
+        record = record_of(self)
+        first = len(self._params)
+        _, params, plans = added_group(record, param_group, "SpecOptimizer", "torch",
+                                       lambda p: None)
+        group = self._surface.add(plans, params, float(self.spec.lr), first)
+        torch.optim.Optimizer.add_param_group(self, group)
+        self._params.extend(params)
+        self.plans.extend(plans)
+        self._index.update({id(p): first + k for k, p in enumerate(params)})
+        if self._kernels is not None and not self.offload:
+            self._kernels.require(
+                (f"parameter {first + k} {list(p.shape)}", plan.spec, tuple(p.shape),
+                 dtype_name(p.dtype), _vm_refusal(p, plan.spec))
+                for k, (p, plan) in enumerate(zip(params, plans))
+                if p.device.type == "cpu" and not (self._cuda is not None
+                                                   and self._cuda.claims(p, plan.spec)))
+        if self._cuda is not None:
+            self._cuda.require(params, plans)
+        self._loop.extend(params, plans)
+        self._loop.host.resize(len(self._params))
 
     def _engines(self, index: int, spec) -> list:
         """The engines of a parameter, first to last (the module of each says what it
@@ -237,8 +265,13 @@ class _Host(Host):
         # every parameter's count of updates; each state's "step" is a 0-d view of it, so
         # a step counts with one operation (a state dict loaded or written by hand brings
         # other tensors: their values are taken back in, see advance)
-        self._counts = torch.zeros(len(optimizer._params))
-        self._linked: list = [None] * len(optimizer._params)
+        self.resize(len(optimizer._params))
+
+    def resize(self, n: int) -> None:
+        """Counts for ``n`` parameters (``add_param_group``): every state's "step" is
+        linked again at its next update, its value taken back in (see advance)."""
+        self._counts = torch.zeros(n)
+        self._linked: list = [None] * n
         self._index: dict = {}
 
     def gradients(self) -> list:

@@ -261,20 +261,17 @@ class NativeStepHooks:
         the file would leave it out and ``load_state`` would resume it from nothing;
         where the build has a gradient pre-step or per-step hyperparameters, those cover
         the built parameters only as well."""
-        reasons = ("uo.save_state keys the state by the parameter names given to uo.build "
-                   "and writes the spec and uo.Group rules as the hyperparameters, and a "
-                   "parameter added later has no name or rule there, so its state would "
-                   "be left out of the file")
+        reasons = ("the native class's groups, step hooks and the state file's record are "
+                   "made from the build's parameters")
         if self.pre_step or self.varies:
             reasons += ("; the gradient pre-step (clipping, loss scale, the non-finite "
                         "skip) and per-step hyperparameters run over the built parameters "
                         "only, so a group added later would escape them")
         raise ValueError(
-            f"add_param_group is refused on this uo.build optimizer: {reasons}; build it "
-            "with every parameter up front (a parameter without a gradient, e.g. one still "
-            "frozen, is not updated until it has one), its own "
-            "hyperparameters as rules: uo.build(spec, model, groups=[uo.Group(match=..., "
-            "lr_scale=..., weight_decay=...)])")
+            f"add_param_group is refused on this uo.build optimizer: {reasons}; the own "
+            "path takes groups added later (uo.build(spec, params, path='own')), or build "
+            "it with every parameter up front (a parameter without a gradient, e.g. one "
+            "still frozen, is not updated until it has one)")
 
     def check_loaded(self, optimizer, state_dict) -> None:
         """``load_state_dict``'s pre-hook: every saved group holds the hyperparameters the
