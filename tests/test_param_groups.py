@@ -346,3 +346,14 @@ def test_mindspore_refuses_a_group_added_after_the_build():
     opt = _build(uo.AdamW(lr=0.05), Model("mindspore"), "own")
     with pytest.raises(ValueError, match="made when it is built"):
         opt.add_param_group({"params": [Model("mindspore").params["b"]]})
+
+
+def test_mindspore_zero_grad_has_nothing_to_clear():
+    if "mindspore" not in BACKENDS:
+        pytest.skip("mindspore is not installed")
+    model = Model("mindspore")
+    for path in ("own", "native"):
+        opt = _build(uo.SGD(lr=0.1), model, path)
+        assert opt.zero_grad() is None and opt.zero_grad(set_to_none=False) is None
+        with pytest.raises(TypeError, match="set_to_none must be a bool"):
+            opt.zero_grad(set_to_none="yes")

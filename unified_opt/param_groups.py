@@ -34,7 +34,15 @@ both changed, the step is refused (:meth:`GroupSurface.lrs`).
 ``uo.build(spec, [{"params": [...], "lr": 0.1, "weight_decay": 0.0}, ...])`` takes
 group dicts of any framework's parameters (:func:`plans_of_group_dicts`): torch's keys
 (an absolute ``lr``, any of the spec's hyperparameters) and Paddle's
-``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it).
+``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it). The own
+paths of torch and Paddle take the same dict in ``add_param_group`` after the build
+(:func:`added_group`); a native class, whose groups and step checks are made when it is
+built, and MindSpore, whose optimizer Cell fixes its Parameters then, refuse it.
+
+``uo.save_state`` writes what the groups hold (:func:`saved_record`): group dicts as
+``uo.Group`` rules over the parameters' names, an lr written into the groups as the
+spec's constant lr; any other value written there after the build is refused, since
+the file would resume another run.
 """
 
 from __future__ import annotations

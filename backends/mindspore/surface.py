@@ -1,6 +1,7 @@
 """torch's optimizer surface on the MindSpore optimizers ``uo.build`` returns
-(:mod:`unified_opt.param_groups`): ``param_groups`` and ``defaults`` beside the Cell's
-own ``learning_rate``, ``get_lr()`` and ``opt(grads)``.
+(:mod:`unified_opt.param_groups`): ``param_groups``, ``defaults`` and ``zero_grad`` (which
+has nothing to clear: MindSpore keeps no gradient on a parameter) beside the Cell's own
+``learning_rate``, ``get_lr()`` and ``opt(grads)``.
 
 A MindSpore optimizer runs where Python calls it (PyNative: ``opt(grads)``, a PyNative
 ``TrainOneStepCell`` or ``Model.train``) or compiled into a graph (GRAPH_MODE, an
@@ -40,7 +41,16 @@ def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
     object.__setattr__(optimizer, "_uo_surface", surface)
     object.__setattr__(optimizer, "param_groups", surface.groups)
     object.__setattr__(optimizer, "defaults", surface.defaults(spec))
+    object.__setattr__(optimizer, "zero_grad", zero_grad)
     return surface
+
+
+def zero_grad(set_to_none: bool = True) -> None:
+    """torch's ``zero_grad``: nothing to clear on MindSpore, whose parameters keep no
+    gradient (each step's gradients are the optimizer call's argument, new tensors from
+    ``mindspore.grad`` / ``value_and_grad``)."""
+    if not isinstance(set_to_none, bool):
+        raise TypeError(f"zero_grad: set_to_none must be a bool, got {set_to_none!r}")
 
 
 def _carry(optimizer, spec, g: int, key: str, value) -> None:
