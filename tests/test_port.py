@@ -141,7 +141,7 @@ def test_the_spec_is_written_as_code_that_evaluates_to_it(spec):
 
 def test_without_constructor_code_the_spec_is_written_as_a_python_dict(monkeypatch):
     """The fallback is Python (JSON's false would not evaluate)."""
-    import unified_opt.porting.script as script
+    import unified_opt.porting.spec_code as script
 
     def no_literal(value):
         raise ValueError("no literal")

@@ -1,56 +1,44 @@
-"""``unified-opt port SCRIPT --to FRAMEWORK``: rewrite a training script's optimizer and
-lr-scheduler constructions into another framework.
+"""``unified-opt port SCRIPT --to FRAMEWORK``: the entry point (:func:`port_source`).
 
-What it reads, statically (through ``libcst``, which keeps comments and formatting):
+A torch script goes to :mod:`.mapper`, which keeps the script's code and maps only the
+framework calls (:mod:`.api_map`). A Paddle or MindSpore script's optimizer and
+lr-scheduler constructions are read here, statically (through ``libcst``, which keeps
+comments and formatting):
 
-* every call of a native optimizer class with a preset (``torch.optim.AdamW(...)``,
-  ``optim.AdamW``, ``from torch.optim import AdamW``, the real module path
-  ``torch.optim.adamw.AdamW``; Paddle and MindSpore classes alike): the class's preset
+* every call of a native optimizer class with a preset (``paddle.optimizer.AdamW(...)``,
+  ``nn.Adam`` from ``from mindspore import nn``, the real module path): the class's preset
   turns its arguments into the spec;
-* its lr schedule: a torch-style scheduler constructed on the optimizer's variable
-  (``CosineAnnealingLR(optimizer, T_max=100)``, MindSpore's ``experimental.optim``
-  schedulers), or a Paddle ``LRScheduler`` / MindSpore ``LearningRateSchedule`` given as
-  the optimizer's ``learning_rate`` (inline or through a variable): the scheduler's preset
-  gives the spec's lr.
+* its lr schedule: a Paddle ``LRScheduler`` / MindSpore ``LearningRateSchedule`` given as
+  the optimizer's ``learning_rate`` (inline or through a variable), or a scheduler of
+  MindSpore's ``experimental.optim`` constructed on the optimizer's variable: the
+  scheduler's preset gives the spec's lr.
 
 Argument values must be literals (numbers, strings, tuples, ``True``/``None``) or names
-bound once to literals (at module level, or once in the whole file); the parameter
-argument stays the expression it is (``model.parameters()`` becomes MindSpore's
-``model.trainable_params()`` and back). Parameter groups as a list of dicts (inline or
-through a variable) are read where their membership is static, as the two usual idioms
-write it: ``[p for n, p in model.named_parameters() if <a test of n>]`` (``"bias" in
-n``, ``any(nd in n for nd in NO_DECAY)``, ``n.endswith(...)``, negated for the group of
-the rest) and ``model.<submodule>.parameters()``; they become ``uo.Group`` rules
-(MindSpore: a ``bias`` pattern also takes a norm's ``beta``, a norm's ``weight`` its
-``gamma``, with a note). torch's ``clip_grad_norm_`` / ``clip_grad_value_`` over the
-one optimizer's parameters becomes the spec's ``grad_clip`` (the call is removed, with a
-note). Anything else -- a value computed at run time, a group chosen by ``p.ndim``, two
-schedulers on one optimizer, a class whose preset refuses the arguments, a class named
-without a direct call (an alias, ``functools.partial``, a base class) or called through
-a star import -- is left as written, marked by a ``# unified-opt port: not ported:
-<why>`` comment and listed (:attr:`Ported.refusals`); the rest of the file is rewritten
-all the same. A script with no optimizer construction at all says so
-(:attr:`Ported.nothing_found`).
+bound once to literals (:mod:`.groups_reading`); the parameter argument stays the
+expression it is (``model.parameters()`` becomes MindSpore's ``model.trainable_params()``
+and back). Parameter groups as a list of dicts are read where their membership is static
+(a test of the name over ``named_parameters()``, or ``model.<submodule>.parameters()``)
+and become ``uo.Group`` rules. Anything else -- a value computed at run time, a class whose
+preset refuses the arguments, a class named without a direct call -- is left as written,
+marked by a ``# unified-opt port: not ported: <why>`` comment and listed
+(:attr:`Ported.refusals`); the rest of the file is rewritten all the same. A script with
+no optimizer construction at all says so (:attr:`Ported.nothing_found`).
 
 What it writes, for each optimizer: the target framework's native class with the
 argument values that make it compute the spec exactly (``uo.explain``'s decision), when
 there is one, the lr is constant and the bare call carries the whole spec (read back
-through the class's own preset: no loss scale or other pre-step, the same name rules);
-else ``uo.build(<spec>, <parameters>)``, the spec written out as ``uo`` constructor
-calls (the model itself as the parameters where the spec has name rules). A
-scheduler variable becomes ``uo.native_scheduler(optimizer)`` (``None`` on MindSpore, whose
-optimizers step their lr themselves: the script's ``scheduler.step()`` lines are listed
-to remove, those of a variable a helper's ``return optimizer, scheduler`` fills too, and
-each must run once per optimizer step, else the optimizer is refused). From MindSpore,
-whose scripts never step a schedule, ``scheduler.step()`` is added after each statement
-stepping the optimizer (refused where there is none). Imports the new code needs are
-added after the script's own; nothing else changes.
+through the class's own preset); else ``uo.build(<spec>, <parameters>)``, the spec
+written out as ``uo`` constructor calls (:mod:`.spec_code`). A scheduler variable becomes
+``uo.native_scheduler(optimizer)`` (``None`` on MindSpore, whose optimizers step their lr
+themselves: the script's ``scheduler.step()`` lines are listed to remove, and each must
+run once per optimizer step, else the optimizer is refused). From MindSpore, whose
+scripts never step a schedule, ``scheduler.step()`` is added after each statement stepping
+the optimizer (:mod:`.stepping`; refused where there is none). Imports the new code needs
+are added after the script's own; nothing else changes.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,13 +46,21 @@ from ..backend import BACKENDS
 from ..groups import NAME_RULES
 from ..spec import Spec
 from .finder import (
-    CLIPS,
     OPTIMIZER_SCHEDULERS,
     OWN_BASE_LR,
     Construction,
     make_finder,
 )
+from .groups_reading import (
+    _file_constants,
+    _Groups,
+    _literal_code,
+    _module_constants,
+    _read_groups,
+    target_patterns,
+)
 from .ported import Ported, PortRefused, Rewrite
+from .spec_code import _value_code, spec_code
 from .stepping import function_of, plan_schedule_steps, scheduler_steps
 
 __all__ = ["PortRefused", "Ported", "Rewrite", "port_source", "spec_code"]
@@ -76,326 +72,7 @@ PARAMETERS_METHOD = {"torch": "parameters", "paddle": "parameters",
                      "mindspore": "trainable_params"}
 
 
-# -- writing a spec as code -------------------------------------------------------------
-
-def _value_code(value: Any) -> str:
-    return _literal(value)[0]
-
-
-def _literal(value: Any) -> tuple[str, Any]:
-    """``value`` as code, and what that code evaluates to, built by the same constructor
-    calls instead of evaluating text: the class the code names, with the fields it
-    writes. ValueError where the code would not give ``value`` back (an object without a
-    literal, a class ``uo`` does not export under its name, a non-finite float)."""
-    import math
-
-    import unified_opt
-
-    from ..clipping import Clip
-    from ..schedules import Schedule
-
-    if isinstance(value, (Spec, Clip, Schedule)):
-        namespace, prefix = ((unified_opt.schedules, "uo.schedules.")
-                             if isinstance(value, Schedule) else (unified_opt, "uo."))
-        name = type(value).__name__
-        constructor = getattr(namespace, name, None)
-        if constructor is not type(value):
-            raise ValueError(f"{prefix}{name} is not {type(value).__qualname__}")
-        arguments, built = [], {}
-        for f in dataclasses.fields(value):
-            if not f.init:
-                continue
-            v = getattr(value, f.name)
-            default = (f.default if f.default is not dataclasses.MISSING else
-                       f.default_factory() if f.default_factory is not dataclasses.MISSING
-                       else dataclasses.MISSING)
-            if default is dataclasses.MISSING or v != default:
-                code, built[f.name] = _literal(v)
-                arguments.append(f"{f.name}={code}")
-        return f"{prefix}{name}({', '.join(arguments)})", constructor(**built)
-    if isinstance(value, (tuple, list)):
-        parts = [_literal(v) for v in value]
-        inner = ", ".join(code for code, _ in parts)
-        if isinstance(value, list):
-            return f"[{inner}]", [v for _, v in parts]
-        return (f"({inner},)" if len(value) == 1 else f"({inner})"), tuple(v for _, v in parts)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"no literal for {value!r}")          # repr gives a bare name
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return repr(value), value
-    raise ValueError(f"no literal for {value!r}")
-
-
-def spec_code(spec: Spec) -> str:
-    """``spec`` as ``uo`` constructor calls (``uo.AdamW(lr=..., weight_decay=0.01)``)
-    that evaluate to an equal spec; else ``uo.spec_from_dict({...})`` (its dict as a
-    Python literal: JSON's true/false/null are not Python)."""
-    try:
-        code, rebuilt = _literal(spec)
-        if rebuilt == spec:
-            return code
-    except (ValueError, TypeError):
-        pass
-    return f"uo.spec_from_dict({spec.to_dict()!r})"
-
-
-# -- reading the script -----------------------------------------------------------------
-
-def _literal_code(code: str, constants: dict[str, Any]) -> Any:
-    """The value of an argument's code: a literal, or a module-level literal's name."""
-    tree = ast.parse(code, mode="eval").body
-    if isinstance(tree, ast.Name) and tree.id in constants:
-        return constants[tree.id]
-    return ast.literal_eval(tree)
-
-
-def _module_constants(module) -> dict[str, Any]:
-    """Names assigned exactly once at module level, to a literal."""
-    import libcst as cst
-
-    seen: dict[str, list] = {}
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(
-                    small.targets[0].target, cst.Name):
-                seen.setdefault(small.targets[0].target.value, []).append(small.value)
-    constants = {}
-    for name, values in seen.items():
-        if len(values) == 1:
-            try:
-                constants[name] = ast.literal_eval(module.code_for_node(values[0]))
-            except (ValueError, SyntaxError):
-                pass
-    return constants
-
-
-def _file_constants(module) -> dict[str, Any]:
-    """Names assigned exactly once anywhere in the file (a function's local list of
-    no-decay names too), to a literal; a name assigned twice is none of them."""
-    tree = ast.parse(module.code)
-    seen: dict[str, list] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name):
-            seen.setdefault(node.targets[0].id, []).append(node.value)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(
-                node.target, ast.Name):
-            seen.setdefault(node.target.id, []).extend([None, None])
-    constants = {}
-    for name, values in seen.items():
-        if len(values) == 1:
-            try:
-                constants[name] = ast.literal_eval(values[0])
-            except (ValueError, SyntaxError, TypeError):
-                pass
-    return constants
-
-
-def _name_uses(module, name: str) -> int:
-    """How often ``name`` is read in the file."""
-    return sum(1 for node in ast.walk(ast.parse(module.code))
-               if isinstance(node, ast.Name) and node.id == name
-               and isinstance(node.ctx, ast.Load))
-
-
-@dataclass
-class _Groups:
-    """Parameter groups read from a list of dicts: the parameter argument's root (the
-    model variable), how members are chosen (``"names"``: conditions on
-    ``named_parameters()`` names; ``"modules"``: ``model.<path>.parameters()``), the
-    rules (patterns, group keys) in order, the default group's keys (the spec's values)
-    and the module paths (``"modules"``)."""
-
-    kind: str
-    root: str
-    rules: list
-    defaults: dict
-    paths: list
-    statement: Any = None        # the statement binding the list, removed with it
-    variable: str | None = None
-
-
-def _condition(node: ast.expr, name: str, constants: dict) -> tuple[bool, tuple[str, ...]]:
-    """``(negated, patterns)`` of a comprehension's condition on the parameter's name
-    ``name``: ``any(nd in n for nd in NO_DECAY)``, ``"bias" in n``, ``n.endswith(...)``,
-    ``n.startswith(...)``, ``n == "..."``, each possibly negated."""
-    from .live import escaped
-
-    def strings(value_node) -> list[str]:
-        if isinstance(value_node, ast.Name) and value_node.id in constants:
-            value = constants[value_node.id]
-        else:
-            value = ast.literal_eval(value_node)
-        value = [value] if isinstance(value, str) else list(value)
-        if not value or not all(isinstance(v, str) for v in value):
-            raise ValueError("not a list of strings")
-        return value
-
-    def is_name(x) -> bool:
-        return isinstance(x, ast.Name) and x.id == name
-
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        negated, patterns = _condition(node.operand, name, constants)
-        return not negated, patterns
-    if isinstance(node, ast.Compare) and len(node.ops) == 1:
-        op, left, right = node.ops[0], node.left, node.comparators[0]
-        if isinstance(op, (ast.In, ast.NotIn)) and is_name(right):
-            return (isinstance(op, ast.NotIn),
-                    tuple(f"*{escaped(v)}*" for v in strings(left)))
-        if isinstance(op, (ast.Eq, ast.NotEq)) and (is_name(left) or is_name(right)):
-            value = right if is_name(left) else left
-            return isinstance(op, ast.NotEq), tuple(escaped(v) for v in strings(value))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_name(
-            node.func.value) and node.func.attr in ("endswith", "startswith") and \
-            len(node.args) == 1 and not node.keywords:
-        values = strings(node.args[0])
-        if node.func.attr == "endswith":
-            return False, tuple(f"*{escaped(v)}" for v in values)
-        return False, tuple(f"{escaped(v)}*" for v in values)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id == "any" and len(node.args) == 1 and isinstance(
-                node.args[0], ast.GeneratorExp):
-        inner = node.args[0]
-        generator = inner.generators[0]
-        if len(inner.generators) == 1 and not generator.ifs and isinstance(
-                generator.target, ast.Name) and isinstance(inner.elt, ast.Compare) and \
-                len(inner.elt.ops) == 1 and isinstance(inner.elt.ops[0], ast.In) and \
-                isinstance(inner.elt.left, ast.Name) and \
-                inner.elt.left.id == generator.target.id and is_name(
-                    inner.elt.comparators[0]):
-            return False, tuple(f"*{escaped(v)}*" for v in strings(generator.iter))
-    raise ValueError(f"the condition {ast.unparse(node)!r} is not a test of the name "
-                     "that reads as name patterns ('x' in n, any(x in n for x in NAMES), "
-                     "n.endswith(...), n.startswith(...), n == ...)")
-
-
-def _members(node: ast.expr, constants: dict) -> tuple:
-    """A group's ``params``: ``("names", root, negated, patterns)`` for a comprehension
-    over ``root.named_parameters()`` (``patterns`` None: no condition), or
-    ``("modules", root, path)`` for ``root.path.parameters()``."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id == "list" and len(node.args) == 1 and not node.keywords:
-        node = node.args[0]
-    if isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1:
-        generator = node.generators[0]
-        target, source = generator.target, generator.iter
-        if isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(
-                isinstance(e, ast.Name) for e in target.elts) and isinstance(
-                    node.elt, ast.Name) and node.elt.id == target.elts[1].id and \
-                isinstance(source, ast.Call) and isinstance(source.func, ast.Attribute) \
-                and source.func.attr == "named_parameters" and not source.args:
-            root = ast.unparse(source.func.value)
-            if not generator.ifs:
-                return "names", root, False, None
-            if len(generator.ifs) > 1:
-                raise ValueError("more than one 'if' in the comprehension")
-            return ("names", root, *_condition(generator.ifs[0], target.elts[0].id,
-                                               constants))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr == "parameters" and not node.args and not node.keywords:
-        root, _, path = ast.unparse(node.func.value).partition(".")
-        if root.isidentifier():
-            return "modules", root, path
-    raise ValueError(f"its 'params' {ast.unparse(node)!r} is neither [p for n, p in "
-                     "model.named_parameters() if <a test of n>] nor "
-                     "model.<submodule>.parameters()")
-
-
-def _read_groups(reader, node, c) -> _Groups:
-    """The parameter groups of a list of dicts (inline or through a variable bound once)."""
-    import libcst as cst
-
-    statement = variable = None
-    if isinstance(node, cst.Name):
-        variable = node.value
-        bound = [stmt for stmt, var in reader.finder.assigned.values() if var == variable]
-        if len(bound) != 1:
-            raise ValueError(f"its parameters {variable} are bound {len(bound)} times")
-        statement = bound[0]
-        node = statement.body[0].value
-        if _name_uses(reader.module, variable) != 1:
-            statement = None     # read elsewhere too: it stays (a note says so)
-    tree = ast.parse(reader.code(node), mode="eval").body
-    if not isinstance(tree, (ast.List, ast.Tuple)) or not all(
-            isinstance(e, ast.Dict) for e in tree.elts):
-        raise ValueError("its parameters are not a list of group dicts")
-    if c.framework != "torch":
-        raise ValueError(f"{c.framework} parameter group dicts are not read (torch's are)")
-    groups = []
-    for index, entry in enumerate(tree.elts):
-        keys = {}
-        members = None
-        for key_node, value_node in zip(entry.keys, entry.values):
-            if key_node is None or not isinstance(key_node, ast.Constant):
-                raise ValueError(f"group {index} has a key that is not a string")
-            key = key_node.value
-            if key == "params":
-                members = _members(value_node, reader.constants)
-                continue
-            if key not in ("weight_decay", "lr"):
-                raise ValueError(f"group {index} sets {key!r}: a uo.Group sets only lr and "
-                                 "weight_decay (build one optimizer per such group)")
-            try:
-                keys[key] = _literal_code(ast.unparse(value_node), reader.constants)
-            except (ValueError, SyntaxError):
-                raise ValueError(f"group {index}'s {key}={ast.unparse(value_node)} is not a "
-                                 "literal or a constant") from None
-        if members is None:
-            raise ValueError(f"group {index} has no 'params'")
-        groups.append((members, keys))
-    kinds = {m[0] for m, _ in groups}
-    roots = {m[1] for m, _ in groups}
-    if len(kinds) != 1 or len(roots) != 1:
-        raise ValueError("its groups take parameters in different ways (one model's "
-                         "named_parameters() with name tests, or its submodules' "
-                         "parameters())")
-    kind, root = kinds.pop(), roots.pop()
-    if kind == "modules":
-        paths = [m[2] for m, _ in groups]
-        if len(set(paths)) != len(paths) or (len(paths) > 1 and "" in paths):
-            raise ValueError("its groups' submodules overlap")
-        from .live import escaped
-
-        rules = [((f"{escaped(m[2])}.*",), keys) for m, keys in groups if keys]
-        return _Groups(kind, root, rules, {}, paths, statement, variable)
-    defaults = [(m, keys) for m, keys in groups if m[2] or m[3] is None]
-    positive = [(m, keys) for m, keys in groups if not m[2] and m[3] is not None]
-    if len(defaults) != 1:
-        raise ValueError("which parameters no group's condition takes is not known "
-                         "statically: one group must take the rest (not any(...), or no "
-                         "condition)" if not defaults else "two groups take the rest")
-    (default, default_keys), = defaults
-    union = {p for m, _ in positive for p in m[3]}
-    if default[3] is None and positive or default[3] is not None and set(default[3]) != union:
-        raise ValueError("the groups' conditions do not split the parameters: the group "
-                         f"of the rest excludes {sorted(default[3] or [])}, the others take "
-                         f"{sorted(union)}")
-    rules = [(m[3], keys) for m, keys in positive]
-    return _Groups(kind, root, rules, default_keys, [], statement, variable)
-
-
-#: torch's parameter names that MindSpore's norm layers call otherwise (their bias is
-#: beta, their weight gamma)
-_NORM_WORDS = ("norm", "ln")
-
-
-def target_patterns(patterns: tuple[str, ...], to: str) -> tuple[tuple[str, ...], bool]:
-    """``patterns`` over torch's names as patterns over ``to``'s (MindSpore: a ``bias``
-    pattern also takes the norms' ``beta``, a norm's ``weight`` is its ``gamma``), and
-    whether that changed them."""
-    if to != "mindspore":
-        return patterns, False
-    out = list(patterns)
-    for p in patterns:
-        if "bias" in p:
-            out.append(p.replace("bias", "beta"))
-        if "weight" in p and any(w in p.lower() for w in _NORM_WORDS):
-            out.append(p.replace("weight", "gamma"))
-    out = tuple(dict.fromkeys(out))
-    return out, out != tuple(patterns)
-
+# -- reading the script (groups and constants: .groups_reading) ------------------------
 
 class _Reader:
     """Turns the found constructions into specs, collecting refusals."""
@@ -771,7 +448,6 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
                           "torch-style scheduler takes the optimizer's variable; a Paddle "
                           "or MindSpore one is the optimizer's learning_rate)")
             refused_calls.add(id(c.call))
-    _fold_clips(reader, optimizers, to)
     optimizers = plan_schedule_steps(reader, optimizers, to, wrapper.module)
     ported = _rewrite(wrapper.module, reader, optimizers, to)
     if not any(c.kind == "optimizer" for c in finder.found) and not ported.refusals:
@@ -781,79 +457,6 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
             "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
             "imports")
     return ported
-
-
-def _fold_clips(reader: _Reader, optimizers: list[_Optimizer], to: str) -> None:
-    """torch's ``clip_grad_norm_`` / ``clip_grad_value_`` before ``optimizer.step()``
-    becomes the spec's ``grad_clip`` (the optimizer clips inside its step), where the
-    script has one optimizer and the call clips that optimizer's parameters; else the
-    call is refused (left as it is, marked)."""
-    from ..clipping import ClipByGlobalNorm, ClipByValue
-
-    for name, call, line in reader.finder.clips:
-        where = f"{name.rpartition('.')[2]}"
-        statement = reader.finder.statements.get(id(call))
-        try:
-            if statement is None:
-                raise ValueError("its result is used (a statement of its own is moved "
-                                 "into the spec)")
-            ported = [o for o in optimizers if o.construction.framework == "torch"]
-            built = [c for c in reader.finder.found if c.kind == "optimizer"]
-            if len(built) != 1 or len(ported) != 1:
-                raise ValueError(f"the script builds {len(built)} optimizers: which one "
-                                 "clips is not known statically (or that one is not ported)")
-            o = ported[0]
-            args = _clip_arguments(reader, call, CLIPS[name])
-            params_code = args.pop("parameters")
-            mine = {reader.code(o.params)}
-            if o.groups is not None:
-                mine.add(f"{o.groups.root}.parameters()")
-            if o.groups is not None and o.groups.kind == "modules":
-                mine = {f"{o.groups.root}.{o.groups.paths[0]}.parameters()"} \
-                    if len(o.groups.paths) == 1 else set()
-            if params_code not in mine:
-                raise ValueError(f"it clips {params_code}, not the parameters of the "
-                                 f"optimizer on line {o.construction.line}")
-            if o.spec.grad_clip is not None:
-                raise ValueError("the optimizer clips already")
-            clip = (ClipByGlobalNorm(max_norm=float(args["max_norm"]), eps=1e-6)
-                    if CLIPS[name] == "norm" else ClipByValue(max=float(args["clip_value"])))
-            o.spec = o.spec.replace(grad_clip=clip)
-            o.clips.append((line, statement, clip))
-        except (ValueError, TypeError) as error:
-            reader.refusals.append((line, f"{where}: {error}"))
-
-
-def _clip_arguments(reader: _Reader, call, kind: str) -> dict:
-    """The clip call's arguments: ``parameters`` (code) and ``max_norm`` /
-    ``clip_value`` (values); a norm other than 2 or ``error_if_nonfinite=True`` is no
-    spec's clip."""
-    names = ["parameters", "max_norm", "norm_type", "error_if_nonfinite", "foreach"] \
-        if kind == "norm" else ["parameters", "clip_value", "foreach"]
-    out, index = {}, 0
-    for arg in call.args:
-        if arg.star:
-            raise ValueError("* arguments cannot be read statically")
-        key = arg.keyword.value if arg.keyword is not None else names[index]
-        if arg.keyword is None:
-            index += 1
-        out[key] = arg.value
-    missing = [k for k in names[:2] if k not in out]
-    if missing:
-        raise ValueError(f"no {missing[0]} argument")
-    values = {"parameters": reader.code(out.pop("parameters"))}
-    for key, node in out.items():
-        try:
-            values[key] = _literal_code(reader.code(node), reader.constants)
-        except (ValueError, SyntaxError):
-            raise ValueError(f"{key}={reader.code(node)} is not a literal or a constant") \
-                from None
-    if values.get("norm_type", 2.0) not in (2, 2.0):
-        raise ValueError(f"norm_type={values['norm_type']!r}: the spec's clips take the "
-                         "2-norm")
-    if values.get("error_if_nonfinite", False):
-        raise ValueError("error_if_nonfinite=True raises where the spec's clip goes on")
-    return values
 
 
 def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> Ported:
