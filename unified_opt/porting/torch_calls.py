@@ -1,0 +1,293 @@
+"""Finding the framework calls of a torch script for :mod:`.mapper`: one libcst pass over
+the module with qualified names (through the script's imports), recording what each call
+maps to (:mod:`.api_map`) or why it is not mapped, keyed by the original nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .api_map import (
+    CLASSES,
+    CLIPS,
+    INSPECTIONS,
+    KEYWORDS,
+    METHODS,
+    NO_ARGUMENTS,
+    SCHEDULER_MODULES,
+    SCHEDULERS,
+    class_for,
+    is_torch_nn_class,
+)
+from .ported import Rewrite
+
+#: torch's loss scalers, which step the optimizer themselves
+SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler",
+           "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
+
+
+@dataclass
+class Optimizer:
+    call: Any
+    name: str                       # the preset's qualified name
+    line: int
+    statement: Any
+    target: str | None
+    clip: str | None = None         # the max_norm code a MindSpore port moves inside
+
+
+@dataclass
+class Plan:
+    """What the collecting pass decided, keyed by the original nodes' ids."""
+
+    to: str
+    optimizers: list[Optimizer] = field(default_factory=list)
+    optimizer_names: set[str] = field(default_factory=set)
+    schedulers: dict[int, str] = field(default_factory=dict)       # call -> uo name
+    clips: list[tuple[Any, str, int, Any]] = field(default_factory=list)  # call, kind, line, stmt
+    methods: dict[int, str] = field(default_factory=dict)          # call -> method
+    references: dict[int, str] = field(default_factory=dict)       # Name/Attribute -> code
+    state: dict[int, str] = field(default_factory=dict)            # call -> "save" | "load"
+    signatures: dict[int, str] = field(default_factory=dict)       # inspect.signature(class)
+    #: MindSpore clip -> (the optimizer variable stepped after it, parameters by keyword)
+    clip_checks: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    marks: list[tuple[int, str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rewrites: list[Rewrite] = field(default_factory=list)
+    imports: list[str] = field(default_factory=list)
+
+    def mark(self, line: int, message: str, statement: Any) -> None:
+        self.marks.append((line, " ".join(message.split()), statement))
+
+
+class Resolved:
+    """A metadata mapping whose values libcst may compute on first read."""
+
+    def __init__(self, mapping):
+        self.mapping = mapping
+
+    def get(self, node, default=None):
+        value = self.mapping.get(node, default)
+        return value() if callable(value) else value
+
+    def __getitem__(self, node):
+        return self.get(node)
+
+
+# -- the collecting pass ----------------------------------------------------------------
+
+def collector(plan: Plan, qualified, positions):
+    import libcst as cst
+    from libcst.metadata import QualifiedNameSource
+
+    from ..presets._registry import refusal, registry
+    from .finder import native_kind
+
+    def names_of(node) -> list:
+        return sorted(qualified.get(node, set()), key=lambda q: q.name)
+
+    class Collector(cst.CSTVisitor):
+        def __init__(self):
+            self.statements: list = []
+            self.assigned: dict[int, str] = {}          # id(value) -> the variable
+            self.calls: set[int] = set()                # id(func) of every call
+            self.inspecting = 0                        # inside isinstance(...) & co.
+            self.type_tests = 0                         # inside isinstance / issubclass
+            self.containers = 0                         # inside a tuple or list literal
+            self.star_modules: list[str] = []
+            self.step_lines: list[tuple[int, str]] = []
+
+        def line(self, node) -> int:
+            return positions[node].start.line
+
+        def statement(self):
+            return self.statements[-1] if self.statements else None
+
+        def visit_SimpleStatementLine(self, node):
+            self.statements.append(node)
+            if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
+                assign = node.body[0]
+                if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
+                    self.assigned[id(assign.value)] = assign.targets[0].target.value
+
+        def leave_SimpleStatementLine(self, node):
+            self.statements.pop()
+
+        def visit_Import(self, node):
+            return False
+
+        def visit_ImportFrom(self, node):
+            if isinstance(node.names, cst.ImportStar) and node.module is not None:
+                self.star_modules.append(cst.Module([]).code_for_node(node.module))
+            return False
+
+        def visit_Annotation(self, node):
+            return False
+
+        def visit_Call(self, node):
+            self.calls.add(id(node.func))
+            found = names_of(node.func)
+            full = {q.name for q in found}
+            if full & set(INSPECTIONS):
+                self.inspecting += 1
+            if full & {"builtins.isinstance", "builtins.issubclass"}:
+                self.type_tests += 1
+            line = self.line(node)
+            for q in found:
+                if self._call(node, q.name, line):
+                    return
+            func = node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "step" and isinstance(
+                    func.value, cst.Name) and func.value.value in plan.optimizer_names:
+                self.step_lines.append((line, func.value.value))
+            if isinstance(func, cst.Attribute) and func.attr.value in METHODS and not any(
+                    q.source is QualifiedNameSource.IMPORT for q in found):
+                renamed = KEYWORDS.get((func.attr.value, plan.to), {})
+                if METHODS[func.attr.value][plan.to] is not None or any(
+                        a.keyword is not None and a.keyword.value in renamed
+                        for a in node.args):
+                    if (func.attr.value, plan.to) in NO_ARGUMENTS and node.args:
+                        plan.mark(line, f".{func.attr.value}(...) with arguments: "
+                                  f"{plan.to} has no form of it that takes them",
+                                  self.statement())
+                    else:
+                        plan.methods[id(node)] = func.attr.value
+            if isinstance(func, cst.Attribute) and func.attr.value == "load_state_dict" and \
+                    len(node.args) == 1 and isinstance(func.value, cst.Name) and \
+                    func.value.value in plan.optimizer_names:
+                inner = node.args[0].value
+                if isinstance(inner, cst.Call) and any(
+                        q.name == "torch.load" for q in names_of(inner.func)):
+                    plan.state[id(node)] = "load"
+            if not found and isinstance(func, cst.Name):
+                for module in self.star_modules:
+                    if module.startswith("torch.optim") and native_kind(
+                            f"{module}.{func.value}", resolve=False):
+                        plan.mark(line, f"{func.value} comes from 'from {module} import *', "
+                                  "which the port does not follow; import it by name",
+                                  self.statement())
+            self._hands_optimizer(node, found, line)
+
+        def _call(self, node, name: str, line: int) -> bool:
+            """Record a call of the qualified ``name``; True when it is one the tables
+            know (or refuse)."""
+            statement = self.statement()
+            if name in SCHEDULERS:
+                plan.schedulers[id(node)] = SCHEDULERS[name]
+                return True
+            if name.startswith(SCHEDULER_MODULES):
+                plan.mark(line, f"{name}: no scheduler of that name in uo.lr_scheduler",
+                          statement)
+                return True
+            if name in CLIPS:
+                plan.clips.append((node, CLIPS[name][0], line, statement))
+                return True
+            if name in SCALERS:
+                plan.mark(line, f"{name}: torch's loss scaler steps the optimizer itself; "
+                          "give the spec a loss_scale (uo.preset(..., ).replace(loss_scale="
+                          "...)) and step the optimizer", statement)
+                return True
+            if name == "inspect.signature" and len(node.args) == 1:
+                for q in names_of(node.args[0].value):
+                    kind = native_kind(q.name) if q.name.startswith("torch.optim.") else None
+                    if kind is not None and kind[1] in registry().names():
+                        plan.signatures[id(node)] = kind[1]
+                        plan.imports += ["import unified_opt as uo", "import unified_opt.porting"]
+                        return True
+                return False
+            if name == "torch.save" and node.args and isinstance(
+                    node.args[0].value, cst.Call):
+                inner = node.args[0].value.func
+                if isinstance(inner, cst.Attribute) and inner.attr.value == "state_dict" \
+                        and isinstance(inner.value, cst.Name) and \
+                        inner.value.value in plan.optimizer_names:
+                    plan.state[id(node)] = "save"
+                return True
+            if not name.startswith("torch.optim."):
+                return False
+            kind = native_kind(name)
+            if kind is None or kind[0] != "optimizer":
+                plan.mark(line, f"{name}: not an optimizer or scheduler the port maps",
+                          statement)
+                return True
+            if kind[1] not in registry().names():
+                plan.mark(line, f"{kind[1]}: {refusal(kind[1])}", statement)
+                return True
+            if any(arg.star == "*" for arg in node.args):
+                plan.mark(line, f"{kind[1]}: *args cannot be matched to its arguments; "
+                          "pass them by keyword", statement)
+                return True
+            target = self.assigned.get(id(node))
+            plan.optimizers.append(Optimizer(node, kind[1], line, statement, target))
+            if target is not None:
+                plan.optimizer_names.add(target)
+            return True
+
+        def _hands_optimizer(self, node, found, line: int) -> None:
+            """A function of another library handed an optimizer is marked."""
+            imported = [q.name for q in found if q.source is QualifiedNameSource.IMPORT
+                        and not q.name.startswith(("torch.", "builtins.", "unified_opt"))
+                        and q.name not in SCHEDULERS]
+            if not imported:
+                return
+            for arg in node.args:
+                if isinstance(arg.value, cst.Name) and arg.value.value in plan.optimizer_names:
+                    plan.mark(line, f"{imported[0]} is handed the optimizer "
+                              f"{arg.value.value}: a call of another library, which the port "
+                              "does not map (a scheduler of its own drives torch's optimizer "
+                              "API); use uo.lr_scheduler, or check it needs only "
+                              "param_groups", self.statement())
+                    return
+
+        def leave_Call(self, node):
+            full = {q.name for q in names_of(node.func)}
+            if full & set(INSPECTIONS):
+                self.inspecting -= 1
+            if full & {"builtins.isinstance", "builtins.issubclass"}:
+                self.type_tests -= 1
+
+        def visit_Tuple(self, node):
+            self.containers += 1
+
+        def leave_Tuple(self, node):
+            self.containers -= 1
+
+        def visit_List(self, node):
+            self.containers += 1
+
+        def leave_List(self, node):
+            self.containers -= 1
+
+        def visit_Attribute(self, node):
+            return self._reference(node)
+
+        def visit_Name(self, node):
+            return self._reference(node)
+
+        def _reference(self, node) -> bool:
+            if id(node) in self.calls:
+                return True
+            for q in names_of(node):
+                name = q.name
+                mapped = class_for(name, plan.to)
+                # a module type a script tests parameters by: in a type test or a tuple or
+                # list of types; a base class or a layer built is the model's code
+                if mapped is not None and (self.type_tests or self.containers):
+                    plan.references[id(node)] = mapped
+                    plan.imports.append(f"import {mapped.split('.')[0]}")
+                    return False
+                if self.type_tests and is_torch_nn_class(name):
+                    plan.mark(self.line(node), f"{name}: no {plan.to} class for it in the "
+                              f"port's table ({', '.join(sorted(CLASSES))})", self.statement())
+                    return False
+                if name.startswith("torch.optim.") and not self.inspecting and native_kind(
+                        name, resolve=False) is not None:
+                    plan.mark(self.line(node), f"{name}: named here without being called "
+                              "(an alias, functools.partial, a base class): the port maps "
+                              "only a direct call of the class; call it directly",
+                              self.statement())
+                    return False
+            return True
+
+    collector = Collector()
+    return collector
