@@ -154,6 +154,8 @@ def test_group_dicts_build_what_the_equivalent_rules_build(backend):
                      groups=[uo.Group(match="b", weight_decay=0.0, lr=0.02)])
     assert [(g["lr"], g["weight_decay"]) for g in opt.param_groups] == [(0.05, 0.1),
                                                                       (0.02, 0.0)]
+    said = str(uo.explain(opt))
+    assert "group dicts: 2 groups" in said and "lr=0.02, weight_decay=0.0" in said, said
     if backend != "torch":      # (torch's own class keeps its constructor's defaults)
         assert opt.defaults["lr"] == 0.05 and opt.defaults["betas"] == (0.9, 0.999)
     for t in range(4):

@@ -400,11 +400,36 @@ def _count(n: int, what: str = "parameter") -> str:
     return f"{n} {what}{'s' if n != 1 else ''}"
 
 
+def _group_dict_lines(record: Any, names: list[str], plans: list) -> list[str]:
+    """What the group dicts given to the build or to ``add_param_group`` set, one line
+    each: their parameters and the values that differ from the spec's."""
+    if not record.dict_groups:
+        return []
+    lines = [f"  group dicts: {_count(len(record.dict_groups), 'group')}"]
+    for g in record.dict_groups:
+        members = [(n, plan) for n, plan in zip(names, plans) if plan.group == g]
+        if not members:
+            continue
+        plan = members[0][1]
+        base = record.spec.for_parameter(plan.name)
+        values = [f"lr={plan.fixed_lr!r}"] if plan.fixed_lr is not None else []
+        if plan.lr_scale != 1.0:
+            values.append(f"lr factor {plan.lr_scale!r}")
+        values += [f"{f.name}={getattr(plan.spec, f.name)!r}" for f in fields(plan.spec)
+                   if f.name != "no_decay_names"
+                   and getattr(plan.spec, f.name) != getattr(base, f.name)]
+        lines.append(f"    group {g}: {_count(len(members))} "
+                     f"({_names_text([n for n, _ in members])}); "
+                     + (", ".join(values) or "the spec's own values"))
+    return lines
+
+
 def built_lines(record: Any, optimizer: Any) -> tuple[str, ...]:
     """What a build made of its groups and pre-step, one line each (see
     :class:`BuiltDecision`)."""
     spec, plans = record.spec, record.plans or []
     names = [n if n is not None else f"params[{i}]" for i, n in enumerate(record.names)]
+    dict_lines = _group_dict_lines(record, names, plans)
     if record.groups:
         native_groups = getattr(optimizer, "param_groups", None)      # torch
         if not isinstance(native_groups, list):
@@ -421,8 +446,11 @@ def built_lines(record: Any, optimizer: Any) -> tuple[str, ...]:
         rest = [n for n, plan in zip(names, plans) if plan.group is None]
         lines.append(f"    the spec's own values: {_count(len(rest))}"
                      + (f" ({_names_text(rest)})" if rest else ""))
+    elif dict_lines:
+        lines = []
     else:
         lines = [f"  groups: none (all {_count(len(names))} run the spec's own values)"]
+    lines += dict_lines
     steps = []
     if spec.grad_clip is not None:
         left = sum(1 for plan in plans if not plan.clipped)
