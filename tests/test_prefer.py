@@ -374,15 +374,18 @@ def test_conformance_runs_the_native_class_the_default_build_replaced(tmp_path):
 def test_port_says_which_class_it_produces_and_why():
     from unified_opt.porting.script import port_source
 
-    script = "import torch\nopt = torch.optim.AdamW(m.parameters(), lr=1e-3)\n"
+    # a Paddle or MindSpore script's construction is read into a spec and written as a class
+    # or uo.build (a torch script keeps uo.build(uo.preset(...)): decided at run time)
+    script = ("import paddle\nopt = paddle.optimizer.AdamW(learning_rate=1e-3, "
+              "parameters=m.parameters())\n")
     ported = port_source(script, "mindspore")
     assert "uo.build(uo.AdamW(" in ported.source
     reasons = ported.rewrites[0].reasons
     assert "own implementation" in reasons
     assert "faster than mindspore.experimental.optim.AdamW" in reasons
     # a class the table keeps is written as the class, saying the ratio it beat
-    sgd = port_source("import torch\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n",
-                      "paddle")
+    sgd = port_source("from mindspore import nn\n"
+                      "opt = nn.SGD(m.trainable_params(), learning_rate=0.1)\n", "paddle")
     assert "paddle.optimizer.SGD(" in sgd.source
     assert "-> native" in sgd.rewrites[0].reasons
     assert "keeps paddle.optimizer.SGD" in sgd.rewrites[0].reasons
