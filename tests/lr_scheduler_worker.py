@@ -1,0 +1,56 @@
+"""One framework's run of ``uo.lr_scheduler`` on an optimizer ``uo.build`` made
+(``test_lr_scheduler_frameworks.py``), run as ``python lr_scheduler_worker.py FRAMEWORK
+CASE PATH`` in a process of its own (one framework per process). Prints one JSON line:
+the lr of each group at each step and the parameters after the last step.
+
+The cases, the parameters and the gradients are :mod:`lr_scheduler_cases`'s; Paddle
+gets its gradients by ``backward`` of ``(p * g).sum()`` and steps with ``opt.step()``,
+MindSpore passes them to the optimizer Cell.
+"""
+
+import json
+import sys
+
+import numpy as np
+from lr_scheduler_cases import CASES, STEPS, gradient, group_lrs, initial
+
+import unified_opt as uo
+
+
+def main(framework: str, case: str, path: str) -> None:
+    spec, make_scheduler = CASES[case][0], CASES[case][1]
+    if framework == "paddle":
+        import paddle
+        params = []
+        for i, value in enumerate(initial()):
+            p = paddle.create_parameter(list(value.shape), "float32")
+            p.set_value(value)
+            params.append(p)
+    else:
+        import mindspore as ms
+        params = [ms.Parameter(ms.Tensor(value), name=f"p{i}")
+                  for i, value in enumerate(initial())]
+    lrs = group_lrs(framework, path)
+    groups = ([{"params": params}] if len(lrs) == 1 else      # the spec's lr, 0.1
+              [{"params": [p], "lr": lr} for p, lr in zip(params, lrs)])
+    opt = uo.build(spec, groups, path=path)
+    sched = make_scheduler(uo.lr_scheduler, opt)
+    lrs = []
+    for t in range(STEPS):
+        lrs.append([g["lr"] for g in opt.param_groups])
+        grads = [gradient(t, i) for i in range(len(params))]
+        if framework == "paddle":
+            loss = sum((p * paddle.to_tensor(g)).sum() for p, g in zip(params, grads))
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+        else:
+            opt(tuple(ms.Tensor(g) for g in grads))
+        sched.step()
+    values = [p.numpy() if framework == "paddle" else p.asnumpy() for p in params]
+    print(json.dumps({"lrs": lrs, "params": [np.asarray(x, np.float64).tolist()
+                                             for x in values]}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
