@@ -108,17 +108,29 @@ def from_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
     computes; see the module docstring and :func:`read_native`. ``uo.build(spec, ...)``
     on the same framework may make the own implementation instead of the class read,
     where it is measured faster (``prefer="speed"``); the reading's last note says which
-    class a build makes and why (``prefer="native"`` keeps the class).
+    class a build makes and why (``prefer="native"`` keeps the class). Every group's
+    live lr is checked against the schedule read at its position
+    (:func:`check_live_lr`): a scheduler left out, or an lr a loop writes by hand, is
+    an error, never a silently wrong schedule.
 
     Args:
         optimizer: a torch, Paddle or MindSpore optimizer object a script built.
-        lr_scheduler: its scheduler, or None.
+        lr_scheduler: its scheduler, or None (Paddle and MindSpore ``nn`` optimizers
+            hold theirs). On torch also: a list of schedulers stepped together, read as
+            ``ChainedScheduler`` composes them; a ``uo.schedules`` schedule that a loop
+            writing ``param_group['lr']`` follows (e.g.
+            ``uo.schedules.WarmupCosineToMin(lr=6e-4, min_lr=6e-5, warmup_steps=2000,
+            decay_steps=600000)``; its position: the optimizer's step count); or a
+            ``uo.lr_scheduler`` scheduler.
         names: a module or ``(name, parameter)`` pairs naming its parameters (group
-            rules are written over these names), or None.
+            rules are written over these names), or None. Rules read over one
+            framework's names are renamed onto another framework's model by
+            ``uo.porting.map_rules`` (``uo.resume`` does it by itself).
         sample_steps: how many steps of a scheduler without a closed form to sample, or
             None.
-        constant_lr: True: read a scheduler's traces in the groups as the current lr,
-            constant (else refused).
+        constant_lr: True: read a scheduler's traces in the groups, or a torch lr set by
+            hand (no group at the constructor's lr), as the current lr, constant (else
+            refused).
 
     Returns:
         tuple[Spec, list[Group]]: the spec and the group rules, for
@@ -126,8 +138,10 @@ def from_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
 
     Raises:
         TypeError: ``optimizer`` is no optimizer of a known framework.
-        ValueError: a class or configuration no spec computes exactly, or a scheduler
-            that cannot be read (each says what and why).
+        ValueError: a class or configuration no spec computes exactly, a scheduler
+            that cannot be read, a live lr that is not the schedule's at its position,
+            or an lr a scheduler or a loop changes with no schedule given (each says
+            what and why).
 
     Example:
         >>> import torch
