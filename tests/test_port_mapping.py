@@ -322,3 +322,22 @@ def test_the_fixtures_port_with_nothing_marked_and_exit_0(tmp_path, capsys):
                 capsys.readouterr().err
             assert MARK not in out.read_text()
             compile(out.read_text(), str(out), "exec")
+
+
+def test_imports_only_mapped_code_read_are_removed_and_said():
+    ported = _port("""\
+        import math
+        import torch
+        from torch.optim import AdamW, SGD
+        from transformers import get_linear_schedule_with_warmup as warmup
+        opt = AdamW(model.parameters(), lr=math.pi / 100)
+        sched = warmup(opt, num_warmup_steps=2, num_training_steps=10)
+        keep = isinstance(opt, SGD)
+        """)
+    assert ported.source.splitlines()[:4] == [
+        "import math", "import torch", "from torch.optim import SGD", "import unified_opt as uo"]
+    assert "sched = uo.lr_scheduler.get_linear_schedule_with_warmup(opt, " \
+           "num_warmup_steps=2, num_training_steps=10)" in ported.source
+    assert [n for n in ported.notes if "import" in n] == [
+        "line 3: the import of AdamW is removed: every use of it was mapped",
+        "line 4: the import of warmup is removed: every use of it was mapped"]

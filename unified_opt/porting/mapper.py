@@ -71,7 +71,8 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
                 "parameters; MindSpore keeps none: its training step computes them "
                 "(mindspore.value_and_grad) and calls the optimizer on them, "
                 f"{variable}(grads), ported with the model's forward and backward")
-    module = wrapper.module.visit(_rewriter(plan, wrapper.module, positions))
+    dropped = _unused_imports(plan, scopes, positions)
+    module = wrapper.module.visit(_rewriter(plan, wrapper.module, positions, dropped))
     module = _insert_imports(module, list(dict.fromkeys(plan.imports)))
     refusals = sorted((line, message) for line, message, _ in plan.marks)
     ported = Ported(module.code, sorted(plan.rewrites, key=lambda r: r.line), plan.notes,
@@ -83,6 +84,89 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
             "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
             "imports")
     return ported
+
+
+# -- imports every use of which was mapped ------------------------------------------------
+
+#: the modules whose imports the port drops once nothing reads them (the target may not
+#: have them installed)
+DROPPABLE = ("torch", "transformers")
+
+
+def _names_in(node) -> set[int]:
+    import libcst as cst
+
+    found: set[int] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name):
+            found.add(id(name))
+
+    node.visit(Names())
+    return found
+
+
+def _unused_imports(plan: Plan, scopes, positions) -> dict[int, set[str]]:
+    """``{id(import statement): names it binds that only mapped code read}``: a torch or
+    transformers import whose every reference sits in code the port replaced (a mapped
+    call's function, a mapped class, a whole replaced call) is no longer needed, and the
+    target may not have the module. Listed in the notes."""
+    import libcst as cst
+
+    replaced: set[int] = set()
+    for o in plan.optimizers:
+        replaced |= _names_in(o.call.func)
+    for call, _, _, _ in plan.clips:
+        replaced |= _names_in(call.func)
+    for node in [*plan.scheduler_calls, *plan.signature_calls, *plan.reference_nodes]:
+        replaced |= _names_in(node)
+    for node, kind in plan.state_calls:
+        replaced |= _names_in(node.func) | (_names_in(node.args[0].value) if kind == "save"
+                                           else _names_in(node.args[0].value.func))
+    for _, _, statement in plan.marks:
+        if statement is not None:             # left as written
+            replaced -= _names_in(statement)
+    out: dict[int, set[str]] = {}
+    seen: set[int] = set()
+    for scope in {id(v): v for v in scopes.mapping.values() if v is not None}.values():
+        for assignment in getattr(scope, "assignments", []):
+            node = assignment.node
+            if id(assignment) in seen or not isinstance(node, (cst.Import, cst.ImportFrom)):
+                continue
+            seen.add(id(assignment))
+            module = (cst.Module([]).code_for_node(node.module) if isinstance(
+                node, cst.ImportFrom) and node.module is not None else "")
+            names = [cst.Module([]).code_for_node(a.name) for a in node.names] \
+                if isinstance(node, cst.Import) else [module]
+            if not any(n.split(".")[0] in DROPPABLE for n in names):
+                continue
+            references = list(assignment.references)
+            if references and all(id(r.node) in replaced for r in references):
+                out.setdefault(id(node), set()).add(assignment.name)
+                plan.notes.append(f"line {positions[node].start.line}: the import of "
+                                  f"{assignment.name} is removed: every use of it was mapped")
+    return out
+
+
+def _drop_names(dropped: dict[int, set[str]], original, updated):
+    """``updated`` (an import statement) without the names :func:`_unused_imports` found
+    for it, removed once it binds nothing."""
+    import libcst as cst
+
+    names = dropped.get(id(original))
+    if not names or isinstance(updated.names, cst.ImportStar):
+        return updated
+
+    def bound(alias) -> str:
+        if alias.asname is not None:
+            return cst.Module([]).code_for_node(alias.asname.name)
+        return cst.Module([]).code_for_node(alias.name).split(".")[0]
+
+    kept = [a for a in updated.names if bound(a) not in names]
+    if not kept:
+        return cst.RemoveFromParent()
+    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(names=kept)
 
 
 # -- clips on MindSpore -----------------------------------------------------------------
@@ -224,7 +308,7 @@ def _why(plan: Plan, key: int) -> str:
     return f"uo's clip of torch's signature, on {plan.to}'s parameters"
 
 
-def _rewriter(plan: Plan, module, positions):
+def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
     import libcst as cst
 
     from ..presets._registry import signature
@@ -324,6 +408,12 @@ def _rewriter(plan: Plan, module, positions):
                 plan.rewrites.append(Rewrite(positions[original].start.line,
                                              _code(original), code, _why(plan, key)))
             return cst.parse_expression(code)
+
+        def leave_Import(self, original, updated):
+            return _drop_names(dropped, original, updated)
+
+        def leave_ImportFrom(self, original, updated):
+            return _drop_names(dropped, original, updated)
 
         def leave_Name(self, original, updated):
             return self._reference(original, updated)

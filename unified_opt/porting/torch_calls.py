@@ -51,6 +51,11 @@ class Plan:
     signatures: dict[int, str] = field(default_factory=dict)       # inspect.signature(class)
     #: MindSpore clip -> (the optimizer variable stepped after it, parameters by keyword)
     clip_checks: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    #: the original nodes the rewrite replaces whole (for the imports left unused)
+    scheduler_calls: list = field(default_factory=list)
+    signature_calls: list = field(default_factory=list)
+    reference_nodes: list = field(default_factory=list)
+    state_calls: list = field(default_factory=list)          # (call, "save" | "load")
     marks: list[tuple[int, str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
@@ -159,6 +164,7 @@ def collector(plan: Plan, qualified, positions):
                 if isinstance(inner, cst.Call) and any(
                         q.name == "torch.load" for q in names_of(inner.func)):
                     plan.state[id(node)] = "load"
+                    plan.state_calls.append((node, "load"))
             if not found and isinstance(func, cst.Name):
                 for module in self.star_modules:
                     if module.startswith("torch.optim") and native_kind(
@@ -174,6 +180,7 @@ def collector(plan: Plan, qualified, positions):
             statement = self.statement()
             if name in SCHEDULERS:
                 plan.schedulers[id(node)] = SCHEDULERS[name]
+                plan.scheduler_calls.append(node.func)
                 return True
             if name.startswith(SCHEDULER_MODULES):
                 plan.mark(line, f"{name}: no scheduler of that name in uo.lr_scheduler",
@@ -192,6 +199,7 @@ def collector(plan: Plan, qualified, positions):
                     kind = native_kind(q.name) if q.name.startswith("torch.optim.") else None
                     if kind is not None and kind[1] in registry().names():
                         plan.signatures[id(node)] = kind[1]
+                        plan.signature_calls.append(node)
                         plan.imports += ["import unified_opt as uo", "import unified_opt.porting"]
                         return True
                 return False
@@ -202,6 +210,7 @@ def collector(plan: Plan, qualified, positions):
                         and isinstance(inner.value, cst.Name) and \
                         inner.value.value in plan.optimizer_names:
                     plan.state[id(node)] = "save"
+                    plan.state_calls.append((node, "save"))
                 return True
             if not name.startswith("torch.optim."):
                 return False
@@ -274,6 +283,7 @@ def collector(plan: Plan, qualified, positions):
                 # list of types; a base class or a layer built is the model's code
                 if mapped is not None and (self.type_tests or self.containers):
                     plan.references[id(node)] = mapped
+                    plan.reference_nodes.append(node)
                     plan.imports.append(f"import {mapped.split('.')[0]}")
                     return False
                 if self.type_tests and is_torch_nn_class(name):
