@@ -91,9 +91,8 @@ MODULE_MEMBERS = {
 #: classes a public signature returns, documented on the page of the function
 RETURNED = {"conformance.check": ["unified_opt.conformance.checker.CheckResult"],
             "porting.live.read_native": ["unified_opt.porting.live.NativeReading"],
-            "diff": ["unified_opt.conformance.spec_diff.Diff",
-                     "unified_opt.conformance.spec_diff.KnobDifference",
-                     "unified_opt.conformance.spec_diff.Parting"],
+            "diff": ["unified_opt.diffs.Diff", "unified_opt.diffs.KnobDifference",
+                     "unified_opt.diffs.Parting"],
             "schedules.ReduceOnPlateau": ["unified_opt.schedules.plateau.PlateauState"]}
 
 

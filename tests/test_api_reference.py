@@ -20,6 +20,7 @@ import dataclasses
 import inspect
 import re
 import types
+import typing
 
 import pytest
 
@@ -148,7 +149,8 @@ def test_star_import_gives_every_public_name():
 
 def test_the_lazy_names_are_typed():
     hints = inspect.signature(uo.diff)
-    assert hints.return_annotation == "Diff"
+    assert hints.return_annotation == "diffs.Diff"
+    assert typing.get_type_hints(uo.diff)["return"] is uo.diffs.Diff
     assert str(hints.parameters["spec_a"].annotation) == "Spec | str"
     assert inspect.signature(uo.from_native).return_annotation == "tuple[Spec, list[Group]]"
 

@@ -10,7 +10,7 @@ suite's comparison, imports it when called.
 
 import typing as _typing
 
-from . import lr_scheduler, porting, schedules
+from . import diffs, lr_scheduler, porting, schedules
 from .algorithms import (
     CAME,
     LARS,
@@ -68,10 +68,8 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
 if _typing.TYPE_CHECKING:
     import unified_opt.conformance as conformance
 
-    from .conformance.spec_diff import Diff
 
-
-def diff(spec_a: "Spec | str", spec_b: "Spec | str") -> "Diff":
+def diff(spec_a: "Spec | str", spec_b: "Spec | str") -> "diffs.Diff":
     """Whether two configurations compute the same numbers, and which knobs differ.
 
     Both run as float32 references over 3 seeded gradient streams of 50 steps each
@@ -87,10 +85,10 @@ def diff(spec_a: "Spec | str", spec_b: "Spec | str") -> "Diff":
         spec_b: the same, compared against ``spec_a``.
 
     Returns:
-        Diff: ``same`` (also its truth value), ``parting`` (the first step and quantity
-        where ``spec_b`` leaves ``spec_a``'s floor, the worst error/floor ratio) and
-        ``knobs`` (each differing field, with how it alone parts); ``str()`` gives the
-        report ``unified-opt diff`` prints.
+        unified_opt.diffs.Diff: ``same`` (also its truth value), ``parting`` (the
+        first step and quantity where ``spec_b`` leaves ``spec_a``'s floor, the worst
+        error/floor ratio) and ``knobs`` (each differing field, with how it alone
+        parts); ``str()`` gives the report ``unified-opt diff`` prints.
 
     Raises:
         TypeError: ``spec_a`` or ``spec_b`` is neither a spec nor a string.

@@ -69,6 +69,12 @@ from ..param_groups import saved_record
 from ..spec import Spec, spec_from_dict
 from ..storage import round_to
 
+#: a file path as the functions below take it
+FilePath = str | os.PathLike
+#: ``load_state``'s ``transform``: parameter name -> a function of each state array, or
+#: a function of the name returning one (or None: that parameter's arrays as they are)
+Transform = Mapping[str, Callable[[Any], Any]] | Callable[[str], Callable[[Any], Any] | None]
+
 FORMAT = "unified-opt-state/1"
 CALLER = "load_state"
 
@@ -219,7 +225,7 @@ def _record(optimizer: Any) -> BuildRecord | None:
 
 # -- saving -------------------------------------------------------------------------------
 
-def save_state(optimizer: Any, path, *, lr_scheduler: Any = None, names: Any = None,
+def save_state(optimizer: Any, path: FilePath, *, lr_scheduler: Any = None, names: Any = None,
                constant_lr: bool = False) -> None:
     """Write ``optimizer``'s state to the safetensors file ``path`` (module docstring).
     ``lr_scheduler``: a native optimizer's scheduler (a ``uo.build`` optimizer's own is
@@ -287,8 +293,10 @@ def _ranks(framework: str, optimizer: Any) -> tuple[int, int]:
     return int(rank), int(exchange.world_size)
 
 
-def convert_checkpoint(checkpoint, path, *, optimizer: Any, lr_scheduler: Any = None,
-                       scheduler_checkpoint=None, names: Any = None,
+def convert_checkpoint(checkpoint: FilePath | Mapping[str, Any], path: FilePath, *,
+                       optimizer: Any, lr_scheduler: Any = None,
+                       scheduler_checkpoint: FilePath | Mapping[str, Any] | None = None,
+                       names: Any = None,
                        constant_lr: bool = False) -> None:
     """Turn a framework's own checkpoint of a native optimizer into a state file ``path``
     that ``uo.resume`` / ``uo.load_state`` read on any backend.
@@ -737,7 +745,8 @@ def across(saved: Snapshot, framework: str, names: list[str], model: Any = None,
     return dataclasses.replace(saved, arrays=arrays, shapes=shapes)
 
 
-def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> None:
+def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = None,
+               model: Any = None) -> None:
     """Restore the state file ``path`` into ``optimizer``, made by ``uo.build`` on any
     backend for the same spec, groups and parameter names. ``transform``: a parameter
     name -> a function applied to each of that parameter's state arrays (e.g.
@@ -827,8 +836,8 @@ def load_state(optimizer: Any, path, *, transform=None, model: Any = None) -> No
     backend.write_built(record, optimizer, saved, arrays)
 
 
-def resume(path, params, *, transform=None, path_taken: str = "auto",
-           prefer: str = "speed"):
+def resume(path: FilePath, params: Any, *, transform: Transform | None = None,
+           path_taken: str = "auto", prefer: str = "speed") -> Any:
     """``uo.build`` the saved spec and groups over ``params`` (on their framework), load
     the state into it (``transform``: as for :func:`load_state`), and return the
     optimizer (its scheduler: ``uo.native_scheduler``). ``path_taken`` and ``prefer``:
