@@ -239,7 +239,7 @@ def test_values_a_configurator_overrides_are_read_at_run_time(tmp_path):
 # -- what is not mapped: marked in place, all in one run ----------------------------------
 
 def test_every_reason_is_marked_in_place_in_one_run():
-    ported = _port("""\
+    source = textwrap.dedent("""\
         import functools, torch
         OptCls = torch.optim.AdamW
         make = functools.partial(torch.optim.SGD, lr=0.1)
@@ -248,14 +248,16 @@ def test_every_reason_is_marked_in_place_in_one_run():
         s = torch.optim.lr_scheduler.NoSuchLR(opt)
         scaler = torch.amp.GradScaler()
         ok = torch.optim.SGD(model.parameters(), lr=0.1)
-        """, "mindspore")
+        class Mine(torch.optim.lr_scheduler.LRScheduler):
+            pass
+        """)
+    ported = port_source(source, "mindspore")
     lines = [line for line, _ in ported.refusals]
-    assert lines == [2, 3, 4, 5, 6, 7], ported.refusals
+    assert lines == [2, 3, 4, 5, 6, 7, 9], ported.refusals
+    # each statement left as written, its reason right above it
     out = ported.source.splitlines()
     for line, message in ported.refusals:
-        marked = out.index(textwrap.dedent(ported.source).splitlines()[
-            out.index(f"{MARK}{message}") + 1])
-        assert out[marked - 1] == MARK + message
+        assert out[out.index(source.splitlines()[line - 1]) - 1] == MARK + message
     assert "ok = uo.build(uo.preset('torch.optim.SGD', lr=0.1), model.trainable_params())" \
         in ported.source
 

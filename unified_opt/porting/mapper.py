@@ -187,7 +187,8 @@ def _plan_clips(plan: Plan, module, scopes, qualified) -> None:
                                  "clip by value only at the optimizer's own path; clip the "
                                  "gradients (mindspore.ops.clip_by_value) before calling the "
                                  "optimizer")
-            if statement is None or not (isinstance(statement.body[-1], cst.Expr)
+            if not isinstance(statement, cst.SimpleStatementLine) or not (
+                    isinstance(statement.body[-1], cst.Expr)
                                          and statement.body[-1].value is call):
                 raise ValueError("its result is used: only a clip on a statement of its own "
                                  "moves into the optimizer")
@@ -428,6 +429,16 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
             plan.rewrites.append(Rewrite(positions[original].start.line, _code(original),
                                          code, f"{plan.to}'s class of that module type"))
             return cst.parse_expression(code)
+
+        def on_leave(self, original_node, updated_node):
+            updated = super().on_leave(original_node, updated_node)
+            if isinstance(original_node, cst.BaseCompoundStatement) and \
+                    id(original_node) in marked:
+                comments = [cst.EmptyLine(comment=cst.Comment(text))
+                            for text in dict.fromkeys(marked[id(original_node)])]
+                updated = updated.with_changes(leading_lines=[*updated.leading_lines,
+                                                              *comments])
+            return updated
 
         def visit_SimpleStatementLine(self, node):
             self.rewrites_before = len(plan.rewrites)

@@ -118,6 +118,17 @@ def collector(plan: Plan, qualified, positions):
         def leave_SimpleStatementLine(self, node):
             self.statements.pop()
 
+        def on_visit(self, node) -> bool:
+            # a class's bases, a loop's iterable: marked on the compound statement
+            if isinstance(node, cst.BaseCompoundStatement):
+                self.statements.append(node)
+            return super().on_visit(node)
+
+        def on_leave(self, original_node) -> None:
+            super().on_leave(original_node)
+            if isinstance(original_node, cst.BaseCompoundStatement):
+                self.statements.pop()
+
         def visit_Import(self, node):
             return False
 
@@ -289,6 +300,13 @@ def collector(plan: Plan, qualified, positions):
                 if self.type_tests and is_torch_nn_class(name):
                     plan.mark(self.line(node), f"{name}: no {plan.to} class for it in the "
                               f"port's table ({', '.join(sorted(CLASSES))})", self.statement())
+                    return False
+                if name.startswith(SCHEDULER_MODULES) and name not in SCHEDULERS and \
+                        not self.inspecting and not self.type_tests:
+                    plan.mark(self.line(node), f"{name}: a scheduler class named without "
+                              "being called (a base class of the script's own scheduler, an "
+                              "alias): torch's scheduler classes drive torch's optimizers; "
+                              "derive from uo.lr_scheduler.LRScheduler", self.statement())
                     return False
                 if name.startswith("torch.optim.") and not self.inspecting and native_kind(
                         name, resolve=False) is not None:
