@@ -265,6 +265,15 @@ def test_torch_rules_on_a_mindspore_model_are_refused_and_mapped(runs):
         in said["unmapped"] and "uo.porting.map_rules" in said["unmapped"]
     assert said["mapped"] == [uo.Group(match=("emb.embedding_table", "fc.bias", "ln.beta",
                                               "ln.gamma"), weight_decay=0.0).to_dict()]
+    if "paddle" in TARGETS:     # Paddle names these parameters as torch does
+        said = json.loads((directory / "hand_set__paddle.json").read_text())
+        assert said["unmapped"] == "built"
+        assert said["mapped"] == [g.to_dict() for g in _torch_rules()]
+
+
+def _torch_rules():
+    return [uo.Group(match=("emb.weight", "fc.bias", "ln.bias", "ln.weight"),
+                     weight_decay=0.0)]
 
 
 @require("torch")
@@ -328,3 +337,27 @@ def test_schedule_refusals_name_the_argument():
     c = torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.9)
     with pytest.raises(ValueError, match=r"stand at different steps \(last_epoch \[1, 0\]\)"):
         uo.from_native(optimizer, [a, c])
+
+
+def test_an_exact_name_rule_must_find_every_name():
+    from unified_opt.groups import exact_name, plan_parameters
+
+    names = ["emb.embedding_table", "ln.gamma", "ln.beta", "fc.weight", "fc.bias"]
+    torch_named = uo.Group(match=("emb.weight", "ln.weight", "fc.bias"), weight_decay=0.0)
+    with pytest.raises(ValueError, match=r"groups\[0\] .* names exact parameters, and "
+                                         r"\['emb.weight', 'ln.weight'\] name none here.*"
+                                         r"uo.porting.map_rules"):
+        plan_parameters(uo.AdamW(weight_decay=0.1), names, [torch_named])
+    spec = uo.AdamW(weight_decay=0.1, no_decay_names=("ln.weight", "fc.bias"))
+    with pytest.raises(ValueError, match=r"no_decay_names=\('ln.weight', 'fc.bias'\) names "
+                                         r"exact parameters, and \['ln.weight'\] name none"):
+        plan_parameters(spec, names, None)
+    # a pattern among the names makes it a pattern rule: matching some is enough
+    plans = plan_parameters(uo.AdamW(weight_decay=0.1), names,
+                            [uo.Group(match=("ln.weight", "*bias"), weight_decay=0.0)])
+    assert [p.group for p in plans] == [None, None, None, None, 0]
+    # a name's own wildcard characters, escaped as from_native writes them, are exact
+    assert exact_name("h[*]x[?]y[[]") == "h*x?y[" and exact_name("h*") is None
+    with pytest.raises(ValueError, match=r"\['a\*b'\] name none"):
+        plan_parameters(uo.AdamW(), ["ab", "c"], [uo.Group(match=("c", "a[*]b"),
+                                                           lr_scale=0.5)])
