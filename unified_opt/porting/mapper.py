@@ -61,6 +61,7 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
     positions = Resolved(wrapper.resolve(PositionProvider))
     scopes = Resolved(wrapper.resolve(ScopeProvider))
     plan = Plan(to)
+    plan.optimizer_names |= _optimizer_like(wrapper.module)
     collector = collector_of(plan, qualified, positions)
     wrapper.module.visit(collector)
     _plan_clips(plan, wrapper.module, scopes, qualified)
@@ -84,6 +85,23 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
             "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
             "imports")
     return ported
+
+
+def _optimizer_like(module) -> set[str]:
+    """Variables the script treats as optimizers (reads ``.param_groups`` of, calls
+    ``.zero_grad()`` on), wherever they were built: a helper's return value, a method's."""
+    import libcst as cst
+
+    found: set[str] = set()
+
+    class Uses(cst.CSTVisitor):
+        def visit_Attribute(self, node):
+            if node.attr.value in ("param_groups", "zero_grad") and isinstance(
+                    node.value, cst.Name):
+                found.add(node.value.value)
+
+    module.visit(Uses())
+    return found
 
 
 # -- imports every use of which was mapped ------------------------------------------------
