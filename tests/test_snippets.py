@@ -14,6 +14,8 @@
 * A block of ``>>>`` prompts is a doctest: its expected output is compared too (a
   fragment's examples are compiled only).
 * A framework that is not installed skips its blocks (said in the skip reason).
+* The ``Example:`` sections of the public names' docstrings run the same way, each a
+  doctest in the process of the framework it imports.
 """
 
 from __future__ import annotations
@@ -84,6 +86,35 @@ def _after_marker(code: str) -> str:
     return code.split("\n", 1)[1].lstrip() if code.startswith(FRAGMENT) else code
 
 
+def docstring_examples() -> list[Block]:
+    """The ``Example:`` section of every public name's docstring (``uo.__all__``), as
+    a doctest block (the API reference shows them; ``# doctest: +SKIP`` marks a line
+    that needs what a docstring cannot make, a process group or a file)."""
+    import inspect
+    import textwrap
+    import types
+
+    import unified_opt as uo
+
+    found = []
+    for name in uo.__all__:
+        obj = getattr(uo, name)
+        if isinstance(obj, (types.ModuleType, str)):
+            continue
+        doc = inspect.getdoc(obj) or ""
+        section = re.search(r"^Examples?:\n((?:[ \t]+.*\n?|\n)+)", doc, re.M)
+        if section is None or ">>>" not in section.group(1):
+            continue
+        code = textwrap.dedent(section.group(1)).strip() + "\n"
+        imported = sorted(set(_IMPORT.findall(code)))
+        if len(imported) > 1:
+            raise ValueError(f"uo.{name}'s example imports {imported}: one framework")
+        found.append(Block(page=f"docstring of uo.{name}", line=1, code=code,
+                           process=imported[0] if imported else "core", fragment=False,
+                           doctest=True))
+    return found
+
+
 def all_blocks() -> list[Block]:
     return [block for page in PAGES for block in blocks(page)]
 
@@ -124,13 +155,17 @@ def run_blocks(blocks_file: Path) -> list[dict]:
 # -- the tests ----------------------------------------------------------------------------------
 
 def test_the_blocks_are_found_and_each_imports_at_most_one_framework():
-    found = all_blocks()          # raises on a block importing two frameworks
+    found = all_blocks() + docstring_examples()   # raises on a block importing two
     pages = {block.page for block in found}
     assert {"README.md", "docs/index.md", "docs/install.md"} <= pages
     quick_start = [b for b in found if b.page == "docs/install.md"]
     assert {b.process for b in quick_start} == set(PROCESSES)
     assert not any(b.fragment for b in found if b.page in ("README.md", "docs/index.md",
                                                            "docs/install.md"))
+    examples = {b.page: b.process for b in found if b.page.startswith("docstring of ")}
+    assert examples["docstring of uo.build"] == "torch"
+    assert examples["docstring of uo.reference"] == "core"
+    assert len(examples) >= 30
 
 
 def test_a_block_importing_two_frameworks_is_refused(tmp_path):
@@ -161,8 +196,12 @@ def test_a_failing_block_is_reported_with_its_place(tmp_path):
     assert "Expected:\n    3\nGot:\n    2" in failures[2]["error"]
 
 
-def test_every_block_runs(tmp_path):
-    found = all_blocks()
+@pytest.fixture(scope="module")
+def outcome(tmp_path_factory):
+    """Every block (the pages' and the docstrings' examples) run once, one process per
+    framework: ``(failures, skipped)``."""
+    tmp_path = tmp_path_factory.mktemp("snippets")
+    found = all_blocks() + docstring_examples()
     failures, skipped = [], []
     for process in PROCESSES:
         listed = [b for b in found if b.process == process]
@@ -183,9 +222,23 @@ def test_every_block_runs(tmp_path):
                               timeout=600)
         assert done.returncode in (0, 1), done.stdout[-3000:] + done.stderr[-3000:]
         failures += json.loads(done.stdout.strip().splitlines()[-1])
+    return failures, skipped
+
+
+def _assert_ran(outcome, docstrings: bool) -> None:
+    failures, skipped = outcome
+    failures = [f for f in failures if f["where"].startswith("docstring of ") == docstrings]
     assert not failures, "\n\n".join(f"{f['where']}:\n{f['error']}" for f in failures)
     if skipped:
         pytest.skip("not installed, their blocks not run: " + ", ".join(skipped))
+
+
+def test_every_block_of_the_pages_runs(outcome):
+    _assert_ran(outcome, docstrings=False)
+
+
+def test_every_docstring_example_runs(outcome):
+    _assert_ran(outcome, docstrings=True)
 
 
 def test_the_writing_rules_are_documented():
