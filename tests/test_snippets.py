@@ -110,8 +110,8 @@ def docstring_examples() -> list[Block]:
         if len(imported) > 1:
             raise ValueError(f"uo.{name}'s example imports {imported}: one framework")
         found.append(Block(page=f"docstring of uo.{name}", line=1, code=code,
-                           process=imported[0] if imported else "core", fragment=False,
-                           doctest=True))
+                           process=imported[0] if imported else "core",
+                           fragment=code.startswith(FRAGMENT), doctest=True))
     return found
 
 
