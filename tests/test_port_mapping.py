@@ -343,3 +343,10 @@ def test_imports_only_mapped_code_read_are_removed_and_said():
     assert [n for n in ported.notes if "import" in n] == [
         "line 3: the import of AdamW is removed: every use of it was mapped",
         "line 4: the import of warmup is removed: every use of it was mapped"]
+
+
+def test_named_parameters_takes_a_mindspore_cell_only():
+    with pytest.raises(TypeError, match="module must be a MindSpore Cell, got Sequential"):
+        list(uo.porting.named_parameters(_model()))
+    with pytest.raises(ValueError, match="qualified_name must name a torch optimizer class"):
+        uo.porting.torch_signature("torch.optim.NoSuch")

@@ -32,7 +32,8 @@ def configure_optimizers(model, train_config):
                 no_decay.add(full_name)
     by_name = {name: p for name, p in model.named_parameters()}
     assert not decay & no_decay, f"in both sets: {decay & no_decay}"
-    assert not by_name.keys() - (decay | no_decay), f"in no set: {by_name.keys() - (decay | no_decay)}"
+    unsorted = by_name.keys() - (decay | no_decay)
+    assert not unsorted, f"in no set: {unsorted}"
     groups = [
         {"params": [by_name[name] for name in sorted(decay)],
          "weight_decay": train_config.weight_decay},
