@@ -57,17 +57,24 @@ def _parameters(caller: str, parameters: Any) -> tuple[str, list[Any]]:
     if None in frameworks or len(frameworks) > 1:
         found = sorted(str(f) for f in frameworks)
         raise TypeError(f"{caller}: parameters must all be of one framework, got {found}")
-    return frameworks.pop(), items
+    framework = frameworks.pop()
+    assert framework is not None      # (None was refused above)
+    return framework, items
 
 
-def _grads_and_ops(caller: str, parameters: Any, clip: str) -> tuple[str, list[Any], Any]:
+def _grads_and_ops(caller: str, parameters: Any,
+                   alternatives: tuple[str, str]) -> tuple[str, list[Any], Any]:
+    """(framework, the gradients, the framework's ops binding); ``alternatives``: the
+    spec's clip and MindSpore's own call, named in MindSpore's refusal."""
+    import importlib
+
     framework, items = _parameters(caller, parameters)
     if framework == "mindspore":
-        raise TypeError(_MINDSPORE.format(name=caller, spec=clip[0], native=clip[1]))
-    if framework == "torch":
-        from .backends.torch.ops import torch_ops as ops
-    else:
-        from .backends.paddle.ops import paddle_ops as ops
+        raise TypeError(_MINDSPORE.format(name=caller, spec=alternatives[0],
+                                          native=alternatives[1]))
+    # the backend's binding, found by name as unified_opt.backend.load finds backends
+    ops = getattr(importlib.import_module(f"unified_opt.backends.{framework}.ops"),
+                  f"{framework}_ops")
     return framework, [p.grad for p in items if p.grad is not None], ops
 
 
@@ -130,7 +137,8 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     from .clipping import ClipByGlobalNorm
 
     caller = "clip_grad_norm_"
-    clip = ClipByGlobalNorm(max_norm=max_norm, eps=1e-6)
+    # (the clips' __init__ is made by a decorator mypy does not see through)
+    clip = ClipByGlobalNorm(max_norm=max_norm, eps=1e-6)  # type: ignore[call-arg]
     if isinstance(norm_type, bool) or not isinstance(norm_type, (numbers.Real, str)):
         raise TypeError(f"{caller}: norm_type must be a number, got {norm_type!r} of type "
                         f"{type(norm_type).__name__}")
@@ -180,7 +188,8 @@ def clip_grad_value_(parameters: Any, clip_value: float, foreach: bool | None = 
     from .clipping import ClipByValue
 
     caller = "clip_grad_value_"
-    clip = ClipByValue(max=v.check_range(caller, "clip_value", clip_value, low=0.0))
+    clip = ClipByValue(max=v.check_range(caller, "clip_value",  # type: ignore[call-arg]
+                                         clip_value, low=0.0))
     _foreach(caller, foreach)
     framework, grads, ops = _grads_and_ops(
         caller, parameters,

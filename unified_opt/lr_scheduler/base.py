@@ -346,8 +346,8 @@ class LRScheduler:
             raise ValueError(f"{owner}.load_state_dict: state_dict has keys {sorted(state)}, "
                              f"expected {sorted(keys)} (what {owner}.state_dict() returns)")
         count = len(self.base_lrs)
-        out = {"last_epoch": v.check_int(owner, "state_dict['last_epoch']",
-                                         state["last_epoch"], low=-1)}
+        out: dict[str, Any] = {"last_epoch": v.check_int(
+            owner, "state_dict['last_epoch']", state["last_epoch"], low=-1)}
         for key in ("base_lrs", "_last_lr"):
             values = state[key]
             if not isinstance(values, list) or len(values) != count:

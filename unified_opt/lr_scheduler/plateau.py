@@ -64,7 +64,7 @@ class ReduceLROnPlateau(LRScheduler):
             raise type(exc)(f"{owner}: {str(exc).replace(TORCH + ': ', '')}") from exc
         self.optimizer = optimizer
         self.rules = rules
-        self.schedules = None
+        self.schedules = None  # type: ignore[assignment]  # metric-driven: no lr(step)
         self.base_lrs = [float(g["lr"]) for g in groups]
         self.last_epoch = 0
         self._owner = None

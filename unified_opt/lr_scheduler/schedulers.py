@@ -267,6 +267,7 @@ class _Cycling(LRScheduler):
 
     recursive = False
     scales_lr = False
+    _arguments: dict[str, Any]
 
     def _check_momentum(self, groups: list[dict]) -> None:
         if not self._arguments["cycle_momentum"]:
