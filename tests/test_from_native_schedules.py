@@ -361,3 +361,28 @@ def test_an_exact_name_rule_must_find_every_name():
     with pytest.raises(ValueError, match=r"\['a\*b'\] name none"):
         plan_parameters(uo.AdamW(), ["ab", "c"], [uo.Group(match=("c", "a[*]b"),
                                                            lr_scale=0.5)])
+
+
+@require("torch")
+def test_a_schedule_given_for_several_groups_reads_their_ratio_and_says_so():
+    import torch
+
+    net = _torch_net()
+    optimizer = torch.optim.AdamW([{"params": [net.fc.weight]},
+                                   {"params": [net.fc.bias, net.emb.weight]}], lr=PEAK)
+    for t in range(2):
+        optimizer.param_groups[0]["lr"] = get_lr(t)
+        optimizer.param_groups[1]["lr"] = 0.5 * get_lr(t)
+        _step(net, optimizer, t)
+    with pytest.raises(ValueError, match="no param group runs at the constructor's lr"):
+        uo.from_native(optimizer, names=net)
+    optimizer.param_groups[0]["lr"] = get_lr(2)
+    optimizer.param_groups[1]["lr"] = 0.5 * get_lr(2)
+    reading = uo.porting.live.read_native(optimizer, SCHEDULE, names=net)
+    assert reading.spec.lr == SCHEDULE and reading.position == 2
+    assert reading.groups == [uo.Group(match=("fc.bias", "emb.weight"), lr_scale=0.5)]
+    assert "read as constant factors" in reading.notes[0]
+    # the factor is the moment's (what the note says): the object shows no other
+    optimizer.param_groups[1]["lr"] = 0.4 * get_lr(2)
+    reading = uo.porting.live.read_native(optimizer, SCHEDULE, names=net)
+    assert reading.groups[0].lr_scale == pytest.approx(0.4)

@@ -267,8 +267,14 @@ def _given_schedule(optimizer, schedule):
                          f"({lrs}): no factor of the schedule gives their lrs")
     scales = [1.0 if lr == lrs[0] else lr / lrs[0] for lr in lrs]
     name = f"uo.schedules.{type(schedule).__name__}"
+    notes = ()
+    if len(lrs) > 1:
+        # the object shows one moment of the loop: the ratios are read from it, said
+        notes = (f"the param groups run at {scales} x group 0's lr at step {position}: "
+                 f"read as constant factors of {name} (uo.Group lr_scale), as a loop "
+                 "that writes one lr (times a fixed factor) into every group keeps them",)
     return _Scheduler(name, schedule, [schedule(0) * k for k in scales], scales, (),
-                      position)
+                      position, notes)
 
 
 def _is_uo_scheduler(s) -> bool:
