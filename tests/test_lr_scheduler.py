@@ -398,3 +398,42 @@ def test_initial_lr_that_is_not_the_lr_is_refused():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="initial_lr=0.7"):
             L.StepLR(opt, step_size=3)
+
+
+def test_a_spec_with_a_scheduled_lr_refuses_a_second_scheduler():
+    import torch
+    model = torch.nn.Linear(3, 2)
+    opt = uo.build(uo.SGD(lr=uo.schedules.Cosine(lr=0.1, T_max=10)), model)
+    for make in (lambda o: L.StepLR(o, 3), lambda o: L.ReduceLROnPlateau(o)):
+        with pytest.raises(ValueError, match="scheduled lr"):
+            make(opt)
+
+
+@pytest.mark.parametrize("path", ["native", "own"])
+def test_a_uo_built_torch_optimizer_follows_the_schedulers_lr(path):
+    """The parameters of a uo-built SGD driven by uo's OneCycleLR (lr and momentum) are
+    torch's SGD driven by torch's, to float32 rounding; without the scheduler they are
+    far off."""
+    import torch
+    torch.manual_seed(0)
+    grads = [[torch.randn(4, 3), torch.randn(4)] for _ in range(30)]
+    runs = []
+    for kind in ("torch", "uo", "constant"):
+        model = torch.nn.Linear(3, 4)
+        with torch.no_grad():
+            model.weight.copy_(torch.linspace(-1, 1, 12).reshape(4, 3))
+            model.bias.zero_()
+        if kind == "torch":
+            opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=30)
+        else:
+            opt = uo.build(uo.SGD(lr=0.1, momentum=0.9), model, path=path)
+            sched = (L.OneCycleLR(opt, max_lr=0.5, total_steps=30) if kind == "uo"
+                     else L.ConstantLR(opt, factor=1.0))
+        for g in grads:
+            model.weight.grad, model.bias.grad = g[0].clone(), g[1].clone()
+            opt.step()
+            sched.step()
+        runs.append(torch.cat([model.weight.detach().ravel(), model.bias.detach()]))
+    torch.testing.assert_close(runs[1], runs[0], rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(runs[2], runs[0], rtol=1e-3, atol=1e-4)

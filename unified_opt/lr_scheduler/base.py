@@ -56,6 +56,24 @@ def checked_groups(owner: str, optimizer: Any) -> list[dict]:
     return groups
 
 
+def refuse_scheduled_spec(owner: str, optimizer: Any) -> None:
+    """An optimizer ``uo.build`` made for a spec whose lr is a schedule sets every step's
+    lr itself (``uo.native_scheduler(opt)`` on torch and Paddle, its own step count on
+    MindSpore): a second scheduler writing the lr would fight it."""
+    from ..backend import record_of
+    from ..schedules import Schedule
+
+    try:
+        spec = record_of(optimizer).spec
+    except ValueError:            # not made by uo.build: torch's own optimizer, ...
+        return
+    if isinstance(spec.lr, Schedule):
+        raise ValueError(f"{owner}: the optimizer's spec has the scheduled lr {spec.lr!r}, "
+                         "which sets every step's lr already (uo.native_scheduler(opt) on "
+                         "torch and Paddle); drive it with a scheduler only when its spec "
+                         "lr is a constant")
+
+
 def per_group(owner: str, name: str, value: Any, count: int) -> list:
     """``value`` for every group: a list or tuple must have one entry per group (torch's
     rule), anything else is repeated."""
@@ -140,6 +158,7 @@ class LRScheduler:
     def __init__(self, optimizer: Any, last_epoch: int = -1) -> None:
         owner = type(self).__name__
         groups = checked_groups(owner, optimizer)
+        refuse_scheduled_spec(owner, optimizer)
         last_epoch = v.check_int(owner, "last_epoch", last_epoch, low=-1)
         if last_epoch >= 0:
             missing = [i for i, g in enumerate(groups) if "initial_lr" not in g]
@@ -160,7 +179,9 @@ class LRScheduler:
                         f"{owner}: optimizer.param_groups[{i}] has initial_lr="
                         f"{group['initial_lr']!r} but lr={group['lr']!r}: torch's {owner} "
                         "would go on from the lr, a uo scheduler computes from initial_lr; "
-                        "set the lr to initial_lr, or delete initial_lr to start from the lr")
+                        "set the lr to initial_lr, or delete initial_lr to start from the lr "
+                        "(an optimizer uo.build made for a spec whose lr is a schedule has "
+                        "its scheduler already: uo.native_scheduler(opt))")
         # every check passed: the state changes from here
         self.optimizer = optimizer
         self.base_lrs: list[float] = list(base_lrs)

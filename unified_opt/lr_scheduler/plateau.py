@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any
 
 from .. import _validation as v
-from .base import LRScheduler, checked_groups, metric_value, per_group
+from .base import LRScheduler, checked_groups, metric_value, per_group, refuse_scheduled_spec
 
 TORCH = "torch.optim.lr_scheduler.ReduceLROnPlateau"
 
@@ -51,6 +51,7 @@ class ReduceLROnPlateau(LRScheduler):
 
         owner = type(self).__name__
         groups = checked_groups(owner, optimizer)
+        refuse_scheduled_spec(owner, optimizer)
         if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1.0:
             raise ValueError(f"{owner}: factor should be < 1.0, got {factor!r}")
         min_lrs = per_group(owner, "min_lr", min_lr, len(groups))
