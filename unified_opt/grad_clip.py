@@ -130,9 +130,14 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
         RuntimeError: ``error_if_nonfinite`` and a non-finite total norm.
 
     Example:
-        >>> loss.backward()
-        >>> total = uo.clip_grad_norm_(model.parameters(), 1.0)
-        >>> opt.step()
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> w.grad = torch.tensor([3.0, 4.0])
+        >>> uo.clip_grad_norm_([w], 1.0)
+        tensor(5.)
+        >>> w.grad
+        tensor([0.6000, 0.8000])
     """
     from .clipping import ClipByGlobalNorm
 
@@ -181,9 +186,13 @@ def clip_grad_value_(parameters: Any, clip_value: float, foreach: bool | None = 
         ValueError: ``clip_value`` < 0, no parameters, ``foreach=True``.
 
     Example:
-        >>> loss.backward()
-        >>> uo.clip_grad_value_(model.parameters(), 0.5)
-        >>> opt.step()
+        >>> import torch
+        >>> import unified_opt as uo
+        >>> w = torch.nn.Parameter(torch.zeros(2))
+        >>> w.grad = torch.tensor([3.0, -0.2])
+        >>> uo.clip_grad_value_([w], 0.5)
+        >>> w.grad
+        tensor([ 0.5000, -0.2000])
     """
     from .clipping import ClipByValue
 
