@@ -5,7 +5,7 @@
 Sphinx with ``-W --keep-going -n``: every warning (a broken link or reference, a
 docstring that does not parse, a page outside the table of contents) and every
 reference that resolves to nothing is an error, all of them listed before it stops.
-Nothing is fetched (no intersphinx; MathJax is loaded by the reader's browser). The
+Nothing is fetched (no intersphinx; MathJax is served from the built site). The
 pictures are not drawn here: they are committed, ``python docs/plots.py`` redraws them.
 ``tox -e docs`` runs this; tests/test_docs_site.py too.
 """

@@ -11,9 +11,10 @@ offline (nothing is fetched: no intersphinx), and read offline: MathJax 3 is ser
 the built site (``_static/mathjax``, copied there by the ``sphinx-mathjax-offline``
 extension), never from a CDN. Chosen over KaTeX pre-rendered at build time
 (``sphinxcontrib-katex`` with ``katex_prerender``), measured on this site (docs/building.md,
-"Math offline"): pre-rendering needs Node.js and the npm ``katex`` package at every
-build, and a page's weight depends on its math, while MathJax needs nothing beyond pip
-and a page loads one 1.2 MB script whatever its math. Generated at each build,
+"Math offline", from docs/math_offline.json): pre-rendering needs Node.js and the npm
+``katex`` package at every build and built slower; MathJax needs nothing beyond pip, at
+the cost of a larger site and one script a page loads whatever its math. Generated at
+each build,
 into folders git ignores: ``api/`` (a page per public function and class:
 ``docs/api_pages.py``), ``pairs/`` (one porting page per framework pair, from the
 native-class descriptors: ``docs/porting_pairs.py``) and ``_generated/`` (figures the

@@ -42,7 +42,7 @@ def test_the_suite_figures_are_generated(tmp_path):
     from unified_opt.conformance.cases import default_cases
     from unified_opt.conformance.cases.case import SUITE_VERSION
 
-    (path,) = facts.write(tmp_path)
+    path, math = facts.write(tmp_path)
     cases = default_cases()
     assert path.read_text() == (f"The suite is version {SUITE_VERSION}: {len(cases)} cases "
                                 f"over {len({c.spec.name for c in cases})} algorithms.\n")
@@ -50,3 +50,5 @@ def test_the_suite_figures_are_generated(tmp_path):
     assert "```{include} _generated/suite.md" in page
     # no hand-typed suite version or case count left in the prose
     assert not re.search(r"suite version \d|\d+ cases, \d+ results", page)
+    assert "| build time (clean) |" in math.read_text()
+    assert "```{include} _generated/math.md" in (DOCS / "building.md").read_text()
