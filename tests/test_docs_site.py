@@ -76,6 +76,15 @@ def test_the_api_reference_has_a_page_per_public_name_with_its_math(site):
     assert "groups" in build and "Sequence" in build   # the signature, annotated
     backends = _text(site / "api" / "uo.backends.html")
     assert "Backends whose framework is installed" in backends
+    for page in ("uo.porting.name_map", "uo.porting.live.read_native", "devices.VERIFIED",
+                 "uo.UnverifiedDeviceWarning", "uo.conformance", "uo.porting"):
+        assert (site / "api" / f"{page}.html").is_file(), page
+    # Google-style sections rendered as fields, a [source] link, the knobs in words
+    assert "viewcode-link" in build and "Raises" in build and "Returns" in build
+    adamw = _text(site / "api" / "uo.AdamW.html")
+    assert "eps_placement" in adamw and "TF/Keras and MindSpore form" in adamw
+    assert "Parameters" in adamw and "Example" in adamw
+    assert (site / "_modules" / "unified_opt" / "build.html").is_file()
 
 
 def test_math_is_served_from_the_site(site):
