@@ -8,7 +8,7 @@ parameters' types by the name of the module that defines them, and loaded by nam
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ._validation import check_choice
 from .backend import (
@@ -25,6 +25,7 @@ from .backend import (
 )
 from .groups import Group, plan_parameters
 from .param_groups import flatten_group_dicts, is_group_dicts, plans_of_group_dicts
+from .parameters import framework_of, named_parameters
 from .schedules.plateau import ReduceOnPlateau
 from .spec import Spec, check_momentum_cycling
 from .speed import check_prefer
@@ -46,39 +47,6 @@ def backends() -> list[str]:
         True
     """
     return installed()
-
-
-def framework_of(obj: Any) -> str | None:
-    """'torch', 'paddle' or 'mindspore' when ``obj``'s class comes from that framework."""
-    for klass in type(obj).__mro__:
-        root = (klass.__module__ or "").split(".")[0]
-        if root in BACKENDS:
-            return root
-    return None
-
-
-def named_parameters(params: Any, caller: str = "build") -> list[tuple[str | None, Any]]:
-    """``params`` as (name or None, parameter) pairs: a module's named parameters (a
-    MindSpore Cell's trainable ones), a mapping, pairs, or bare parameters."""
-    if framework_of(params) is not None:
-        if hasattr(params, "named_parameters"):      # torch Module, paddle Layer
-            return list(params.named_parameters())
-        if hasattr(params, "parameters_and_names"):  # mindspore Cell: its trainable ones
-            # (the others, e.g. BatchNorm moving statistics, are not the optimizer's)
-            return [(n, p) for n, p in params.parameters_and_names() if p.requires_grad]
-        return [(None, params)]                      # a single parameter
-    if isinstance(params, Mapping):
-        return list(params.items())
-    if isinstance(params, (str, bytes)) or not isinstance(params, Iterable):
-        raise TypeError(f"{caller}: params must be a module, an iterable of parameters or of "
-                        f"(name, parameter) pairs, got {type(params).__name__}")
-    out = []
-    for item in params:
-        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
-            out.append(item)
-        else:
-            out.append((None, item))
-    return out
 
 
 def build(spec: Spec, params: Any, backend: str | None = None,

@@ -124,7 +124,8 @@ def flatten_group_dicts(groups: Sequence[Mapping], caller: str) -> list[list]:
     return members
 
 
-def plans_of_group_dicts(spec, groups: Sequence[Mapping], names: Sequence[Sequence[str]],
+def plans_of_group_dicts(spec, groups: Sequence[Mapping],
+                         names: Sequence[Sequence[str | None]],
                          caller: str = "build", first: int = 0,
                          name_rules: bool = True) -> list[ParameterPlan]:
     """One plan per parameter of the group dicts ``groups`` (``names``: each group's
@@ -183,7 +184,7 @@ def added_group(record: Any, group: Any, owner: str, framework: str,
     parameters of another framework or already held, a key the spec has no field for, a
     scheduled lr (the scheduler ``uo.build`` made drives the groups it was made with)."""
     from .backend import check_parameters
-    from .build import named_parameters
+    from .parameters import named_parameters
 
     caller = f"{owner}.add_param_group"
     if not isinstance(group, Mapping):
