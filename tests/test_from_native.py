@@ -734,3 +734,25 @@ def test_mindspore_refusals():
     with pytest.raises(TypeError, match="must be a mindspore.nn.optim.optimizer.Optimizer or "
                                         "mindspore.experimental.optim.optimizer.Optimizer"):
         uo.from_native(nn.Dense(3, 2))
+
+
+@require("mindspore")
+def test_mindspore_live_lr_is_checked():
+    """An ``nn`` optimizer's lr Parameter written from outside, and one of two
+    experimental schedulers over one optimizer, are refused naming both lrs."""
+    import mindspore as ms
+    from mindspore import nn, ops
+    from mindspore.experimental import optim
+
+    opt = nn.Adam(nn.Dense(3, 2).trainable_params(), learning_rate=0.01)
+    assert uo.from_native(opt)[0].lr == 0.01
+    ops.assign(opt.learning_rate, ms.Tensor(0.005, ms.float32))
+    with pytest.raises(ValueError, match="learning_rate Parameter holds 0.005, not the "
+                                         "constructor's lr 0.01"):
+        uo.from_native(opt)
+    opt = optim.SGD(nn.Dense(3, 2).trainable_params(), lr=0.1)
+    step_lr = optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+    optim.lr_scheduler.LinearLR(opt, start_factor=0.4, total_iters=5)
+    with pytest.raises(ValueError, match=r"param_groups\[0\] runs its next step \(step 0\) "
+                                         r"at lr 0.04.*StepLR read gives it 0.1 there"):
+        uo.from_native(opt, step_lr)

@@ -33,6 +33,9 @@ Facts relied on (MindSpore 2.10):
   lr where it rounds to the same float32, else the shortest decimal rounding to them.
   ``SequentialLR`` and ``CyclicLR`` are not read (their attributes are rewritten in
   float32 at construction), nor ``ReduceLROnPlateau`` (metric-driven).
+* A constant lr is kept as the float32 Parameter ``learning_rate``, which a callback
+  may overwrite (``ops.assign``): it must hold the constructor's lr (float32), else the
+  reading is refused.
 * The live lr of the next step: an ``nn`` optimizer's schedule Cell called at
   ``global_step`` (a per-step list is such a Cell, ``_IteratorLearningRate``;
   ``get_lr()`` is not called, as it advances ``global_step``), an ``experimental``
@@ -120,6 +123,8 @@ def _read_nn(optimizer, cls, given):
     elif isinstance(lr, (list, tuple)):
         schedule = _table(lr)
         lr = schedule
+    if schedule is None and isinstance(lr, float):
+        _check_constant_lr(optimizer, lr, cls.name)
     if schedule is not None:
         # the Cell at global_step: what the next call of the optimizer computes with
         at = position(optimizer)
@@ -150,6 +155,24 @@ def _read_nn(optimizer, cls, given):
     return live.NativeReading(spec, groups, cls.name, arguments,
                               _schedule_name(optimizer) if schedule is not None else None,
                               position(optimizer), tuple(notes))
+
+
+def _check_constant_lr(optimizer, lr, name):
+    """The constructor's constant lr must be what the optimizer's ``learning_rate``
+    Parameter holds (float32): a callback or a loop may have written another
+    (``ops.assign``), which reading the constructor's would silently undo."""
+    held = getattr(optimizer, "learning_rate", None)
+    if getattr(optimizer, "is_group_lr", False) or not hasattr(held, "asnumpy"):
+        return
+    value = held.asnumpy().reshape(-1)
+    if value.size == 1 and np.float32(lr) != value[0]:
+        raise ValueError(f"{live.CALLER}: {name}'s learning_rate Parameter holds "
+                         f"{live.shortest_float32(value)[0]!r}, not the constructor's lr "
+                         f"{lr!r}: something wrote it (a callback or a loop changing the "
+                         "lr), and read as the constructor's the run would change; build "
+                         "the optimizer with "
+                         "the lr it runs at, or with its schedule (a LearningRateSchedule "
+                         "Cell or a per-step list) as learning_rate")
 
 
 def _decay_rule(optimizer, spec, given, notes):
