@@ -44,6 +44,12 @@ EXAMPLES = {
     "product": S.Product(lr=0.1, factors=[S.Step(lr=1.0, step_size=3),
                                           S.Exponential(lr=1.0, gamma=0.9)]),
     "per_epoch": S.PerEpoch(epoch_schedule=COSINE, steps_per_epoch=3),
+    # the warm-up schedules (their formulas: test_warmup_schedules.py)
+    "warmup_linear": S.WarmupLinear(lr=0.1, warmup_steps=10, total_steps=80),
+    "warmup_cosine": S.WarmupCosine(lr=0.1, warmup_steps=10, total_steps=80, num_cycles=1.5),
+    "warmup_constant": S.WarmupConstant(lr=0.1, warmup_steps=10),
+    "warmup_cosine_to_min": S.WarmupCosineToMin(lr=0.1, min_lr=0.01, warmup_steps=10,
+                                                decay_steps=80),
 }
 
 
