@@ -451,8 +451,9 @@ def per_step(rel_tol: float, position: int) -> float:
 LR_REMEDY = ("pass every scheduler that steps the optimizer (several: lr_scheduler=[s1, "
              "s2], read as torch's ChainedScheduler), or the schedule a loop of the script "
              "follows as a uo.schedules schedule (lr_scheduler=uo.schedules.LinearWarmup("
-             "after=uo.schedules.Cosine(...), warmup_steps=...)), or constant_lr=True to "
-             "read the current lr as a constant")
+             "after=uo.schedules.Cosine(...), warmup_steps=...), or WarmupCosineToMin for "
+             "nanoGPT's get_lr), or lr_scheduler=None with constant_lr=True to read the "
+             "current lr as a constant")
 
 
 def check_live_lr(where: str, live_lr: float, schedule: Schedule, position: int,
