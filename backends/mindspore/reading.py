@@ -40,8 +40,8 @@ Facts relied on (MindSpore 2.10):
   ``global_step`` (a per-step list is such a Cell, ``_IteratorLearningRate``;
   ``get_lr()`` is not called, as it advances ``global_step``), an ``experimental``
   group's float32 ``lr`` Parameter. Both are float32: checked against the schedule
-  read at the position within :data:`unified_opt.porting.live.LR_RTOL_FLOAT32` (the
-  Cells' closed forms) or :data:`~unified_opt.porting.live.LR_RTOL_FLOAT32_PER_STEP`
+  read at the position within :data:`unified_opt.porting.live_lr.LR_RTOL_FLOAT32` (the
+  Cells' closed forms) or :data:`~unified_opt.porting.live_lr.LR_RTOL_FLOAT32_PER_STEP`
   a step (the experimental schedulers' recursive forms, rounded in float32 each step).
 """
 
@@ -53,7 +53,7 @@ import numpy as np
 
 from unified_opt import schedules as uo_schedules
 from unified_opt.groups import name_matches
-from unified_opt.porting import live
+from unified_opt.porting import live, live_lr
 from unified_opt.presets.mindspore_groups import mindspore_groups
 from unified_opt.schedules import Piecewise
 from unified_opt.schedules._preset_registry import REGISTRY
@@ -129,10 +129,10 @@ def _read_nn(optimizer, cls, given):
         # the Cell at global_step: what the next call of the optimizer computes with
         at = position(optimizer)
         lr_cell = optimizer.learning_rate
-        live.check_live_lr("the optimizer (learning_rate at global_step)",
-                           _number(lr_cell(optimizer.global_step).reshape(()), float),
-                           schedule, at, 1.0, live.LR_RTOL_FLOAT32,
-                           _schedule_name(optimizer))
+        live_lr.check_live_lr("the optimizer (learning_rate at global_step)",
+                              _number(lr_cell(optimizer.global_step).reshape(()), float),
+                              schedule, at, 1.0, live_lr.LR_RTOL_FLOAT32,
+                              _schedule_name(optimizer))
     if "weight_decay" in arguments and not isinstance(arguments["weight_decay"],
                                                        (int, float)):
         arguments["weight_decay"] = _cell_schedule(arguments["weight_decay"],
@@ -307,8 +307,9 @@ def _read_experimental(optimizer, cls, given, scheduler, sample_steps):
         at = position(optimizer, scheduler)
         for index, group in enumerate(groups):
             scale = live.scale_of(bases[index], bases[0], f"param_groups[{index}]")
-            live.check_live_lr(f"param_groups[{index}]", _group_lr(group), schedule, at,
-                               scale, live.per_step(live.LR_RTOL_FLOAT32_PER_STEP, at), name)
+            live_lr.check_live_lr(f"param_groups[{index}]", _group_lr(group), schedule, at,
+                                  scale, live_lr.per_step(live_lr.LR_RTOL_FLOAT32_PER_STEP, at),
+                                  name)
     rules = []
     for index, group in enumerate(groups[1:], start=1):
         where = f"param_groups[{index}]"

@@ -32,7 +32,7 @@ Facts relied on (Paddle 3.3):
   same ends; ``CyclicLR`` keeps ``cycle_size`` and ``step_up_pct``.
 * ``optimizer.get_lr()`` is the scheduler's ``last_lr`` (a Python float), the lr of the
   next step before each parameter's multiplier: it is checked against the schedule
-  read at the position (:func:`unified_opt.porting.live.check_live_lr`, float64
+  read at the position (:func:`unified_opt.porting.live_lr.check_live_lr`, float64
   tolerance per step: ``CosineAnnealingDecay`` steps a recursive form; the multiplier
   is the same factor on both sides).
 """
@@ -42,7 +42,7 @@ from __future__ import annotations
 import inspect
 
 from unified_opt import schedules as uo_schedules
-from unified_opt.porting import live
+from unified_opt.porting import live, live_lr
 from unified_opt.schedules import Cyclic, OneCycle
 from unified_opt.schedules._preset_registry import REGISTRY
 
@@ -78,10 +78,10 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
         schedule, note = _schedule(scheduler, sample_steps)
         notes += note
         arguments["learning_rate"] = schedule
-        live.check_live_lr("the optimizer (get_lr())", optimizer.get_lr(), schedule,
-                           position(optimizer), 1.0,
-                           live.per_step(live.LR_RTOL_FLOAT64_PER_STEP, position(optimizer)),
-                           _scheduler_name(scheduler))
+        at = position(optimizer)
+        live_lr.check_live_lr("the optimizer (get_lr())", optimizer.get_lr(), schedule, at,
+                              1.0, live_lr.per_step(live_lr.LR_RTOL_FLOAT64_PER_STEP, at),
+                              _scheduler_name(scheduler))
     decay_functions = {k: arguments[k] for k in ("apply_decay_param_fun",
                                                  "exclude_from_weight_decay_fn")
                        if k in arguments}

@@ -33,7 +33,7 @@ Facts relied on (torch 2.13):
   momentum no state at all), so its position cannot be read.
 * ``group["lr"]`` is the lr of the next ``optimizer.step()``: schedulers write it at
   their ``step()``; it is checked against the schedule read
-  (:func:`unified_opt.porting.live.check_live_lr`, float64 tolerance per step).
+  (:func:`unified_opt.porting.live_lr.check_live_lr`, float64 tolerance per step).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from __future__ import annotations
 import inspect
 
 from unified_opt import schedules as uo_schedules
-from unified_opt.porting import live
+from unified_opt.porting import live, live_lr
 from unified_opt.presets._registry import IMPLEMENTATION_FLAGS
 from unified_opt.schedules import Cyclic, OneCycle, Schedule
 
@@ -86,10 +86,10 @@ def read(optimizer, lr_scheduler=None, *, names=None, sample_steps=None):
     if reading is not None:
         arguments["lr"] = reading.base_lrs[0]
         for index, group in enumerate(groups):
-            live.check_live_lr(f"param_groups[{index}]", group["lr"], reading.schedule,
-                               reading.position, reading.scales[index],
-                               live.per_step(live.LR_RTOL_FLOAT64_PER_STEP, reading.position),
-                               reading.name)
+            tolerance = live_lr.per_step(live_lr.LR_RTOL_FLOAT64_PER_STEP, reading.position)
+            live_lr.check_live_lr(f"param_groups[{index}]", group["lr"], reading.schedule,
+                                  reading.position, reading.scales[index], tolerance,
+                                  reading.name)
     spec = live.with_schedule(live.call_preset(cls, arguments),
                               reading.schedule if reading else None)
     given = live.parameter_names(names)
