@@ -1,7 +1,8 @@
 """One framework's run of ``uo.lr_scheduler`` on an optimizer ``uo.build`` made
-(``test_lr_scheduler_frameworks.py``), run as ``python lr_scheduler_worker.py FRAMEWORK
-CASE PATH`` in a process of its own (one framework per process). Prints one JSON line:
-the lr of each group at each step and the parameters after the last step.
+(``test_lr_scheduler_frameworks.py``), run as ``python lr_scheduler_worker.py FRAMEWORK`` in
+a process of its own (one framework per process): every case on every path it lists.
+Prints one JSON line: per ``"case/path"``, the lr of each group at each step and the
+parameters after the last step, or the error.
 
 The cases, the parameters and the gradients are :mod:`lr_scheduler_cases`'s; Paddle
 gets its gradients by ``backward`` of ``(p * g).sum()`` and steps with ``opt.step()``,
@@ -17,7 +18,7 @@ from lr_scheduler_cases import CASES, STEPS, gradient, group_lrs, initial
 import unified_opt as uo
 
 
-def main(framework: str, case: str, path: str) -> None:
+def main(framework: str, case: str, path: str) -> dict:
     spec, make_scheduler = CASES[case][0], CASES[case][1]
     if framework == "paddle":
         import paddle
@@ -48,9 +49,16 @@ def main(framework: str, case: str, path: str) -> None:
             opt(tuple(ms.Tensor(g) for g in grads))
         sched.step()
     values = [p.numpy() if framework == "paddle" else p.asnumpy() for p in params]
-    print(json.dumps({"lrs": lrs, "params": [np.asarray(x, np.float64).tolist()
-                                             for x in values]}))
+    return {"lrs": lrs, "params": [np.asarray(x, np.float64).tolist() for x in values]}
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    framework = sys.argv[1]
+    out = {}
+    for case, row in CASES.items():
+        for path in row[3]:
+            try:
+                out[f"{case}/{path}"] = main(framework, case, path)
+            except Exception as error:      # reported per run, by the test
+                out[f"{case}/{path}"] = {"error": f"{type(error).__name__}: {error}"}
+    print(json.dumps(out))

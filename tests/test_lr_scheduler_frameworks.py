@@ -1,5 +1,6 @@
 """``uo.lr_scheduler`` driving optimizers ``uo.build`` made on Paddle and MindSpore,
-native and own paths, each run in a process of its own (``lr_scheduler_worker.py``).
+native and own paths, each framework's runs in a process of its own
+(``lr_scheduler_worker.py``).
 
 Every group's lr at every step must be its ``uo.schedules`` preset's (the same Python
 float: the scheduler writes it into ``param_groups``), and the parameters after 20 steps
@@ -40,12 +41,23 @@ RUNS = [pytest.param(fw, case, path, marks=require(fw), id=f"{fw}-{case}-{path}"
         for fw in ("paddle", "mindspore") for case in CASES for path in CASES[case][3]]
 
 
+_RESULTS: dict[str, dict] = {}
+
+
+def _results(framework):
+    """Every run of ``framework``, made once, in one process."""
+    if framework not in _RESULTS:
+        done = subprocess.run([sys.executable, str(WORKER), framework], cwd=WORKER.parent,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        _RESULTS[framework] = json.loads(done.stdout.strip().splitlines()[-1])
+    return _RESULTS[framework]
+
+
 @pytest.mark.parametrize("framework, case, path", RUNS)
 def test_a_uo_optimizer_steps_with_the_schedulers_lr(framework, case, path):
-    done = subprocess.run([sys.executable, str(WORKER), framework, case, path],
-                          cwd=WORKER.parent, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    run = json.loads(done.stdout.strip().splitlines()[-1])
+    run = _results(framework)[f"{case}/{path}"]
+    assert "error" not in run, run
     lrs = group_lrs(framework, path)
     schedules = [CASES[case][2](lr, g) for g, lr in enumerate(lrs)]
     assert run["lrs"] == [[s(t) for s in schedules] for t in range(STEPS)]
