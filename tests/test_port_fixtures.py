@@ -3,12 +3,20 @@ port`` to Paddle and MindSpore run as the torch script runs: started from the sa
 and fed the same gradients (computed in torch by the script's own loss), the ported
 optimizer, scheduler, clip and lr lines follow the torch run within the conformance rule
 for 60 steps, the lr included. The oracle is torch running the original script in
-float64 on those gradients; the float32 reference (the noise floor) is the torch float32
-run, the same with its float hyperparameters held in float32, and, where
-``uo.from_native`` reads the torch optimizer and scheduler, the suite's numpy float32
-reference of what it reads (its float32 arithmetic is the suite's noise floor: torch
-computes ``1 - lr * weight_decay`` in double, Paddle in float32). Each framework runs in
-a process of its own (``port_fixture_worker.py``)."""
+float64 on those gradients; the float32 references (the noise floor) are the torch
+float32 run, the same with its float hyperparameters held in float32, and, where
+``uo.from_native`` reads the torch optimizer and scheduler, the conformance suite's own
+float32 references of what it reads (:func:`unified_opt.conformance.trajectory.
+floor_trajectories`, as the suite judges every native row): the numpy float32 reference,
+the same with the hyperparameters held in float32, and that one computing as a float32
+kernel does (``beta ** t`` as a running float32 product, Paddle's ``beta1_pow`` and
+``beta2_pow`` accumulators; sums element after element). That last one is the floor of
+fixture (d) on Paddle: ``paddle.optimizer.AdamW`` keeps ``beta2 ** t`` as a float32
+running product, so ``1 - beta2 ** t`` is up to 1.4e-5 relative off in the first steps
+(measured: 1.37e-5 at step 3), its square root scales the step by half that, and on
+``head.bias`` (Adam steps near the lr, 0.02, at values near 0.2) that is 12 float32 ulps
+at step 3: 8.7 x a floor without it, 1.7 x the suite's. Each framework runs in a process
+of its own (``port_fixture_worker.py``)."""
 
 import json
 import subprocess
@@ -16,10 +24,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import installed_frameworks
+from support import Replay, installed_frameworks
 
 from unified_opt.conformance.compare import compare
-from unified_opt.conformance.trajectory import Trajectory
+from unified_opt.conformance.trajectory import Trajectory, floor_trajectories
 from unified_opt.porting.script import port_source
 
 HERE = Path(__file__).parent
@@ -83,53 +91,34 @@ def _trajectory(directory: Path, label: str) -> Trajectory:
     return Trajectory.load(directory / f"{label}.npz")
 
 
-def _numpy_float32(directory: Path, stem: str) -> list[Trajectory]:
-    """The suite's numpy float32 reference of what ``uo.from_native`` read of the torch
-    optimizer and scheduler, on the recorded gradients (none where the lr is set by hand:
-    there is no scheduler object to read)."""
+def _suite_floors(directory: Path, stem: str) -> list[Trajectory]:
+    """The conformance suite's float32 references (``floor_trajectories``) of what
+    ``uo.from_native`` read of the torch optimizer and scheduler, on the recorded
+    gradients (none where the lr is set by hand: there is no scheduler object to read)."""
     import numpy as np
 
     import unified_opt as uo
-    from unified_opt.schedules import Schedule
 
     read = directory / f"{stem}.spec.json"
     if not read.exists():
         return []
     saved = json.loads(read.read_text())
     spec = uo.spec_from_dict(saved["spec"])
-    groups = [uo.Group.from_dict(g) for g in saved["groups"]]
+    groups = tuple(uo.Group.from_dict(g) for g in saved["groups"])
     init = dict(np.load(directory / f"{stem}.init.npz"))
     grads = np.load(directory / f"{stem}.grads.npz")
-    reference = uo.reference(spec, init, dtype="float32", groups=groups or None)
-    lrs, params = [], {name: [] for name in init}
-    for t in range(STEPS):
-        lrs.append(spec.lr(t) if isinstance(spec.lr, Schedule) else spec.lr)
-        reference.step({name: grads[f"{t}/{name}"] for name in init})
-        for name in init:
-            params[name].append(np.array(reference.params[name]))
-    return [Trajectory(np.asarray(lrs, dtype=np.float64),
-                       {name: np.stack(v) for name, v in params.items()}, {})]
+    stream = tuple({name: grads[f"{t}/{name}"] for name in init} for t in range(STEPS))
+    return floor_trajectories(spec, Replay(spec, init, stream, groups))
 
 
-#: measured: Paddle's own paddle.optimizer.AdamW, stepped with set_lr on the same weights
-#: and gradients, is bit for bit the ported run here, and lands 8.73 x the floor on
-#: head.bias at step 7 (the rule's limit is 8): decay on every parameter (biases and the
-#: norm included) at lr 0.02, weight_decay 0.02; the fixtures decaying only matrices pass
-#: at 1.1-2.3 x. A finding about the native kernel's float32 arithmetic, not the port's.
-PADDLE_ADAMW_DECAY_ON_VECTORS = pytest.mark.xfail(
-    strict=True, reason="paddle.optimizer.AdamW itself: 8.73 x the float32 floor")
-
-
-@pytest.mark.parametrize("framework, stem", [
-    pytest.param(framework, stem, marks=PADDLE_ADAMW_DECAY_ON_VECTORS)
-    if (framework, stem) == ("paddle", "lightning_scheduler_dict") else (framework, stem)
-    for framework in TARGETS for stem in FIXTURES])
+@pytest.mark.parametrize("framework, stem",
+                         [(framework, stem) for framework in TARGETS for stem in FIXTURES])
 def test_the_ported_fixture_follows_the_torch_run(runs, framework, stem):
     oracle = _trajectory(runs, f"torch-float64-{stem}")
-    # the float32 references: the torch run, and the same with its float hyperparameters
-    # held in float32 (as the conformance suite's two references)
+    # the float32 references: the torch run, the same with its float hyperparameters
+    # held in float32, and the suite's own floors of what from_native read
     float32 = [_trajectory(runs, f"torch-float32-{stem}"),
-               _trajectory(runs, f"torch-float32-rounded-{stem}"), *_numpy_float32(runs, stem)]
+               _trajectory(runs, f"torch-float32-rounded-{stem}"), *_suite_floors(runs, stem)]
     got = _trajectory(runs, f"{framework}-float32-{stem}")
     assert got.steps == STEPS
     result = compare(got, oracle, float32, state=False)
@@ -152,3 +141,20 @@ def test_the_runs_have_a_schedule_and_decay_to_follow(runs, stem):
         assert lrs.max() > 2 * lrs.min(), lrs
     for name, values in oracle.params.items():
         assert np.abs(values[-1] - values[0]).max() > 1e-3, name
+
+
+@pytest.mark.skipif("paddle" not in TARGETS, reason="needs Paddle")
+def test_paddle_adamw_follows_the_float32_kernel_reference(runs):
+    """Where fixture (d)'s Paddle run parts from the oracle (the module): over the first
+    10 steps its ``head.bias`` stays far closer to the suite's float32 kernel reference
+    (``beta ** t`` a running float32 product) than to the float32 reference holding
+    only the hyperparameters in float32 (measured: 4.5e-8 against 2.7e-7), so the error
+    is the float32 beta powers, not the decay or the port."""
+    import numpy as np
+
+    stem = "lightning_scheduler_dict"
+    _, held, kernel = _suite_floors(runs, stem)
+    got = _trajectory(runs, f"paddle-float32-{stem}").params["head.bias"][:10]
+    to_kernel = np.abs(got - kernel.params["head.bias"][:10]).max()
+    to_held = np.abs(got - held.params["head.bias"][:10]).max()
+    assert to_held > 3 * to_kernel, (to_held, to_kernel)

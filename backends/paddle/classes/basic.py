@@ -229,7 +229,10 @@ CLASSES = (
                 when("decay_times_lr=True (Paddle scales the decay by the lr)",
                      lambda s: s.decay_times_lr)),
             lambda s: _adam_arguments(s, float(s.weight_decay)),
-            "no_decay_names become apply_decay_param_fun; " + _ADAM_NOTE),),
+            "no_decay_names become apply_decay_param_fun; " + _ADAM_NOTE
+            + "; beta1^t and beta2^t are running float32 products (beta1_pow, beta2_pow): "
+            "with beta2=0.999, 1-beta2^t is 1.4e-5 relative off at step 3, which the "
+            "float32 noise floor's kernel reference computes the same way"),),
         state=_ADAM_STATE, decay_selector="apply_decay_param_fun"),
     PaddleClass(
         name="paddle.optimizer.NAdam", from_native=nadam,
