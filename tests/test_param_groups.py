@@ -209,22 +209,29 @@ def test_a_native_class_refuses_a_hyperparameter_written_after_it_was_built(back
     opt.param_groups[0]["momentum"] = 0.9           # the value it has: nothing changes
 
 
-def test_paddle_lr_writers_agree_and_a_clash_is_refused():
+def test_paddle_lr_writers_agree_the_last_one_wins_and_a_clash_is_refused():
     if "paddle" not in BACKENDS:
         pytest.skip("paddle is not installed")
     model = Model("paddle")
     opt = _build(uo.SGD(lr=0.1), model, "own")
     opt.param_groups[0]["lr"] = 0.05
-    model.step(opt, 0)
-    assert opt.get_lr() == 0.05                     # the write became Paddle's lr
+    assert opt.get_lr() == 0.05                     # the write is Paddle's lr at once
     opt.set_lr(0.02)
-    model.step(opt, 1)
     assert opt.param_groups[0]["lr"] == 0.02        # and Paddle's lr the group's
-    opt.set_lr(0.03)
-    opt.param_groups[0]["lr"] = 0.04
+    opt.param_groups[0]["lr"] = 0.04                # the last writer wins
+    model.step(opt, 0)
+    assert opt.get_lr() == 0.04 == opt.param_groups[0]["lr"]
+    scheduled = _build(uo.SGD(lr=uo.schedules.Step(lr=0.1, step_size=1, gamma=0.5)),
+                       model, "own")
+    sched = uo.native_scheduler(scheduled)
+    model.step(scheduled, 1)
+    sched.step()
+    assert scheduled.param_groups[0]["lr"] == 0.05  # the scheduler's next lr, before the step
+    scheduled.param_groups[0]["lr"] = 0.5           # and a write: two writers of one lr
+    sched.step()
     before = model.values()
     with pytest.raises(ValueError, match="one of them must drive the lr"):
-        model.step(opt, 2)
+        model.step(scheduled, 2)
     for name, value in model.values().items():
         np.testing.assert_array_equal(value, before[name])
 

@@ -29,13 +29,19 @@ def _stepped(spec, path, steps=2):
 
 
 @pytest.mark.parametrize("spec", [uo.Lamb(lr=0.1), uo.AdamW(lr=0.1)], ids=["lamb", "adamw"])
-def test_the_own_path_refuses_a_group_added_after_the_build(spec):
+def test_the_own_path_takes_a_group_added_after_stepping_and_refuses_one_held(spec):
     w, optimizer = _stepped(spec, "own", steps=1)
     before = copy.deepcopy(optimizer.state_dict())
-    with pytest.raises(ValueError, match="add_param_group is refused after uo.build"):
-        optimizer.add_param_group({"params": [_param()]})
-    assert len(optimizer.param_groups) == 1
+    with pytest.raises(ValueError, match="already in the optimizer"):
+        optimizer.add_param_group({"params": [w]})
     assert str(optimizer.state_dict()) == str(before)
+    added = _param()
+    optimizer.add_param_group({"params": [added], "lr": 0.0})
+    assert len(optimizer.param_groups) == 2 and optimizer.param_groups[1]["lr"] == 0.0
+    value = added.detach().clone()
+    w.grad, added.grad = torch.ones(3), torch.ones(3)
+    optimizer.step()
+    assert torch.equal(added.detach(), value)          # lr 0: stepped, not moved
 
 
 def test_a_native_build_with_a_pre_step_refuses_a_group_added_later():
@@ -50,25 +56,30 @@ def test_a_native_build_with_a_pre_step_refuses_a_group_added_later():
 def test_a_native_build_without_pre_step_refuses_a_group_added_later_too():
     # uo.save_state would leave the group out (test_param_groups_saved.py)
     optimizer = uo.build(uo.AdamW(lr=0.1), [_param()], path="native")
-    with pytest.raises(ValueError, match="its state would be left out of the file"):
+    with pytest.raises(ValueError, match="the own path takes groups added later"):
         optimizer.add_param_group({"params": [_param()]})
     assert len(optimizer.param_groups) == 1
 
 
-def test_the_own_path_refuses_a_hyperparameter_written_into_a_group_before_stepping():
+def test_the_own_path_refuses_a_hyperparameter_its_spec_lacks_and_reads_its_own():
     w, optimizer = _stepped(uo.AdamW(lr=0.1, weight_decay=0.0), "own")
     value, state = w.detach().clone(), copy.deepcopy(optimizer.state_dict())
-    optimizer.param_groups[0]["weight_decay"] = 0.5
+    optimizer.param_groups[0]["momentum"] = 0.5
     w.grad = torch.zeros(3)
-    with pytest.raises(ValueError, match=r"param_groups\[0\]\['weight_decay'\] = 0.5 is not "
-                                         r"read by the own path"):
+    with pytest.raises(ValueError, match=r"param_groups\[0\]\['momentum'\] = 0.5 would not "
+                                         r"be read: AdamW has no 'momentum'"):
         optimizer.step()
     assert torch.equal(w.detach(), value)
-    del optimizer.param_groups[0]["weight_decay"]
+    del optimizer.param_groups[0]["momentum"]
     assert str(optimizer.state_dict()) == str(state)
-    optimizer.param_groups[0]["lr"] = 0.0       # lr is read from the group: no change
+    optimizer.param_groups[0]["weight_decay"] = 0.5     # read at the next step
     optimizer.step()
-    assert torch.equal(w.detach(), value)
+    # bit for bit the spec whose weight decay is 0.5 from that step on
+    scheduled, twin = _stepped(uo.AdamW(lr=0.1, weight_decay=uo.schedules.Piecewise(
+        boundaries=[2], values=[0.0, 0.5])), "own")
+    scheduled.grad = torch.zeros(3)
+    twin.step()
+    assert torch.equal(w.detach(), scheduled.detach()) and not torch.equal(w.detach(), value)
 
 
 def _edited(edit):
@@ -93,8 +104,8 @@ def _set_state(key, value):
     (_set_state("exp_avg", torch.zeros(1)), "'exp_avg' is [1], it keeps [3]"),
     (lambda saved: saved["param_groups"][0].__setitem__("steps_taken", "x"),
      "param_groups[0]['steps_taken'] must be an int >= 0, got 'x'"),
-    (lambda saved: saved["param_groups"][0].__setitem__("weight_decay", 0.9),
-     "param_groups[0] holds 'weight_decay', which the own path does not read"),
+    (lambda saved: saved["param_groups"][0].__setitem__("momentum", 0.9),
+     "param_groups[0] holds 'momentum', which Lamb does not have"),
 ], ids=["negative-step", "nan-step", "fractional-step", "missing-array", "extra-array",
         "wrong-shape", "steps-taken", "group-hyperparameter"])
 def test_the_own_path_refuses_a_state_dict_that_does_not_fit_before_loading(edit, words):
@@ -113,12 +124,14 @@ def test_the_own_path_loads_its_own_state_dict_and_a_whole_integer_step():
     assert float(optimizer.state[optimizer.param_groups[0]["params"][0]]["step"]) == 2
 
 
-def test_a_native_build_refuses_an_own_path_state_dict_lacking_its_group_values():
+def test_a_native_build_refuses_a_state_dict_lacking_its_group_values():
     _, own = _stepped(uo.Adam(lr=0.1), "own")
     native = uo.build(uo.Adam(lr=0.1), [_param()], path="native")
     before = copy.deepcopy(native.state_dict())
-    with pytest.raises(ValueError, match=r"param_groups\[0\] lacks \['amsgrad', 'betas', "
-                                         r"'eps', 'maximize', 'weight_decay'\], which Adam "
-                                         r"reads from each group"):
-        native.load_state_dict(own.state_dict())
+    saved = own.state_dict()        # the own path's groups hold the spec's values
+    for key in ("betas", "eps"):
+        del saved["param_groups"][0][key]
+    with pytest.raises(ValueError, match=r"param_groups\[0\] lacks \['betas', 'eps'\], "
+                                         r"which Adam reads from each group"):
+        native.load_state_dict(saved)
     assert str(native.state_dict()) == str(before)

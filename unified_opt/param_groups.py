@@ -238,9 +238,19 @@ class ParamGroup(dict):
     check_write`), so a value the step could not honour raises at the write, before any
     step runs."""
 
-    def __init__(self, data: Mapping, check: Callable[[str, Any], None]):
+    def __init__(self, data: Mapping, check: Callable[[str, Any], None],
+                 refresh: Callable[[], None] = lambda: None):
         super().__init__(data)
         self._check = check
+        self._refresh = refresh
+
+    def __getitem__(self, key):
+        if key == "lr":         # the lr of the next step: the framework's may have moved
+            self._refresh()
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
 
     def __setitem__(self, key, value) -> None:
         self._check(key, value)
@@ -299,15 +309,21 @@ class GroupSurface:
         for g, (indices, plan) in enumerate(zip(self.members, self.plans)):
             data = {"params": [params[i] for i in indices], "lr": plan.lr(lr),
                     **self.exposed[g]}
-            self.groups.append(ParamGroup(data, self._checker(g)) if checked else data)
-        self._native_lr = lr
-        self._lr_seen = [group["lr"] for group in self.groups]
+            self.groups.append(ParamGroup(data, self._checker(g), self.refresh) if checked
+                               else data)
+        #: per group, the framework's lr its lr last followed, and the value it held then
+        self._native_seen = [lr] * len(self.groups)
+        self._lr_seen = [dict.__getitem__(group, "lr") for group in self.groups]
         self._specs: dict[int, tuple[tuple, Any]] = {}
+        #: the framework's own lr now (set by a backend whose framework has one:
+        #: Paddle's ``get_lr()``, MindSpore's lr of the next step), read by :meth:`refresh`
+        self.native_lr: Callable[[], float] | None = None
 
     def add(self, plans: Sequence[ParameterPlan], params: Sequence, lr: float,
-            first_index: int) -> dict:
+            first_index: int, append: bool = True) -> dict:
         """A group of new parameters (``add_param_group``), their indices in the
-        optimizer's list from ``first_index``; its dict, appended to :attr:`groups`."""
+        optimizer's list from ``first_index``; its dict, appended to :attr:`groups`
+        (``append=False``: the caller appends it, torch's ``add_param_group``)."""
         g = len(self.groups)
         plan = plans[0]
         if any((other.spec, other.lr_scale, other.fixed_lr) != (plan.spec, plan.lr_scale,
@@ -321,10 +337,12 @@ class GroupSurface:
         self.group_of.extend([g] * len(plans))
         self.exposed.append(group_hyperparameters(plan.spec))
         data = {"params": list(params), "lr": plan.lr(lr), **self.exposed[g]}
-        group = ParamGroup(data, self._checker(g)) if isinstance(self.groups[0], ParamGroup) \
-            else data
-        self.groups.append(group)
-        self._lr_seen.append(group["lr"])
+        group = ParamGroup(data, self._checker(g), self.refresh) \
+            if isinstance(self.groups[0], ParamGroup) else data
+        if append:
+            self.groups.append(group)
+        self._lr_seen.append(data["lr"])
+        self._native_seen.append(lr)
         return group
 
     def defaults(self, spec) -> dict[str, Any]:
@@ -425,28 +443,58 @@ class GroupSurface:
     def follow_native(self, native_lr: float) -> None:
         """The framework's own lr is now ``native_lr`` because a group's write was
         carried there (not a change of its own)."""
-        self._native_lr = native_lr
+        self._native_seen = [native_lr] * len(self.groups)
+
+    def written(self, g: int, lr: float) -> None:
+        """Group ``g``'s lr write was carried into the framework's lr: the group holds
+        the framework's lr again (a later change of either is the one to follow)."""
+        self._lr_seen[g] = lr
+
+    def _sync(self, g: int, native_lr: float, refuse: bool) -> None:
+        """Group ``g`` follows the framework's lr where it changed and the group's was
+        not written since; both: refused (``refuse``) or left to the step."""
+        group = self.groups[g]
+        if not _differs(native_lr, self._native_seen[g]):
+            return
+        if _differs(dict.__getitem__(group, "lr"), self._lr_seen[g]):
+            if refuse:
+                raise ValueError(
+                    f"{self.owner}: param_groups[{g}]['lr'] was set to "
+                    f"{dict.__getitem__(group, 'lr')!r} and the optimizer's own lr changed "
+                    f"to {native_lr!r} since the last step (its lr scheduler, set_lr, or "
+                    "the spec's lr schedule); one of them must drive the lr: a scheduled "
+                    "spec lr or a framework scheduler, or writes into param_groups "
+                    "(uo.lr_scheduler) with a constant spec lr")
+            return
+        value = self.plans[g].lr(native_lr)
+        dict.__setitem__(group, "lr", value)
+        self._lr_seen[g] = value
+        self._native_seen[g] = native_lr
+
+    def refresh(self) -> None:
+        """Before a group's lr is read: the groups follow a change of the framework's
+        own lr (a Paddle scheduler stepped, ``set_lr``) that the next step will take. A
+        framework lr that cannot be read now (MindSpore past ``total_steps``) leaves the
+        groups as they are: the step says why."""
+        if self.native_lr is None:
+            return
+        try:
+            native = self.native_lr()
+        except (RuntimeError, ValueError):
+            return
+        for g in range(len(self.groups)):
+            self._sync(g, native, refuse=False)
 
     def lrs(self, native_lr: float) -> list[float]:
         """Each group's lr for the step about to run, with the framework's own lr now
-        ``native_lr`` (before group factors). Where the framework's lr changed since the
-        last step, each group's lr follows it (its factor applied) and is written into
-        the group; else the groups' values are used. Both changed: a ValueError (two
-        writers of one lr), before anything changes."""
-        changed = _differs(native_lr, self._native_lr)
-        for g, group in enumerate(self.groups):
-            written = _differs(group["lr"], self._lr_seen[g])
-            if changed and written:
-                raise ValueError(
-                    f"{self.owner}: param_groups[{g}]['lr'] was set to {group['lr']!r} and "
-                    f"the optimizer's own lr changed to {native_lr!r} since the last step "
-                    "(its lr scheduler, set_lr, or the spec's lr schedule); one of them "
-                    "must drive the lr: a scheduled spec lr or a framework scheduler, or "
-                    "writes into param_groups (uo.lr_scheduler) with a constant spec lr")
-            if changed:
-                dict.__setitem__(group, "lr", self.plans[g].lr(native_lr))
-        self._native_lr = native_lr
-        self._lr_seen = [group["lr"] for group in self.groups]
+        ``native_lr`` (before group factors). Where the framework's lr changed since a
+        group last followed it, the group follows it (its factor applied; the value is
+        written into the group); else the group's value is used. Both changed: a
+        ValueError (two writers of one lr), before anything changes."""
+        for g in range(len(self.groups)):
+            self._sync(g, native_lr, refuse=True)
+        self._lr_seen = [dict.__getitem__(group, "lr") for group in self.groups]
+        self._native_seen = [native_lr] * len(self.groups)
         return list(self._lr_seen)
 
 
@@ -505,8 +553,8 @@ def saved_record(record: Any, optimizer: Any, caller: str = "save_state") -> Any
 
 def _spec_with_written_lr(record: Any, surface: GroupSurface, caller: str):
     lrs = [group["lr"] for group in surface.groups]
-    native = surface._native_lr
-    if all(not _differs(plan.lr(native), lr) for plan, lr in zip(surface.plans, lrs)):
+    if all(not _differs(plan.lr(native), lr)
+           for plan, lr, native in zip(surface.plans, lrs, surface._native_seen)):
         return record.spec
     plain = all(plan.lr_scale == 1.0 and plan.fixed_lr is None for plan in surface.plans)
     if isinstance(record.spec.lr, Schedule) or not plain or len(set(lrs)) != 1:

@@ -38,6 +38,8 @@ def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
                            native=native,
                            on_write=lambda g, key, value: _carry(optimizer, spec, g, key,
                                                                  value))
+    surface.native_lr = (optimizer.next_lr if native is None
+                         else lambda: _held_lr(optimizer, surface))
     object.__setattr__(optimizer, "_uo_surface", surface)
     object.__setattr__(optimizer, "param_groups", surface.groups)
     object.__setattr__(optimizer, "defaults", surface.defaults(spec))
@@ -104,6 +106,18 @@ def _one_lr_parameter(optimizer, surface: GroupSurface):
     return parameter if isinstance(parameter, ms.Parameter) else None
 
 
+def _held_lr(optimizer, surface: GroupSurface) -> float:
+    """A native class's lr as its groups follow it: its one ``learning_rate`` Parameter
+    (the value the groups last followed where that is the same in float32); with a
+    schedule Cell or per-group lrs, the groups keep the build's lrs."""
+    parameter = _one_lr_parameter(optimizer, surface)
+    seen = surface._native_seen[0]
+    if parameter is None:
+        return seen
+    held = float(parameter.asnumpy().reshape(-1)[0])
+    return seen if np.float32(held) == np.float32(seen) else held
+
+
 def check_native_lrs(optimizer) -> None:
     """Before a native class's step that Python runs: every group's lr is the one its
     ``learning_rate`` Parameter holds (a loop writing the groups one by one carries
@@ -116,8 +130,9 @@ def check_native_lrs(optimizer) -> None:
     if parameter is None:
         return
     held = float(parameter.asnumpy().reshape(-1)[0])
-    if np.float32(held) == np.float32(surface._native_lr):
-        held = surface._native_lr          # unchanged (held in float32)
+    seen = surface._native_seen[0]
+    if np.float32(held) == np.float32(seen):
+        held = seen                        # unchanged (held in float32)
     # a value written from outside (mindspore.train.ReduceLROnPlateau): the groups follow
     lrs = surface.lrs(held)
     if any(np.float32(lr) != np.float32(held) for lr in lrs):

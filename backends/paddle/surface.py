@@ -27,11 +27,27 @@ def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
     """Give ``optimizer`` its :class:`~unified_opt.param_groups.GroupSurface`
     (``native``: the native class's qualified name, None on the own path)."""
     surface = GroupSurface(type(optimizer).__name__, plans, params,
-                           float(optimizer.get_lr()), native=native)
+                           float(optimizer.get_lr()), native=native,
+                           on_write=lambda g, key, value: _carry(optimizer, g, key, value))
+    surface.native_lr = lambda: float(optimizer.get_lr())
     optimizer.__dict__["_uo_surface"] = surface
     optimizer.__dict__["param_groups"] = surface.groups
     optimizer.__dict__["defaults"] = surface.defaults(spec)
     return surface
+
+
+def _carry(optimizer, g: int, key: str, value) -> None:
+    """A write of the first group's lr becomes Paddle's lr at once (``set_lr``) where
+    the group has no factor of its own and the lr is no LRScheduler, so ``get_lr()``
+    reports it before the next step."""
+    surface: GroupSurface = optimizer._uo_surface
+    first = surface.plans[0]
+    if key != "lr" or g != 0 or first.lr_scale != 1.0 or first.fixed_lr is not None \
+            or isinstance(optimizer._learning_rate, LRScheduler):
+        return
+    optimizer.set_lr(float(value))
+    surface.follow_native(float(value))
+    surface.written(0, float(value))       # Paddle's lr and the group agree: no clash
 
 
 def step_lrs(optimizer) -> list[float]:

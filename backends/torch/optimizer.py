@@ -151,8 +151,9 @@ class SpecOptimizer(torch.optim.Optimizer):
         first = len(self._params)
         _, params, plans = added_group(record, param_group, "SpecOptimizer", "torch",
                                        lambda p: None)
-        group = self._surface.add(plans, params, float(self.spec.lr), first)
+        group = self._surface.add(plans, params, float(self.spec.lr), first, append=False)
         torch.optim.Optimizer.add_param_group(self, group)
+        self._surface.groups = self.param_groups
         self._params.extend(params)
         self.plans.extend(plans)
         self._index.update({id(p): first + k for k, p in enumerate(params)})
