@@ -180,6 +180,9 @@ def clip_grad_value_(parameters: Any, clip_value: float, foreach: bool | None = 
         clip_value: The bound, >= 0.
         foreach: None or False (torch's multi-tensor switch).
 
+    Returns:
+        None, as torch's: the gradients are clamped in place.
+
     Raises:
         TypeError: MindSpore parameters (the message names the two alternatives), a mix
             of frameworks, or arguments of the wrong type.
