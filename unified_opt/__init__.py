@@ -65,10 +65,6 @@ __all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "A
            "save_state", "lr_scheduler", "clip_grad_norm_", "clip_grad_value_"]
 
 
-if _typing.TYPE_CHECKING:
-    import unified_opt.conformance as conformance
-
-
 def diff(spec_a: "Spec | str", spec_b: "Spec | str") -> "diffs.Diff":
     """Whether two configurations compute the same numbers, and which knobs differ.
 
@@ -102,9 +98,12 @@ def diff(spec_a: "Spec | str", spec_b: "Spec | str") -> "diffs.Diff":
         >>> found.same, [knob.field for knob in found.knobs]
         (False, ['eps_placement'])
     """
-    from .conformance.spec_diff import diff as run_diff
+    import importlib
 
-    return run_diff(spec_a, spec_b)
+    # the suite is a sibling package (installed as unified_opt.conformance) that the
+    # core never imports by name: loaded by its module path when called
+    spec_diff = importlib.import_module("unified_opt.conformance.spec_diff")
+    return spec_diff.diff(spec_a, spec_b)
 
 
 def __getattr__(name: str) -> _typing.Any:
