@@ -670,11 +670,13 @@ def test_mindspore_groups_reproduce_the_group_rule():
         uo.Group(match=("bn.gamma",), weight_decay=0.0),
         uo.Group(match=("bn.beta", "fc.bias"), weight_decay=5e-3)]
     from unified_opt.groups import plan_parameters
-    plans = plan_parameters(spec, ["bn.beta", "conv[0].weight", "conv0.weight", "bn.gamma"],
-                            groups)
+    # (every exact name of a rule must name a parameter: build refuses a rule read on
+    # another model whose names differ)
+    plans = plan_parameters(spec, ["bn.beta", "conv[0].weight", "conv0.weight", "bn.gamma",
+                                   "fc.w", "fc.bias"], groups)
     # the beta/gamma rule is off in groups: bn.beta decays by the optimizer's weight decay
-    assert [p.spec.weight_decay for p in plans] == [5e-3, 0.01, 5e-3, 0.0]
-    assert [p.group for p in plans] == [2, 0, None, 1]
+    assert [p.spec.weight_decay for p in plans] == [5e-3, 0.01, 5e-3, 0.0, 0.01, 5e-3]
+    assert [p.group for p in plans] == [2, 0, None, 1, 0, 2]
     constant = uo.preset("mindspore.nn.Adam", learning_rate=0.01, weight_decay=0.1)
     assert mindspore_groups([{"params": ["a"], "lr": 0.5}], constant) == [
         uo.Group(match=("a",), lr=0.5, weight_decay=0.1)]
