@@ -62,6 +62,7 @@ from typing import Callable, Iterable
 from .cases import Case
 from .device import CPU, Device, parse_device, probe_all
 from .report import build_report, write_reports, write_stub_reports
+from .shards import Helpers, Tally, claimed, claims_folder, merge
 from .worker import result_stem
 
 STDERR_TAIL = 2000
@@ -71,7 +72,7 @@ TRAJECTORIES = "trajectories"
 LOGS = "logs"
 PIPE_GRACE = 5.0            # seconds to wait for a worker's stdout to close once it ended
 #: what :func:`_run_worker` tells :func:`run` beside the report's backend entry
-INTERNAL = ("skipped", "unstable", "running", "ending", "stderr_tail")
+INTERNAL = ("skipped", "unstable", "running", "ending", "stderr_tail", "label")
 #: the lock file a run holds in ``out`` (see the module)
 LOCK = ".unified-opt-conformance.lock"
 
@@ -233,10 +234,14 @@ class _OutLock:
 class _Relay:
     """Reads a worker's stdout: relays its ``start`` and ``progress`` lines, files the
     framework's own output in ``other``, and remembers the run begun and not finished
-    (``running``: ``(case, path)`` or None), which a crash interrupts."""
+    (``running``: ``(case, path)`` or None), which a crash interrupts. With a ``tally``
+    (the backend's workers, :mod:`.shards`) the progress lines count the backend's runs
+    over all its workers, and a helper's (``shard`` > 0) start line says it joined."""
 
-    def __init__(self, backend: str, progress: Callable[[str], None], other: Path):
+    def __init__(self, backend: str, progress: Callable[[str], None], other: Path,
+                 tally: Tally | None = None, shard: int = 0):
         self.backend, self.progress, self.other = backend, progress, other
+        self.tally, self.shard = tally, shard
         self.running: tuple[str, str] | None = None
         self.thread = threading.Thread(target=self._read, daemon=True)
 
@@ -250,6 +255,13 @@ class _Relay:
                 kind, _, rest = line.rstrip("\n").partition(" ")
                 if kind == "begin":
                     self.running = tuple(rest.split()[1:3])
+                elif kind == "start" and self.shard:
+                    self.running = None
+                    self.progress(f"[{self.backend}] worker {self.shard + 1} started beside "
+                                  "the first, on the cases it has not reached")
+                elif kind == "progress" and self.tally is not None:
+                    self.running = None
+                    self.progress(f"[{self.backend}] {self.tally.numbered(rest)}")
                 elif kind in ("start", "progress"):
                     self.running = None
                     self.progress(f"[{self.backend}] {rest}")
@@ -279,7 +291,8 @@ def _info(device: Device, **values) -> dict:
     return {"exit_code": None, "seconds": 0.0, "framework_version": None, "error": None,
             "logs": [], "trajectories_dropped": [], "skipped": [], "unstable": [],
             "running": None, "ending": None, "stderr_tail": "", "device": str(device),
-            "framework_device": None, "device_name": None, "not_run": [], **values}
+            "framework_device": None, "device_name": None, "not_run": [], "label": None,
+            **values}
 
 
 def _not_started(device: Device, stopped_by: str) -> dict:
@@ -290,12 +303,19 @@ def _not_started(device: Device, stopped_by: str) -> dict:
 
 def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[str], None],
                 timeout: float | None, keep_trajectories: bool = False,
-                device: Device = CPU, workers: _Workers | None = None) -> dict:
+                device: Device = CPU, workers: _Workers | None = None,
+                tally: Tally | None = None, shard: int | None = None) -> dict:
     """Run ``backend``'s worker to its end (``timeout``: then kill its process group;
     ``workers``: the run's, which may stop it); its entry for the report's ``backends``,
-    with the :data:`INTERNAL` keys for :func:`run`."""
+    with the :data:`INTERNAL` keys for :func:`run`. ``tally``: the backend's workers
+    (:mod:`.shards`), whose cases this one claims; ``shard``: a helper's number (None:
+    the backend's first worker, numbered by the tally)."""
     workers = _Workers() if workers is None else workers
-    work = out / WORK / backend
+    if tally is not None and shard is None:
+        shard = tally.begin()
+    shard = shard or 0
+    label = backend if not shard else f"{backend}.{shard + 1}"   # its folder, its logs
+    work = out / WORK / label
     if work.exists():                 # results of an earlier run must not be read as ours
         shutil.rmtree(work)
     work.mkdir(parents=True)
@@ -307,8 +327,11 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         command.append("--keep-trajectories")
     if not device.is_cpu:
         command += ["--device", str(device)]
+    if tally is not None:
+        tally.claims.mkdir(parents=True, exist_ok=True)
+        command += ["--claims", str(tally.claims), "--shard", str(shard)]
     started = time.perf_counter()
-    relay = _Relay(backend, progress, work / "stdout.log")
+    relay = _Relay(backend, progress, work / "stdout.log", tally, shard)
     # faulthandler: a worker that crashes in C code, or that is aborted at the timeout,
     # writes every thread's Python stack to its stderr log (else empty after a kill)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
@@ -316,7 +339,9 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         process = workers.start(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 env=env)
     if process is None:
-        return _not_started(device, workers.stopped_by)
+        if tally is not None:
+            tally.end(None)
+        return {**_not_started(device, workers.stopped_by), "label": label}
     relay.start(process.stdout)
     timed_out = False
     try:
@@ -330,7 +355,8 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         workers.ended(process)
     relay.thread.join(PIPE_GRACE)     # a process that left the group may hold the pipe
     seconds = time.perf_counter() - started
-    info = _info(device, exit_code=code, seconds=round(seconds, 2), running=relay.running)
+    info = _info(device, exit_code=code, seconds=round(seconds, 2), running=relay.running,
+                 label=label)
     summary = work / "worker.json"
     if summary.exists():
         written = json.loads(summary.read_text())
@@ -346,15 +372,33 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
         with open(work / "stderr.log", "a") as log:     # the log says how it ended too
             log.write(f"\n[unified-opt conformance runner] the {backend} worker {ending} "
                       f"{where}\n")
-        info["logs"] = _keep_logs(work, out, backend)
+        info["logs"] = _keep_logs(work, out, label)
         info["ending"] = ending
         tail = (work / "stderr.log").read_text(errors="replace")[-STDERR_TAIL:].strip()
         info["stderr_tail"] = f"stderr ends:\n{tail}\n" if tail else "stderr is empty\n"
         info["error"] = (f"the worker {ending} {where}; logs: {', '.join(info['logs'])}\n"
                          + info["stderr_tail"])
-    progress(f"[{backend}] finished in {seconds:.1f} s "
-             + (f"(exit status {code})" if ending is None else f"(the worker {ending})"))
+    line = (f"finished in {seconds:.1f} s "
+            + (f"(exit status {code})" if ending is None else f"(the worker {ending})"))
+    if tally is not None:
+        line = tally.end(ending)      # the backend's line once its last worker ended
+    if line is not None:
+        progress(f"[{backend}] {line}")
     return info
+
+
+def _help(helpers: Helpers, cases_file: Path, out: Path, progress: Callable[[str], None],
+          timeout: float | None, keep_trajectories: bool, device: Device,
+          workers: _Workers) -> tuple[str, dict] | None:
+    """A helper task (:mod:`.shards`): a second worker for the backend that needs one
+    most, run to its end, as ``(backend, entry)``; None when no backend needs one."""
+    chosen = helpers.choose()
+    if chosen is None:
+        return None
+    backend, shard = chosen
+    return backend, _run_worker(backend, cases_file, out, progress, timeout,
+                                keep_trajectories, device, workers, helpers.tallies[backend],
+                                shard)
 
 
 def _keep_logs(work: Path, out: Path, backend: str) -> list[str]:
@@ -486,7 +530,8 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
     left_out = {c.id: reason for c in cases if (reason := not_run(c, device)) is not None}
     ran = [c for c in cases if c.id not in left_out]
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    futures: dict[str, concurrent.futures.Future] = {}
+    futures: dict[str, concurrent.futures.Future] = {}     # each backend's first worker
+    helping: list[concurrent.futures.Future] = []          # the helper tasks (.shards)
     written = None                    # the complete report, once in out
     lock = threading.Lock()
 
@@ -501,14 +546,25 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
         (out / WORK).mkdir()
         cases_file = out / WORK / "cases.json"
         cases_file.write_text(json.dumps([c.to_dict() for c in ran], indent=1))
+        tallies = {b: Tally(b, [c.id for c in ran if c.runs_on(b)],
+                            sum(len(c.paths) for c in ran if c.runs_on(b)),
+                            claims_folder(out / WORK, b), say) for b in backends}
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             try:
                 for b in sorted(backends, key=_start_rank):
                     futures[b] = pool.submit(_run_worker, b, cases_file, out, say, timeout,
-                                             keep_trajectories, device, workers)
-                infos = {b: futures[b].result() for b in backends}
+                                             keep_trajectories, device, workers, tallies[b])
+                helpers = Helpers(tallies)
+                if jobs > 1:          # behind the first workers: they run as slots free
+                    helping += [pool.submit(_help, helpers, cases_file, out, say, timeout,
+                                            keep_trajectories, device, workers)
+                                for _ in backends]
+                infos = {b: [futures[b].result()] for b in backends}
+                for future in helping:
+                    if (helped := future.result()) is not None:
+                        infos[helped[0]].append(helped[1])
             except BaseException as error:   # the workers do not get Ctrl-C (own sessions)
-                for future in futures.values():
+                for future in [*futures.values(), *helping]:
                     future.cancel()
                 workers.stop(_stop_reason(error))
                 raise
@@ -523,13 +579,16 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
         workers.stop(_stop_reason(error))
         # every thread of the run has ended before the reports are written: none writes
         # into out after them
-        concurrent.futures.wait(futures.values())
+        concurrent.futures.wait([*futures.values(), *helping])
         if signal_name is None:
             raise                     # the stubs stay: the run did not finish
         report = written              # a signal after the complete reports leaves them
         if report is None:
-            infos = {b: _finished(futures.get(b), device, workers.stopped_by)
+            infos = {b: [_finished(futures.get(b), device, workers.stopped_by)]
                      for b in backends}
+            for future in helping:
+                if not future.cancelled() and future.exception() is None and future.result():
+                    infos[future.result()[0]].append(future.result()[1])
             report = _report(cases, backends, left_out, infos, out,
                              interrupted_by=signal_name)
             write_reports(report, out)
@@ -556,26 +615,34 @@ def _finished(future: concurrent.futures.Future | None, device: Device,
 
 
 def _report(cases: list[Case], backends: list[str], left_out: dict[str, str],
-            infos: dict[str, dict], out: Path, interrupted_by: str | None = None) -> dict:
-    """The report of the workers' entries ``infos`` (left as they are: an interrupt while
-    the report is made makes it again) and the verdicts they wrote; a run a worker did
-    not report is an error saying how the worker ended."""
+            infos: dict[str, list[dict]], out: Path, interrupted_by: str | None = None) -> dict:
+    """The report of the workers' entries ``infos`` (per backend, its first worker's
+    and its helper's, if one ran; left as they are: an interrupt while the report is
+    made makes it again) and the verdicts they wrote; a run a worker did not report is
+    an error saying how the worker that claimed it ended (the first worker, where none
+    did). A backend's entry merges its workers' (:func:`.shards.merge`)."""
     results, unstable = [], set()
-    infos = {b: {**infos[b], "not_run": list(infos[b]["not_run"])} for b in backends}
+    entries = {}
     for backend in backends:
-        worker = infos[backend]
-        run_dir = None if worker["exit_code"] is None else out / WORK / backend
-        skipped = set(worker["skipped"])
-        unstable |= set(worker["unstable"])
+        shards = infos[backend]
+        owners = claimed(claims_folder(out / WORK, backend))
+        run_dirs = [None if s["exit_code"] is None
+                    else out / WORK / (s.get("label") or backend) for s in shards]
+        skipped = {stem for s in shards for stem in s["skipped"]}
+        unstable |= {case_id for s in shards for case_id in s["unstable"]}
+        not_run = []
         for case in cases:
             refused = case.refused_on(backend)     # a loop the backend cannot express
             if refused is None and not case.runs_on(backend):
                 continue
             reason = left_out.get(case.id) or refused
             if reason is not None:
-                worker["not_run"] += [{"case": case.id, "path": path, "reason": reason}
-                                      for path in case.paths]
+                not_run += [{"case": case.id, "path": path, "reason": reason}
+                            for path in case.paths]
                 continue
+            owner = owners.get(case.id)
+            owner = owner if owner is not None and owner < len(shards) else 0
+            worker, run_dir = shards[owner], run_dirs[owner]
             for path in case.paths:
                 if result_stem(case.id, path) not in skipped:
                     result = _result(case, backend, path, run_dir, worker,
@@ -583,8 +650,9 @@ def _report(cases: list[Case], backends: list[str], left_out: dict[str, str],
                     if result.get("trajectory"):      # relative to out
                         result["trajectory"] = f"{TRAJECTORIES}/{backend}/{result['trajectory']}"
                     results.append(result)
-        for key in INTERNAL:
-            del worker[key]
+        entry = merge([{k: v for k, v in s.items() if k not in INTERNAL} for s in shards])
+        entries[backend] = {**entry, "not_run": [*entry["not_run"], *not_run]}
+    infos = entries
     unstable = [c.id for c in cases if c.id in unstable]
     return build_report(cases, backends, infos, results, unstable_cases=unstable,
                         interrupted_by=interrupted_by)

@@ -123,6 +123,23 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
     return recorder.trajectory(), decision, None
 
 
+def claim(claims: Path | None, case_id: str, shard: int) -> bool:
+    """Whether this worker (``shard``) takes ``case_id``: the first worker of the backend
+    to create ``claims/<case_id>`` does (``O_EXCL``: exactly one of them, however they
+    interleave); the file holds its shard number. ``claims`` None: every case is taken."""
+    if claims is None:
+        return True
+    try:
+        fd = os.open(claims / case_id, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, f"{shard}\n".encode())
+    finally:
+        os.close(fd)
+    return True
+
+
 def result_stem(case_id: str, path: str) -> str:
     return f"{case_id}__{path}"
 
@@ -130,7 +147,8 @@ def result_stem(case_id: str, path: str) -> str:
 def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path,
             say=print, keep_trajectories: bool = False, trajectories: Path | None = None,
             failing_budget: int = FAILING_TRAJECTORY_BUDGET,
-            shared: Path | None = None, device=CPU) -> dict:
+            shared: Path | None = None, device=CPU, claims: Path | None = None,
+            shard: int = 0) -> dict:
     """Run and judge every case on its paths, writing the result files into ``out`` and
     the kept trajectories into ``trajectories`` (default ``out``; see the module for
     which are kept); return the worker summary (also written as ``worker.json``).
@@ -145,6 +163,12 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     parameters go; it is checked and made the framework's default first
     (:func:`.device.place`: an unavailable one raises before any case runs). Distributed
     cases run on the CPU only: the runner leaves them out on another device.
+
+    ``claims``: the folder where the workers of one backend claim its cases
+    (:func:`claim`; ``shard``: this worker's number, written into its claims): this
+    worker runs only the cases it claims, the distributed ones first, then the others
+    in order, so that a helper started beside it takes the cases it has not reached.
+    None: every case.
     """
     cases = [c for c in cases if c.runs_on(backend)]
     device = parse_device(device)
@@ -166,12 +190,15 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
     say(f"start {len(cases)} cases, up to {total} runs, {backend} {version}{where}")
     scratch = out / "ranks"            # the distributed runs' launches (job, logs, ranks)
     # distributed cases launch their ranks in a thread of their own while this one runs
-    # the others: a launch mostly waits for its processes
-    distributed = [c for c in cases if c.workers > 1]
+    # the others: a launch mostly waits for its processes. With claims, they are claimed
+    # first: a helper that starts later finds them taken.
+    distributed = [c for c in cases if c.workers > 1 and claim(claims, c.id, shard)]
     launches = ThreadPoolExecutor(max_workers=1) if distributed else None
     launched = {c.id: launches.submit(_launch_all, backend, c, scratch) for c in distributed}
     index = 0
     for case in [c for c in cases if c.workers == 1] + distributed:
+        if case.workers == 1 and not claim(claims, case.id, shard):
+            continue                         # another worker of the backend runs it
         references = References(shared)      # this case's oracle and floors, then dropped
         lowered = set()                      # decision paths this case already ran
         auto = _NOT_RUN                      # the auto build's decision (None: no build)
@@ -323,6 +350,11 @@ def main(argv=None) -> int:
                         help="folder of the floors the run's workers share (References)")
     parser.add_argument("--device", default="cpu",
                         help="where the parameters go: cpu, cuda[:N] (gpu[:N]), npu[:N]")
+    parser.add_argument("--claims", type=Path, default=None,
+                        help="folder where the backend's workers claim its cases "
+                             "(default: run every case)")
+    parser.add_argument("--shard", type=int, default=0,
+                        help="this worker's number among the backend's (in its claims)")
     parser.add_argument("--keep-trajectories", action="store_true",
                         help="keep every run's trajectory (default: those of failing runs, "
                              "up to FAILING_TRAJECTORY_BUDGET bytes)")
@@ -332,7 +364,7 @@ def main(argv=None) -> int:
     run_all(driver_class(args.backend), args.backend, cases, args.out,
             say=lambda line: print(line, flush=True),
             keep_trajectories=args.keep_trajectories, trajectories=args.trajectories,
-            shared=args.shared, device=args.device)
+            shared=args.shared, device=args.device, claims=args.claims, shard=args.shard)
     return 0
 
 
