@@ -5,7 +5,11 @@ The parent never imports a framework: it writes the cases as JSON, starts
 time, each in a session of its own, with this process's environment), relays their
 progress lines, gathers the verdicts the workers wrote (each worker judges its runs
 against the float64 oracle as they finish, :mod:`.verdict`), and writes the reports
-(see :mod:`.report`).
+(see :mod:`.report`). A job slot that falls free while a backend's worker still has at
+least :data:`.shards.HELPER_MIN_CASES` cases ahead starts a helper worker for it: the
+two claim the backend's cases one by one, so that the slots end together
+(:mod:`.shards`); the backend's entry in the report then sums their seconds and lists
+each (``shards``).
 
 What stays in ``out`` (CI uploads it): ``report.json``, ``report.md``, ``report.html``,
 ``junit.xml``; ``trajectories/<backend>/<case>__<path>.npz`` (compressed: every run's

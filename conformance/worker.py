@@ -1,7 +1,8 @@
 """One backend's conformance runs, in a process of its own.
 
 ``python -m unified_opt.conformance.worker --backend NAME --cases cases.json --out DIR
-[--trajectories DIR] [--shared DIR] [--keep-trajectories] [--device DEVICE]``
+[--trajectories DIR] [--shared DIR] [--keep-trajectories] [--device DEVICE]
+[--claims DIR --shard K]``
 
 Imports exactly one framework (through ``unified_opt.conformance.drivers.<NAME>``), runs
 every case on every path it lists through that backend's :class:`Driver`, judges each
@@ -18,6 +19,10 @@ skipped, and so is ``native`` where the ``auto`` build found no native class com
 the case exactly. Where ``auto`` took the own implementation over an exact native class
 (``uo.build``'s ``prefer="speed"``: the own path measured faster), ``native`` runs
 that class explicitly, so every native row stays covered.
+
+``--claims DIR --shard K``: the backend's workers (the first one and a helper the
+runner starts beside it, :mod:`.shards`) each run only the cases they claim first in
+DIR (:func:`claim`).
 
 Distributed cases (``Case.workers > 1``) launch their ranks in a thread of their own
 from the start, while the worker runs the other cases (a launch mostly waits for its
