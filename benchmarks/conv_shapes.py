@@ -13,8 +13,10 @@ the update's own cost; another process's time slice lands in a step now and then
 ``median_ms`` the median, and ``conv_over_matrix`` the ratio of the fastest steps. The
 target is at most 1.2 for every update that is elementwise but for whole-tensor sums
 (the kernels run those as 1-D). Adafactor and CAME factor their second moment over the
-last two axes, as their spec defines, so a conv weight's moments are per 3x3 kernel:
-their rows show the remaining cost of walking rows of 3 (see docs/kernels.md).
+last two axes, as their spec defines, so a conv weight's moments are per 3x3 kernel and
+the two shapes are different math: their rows also give ``conv_over_adamw``, the conv
+step against own AdamW's on the same conv tensor in the same run (the kernels walk
+several rows of 3 per chunk, so that the rows' count does not set the cost).
 
 Writes ``conv_shapes.json`` and ``conv_shapes.md`` into ``--out``.
 """
@@ -95,10 +97,10 @@ print(json.dumps(rows))
 """
 
 
-def _run(framework: str, steps: int) -> list[dict]:
+def _run(framework: str, steps: int, specs: dict) -> list[dict]:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-c", _CHILD, framework, str(steps),
-                           json.dumps([CONV, MATRIX]), json.dumps(SPECS)],
+                           json.dumps([CONV, MATRIX]), json.dumps(specs)],
                           capture_output=True, text=True, env=env, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"{framework}: {done.stderr[-3000:]}")
@@ -107,6 +109,10 @@ def _run(framework: str, steps: int) -> list[dict]:
     for row in rows:
         row["conv_over_matrix"] = round(row["ms"][conv] / row["ms"][matrix], 3)
         row["target"] = TARGET if row["algorithm"] in RANK_BLIND else None
+    adamw = [r for r in rows if r["algorithm"] == "adamw"]
+    for row in rows:
+        if adamw and row["algorithm"] not in RANK_BLIND:
+            row["conv_over_adamw"] = round(row["ms"][conv] / adamw[0]["ms"][conv], 3)
     return rows
 
 
@@ -117,13 +123,15 @@ def markdown(result: dict) -> str:
              "(medians in the JSON). "
              f"Conv {list(CONV)} against matrix {list(MATRIX)}; target "
              f"<= {TARGET} for the updates run as 1-D.", "",
-             "| framework | algorithm | conv ms | matrix ms | conv / matrix | target |",
-             "|---|---|---|---|---|---|"]
+             "| framework | algorithm | conv ms | matrix ms | conv / matrix | target "
+             "| conv / AdamW conv |",
+             "|---|---|---|---|---|---|---|"]
     conv, matrix = "x".join(map(str, CONV)), "x".join(map(str, MATRIX))
     for row in result["rows"]:
         target = "" if row["target"] is None else f"<= {row['target']}"
         lines.append(f"| {row['framework']} | {row['algorithm']} | {row['ms'][conv]:.2f} | "
-                     f"{row['ms'][matrix]:.2f} | {row['conv_over_matrix']:.2f} | {target} |")
+                     f"{row['ms'][matrix]:.2f} | {row['conv_over_matrix']:.2f} | {target} | "
+                     f"{row.get('conv_over_adamw', '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -131,13 +139,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frameworks", default="torch,paddle,mindspore")
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--algorithms", default=",".join(SPECS),
+                        help="registry names among " + ", ".join(SPECS))
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
     if args.steps < 3:
         parser.error(f"--steps must be at least 3, got {args.steps}")
+    names = args.algorithms.split(",")
+    unknown = [n for n in names if n not in SPECS]
+    if unknown:
+        parser.error(f"--algorithms: {unknown} not among {list(SPECS)}")
     rows = []
     for framework in args.frameworks.split(","):
-        rows += _run(framework, args.steps)
+        rows += _run(framework, args.steps, {n: SPECS[n] for n in names})
         print(f"{framework}: done", flush=True)
     result = {"machine": f"{platform.processor() or platform.machine()}, "
                          f"{os.cpu_count()} cores",

@@ -59,13 +59,61 @@ def kernel_source(code: np.ndarray) -> str:
     return "\n".join(lines)
 
 
+def _rows_together(domain: int, instructions, masks) -> bool:
+    """``phases.h``'s ``rows_together``: every array read spans axes of the domain only,
+    every array written spans the domain (a chunk may then hold several rows)."""
+    array = OPERAND_KINDS["array"]
+    for ins in instructions:
+        if _NAMES[ins[0]] == "store" and masks[ins[1]] != domain:
+            return False
+        if any(kind == array and masks[k] & ~domain
+               for kind, k in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8]))):
+            return False
+    return True
+
+
 def _phase(number: int, domain: int, instructions, masks) -> list[str]:
     sums = [ins for ins in instructions if _NAMES[ins[0]] == "sum"]
     declared = ", ".join(f"{{{ins[2]}, {ins[1]}, false, {{}}}}" for ins in sums)
-    head, loop, tail = [], [], []
-    reads: dict[tuple[int, int], str] = {}
+    together = _rows_together(domain, instructions, masks)
+    one_row, one_buffers = _body(domain, instructions, masks, rows=False)
+    body, buffers = one_row, one_buffers
+    if together:
+        several, several_buffers = _body(domain, instructions, masks, rows=True)
+        buffers = max(one_buffers, several_buffers)
+        body = (["if (ch.rows == 1) {"] + ["  " + line for line in one_row]
+                + ["} else {"] + ["  " + line for line in several] + ["}"])
+    return ([f"  {{  // phase {number}",
+             f"    std::vector<uo::Sum> sums{{{declared}}};",
+             f"    uo::run_phase<uo::KERNEL_CHUNK, T>({domain}, dims, sums, A, "
+             f"{max(buffers, 1)} * uo::KERNEL_CHUNK, {'true' if together else 'false'},",
+             "        [&](const uo::Walk& w, const uo::Chunk& ch, T* scratch) {",
+             "    (void)w; (void)scratch;"]
+            + ["    " + line for line in body] + ["    });", "  }"])
+
+
+def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]:
+    """The C++ of one chunk of a phase, and the scratch buffers it uses. ``rows``: a
+    chunk of several whole rows (``phases.h``'s Chunk): its elements are consecutive in
+    the arrays spanning the domain; an array of fewer axes is gathered, and sums go
+    through a buffer (a column sum adds each row in order)."""
+    head: list[str] = []
+    loop: list[str] = []
+    tail: list[str] = []
+    reads: dict[tuple[str, int], str] = {}
     registers: dict[int, str] = {}
     buffers = 0
+    if rows:
+        head.append("const int64_t n = ch.size();")
+    else:
+        head.append("const int64_t b = w.b(ch.row), r = w.r(ch.row), c0 = ch.c0, "
+                    "n = ch.n;")
+        head.append("(void)b; (void)r; (void)c0;")
+
+    def buffer() -> str:
+        nonlocal buffers
+        buffers += 1
+        return f"scratch + {buffers - 1} * uo::KERNEL_CHUNK"
 
     def operand(kind, k):
         if kind == OPERAND_KINDS["register"]:
@@ -83,14 +131,22 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
                 head.append(f"const T n{k} = T(dims.size({k}));")
             return reads[key], False
         if kind == OPERAND_KINDS["array"]:
-            vector = bool(masks[k] & _C)
+            mask = masks[k]
+            vector = bool(mask != 0) if rows else bool(mask & _C)
             key = ("a", k)
             if key not in reads:
                 reads[key] = f"a{k}"
-                if vector:
-                    head.append(f"const T* a{k} = A[{k}] + dims.index({masks[k]}, b, r, c0);")
+                if rows and vector and mask == domain:
+                    head.append(f"const T* a{k} = A[{k}] + ch.row * w.Dc;")
+                elif rows and vector:
+                    head.append(f"T* a{k} = {buffer()};")
+                    head.append(f"uo::gather(a{k}, A[{k}], {mask}, dims, w, ch);")
+                elif vector:
+                    head.append(f"const T* a{k} = A[{k}] + dims.index({mask}, b, r, c0);")
+                elif rows:
+                    head.append(f"const T a{k} = A[{k}][0];")
                 else:
-                    head.append(f"const T a{k} = A[{k}][dims.index({masks[k]}, b, r, 0)];")
+                    head.append(f"const T a{k} = A[{k}][dims.index({mask}, b, r, 0)];")
             return (f"a{k}[j]" if vector else f"a{k}"), vector
         raise ValueError(f"operand kind {kind}")
 
@@ -102,25 +158,27 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
             expression, vector = a
             slot = sum_index
             sum_index += 1
-            if aux & _C:
-                if vector:
-                    head.append(f"T* q{slot} = scratch + {buffers} * uo::KERNEL_CHUNK;")
-                    buffers += 1
-                    loop.append(f"q{slot}[j] = {expression};")
-                    tail.append(f"uo::block_sums(sums[{slot}].acc.data() + part, q{slot}, n);")
-                else:
-                    tail.append(f"uo::block_sums_of(sums[{slot}].acc.data() + part, "
-                                f"double({expression}), n);")
-            else:
-                width = "dims.C" if domain & _C else "1"
+            kind = "row" if aux & _C else "column"
+            if vector and (aux & _C or rows):
+                head.append(f"T* q{slot} = {buffer()};")
+                loop.append(f"q{slot}[j] = {expression};")
+                tail.append(f"uo::{kind}_sums(sums[{slot}].acc.data(), w, ch, q{slot});")
+            elif vector:              # one row's column sum: added in the loop
                 head.append(f"double* col{slot} = sums[{slot}].acc.data() + "
-                            f"group * {width} + c0;")
+                            f"w.group(ch.row) * w.Dc + c0;")
                 loop.append(f"col{slot}[j] += double({expression});")
+            else:
+                tail.append(f"uo::{kind}_sums_of(sums[{slot}].acc.data(), w, ch, "
+                            f"double({expression}));")
             continue
         if op == "store":
-            vector = bool(masks[dst] & _C)
-            head.append(f"T* o{count} = A[{dst}] + dims.index({masks[dst]}, b, r, "
-                        f"{'c0' if vector else '0'});")
+            if rows:
+                vector = True
+                head.append(f"T* o{count} = A[{dst}] + ch.row * w.Dc;")
+            else:
+                vector = bool(masks[dst] & _C)
+                head.append(f"T* o{count} = A[{dst}] + dims.index({masks[dst]}, b, r, "
+                            f"{'c0' if vector else '0'});")
             loop.append(f"o{count}[{'j' if vector else '0'}] = {a[0]};")
             continue
         name = f"v{count}"
@@ -134,15 +192,5 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
             expression = f"uo::select({a[0]}, {b[0]}, {c[0]})"
         loop.append(f"const T {name} = {expression};")
         registers[dst] = name
-    body = (["    " + line for line in head]
-            + ["    #pragma omp simd", "    for (int64_t j = 0; j < n; ++j) {"]
-            + ["      " + line for line in loop] + ["    }"]
-            + ["    " + line for line in tail])
-    return ([f"  {{  // phase {number}",
-             f"    std::vector<uo::Sum> sums{{{declared}}};",
-             f"    uo::run_phase<uo::KERNEL_CHUNK, T>({domain}, dims, sums, A, "
-             f"{max(buffers, 1)} * uo::KERNEL_CHUNK,",
-             "        [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t part, "
-             "int64_t group, T* scratch) {",
-             "    (void)b; (void)r; (void)c0; (void)part; (void)group; (void)scratch;"]
-            + ["  " + line for line in body] + ["    });", "  }"])
+    return (head + ["#pragma omp simd", "for (int64_t j = 0; j < n; ++j) {"]
+            + ["  " + line for line in loop] + ["}"] + tail), buffers

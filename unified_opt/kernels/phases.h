@@ -81,10 +81,27 @@ template <class T> inline T select(T c, T x, T y) { return c != T(0) ? x : y; }
 template <class T> inline T logical_and(T x, T y) { return T((x != T(0)) & (y != T(0))); }
 template <class T> inline T logical_or(T x, T y) { return T((x != T(0)) | (y != T(0))); }
 
+constexpr int LANES = 16;
+
+// lane_sum of fewer than LANES elements (a conv weight's row of 3) without the empty
+// lanes: lane l < n holds 0.0 + x[l], never -0; every other lane is +0, and adding +0 to
+// a value that is not -0 gives it back, bits and NaN payload alike, so the lanes that
+// stay +0 are left out of the tree (the same bits as the tree over all LANES).
+template <class T> inline double short_lane_sum(const T* __restrict__ x, int64_t n) {
+  double lane[LANES];
+  for (int64_t l = 0; l < n; ++l) lane[l] = 0.0 + double(x[l]);
+  int64_t live = n;          // lanes [0, live) may be other than +0
+  for (int64_t width = LANES / 2; width > 0; width /= 2) {
+    for (int64_t l = 0; l + width < live && l < width; ++l) lane[l] += lane[l + width];
+    live = std::min(live, width);
+  }
+  return live > 0 ? lane[0] : 0.0;
+}
+
 // The sum of x[0..n) in double: element j goes to lane j % LANES, the lanes are added in
 // a fixed tree. Vectorises (each lane is its own chain) and gives the same bits anywhere.
-constexpr int LANES = 16;
 template <class T> inline double lane_sum(const T* __restrict__ x, int64_t n) {
+  if (n < LANES) return short_lane_sum(x, n);
   double lane[LANES] = {0};
   int64_t j = 0;
   for (; j + LANES <= n; j += LANES)
@@ -155,62 +172,171 @@ void for_each_item(int64_t count, bool parallel, int64_t scratch_size, Work&& wo
 #endif
 }
 
-// Runs body(b, r, c0, n, part, group, scratch) on every chunk of the phase's domain
-// (chunks of CH elements along C; `part`: the chunk's first sum block), on several
-// threads for a large domain, then writes the sums' totals into their arrays.
-// Without column sums the chunks are spread over the threads one by one (group 0).
-// With one, the rows (b, r) form groups of consecutive rows (never across b when the
-// sum keeps B); a thread walks a whole group row after row, each row's chunks in order,
-// adding into that group's partial row. No two threads write the same place, and every
-// total is added in the same order whatever the number of threads or the chunk size.
+// A phase's domain as rows (row = b * Dr + r) of Dc elements, and where a row's column
+// sums go. A chunk is the rows [row, row + rows), elements [c0, c0 + n) of each row: one
+// row and a part of it when a row is long, several whole rows (c0 = 0, n = Dc) when rows
+// are short, so that a conv weight's rows of 3 do not cost a chunk each. The rows of a
+// chunk are consecutive in the domain, so are its rows * n elements in every array
+// spanning the domain's axes; an array of fewer axes is gathered for the chunk.
+struct Walk {
+  int64_t Dr, Dc, blocks;
+  // column sums: the rows form groups of per_group consecutive rows, within one b unless
+  // a sum adds over B; a row adds into its group's partial row
+  int64_t per_group, groups_per;
+  bool sum_over_b;
+  int64_t b(int64_t row) const { return row / Dr; }
+  int64_t r(int64_t row) const { return row % Dr; }
+  int64_t group(int64_t row) const {
+    return sum_over_b ? row / per_group : (row / Dr) * groups_per + (row % Dr) / per_group;
+  }
+};
+struct Chunk {
+  int64_t row, rows, c0, n;
+  int64_t size() const { return rows * n; }
+};
+
+// Whether a phase may put several rows in a chunk: every array it reads spans axes of
+// its domain only, and every array it writes spans the domain (codegen.py's rule too).
+inline bool rows_together(int domain, const int32_t* masks, const abi::Ins* ins, int n) {
+  auto inside = [&](int kind, int k) { return kind != abi::ARR || !(masks[k] & ~domain); };
+  for (int k = 0; k < n; ++k) {
+    const abi::Ins& in = ins[k];
+    if (in.op == abi::STORE && masks[in.dst] != domain) return false;
+    if (!inside(in.a_kind, in.a) || !inside(in.b_kind, in.b) || !inside(in.c_kind, in.c))
+      return false;
+  }
+  return true;
+}
+
+// The chunk's elements of an array spanning `mask` (axes of the domain, not all of them):
+// a row's elements, or its one value repeated along the row.
+template <class T>
+inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims,
+                   const Walk& w, const Chunk& ch) {
+  int64_t b = w.b(ch.row), r = w.r(ch.row);
+  for (int64_t i = 0; i < ch.rows; ++i, ++r) {
+    if (r == w.Dr) { r = 0; ++b; }
+    const T* from = src + dims.index(mask, b, r, 0);
+    T* to = dst + i * ch.n;
+    if (mask & AC) {
+      for (int64_t c = 0; c < ch.n; ++c) to[c] = from[ch.c0 + c];
+    } else {
+      for (int64_t c = 0; c < ch.n; ++c) to[c] = from[0];
+    }
+  }
+}
+
+// A sum over C of the chunk's values x (each row's blocks: the same partials as one
+// chunk per row), and a column sum (each row added into its group's partial row, rows in
+// order: the order of a walk of one row per chunk).
+template <class T>
+inline void row_sums(double* acc, const Walk& w, const Chunk& ch, const T* x) {
+  for (int64_t i = 0; i < ch.rows; ++i)
+    block_sums(acc + (ch.row + i) * w.blocks + ch.c0 / SUM_BLOCK, x + i * ch.n, ch.n);
+}
+inline void row_sums_of(double* acc, const Walk& w, const Chunk& ch, double value) {
+  for (int64_t i = 0; i < ch.rows; ++i)
+    block_sums_of(acc + (ch.row + i) * w.blocks + ch.c0 / SUM_BLOCK, value, ch.n);
+}
+template <class T>
+inline void column_sums(double* acc, const Walk& w, const Chunk& ch, const T* x) {
+  for (int64_t i = 0; i < ch.rows; ++i) {
+    double* __restrict__ partial = acc + w.group(ch.row + i) * w.Dc + ch.c0;
+    const T* __restrict__ row = x + i * ch.n;
+#pragma omp simd
+    for (int64_t c = 0; c < ch.n; ++c) partial[c] += double(row[c]);
+  }
+}
+inline void column_sums_of(double* acc, const Walk& w, const Chunk& ch, double value) {
+  for (int64_t i = 0; i < ch.rows; ++i) {
+    double* partial = acc + w.group(ch.row + i) * w.Dc + ch.c0;
+    for (int64_t c = 0; c < ch.n; ++c) partial[c] += value;
+  }
+}
+
+// Runs body(walk, chunk, scratch) on every chunk of the phase's domain (chunks of at most
+// CH elements; several rows each where `together` and a row has at most CH / 2), on
+// several threads for a large domain, then writes the sums' totals into their arrays.
+// Without column sums the chunks are spread over the threads one by one. With one, a
+// thread walks whole groups of rows (Walk), row after row, each row's elements in
+// order. No two threads write the same place, and every total is added in the same
+// order whatever the number of threads, the chunk size or the rows per chunk.
 template <int64_t CH, class T, class Body>
 void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* arrays,
-               int64_t scratch_size, Body&& body) {
+               int64_t scratch_size, bool together, Body&& body) {
   static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
   const int64_t Db = domain & AB ? dims.B : 1, Dr = domain & AR ? dims.R : 1;
   const int64_t Dc = domain & AC ? dims.C : 1;
   const int64_t nch = (Dc + CH - 1) / CH, blocks = (Dc + SUM_BLOCK - 1) / SUM_BLOCK;
-  const int64_t rows = Db * Dr, items = rows * nch;
+  const int64_t rows = Db * Dr;
+  // rows per chunk: 1 (a row's chunks along C), or as many whole rows as fit
+  const int64_t per_chunk = together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
   bool columns = false;
   int sum_over_b = 0;
   for (const Sum& s : sums)
     if (!(s.axes & AC)) { columns = true; sum_over_b |= s.axes & AB; }
-  // groups of rows for the column sums: within one b unless a sum adds over B
   const int64_t span = sum_over_b ? rows : Dr;
   const int64_t per_group = std::max<int64_t>(16, (span + 63) / 64);
   const int64_t groups_per = (span + per_group - 1) / per_group;
   const int64_t groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
+  const Walk walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
   for (Sum& s : sums) {
     s.over_c = (s.axes & AC) != 0;
     s.acc.assign(s.over_c ? rows * blocks : groups * Dc, 0.0);
   }
   const bool parallel = rows * Dc >= PARALLEL_MIN;
-  if (!columns) {
-    for_each_item<T>(items, parallel, scratch_size, [&](int64_t item, T* scratch) {
-      const int64_t ch = item % nch, row = item / nch, c0 = ch * CH;
-      body(row / Dr, row % Dr, c0, std::min(CH, Dc - c0), row * blocks + c0 / SUM_BLOCK,
-           int64_t(0), scratch);
-    });
-  } else {
-    for_each_item<T>(groups, parallel, scratch_size, [&](int64_t g, T* scratch) {
-      const int64_t base = sum_over_b ? 0 : (g / groups_per) * Dr;
-      const int64_t first = base + (g % groups_per) * per_group;
-      const int64_t last = std::min(first + per_group, base + span);
+  // the chunks of the rows [first, last), in order
+  auto walk_rows = [&](int64_t first, int64_t last, T* scratch) {
+    if (per_chunk == 1) {
       for (int64_t row = first; row < last; ++row)
         for (int64_t c0 = 0; c0 < Dc; c0 += CH)
-          body(row / Dr, row % Dr, c0, std::min(CH, Dc - c0),
-               row * blocks + c0 / SUM_BLOCK, g, scratch);
+          body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0)}, scratch);
+    } else {
+      for (int64_t row = first; row < last; row += per_chunk)
+        body(walk, Chunk{row, std::min(per_chunk, last - row), 0, Dc}, scratch);
+    }
+  };
+  if (!columns) {
+    if (per_chunk == 1) {
+      for_each_item<T>(rows * nch, parallel, scratch_size, [&](int64_t item, T* scratch) {
+        const int64_t row = item / nch, c0 = (item % nch) * CH;
+        body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0)}, scratch);
+      });
+    } else {
+      for_each_item<T>((rows + per_chunk - 1) / per_chunk, parallel, scratch_size,
+                       [&](int64_t item, T* scratch) {
+        const int64_t row = item * per_chunk;
+        body(walk, Chunk{row, std::min(per_chunk, rows - row), 0, Dc}, scratch);
+      });
+    }
+  } else {
+    // a thread's item: consecutive groups holding about 16 chunks' worth of elements (a
+    // group is a range of rows, and groups in order cover the rows in order: group g
+    // ends where group g + 1 starts)
+    const int64_t group_rows = sum_over_b ? per_group : std::min(per_group, Dr);
+    const int64_t per_item = std::max<int64_t>(
+        1, (16 * CH) / std::max<int64_t>(1, group_rows * std::max<int64_t>(1, Dc)));
+    auto first_row = [&](int64_t g) {
+      if (g >= groups) return rows;
+      return sum_over_b ? g * per_group : (g / groups_per) * Dr + (g % groups_per) * per_group;
+    };
+    for_each_item<T>((groups + per_item - 1) / per_item, parallel, scratch_size,
+                     [&](int64_t item, T* scratch) {
+      const int64_t g0 = item * per_item;
+      walk_rows(first_row(g0), first_row(std::min(groups, g0 + per_item)), scratch);
     });
   }
   for (Sum& s : sums) {
     const int rm = domain & ~s.axes;
     T* out = arrays[s.dst];
     std::vector<double> total(dims.size(rm), 0.0);
-    if (s.over_c) {
-      for (int64_t part = 0; part < rows * blocks; ++part) {
-        const int64_t row = part / blocks;
-        total[dims.index(rm, row / Dr, row % Dr, 0)] += s.acc[part];
-      }
+    if (s.over_c) {                  // the partials in order: row after row
+      const double* part = s.acc.data();
+      for (int64_t b = 0; b < Db; ++b)
+        for (int64_t r = 0; r < Dr; ++r) {
+          double& t = total[dims.index(rm, b, r, 0)];
+          for (int64_t k = 0; k < blocks; ++k) t += *part++;
+        }
     } else {
       for (int64_t g = 0; g < groups; ++g) {
         double* t = total.data() + (sum_over_b ? 0 : (g / groups_per) * Dc);

@@ -112,12 +112,20 @@ template <class T> struct Interpreter {
   T* const* arrays;
   const double* scalars;
 
-  Val<T> value(int kind, int k, T* regs, int64_t b, int64_t r, int64_t c0) const {
+  // an operand over the chunk; an array of fewer axes than a chunk of several rows is
+  // gathered into `gathered`
+  Val<T> value(int kind, int k, T* regs, int domain, const uo::Walk& w, const uo::Chunk& ch,
+               T* gathered) const {
     switch (kind) {
       case REG: return {regs + int64_t(k) * CHUNK, T(0), true};
       case ARR: {
         const int m = prog.masks[k];
-        const int64_t i = dims.index(m, b, r, c0);
+        if (ch.rows > 1 && m != 0) {
+          if (m == domain) return {arrays[k] + ch.row * w.Dc, T(0), true};
+          uo::gather(gathered, arrays[k], m, dims, w, ch);
+          return {gathered, T(0), true};
+        }
+        const int64_t i = dims.index(m, w.b(ch.row), w.r(ch.row), ch.c0);
         if (m & uo::AC) return {arrays[k] + i, T(0), true};
         return {nullptr, arrays[k][i], false};
       }
@@ -127,15 +135,20 @@ template <class T> struct Interpreter {
     }
   }
 
-  // one chunk (b, r, c0 .. c0+n) of a phase, instruction after instruction
-  void chunk(const Phase& ph, std::vector<uo::Sum>& sums, T* regs, int64_t b, int64_t r,
-             int64_t c0, int64_t n, int64_t part, int64_t group) const {
+  // one chunk of a phase (phases.h's Chunk), instruction after instruction; registers
+  // hold CHUNK elements, then 3 gather buffers of CHUNK
+  void chunk(const Phase& ph, std::vector<uo::Sum>& sums, T* regs, const uo::Walk& w,
+             const uo::Chunk& ch) const {
+    const int64_t n = ch.size();
+    T* gathered = regs + int64_t(prog.n_regs) * CHUNK;
     int s = 0;
     for (int k = 0; k < ph.n; ++k) {
       const Ins& in = ph.ins[k];
-      const Val<T> a = value(in.a_kind, in.a, regs, b, r, c0);
+      const Val<T> a = value(in.a_kind, in.a, regs, ph.domain, w, ch, gathered);
       T* d = regs + int64_t(in.dst) * CHUNK;
-      auto second = [&]() { return value(in.b_kind, in.b, regs, b, r, c0); };
+      auto second = [&]() {
+        return value(in.b_kind, in.b, regs, ph.domain, w, ch, gathered + CHUNK);
+      };
       switch (in.op) {
         case ADD: binary(d, a, second(), n, [](T x, T y) { return x + y; }); break;
         case SUB: binary(d, a, second(), n, [](T x, T y) { return x - y; }); break;
@@ -155,27 +168,26 @@ template <class T> struct Interpreter {
         case SQRT: unary(d, a, n, [](T x) { return std::sqrt(x); }); break;
         case ABS: unary(d, a, n, [](T x) { return std::fabs(x); }); break;
         case SIGN: unary(d, a, n, [](T x) { return uo::sign_of(x); }); break;
-        case WHERE: select(d, a, second(), value(in.c_kind, in.c, regs, b, r, c0), n); break;
+        case WHERE:
+          select(d, a, second(),
+                 value(in.c_kind, in.c, regs, ph.domain, w, ch, gathered + 2 * CHUNK), n);
+          break;
         case SUM: {
           uo::Sum& sum = sums[s++];
           if (sum.over_c) {
-            if (a.vec) uo::block_sums(sum.acc.data() + part, a.p, n);
-            else uo::block_sums_of(sum.acc.data() + part, double(a.s), n);
+            if (a.vec) uo::row_sums(sum.acc.data(), w, ch, a.p);
+            else uo::row_sums_of(sum.acc.data(), w, ch, double(a.s));
           } else {
-            const int64_t width = ph.domain & uo::AC ? dims.C : 1;
-            double* __restrict__ acc = sum.acc.data() + group * width + c0;
-            if (a.vec) {
-              const T* __restrict__ x = a.p;
-#pragma omp simd
-              for (int64_t j = 0; j < n; ++j) acc[j] += double(x[j]);
-            } else {
-              for (int64_t j = 0; j < n; ++j) acc[j] += double(a.s);
-            }
+            if (a.vec) uo::column_sums(sum.acc.data(), w, ch, a.p);
+            else uo::column_sums_of(sum.acc.data(), w, ch, double(a.s));
           }
           break;
         }
         case STORE: {
-          T* out = arrays[in.dst] + dims.index(prog.masks[in.dst], b, r, c0);
+          // a chunk of several rows stores into an array spanning the domain (rows_together)
+          T* out = arrays[in.dst] + (ch.rows > 1 ? ch.row * w.Dc
+                                     : dims.index(prog.masks[in.dst], w.b(ch.row),
+                                                  w.r(ch.row), ch.c0));
           if (a.vec) {
             const T* x = a.p;
             for (int64_t j = 0; j < n; ++j) out[j] = x[j];
@@ -210,10 +222,10 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
     for (int k = 0; k < ph.n; ++k)
       if (ph.ins[k].op == SUM) sums.push_back({ph.ins[k].aux, ph.ins[k].dst, false, {}});
     uo::run_phase<CHUNK, T>(ph.domain, dims, sums, arrays.ptr.data(),
-                            int64_t(prog.n_regs) * CHUNK,
-                            [&](int64_t b, int64_t r, int64_t c0, int64_t n, int64_t part,
-                                int64_t group, T* regs) {
-                              vm.chunk(ph, sums, regs, b, r, c0, n, part, group);
+                            int64_t(prog.n_regs + 3) * CHUNK,
+                            uo::rows_together(ph.domain, prog.masks, ph.ins, ph.n),
+                            [&](const uo::Walk& w, const uo::Chunk& ch, T* regs) {
+                              vm.chunk(ph, sums, regs, w, ch);
                             });
   }
   return 0;
