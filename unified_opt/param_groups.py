@@ -39,7 +39,8 @@ paths of torch and Paddle take the same dict in ``add_param_group`` after the bu
 (:func:`added_group`); a native class, whose groups and step checks are made when it is
 built, and MindSpore, whose optimizer Cell fixes its Parameters then, refuse it.
 
-``uo.save_state`` writes what the groups hold (:func:`saved_record`): group dicts as
+``uo.save_state`` writes what the groups hold
+(:func:`unified_opt.porting.saved_groups.saved_record`): group dicts as
 ``uo.Group`` rules over the parameters' names, an lr written into the groups as the
 spec's constant lr; any other value written there after the build is refused, since
 the file would resume another run.
@@ -312,7 +313,7 @@ class GroupSurface:
             self.groups.append(ParamGroup(data, self._checker(g), self.refresh) if checked
                                else data)
         #: per group, the framework's lr its lr last followed, and the value it held then
-        self._native_seen = [lr] * len(self.groups)
+        self.native_seen = [lr] * len(self.groups)
         self._lr_seen = [dict.__getitem__(group, "lr") for group in self.groups]
         self._specs: dict[int, tuple[tuple, Any]] = {}
         #: the framework's own lr now (set by a backend whose framework has one:
@@ -342,7 +343,7 @@ class GroupSurface:
         if append:
             self.groups.append(group)
         self._lr_seen.append(data["lr"])
-        self._native_seen.append(lr)
+        self.native_seen.append(lr)
         return group
 
     def defaults(self, spec) -> dict[str, Any]:
@@ -371,11 +372,11 @@ class GroupSurface:
                 self.on_write(g, key, value)
             return
         if key in self.exposed[g]:
-            if self.native is not None and _differs(value, self.exposed[g][key]):
+            if self.native is not None and differs(value, self.exposed[g][key]):
                 raise ValueError(self._native_refusal(where, value))
             if self.native is None:
-                self._step_spec(g, {**self._written(g), key: value})
-                if self.on_write is not None and _differs(value, self.exposed[g][key]):
+                self._step_spec(g, {**self.written_values(g), key: value})
+                if self.on_write is not None and differs(value, self.exposed[g][key]):
                     self.on_write(g, key, value)
             return
         if isinstance(getattr(self.plans[g].spec, key, None), Schedule):
@@ -392,9 +393,9 @@ class GroupSurface:
                 "later would not be used; build the own path, whose step reads every "
                 "group value: uo.build(spec, params, path='own')")
 
-    def _written(self, g: int) -> dict[str, Any]:
+    def written_values(self, g: int) -> dict[str, Any]:
         group, exposed = self.groups[g], self.exposed[g]
-        return {k: group[k] for k in exposed if k in group and _differs(group[k], exposed[k])}
+        return {k: group[k] for k in exposed if k in group and differs(group[k], exposed[k])}
 
     # -- what a step reads ------------------------------------------------------------
     def check_groups(self) -> None:
@@ -411,14 +412,14 @@ class GroupSurface:
                 raise ValueError(f"{self.owner}: param_groups[{g}] lost {missing}; the step "
                                  "reads them")
             v.check_range(self.owner, f"param_groups[{g}]['lr']", group["lr"], low=0.0)
-            for key, value in self._written(g).items():
+            for key, value in self.written_values(g).items():
                 self.check_write(g, key, value)
             for key in group.keys() & (TORCH_HYPERPARAMETERS - set(self.exposed[g])):
                 self.check_write(g, key, group[key])
 
     def step_spec(self, g: int):
         """The plan spec of group ``g`` with the values written into its dict."""
-        return self._step_spec(g, self._written(g))
+        return self._step_spec(g, self.written_values(g))
 
     def _step_spec(self, g: int, written: Mapping[str, Any]):
         base = self.plans[g].spec
@@ -443,9 +444,9 @@ class GroupSurface:
     def follow_native(self, native_lr: float) -> None:
         """The framework's own lr is now ``native_lr`` because a group's write was
         carried there (not a change of its own)."""
-        self._native_seen = [native_lr] * len(self.groups)
+        self.native_seen = [native_lr] * len(self.groups)
 
-    def written(self, g: int, lr: float) -> None:
+    def mark_carried(self, g: int, lr: float) -> None:
         """Group ``g``'s lr write was carried into the framework's lr: the group holds
         the framework's lr again (a later change of either is the one to follow)."""
         self._lr_seen[g] = lr
@@ -454,9 +455,9 @@ class GroupSurface:
         """Group ``g`` follows the framework's lr where it changed and the group's was
         not written since; both: refused (``refuse``) or left to the step."""
         group = self.groups[g]
-        if not _differs(native_lr, self._native_seen[g]):
+        if not differs(native_lr, self.native_seen[g]):
             return
-        if _differs(dict.__getitem__(group, "lr"), self._lr_seen[g]):
+        if differs(dict.__getitem__(group, "lr"), self._lr_seen[g]):
             if refuse:
                 raise ValueError(
                     f"{self.owner}: param_groups[{g}]['lr'] was set to "
@@ -469,7 +470,7 @@ class GroupSurface:
         value = self.plans[g].lr(native_lr)
         dict.__setitem__(group, "lr", value)
         self._lr_seen[g] = value
-        self._native_seen[g] = native_lr
+        self.native_seen[g] = native_lr
 
     def refresh(self) -> None:
         """Before a group's lr is read: the groups follow a change of the framework's
@@ -494,109 +495,14 @@ class GroupSurface:
         for g in range(len(self.groups)):
             self._sync(g, native_lr, refuse=True)
         self._lr_seen = [dict.__getitem__(group, "lr") for group in self.groups]
-        self._native_seen = [native_lr] * len(self.groups)
+        self.native_seen = [native_lr] * len(self.groups)
         return list(self._lr_seen)
 
 
-def _differs(a: Any, b: Any) -> bool:
+def differs(a: Any, b: Any) -> bool:
+    """``a != b`` as one bool; values whose comparison has no single truth value (an
+    array) differ unless they are the same object."""
     try:
         return bool(a != b)
     except (TypeError, ValueError):     # an array compared elementwise
         return a is not b
-
-
-# -- what a state file records ----------------------------------------------------------
-
-def surface_of(optimizer: Any) -> GroupSurface | None:
-    """The :class:`GroupSurface` of an optimizer ``uo.build`` made (None: a native torch
-    class, whose groups torch keeps), reading its current groups."""
-    surface = optimizer.__dict__.get("_uo_surface") or optimizer.__dict__.get("_surface")
-    if isinstance(surface, GroupSurface):
-        groups = getattr(optimizer, "param_groups", None)
-        if isinstance(groups, list) and len(groups) == len(surface.groups):
-            surface.groups = groups            # torch's load_state_dict puts new dicts
-        return surface
-    return None
-
-
-def saved_record(record: Any, optimizer: Any, caller: str = "save_state") -> Any:
-    """``record`` (a build's :class:`~unified_opt.backend.BuildRecord`) as a state file
-    holds it: group dicts become ``uo.Group`` rules over the parameters' names, and an lr
-    written into ``param_groups`` (``uo.lr_scheduler``, a hand-written loop) becomes the
-    spec's constant lr, where one lr gives every group its value; a scheduler's own
-    position is its ``state_dict``'s. Any other value written into the groups, or group
-    dicts a rule cannot say, is a ValueError naming it: the file would resume another
-    run (torch's groups' lr: the torch backend's own check)."""
-    surface = surface_of(optimizer)
-    rules = tuple(record.groups)
-    if record.dict_groups:
-        # exact names first: a build's pattern rule must not take a dict's parameter
-        rules = _rules_of_group_dicts(record, caller) + rules
-    spec = record.spec
-    if surface is not None:
-        for g in range(min(len(surface.plans), len(surface.groups))):
-            # (a group past the plans: the backend's snapshot refuses its parameters)
-            written = surface._written(g)
-            if written:
-                raise ValueError(f"{caller}: param_groups[{g}] holds {written}, written after "
-                                 "the build; a state file records the spec and its uo.Group "
-                                 "rules, so build with those values (spec.replace(...), "
-                                 "uo.Group(...)) to save this run")
-        if record.decision.backend != "torch":
-            # torch's groups hold the lr its native scheduler writes: the torch backend's
-            # snapshot judges them against the spec and its schedule itself
-            spec = _spec_with_written_lr(record, surface, caller)
-    if spec is record.spec and rules == tuple(record.groups):
-        return record
-    return dataclasses.replace(record, spec=spec, groups=rules)
-
-
-def _spec_with_written_lr(record: Any, surface: GroupSurface, caller: str):
-    lrs = [group["lr"] for group in surface.groups]
-    if all(not _differs(plan.lr(native), lr)
-           for plan, lr, native in zip(surface.plans, lrs, surface._native_seen)):
-        return record.spec
-    plain = all(plan.lr_scale == 1.0 and plan.fixed_lr is None for plan in surface.plans)
-    if isinstance(record.spec.lr, Schedule) or not plain or len(set(lrs)) != 1:
-        raise ValueError(f"{caller}: param_groups hold lrs {lrs}, written after the build, "
-                         "that no constant spec lr gives every group (a scheduled spec lr, "
-                         "groups with lr factors or lrs of their own); the file would "
-                         "resume another lr")
-    return record.spec.replace(lr=lrs[0])
-
-
-def _rules_of_group_dicts(record: Any, caller: str) -> tuple:
-    """The ``uo.Group`` rules that give each parameter the plan its group dict gave."""
-    import glob
-
-    from .groups import Group
-
-    rules = []
-    for g in record.dict_groups:
-        members = [i for i, plan in enumerate(record.plans) if plan.group == g]
-        if not members:
-            continue
-        names = [record.names[i] for i in members]
-        if any(name is None for name in names):
-            raise ValueError(f"{caller}: params[{g}]'s parameters have no names, and the file "
-                             "keys state and groups by name; give (name, parameter) pairs "
-                             "in the group dicts")
-        plan = record.plans[members[0]]
-        base = record.spec.for_parameter(names[0])
-        decay = getattr(plan.spec, "weight_decay", None)
-        changes = {f.name for f in dataclasses.fields(plan.spec)
-                   if f.name not in ("weight_decay", *NAME_RULES)
-                   and _differs(getattr(plan.spec, f.name), getattr(base, f.name))}
-        if changes:
-            raise ValueError(f"{caller}: params[{g}] sets {sorted(changes)}, which a state "
-                             "file's uo.Group rules cannot hold (they hold lr, lr_scale and "
-                             "weight_decay); build with the spec holding them to save")
-        keys: dict[str, Any] = {}
-        if plan.fixed_lr is not None:
-            keys["lr"] = plan.fixed_lr
-        elif plan.lr_scale != 1.0:
-            keys["lr_scale"] = plan.lr_scale
-        if decay is not None and _differs(decay, getattr(base, "weight_decay", None)):
-            keys["weight_decay"] = decay
-        rules.append(Group(match=tuple(glob.escape(n) for n in names), **keys))
-    return tuple(rules)

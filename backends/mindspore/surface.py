@@ -111,7 +111,7 @@ def _held_lr(optimizer, surface: GroupSurface) -> float:
     (the value the groups last followed where that is the same in float32); with a
     schedule Cell or per-group lrs, the groups keep the build's lrs."""
     parameter = _one_lr_parameter(optimizer, surface)
-    seen = surface._native_seen[0]
+    seen = surface.native_seen[0]
     if parameter is None:
         return seen
     held = float(parameter.asnumpy().reshape(-1)[0])
@@ -130,7 +130,7 @@ def check_native_lrs(optimizer) -> None:
     if parameter is None:
         return
     held = float(parameter.asnumpy().reshape(-1)[0])
-    seen = surface._native_seen[0]
+    seen = surface.native_seen[0]
     if np.float32(held) == np.float32(seen):
         held = seen                        # unchanged (held in float32)
     # a value written from outside (mindspore.train.ReduceLROnPlateau): the groups follow

@@ -47,7 +47,7 @@ def _carry(optimizer, g: int, key: str, value) -> None:
         return
     optimizer.set_lr(float(value))
     surface.follow_native(float(value))
-    surface.written(0, float(value))       # Paddle's lr and the group agree: no clash
+    surface.mark_carried(0, float(value))       # Paddle's lr and the group agree: no clash
 
 
 def step_lrs(optimizer) -> list[float]:

@@ -65,9 +65,9 @@ from ..backend import BACKENDS, BuildRecord, record_of
 from ..files import atomic_writer
 from ..groups import Group
 from ..ops import NumpyOps, numpy_ops
-from ..param_groups import saved_record
 from ..spec import Spec, spec_from_dict
 from ..storage import round_to
+from .saved_groups import saved_record
 
 #: a file path as the functions below take it
 FilePath = str | os.PathLike
