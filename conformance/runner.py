@@ -9,7 +9,8 @@ against the float64 oracle as they finish, :mod:`.verdict`), and writes the repo
 least :data:`.shards.HELPER_MIN_CASES` cases ahead starts a helper worker for it: the
 two claim the backend's cases one by one, so that the slots end together
 (:mod:`.shards`); the backend's entry in the report then sums their seconds and lists
-each (``shards``).
+each (``shards``). Each worker gets the CPUs over ``jobs`` as its OpenMP threads
+(:func:`worker_threads`).
 
 What stays in ``out`` (CI uploads it): ``report.json``, ``report.md``, ``report.html``,
 ``junit.xml``; ``trajectories/<backend>/<case>__<path>.npz`` (compressed: every run's
@@ -308,12 +309,14 @@ def _not_started(device: Device, stopped_by: str) -> dict:
 def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[str], None],
                 timeout: float | None, keep_trajectories: bool = False,
                 device: Device = CPU, workers: _Workers | None = None,
-                tally: Tally | None = None, shard: int | None = None) -> dict:
+                tally: Tally | None = None, shard: int | None = None,
+                threads: int | None = None) -> dict:
     """Run ``backend``'s worker to its end (``timeout``: then kill its process group;
     ``workers``: the run's, which may stop it); its entry for the report's ``backends``,
     with the :data:`INTERNAL` keys for :func:`run`. ``tally``: the backend's workers
     (:mod:`.shards`), whose cases this one claims; ``shard``: a helper's number (None:
-    the backend's first worker, numbered by the tally)."""
+    the backend's first worker, numbered by the tally); ``threads``: its
+    ``OMP_NUM_THREADS`` (:func:`worker_threads`; None: the environment's)."""
     workers = _Workers() if workers is None else workers
     if tally is not None and shard is None:
         shard = tally.begin()
@@ -339,6 +342,8 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
     # faulthandler: a worker that crashes in C code, or that is aborted at the timeout,
     # writes every thread's Python stack to its stderr log (else empty after a kill)
     env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     with open(work / "stderr.log", "w") as stderr:
         process = workers.start(command, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                 env=env)
@@ -391,9 +396,23 @@ def _run_worker(backend: str, cases_file: Path, out: Path, progress: Callable[[s
     return info
 
 
+def worker_threads(jobs: int, environ=os.environ) -> int | None:
+    """The OpenMP threads each worker gets: the CPUs this process may use over
+    ``jobs`` (at least 1); None where ``OMP_NUM_THREADS`` is set (the user's choice
+    stands). The frameworks' CPU kernels take as many threads as there are cores by
+    default: ``jobs`` workers of that many threads each on the same cores spin in
+    OpenMP barriers (measured on the project's 2-core machine: a torch worker's CPU
+    time 28 s with 2 threads, 16 s with 1; a MindSpore worker's 24 s and 17 s; the
+    trajectories and verdicts the same bit for bit). Paddle sets 1 on import anyway.
+    The distributed cases' ranks inherit it."""
+    if "OMP_NUM_THREADS" in environ:
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // max(1, jobs))
+
+
 def _help(helpers: Helpers, cases_file: Path, out: Path, progress: Callable[[str], None],
           timeout: float | None, keep_trajectories: bool, device: Device,
-          workers: _Workers) -> tuple[str, dict] | None:
+          workers: _Workers, threads: int | None = None) -> tuple[str, dict] | None:
     """A helper task (:mod:`.shards`): a second worker for the backend that needs one
     most, run to its end, as ``(backend, entry)``; None when no backend needs one."""
     chosen = helpers.choose()
@@ -402,7 +421,7 @@ def _help(helpers: Helpers, cases_file: Path, out: Path, progress: Callable[[str
     backend, shard = chosen
     return backend, _run_worker(backend, cases_file, out, progress, timeout,
                                 keep_trajectories, device, workers, helpers.tallies[backend],
-                                shard)
+                                shard, threads)
 
 
 def _keep_logs(work: Path, out: Path, backend: str) -> list[str]:
@@ -553,15 +572,17 @@ def _run_locked(cases: list[Case], backends: list[str], out: Path, workers: _Wor
         tallies = {b: Tally(b, [c.id for c in ran if c.runs_on(b)],
                             sum(len(c.paths) for c in ran if c.runs_on(b)),
                             claims_folder(out / WORK, b), say) for b in backends}
+        threads = worker_threads(jobs)
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             try:
                 for b in sorted(backends, key=_start_rank):
                     futures[b] = pool.submit(_run_worker, b, cases_file, out, say, timeout,
-                                             keep_trajectories, device, workers, tallies[b])
+                                             keep_trajectories, device, workers, tallies[b],
+                                             None, threads)
                 helpers = Helpers(tallies)
                 if jobs > 1:          # behind the first workers: they run as slots free
                     helping += [pool.submit(_help, helpers, cases_file, out, say, timeout,
-                                            keep_trajectories, device, workers)
+                                            keep_trajectories, device, workers, threads)
                                 for _ in backends]
                 infos = {b: [futures[b].result()] for b in backends}
                 for future in helping:

@@ -3,6 +3,7 @@ that claim them run every case exactly once, with the same results as one worker
 report names, for a run a worker did not finish, the worker that claimed it."""
 
 import json
+import os
 import threading
 
 from conftest import require
@@ -158,3 +159,11 @@ def test_one_job_starts_no_helper(tmp_path, monkeypatch):
     runner.run([Case(id="a", spec=uo.SGD(lr=0.1), paths=("auto",))], ["torch"], tmp_path,
                jobs=1, progress=lambda line: None)
     assert started == ["torch"]
+
+
+def test_each_worker_gets_the_cpus_over_the_jobs_as_its_openmp_threads():
+    cpus = len(os.sched_getaffinity(0))
+    assert runner.worker_threads(2, environ={}) == max(1, cpus // 2)
+    assert runner.worker_threads(1, environ={}) == cpus
+    assert runner.worker_threads(4 * cpus, environ={}) == 1
+    assert runner.worker_threads(2, environ={"OMP_NUM_THREADS": "3"}) is None
