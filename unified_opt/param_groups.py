@@ -82,12 +82,11 @@ def group_hyperparameters(spec) -> dict[str, Any]:
             and not isinstance(getattr(spec, f.name), Schedule)}
 
 
-def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
-    """Indices of the parameters of each param group: equal plan spec, lr factor and
-    fixed lr, in order of first appearance (specs compared with ``==``)."""
-    parts: list[tuple[tuple, list[int]]] = []
-    for i, plan in enumerate(plans):
-        key = (plan.spec, plan.lr_scale, plan.fixed_lr)
+def partition(keys: Sequence) -> list[list[int]]:
+    """Indices of equal keys, grouped in order of first appearance (keys need only
+    ``==``: specs and schedules are compared, not hashed)."""
+    parts: list[tuple[object, list[int]]] = []
+    for i, key in enumerate(keys):
         for seen, indices in parts:
             if seen == key:
                 indices.append(i)
@@ -95,6 +94,12 @@ def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
         else:
             parts.append((key, [i]))
     return [indices for _, indices in parts]
+
+
+def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
+    """Indices of the parameters of each param group: equal plan spec, lr factor and
+    fixed lr, in order of first appearance."""
+    return partition([(plan.spec, plan.lr_scale, plan.fixed_lr) for plan in plans])
 
 
 # -- group dicts given to uo.build ---------------------------------------------------
@@ -177,17 +182,24 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping],
 
 
 def added_group(record: Any, group: Any, owner: str, framework: str,
-                name_of: Callable[[Any], str | None]) -> tuple[list, list, list]:
+                name_of: Callable[[Any], str | None],
+                exchanges: bool = False) -> tuple[list, list, list]:
     """``(names, params, plans)`` of the group dict ``group`` given to
     ``add_param_group`` of the optimizer ``record`` describes, and ``record`` extended
     with them (so ``uo.save_state`` writes them: names are needed there). Refused, a
-    TypeError or ValueError naming the reason, before anything changes: not a dict,
+    TypeError or ValueError naming the reason, before anything changes: an optimizer
+    that ``exchanges`` gradients over ranks (its exchange holds the build's parameters),
+    not a dict,
     parameters of another framework or already held, a key the spec has no field for, a
     scheduled lr (the scheduler ``uo.build`` made drives the groups it was made with)."""
     from .backend import check_parameters
     from .parameters import named_parameters
 
     caller = f"{owner}.add_param_group"
+    if exchanges:
+        raise ValueError(f"{caller}: a data-parallel optimizer's exchange holds the "
+                         "parameters it was built with; build a new one with every "
+                         "parameter")
     if not isinstance(group, Mapping):
         raise TypeError(f"{caller}: param_group must be a dict, got {type(group).__name__}")
     if record.lr_scheduler is not None:

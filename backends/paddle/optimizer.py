@@ -90,12 +90,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         self.compile_mode = compile
         self._kernels = PaddleKernels.for_optimizer(compile, type(self).__name__,
                                                     exchanges=exchange is not None)
-        if self._kernels is not None:
-            self._kernels.require(
-                (p.name, plan.spec, tuple(p.shape), str(p.dtype).removeprefix("paddle."),
-                 "" if p.place.is_cpu_place() and p.is_contiguous() else
-                 f"a parameter on {p.place} or not contiguous")
-                for p, plan in zip(params, plans))
+        self._require_kernels(params, plans)
         #: a data-parallel spec's exchange over the ranks (None: world size 1)
         self.exchange = exchange
         self.skipped = [] if skipped is None else skipped
@@ -124,6 +119,16 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         self._loop = StepLoop(spec, plans, params, lambda index, spec: self._engines,
                               self._host)
         self._built = True
+
+    def _require_kernels(self, params, plans) -> None:
+        """``compile=True``: every parameter's update must run on the kernels (raised
+        before any step; :meth:`unified_opt.kernels.runtime.KernelPath.require`)."""
+        if self._kernels is not None:
+            self._kernels.require(
+                (p.name, plan.spec, tuple(p.shape), str(p.dtype).removeprefix("paddle."),
+                 "" if p.place.is_cpu_place() and p.is_contiguous() else
+                 f"a parameter on {p.place} or not contiguous")
+                for p, plan in zip(params, plans))
 
     def _adopt_state(self, p, initial: dict) -> None:
         """Make ``initial`` (``spec.init``'s arrays for ``p``) ``p``'s accumulators
@@ -167,22 +172,13 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         from unified_opt.backend import record_of
         from unified_opt.param_groups import added_group
 
-        if self.exchange is not None:
-            raise ValueError("SpecOptimizer.add_param_group: a data-parallel optimizer's "
-                             "exchange holds the parameters it was built with; build a new "
-                             "one with every parameter")
         record = record_of(self)
         first = len(self._params)
         _, params, plans = added_group(record, param_group, "SpecOptimizer", "paddle",
-                                       lambda p: p.name)
+                                       lambda p: p.name, exchanges=self.exchange is not None)
         refuse_rounding(type(self).__name__, "Paddle", [plan.spec for plan in plans],
                         [(p.name, str(p.dtype).removeprefix("paddle.")) for p in params])
-        if self._kernels is not None:
-            self._kernels.require(
-                (p.name, plan.spec, tuple(p.shape), str(p.dtype).removeprefix("paddle."),
-                 "" if p.place.is_cpu_place() and p.is_contiguous() else
-                 f"a parameter on {p.place} or not contiguous")
-                for p, plan in zip(params, plans))
+        self._require_kernels(params, plans)
         with unique_name.guard():
             for p, plan in zip(params, plans):
                 initial = plan.spec.init(p.detach(), paddle_ops)

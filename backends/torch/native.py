@@ -5,8 +5,7 @@ from __future__ import annotations
 import inspect
 
 from unified_opt.native import import_native
-
-from .steps import partition
+from unified_opt.param_groups import partition
 
 
 def check_options(cls, options: dict, hyperparameters: dict) -> None:

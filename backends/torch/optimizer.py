@@ -106,15 +106,7 @@ class SpecOptimizer(torch.optim.Optimizer):
                                                    exchanges=eager)
         self._cuda = CudaKernels(self.compile, type(self).__name__) \
             if self.compile in ("auto", True) and not eager and not offload else None
-        if self._kernels is not None and not offload:
-            self._kernels.require(
-                (f"parameter {i} {list(p.shape)}", plan.spec, tuple(p.shape),
-                 dtype_name(p.dtype), _vm_refusal(p, plan.spec))
-                for i, (p, plan) in enumerate(zip(params, plans))
-                if p.device.type == "cpu" and not (self._cuda is not None
-                                                   and self._cuda.claims(p, plan.spec)))
-        if self._cuda is not None:
-            self._cuda.require(params, plans)
+        self._require_kernels(params, plans, 0)
         self._eager = Eager(exchange)
         vm = [Kernels(self._kernels)] if self._kernels is not None else []
         self._offload = Offload(vm + [self._eager]) if offload else None
@@ -143,20 +135,24 @@ class SpecOptimizer(torch.optim.Optimizer):
         from unified_opt.backend import record_of
         from unified_opt.param_groups import added_group
 
-        if self.exchange is not None:
-            raise ValueError("SpecOptimizer.add_param_group: a data-parallel optimizer's "
-                             "exchange holds the parameters it was built with; build a new "
-                             "one with every parameter")
         record = record_of(self)
         first = len(self._params)
         _, params, plans = added_group(record, param_group, "SpecOptimizer", "torch",
-                                       lambda p: None)
+                                       lambda p: None, exchanges=self.exchange is not None)
         group = self._surface.add(plans, params, float(self.spec.lr), first, append=False)
         torch.optim.Optimizer.add_param_group(self, group)
         self._surface.groups = self.param_groups
         self._params.extend(params)
         self.plans.extend(plans)
         self._index.update({id(p): first + k for k, p in enumerate(params)})
+        self._require_kernels(params, plans, first)
+        self._loop.extend(params, plans)
+        self._loop.host.resize(len(self._params))
+
+    def _require_kernels(self, params, plans, first: int) -> None:
+        """``compile=True``: every CPU parameter's update must run on the kernel VM and
+        every CUDA one's on the CUDA kernels (raised before any step); ``first``: the
+        first parameter's index, for the messages."""
         if self._kernels is not None and not self.offload:
             self._kernels.require(
                 (f"parameter {first + k} {list(p.shape)}", plan.spec, tuple(p.shape),
@@ -166,8 +162,6 @@ class SpecOptimizer(torch.optim.Optimizer):
                                                    and self._cuda.claims(p, plan.spec)))
         if self._cuda is not None:
             self._cuda.require(params, plans)
-        self._loop.extend(params, plans)
-        self._loop.host.resize(len(self._params))
 
     def _engines(self, index: int, spec) -> list:
         """The engines of a parameter, first to last (the module of each says what it

@@ -46,20 +46,6 @@ from .ops import DTensor, torch_ops
 STEPS_TAKEN = "steps_taken"
 
 
-def partition(keys: list) -> list[list[int]]:
-    """Indices of equal keys, grouped in order of first appearance (keys need only
-    ``==``: specs and schedules are compared, not hashed)."""
-    parts: list[tuple[object, list[int]]] = []
-    for i, key in enumerate(keys):
-        for seen, indices in parts:
-            if seen == key:
-                indices.append(i)
-                break
-        else:
-            parts.append((key, [i]))
-    return [indices for _, indices in parts]
-
-
 def steps_taken(optimizer) -> int:
     """Optimizer steps taken so far (skipped ones not counted): the schedule position."""
     return optimizer.param_groups[0].setdefault(STEPS_TAKEN, 0)
