@@ -34,7 +34,7 @@ from .api_map import (
     KEYWORDS,
     METHODS,
 )
-from .ported import Ported, Rewrite
+from .ported import Ported, Rewrite, insert_imports
 from .torch_calls import Optimizer, Plan, Resolved
 from .torch_calls import collector as collector_of
 
@@ -74,7 +74,7 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
                 f"{variable}(grads), ported with the model's forward and backward")
     dropped = _unused_imports(plan, scopes, positions)
     module = wrapper.module.visit(_rewriter(plan, wrapper.module, positions, dropped))
-    module = _insert_imports(module, list(dict.fromkeys(plan.imports)))
+    module = insert_imports(module, list(dict.fromkeys(plan.imports)))
     refusals = sorted((line, message) for line, message, _ in plan.marks)
     ported = Ported(module.code, sorted(plan.rewrites, key=lambda r: r.line), plan.notes,
                     refusals)
@@ -473,24 +473,3 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
             return updated
 
     return Rewriter()
-
-
-def _insert_imports(module, imports: list[str]):
-    """``imports`` not in the script yet, after its last top-level import."""
-    import libcst as cst
-
-    present = f"\n{module.code}"
-    new = [cst.parse_statement(line + "\n") for line in imports
-           if f"\n{line}\n" not in present]
-    if not new:
-        return module
-    body = list(module.body)
-    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
-                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)),
-               default=None)
-    if last is None:
-        docstring = bool(body) and isinstance(body[0], cst.SimpleStatementLine) and \
-            isinstance(body[0].body[0], cst.Expr) and isinstance(
-                body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-        last = 0 if docstring else -1
-    return module.with_changes(body=body[:last + 1] + new + body[last + 1:])

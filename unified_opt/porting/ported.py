@@ -35,9 +35,22 @@ class Ported:
     nothing_found: str = ""
 
 
-class PortRefused(ValueError):
-    """Constructions that cannot be read statically: ``(line, message)`` each."""
+def insert_imports(module, imports: list[str]):
+    """``imports`` not in the script yet, after its last top-level import."""
+    import libcst as cst
 
-    def __init__(self, refusals: list[tuple[int, str]]):
-        self.refusals = refusals
-        super().__init__("; ".join(f"line {line}: {message}" for line, message in refusals))
+    present = f"\n{module.code}"
+    new = [cst.parse_statement(line + "\n") for line in imports
+           if f"\n{line}\n" not in present]
+    if not new:
+        return module
+    body = list(module.body)
+    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
+                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)),
+               default=None)
+    if last is None:
+        docstring = bool(body) and isinstance(body[0], cst.SimpleStatementLine) and \
+            isinstance(body[0].body[0], cst.Expr) and isinstance(
+                body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        last = 0 if docstring else -1
+    return module.with_changes(body=body[:last + 1] + new + body[last + 1:])

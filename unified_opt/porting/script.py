@@ -59,11 +59,11 @@ from .groups_reading import (
     _read_groups,
     target_patterns,
 )
-from .ported import Ported, PortRefused, Rewrite
+from .ported import Ported, Rewrite, insert_imports
 from .spec_code import _value_code, spec_code
 from .stepping import function_of, plan_schedule_steps, scheduler_steps
 
-__all__ = ["PortRefused", "Ported", "Rewrite", "port_source", "spec_code"]
+__all__ = ["Ported", "Rewrite", "port_source", "spec_code"]
 
 #: the parameter argument: keyword, and position among the positional arguments
 PARAMS = {"torch": ("params", 0), "paddle": ("parameters", 1), "mindspore": ("params", 0)}
@@ -377,26 +377,6 @@ def _not_carried(decision, spec: Spec, kwargs: dict) -> list[str]:
             if getattr(spec, name, default) != getattr(back, name, default)]
 
 
-def _insert_imports(module, imports: list[str]):
-    import libcst as cst
-
-    present = module.code
-    new = [cst.parse_statement(line + "\n") for line in imports
-           if f"\n{line}\n" not in f"\n{present}"]
-    if not new:
-        return module
-    body = list(module.body)
-    last = max((i for i, s in enumerate(body) if isinstance(s, cst.SimpleStatementLine)
-                and any(isinstance(x, (cst.Import, cst.ImportFrom)) for x in s.body)),
-               default=None)
-    if last is None:
-        docstring = bool(body) and isinstance(body[0], cst.SimpleStatementLine) and \
-            isinstance(body[0].body[0], cst.Expr) and isinstance(
-                body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
-        last = 0 if docstring else -1
-    return module.with_changes(body=body[:last + 1] + new + body[last + 1:])
-
-
 def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
     """Rewrite ``source``'s optimizer and scheduler constructions for framework ``to``
     (module docstring). A construction that cannot be read is left as it is, marked by a
@@ -553,7 +533,7 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                                                        for x in extra)])
             return updated
 
-    rewritten = _insert_imports(module.visit(Rewriter()), list(dict.fromkeys(imports)))
+    rewritten = insert_imports(module.visit(Rewriter()), list(dict.fromkeys(imports)))
     return Ported(rewritten.code, rewrites, notes, sorted(reader.refusals))
 
 
