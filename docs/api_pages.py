@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from unified_opt.files import write_pages
+
 #: (title, introduction, public names); a name is ``uo.<name>`` unless dotted further
 SECTIONS: list[tuple[str, str, list[str]]] = [
     ("Specs",
@@ -238,13 +240,7 @@ def write(out: Path) -> list[Path]:
     texts = pages()
     for stale in set(p.name for p in out.glob("*.rst")) - set(texts):
         (out / stale).unlink()
-    written = []
-    for name, text in texts.items():
-        path = out / name
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-        written.append(path)
-    return written
+    return write_pages(out, texts)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from unified_opt.files import write_pages
+
 MATH = Path(__file__).resolve().parent / "math_offline.json"
 
 
@@ -51,14 +53,7 @@ def math() -> str:
 
 def write(out: Path) -> list[Path]:
     """Write every figure file into ``out`` (a file only when its text changed)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in {"suite.md": suite(), "math.md": math()}.items():
-        path = out / name
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-        written.append(path)
-    return written
+    return write_pages(out, {"suite.md": suite(), "math.md": math()})
 
 
 if __name__ == "__main__":

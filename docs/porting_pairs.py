@@ -16,6 +16,7 @@ from typing import Any
 
 import unified_opt as uo
 from unified_opt.backend import BACKENDS, load
+from unified_opt.files import write_pages
 from unified_opt.native import REQUIRED_ARGUMENTS
 
 PAIRS = (("torch", "paddle"), ("torch", "mindspore"), ("paddle", "mindspore"))
@@ -137,14 +138,7 @@ def pages() -> dict[str, str]:
 def write(out: Path) -> list[Path]:
     """Write the pages into ``out`` (a file only when its text changed, so that an
     incremental build rereads nothing else)."""
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in pages().items():
-        path = out / name
-        if not path.exists() or path.read_text() != text:
-            path.write_text(text)
-        written.append(path)
-    return written
+    return write_pages(out, pages())
 
 
 if __name__ == "__main__":

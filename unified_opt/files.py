@@ -93,3 +93,18 @@ def write_text(path, text: str, encoding: str = "utf-8") -> None:
     """``Path(path).write_text(text)``, atomically (see the module)."""
     with atomic_writer(path, "w", encoding=encoding) as handle:
         handle.write(text)
+
+
+def write_pages(out, pages: dict[str, str]) -> list[Path]:
+    """Each page's text written into folder ``out`` (made if needed) as ``out / name``,
+    atomically and only where the text changed (an incremental docs build then rereads
+    nothing else); the paths, in order."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in pages.items():
+        path = out / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            write_text(path, text)
+        written.append(path)
+    return written
