@@ -27,7 +27,19 @@ def _lambdas(owner: str, lr_lambda: Any, count: int) -> list[dict[str, Any]]:
     return [{"lr_lambda": fn} for fn in fns]
 
 
-class LambdaLR(LRScheduler):
+class _OfLambdas(LRScheduler):
+    """A scheduler given a function of the step, or one per group (``lr_lambda``)."""
+
+    def __init__(self, optimizer: Any, lr_lambda: Callable | list[Callable],
+                 last_epoch: int = -1) -> None:
+        self._lr_lambda = lr_lambda
+        super().__init__(optimizer, last_epoch)
+
+    def _group_kwargs(self, count):
+        return _lambdas(type(self).__name__, self._lr_lambda, count)
+
+
+class LambdaLR(_OfLambdas):
     """``lr = initial_lr * lr_lambda(step)`` (torch ``LambdaLR``).
 
     Args:
@@ -42,16 +54,8 @@ class LambdaLR(LRScheduler):
     preset = "LambdaLR"
     recursive = False
 
-    def __init__(self, optimizer: Any, lr_lambda: Callable | list[Callable],
-                 last_epoch: int = -1) -> None:
-        self._lr_lambda = lr_lambda
-        super().__init__(optimizer, last_epoch)
 
-    def _group_kwargs(self, count):
-        return _lambdas(type(self).__name__, self._lr_lambda, count)
-
-
-class MultiplicativeLR(LRScheduler):
+class MultiplicativeLR(_OfLambdas):
     """``lr = initial_lr * lr_lambda(1) * ... * lr_lambda(step)`` (torch
     ``MultiplicativeLR``).
 
@@ -65,14 +69,6 @@ class MultiplicativeLR(LRScheduler):
     """
 
     preset = "MultiplicativeLR"
-
-    def __init__(self, optimizer: Any, lr_lambda: Callable | list[Callable],
-                 last_epoch: int = -1) -> None:
-        self._lr_lambda = lr_lambda
-        super().__init__(optimizer, last_epoch)
-
-    def _group_kwargs(self, count):
-        return _lambdas(type(self).__name__, self._lr_lambda, count)
 
 
 class _Fixed(LRScheduler):
