@@ -1,8 +1,9 @@
 r"""A traced :class:`~.trace.Program` as code for the kernel VM (``vm.cc``).
 
 The VM runs *phases*. A phase loops over a *domain* (a mask: the B, R and C axes it
-spans) in chunks of consecutive elements along C (``phases.h``), and runs the same
-instruction list on every chunk: elementwise operations into registers (one chunk
+spans) in chunks of consecutive elements (``phases.h``: a part of a row along C, or
+several whole rows where rows are short, as a conv weight's rows of 3), and runs the
+same instruction list on every chunk: elementwise operations into registers (one chunk
 each), sums, and stores into arrays. What goes where:
 
 * A node spanning the parameter's axes (a *full* node) is never stored: each phase that

@@ -226,11 +226,39 @@ inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims
   }
 }
 
+// short_lane_sum of N elements, N known to the compiler (unrolled: a conv weight's rows)
+template <int N, class T> inline double short_sum(const T* __restrict__ x) {
+  double lane[N];
+  for (int l = 0; l < N; ++l) lane[l] = 0.0 + double(x[l]);
+  int live = N;
+  for (int width = LANES / 2; width > 0; width /= 2) {
+    for (int l = 0; l < width && l + width < live; ++l) lane[l] += lane[l + width];
+    live = std::min(live, width);
+  }
+  return lane[0];
+}
+template <int N, class T>
+inline void short_row_sums(double* __restrict__ out, const T* __restrict__ x, int64_t rows) {
+  for (int64_t i = 0; i < rows; ++i) out[i] = short_sum<N>(x + i * N);
+}
+
 // A sum over C of the chunk's values x (each row's blocks: the same partials as one
 // chunk per row), and a column sum (each row added into its group's partial row, rows in
 // order: the order of a walk of one row per chunk).
 template <class T>
 inline void row_sums(double* acc, const Walk& w, const Chunk& ch, const T* x) {
+  if (w.blocks == 1) {          // whole rows of at most one block: a partial per row
+    double* out = acc + ch.row;
+    switch (ch.n) {
+      case 1: return short_row_sums<1>(out, x, ch.rows);
+      case 2: return short_row_sums<2>(out, x, ch.rows);
+      case 3: return short_row_sums<3>(out, x, ch.rows);
+      case 4: return short_row_sums<4>(out, x, ch.rows);
+      case 5: return short_row_sums<5>(out, x, ch.rows);
+      case 7: return short_row_sums<7>(out, x, ch.rows);
+      default: break;
+    }
+  }
   for (int64_t i = 0; i < ch.rows; ++i)
     block_sums(acc + (ch.row + i) * w.blocks + ch.c0 / SUM_BLOCK, x + i * ch.n, ch.n);
 }
@@ -238,13 +266,29 @@ inline void row_sums_of(double* acc, const Walk& w, const Chunk& ch, double valu
   for (int64_t i = 0; i < ch.rows; ++i)
     block_sums_of(acc + (ch.row + i) * w.blocks + ch.c0 / SUM_BLOCK, value, ch.n);
 }
+// the rows from `row` on that add into the same partial row: up to the group's end
+inline int64_t group_end(const Walk& w, int64_t row) {
+  if (w.sum_over_b) return (row / w.per_group + 1) * w.per_group;
+  const int64_t b = row / w.Dr, r = row % w.Dr;
+  return b * w.Dr + std::min(w.Dr, (r / w.per_group + 1) * w.per_group);
+}
 template <class T>
 inline void column_sums(double* acc, const Walk& w, const Chunk& ch, const T* x) {
-  for (int64_t i = 0; i < ch.rows; ++i) {
-    double* __restrict__ partial = acc + w.group(ch.row + i) * w.Dc + ch.c0;
-    const T* __restrict__ row = x + i * ch.n;
+  for (int64_t i = 0; i < ch.rows;) {
+    const int64_t row = ch.row + i;
+    const int64_t end = std::min(ch.rows, group_end(w, row) - ch.row);
+    double* __restrict__ partial = acc + w.group(row) * w.Dc + ch.c0;
+    if (ch.n == 1) {
+      double total = partial[0];
+      for (; i < end; ++i) total += double(x[i]);
+      partial[0] = total;
+      continue;
+    }
+    for (; i < end; ++i) {
+      const T* __restrict__ values = x + i * ch.n;
 #pragma omp simd
-    for (int64_t c = 0; c < ch.n; ++c) partial[c] += double(row[c]);
+      for (int64_t c = 0; c < ch.n; ++c) partial[c] += double(values[c]);
+    }
   }
 }
 inline void column_sums_of(double* acc, const Walk& w, const Chunk& ch, double value) {

@@ -165,7 +165,9 @@ class Programs:
         trace must be the same program with the tensor's axes read as one
         (:func:`flattens`), and the update must not read the tensor's size. Worked out
         once per spec, rank, dtype and step. An update that reduces over chosen axes
-        (Adafactor's and CAME's factored moments) keeps the tensor's shape.
+        (Adafactor's and CAME's factored moments) keeps the tensor's shape; its phases
+        walk several short rows per chunk (``phases.h``), so a conv weight's rows of 3
+        do not cost a chunk each, with the same bits as one row per chunk.
 
         Where the 1-D trace of this step is rank-blind (:attr:`.trace.Trace.rank_blind`:
         the update's Python never looked at the axes) and the state arrays are whole or
