@@ -69,13 +69,16 @@ def breakdown(report: dict) -> dict:
     backends = {}
     for name, entry in report["backends"].items():
         runs = sum(by_kind[name].values())
+        # a distributed case's seconds are its launches', which run in a thread of the
+        # worker beside its other runs: they are not part of the worker's own time
+        own_runs = runs - by_kind[name].get("distributed", 0.0)
         backends[name] = {
             "worker_s": entry["seconds"],
             "shards_s": [s["seconds"] for s in entry.get("shards", [])],
             "runs_s": round(runs, 1),
-            # the worker's time outside its runs: Python and framework imports, the cases
-            # file, writing results (a shard's imports count once per shard)
-            "outside_runs_s": round(entry["seconds"] - runs, 1),
+            # the workers' time outside their runs (but the distributed ones): Python and
+            # framework imports, reading the cases, writing results (once per worker)
+            "outside_runs_s": round(entry["seconds"] - own_runs, 1),
             "by_kind_s": {k: round(v, 1) for k, v in sorted(by_kind[name].items())},
         }
     slowest = sorted(per_case.items(), key=lambda item: -item[1])[:15]
@@ -89,7 +92,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_once(source: Path | None) -> dict:
+def run_once(source: Path | None, keep: Path | None = None) -> dict:
     env = dict(os.environ)
     if source is not None:
         env["PYTHONPATH"] = os.pathsep.join(
@@ -105,6 +108,9 @@ def run_once(source: Path | None) -> dict:
         cpu = _children_cpu() - cpu
         after = load()
         report = json.loads((out / "report.json").read_text())
+        if keep is not None:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            write_text(keep, (out / "report.json").read_text())
     summary = report["summary"]
     return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "exit_status": done.returncode,
             "load_before": before, "load_after": after,
@@ -122,12 +128,17 @@ def main(argv=None) -> int:
                         help="another copy of the project to run (see the module)")
     parser.add_argument("--note", default="", help="what the entry measures, in words")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--reports", type=Path, default=None,
+                        help="folder to keep each run's report.json in "
+                             "(<label>.<run>.report.json), e.g. to compare two runs' results")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error(f"--runs must be >= 1, got {args.runs}")
     runs = []
     for _ in range(args.runs):
-        runs.append(run_once(args.source))
+        keep = (None if args.reports is None
+                else args.reports / f"{args.label}.{len(runs) + 1}.report.json")
+        runs.append(run_once(args.source, keep))
         print(f"{args.label}: {runs[-1]['wall_s']} s wall, {runs[-1]['results']} results, "
               f"load {runs[-1]['load_before']} -> {runs[-1]['load_after']}", flush=True)
     best = min(runs, key=lambda r: r["wall_s"])
