@@ -11,8 +11,9 @@ yet, takes the one with the most cases nobody has claimed, and, when at least
 worker's shard number), so every case runs exactly once, in one of them, with the same
 driver, oracle, floors and verdict as in a worker of its own: the results are the same.
 
-A helper costs a framework import (torch about 3 s of CPU, Paddle 2 s, MindSpore 2.5 s,
-measured on the 2-core machine this project's CI runs on), hence the minimum.
+A helper costs a framework import (CPU seconds of importing the worker's driver: torch
+3.1, Paddle 1.7, MindSpore 2.4, measured on the project's 2-core machine), hence the
+minimum.
 
 :class:`Tally` keeps a backend's shards together for the progress lines (one count of
 runs done over the backend's total, one ``finished`` line when its last worker ends);
