@@ -102,8 +102,10 @@ def run_once(source: Path | None, keep: Path | None = None) -> dict:
         before = load()
         cpu = _children_cpu()
         started = time.perf_counter()
+        # cwd: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
         done = subprocess.run([sys.executable, "-m", "unified_opt.cli", "conformance",
-                               "--out", str(out)], env=env, capture_output=True, text=True)
+                               "--out", str(out)], env=env, capture_output=True, text=True,
+                              cwd=folder)
         wall = time.perf_counter() - started
         cpu = _children_cpu() - cpu
         after = load()
@@ -128,6 +130,9 @@ def main(argv=None) -> int:
                         help="another copy of the project to run (see the module)")
     parser.add_argument("--note", default="", help="what the entry measures, in words")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--append", action="store_true",
+                        help="add the runs to the label's entry (its runs stay: the fastest "
+                             "of all is its figure) instead of replacing it")
     parser.add_argument("--reports", type=Path, default=None,
                         help="folder to keep each run's report.json in "
                              "(<label>.<run>.report.json), e.g. to compare two runs' results")
@@ -141,8 +146,11 @@ def main(argv=None) -> int:
         runs.append(run_once(args.source, keep))
         print(f"{args.label}: {runs[-1]['wall_s']} s wall, {runs[-1]['results']} results, "
               f"load {runs[-1]['load_before']} -> {runs[-1]['load_after']}", flush=True)
-    best = min(runs, key=lambda r: r["wall_s"])
     data = json.loads(args.out.read_text()) if args.out.exists() else {}
+    earlier = data.get("entries", {}).get(args.label) if args.append else None
+    if earlier is not None:
+        runs = [earlier["best"], *earlier.get("other_runs", []), *runs]
+    best = min(runs, key=lambda r: r["wall_s"])
     data.update({"command": "unified-opt conformance --out DIR (default: --jobs 2, every "
                             "installed backend)",
                  "target_wall_s": TARGET_S, "machine": platform.machine(),
@@ -151,7 +159,7 @@ def main(argv=None) -> int:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "source": str(args.source) if args.source else "this checkout",
         "note": args.note, "best": best,
-        "other_runs_wall_s": [r["wall_s"] for r in runs if r is not best]}
+        "other_runs": [r for r in runs if r is not best]}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(args.out, json.dumps(data, indent=1) + "\n")
     return 0
