@@ -50,7 +50,7 @@ def test_the_committed_curves_are_current(measured):
     # stale's rtol=1e-5 for the same reason as above (measured against the committed
     # curves: 6e-7 relative at most, with AVX-512 and without)
     assert walkthrough.stale(committed, measured) == [], (
-        "docs/porting_curves.json is stale: python examples/port/walkthrough.py")
+        "docs/porting_curves.json is stale: python examples/port/walkthrough.py --out docs")
 
 
 def _png_text(path: Path) -> dict[str, str]:
