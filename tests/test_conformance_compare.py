@@ -172,7 +172,10 @@ def test_default_cases_are_valid_and_serialisable():
     assert len({c.id for c in cases}) == len(cases)
     assert {c.spec.name for c in cases} == set(uo.algorithms())   # every algorithm has cases
     for case in cases:
-        assert case.steps >= 50 and "auto" in case.paths
+        # every case runs the default path, but one writing a hyperparameter other than
+        # the lr into param_groups (native classes read those when built, and refuse it)
+        assert case.steps >= 50 and ("auto" in case.paths
+                                     or set(case.param_group_writes) - {"lr"})
         # a 0-size parameter everywhere but in the presets (ported networks)
         assert ((0,) in case.params.values()) == (not case.id.startswith("preset_"))
         assert Case.from_dict(case.to_dict()) == case
