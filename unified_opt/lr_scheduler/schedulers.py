@@ -263,7 +263,13 @@ class _Cycling(LRScheduler):
 
     recursive = False
     scales_lr = False
-    _arguments: dict[str, Any]
+    _arguments: dict[str, Any]        # the same for every group
+    _per_group: dict[str, Any]        # a value, or one per group
+
+    def _group_kwargs(self, count):
+        lists = {k: per_group(type(self).__name__, k, x, count)
+                 for k, x in self._per_group.items()}
+        return [{**self._arguments, **{k: lists[k][g] for k in lists}} for g in range(count)]
 
     def _check_momentum(self, groups: list[dict]) -> None:
         if not self._arguments["cycle_momentum"]:
@@ -334,11 +340,6 @@ class CyclicLR(_Cycling):
                                max_momentum=max_momentum)
         super().__init__(optimizer, last_epoch)
 
-    def _group_kwargs(self, count):
-        lists = {k: per_group(type(self).__name__, k, x, count)
-                 for k, x in self._per_group.items()}
-        return [{**self._arguments, **{k: lists[k][g] for k in lists}} for g in range(count)]
-
     def _base_lrs(self, groups, last_epoch):
         self._check_momentum(groups)
         return [kw["base_lr"] for kw in self._group_kwargs(len(groups))]
@@ -405,11 +406,6 @@ class OneCycleLR(_Cycling):
         self._per_group = dict(max_lr=max_lr, base_momentum=base_momentum,
                                max_momentum=max_momentum)
         super().__init__(optimizer, last_epoch)
-
-    def _group_kwargs(self, count):
-        lists = {k: per_group(type(self).__name__, k, x, count)
-                 for k, x in self._per_group.items()}
-        return [{**self._arguments, **{k: lists[k][g] for k in lists}} for g in range(count)]
 
     def _base_lrs(self, groups, last_epoch):
         self._check_momentum(groups)
