@@ -290,3 +290,16 @@ class PerRankSGD(SGD):
 
     def update(self, param, grad, state, *, lr, step, ops):
         return param - grad * (lr * (0.5 if param.ndim > 1 else 1.0)), state
+
+
+def held_state(optimizer, named, spec) -> dict:
+    """name -> the spec's state tensors, as the optimizer ``uo.build`` made holds them
+    (the own path's ``spec_state``, or its native class's state under the spec's names);
+    ``named``: ``(name, parameter)`` pairs."""
+    from unified_opt.backend import load, record_of
+
+    record = record_of(optimizer)
+    if record.decision.path == "own":
+        return {n: optimizer.spec_state(p) for n, p in named}
+    backend = load(record.decision.backend)
+    return {n: backend.native_state(record, optimizer, p, spec) for n, p in named}

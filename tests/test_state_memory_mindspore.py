@@ -8,9 +8,10 @@ to two Parameters. Own path and the native class (``experimental.optim.AdamW``).
 import numpy as np
 import pytest
 from conftest import require
+from support import held_state
 
 import unified_opt as uo
-from unified_opt.backend import load, record_of
+from unified_opt.backend import record_of
 from unified_opt.porting.state import read_state
 
 pytestmark = require("mindspore")
@@ -44,11 +45,7 @@ def _step(optimizer, named, t: int) -> None:
 
 
 def _held(optimizer, named) -> dict:
-    """name -> the spec's state Parameters, as the optimizer holds them."""
-    record = record_of(optimizer)
-    if record.decision.path == "own":
-        return {n: optimizer.spec_state(p) for n, p in named}
-    return {n: load("mindspore").native_state(record, optimizer, p, SPEC) for n, p in named}
+    return held_state(optimizer, named, SPEC)
 
 
 def _values(optimizer, named) -> dict:
