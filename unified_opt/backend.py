@@ -65,7 +65,9 @@ class Context:
     elements: int | None = None
 
 
-def _framework_of(obj: Any) -> str | None:
+def framework_of(obj: Any) -> str | None:
+    """'torch', 'paddle' or 'mindspore' when ``obj``'s class comes from that framework
+    (read from the name of the module defining a class in its MRO: no import)."""
     for klass in type(obj).__mro__:
         root = (klass.__module__ or "").split(".")[0]
         if root in BACKENDS:
@@ -98,7 +100,7 @@ def check_parameters(named: Sequence[tuple[str | None, Any]], caller: str = "bui
 
     frameworks: dict[str, int] = {}
     for i, (name, p) in enumerate(named):
-        framework = _framework_of(p)
+        framework = framework_of(p)
         if framework is None:
             raise TypeError(f"{caller}: parameters must all come from one framework: "
                             f"{label(i, name)} is {p!r} of type {type(p).__name__}, not a "

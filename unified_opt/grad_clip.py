@@ -35,19 +35,19 @@ _NORM_NATIVE = ("mindspore.ops.clip_by_global_norm(grads, max_norm) (its eps is 
 
 def _parameters(caller: str, parameters: Any) -> tuple[str, list[Any]]:
     """(framework, the parameters with a gradient), refusing a mix of frameworks."""
-    from .backend import _framework_of
+    from .backend import framework_of
 
     if isinstance(parameters, (str, bytes)):
         raise TypeError(f"{caller}: parameters must be a parameter or an iterable of them, "
                         f"got {parameters!r}")
-    if _framework_of(parameters) is not None:
+    if framework_of(parameters) is not None:
         items = [parameters]
     elif hasattr(parameters, "__iter__"):
         items = list(parameters)
     else:
         raise TypeError(f"{caller}: parameters must be a parameter or an iterable of them, "
                         f"got {parameters!r} of type {type(parameters).__name__}")
-    frameworks = {_framework_of(p) for p in items}
+    frameworks = {framework_of(p) for p in items}
     if not items or frameworks == {None}:
         empty = isinstance(parameters, types.GeneratorType) and not items
         raise ValueError(f"{caller}: parameters holds no torch, Paddle or MindSpore parameter "

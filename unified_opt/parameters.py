@@ -7,16 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from .backend import BACKENDS
+from .backend import framework_of
 
-
-def framework_of(obj: Any) -> str | None:
-    """'torch', 'paddle' or 'mindspore' when ``obj``'s class comes from that framework."""
-    for klass in type(obj).__mro__:
-        root = (klass.__module__ or "").split(".")[0]
-        if root in BACKENDS:
-            return root
-    return None
+__all__ = ["framework_of", "named_parameters"]
 
 
 def named_parameters(params: Any, caller: str = "build") -> list[tuple[str | None, Any]]:

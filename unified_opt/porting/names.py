@@ -30,6 +30,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from ..backend import framework_of
+
 #: module type -> framework -> class names (in that framework's ``nn``)
 KINDS = {
     "linear": {"torch": ("Linear",), "paddle": ("Linear",), "mindspore": ("Dense",)},
@@ -59,14 +61,6 @@ ATTRIBUTES = {
 #: module type -> framework -> the layout of its 2-D weight
 LAYOUTS = {"linear": {"torch": "(out, in)", "paddle": "(in, out)", "mindspore": "(out, in)"}}
 FRAMEWORKS = ("torch", "paddle", "mindspore")
-
-
-def _framework(obj: Any) -> str | None:
-    for klass in type(obj).__mro__:
-        root = (klass.__module__ or "").split(".")[0]
-        if root in FRAMEWORKS:
-            return root
-    return None
 
 
 def module_kind(module: Any, framework: str) -> str | None:
@@ -99,7 +93,7 @@ def parameter_modules(model: Any) -> dict[str, tuple[str | None, str]]:
     """``{parameter name: (module type or None, attribute)}`` for every parameter of
     ``model`` (a torch Module, Paddle Layer or MindSpore Cell), under the names
     ``uo.build`` gives them."""
-    framework = _framework(model)
+    framework = framework_of(model)
     if framework is None or not any(hasattr(model, m) for m in (
             "named_modules", "named_sublayers", "cells_and_names")):
         raise TypeError(f"name_map: model must be a torch Module, Paddle Layer or "
@@ -121,7 +115,7 @@ def name_map(source_framework: str, target_model: Any) -> dict[str, str]:
     if source_framework not in FRAMEWORKS:
         raise ValueError(f"name_map: source_framework must be one of {FRAMEWORKS}, got "
                          f"{source_framework!r}")
-    target = _framework(target_model)
+    target = framework_of(target_model)
     out = {}
     for name, (kind, attribute) in parameter_modules(target_model).items():
         source = name
