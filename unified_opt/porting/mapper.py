@@ -34,7 +34,7 @@ from .api_map import (
     KEYWORDS,
     METHODS,
 )
-from .ported import Ported, Rewrite, insert_imports
+from .ported import Ported, Rewrite, insert_imports, nothing_found
 from .torch_calls import Optimizer, Plan, Resolved
 from .torch_calls import collector as collector_of
 
@@ -79,11 +79,7 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
     ported = Ported(module.code, sorted(plan.rewrites, key=lambda r: r.line), plan.notes,
                     refusals)
     if not plan.optimizers and not refusals and not plan.rewrites:
-        ported.nothing_found = (
-            f"{filename}: no optimizer construction found: the port reads direct calls of "
-            "torch, Paddle and MindSpore optimizer classes (torch.optim.AdamW(...), "
-            "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
-            "imports")
+        ported.nothing_found = nothing_found(filename)
     return ported
 
 

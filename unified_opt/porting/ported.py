@@ -54,3 +54,12 @@ def insert_imports(module, imports: list[str]):
                 body[0].body[0].value, (cst.SimpleString, cst.ConcatenatedString))
         last = 0 if docstring else -1
     return module.with_changes(body=body[:last + 1] + new + body[last + 1:])
+
+
+def nothing_found(filename: str) -> str:
+    """What :attr:`Ported.nothing_found` says of a script without an optimizer
+    construction."""
+    return (f"{filename}: no optimizer construction found: the port reads direct calls of "
+            "torch, Paddle and MindSpore optimizer classes (torch.optim.AdamW(...), "
+            "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
+            "imports")

@@ -59,7 +59,7 @@ from .groups_reading import (
     _read_groups,
     target_patterns,
 )
-from .ported import Ported, Rewrite, insert_imports
+from .ported import Ported, Rewrite, insert_imports, nothing_found
 from .spec_code import _value_code, spec_code
 from .stepping import function_of, plan_schedule_steps, scheduler_steps
 
@@ -431,11 +431,7 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
     optimizers = plan_schedule_steps(reader, optimizers, to, wrapper.module)
     ported = _rewrite(wrapper.module, reader, optimizers, to)
     if not any(c.kind == "optimizer" for c in finder.found) and not ported.refusals:
-        ported.nothing_found = (
-            f"{filename}: no optimizer construction found: the port reads direct calls of "
-            "torch, Paddle and MindSpore optimizer classes (torch.optim.AdamW(...), "
-            "paddle.optimizer.Adam(...), mindspore.nn.Adam(...)) through the script's "
-            "imports")
+        ported.nothing_found = nothing_found(filename)
     return ported
 
 
