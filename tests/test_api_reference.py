@@ -16,6 +16,7 @@ the implementation (``uo.Any``).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import re
@@ -161,7 +162,7 @@ def _choices(cls, field: str) -> tuple[str, ...]:
         cls(**{field: "not-a-choice"})
     except ValueError as error:
         found = re.search(rf"{field} must be one of (\(.*?\)), got", str(error))
-        return eval(found.group(1)) if found else ()      # a tuple literal of strs
+        return ast.literal_eval(found.group(1)) if found else ()   # a tuple of strs
     except TypeError:
         return ()
     return ()
