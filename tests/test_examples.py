@@ -41,9 +41,12 @@ def test_the_training_loop_agrees_across_frameworks():
 #: rank aborts after the example's last step was printed, between its last exchange and
 #: its exit (``dist.barrier``, ``destroy_process_group``, the interpreter's end), with
 #: this line from the C++ runtime and no Python error; 64 runs outside pytest (4 to 6 at
-#: once) did not show it. A run that fails so is launched once more (PYTHONFAULTHANDLER=1 puts
+#: once) did not show it. A run that fails so is launched again (PYTHONFAULTHANDLER=1 puts
 #: the ranks' Python stacks in the output if it comes back)
 TEARDOWN_ABORT = "terminate called without an active exception"
+#: launches at most: a clean-clone CI run at load about 3 saw the abort in two launches
+#: in a row (the next run of the test passed three times out of three)
+TEARDOWN_TRIES = 3
 
 
 def _launched(backend: str, script: str, directory: Path):
@@ -68,11 +71,13 @@ def test_dgc_under_the_launcher(backend, script, tmp_path):
     if backend not in installed_frameworks():
         pytest.skip(f"{backend} is not installed")
     final = rf"^step {DGC_STEPS}: loss [0-9.]+, sent ([0-9.]+) of the dense bytes"
-    done, text = _launched(backend, script, tmp_path / "first")
-    if backend == "torch" and done.returncode != 0 and re.search(final, text, re.M) \
-            and TEARDOWN_ABORT in text:
-        # torch's own teardown, after every step ran (see TEARDOWN_ABORT): once more
-        done, text = _launched(backend, script, tmp_path / "again")
+    done, text = _launched(backend, script, tmp_path / "launch_0")
+    for again in range(1, TEARDOWN_TRIES):
+        if not (backend == "torch" and done.returncode != 0 and re.search(final, text, re.M)
+                and TEARDOWN_ABORT in text):
+            break
+        # torch's own teardown, after every step ran (see TEARDOWN_ABORT): again
+        done, text = _launched(backend, script, tmp_path / f"launch_{again}")
     assert done.returncode == 0, text[-6000:]
     line = re.search(final, text, re.M)
     assert line, text[-6000:]
