@@ -196,7 +196,10 @@ def read_native(optimizer: Any, lr_scheduler: Any = None, *, names: Any = None,
     without a scheduler: a loop wrote the lr by hand (nanoGPT's ``param_group['lr'] =
     get_lr(it)``), and read as a constant its schedule would be lost. A loop whose lr
     happens to equal the constructor's at the moment of reading cannot be told from a
-    constant lr by the object (nothing records the writes): pass its schedule.
+    constant lr by the object (nothing records the writes): pass its schedule. Paddle's
+    and MindSpore's optimizers keep no constructor lr to compare with (``set_lr`` and an
+    assignment to ``learning_rate`` overwrite the only copy), so there an lr a loop sets
+    by hand reads as the constant it holds now: pass the schedule the loop follows.
 
     With a schedule read, every group's live lr is checked against it
     (:func:`.live_lr.check_live_lr`)."""
