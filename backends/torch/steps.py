@@ -32,6 +32,10 @@ runs the rest with ``Optimizer.register_step_pre_hook`` / ``register_step_post_h
   (so ``state_dict`` carries it), advances unless the step was skipped.
 
 Each step call appends whether it was skipped to the build record's ``skipped`` list.
+
+``add_param_group`` after the build (:meth:`NativeStepHooks.add_group`) gives the class
+a group in its own form and extends all of the above, and the build's record, to the
+new parameters.
 """
 
 from __future__ import annotations
@@ -237,27 +241,42 @@ class NativeStepHooks:
         optimizer.register_load_state_dict_post_hook(self.lay_out_loaded)
         # an instance attribute: torch.optim.Optimizer.__init__ has made the build's
         # groups through the class's method already
-        optimizer.add_param_group = self.refuse_new_group
+        optimizer.add_param_group = self.add_group
 
-    def refuse_new_group(self, param_group) -> None:
-        """``add_param_group`` after ``uo.build``, refused on every native class (a
-        ValueError, nothing changed): ``uo.save_state`` writes each parameter's state
-        under the name ``uo.build`` was given for it, with the spec and ``uo.Group``
-        rules that make its hyperparameters, and a parameter added later has neither, so
-        the file would leave it out and ``load_state`` would resume it from nothing;
-        where the build has a gradient pre-step or per-step hyperparameters, those cover
-        the built parameters only as well."""
-        reasons = ("the native class's groups, step hooks and the state file's record are "
-                   "made from the build's parameters")
-        if self.pre_step or self.varies:
-            reasons += ("; the gradient pre-step (clipping, loss scale, the non-finite "
-                        "skip) and per-step hyperparameters run over the built parameters "
-                        "only, so a group added later would escape them")
-        raise ValueError(
-            f"add_param_group is refused on this uo.build optimizer: {reasons}; the own "
-            "path takes groups added later (uo.build(spec, params, path='own')), or build "
-            "it with every parameter up front (a parameter without a gradient, e.g. one "
-            "still frozen, is not updated until it has one)")
+    def add_group(self, param_group) -> None:
+        """torch's ``add_param_group`` after ``uo.build``: the group dict read as the own
+        path reads it (:func:`unified_opt.param_groups.added_group`: torch's absolute
+        ``lr``, any of the spec's hyperparameters, validated as the spec validates them;
+        a scheduled spec lr refused), given to the native class in its own group form
+        (the lowering's ``to_native`` of the group's spec at the steps taken, and its lr),
+        and covered by what runs around the class: the gradient pre-step (a global-norm
+        clip spans every group), per-step hyperparameters and the gradient checks. The
+        build's record takes the parameters, so ``uo.save_state`` writes their state and
+        the group (as ``uo.Group`` rules: give ``(name, parameter)`` pairs). Refused, a
+        ValueError naming ``path='own'`` with nothing changed, where the native class
+        would not compute the spec exactly with the group
+        (:func:`unified_opt.native_groups.check_still_exact`)."""
+        from unified_opt.backend import load, record_of
+        from unified_opt.native_groups import check_still_exact, kept_on_failure, one_plan
+        from unified_opt.param_groups import added_group
+
+        optimizer = self._optimizer
+        caller = f"{type(optimizer).__name__}.add_param_group"
+        record = record_of(optimizer)
+        with kept_on_failure(record):
+            _, params, plans = added_group(record, param_group, type(optimizer).__name__,
+                                           "torch", lambda p: None)
+            plan = one_plan(plans, caller)
+            check_still_exact(load("torch"), record, caller)
+            values = self.lowering.to_native(plan.spec.at_step(steps_taken(optimizer)))
+            # the class's own method (the instance attribute is this one); torch fills
+            # the keys not given (fused, foreach, ...) from the constructor's defaults
+            type(optimizer).add_param_group(
+                optimizer, {"params": params, **values, "lr": plan.lr(record.spec.lr)})
+        self.params.extend(params)
+        self.plans.extend(plans)
+        self.names.extend(added.name for added in plans)
+        self.group_specs.append(plan.spec)
 
     def check_loaded(self, optimizer, state_dict) -> None:
         """``load_state_dict``'s pre-hook: every saved group holds the hyperparameters the
