@@ -18,7 +18,8 @@ each build,
 into folders git ignores: ``api/`` (a page per public function and class:
 ``docs/api_pages.py``), ``pairs/`` (one porting page per framework pair, from the
 native-class descriptors: ``docs/porting_pairs.py``) and ``_generated/`` (figures the
-prose quotes, from the code and the results: ``docs/facts.py``). The pictures are committed
+prose quotes, from the code and the results: ``docs/facts/``, also the
+``{{ name }}`` substitutions). The pictures are committed
 (``docs/plots.py``).
 """
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 from sphinx.ext.napoleon import Config as NapoleonConfig
@@ -47,9 +49,21 @@ def _beside(name: str):
     return module
 
 
+def _package_beside(name: str):
+    """A package of this folder (``docs/facts/``), loaded from its ``__init__.py`` under
+    a name of its own, so its modules' relative imports resolve."""
+    spec = importlib.util.spec_from_file_location(
+        f"unified_opt_docs_{name}", DOCS / name / "__init__.py",
+        submodule_search_locations=[str(DOCS / name)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 api_pages = _beside("api_pages")
 porting_pairs = _beside("porting_pairs")
-facts = _beside("facts")
+facts = _package_beside("facts")
 
 project = "unified-opt"
 author = "the unified-opt authors"
@@ -68,7 +82,7 @@ extensions = [
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
 # plots/gpu_step_time.md is included by plots.md, not a page of its own
-# _generated/: figures the prose quotes (docs/facts.py), included by the pages
+# _generated/: figures the prose quotes (docs/facts/), included by the pages
 exclude_patterns = ["_build", "plots/gpu_step_time.md", "_generated"]
 
 # -- strict: a reference that resolves to nothing is an error ------------------------------
@@ -86,7 +100,10 @@ nitpick_ignore_regex = [
 
 # -- MyST: the Markdown pages -----------------------------------------------------------------
 myst_heading_anchors = 3
-myst_enable_extensions = ["colon_fence"]
+# substitution: a figure a sentence quotes, ``{{ name }}``, computed from the committed
+# results at each build (docs/facts/; the longer ones are files under _generated/)
+myst_enable_extensions = ["colon_fence", "substitution"]
+myst_substitutions = facts.substitutions()
 
 # -- Google-style sections (Args:, Returns:, Raises:, Example:) --------------------------
 # sphinx.ext.napoleon's parser, run on functions, classes and modules only (google_sections

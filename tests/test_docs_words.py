@@ -1,8 +1,7 @@
 """The docs tell readers about the library, not about how it was made: no page speaks of
-issues, sessions or machine starts (docs/building.md, "Figures in prose"), and the
-figures the prose quotes about the suite are generated (docs/facts.py), not typed."""
+issues, sessions or machine starts (docs/building.md, "Figures in prose"); the figures
+the prose quotes are generated (tests/test_docs_figures.py)."""
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -34,21 +33,3 @@ def test_the_rule_finds_the_words():
         "line 1: 'machine starts'", "line 1: 'machine started'"]
     assert history_words("the tissue of sessional issuers") == []
 
-
-def test_the_suite_figures_are_generated(tmp_path):
-    spec = importlib.util.spec_from_file_location("docs_facts", DOCS / "facts.py")
-    facts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(facts)
-    from unified_opt.conformance.cases import default_cases
-    from unified_opt.conformance.cases.case import SUITE_VERSION
-
-    path, math = facts.write(tmp_path)
-    cases = default_cases()
-    assert path.read_text() == (f"The suite is version {SUITE_VERSION}: {len(cases)} cases "
-                                f"over {len({c.spec.name for c in cases})} algorithms.\n")
-    page = (DOCS / "conformance.md").read_text()
-    assert "```{include} _generated/suite.md" in page
-    # no hand-typed suite version or case count left in the prose
-    assert not re.search(r"suite version \d|\d+ cases, \d+ results", page)
-    assert "| build time (clean) |" in math.read_text()
-    assert "```{include} _generated/math.md" in (DOCS / "building.md").read_text()
