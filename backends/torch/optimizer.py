@@ -17,6 +17,7 @@ from .kernels import TorchKernels
 from .loading import check_loaded_state
 from .offload import keep_state_on_host
 from .ops import DTensor, torch_ops
+from .state_dict import load, portable_state_dict
 from .steps import SPARSE_HINT, STEPS_TAKEN, describe, steps_taken
 
 #: torch's dtypes of :data:`~unified_opt.storage.LOW_PRECISION`
@@ -193,6 +194,21 @@ class SpecOptimizer(torch.optim.Optimizer):
         if taken and self.exchange is not None:
             self.exchange.stats["steps"] += 1
         return loss
+
+    def state_dict(self) -> dict:
+        """The optimizer's state in the portable form, the same on every framework
+        (:mod:`unified_opt.porting.state_dict`): ``{"format", "metadata", "tensors"}``,
+        the tensors CPU copies (not the live state). torch's own form (which shares the
+        live tensors; ``torch.distributed.checkpoint`` needs it):
+        ``torch.optim.Optimizer.state_dict(opt)``."""
+        return portable_state_dict(self)
+
+    def load_state_dict(self, state_dict, *, transform=None, model=None) -> None:
+        """Load the portable form, written on any framework (``transform``, ``model``:
+        as for ``uo.load_state``), with ``uo.load_state``'s checks before anything
+        changes; or torch's own form (``{"state", "param_groups"}``), through torch's
+        load and this class's checks."""
+        load(self, state_dict, super().load_state_dict, transform=transform, model=model)
 
     def spec_state(self, p) -> dict:
         return {k: t for k, t in self.state.get(p, {}).items() if k != STEP}

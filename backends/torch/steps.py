@@ -46,6 +46,7 @@ from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.step_loop import DENSE, check_gradients
 
 from .ops import DTensor, torch_ops
+from .state_dict import attach as attach_state_dict
 
 STEPS_TAKEN = "steps_taken"
 
@@ -239,6 +240,7 @@ class NativeStepHooks:
         optimizer.register_step_post_hook(self.after)
         optimizer.register_load_state_dict_pre_hook(self.check_loaded)
         optimizer.register_load_state_dict_post_hook(self.lay_out_loaded)
+        attach_state_dict(optimizer)       # state_dict(): the portable form
         # an instance attribute: torch.optim.Optimizer.__init__ has made the build's
         # groups through the class's method already
         optimizer.add_param_group = self.add_group
