@@ -73,22 +73,6 @@ class MindSporeContext(Context):
     graph: str | None = None
 
 
-def _refuse_new_group(param_group) -> None:
-    """``add_param_group`` of a ``mindspore.experimental.optim`` class after ``uo.build``,
-    refused (a ValueError, nothing changed): ``uo.save_state`` writes each parameter's
-    state under the name ``uo.build`` was given for it, with the spec and ``uo.Group``
-    rules that make its hyperparameters; a parameter added later has neither, so the
-    file would leave it out. (MindSpore 2.10's ``add_param_group`` also makes no
-    ``exp_avg``/``exp_avg_sq`` for the new parameters.)"""
-    raise ValueError(
-        "add_param_group is refused on this uo.build optimizer: uo.save_state keys the "
-        "state by the parameter names given to uo.build and writes the spec and uo.Group "
-        "rules as the hyperparameters, and a parameter added later has no name or rule "
-        "there, so its state would be left out of the file; build it with every "
-        "parameter up front, its own hyperparameters as rules: uo.build(spec, net, "
-        "groups=[uo.Group(match=..., lr_scale=..., weight_decay=...)])")
-
-
 class MindSporeBackend(Backend):
     name = "mindspore"
     own_class = ("unified_opt.backends.mindspore.optimizer.SpecOptimizer "
@@ -218,13 +202,18 @@ class MindSporeBackend(Backend):
                                      [p for _, p in named], plans, spec, context.options,
                                      cells=context.device in SCHEDULE_CELL_DEVICES,
                                      total_steps=context.total_steps)
+        from .added_native import add_experimental, refuse_nn
+
         if hasattr(optimizer, "add_param_group"):    # the experimental.optim classes
             # an instance attribute: the class's __init__ has made the build's groups
-            optimizer.add_param_group = _refuse_new_group
+            optimizer.add_param_group = lambda param_group: add_experimental(optimizer,
+                                                                             param_group)
         else:       # (the experimental.optim classes have torch's param_groups already)
             from .surface import attach
 
             attach(optimizer, spec, plans, [p for _, p in named], decision.native)
+            object.__setattr__(optimizer, "add_param_group",
+                               refuse_nn(optimizer, decision.native))
         return optimizer, None, []   # a native class never skips: skip_nonfinite is own
 
     def build_own(self, decision, spec, named, plans, context):

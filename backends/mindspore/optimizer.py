@@ -36,6 +36,7 @@ from unified_opt.step_loop import Host, StepLoop, check_gradients
 from unified_opt.storage import refuse_rounding
 
 from . import graph as graph_forms
+from .added_groups import apply_loaded_joined, check_joined, length_refusal, loaded_joined
 from .cells import past_total_steps
 from .engines import Eager, ExchangeOnHost, Kernels
 from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
@@ -62,7 +63,9 @@ class SpecOptimizer(nn.Optimizer):
     parameters (loss scale, overflow skip, clipping, centralization), then each
     parameter's ``plan.spec.at_step(t)`` update, ``t = global_step`` (the steps taken)
     and the update's ``step`` ``t + 1``: every parameter has a gradient at every step
-    here, so its count of updates is the optimizer's. A skipped call (``skip_nonfinite``
+    here, so its count of updates is the optimizer's (less the step it joined at, for a
+    parameter added by :meth:`add_param_group` after a step: :mod:`.added_groups`). A
+    skipped call (``skip_nonfinite``
     and non-finite unscaled gradients) changes nothing, not ``global_step`` either, and
     returns False; ``skipped`` (``uo.skipped_steps``) gets one bool per call. A
     data-parallel spec (DGC) built after ``mindspore.communication.init()`` gets an
@@ -125,17 +128,10 @@ class SpecOptimizer(nn.Optimizer):
         self._follows = not isinstance(spec.lr, Schedule)
         # the graph form (.graph), its operators as attributes of this Cell for the compiler
         self.graph_option = graph
-        choice = graph_forms.choose(self, graph, total_steps)
-        #: the graph form ``construct`` compiles ("custom", "ops", or "" where refused)
-        #: and why (``uo.explain``)
-        self.graph_form, self.graph_why = choice.form, choice.why
-        self._graph_built = choice.built
-        self._graph_refusal = choice.refusal
-        self._n = len(self._parameters) if not choice.refusal else 0
-        if choice.form == "custom":
-            self._custom_form(choice.built)
-        elif choice.form == "ops":
-            self._ops_form(choice.built)
+        self.set_graph_form(graph_forms.choose(self, graph, total_steps))
+        #: the parameter counts before each ``add_param_group`` (a train step made before
+        #: one passes that many gradients: :func:`.added_groups.length_refusal`)
+        self.lengths_before_adds: list[int] = []
         #: torch's surface: ``param_groups`` and ``defaults`` (:mod:`.surface`)
         self._surface = attach(self, spec, plans, list(self._parameters), None)
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
@@ -148,8 +144,23 @@ class SpecOptimizer(nn.Optimizer):
         # Cell.load_state_dict (MindSpore's torch-style loading) runs these;
         # mindspore.load_param_into_net and load_checkpoint run no hook (see the class)
         self._load_prefix = ""
+        self._loaded_joined = None
         self.register_load_state_dict_pre_hook(SpecOptimizer._check_loaded_state)
         self.register_load_state_dict_post_hook(SpecOptimizer._loaded_state_keys)
+
+    def set_graph_form(self, choice) -> None:
+        """The graph form ``construct`` compiles (:func:`.graph.choose`'s ``choice``), its
+        operators as attributes of this Cell for the compiler."""
+        #: the graph form ``construct`` compiles ("custom", "ops", or "" where refused)
+        #: and why (``uo.explain``)
+        self.graph_form, self.graph_why = choice.form, choice.why
+        self._graph_built = choice.built
+        self._graph_refusal = choice.refusal
+        self._n = len(self._parameters) if not choice.refusal else 0
+        if choice.form == "custom":
+            self._custom_form(choice.built)
+        elif choice.form == "ops":
+            self._ops_form(choice.built)
 
     def _custom_form(self, graph) -> None:
         """The custom operators' attributes (:class:`.graph.GraphStep`)."""
@@ -180,14 +191,21 @@ class SpecOptimizer(nn.Optimizer):
                                         out_dtype=mstype.float64, func_type="pyfunc")
 
     def add_param_group(self, param_group) -> None:
-        """Refused (a ValueError, nothing changed): a MindSpore optimizer is a Cell whose
-        Parameters (each parameter's state, ``global_step``) and graph forms are made
-        when it is built; torch and Paddle's own paths take groups added later."""
-        raise ValueError("SpecOptimizer.add_param_group: a MindSpore optimizer is a Cell "
-                         "whose Parameters (the state, global_step) and compiled graph "
-                         "forms are made when it is built; build a new optimizer with every "
-                         "parameter (a parameter without a gradient gets zeros from "
-                         "MindSpore's grad and is stepped on them)")
+        """torch's ``add_param_group`` after ``uo.build``, in PyNative mode: the group's
+        parameters (``mindspore.Parameter``, float32, names new to this Cell) get plans
+        from its keys (torch's ``lr``, Paddle's ``learning_rate`` factor, the spec's
+        hyperparameters: :func:`unified_opt.param_groups.added_group`), their state
+        Parameters, a param group read at every step like the others, and the build's
+        record takes them, so ``uo.save_state`` writes their state and groups (names:
+        give ``(name, parameter)`` pairs to save). A parameter added after k steps counts
+        its own updates from there (:mod:`.added_groups`). Make the train step
+        (``nn.TrainOneStepCell``, ``ms.Model``) after the add: one made before passes
+        the old parameters' gradients only, which the step refuses. Refused, before
+        anything changes: GRAPH_MODE, an optimizer that exchanges gradients over ranks,
+        and what ``added_group`` refuses."""
+        from .added_groups import add_group
+
+        add_group(self, param_group)
 
     @property
     def follows_learning_rate(self) -> bool:
@@ -303,12 +321,13 @@ class SpecOptimizer(nn.Optimizer):
         # the lr first: past total_steps (or an lr set from outside with a schedule)
         # raises before anything changes
         self._surface.check_groups()
+        joined = check_joined(self, step0)
         self._loop_host.begin(list(gradients), self._surface.lrs(self._lr_of_step(step0)),
-                              step0)
+                              step0, joined)
         try:
             taken = self._loop.step()
         finally:
-            self._loop_host.begin(None, None, None)
+            self._loop_host.begin(None, None, None, None)
         self.skipped.append(not taken)
         if not taken:
             return False
@@ -334,8 +353,7 @@ class SpecOptimizer(nn.Optimizer):
             raise TypeError(f"SpecOptimizer: gradients must be a tuple of Tensors in parameter "
                             f"order, got {type(gradients).__name__}")
         if len(gradients) != len(self._parameters):
-            raise ValueError(f"SpecOptimizer: got {len(gradients)} gradients for "
-                             f"{len(self._parameters)} parameters")
+            raise ValueError(length_refusal(self, len(gradients)))
         for p, grad in zip(self._parameters, gradients):
             if not isinstance(grad, Tensor):
                 # a RowTensor (a sparse embedding's gradient in a graph) is not a Tensor
@@ -385,6 +403,8 @@ class SpecOptimizer(nn.Optimizer):
                 raise ValueError(f"{owner}: {prefix + 'global_step'!r} must be a whole count "
                                  f">= 0 (the steps taken), got {values.tolist()}; nothing "
                                  "was loaded")
+        # the parameters' joining steps (add_param_group), set by the post-hook
+        self._loaded_joined = loaded_joined(self, state_dict, prefix, bool(held))
 
     def _loaded_state_keys(self, incompatible_keys) -> None:
         """``Cell.load_state_dict``'s post-hook: MindSpore's strict check takes a loaded
@@ -394,6 +414,8 @@ class SpecOptimizer(nn.Optimizer):
         ours = {self._load_prefix + name for name in self._params}
         incompatible_keys.unexpected_keys[:] = [
             key for key in incompatible_keys.unexpected_keys if key not in ours]
+        joined, self._loaded_joined = self._loaded_joined, None
+        apply_loaded_joined(self, joined, incompatible_keys, self._load_prefix)
 
 
 def _host_lr(optimizer):
@@ -414,7 +436,9 @@ class _Host(Host):
     MindSpore's gradient tuple holds one gradient for every parameter (a parameter the
     loss does not reach gets zeros), so every parameter is updated at every step taken:
     each parameter's count of updates is ``global_step``, the one counter (as in
-    MindSpore's own optimizers), and the update's ``step`` is ``global_step + 1``."""
+    MindSpore's own optimizers), less the step it joined at (a parameter added by
+    ``add_param_group``: :mod:`.added_groups`), and the update's ``step`` is that count
+    plus one."""
 
     ops = mindspore_ops
     owner = "SpecOptimizer"
@@ -425,12 +449,15 @@ class _Host(Host):
         self._gradients: list | None = None
         self._lrs: list[float] | None = None
         self._taken: int | None = None
+        self._joined = None
 
     def begin(self, gradients: list | None, lrs: list[float] | None,
-              taken: int | None) -> None:
-        """The step's gradients, each param group's lr and ``global_step`` (read before
-        the loop runs: the lr may refuse the step)."""
+              taken: int | None, joined) -> None:
+        """The step's gradients, each param group's lr, ``global_step`` and each
+        parameter's joining step (:mod:`.added_groups`; read before the loop runs: the lr
+        may refuse the step)."""
         self._gradients, self._lrs, self._taken = gradients, lrs, taken
+        self._joined = joined
 
     def gradients(self) -> list:
         return self._gradients
@@ -467,9 +494,10 @@ class _Host(Host):
         return self.optimizer._slots[index]
 
     def advance(self, indices: list[int], states: list[dict]) -> list[int]:
-        # every parameter has a gradient at every step (see the class): global_step + 1,
-        # which finish() writes
-        return [self.steps_taken() + 1] * len(indices)
+        # every parameter has a gradient at every step (see the class): global_step + 1
+        # (which finish() writes) less the step the parameter joined at (add_param_group)
+        after = self.steps_taken() + 1
+        return [after - int(self._joined[i]) for i in indices]
 
     def finish(self, t: int) -> None:
         self.optimizer._write(self.optimizer.global_step, t)

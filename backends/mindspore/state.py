@@ -79,6 +79,8 @@ from unified_opt.porting.state import (
 )
 from unified_opt.schedules import Schedule
 
+from .added_groups import set_joined
+
 #: step counters, by attribute (every one a class holds must agree)
 COUNTERS = ("global_step", "state_step", "step_t", "step")
 #: chained float32 products: attribute -> the beta attribute multiplied in once per step
@@ -349,11 +351,17 @@ def snapshot_built(record, optimizer) -> Snapshot:
     names = list(record.names)
     shapes = {n: tuple(p.shape) for n, p in zip(names, record.params)}
     scheduled = isinstance(record.spec.lr, Schedule)
+    param_steps = None
     if _own(record):
+        from .added_groups import check_joined
+
         taken = int(optimizer.global_step.asnumpy()[0])
         _check_own_lr(optimizer, record.spec, taken)
         arrays = {n: {k: _numpy(v) for k, v in optimizer.spec_state(p).items()}
                   for n, p in zip(names, record.params)}
+        # a parameter added after k steps has taken k fewer (.added_groups)
+        joined = dict(zip(map(id, optimizer.parameters), check_joined(optimizer, taken)))
+        param_steps = {n: taken - int(joined[id(p)]) for n, p in zip(names, record.params)}
     else:
         out = layout(record.decision.native_class, optimizer, "save_state")
         taken = out.steps("save_state")
@@ -361,8 +369,8 @@ def snapshot_built(record, optimizer) -> Snapshot:
         _check_constant_lr(out, record.spec, "save_state")
         arrays = _read_params(out, list(zip(names, record.params)), record.plans)
     return Snapshot(record.spec, record.groups, names, shapes, taken,
-                    taken if scheduled else None, dict.fromkeys(names, taken), arrays,
-                    "mindspore")
+                    taken if scheduled else None,
+                    param_steps or dict.fromkeys(names, taken), arrays, "mindspore")
 
 
 def snapshot_native(reading, optimizer, names) -> Snapshot:
@@ -426,6 +434,24 @@ def _one_counter(saved: Snapshot, what: str) -> None:
                          f"{sorted(set(saved.param_steps.values()))}")
 
 
+def _own_joined(record, optimizer, saved: Snapshot) -> list[int]:
+    """Each parameter's joining step on the own optimizer for the file's counts
+    (:mod:`.added_groups`: its updates are ``global_step`` less that step), in
+    ``optimizer.parameters`` order; refused (ValueError, before anything is written) where
+    the schedule position is not the steps taken or a count is not between 0 and it."""
+    if saved.position is not None and saved.position != saved.steps:
+        raise ValueError(f"load_state: MindSpore's own optimizer reads its lr schedule at "
+                         f"global_step, the steps taken; the file has steps {saved.steps} "
+                         f"and schedule position {saved.position}")
+    counts = {id(p): saved.param_steps[name] for name, p in zip(record.names, record.params)}
+    wrong = {name: saved.param_steps[name] for name in record.names
+             if not 0 <= saved.param_steps[name] <= saved.steps}
+    if wrong:
+        raise ValueError(f"load_state: the file's per-parameter steps {wrong} are not between "
+                         f"0 and its steps taken ({saved.steps})")
+    return [saved.steps - counts[id(p)] for p in optimizer.parameters]
+
+
 def _set(p, value, handed: set) -> None:
     p.set_data(_tensor(np.asarray(value, dtype=_dtype(p)).reshape(tuple(p.shape)), handed))
 
@@ -435,11 +461,12 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
     :func:`_tensor`) and the step count into ``optimizer``."""
     handed: set = set()
     if _own(record):
-        _one_counter(saved, "MindSpore's own optimizer")
+        joined = _own_joined(record, optimizer, saved)
         for name, p in zip(record.names, record.params):
             for key, held in optimizer.spec_state(p).items():
                 held.set_data(_tensor(arrays[name][key], handed))
         optimizer.global_step.set_data(Tensor(np.array([saved.steps], dtype=np.int32)))
+        set_joined(optimizer, joined)
         if isinstance(record.spec.lr, Schedule):
             optimizer.learning_rate.set_data(Tensor(record.spec.lr_at(saved.steps),
                                                     mstype.float32))
