@@ -7,9 +7,13 @@ Parameter groups become Paddle's own (``{"params", "learning_rate": <multiplier>
 "weight_decay"/"lamb_weight_decay"}``) and the spec's ``grad_clip`` Paddle's
 ``grad_clip`` (``paddle.nn.ClipGradBy*``, ``need_clip=False`` for the excluded
 parameters), see :mod:`.layout`; what Paddle writes onto the Parameter objects for them
-stays in the optimizer between steps (:class:`.native._HeldAttributes`)."""
+stays in the optimizer between steps (:class:`.native._HeldAttributes`). A group added
+after the build (``add_param_group``, Paddle's ``_add_param_group``) joins the native
+class as a build with it would have laid it out (:mod:`.added_groups`)."""
 
 from __future__ import annotations
+
+import types
 
 from unified_opt.backend import Backend, Context, compile_option, launcher_ranks
 from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm
@@ -69,19 +73,6 @@ def _check_parameter(name, p, spec, paddle) -> None:
                          "exclude_from=('grad_clip',))")
 
 
-def _refuse_new_group(param_group) -> None:
-    """``add_param_group`` / ``_add_param_group`` of a native class after ``uo.build``,
-    refused (a ValueError, nothing changed): the class's groups, the lr and gradient
-    checks around its step and the state file's record are made from the build's
-    parameters. The own path takes groups added later."""
-    raise ValueError(
-        "add_param_group is refused on this uo.build optimizer: the native class's groups, "
-        "the checks around its step and the state file's record are made from the build's "
-        "parameters; the own path takes groups added later (uo.build(spec, params, "
-        "path='own')), or build it with every parameter up front (a parameter without a "
-        "gradient is not updated until it has one)")
-
-
 class PaddleBackend(Backend):
     name = "paddle"
     own_class = ("unified_opt.backends.paddle.optimizer.SpecOptimizer "
@@ -136,6 +127,7 @@ class PaddleBackend(Backend):
                        own_compile=own_compile)
 
     def build_native(self, decision, spec, named, plans, context):
+        from .added_groups import add_native_group
         from .native import native_optimizer
         from .optimizer import ScheduleLR
 
@@ -146,8 +138,9 @@ class PaddleBackend(Backend):
                                      [p for _, p in named], plans, learning_rate,
                                      context.options, context.dtypes)
         # an instance attribute: Paddle's __init__ has made the build's groups already
-        optimizer._add_param_group = _refuse_new_group
-        optimizer.add_param_group = _refuse_new_group     # (torch's name)
+        # through the class's method, which the added groups' code calls too
+        optimizer._add_param_group = types.MethodType(add_native_group, optimizer)
+        optimizer.add_param_group = optimizer._add_param_group     # (torch's name)
         return optimizer, scheduler, []
 
     def build_own(self, decision, spec, named, plans, context):

@@ -151,3 +151,55 @@ def paddle_layout(cls, lowering, spec, plans, dtypes=()) -> Layout | str:
     decayed = tuple(i for i, d in enumerate(decays) if d) if selector else None
     unclipped = tuple(i for i, p in enumerate(plans) if not p.clipped) if clip else ()
     return Layout(arguments, groups, decayed, unclipped, clip)
+
+
+@dataclass(frozen=True)
+class Joining:
+    """How parameters added after the build (``add_param_group``) join a native Paddle
+    optimizer: ``layout``, that of every parameter (as a build given all of them would
+    make it); ``first``, the index of the first added parameter; ``groups``, where
+    ``layout`` has Paddle parameter groups, for each of them the index of the optimizer's
+    group it is (None: a new group), its added parameters and its keys. Where the
+    optimizer holds a plain list and ``layout`` groups, that list becomes Paddle's first
+    group (``converts``)."""
+
+    layout: Layout
+    first: int
+    groups: tuple = ()      # ((optimizer's group or None, added indices, keys), ...)
+    converts: bool = False
+
+
+def joining(cls, lowering, spec, plans, first: int, dtypes_before=(),
+            dtypes=()) -> Joining | str:
+    """How the parameters of ``plans[first:]`` join a native optimizer built over
+    ``plans[:first]`` (:class:`Joining`), or why they cannot without rebuilding it (a
+    string): a build with every parameter would need other optimizer-level arguments
+    (a weight decay, a decay selector's presence) or would group the built parameters
+    otherwise than they are."""
+    before = paddle_layout(cls, lowering, spec, plans[:first], dtypes_before)
+    after = paddle_layout(cls, lowering, spec, plans, dtypes)
+    if isinstance(after, str):
+        return after
+    assert not isinstance(before, str)      # the build took it
+    changed = sorted(k for k in before.arguments.keys() | after.arguments.keys()
+                     if before.arguments.get(k) != after.arguments.get(k))
+    if changed:
+        return (f"the optimizer-level arguments {changed} the build gave it (here "
+                f"{ {k: before.arguments.get(k) for k in changed} }, with the group "
+                f"{ {k: after.arguments.get(k) for k in changed} })")
+    if after.groups is None:
+        return Joining(after, first)
+    built = before.groups if before.groups is not None else ((tuple(range(first)), None),)
+    held = [(tuple(i for i in indices if i < first), keys) for indices, keys in after.groups]
+    held = [(indices, keys) for indices, keys in held if indices]
+    if [indices for indices, _ in held] != [indices for indices, _ in built] or any(
+            keys is not None and keys != wanted for (_, wanted), (_, keys) in zip(held, built)):
+        return ("the built parameters grouped as they are (Paddle groups "
+                f"{[list(i) for i, _ in built]}; with the group they would be "
+                f"{[list(i) for i, _ in held]} with keys {[k for _, k in held]})")
+    groups = []
+    for indices, keys in after.groups:
+        added = tuple(i for i in indices if i >= first)
+        joins = next((g for g, (old, _) in enumerate(built) if set(old) & set(indices)), None)
+        groups.append((joins, added, keys))
+    return Joining(after, first, tuple(groups), converts=before.groups is None)

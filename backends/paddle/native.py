@@ -334,9 +334,13 @@ def _accumulator(optimizer, theirs, p):
 
 
 def _parameters(optimizer) -> list:
-    """The optimizer's parameters, also where it holds parameter groups (dicts)."""
+    """The optimizer's parameters, also where it holds parameter groups (dicts): those
+    its step walks, ``_param_groups`` (Paddle's ``_add_param_group`` extends it, not
+    ``_parameter_list``)."""
+    groups = getattr(optimizer, "_param_groups", None)
+    entries = groups if groups and isinstance(groups[0], dict) else optimizer._parameter_list
     out = []
-    for entry in optimizer._parameter_list:
+    for entry in entries:
         out += entry["params"] if isinstance(entry, dict) else [entry]
     return out
 
