@@ -208,6 +208,9 @@ class MindSporeBackend(Backend):
             # an instance attribute: the class's __init__ has made the build's groups
             optimizer.add_param_group = lambda param_group: add_experimental(optimizer,
                                                                              param_group)
+            from .surface import attach_state_dict
+
+            attach_state_dict(optimizer)     # state_dict(): the portable form
         else:       # (the experimental.optim classes have torch's param_groups already)
             from .surface import attach
 

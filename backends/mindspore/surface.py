@@ -20,14 +20,25 @@ Parameters. So:
 * a spec whose lr is a schedule sets every step's lr: a write of ``"lr"`` is refused;
 * a native class reads every other hyperparameter when it is built: writing one is
   refused (naming ``path="own"``).
+
+``state_dict()`` returns the portable form (:mod:`unified_opt.porting.state_dict`: the
+same on every framework), and ``load_state_dict`` takes it (written on any framework) or
+MindSpore's own form (parameter names -> tensors: what ``mindspore.nn.Cell.state_dict(opt)``
+returns), which goes to ``Cell.load_state_dict`` (``strict`` applies to that form only). A
+call with ``Cell.state_dict``'s arguments (``destination``, ``prefix``, ``keep_vars``: a
+parent Cell's ``state_dict`` walking its children, a training cell holding the optimizer)
+is the Cell's own, so those keep MindSpore's form.
 """
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 import mindspore as ms
 import numpy as np
 
 from unified_opt.param_groups import GroupSurface
+from unified_opt.porting.state_dict import is_portable, load_either, state_dict_of
 from unified_opt.schedules import Schedule
 
 
@@ -44,7 +55,48 @@ def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
     object.__setattr__(optimizer, "param_groups", surface.groups)
     object.__setattr__(optimizer, "defaults", surface.defaults(spec))
     object.__setattr__(optimizer, "zero_grad", zero_grad)
+    attach_state_dict(optimizer)
     return surface
+
+
+def attach_state_dict(optimizer) -> None:
+    """``state_dict`` in the portable form and ``load_state_dict`` taking it or
+    MindSpore's own form (see the module), as instance attributes."""
+    cls, owner = type(optimizer), type(optimizer).__name__
+
+    def state_dict(*args, **kwargs) -> dict[str, Any]:
+        """The portable form; with ``Cell.state_dict``'s arguments, the Cell's own."""
+        if args or kwargs:
+            return cls.state_dict(optimizer, *args, **kwargs)
+        return state_dict_of(optimizer, owner)
+
+    def load_state_dict(state_dict, strict: bool | None = None, *, transform=None,
+                        model=None):
+        """The portable form (from any framework), or MindSpore's own form."""
+        if strict is not None and not isinstance(strict, bool):
+            raise TypeError(f"{owner}.load_state_dict: strict must be a bool, got {strict!r}")
+
+        def load_own(own):
+            return cls.load_state_dict(optimizer, own, strict=True if strict is None else strict)
+
+        if strict is not None and is_portable(state_dict):
+            raise ValueError(f"{owner}.load_state_dict: strict applies to MindSpore's own "
+                             "form, not to the portable form (which is loaded whole or not "
+                             "at all)")
+        return load_either(optimizer, state_dict, owner=owner, method="load_state_dict",
+                           own_form=mindspore_form, own_name="MindSpore's own form "
+                           "(parameter names -> tensors; what mindspore.nn.Cell.state_dict "
+                           "returns)", load_own=load_own, transform=transform, model=model)
+
+    object.__setattr__(optimizer, "state_dict", state_dict)
+    object.__setattr__(optimizer, "load_state_dict", load_state_dict)
+
+
+def mindspore_form(state_dict: Mapping) -> bool:
+    """Whether ``state_dict`` has the shape of MindSpore's own form: some entries, each
+    a tensor (a Parameter included) or an array."""
+    return bool(state_dict) and all(isinstance(value, (ms.Tensor, np.ndarray))
+                                    for value in state_dict.values())
 
 
 def zero_grad(set_to_none: bool = True) -> None:

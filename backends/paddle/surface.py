@@ -14,13 +14,27 @@ A native class (``paddle.optimizer.AdamW``, ...) runs at Paddle's one lr times e
 group's factor: a write into the groups is taken where one Paddle lr gives every group
 its written value exactly, and is refused otherwise (naming ``path="own"``, whose step
 takes each group's lr as written), as is any other hyperparameter written there.
+
+``state_dict()`` returns the portable form (:mod:`unified_opt.porting.state_dict`: the
+same on every framework, ``paddle.save``/``paddle.load`` round-trip it), and
+``set_state_dict`` / ``load_state_dict`` take it (written on any framework) or Paddle's
+own form (accumulator names -> tensors, ``LR_Scheduler``, ``master_weights``: what
+``paddle.optimizer.Optimizer.state_dict(opt)`` returns), which goes to Paddle's own load.
 """
 
 from __future__ import annotations
 
+from typing import Any, Mapping
+
+import numpy as np
+import paddle
 from paddle.optimizer.lr import LRScheduler
 
 from unified_opt.param_groups import GroupSurface
+from unified_opt.porting.state_dict import load_either, state_dict_of
+
+#: the entries of Paddle's own form that are no tensor
+PADDLE_ENTRIES = ("LR_Scheduler", "master_weights")
 
 
 def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
@@ -33,7 +47,40 @@ def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
     optimizer.__dict__["_uo_surface"] = surface
     optimizer.__dict__["param_groups"] = surface.groups
     optimizer.__dict__["defaults"] = surface.defaults(spec)
+    _attach_state_dict(optimizer)
     return surface
+
+
+def _attach_state_dict(optimizer) -> None:
+    """``state_dict`` in the portable form, ``set_state_dict`` and ``load_state_dict``
+    taking it or Paddle's own form (see the module), as instance attributes."""
+    cls, owner = type(optimizer), type(optimizer).__name__
+
+    def state_dict() -> dict[str, Any]:
+        """The portable form; Paddle's own: ``paddle.optimizer.Optimizer.state_dict(opt)``."""
+        return state_dict_of(optimizer, owner)
+
+    def loader(method: str):
+        def load(state_dict, *, transform=None, model=None) -> None:
+            """The portable form (from any framework), or Paddle's own form."""
+            load_either(optimizer, state_dict, owner=owner, method=method,
+                        own_form=paddle_form, own_name="Paddle's own form (accumulator "
+                        "names -> tensors; what paddle.optimizer.Optimizer.state_dict "
+                        "returns)", load_own=lambda own: cls.set_state_dict(optimizer, own),
+                        transform=transform, model=model)
+        return load
+
+    optimizer.__dict__["state_dict"] = state_dict
+    optimizer.__dict__["set_state_dict"] = loader("set_state_dict")
+    optimizer.__dict__["load_state_dict"] = loader("load_state_dict")
+
+
+def paddle_form(state_dict: Mapping) -> bool:
+    """Whether ``state_dict`` has the shape of Paddle's own form: every entry a tensor or
+    an array, but ``LR_Scheduler`` and ``master_weights`` (dicts)."""
+    return all(isinstance(value, dict) if key in PADDLE_ENTRIES
+               else isinstance(value, (paddle.Tensor, np.ndarray))
+               for key, value in state_dict.items())
 
 
 def _carry(optimizer, g: int, key: str, value) -> None:
