@@ -169,6 +169,16 @@ def add_group(optimizer, param_group) -> None:
         raise ValueError(f"{OWNER}: a data-parallel optimizer's exchange holds the "
                          "parameters it was built with; build a new one with every "
                          "parameter")
+    step0 = int(np.asarray(optimizer.global_step.asnumpy()).reshape(-1)[0])
+    if step0 != optimizer.python_global_step:
+        raise ValueError(f"{OWNER}: global_step is {step0}, and the steps Python ran or "
+                         f"loaded left it at {optimizer.python_global_step}: the optimizer "
+                         "stepped compiled into a graph (@ms.jit, GRAPH_MODE), and that graph "
+                         "keeps the parameters it was compiled with, so it would go on "
+                         "stepping only those; build a new optimizer with every parameter "
+                         "(or add the group before such a step; a global_step loaded by "
+                         "mindspore.load_param_into_net reads the same: load with "
+                         "Cell.load_state_dict or uo.load_state)")
     record = record_of(optimizer)
     saved = (record.params, record.names, record.plans, record.dict_groups)
     _, params, plans = added_group(record, param_group, "SpecOptimizer", "mindspore",
@@ -191,7 +201,6 @@ def add_group(optimizer, param_group) -> None:
                                      "Cell holds or is given; MindSpore needs unique "
                                      "Parameter names in a Cell (give the parameter another "
                                      "Parameter.name)")
-        step0 = int(np.asarray(optimizer.global_step.asnumpy()).reshape(-1)[0])
         joined = np.concatenate([joined_at(optimizer), np.full(len(params), step0)])
         lr = optimizer.next_lr()
         # last: it checks the group before changing the surface

@@ -144,6 +144,11 @@ class GraphStep:
     def packed(self, global_step, learning_rate) -> np.ndarray:
         """The host operator's function (see the module)."""
         optimizer = self.optimizer
+        if len(optimizer._parameters) != len(self.sizes):
+            raise RuntimeError(f"{type(optimizer).__name__}: this graph was compiled over "
+                               f"{len(self.sizes)} parameters and the optimizer holds "
+                               f"{len(optimizer._parameters)} since add_param_group; make "
+                               "the compiled step again (nothing was changed)")
         step0 = int(np.asarray(global_step).reshape(-1)[0])
         lr = optimizer.lr_of_step(step0, float(np.asarray(learning_rate).reshape(-1)[0]))
         runner = optimizer._kernels.runner()

@@ -145,6 +145,9 @@ class SpecOptimizer(nn.Optimizer):
         # mindspore.load_param_into_net and load_checkpoint run no hook (see the class)
         self._load_prefix = ""
         self._loaded_joined = None
+        #: ``global_step`` as Python last set it (a step Python ran, a load): another
+        #: value means a compiled graph stepped (:func:`.added_groups.add_group`)
+        self.python_global_step = 0
         self.register_load_state_dict_pre_hook(SpecOptimizer._check_loaded_state)
         self.register_load_state_dict_post_hook(SpecOptimizer._loaded_state_keys)
 
@@ -157,6 +160,10 @@ class SpecOptimizer(nn.Optimizer):
         self._graph_built = choice.built
         self._graph_refusal = choice.refusal
         self._n = len(self._parameters) if not choice.refusal else 0
+        self._length_message = (f"SpecOptimizer: the step compiled into a graph passes "
+                                f"gradients of other parameters than the {self._n} it "
+                                "holds; a train step made before add_param_group passes "
+                                "those it held then: make it again after add_param_group")
         if choice.form == "custom":
             self._custom_form(choice.built)
         elif choice.form == "ops":
@@ -254,6 +261,9 @@ class SpecOptimizer(nn.Optimizer):
         """The step compiled into a graph (:mod:`.graph`: :attr:`graph_form`)."""
         if self._graph_refusal:
             raise RuntimeError(self._graph_refusal)
+        if len(gradients) != self._n:
+            # (a step compiled over the parameters held before add_param_group)
+            raise ValueError(self._length_message)
         for i in range(self._n):
             # checked when the graph compiles (shapes and dtypes are constants there), so
             # a mismatch changes nothing; the AOT operator checks them again
@@ -415,6 +425,7 @@ class SpecOptimizer(nn.Optimizer):
         incompatible_keys.unexpected_keys[:] = [
             key for key in incompatible_keys.unexpected_keys if key not in ours]
         joined, self._loaded_joined = self._loaded_joined, None
+        self.python_global_step = int(host_copy(self.global_step).reshape(-1)[0])
         apply_loaded_joined(self, joined, incompatible_keys, self._load_prefix)
 
 
@@ -501,3 +512,4 @@ class _Host(Host):
 
     def finish(self, t: int) -> None:
         self.optimizer._write(self.optimizer.global_step, t)
+        self.optimizer.python_global_step = t

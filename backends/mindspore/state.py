@@ -466,6 +466,7 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
             for key, held in optimizer.spec_state(p).items():
                 held.set_data(_tensor(arrays[name][key], handed))
         optimizer.global_step.set_data(Tensor(np.array([saved.steps], dtype=np.int32)))
+        optimizer.python_global_step = saved.steps
         set_joined(optimizer, joined)
         if isinstance(record.spec.lr, Schedule):
             optimizer.learning_rate.set_data(Tensor(record.spec.lr_at(saved.steps),
