@@ -43,15 +43,22 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import (
+    Harness,
+    environment,
+    framework,
+    interleaved,
+    kernels_loaded,
+    thread_env,
+    versions,
+)
 
 from unified_opt.files import write_text
 
@@ -65,88 +72,12 @@ SPECS = {"sgd": "SGD(lr=0.01)", "momentum": "SGD(lr=0.01, momentum=0.9)",
          "adafactor": "Adafactor(lr=1e-3)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
          "lars": "LARS(lr=0.1, weight_decay=1e-4)"}
 BACKENDS = ("torch", "paddle", "mindspore", "mindspore-graph")
-#: gradient sets drawn once per size and used in turn
-GRADIENT_SETS = 3
-#: untimed rounds before timing
-WARMUP = 3
-#: the most seconds the untimed steps wait for the generated kernels' background compile
-COMPILE_WAIT_S = 90.0
 #: the environment of a measurement: one thread (see the module)
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-
-
-def framework(backend: str) -> str:
-    return backend.split("-")[0]
+ONE_THREAD = thread_env(1)
 
 
 def shapes_of(d: int) -> list[tuple[int, ...]]:
     return [(d, d)] * 4 + [(d,)] * 4
-
-
-class Harness:
-    """One backend's parameters, gradients and step."""
-
-    def __init__(self, backend: str):
-        self.backend, self.name = backend, framework(backend)
-        self.fw = __import__(self.name)
-        if self.name == "torch":
-            self.fw.set_num_threads(1)
-        elif self.name == "mindspore":
-            self.fw.device_context.cpu.op_tuning.threads_num(1)
-        if backend == "mindspore-graph":
-            self.fw.set_context(mode=self.fw.GRAPH_MODE)
-        self.counter = 0
-
-    def params(self, arrays: list[np.ndarray]) -> list:
-        out = []
-        for a in arrays:
-            self.counter += 1
-            name = f"p{self.counter}"
-            if self.name == "torch":
-                out.append((name, self.fw.nn.Parameter(self.fw.from_numpy(a.copy()))))
-            elif self.name == "paddle":
-                out.append((name, self.fw.create_parameter(
-                    shape=list(a.shape), dtype="float32", name=name,
-                    default_initializer=self.fw.nn.initializer.Assign(a))))
-            else:
-                out.append((name, self.fw.Parameter(self.fw.Tensor(a.copy()), name=name)))
-        return out
-
-    def gradient_sets(self, shapes, rng) -> list:
-        sets = []
-        for _ in range(GRADIENT_SETS):
-            arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
-            if self.name == "torch":
-                sets.append([self.fw.from_numpy(g) for g in arrays])
-            elif self.name == "paddle":
-                sets.append([self.fw.to_tensor(g) for g in arrays])
-            else:
-                sets.append(tuple(self.fw.Tensor(g) for g in arrays))
-        return sets
-
-    def set_grads(self, named, grads) -> None:
-        if self.name in ("torch", "paddle"):
-            for (_, p), g in zip(named, grads):
-                p.grad = g
-
-    def step(self, optimizer, grads) -> None:
-        if self.name == "mindspore":
-            from unified_opt.backends.mindspore.kernels import drain
-
-            optimizer(grads)
-            drain()        # MindSpore runs asynchronously
-        else:
-            optimizer.step()
-
-
-def _compiling() -> bool:
-    return any(t.name == "unified_opt kernel" and t.is_alive() for t in threading.enumerate())
-
-
-def _kernels_loaded() -> int:
-    from unified_opt.kernels import runtime
-
-    return len(runtime._kernels)
 
 
 def measure(backend: str, key: str, repeats: int) -> list[dict]:
@@ -177,64 +108,15 @@ def measure(backend: str, key: str, repeats: int) -> list[dict]:
         row["native"] = uo.explain(native).native
         grads = harness.gradient_sets(shapes, rng)
         runs = [(native, native_params), (own, own_params)]
-        k = 0
-
-        def one(optimizer, named) -> float:
-            nonlocal k
-            g = grads[k % GRADIENT_SETS]
-            harness.set_grads(named, g)
-            start = time.perf_counter()
-            harness.step(optimizer, g)
-            k += 1
-            return time.perf_counter() - start
-
-        for _ in range(WARMUP):
-            for run in runs:
-                one(*run)
-        waited = time.perf_counter()
-        while _compiling() and time.perf_counter() - waited < COMPILE_WAIT_S:
-            one(*runs[1])          # the generated kernels land meanwhile
-        for _ in range(WARMUP):
-            one(*runs[1])
-        times: list[list[float]] = [[], []]
-        for r in range(repeats):
-            order = (0, 1) if r % 2 == 0 else (1, 0)     # neither always goes first
-            for i in order:
-                times[i].append(one(*runs[i]))
+        times = interleaved(harness, runs, grads, repeats, own=(1,))
         native_ms, own_ms = (min(t) * 1e3 for t in times)
         rows.append({**row, "native_ms": round(native_ms, 4), "own_ms": round(own_ms, 4),
                      "native_median_ms": round(statistics.median(times[0]) * 1e3, 4),
                      "own_median_ms": round(statistics.median(times[1]) * 1e3, 4),
                      "native_over_own": round(native_ms / own_ms, 3),
-                     "generated_kernels": _kernels_loaded()})
+                     "generated_kernels": kernels_loaded()})
         del runs, native, own
     return rows
-
-
-def environment() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"device": "cpu", "cpu": cpu, "cpu_count": os.cpu_count(), "threads": 1,
-            "python": platform.python_version(), "platform": platform.platform()}
-
-
-def versions() -> dict:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {}
-    for name, dist in (("torch", "torch"), ("paddle", "paddlepaddle"),
-                       ("mindspore", "mindspore")):
-        try:
-            out[name] = version(dist)
-        except PackageNotFoundError:
-            pass
-    return out
 
 
 def native_specs(backend: str, keys) -> list[str]:

@@ -1,0 +1,199 @@
+"""What the CPU step-time benchmarks share (``native_vs_own.py``, ``realistic_sets.py``):
+one framework's parameters, gradients, thread setting and step, interleaved timing and
+the machine's description.
+
+A measurement process imports one framework only (importing paddle before mindspore
+breaks mindspore) and sets its threads before the first step: ``OMP_NUM_THREADS`` (the
+own kernels read it at every parallel phase; Paddle resets it to 1 when imported, so it
+is written again after the import), ``torch.set_num_threads``, MindSpore's CPU thread
+pool (``device_context.cpu.op_tuning.threads_num``) and Paddle's
+(``paddle.base.core.set_num_threads``).
+
+Timing: the optimizers of a row step in interleaved rounds (each round steps every one
+once, the order rotating, so load from other processes falls on all alike), each step
+with the next of :data:`GRADIENT_SETS` fresh random gradient sets drawn once, after
+:data:`WARMUP` untimed rounds; the own path's background kernel compile lands in further
+untimed steps (at most :data:`COMPILE_WAIT_S`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: gradient sets drawn once per parameter set and used in turn
+GRADIENT_SETS = 3
+#: untimed rounds before timing
+WARMUP = 3
+#: the most seconds the untimed steps wait for the generated kernels' background compile
+COMPILE_WAIT_S = 90.0
+
+
+def framework(backend: str) -> str:
+    """``"mindspore-graph"`` -> ``"mindspore"``."""
+    return backend.split("-")[0]
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """The environment of a measurement process on ``threads`` threads."""
+    n = str(threads)
+    return {"OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n}
+
+
+class Harness:
+    """One backend's parameters, gradients and step, on ``threads`` threads."""
+
+    def __init__(self, backend: str, threads: int = 1):
+        self.backend, self.name, self.threads = backend, framework(backend), threads
+        self.fw = __import__(self.name)
+        os.environ["OMP_NUM_THREADS"] = str(threads)     # paddle's import sets it to 1
+        if self.name == "torch":
+            self.fw.set_num_threads(threads)
+        elif self.name == "paddle":
+            self.fw.base.core.set_num_threads(threads)
+        elif self.name == "mindspore":
+            self.fw.device_context.cpu.op_tuning.threads_num(threads)
+        if backend == "mindspore-graph":
+            self.fw.set_context(mode=self.fw.GRAPH_MODE)
+        self.counter = 0
+
+    def params(self, arrays: list[np.ndarray]) -> list:
+        """(name, parameter) pairs holding copies of ``arrays``."""
+        out = []
+        for a in arrays:
+            self.counter += 1
+            name = f"p{self.counter}"
+            if self.name == "torch":
+                out.append((name, self.fw.nn.Parameter(self.fw.from_numpy(a.copy()))))
+            elif self.name == "paddle":
+                out.append((name, self.fw.create_parameter(
+                    shape=list(a.shape), dtype="float32", name=name,
+                    default_initializer=self.fw.nn.initializer.Assign(a))))
+            else:
+                out.append((name, self.fw.Parameter(self.fw.Tensor(a.copy()), name=name)))
+        return out
+
+    def gradient_sets(self, shapes, rng) -> list:
+        """:data:`GRADIENT_SETS` sets of standard normal gradients of ``shapes``."""
+        sets = []
+        for _ in range(GRADIENT_SETS):
+            arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
+            if self.name == "torch":
+                sets.append([self.fw.from_numpy(g) for g in arrays])
+            elif self.name == "paddle":
+                sets.append([self.fw.to_tensor(g) for g in arrays])
+            else:
+                sets.append(tuple(self.fw.Tensor(g) for g in arrays))
+        return sets
+
+    def set_grads(self, named, grads) -> None:
+        if self.name in ("torch", "paddle"):
+            for (_, p), g in zip(named, grads):
+                p.grad = g
+
+    def step(self, optimizer, grads) -> None:
+        if self.name == "mindspore":
+            from unified_opt.backends.mindspore.kernels import drain
+
+            optimizer(grads)
+            drain()        # MindSpore runs asynchronously
+        else:
+            optimizer.step()
+
+
+def compiling() -> bool:
+    """Whether a generated kernel is being compiled in the background."""
+    return any(t.name == "unified_opt kernel" and t.is_alive() for t in threading.enumerate())
+
+
+def kernels_loaded() -> int:
+    """How many generated kernels this process has loaded."""
+    from unified_opt.kernels import runtime
+
+    return len(runtime._kernels)
+
+
+def interleaved(harness: Harness, runs: list[tuple[Any, list]], grads: list, repeats: int,
+                own: tuple[int, ...] = (), warmup: int = WARMUP) -> list[list[float]]:
+    """Step times in seconds of each ``(optimizer, named parameters)`` of ``runs``:
+    ``warmup`` untimed rounds, untimed steps of the runs in ``own`` (indices) while a
+    kernel compiles and ``warmup`` more, then ``repeats`` timed rounds in rotating
+    order."""
+    k = 0
+
+    def one(optimizer, named) -> float:
+        nonlocal k
+        g = grads[k % len(grads)]
+        harness.set_grads(named, g)
+        start = time.perf_counter()
+        harness.step(optimizer, g)
+        k += 1
+        return time.perf_counter() - start
+
+    for _ in range(warmup):
+        for run in runs:
+            one(*run)
+    if own:
+        waited = time.perf_counter()
+        while compiling() and time.perf_counter() - waited < COMPILE_WAIT_S:
+            for i in own:
+                one(*runs[i])          # the generated kernels land meanwhile
+        for _ in range(warmup):
+            for i in own:
+                one(*runs[i])
+    times: list[list[float]] = [[] for _ in runs]
+    for r in range(repeats):
+        shift = r % len(runs)
+        for i in list(range(len(runs)))[shift:] + list(range(len(runs)))[:shift]:
+            times[i].append(one(*runs[i]))
+    return times
+
+
+def fastest_and_median_ms(seconds: list[float]) -> tuple[float, float]:
+    """(fastest, median) of step times in seconds, in ms rounded to 4 places."""
+    return round(min(seconds) * 1e3, 4), round(statistics.median(seconds) * 1e3, 4)
+
+
+def environment(threads: int | list[int] = 1) -> dict:
+    """The machine: CPU model, core count, threads measured on, Python and platform."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"device": "cpu", "cpu": cpu, "cpu_count": os.cpu_count(), "threads": threads,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def versions(extra: tuple[tuple[str, str], ...] = ()) -> dict:
+    """Installed versions of the frameworks (and of ``extra``: (name, distribution))."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name, dist in (("torch", "torch"), ("paddle", "paddlepaddle"),
+                       ("mindspore", "mindspore")) + extra:
+        try:
+            out[name] = version(dist)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def load_average() -> str:
+    """``/proc/loadavg``'s three averages ("" where unreadable)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return ""
+
+
