@@ -115,8 +115,7 @@ def pages() -> dict[str, str]:
 
 
 def substitutions() -> dict[str, str]:
-    return {"gpu_offload_ratio": offload_ratio(),
-            "gpu_name": load(RUN / "environment.json")["gpu"]}
+    return {"gpu_offload_ratio": offload_ratio()}
 
 
 def _plain(text: str) -> str:

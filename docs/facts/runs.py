@@ -40,7 +40,4 @@ def pages() -> dict[str, str]:
 
 
 def substitutions() -> dict[str, str]:
-    curves = load(ROOT / "docs" / "porting_curves.json")
-    return {**check_time(), "porting_gap": porting_gap(),
-            "porting_switch": str(curves["switch"]),
-            "porting_after": str(curves["steps"] - curves["switch"])}
+    return {**check_time(), "porting_gap": porting_gap()}
