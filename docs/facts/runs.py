@@ -1,6 +1,7 @@
-"""The other pages' figures: how long ``unified-opt check`` takes
-(``benchmarks/results/check_time.json``, docs/ci.md) and how closely the ported run's
-loss follows the uninterrupted one (``docs/porting_curves.json``, docs/porting.md)."""
+"""The other pages' figures: how long ``unified-opt check`` takes and what it answered
+(``benchmarks/results/check_time.json``, docs/ci.md and docs/conformance.md) and how
+closely the ported run's loss follows the uninterrupted one (``docs/porting_curves.json``,
+docs/porting.md)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,8 @@ def pages() -> dict[str, str]:
 
 
 def substitutions() -> dict[str, str]:
-    return {**check_time(), "porting_gap": porting_gap()}
+    came = [row for row in load(RESULTS / "check_time.json")["rows"]
+            if row["row"] == "came_pass"][0]["answer"]
+    # the answer's first two lines, as code: what was compared, and how the state was read
+    return {**check_time(), "porting_gap": porting_gap(),
+            "check_came_answer": f"`{came[0]}`", "check_came_mapped": f"`{came[1]}`"}
