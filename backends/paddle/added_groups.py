@@ -83,7 +83,8 @@ def add_native_group(optimizer, param_group) -> None:
         join = joining(cls_info, lowering, record.spec, record.plans, first,
                        _dtypes(record.params[:first]), _dtypes(record.params))
         if isinstance(join, str):
-            raise ValueError(f"{caller}: {cls_info.name} would need {join}; " + own)
+            raise ValueError(f"{caller}: {cls_info.name} cannot take this group in place: "
+                             f"it would need {join}; " + own)
         if join.layout.groups is not None and cls_info.name in REWRITES_GROUPS:
             raise ValueError(f"{caller}: these values need a Paddle parameter group, and "
                              f"{cls_info.name}'s constructor turns each group's weight_decay "

@@ -184,9 +184,9 @@ def joining(cls, lowering, spec, plans, first: int, dtypes_before=(),
     changed = sorted(k for k in before.arguments.keys() | after.arguments.keys()
                      if before.arguments.get(k) != after.arguments.get(k))
     if changed:
-        return (f"the optimizer-level arguments {changed} the build gave it (here "
-                f"{ {k: before.arguments.get(k) for k in changed} }, with the group "
-                f"{ {k: after.arguments.get(k) for k in changed} })")
+        return ("other optimizer-level arguments (" + "; ".join(
+            f"{k}: {before.arguments.get(k)!r} as built, {after.arguments.get(k)!r} with "
+            "the group" for k in changed) + ")")
     if after.groups is None:
         return Joining(after, first)
     built = before.groups if before.groups is not None else ((tuple(range(first)), None),)
@@ -194,7 +194,7 @@ def joining(cls, lowering, spec, plans, first: int, dtypes_before=(),
     held = [(indices, keys) for indices, keys in held if indices]
     if [indices for indices, _ in held] != [indices for indices, _ in built] or any(
             keys is not None and keys != wanted for (_, wanted), (_, keys) in zip(held, built)):
-        return ("the built parameters grouped as they are (Paddle groups "
+        return ("other groups for the built parameters (Paddle groups "
                 f"{[list(i) for i, _ in built]}; with the group they would be "
                 f"{[list(i) for i, _ in held]} with keys {[k for _, k in held]})")
     groups = []
