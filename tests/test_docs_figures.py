@@ -123,7 +123,7 @@ def test_facts_write_every_file_and_substitution_the_pages_use(tmp_path):
     included, used = set(), set()
     for path in sorted(DOCS.glob("*.md")):
         text = path.read_text(encoding="utf-8")
-        included |= set(re.findall(r"```\{include\} _generated/(\S+)", text))
+        included |= set(re.findall(r"^```\{include\} _generated/(\S+)$", text, re.M))
         used |= {name for _, line in prose(text)
                  for name in re.findall(r"\{\{\s*(\w+)\s*\}\}", line)}
     assert included - set(pages) == set(), "included but not generated"
