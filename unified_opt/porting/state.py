@@ -149,14 +149,27 @@ def save_state(optimizer: Any, path: FilePath, *, lr_scheduler: Any = None, name
                        constant_lr=constant_lr), Path(path))
 
 
+def positional(record: BuildRecord) -> BuildRecord:
+    """``record`` with each parameter named by its position in the build (``"0"``,
+    ``"1"``, ...) where none of them has a name (a build over ``model.parameters()``),
+    as torch's own ``state_dict`` keys its state; else ``record`` itself."""
+    if record.names and all(name is None for name in record.names):
+        return dataclasses.replace(record, names=[str(i) for i in range(len(record.names))])
+    return record
+
+
 def snapshot_of(optimizer: Any, *, lr_scheduler: Any = None, names: Any = None,
-                constant_lr: bool = False, caller: str = "save_state") -> Snapshot:
-    """What :func:`save_state` writes of ``optimizer`` (its arguments: as there). The
-    arrays are read-only views of the state where the backend can give them (torch's CPU
-    tensors, Paddle's through DLPack, MindSpore's ``asnumpy``): use them before the
-    optimizer steps again, or copy them."""
+                constant_lr: bool = False, caller: str = "save_state",
+                by_position: bool = False) -> Snapshot:
+    """What :func:`save_state` writes of ``optimizer`` (its arguments: as there;
+    ``by_position``: a ``uo.build`` optimizer of unnamed parameters names them by
+    :func:`positional`). The arrays are read-only views of the state where the backend
+    can give them (torch's CPU tensors, Paddle's through DLPack, MindSpore's
+    ``asnumpy``): use them before the optimizer steps again, or copy them."""
     framework = _framework(optimizer, caller)
     record = _record(optimizer)
+    if record is not None and by_position:
+        record = positional(record)
     backend = _backend_state(framework)
     if record is not None:
         if lr_scheduler is not None and lr_scheduler is not record.lr_scheduler:
@@ -288,18 +301,20 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
 
 
 def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | None = None,
-                  model: Any = None, caller: str = CALLER,
-                  source: str = "the file") -> None:
+                  model: Any = None, caller: str = CALLER, source: str = "the file",
+                  by_position: bool = False) -> None:
     """What :func:`load_state` does with the snapshot it read (its arguments: as there;
     ``caller`` names the function and ``source`` what was read, in errors): every check
     (spec, groups, names, ranks, each state array's name, shape and dtype) before
     anything is written, so ``optimizer`` is either fully loaded or untouched. The
     backend may keep the arrays it is handed as the state itself: hand over arrays
-    nothing else holds."""
+    nothing else holds. ``by_position``: as for :func:`snapshot_of`."""
     record = _record(optimizer)
     if record is None:
         raise TypeError(f"{caller}: optimizer must be made by uo.build, got "
                         f"{type(optimizer).__name__} (uo.resume builds one from the file)")
+    if by_position:
+        record = positional(record)
     transform_of = transformer(transform, caller)
     framework = _framework(optimizer, caller)
     saved = across(saved, framework, list(record.names), model_of(model, framework, caller),

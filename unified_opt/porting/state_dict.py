@@ -16,6 +16,11 @@ no memory with the live state (torch's own ``state_dict`` shares it), so steppin
 after ``state_dict()`` leaves the dict as it was, and holding the dict costs one copy of
 the state. Nothing in it is a Python object of ours, so ``torch.save`` /
 ``torch.load(weights_only=True)`` and ``paddle.save`` / ``paddle.load`` round-trip it.
+An optimizer built over parameters without names (``uo.build(spec,
+model.parameters())``) names each by its position in the build (``"0"``, ``"1"``, ...),
+as torch's own ``state_dict`` keys its state: such a dict loads into an optimizer built
+over the same parameters in the same order (``uo.save_state`` wants real names, which
+carry across frameworks and models).
 
 ``load_state_dict`` takes the form from any framework: the tensors of any of the three,
 or numpy arrays (bfloat16 as :data:`~.snapshot.BFLOAT16` bits), each read through numpy
@@ -59,7 +64,7 @@ def state_dict_of(optimizer: Any, owner: str) -> dict[str, Any]:
         raise TypeError(f"{caller}: optimizer must be made by uo.build, got "
                         f"{type(optimizer).__name__}")
     framework = _framework(optimizer, caller)
-    metadata, arrays = encoded(snapshot_of(optimizer, caller=caller), caller)
+    metadata, arrays = encoded(snapshot_of(optimizer, caller=caller, by_position=True), caller)
     to_tensor = _TO_TENSOR[framework]
     return {"format": FORMAT, "metadata": dict(metadata),
             "tensors": {key: to_tensor(array) for key, array in arrays.items()}}
@@ -117,7 +122,7 @@ def load_portable(optimizer: Any, state_dict: Mapping, *, transform: Transform |
     arrays = {key: _numpy(value, key, caller) for key, value in tensors.items()}
     saved = decoded(metadata, arrays, caller=caller, what="the state dict", kind="state dict")
     load_snapshot(optimizer, saved, transform=transform, model=model, caller=caller,
-                  source="the state dict")
+                  source="the state dict", by_position=True)
 
 
 # -- tensors to numpy and back ------------------------------------------------------------
