@@ -1,6 +1,6 @@
 """What a torch optimizer made by ``uo.build`` refuses rather than silently mishandle: a
-param group added after the build (the state file could not name it; the build's
-pre-step, per-step values or own update could not cover it), a hyperparameter written
+parameter added again after the build (a group added after it is taken, the build's
+pre-step covering it), a hyperparameter written
 into an own-path group (the own path reads only lr), and a state_dict whose state or
 groups do not fit the spec, each refused before anything changes."""
 
@@ -44,21 +44,34 @@ def test_the_own_path_takes_a_group_added_after_stepping_and_refuses_one_held(sp
     assert torch.equal(added.detach(), value)          # lr 0: stepped, not moved
 
 
-def test_a_native_build_with_a_pre_step_refuses_a_group_added_later():
+def test_a_native_build_with_a_pre_step_runs_it_over_a_group_added_later():
+    # the non-finite skip spans the added group: its inf gradient skips the whole step
     spec = uo.SGD(lr=1.0, grad_clip=uo.ClipByGlobalNorm(max_norm=1e-3), skip_nonfinite=True)
-    optimizer = uo.build(spec, [_param()], path="native")
+    w = _param()
+    optimizer = uo.build(spec, [w], path="native")
     assert isinstance(optimizer, torch.optim.SGD)
-    with pytest.raises(ValueError, match="group added later would escape them"):
-        optimizer.add_param_group({"params": [_param()]})
-    assert len(optimizer.param_groups) == 1
+    added = _param(2.0)
+    optimizer.add_param_group({"params": [added]})
+    assert len(optimizer.param_groups) == 2
+    w.grad, added.grad = torch.ones(3), torch.tensor([1.0, float("inf"), 1.0])
+    optimizer.step()
+    assert torch.equal(w.detach(), torch.ones(3))
+    assert torch.equal(added.detach(), torch.full((3,), 2.0))
+    added.grad = torch.ones(3)
+    optimizer.step()      # clipped to a global norm of 1e-3 over both groups
+    moved = torch.cat([1.0 - w.detach(), 2.0 - added.detach()])
+    # (a norm per group would move each by 1e-3 / 3 ** 0.5; float32 holds 1 - moved to
+    # about 1e-4 of moved)
+    assert torch.allclose(moved, torch.full((6,), 1e-3 / 6 ** 0.5), rtol=1e-3, atol=0)
 
 
-def test_a_native_build_without_pre_step_refuses_a_group_added_later_too():
-    # uo.save_state would leave the group out (test_param_groups_saved.py)
-    optimizer = uo.build(uo.AdamW(lr=0.1), [_param()], path="native")
-    with pytest.raises(ValueError, match="the own path takes groups added later"):
-        optimizer.add_param_group({"params": [_param()]})
-    assert len(optimizer.param_groups) == 1
+def test_a_native_build_refuses_a_parameter_it_holds_and_changes_nothing():
+    # (what else a native class refuses: tests/test_add_param_group_native.py)
+    w, optimizer = _stepped(uo.AdamW(lr=0.1), "native", steps=1)
+    before = copy.deepcopy(optimizer.state_dict())
+    with pytest.raises(ValueError, match="already in the optimizer"):
+        optimizer.add_param_group({"params": [w]})
+    assert str(optimizer.state_dict()) == str(before)
 
 
 def test_the_own_path_refuses_a_hyperparameter_its_spec_lacks_and_reads_its_own():
