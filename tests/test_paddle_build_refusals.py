@@ -1,6 +1,6 @@
 """Paddle (issue 41, points 4, 7, 8b): a plain ``paddle.Tensor`` refused at
-``uo.build``, naming the fix; ``_add_param_group`` refused after the build on the native
-and the own path (the state file keys state by the build's names); ``uo.save_state``
+``uo.build``, naming the fix; ``_add_param_group`` after the build on a native class;
+``uo.save_state``
 refusing an optimizer that holds a parameter the build was not given; and the own
 path's state made without a copy and updated in place.
 
@@ -54,16 +54,18 @@ def test_a_layers_parameters_are_taken():
         [layer.weight.name, layer.bias.name]
 
 
-def test_a_group_added_after_the_build_is_refused_by_a_native_class():
-    # (the own path takes one: tests/test_param_groups.py)
+def test_a_native_class_takes_a_group_added_after_the_build_by_either_name():
+    # (against Paddle's own _add_param_group, and what it refuses:
+    # tests/test_add_param_group_native.py)
     w, optimizer = _stepped(uo.AdamW(lr=0.1), "native")
     assert isinstance(optimizer, paddle.optimizer.AdamW)
     listed = list(optimizer._parameter_list)
-    for method in (optimizer._add_param_group, optimizer.add_param_group):
-        with pytest.raises(ValueError, match=r"add_param_group is refused on this uo\.build "
-                                             r"optimizer.*path='own'"):
-            method({"params": [_param()], "learning_rate": 0.5})
+    with pytest.raises(ValueError, match="already in the optimizer"):
+        optimizer._add_param_group({"params": [w], "learning_rate": 0.5})
     assert list(optimizer._parameter_list) == listed
+    for method in (optimizer._add_param_group, optimizer.add_param_group):
+        method({"params": [_param()], "learning_rate": 0.5})
+    assert [g["lr"] for g in optimizer.param_groups] == [0.1, 0.05, 0.05]
 
 
 @pytest.mark.parametrize("path", ["native", "own"])
