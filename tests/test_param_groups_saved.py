@@ -1,9 +1,9 @@
-"""A param group added after ``uo.build`` on torch: refused at ``add_param_group`` on
-every path ``uo.build`` returns (the state file keys state by the names the build was
-given, so a parameter added later would be left out of it), and ``uo.save_state``
-refusing, as a backstop, an optimizer that holds a parameter the build was not given
-(a group added by calling ``torch.optim.Optimizer.add_param_group`` past the refusal),
-naming it and writing no file. (issue 41, point 4)"""
+"""A param group added after ``uo.build`` on torch: taken by ``add_param_group`` into the
+build's record (so the state file names it), refused where the native class cannot take
+it; and ``uo.save_state`` refusing, as a backstop, an optimizer that holds a parameter
+the build was not given (a group added by calling
+``torch.optim.Optimizer.add_param_group`` past uo's method), naming it and writing no
+file. (issue 41, point 4)"""
 
 import pytest
 from conftest import require
@@ -31,14 +31,15 @@ def _state_numbers(optimizer):
     return {id(p): {k: v.clone() for k, v in s.items()} for p, s in optimizer.state.items()}
 
 
-def test_add_param_group_is_refused_on_a_native_class_naming_the_own_path():
-    # (the own path takes a group added later: tests/test_param_groups.py)
+def test_a_group_of_another_dtype_is_refused_on_a_native_class_naming_the_own_path():
+    # (a group the native class takes: tests/test_add_param_group_native.py)
     w, optimizer = _stepped(uo.AdamW(lr=0.1), "native", steps=1)
     assert type(optimizer) is torch.optim.AdamW   # the default build: torch's class
     before = _state_numbers(optimizer)
-    with pytest.raises(ValueError, match=r"add_param_group is refused.*state file.*"
+    half = torch.nn.Parameter(torch.ones(3, dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"no longer computes the spec exactly.*"
                                          r"path='own'"):
-        optimizer.add_param_group({"params": [_param()], "lr": 0.01})
+        optimizer.add_param_group({"params": [("half", half)], "lr": 0.01})
     assert len(optimizer.param_groups) == 1
     assert optimizer.param_groups[0]["params"] == [w]
     after = _state_numbers(optimizer)
@@ -48,14 +49,20 @@ def test_add_param_group_is_refused_on_a_native_class_naming_the_own_path():
             assert torch.equal(after[key][name], value), name
 
 
-def test_the_default_build_is_native_and_refuses_without_a_pre_step():
+def test_the_default_build_is_native_and_saves_a_group_added_later(tmp_path):
     # the case that silently dropped the group from the state file before
     spec = uo.AdamW(lr=0.1)
     optimizer = uo.build(spec, [("w", _param())])
     assert type(optimizer) is torch.optim.AdamW
-    with pytest.raises(ValueError, match="the own path takes groups added later") as error:
-        optimizer.add_param_group({"params": [_param()]})
-    assert "escape them" not in str(error.value)     # no pre-step to escape here
+    added = _param(2.0)
+    optimizer.add_param_group({"params": [("added", added)]})
+    added.grad = torch.ones(3)
+    optimizer.step()
+    uo.save_state(optimizer, tmp_path / "run.safetensors")
+    again = _param(2.0)
+    resumed = uo.resume(tmp_path / "run.safetensors", [("w", _param()), ("added", again)])
+    for key, value in optimizer.state[added].items():
+        assert torch.equal(resumed.state[again][key], value), key
 
 
 @pytest.mark.parametrize("path", ["native", "own"])
