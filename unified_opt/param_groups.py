@@ -34,10 +34,13 @@ both changed, the step is refused (:meth:`GroupSurface.lrs`).
 ``uo.build(spec, [{"params": [...], "lr": 0.1, "weight_decay": 0.0}, ...])`` takes
 group dicts of any framework's parameters (:func:`plans_of_group_dicts`): torch's keys
 (an absolute ``lr``, any of the spec's hyperparameters) and Paddle's
-``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it). The own
-paths of torch and Paddle take the same dict in ``add_param_group`` after the build
-(:func:`added_group`); a native class, whose groups and step checks are made when it is
-built, and MindSpore, whose optimizer Cell fixes its Parameters then, refuse it.
+``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it). torch
+and Paddle take the same dict in ``add_param_group`` after the build
+(:func:`added_group`), on the own paths and on the native classes (in the class's own
+group form, the class's conditions checked again over every parameter:
+:mod:`unified_opt.native_groups`; what it cannot take is refused naming
+``path='own'``); MindSpore, whose optimizer Cell fixes its Parameters when it is built,
+refuses it.
 
 ``uo.save_state`` writes what the groups hold
 (:func:`unified_opt.porting.saved_groups.saved_record`): group dicts as
