@@ -68,6 +68,13 @@ def host_copy(tensor) -> np.ndarray:
 class MindSporeKernels(KernelPath):
     """:class:`~unified_opt.kernels.runtime.KernelPath` over MindSpore Parameters."""
 
+    def threads(self) -> int:
+        """MindSpore's CPU kernel thread pool size, ``get_context("runtime_num_threads")``
+        (what ``set_context(runtime_num_threads=...)`` sets; by default the CPU count,
+        at most 30). ``mindspore.device_context.cpu.op_tuning.threads_num`` has no
+        reader in MindSpore 2.10, so a count set only there is not seen."""
+        return max(1, int(ms.get_context("runtime_num_threads")))
+
     def job(self, p, grad, spec, slots: dict, lr: float, step: int, keep: list) -> Job | None:
         """The VM job of one parameter's step, or None (then it runs eagerly). ``slots``:
         the spec's state Parameters by name; ``keep`` holds what the job's addresses

@@ -3,16 +3,28 @@
 parameter's and its accumulators' memory (``Tensor.data_ptr``). Paddle computes eagerly
 on the CPU, so the memory holds every value when Python runs. A GPU parameter, another
 dtype, and an update that does not trace run eagerly: the same update, written once in
-the spec. (Paddle sets ``OMP_NUM_THREADS=1`` when it is imported; the VM's threads
-follow it, as Paddle's own kernels do.)"""
+the spec. The kernels' threads follow Paddle's setting (:meth:`PaddleKernels.threads`)."""
 
 from __future__ import annotations
+
+import os
 
 from unified_opt.kernels.runtime import Job, KernelPath
 
 
 class PaddleKernels(KernelPath):
     """:class:`~unified_opt.kernels.runtime.KernelPath` over Paddle tensors."""
+
+    def threads(self) -> int:
+        """Paddle's CPU thread count: ``OMP_NUM_THREADS``, which Paddle writes into
+        ``os.environ`` when it is imported (1 unless it was set) and its CPU kernels'
+        OpenMP runtime reads. (``paddle.base.core.set_num_threads`` has no reader, so a
+        count set only there is not seen: set ``OMP_NUM_THREADS`` before importing
+        Paddle.) A value that is not a positive integer reads as 1, as Paddle reads it."""
+        try:
+            return max(1, int(os.environ.get("OMP_NUM_THREADS", "1")))
+        except ValueError:
+            return 1
 
     def job(self, param, grad, spec, state: dict, lr: float, step: int,
             keep: list) -> Job | None:

@@ -18,6 +18,11 @@ from .ops import DTensor
 class TorchKernels(KernelPath):
     """:class:`~unified_opt.kernels.runtime.KernelPath` over torch tensors."""
 
+    def threads(self) -> int:
+        """torch's intra-op thread count (``torch.get_num_threads()``, what
+        ``torch.set_num_threads`` sets): the kernels' parallel phases use as many."""
+        return torch.get_num_threads()
+
     def job(self, value: torch.Tensor, grad: torch.Tensor, spec, state: dict, lr: float,
             step: int, keep: list) -> Job | None:
         """The VM job of one parameter's step, or None (then it runs eagerly). ``state``:

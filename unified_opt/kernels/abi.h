@@ -64,5 +64,9 @@ int uo_vm_version();
 int uo_vm_run(int dtype, const int32_t* code, int64_t length, void* const* inputs, const int64_t* dims, const double* scalars);
 void uo_vm_register(const int32_t* code, int64_t length, void* kernel);
 int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims, const double* scalars);
+void uo_vm_set_threads(int threads);
+void uo_kernel_set_threads(int threads);
+int uo_vm_threads();
+int uo_kernel_threads();
 int uo_vm_aot(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra);
 }  // extern "C"

@@ -85,6 +85,12 @@ FUNCTIONS = {
                                 ("void*", "kernel"))),
     "uo_kernel_run": ("int", (("int", "dtype"), ("void* const*", "inputs"),
                               ("const int64_t*", "dims"), ("const double*", "scalars"))),
+    # the threads of parallel phases from now on (0: OMP_NUM_THREADS, else the CPU's)
+    "uo_vm_set_threads": ("void", (("int", "threads"),)),
+    "uo_kernel_set_threads": ("void", (("int", "threads"),)),
+    # the threads a parallel phase runs on now
+    "uo_vm_threads": ("int", ()),
+    "uo_kernel_threads": ("int", ()),
     # MindSpore's AOT custom operator calls it (func_type="aot")
     "uo_vm_aot": ("int", (("int", "nparam"), ("void**", "params"), ("int*", "ndims"),
                           ("int64_t**", "shapes"), ("const char**", "dtypes"),

@@ -55,7 +55,11 @@ def kernel_source(code: np.ndarray) -> str:
               "                  const double* scalars) {",
               f"  if (dtype == {DTYPES['float32']}) return kernel<float>(inputs, dims, scalars);",
               f"  if (dtype == {DTYPES['float64']}) return kernel<double>(inputs, dims, scalars);",
-              "  return 2;", "}", '}  // extern "C"', ""]
+              "  return 2;", "}",
+              "void uo_kernel_set_threads(int threads) {",
+              "  uo::requested_threads().store(threads > 0 ? threads : 0);", "}",
+              "int uo_kernel_threads() { return uo::thread_count(); }",
+              '}  // extern "C"', ""]
     return "\n".join(lines)
 
 

@@ -20,10 +20,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
-#ifdef _OPENMP
-#include <omp.h>
-#else
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <system_error>
 #include <thread>
+#include <type_traits>
+#ifdef _WIN32
+#include <process.h>
+#else
+#include <unistd.h>
 #endif
 
 #include "abi.h"
@@ -132,44 +138,155 @@ inline void block_sums_of(double* acc, double value, int64_t n) {
     acc[k] = value * double(std::min(SUM_BLOCK, n - k * SUM_BLOCK));
 }
 
-// The threads of a parallel phase: OMP_NUM_THREADS where it is set (Paddle sets it to 1
-// when imported), else the CPU's.
+// The threads of a parallel phase. The caller (Python's runtime.py) sets the framework's
+// own setting with uo_vm_set_threads / uo_kernel_set_threads before a step (torch's
+// get_num_threads, Paddle's OMP_NUM_THREADS, MindSpore's runtime_num_threads); until
+// then (a library called directly, MindSpore's graph operators) OMP_NUM_THREADS where
+// it is set, else the CPU's count.
+inline std::atomic<int>& requested_threads() {
+  static std::atomic<int> threads{0};
+  return threads;
+}
 inline int thread_count() {
+  const int requested = requested_threads().load(std::memory_order_relaxed);
+  if (requested > 0) return requested;
   const char* env = std::getenv("OMP_NUM_THREADS");
   const int n = env ? std::atoi(env) : 0;
-#ifdef _OPENMP
-  return n > 0 ? n : omp_get_max_threads();
-#else
   return n > 0 ? n : std::max(1, int(std::thread::hardware_concurrency()));
+}
+
+inline int current_process() {
+#ifdef _WIN32
+  return _getpid();
+#else
+  return int(getpid());
 #endif
 }
 
-// work(i, scratch) for every i in [0, count), on several threads when `parallel`: each
-// thread a contiguous range and scratch of its own (OpenMP's static schedule; with a
-// compiler without OpenMP's runtime, std::thread does the same). Every i writes places
-// of its own, so the numbers do not depend on the threads.
-template <class T, class Work>
-void for_each_item(int64_t count, bool parallel, int64_t scratch_size, Work&& work) {
-#ifdef _OPENMP
-#pragma omp parallel if (parallel)
-  {
-    std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < count; ++i) work(i, scratch.data());
+// The helper threads of parallel loops: they sleep on a condition variable between
+// loops and never spin (an OpenMP runtime's threads spin at barriers and between
+// regions, and several runtimes share the process with torch's, Paddle's and
+// MindSpore's threads: on a machine with other jobs, spinning threads and a descheduled
+// one stalled steps ~10x). A loop's items are claimed in small batches from one counter
+// by whoever runs: the caller starts at once, a helper joins when it wakes, and the
+// caller waits only for helpers that joined, so a helper that is not scheduled costs
+// its share of the speed-up, never a stall. Which thread runs an item does not change
+// the numbers (every item writes places of its own). One pool per library and process
+// (a fork gets a new one); a loop started while another thread holds the pool runs on
+// its caller alone.
+class Pool {
+ public:
+  using Task = void (*)(void*);
+
+  static Pool& of_this_process() {
+    static std::atomic<Pool*> pool{nullptr};
+    static std::mutex creating;
+    Pool* found = pool.load(std::memory_order_acquire);
+    if (found != nullptr && found->pid_ == current_process()) return *found;
+    std::lock_guard<std::mutex> hold(creating);
+    found = pool.load(std::memory_order_acquire);
+    if (found == nullptr || found->pid_ != current_process()) {
+      found = new Pool();      // kept for the process's life (its threads sleep in it);
+      pool.store(found, std::memory_order_release);  // a parent's, after fork, is left
+    }
+    return *found;
   }
-#else
-  const int64_t threads =
-      parallel ? std::max<int64_t>(1, std::min<int64_t>(thread_count(), count)) : 1;
-  auto range = [&](int64_t t) {
+
+  // task(context) on the caller and on up to `helpers` sleeping threads that wake in time
+  void run(int helpers, Task task, void* context) {
+    std::unique_lock<std::mutex> use(in_use_, std::try_to_lock);
+    if (helpers <= 0 || !use.owns_lock()) {
+      task(context);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> hold(lock_);
+      while (int(threads_) < helpers) {
+        try {
+          std::thread(&Pool::serve, this).detach();
+        } catch (const std::system_error&) {   // no more threads: fewer helpers
+          break;
+        }
+        ++threads_;
+      }
+      task_ = task;
+      context_ = context;
+      seats_ = std::min(helpers, int(threads_));
+      open_ = true;
+      ++generation_;
+    }
+    wake_.notify_all();
+    task(context);
+    std::unique_lock<std::mutex> hold(lock_);
+    open_ = false;                          // no helper joins from now on
+    idle_.wait(hold, [this] { return busy_ == 0; });
+  }
+
+ private:
+  Pool() : pid_(current_process()) {}
+
+  void serve() {
+    std::unique_lock<std::mutex> hold(lock_);
+    uint64_t seen = generation_;
+    for (;;) {
+      wake_.wait(hold, [&] { return generation_ != seen; });
+      seen = generation_;
+      if (!open_ || seats_ == 0) continue;
+      --seats_;
+      ++busy_;
+      Task task = task_;
+      void* context = context_;
+      hold.unlock();
+      task(context);
+      hold.lock();
+      if (--busy_ == 0) idle_.notify_all();
+    }
+  }
+
+  const int pid_;
+  std::mutex in_use_, lock_;
+  std::condition_variable wake_, idle_;
+  size_t threads_ = 0;
+  uint64_t generation_ = 0;
+  Task task_ = nullptr;
+  void* context_ = nullptr;
+  int seats_ = 0, busy_ = 0;
+  bool open_ = false;
+};
+
+// work(i, scratch) for every i in [0, count), on up to `threads` threads (the Pool's):
+// each thread scratch of its own, items claimed in batches of about a 32nd of a
+// thread's share. Every i writes places of its own, so the numbers do not depend on
+// the threads or on which thread ran which item.
+template <class T, class Work>
+void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work) {
+  const int64_t used = std::max<int64_t>(1, std::min<int64_t>(threads, count));
+  if (used == 1) {
     std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
-    for (int64_t i = count * t / threads; i < count * (t + 1) / threads; ++i)
-      work(i, scratch.data());
+    for (int64_t i = 0; i < count; ++i) work(i, scratch.data());
+    return;
+  }
+  struct Loop {
+    std::atomic<int64_t> next{0};
+    int64_t count, batch, scratch_size;
+    std::remove_reference_t<Work>* work;
+  } loop;
+  loop.count = count;
+  loop.batch = std::max<int64_t>(1, count / (used * 32));
+  loop.scratch_size = std::max<int64_t>(1, scratch_size);
+  loop.work = &work;
+  auto claim = [](void* context) {
+    Loop& l = *static_cast<Loop*>(context);
+    std::vector<T> scratch;
+    for (;;) {
+      const int64_t first = l.next.fetch_add(l.batch, std::memory_order_relaxed);
+      if (first >= l.count) return;
+      if (scratch.empty()) scratch.resize(size_t(l.scratch_size));
+      const int64_t last = std::min(l.count, first + l.batch);
+      for (int64_t i = first; i < last; ++i) (*l.work)(i, scratch.data());
+    }
   };
-  std::vector<std::thread> others;
-  for (int64_t t = 1; t < threads; ++t) others.emplace_back(range, t);
-  range(0);
-  for (std::thread& other : others) other.join();
-#endif
+  Pool::of_this_process().run(int(used - 1), claim, &loop);
 }
 
 // A phase's domain as rows (row = b * Dr + r) of Dc elements, and where a row's column
@@ -328,7 +445,7 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
     s.over_c = (s.axes & AC) != 0;
     s.acc.assign(s.over_c ? rows * blocks : groups * Dc, 0.0);
   }
-  const bool parallel = rows * Dc >= PARALLEL_MIN;
+  const int threads = rows * Dc >= PARALLEL_MIN ? thread_count() : 1;
   // the chunks of the rows [first, last), in order
   auto walk_rows = [&](int64_t first, int64_t last, T* scratch) {
     if (per_chunk == 1) {
@@ -342,12 +459,12 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
   };
   if (!columns) {
     if (per_chunk == 1) {
-      for_each_item<T>(rows * nch, parallel, scratch_size, [&](int64_t item, T* scratch) {
+      for_each_item<T>(rows * nch, threads, scratch_size, [&](int64_t item, T* scratch) {
         const int64_t row = item / nch, c0 = (item % nch) * CH;
         body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0)}, scratch);
       });
     } else {
-      for_each_item<T>((rows + per_chunk - 1) / per_chunk, parallel, scratch_size,
+      for_each_item<T>((rows + per_chunk - 1) / per_chunk, threads, scratch_size,
                        [&](int64_t item, T* scratch) {
         const int64_t row = item * per_chunk;
         body(walk, Chunk{row, std::min(per_chunk, rows - row), 0, Dc}, scratch);
@@ -364,7 +481,7 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
       if (g >= groups) return rows;
       return sum_over_b ? g * per_group : (g / groups_per) * Dr + (g % groups_per) * per_group;
     };
-    for_each_item<T>((groups + per_item - 1) / per_item, parallel, scratch_size,
+    for_each_item<T>((groups + per_item - 1) / per_item, threads, scratch_size,
                      [&](int64_t item, T* scratch) {
       const int64_t g0 = item * per_item;
       walk_rows(first_row(g0), first_row(std::min(groups, g0 + per_item)), scratch);

@@ -53,6 +53,8 @@ SPECIALIZE_MIN = 1 << 16
 _kernels: dict[bytes, object] = {}
 _compiling: set[bytes] = set()
 _lock = threading.Lock()
+#: the thread count last handed to the VM and every kernel (0: phases.h's default)
+_threads = 0
 
 
 @dataclass
@@ -225,10 +227,15 @@ class KernelRunner(Programs):
         self.library = build.load()
         self.specialize = specialize
 
-    def step(self, jobs: list[Job]) -> None:
-        """Run every job's update in place (in order). Every program is made (and, with
-        ``specialize=True``, compiled) before the first job runs: a failure changes
-        nothing."""
+    def step(self, jobs: list[Job], threads: int = 0) -> None:
+        """Run every job's update in place (in order) on ``threads`` threads (the
+        framework's setting, :meth:`KernelPath.threads`; 0: ``OMP_NUM_THREADS``, else the
+        CPU count). Every program is made (and, with ``specialize=True``, compiled)
+        before the first job runs: a failure changes nothing."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"KernelRunner.step: threads must be an int >= 0, got "
+                             f"{threads!r}")
+        set_threads(self.library, threads)
         programs = []
         for job in jobs:
             shape, code, scalars, _ = self.program(job.spec, job.shape, job.dtype, job.lr,
@@ -339,20 +346,49 @@ class KernelPath:
             return None
         return runner.state_order(spec, shape, dtype)
 
+    def threads(self) -> int:
+        """The framework's thread setting, which the kernels' parallel phases follow
+        (a backend's subclass reads it; 0 here: ``OMP_NUM_THREADS``, else the CPU
+        count)."""
+        return 0
+
     def run(self, jobs: list[Job]) -> None:
-        self._runner.step(jobs)
+        self._runner.step(jobs, threads=self.threads())
 
 
-def _register(library, key: bytes, code: np.ndarray) -> None:
-    kernel = build.load_kernel(kernel_source(code))
+def set_threads(library, threads: int) -> None:
+    """Hand ``threads`` to the VM ``library`` and to every loaded kernel (each library
+    keeps its own count; phases.h), where it changed."""
+    global _threads
+    with _lock:
+        if threads == _threads:
+            return
+        _threads = threads
+        library.uo_vm_set_threads(threads)
+        for kernel in _kernels.values():
+            kernel.uo_kernel_set_threads(threads)
+
+
+def threads_in_use(library) -> int:
+    """The threads the VM ``library``'s parallel phases run on now."""
+    return library.uo_vm_threads()
+
+
+def _register(library, key: bytes, code: np.ndarray, background: bool = False) -> None:
+    """Compile (at the lowest CPU priority where ``background``: the VM runs the program
+    meanwhile, and the compiler must not take the step's cores), load and register the
+    kernel of ``code``."""
+    kernel = build.load_kernel(kernel_source(code), lowest_priority=background)
+    with _lock:          # the count set_threads hands every kernel, this one included
+        kernel.uo_kernel_set_threads(_threads)
+        _kernels[key] = kernel        # kept loaded: the VM calls into it
     library.uo_vm_register(code.ctypes.data, code.size,
                            ctypes.cast(kernel.uo_kernel_run, ctypes.c_void_p).value)
-    _kernels[key] = kernel            # kept loaded: the VM calls into it
 
 
 def _compile(library, key: bytes, code: np.ndarray, name: str) -> None:
     try:
-        _register(library, key, code)
+        _register(library, key, code, background=True)
     except build.KernelUnavailable as error:
         warnings.warn(f"unified_opt: the {name} update stays on the kernel VM (the same "
                       f"numbers, slower): {error}", RuntimeWarning, stacklevel=1)

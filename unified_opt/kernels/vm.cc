@@ -269,6 +269,14 @@ int uo_vm_run(int dtype, const int32_t* code, int64_t length, void* const* input
   return dispatch(dtype, code, length, inputs, dims, scalars);
 }
 
+// The threads of the VM's parallel phases from now on (phases.h's thread_count; 0: its
+// default).
+void uo_vm_set_threads(int threads) {
+  uo::requested_threads().store(threads > 0 ? threads : 0, std::memory_order_relaxed);
+}
+
+int uo_vm_threads() { return uo::thread_count(); }
+
 // Run the generated kernel `kernel` (its uo_kernel_run) for the program `code` from now on.
 void uo_vm_register(const int32_t* code, int64_t length, void* kernel) {
   std::lock_guard<std::mutex> hold(kernels_lock);

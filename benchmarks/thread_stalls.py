@@ -1,0 +1,272 @@
+"""Own-path step times at one and two threads on a ResNet-18-shaped parameter set: do
+the kernels' threads stall on a shared machine?
+
+    python benchmarks/thread_stalls.py [--frameworks torch,paddle,mindspore]
+                                       [--threads 1,2] [--steps 40]
+                                       [--variant NAME:KEY=VALUE,...] [--label TEXT]
+                                       [--out benchmarks/results]
+
+One process per framework and thread count (one framework per process; the thread
+count set the framework's way: ``torch.set_num_threads``, ``OMP_NUM_THREADS`` before
+Paddle is imported, MindSpore's ``runtime_num_threads``; ``OMP_NUM_THREADS`` is set
+too). Each process builds, over copies of one parameter set, own AdamW and own CAME
+(``path="own"``, ``compile="auto"``: the kernel VM, then each program's generated
+kernel: the untimed steps wait for them to land) and the framework's native AdamW class
+as the reference. The rows step in interleaved rounds, each round with a fresh random
+gradient (drawn untimed), ``--steps`` rounds after 5 untimed ones. Per row: minimum,
+median, p90 and maximum step ms, and median / minimum. The machine's load average is
+recorded before and after each process; ``--variant`` adds runs under extra environment
+variables (``passive:OMP_WAIT_POLICY=passive``), which is how the cause was looked for.
+
+The set (ResNet-18's parameters, torchvision's layout): 20 conv weights (one 7x7 stem,
+3x3 blocks, three 1x1 downsamples), 20 BatchNorm weights and 20 biases, the classifier's
+weight and bias: 62 tensors, 11,689,512 elements.
+
+Writes ``OUT/thread_stalls.json`` and ``.md``; an existing JSON's runs are kept under
+other labels (``--label`` names this run's, e.g. "after, load 3"), so before and after
+sit in one file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from unified_opt.files import write_text
+
+WARMUP = 5
+#: the most seconds the untimed steps wait for the generated kernels to land
+COMPILE_WAIT_S = 300.0
+FRAMEWORKS = ("torch", "paddle", "mindspore")
+NATIVE = {"torch": "torch.optim.AdamW", "paddle": "paddle.optimizer.AdamW",
+          "mindspore": "mindspore.nn.AdamWeightDecay"}
+
+
+def resnet18_shapes() -> list[tuple[int, ...]]:
+    """ResNet-18's parameter shapes (conv, BatchNorm weight and bias, fc)."""
+    shapes: list[tuple[int, ...]] = [(64, 3, 7, 7), (64,), (64,)]
+    inputs = 64
+    for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+        for block in range(2):
+            first = inputs if block == 0 else width
+            shapes += [(width, first, 3, 3), (width,), (width,),
+                       (width, width, 3, 3), (width,), (width,)]
+            if block == 0 and (stride != 1 or first != width):
+                shapes += [(width, first, 1, 1), (width,), (width,)]
+        inputs = width
+    return shapes + [(1000, 512), (1000,)]
+
+
+def set_threads(name: str, threads: int):
+    """Import framework ``name`` with ``threads`` threads, set its way (see the module)."""
+    fw = __import__(name)
+    if name == "torch":
+        fw.set_num_threads(threads)
+    elif name == "mindspore":
+        fw.set_context(runtime_num_threads=threads)
+    return fw
+
+
+class Harness:
+    """One framework's parameters, gradients and step."""
+
+    def __init__(self, name: str, threads: int):
+        self.name, self.fw = name, set_threads(name, threads)
+        self.counter = 0
+
+    def params(self, arrays):
+        out = []
+        for a in arrays:
+            self.counter += 1
+            key = f"p{self.counter}"
+            if self.name == "torch":
+                out.append((key, self.fw.nn.Parameter(self.fw.from_numpy(a.copy()))))
+            elif self.name == "paddle":
+                out.append((key, self.fw.create_parameter(
+                    shape=list(a.shape), dtype="float32", name=key,
+                    default_initializer=self.fw.nn.initializer.Assign(a))))
+            else:
+                out.append((key, self.fw.Parameter(self.fw.Tensor(a.copy()), name=key)))
+        return out
+
+    def grads(self, arrays):
+        if self.name == "torch":
+            return [self.fw.from_numpy(g) for g in arrays]
+        if self.name == "paddle":
+            return [self.fw.to_tensor(g) for g in arrays]
+        return tuple(self.fw.Tensor(g) for g in arrays)
+
+    def step(self, optimizer, named, grads) -> float:
+        """Seconds of one step (gradients set untimed)."""
+        if self.name == "mindspore":
+            from unified_opt.backends.mindspore.kernels import drain
+
+            drain()
+            start = time.perf_counter()
+            optimizer(grads)
+            drain()        # MindSpore runs asynchronously
+            return time.perf_counter() - start
+        for (_, p), g in zip(named, grads):
+            p.grad = g
+        start = time.perf_counter()
+        optimizer.step()
+        return time.perf_counter() - start
+
+
+def _compiling() -> bool:
+    return any(t.name == "unified_opt kernel" and t.is_alive() for t in threading.enumerate())
+
+
+def kernel_threads(name: str) -> int | None:
+    """The thread count the kernels take from the framework (None before that existed)."""
+    try:
+        from unified_opt.kernels import runtime
+    except ImportError:
+        return None
+    reader = getattr(runtime, "framework_threads", None)
+    return reader(name) if reader else None
+
+
+def summary(times: list[float]) -> dict:
+    ms = sorted(t * 1e3 for t in times)
+    median = statistics.median(ms)
+    return {"min_ms": round(ms[0], 3), "median_ms": round(median, 3),
+            "p90_ms": round(ms[int(0.9 * (len(ms) - 1))], 3), "max_ms": round(ms[-1], 3),
+            "median_over_min": round(median / ms[0], 3)}
+
+
+def measure(name: str, threads: int, steps: int, rows: set) -> dict:
+    """In this process: the rows of framework ``name`` at ``threads`` threads."""
+    harness = Harness(name, threads)
+    import unified_opt as uo
+
+    shapes = resnet18_shapes()
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s, dtype=np.float32) * 0.05 for s in shapes]
+    specs = {"own AdamW": (uo.AdamW(lr=1e-3, weight_decay=0.01), "own"),
+             "own CAME": (uo.CAME(lr=1e-4), "own"),
+             f"native {NATIVE[name]}": (uo.preset(NATIVE[name]), "native")}
+    specs = {label: v for label, v in specs.items()
+             if label.split()[0] == "native" or label.split()[1].lower() in rows}
+    runs = {}
+    for label, (spec, path) in specs.items():
+        named = harness.params(arrays)
+        runs[label] = (uo.build(spec, named, path=path), named)
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    waited = time.perf_counter()
+    round_ = 0
+    compiling = False
+    while True:
+        grads = harness.grads([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+        labels = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
+        for label in labels:
+            seconds = harness.step(*runs[label], grads)
+            if round_ >= WARMUP and not compiling:
+                times[label].append(seconds)
+        compiling = _compiling() and time.perf_counter() - waited < COMPILE_WAIT_S
+        if compiling:
+            round_ = 0
+        round_ += 1
+        if round_ >= WARMUP + steps:
+            break
+    from unified_opt.kernels import runtime
+
+    return {"framework": name, "threads": threads, "steps": steps,
+            "kernel_threads": kernel_threads(name),
+            "generated_kernels": len(runtime._kernels),
+            "rows": {label: summary(t) for label, t in times.items()}}
+
+
+def run_one(name: str, threads: int, steps: int, rows: str, extra: dict) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), **extra}
+    load_before = os.getloadavg()[0]
+    out = subprocess.run([sys.executable, __file__, "--measure", name, str(threads),
+                          "--steps", str(steps), "--rows", rows],
+                         capture_output=True, text=True, env=env)
+    load_after = os.getloadavg()[0]
+    if out.returncode != 0:
+        return {"framework": name, "threads": threads, "env": extra,
+                "error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {**result, "env": extra, "load_before": round(load_before, 2),
+            "load_after": round(load_after, 2)}
+
+
+def markdown(runs: list[dict]) -> str:
+    lines = ["# Thread stalls: own-path steps on a ResNet-18-shaped set", "",
+             "Made by `benchmarks/thread_stalls.py`: 62 tensors, 11,689,512 float32 "
+             "elements; fresh random gradients each round, rows interleaved; ms per "
+             "step. `load` is the 1-minute load average before / after the process "
+             "(2-core machine shared with other jobs).", ""]
+    for label in dict.fromkeys(r["label"] for r in runs):
+        lines += [f"## {label}", "",
+                  "| framework | threads | env | kernel threads | load | row | min | median "
+                  "| p90 | max | median / min |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in (r for r in runs if r["label"] == label):
+            env = " ".join(f"{k}={v}" for k, v in r.get("env", {}).items()) or "-"
+            if "error" in r:
+                lines.append(f"| {r['framework']} | {r['threads']} | {env} | | | error: "
+                             f"{r['error']} | | | | | |")
+                continue
+            for row, s in r["rows"].items():
+                lines.append(f"| {r['framework']} | {r['threads']} | {env} "
+                             f"| {r.get('kernel_threads')} "
+                             f"| {r['load_before']} / {r['load_after']} | {row} "
+                             f"| {s['min_ms']} | {s['median_ms']} | {s['p90_ms']} "
+                             f"| {s['max_ms']} | {s['median_over_min']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--variant", action="append", default=[],
+                        help="NAME:KEY=VALUE,... extra environment of additional runs")
+    parser.add_argument("--rows", default="adamw,came", help="own rows: adamw, came")
+    parser.add_argument("--label", default="run")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--measure", nargs=2, metavar=("FRAMEWORK", "THREADS"))
+    args = parser.parse_args()
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
+    if args.measure:
+        print(json.dumps(measure(args.measure[0], int(args.measure[1]), args.steps,
+                                 set(args.rows.split(",")))))
+        return
+    variants = [("", {})]
+    for text in args.variant:
+        name, _, pairs = text.partition(":")
+        if not pairs or "=" not in pairs:
+            parser.error(f"--variant: expected NAME:KEY=VALUE,..., got {text!r}")
+        variants.append((name, dict(p.split("=", 1) for p in pairs.split(","))))
+    path = args.out / "thread_stalls.json"
+    kept = [r for r in (json.loads(path.read_text())["runs"] if path.exists() else [])
+            if r["label"] != args.label]
+    runs = []
+    for name in args.frameworks.split(","):
+        for threads in (int(t) for t in args.threads.split(",")):
+            for _, extra in variants:
+                got = {"label": args.label, **run_one(name, threads, args.steps, args.rows, extra)}
+                runs.append(got)
+                print(json.dumps({k: v for k, v in got.items()}), flush=True)
+    all_runs = kept + runs
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_text(path, json.dumps({"cpu_count": os.cpu_count(), "runs": all_runs}, indent=1)
+               + "\n")
+    write_text(args.out / "thread_stalls.md", markdown(all_runs))
+
+
+if __name__ == "__main__":
+    main()
