@@ -22,7 +22,8 @@ def _column(row: dict) -> str:
     """What a row measured, as a column of the page's table: its parameter set (or size
     class), and its thread count where the table has one."""
     where = str(row.get("set", row.get("size_class", "")))
-    return f"{where}, {row['threads']} threads" if "threads" in row else where
+    threads = row.get("threads")
+    return f"{where}, {threads} threads" if threads is not None else where
 
 
 def _elements(row: dict) -> int:
