@@ -67,8 +67,11 @@ def resnet18_shapes() -> list[tuple[int, ...]]:
 
 
 def set_threads(name: str, threads: int):
-    """Import framework ``name`` with ``threads`` threads, set its way (see the module)."""
+    """Import framework ``name`` with ``threads`` threads, set its way (see the module;
+    0: its default)."""
     fw = __import__(name)
+    if not threads:
+        return fw
     if name == "torch":
         fw.set_num_threads(threads)
     elif name == "mindspore":
@@ -186,6 +189,68 @@ def measure(name: str, threads: int, steps: int, rows: set) -> dict:
             "rows": {label: summary(t) for label, t in times.items()}}
 
 
+def first_steps(name: str, row: str, steps: int) -> dict:
+    """In this process (a cold kernel cache: ``UNIFIED_OPT_CACHE`` an empty folder): each
+    of the first ``steps`` steps of own ``row`` ("adamw" or "came") alone, at the
+    framework's default threads, then steps until every generated kernel has landed and
+    10 more: their median is the warm step."""
+    harness = Harness(name, 0)
+    import unified_opt as uo
+    from unified_opt.kernels import runtime
+
+    spec = uo.AdamW(lr=1e-3, weight_decay=0.01) if row == "adamw" else uo.CAME(lr=1e-4)
+    shapes = resnet18_shapes()
+    rng = np.random.default_rng(0)
+    named = harness.params([rng.standard_normal(s, dtype=np.float32) * 0.05
+                            for s in shapes])
+    start = time.perf_counter()
+    optimizer = uo.build(spec, named, path="own")
+    build_s = time.perf_counter() - start
+    times, landed = [], []
+    while True:
+        grads = harness.grads([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+        times.append(harness.step(optimizer, named, grads))
+        landed.append(len(runtime._kernels))
+        if len(times) >= steps and not _compiling():
+            break
+        if time.perf_counter() - start > COMPILE_WAIT_S:
+            break
+    all_landed_step = len(times)
+    for _ in range(10):
+        grads = harness.grads([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+        times.append(harness.step(optimizer, named, grads))
+    warm = statistics.median(times[-10:])
+    first = times[:steps]
+    return {"framework": name, "row": row, "build_s": round(build_s, 3),
+            "first_step_s": round(first[0], 3),
+            "steps_ms": [round(t * 1e3, 2) for t in first],
+            "kernels_landed": landed[:steps], "kernels_at_end": len(runtime._kernels),
+            "steps_until_all_landed": all_landed_step,
+            "seconds_until_all_landed": round(sum(times[:all_landed_step]), 2),
+            "warm_ms": round(warm * 1e3, 3),
+            "first_over_warm": round(first[0] / warm, 2),
+            "max_after_first_over_warm": round(max(first[1:] or [0]) / warm, 2),
+            "max_over_warm": round(max(first) / warm, 2)}
+
+
+def run_cold(name: str, row: str, steps: int, extra: dict) -> dict:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="uo-cold-cache-") as cache:
+        env = {**os.environ, "UNIFIED_OPT_CACHE": cache,
+               "ZIG_GLOBAL_CACHE_DIR": os.path.join(cache, "zig"), **extra}
+        load_before = os.getloadavg()[0]
+        out = subprocess.run([sys.executable, __file__, "--first-steps", name, row,
+                              "--steps", str(steps)], capture_output=True, text=True,
+                             env=env)
+        load_after = os.getloadavg()[0]
+    if out.returncode != 0:
+        return {"framework": name, "row": row,
+                "error": (out.stderr.strip().splitlines() or ["?"])[-1]}
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "env": extra,
+            "load_before": round(load_before, 2), "load_after": round(load_after, 2)}
+
+
 def run_one(name: str, threads: int, steps: int, rows: str, extra: dict) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), **extra}
     load_before = os.getloadavg()[0]
@@ -201,7 +266,7 @@ def run_one(name: str, threads: int, steps: int, rows: str, extra: dict) -> dict
             "load_after": round(load_after, 2)}
 
 
-def markdown(runs: list[dict]) -> str:
+def markdown(runs: list[dict], cold: list[dict]) -> str:
     lines = ["# Thread stalls: own-path steps on a ResNet-18-shaped set", "",
              "Made by `benchmarks/thread_stalls.py`: 62 tensors, 11,689,512 float32 "
              "elements; fresh random gradients each round, rows interleaved; ms per "
@@ -224,6 +289,29 @@ def markdown(runs: list[dict]) -> str:
                              f"| {s['min_ms']} | {s['median_ms']} | {s['p90_ms']} "
                              f"| {s['max_ms']} | {s['median_over_min']} |")
         lines.append("")
+    if cold:
+        lines += ["## First steps on a cold kernel cache", "",
+                  "`--cold`: a fresh `UNIFIED_OPT_CACHE`, one row per process at the "
+                  "framework's default threads; the first step builds the VM (the step "
+                  "waits for it); the generated kernels compile in the background. "
+                  "`warm`: the median of 10 steps after every kernel landed.", "",
+                  "| label | framework | row | load | build s | first step s | first / warm "
+                  "| max of steps 2.. / warm | warm ms | kernels landed by the last "
+                  "of the first steps | steps until all landed | s until all landed |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in cold:
+            if "error" in r:
+                lines.append(f"| {r['label']} | {r['framework']} | {r['row']} | error: "
+                             f"{r['error']} | | | | | | | | |")
+                continue
+            lines.append(f"| {r['label']} | {r['framework']} | {r['row']} "
+                         f"| {r['load_before']} / {r['load_after']} | {r['build_s']} "
+                         f"| {r['first_step_s']} | {r['first_over_warm']} "
+                         f"| {r['max_after_first_over_warm']} | {r['warm_ms']} "
+                         f"| {r['kernels_landed'][-1]} of {r['kernels_at_end']} "
+                         f"| {r['steps_until_all_landed']} "
+                         f"| {r['seconds_until_all_landed']} |")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -238,9 +326,15 @@ def main() -> None:
     parser.add_argument("--label", default="run")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--measure", nargs=2, metavar=("FRAMEWORK", "THREADS"))
+    parser.add_argument("--cold", action="store_true",
+                        help="instead: the first --steps steps on a cold kernel cache")
+    parser.add_argument("--first-steps", nargs=2, metavar=("FRAMEWORK", "ROW"))
     args = parser.parse_args()
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
+    if args.first_steps:
+        print(json.dumps(first_steps(*args.first_steps, args.steps)))
+        return
     if args.measure:
         print(json.dumps(measure(args.measure[0], int(args.measure[1]), args.steps,
                                  set(args.rows.split(",")))))
@@ -252,8 +346,21 @@ def main() -> None:
             parser.error(f"--variant: expected NAME:KEY=VALUE,..., got {text!r}")
         variants.append((name, dict(p.split("=", 1) for p in pairs.split(","))))
     path = args.out / "thread_stalls.json"
-    kept = [r for r in (json.loads(path.read_text())["runs"] if path.exists() else [])
-            if r["label"] != args.label]
+    old = json.loads(path.read_text()) if path.exists() else {}
+    kept = [r for r in old.get("runs", []) if r["label"] != args.label]
+    cold = [r for r in old.get("cold", []) if r["label"] != args.label]
+    if args.cold:
+        for name in args.frameworks.split(","):
+            for row in args.rows.split(","):
+                for _, extra in variants:
+                    got = {"label": args.label, **run_cold(name, row, args.steps, extra)}
+                    cold.append(got)
+                    print(json.dumps(got), flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_text(path, json.dumps({**old, "cpu_count": os.cpu_count(), "cold": cold},
+                                    indent=1) + "\n")
+        write_text(args.out / "thread_stalls.md", markdown(kept, cold))
+        return
     runs = []
     for name in args.frameworks.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
@@ -263,9 +370,9 @@ def main() -> None:
                 print(json.dumps({k: v for k, v in got.items()}), flush=True)
     all_runs = kept + runs
     args.out.mkdir(parents=True, exist_ok=True)
-    write_text(path, json.dumps({"cpu_count": os.cpu_count(), "runs": all_runs}, indent=1)
-               + "\n")
-    write_text(args.out / "thread_stalls.md", markdown(all_runs))
+    write_text(path, json.dumps({**old, "cpu_count": os.cpu_count(), "runs": all_runs},
+                                indent=1) + "\n")
+    write_text(args.out / "thread_stalls.md", markdown(all_runs, cold))
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 The VM is C++ compiled with the system compiler (``$CXX``, else ``c++``; where neither
 is there, the clang of the ``ziglang`` package, ``pip install unified-opt[compiler]``,
-without OpenMP's runtime: ``phases.h`` then runs its threads on std::thread) for this
-machine's CPU (``-march=native``), with OpenMP where the compiler has it, into a cache
-folder: ``$UNIFIED_OPT_CACHE``, else ``$XDG_CACHE_HOME/unified_opt``, else
+which has no OpenMP runtime) for this machine's CPU (``-march=native``), with
+``-fopenmp`` where the compiler has it (``-fopenmp-simd`` otherwise: the ``simd``
+pragmas; no parallel region uses OpenMP's runtime: a parallel phase runs on
+``phases.h``'s own pool of threads, which sleep between loops instead of spinning),
+into a cache folder: ``$UNIFIED_OPT_CACHE``, else ``$XDG_CACHE_HOME/unified_opt``, else
 ``~/.cache/unified_opt``. The file's name holds a digest of the source, the flags, the
 compiler's version and the CPU, so a new release, compiler or machine builds anew and
 an old file is never loaded for the wrong one. Building takes about 3 s (2-core CPU);
@@ -38,6 +40,13 @@ the compiler's start and the watcher's leaves the compiler to finish on its own.
 build holds the cache's lock (``.lock``), so a work folder or a ``.cc`` partial found
 by a process holding it was left by a killed one: :func:`compiled` removes them before
 it builds.
+
+Priority: a generated kernel compiled in the background (``compile="auto"``: the VM runs
+the program meanwhile) runs its compiler at nice 19 (:func:`lowest_priority_command`,
+set before the compiler's exec, so ``cc1plus``, ``as`` and ``ld`` inherit it): on a
+machine with as many busy threads as cores the training step keeps the cores. A build
+that a step waits for (the VM's, ``compile=True``'s kernels) runs at the caller's
+priority.
 """
 
 from __future__ import annotations
@@ -103,7 +112,7 @@ class Compiler(tuple):
 def _compiler() -> Compiler:
     """``$CXX`` (words, as a shell splits them); else ``c++`` on PATH; else the clang in
     the ``ziglang`` package where it is installed (``pip install unified-opt[compiler]``:
-    no OpenMP runtime there, so the threads are std::thread's; same code, same bits)."""
+    no OpenMP runtime there, which the threads do not use anyway; same code, same bits)."""
     if os.environ.get("CXX"):
         words = shlex.split(os.environ["CXX"])
         if not words or shutil.which(words[0]) is None:
@@ -272,7 +281,7 @@ def compiled(source: str, stem: str, march: str = MARCH, lowest_priority: bool =
     build, :func:`lowest_priority_command`)."""
     compiler = _compiler()
     for openmp in (True, False) if compiler.openmp else (False,):
-        # without OpenMP: std::thread, the same numbers
+        # without OpenMP: the same code, the same numbers
         target = library_path(source, stem, compiler, openmp, march)
         if target.exists():
             return target
