@@ -64,13 +64,13 @@ def test_a_parameter_added_past_add_param_group_is_refused(spec):
 ])
 def test_a_parameter_attribute_set_after_the_build_is_refused(attribute, value, words):
     w, optimizer = _stepped(uo.SGD(lr=0.1, grad_clip=uo.ClipByValue(max=0.5)), steps=1)
-    before, state = w.numpy().copy(), _numpy(optimizer.state_dict())
+    before, state = w.numpy().copy(), _numpy(paddle.optimizer.Optimizer.state_dict(optimizer))
     setattr(w, attribute, value)
     w.grad = paddle.ones([3])
     with pytest.raises(ValueError, match=words + ".*set after uo.build"):
         optimizer.step()
     assert np.array_equal(w.numpy(), before)
-    _assert_same(_numpy(optimizer.state_dict()), state)
+    _assert_same(_numpy(paddle.optimizer.Optimizer.state_dict(optimizer)), state)
 
 
 def _suffix(saved, end):
@@ -102,26 +102,26 @@ def test_a_state_dict_that_does_not_fit_is_refused_before_loading(edit, words):
     goes: a later misfit left the earlier ones loaded, a negative count loaded."""
     spec = uo.Lamb(lr=schedules.Cosine(lr=0.1, T_max=10))
     _, optimizer = _stepped(spec)
-    saved = _numpy(optimizer.state_dict())
+    saved = _numpy(paddle.optimizer.Optimizer.state_dict(optimizer))
     saved[_suffix(saved, "_step_0")] = np.array([7], "int64")       # would load first
     saved[_suffix(saved, "_exp_avg_0")] = np.full(3, 42.0, "float32")
     saved["LR_Scheduler"] = {**saved["LR_Scheduler"], "last_epoch": 9}
     edit(saved)
-    before = _numpy(optimizer.state_dict())
+    before = _numpy(paddle.optimizer.Optimizer.state_dict(optimizer))
     with pytest.raises((TypeError, ValueError)) as raised:
         optimizer.set_state_dict(saved)
     assert words in str(raised.value)
-    _assert_same(_numpy(optimizer.state_dict()), before)
+    _assert_same(_numpy(paddle.optimizer.Optimizer.state_dict(optimizer)), before)
 
 
 def test_a_state_dict_of_another_model_or_with_a_schedule_is_refused():
     _, optimizer = _stepped(uo.AdamW(lr=0.1))
     other = uo.build(uo.AdamW(lr=0.1), [_param()], backend="paddle", path="own")
     with pytest.raises(ValueError, match="which are no accumulators of this optimizer"):
-        optimizer.set_state_dict(other.state_dict())
+        optimizer.set_state_dict(paddle.optimizer.Optimizer.state_dict(other))
     _, scheduled = _stepped(uo.AdamW(lr=schedules.Cosine(lr=0.1, T_max=10)))
     renamed = {k.replace(scheduled._params[0].name, optimizer._params[0].name): v
-               for k, v in scheduled.state_dict().items()}
+               for k, v in paddle.optimizer.Optimizer.state_dict(scheduled).items()}
     with pytest.raises(ValueError, match="holds an 'LR_Scheduler' entry"):
         optimizer.set_state_dict(renamed)
     del renamed["LR_Scheduler"]

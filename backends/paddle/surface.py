@@ -26,8 +26,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-import numpy as np
-import paddle
 from paddle.optimizer.lr import LRScheduler
 
 from unified_opt.param_groups import GroupSurface
@@ -76,10 +74,12 @@ def _attach_state_dict(optimizer) -> None:
 
 
 def paddle_form(state_dict: Mapping) -> bool:
-    """Whether ``state_dict`` has the shape of Paddle's own form: every entry a tensor or
-    an array, but ``LR_Scheduler`` and ``master_weights`` (dicts)."""
-    return all(isinstance(value, dict) if key in PADDLE_ENTRIES
-               else isinstance(value, (paddle.Tensor, np.ndarray))
+    """Whether ``state_dict`` has the shape of Paddle's own form: string keys, and no
+    entry a dict or a string but ``LR_Scheduler`` and ``master_weights`` (dicts). Its
+    entries are checked by Paddle's load (the own path's names each one that does not
+    fit)."""
+    return all(isinstance(key, str) and (isinstance(value, dict) if key in PADDLE_ENTRIES
+                                         else not isinstance(value, (Mapping, str)))
                for key, value in state_dict.items())
 
 
