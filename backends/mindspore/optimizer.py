@@ -331,9 +331,9 @@ class SpecOptimizer(nn.Optimizer):
         # the lr first: past total_steps (or an lr set from outside with a schedule)
         # raises before anything changes
         self._surface.check_groups()
+        lr = self._lr_of_step(step0)
         joined = check_joined(self, step0)
-        self._loop_host.begin(list(gradients), self._surface.lrs(self._lr_of_step(step0)),
-                              step0, joined)
+        self._loop_host.begin(list(gradients), self._surface.lrs(lr), step0, joined)
         try:
             taken = self._loop.step()
         finally:
