@@ -54,6 +54,7 @@ def check_still_exact(backend: Backend, record: BuildRecord, caller: str) -> Non
     named: list[tuple[Any, Any]] = list(zip(record.names, record.params))
     context = backend.context(record.spec, named, list(record.plans or ()), {})
     cls, lowering = decision.native_class, decision.lowering
+    assert cls is not None and lowering is not None     # a native decision has both
     around = [*backend.around(cls, lowering, record.spec, context), *_storage_around(context)]
     unmet = lowering.unmet(record.spec) + [c.text for c in around
                                            if not holds(c, record.spec)]
