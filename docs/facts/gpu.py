@@ -78,7 +78,7 @@ def run() -> str:
         f"({num(rows['uo/adamw']['ratio'])}x), `uo.Adafactor` the "
         f"{rows['uo/adafactor']['path']} path ({num(rows['uo/adafactor']['ratio'])}x; "
         f"`{rows['native/adafactor']['path']}`, which `prefer=\"native\"` builds, "
-        f"{num(rows['native/adafactor']['ratio'], 1)}x). An own step's first step, compile "
+        f"{num(rows['native/adafactor']['ratio'], 1)}x). The own path's first step, compile "
         f"included, took at most {num(first, 1)} s with a cold Triton cache "
         f"(target {num(steps['targets']['first_step_s'], 0)} s); CAME's first step in a new "
         f"process, the kernels cached: {num(environment['came_first_step_s_warm_cache'], 1)} s.",
