@@ -96,6 +96,27 @@ def test_torch_native_group_added_later_steps_as_torch_and_resumes(case, tmp_pat
 
 
 @require("torch")
+def test_torch_native_per_step_weight_decay_covers_the_added_group():
+    # the step hook writes each step's weight decay into every group, the added one too
+    spec = uo.AdamW(lr=0.1, weight_decay=uo.schedules.Piecewise(boundaries=[3],
+                                                                values=[0.0, 0.5]))
+    runs = {}
+    for path in ("native", "own"):
+        params = _torch_params()
+        opt = uo.build(spec, [("w", params["w"])], path=path)
+        for t in range(BEFORE):
+            _torch_step(opt, {"w": params["w"]}, t)
+        opt.add_param_group({"params": [("b", params["b"])], "lr": 0.05})
+        for t in range(BEFORE, BEFORE + AFTER):
+            _torch_step(opt, params, t)
+        runs[path] = (type(opt).__name__, _torch_values(params))
+    assert runs["native"][0] == "AdamW" and runs["own"][0] == "SpecOptimizer"
+    for n, value in runs["own"][1].items():
+        np.testing.assert_allclose(runs["native"][1][n], value, rtol=1e-6, atol=1e-7,
+                                   err_msg=n)
+
+
+@require("torch")
 def test_torch_native_pre_step_clips_the_added_group_with_the_others():
     # a global-norm clip spans every group: the gradients here are far above max_norm,
     # so a group the clip missed would move by lr times its whole gradient
@@ -218,6 +239,34 @@ def test_paddle_native_group_added_later_steps_as_paddle_and_resumes(method, tmp
         _paddle_step(resumed, again, t)
     for n, value in _paddle_values(ours).items():
         np.testing.assert_array_equal(_paddle_values(again)[n], value, err_msg=n)
+
+
+@require("paddle")
+def test_paddle_native_group_joins_the_built_group_sharing_its_keys():
+    # built with group dicts; the added parameters' lr factor is the second group's, so
+    # they join that Paddle group: bit for bit the build given all of them
+    import paddle
+
+    runs = []
+    for added in (True, False):
+        params = {**_paddle_params(), "c": _paddle_params()["b"]}
+        pairs = [{"params": [("w", params["w"])]},
+                 {"params": [("c", params["c"])] + ([] if added else [("b", params["b"])]),
+                  "learning_rate": 0.5}]
+        opt = uo.build(uo.AdamW(lr=0.1, weight_decay=0.1), pairs, backend="paddle",
+                       path="native")
+        if added:
+            opt._add_param_group({"params": [("b", params["b"])], "learning_rate": 0.5})
+            assert [len(g["params"]) for g in opt._param_groups] == [1, 2]
+        for t in range(AFTER):
+            # c takes b's gradients reversed (its own numbers, of b's shape)
+            grads = {**_grads(t), "c": _grads(t)["b"][::-1].copy()}
+            sum((p * paddle.to_tensor(grads[n])).sum() for n, p in params.items()).backward()
+            opt.step()
+            opt.clear_grad()
+        runs.append(_paddle_values(params))
+    for n, value in runs[1].items():
+        np.testing.assert_array_equal(runs[0][n], value, err_msg=n)
 
 
 @require("paddle")
