@@ -39,8 +39,11 @@ and Paddle take the same dict in ``add_param_group`` after the build
 (:func:`added_group`), on the own paths and on the native classes (in the class's own
 group form, the class's conditions checked again over every parameter:
 :mod:`unified_opt.native_groups`; what it cannot take is refused naming
-``path='own'``); MindSpore, whose optimizer Cell fixes its Parameters when it is built,
-refuses it.
+``path='own'``); so does MindSpore in PyNative mode, on the own path (new state
+Parameters; a parameter added later counts its own steps) and the
+``experimental.optim`` classes (before the first step where the class shares one step
+counter), its ``nn`` classes refusing it naming ``path='own'``
+(``backends/mindspore/added_groups.py``, ``added_native.py``).
 
 ``uo.save_state`` writes what the groups hold
 (:func:`unified_opt.porting.saved_groups.saved_record`): group dicts as
