@@ -3,7 +3,11 @@
 ``uo.build``'s own optimizer (:class:`.optimizer.SpecOptimizer`) keeps the spec's arrays
 as Parameters ``<state name>.<parameter name>``, and ``global_step``: the steps taken,
 which is also the lr schedule's position (its lr is ``spec.lr_at(global_step)``; a
-skipped step advances neither). ``learning_rate`` holds the next step's lr for
+skipped step advances neither). A parameter's own count of updates is ``global_step``
+less the step it joined at (``add_param_group`` after a step: :mod:`.added_groups`), so
+the file's per-parameter steps are those counts, and a file whose counts differ (written
+after such an add, or by torch where a parameter had no gradient at some steps) loads
+them as joining steps. ``learning_rate`` holds the next step's lr for
 ``get_lr()``.
 
 MindSpore's native classes (``mindspore.nn`` and ``mindspore.experimental.optim``, made
