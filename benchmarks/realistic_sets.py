@@ -3,12 +3,14 @@
 
     python benchmarks/realistic_sets.py [--backends torch,paddle,mindspore]
         [--algorithms adamw,lion,preset:mindspore.nn.AdamWeightDecay,...]
-        [--sets gpt2,resnet18,large,small] [--threads 1,2] [--repeats 5] [--warmup 1] [--passes 3]
-        [--update] [--out benchmarks/results]
+        [--sets gpt2,resnet18,large,small] [--threads 1,2] [--repeats 5] [--warmup 1]
+        [--passes 3] [--update] [--out benchmarks/results]
+    python benchmarks/realistic_sets.py --merge PART/realistic_sets.json ...  # parts
+    python benchmarks/realistic_sets.py --render      # the .md again from the .json
 
 The sets (:data:`SETS`, shapes in :func:`set_shapes`):
 
-* ``gpt2``: GPT-2's layout scaled to the issue's 23.2 M elements: token embedding
+* ``gpt2``: GPT-2's layout scaled to 23.2 M elements: token embedding
   8192 x 512, position embedding 256 x 512, 6 blocks of (ln_1 weight and bias, c_attn
   512 x 1536 + bias, c_proj 512 x 512 + bias, ln_2, mlp c_fc 512 x 2048 + bias, mlp
   c_proj 2048 x 512 + bias), the final ln: 76 tensors, 23,240,704 elements (GPT-2 small,
@@ -234,15 +236,24 @@ def measure(backend: str, threads: int, keys: list[str], sets: list[str],
                 if harness.name == "torch":
                     for qualified, kwargs in [BASELINE] + PEERS.get(entry["algorithm"], []):
                         named = harness.params(arrays)
-                        runs.append((_peer(qualified, kwargs, [p for _, p in named]), named))
+                        peer = _peer(qualified, kwargs, [p for _, p in named])
+                        try:            # a peer that cannot step these shapes is recorded
+                            harness.set_grads(named, grads[0])
+                            harness.step(peer, grads[0])
+                        except Exception as error:
+                            row.setdefault("peers", []).append(
+                                {"class": qualified,
+                                 "error": f"{type(error).__name__}: {error}"})
+                            continue
+                        runs.append((peer, named))
                         names.append(qualified if kwargs.get("fused") is None
                                      else "baseline")
-            except Exception as error:  # recorded: a row the backend cannot build
+                times = interleaved(harness, runs, grads, repeats,
+                                    own=(names.index("own"),), warmup=warmup)
+            except Exception as error:  # recorded: a row the backend cannot build or step
                 print(json.dumps({**row, "error": f"{type(error).__name__}: {error}"}),
                       flush=True)
                 continue
-            times = interleaved(harness, runs, grads, repeats, own=(names.index("own"),),
-                                warmup=warmup)
             for name, seconds in zip(names, times):
                 fastest, median = fastest_and_median_ms(seconds)
                 if name in ("native", "own", "baseline"):
@@ -299,8 +310,35 @@ def with_multiples(rows: list[dict]) -> list[dict]:
         if "native_ms" in r:
             r["x_fused_adamw"]["native"] = round(r["native_ms"] / base, 2)
         for p in r.get("peers", []):
-            r["x_fused_adamw"][p["class"]] = round(p["ms"] / base, 2)
+            if "ms" in p:
+                r["x_fused_adamw"][p["class"]] = round(p["ms"] / base, 2)
     return rows
+
+
+def set_models() -> dict:
+    """Every set's :class:`unified_opt.speed.SetModel` (as a dict) and shapes."""
+    from unified_opt.speed import SetModel
+
+    return {name: {**SetModel.of(set_shapes(name)).to_dict(),
+                   "shapes": [list(shape) for shape in set_shapes(name)]} for name in SETS}
+
+
+def sorted_result(result: dict) -> dict:
+    """``result`` with its rows in order (backend, threads, set, algorithm, key) and the
+    thread counts of its rows in its environment."""
+    order = {name: i for i, name in enumerate(SETS)}
+    rows = sorted(result["rows"], key=lambda r: (
+        r["backend"], r["threads"], order.get(r["set"], 9), r.get("algorithm", ""), r["key"]))
+    return {**result, "rows": rows,
+            "environment": {**result["environment"],
+                            "threads": sorted({r["threads"] for r in rows})}}
+
+
+def write(result: dict, out: Path) -> None:
+    write_text(out / "realistic_sets.json", json.dumps(result, indent=1) + "\n")
+    write_text(out / "realistic_sets.md", markdown(result))
+    print(f"wrote {out / 'realistic_sets.json'} and realistic_sets.md: "
+          f"{len(result['rows'])} rows")
 
 
 def default_path(row: dict) -> str:
@@ -325,7 +363,9 @@ def markdown(result: dict) -> str:
              "stepped in the same rounds. Made by `benchmarks/realistic_sets.py`; "
              "`benchmarks/speed_table.py` turns it into `unified_opt/speed_table.json`.", "",
              "Sets: " + "; ".join(f"{name} {info['tensors']} tensors, {info['elements']:,} "
-                                   f"elements" for name, info in sets.items()) + ".", "",
+                                   f"elements ({info['conv_share']:.1%} in conv weights, "
+                                   f"{info['vector_share']:.1%} in 1-D tensors)"
+                                   for name, info in sets.items()) + ".", "",
              "Runs: " + "; ".join(f"{r['backends']} x {r['threads']} thread(s), "
                                   f"{r['passes']} passes of {r['repeats']} rounds, loads "
                                   f"{', '.join(r['loads'])}" for r in result["runs"]) + ".",
@@ -352,7 +392,8 @@ def markdown(result: dict) -> str:
             if torch:
                 multiples = r.get("x_fused_adamw", {})
                 cells += [f"{multiples.get('own', '')}", ", ".join(
-                    f"{p['class']} {multiples.get(p['class'], '')}" for p in r.get("peers", []))]
+                    f"{p['class']} {multiples.get(p['class'], 'error: ' + p.get('error', ''))}"
+                    for p in r.get("peers", []))]
             cells.append(", ".join(f"{x:g}" for x in r.get("passes", [])))
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
@@ -388,7 +429,30 @@ def main() -> None:
                         help="replace only the rows measured now in OUT/realistic_sets.json")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--measure", nargs=4, metavar=("BACKEND", "THREADS", "KEYS", "SETS"))
+    parser.add_argument("--render", action="store_true",
+                        help="rewrite OUT/realistic_sets.md (and the sets' models) from "
+                             "OUT/realistic_sets.json, measuring nothing")
+    parser.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                        help="put the rows of these results files (runs of parts made "
+                             "with other --out folders) into OUT/realistic_sets.json, "
+                             "replacing the rows they measured, measuring nothing")
     args = parser.parse_args()
+    if args.merge:
+        out_file = args.out / "realistic_sets.json"
+        result = json.loads(out_file.read_text()) if out_file.exists() else \
+            {**json.loads(args.merge[0].read_text()), "rows": [], "runs": []}
+        for path in args.merge:
+            part = json.loads(path.read_text())
+            fresh = {row_key(r) for r in part["rows"]}
+            result["rows"] = [r for r in result["rows"] if row_key(r) not in fresh] + \
+                part["rows"]
+            result["runs"] = result.get("runs", []) + part.get("runs", [])
+        write(sorted_result(result), args.out)
+        return
+    if args.render:
+        write({**json.loads((args.out / "realistic_sets.json").read_text()),
+               "sets": set_models()}, args.out)
+        return
     if args.measure:
         backend, threads, keys, sets = args.measure
         measure(backend, int(threads), keys.split(","), sets.split(","), args.repeats,
@@ -434,19 +498,10 @@ def main() -> None:
         fresh = {row_key(r) for r in result_rows}
         result_rows = [r for r in old["rows"] if row_key(r) not in fresh] + result_rows
         runs = old.get("runs", []) + runs
-    order = {name: i for i, name in enumerate(SETS)}
-    result_rows.sort(key=lambda r: (r["backend"], r["threads"], order.get(r["set"], 9),
-                                    r["algorithm"] if "algorithm" in r else "", r["key"]))
-    result = {"environment": environment(sorted({r["threads"] for r in result_rows})),
-              "versions": versions(PEER_DISTRIBUTIONS),
-              "sets": {s: {"tensors": len(set_shapes(s)),
-                           "elements": int(sum(np.prod(x) for x in set_shapes(s)))}
-                       for s in SETS},
-              "runs": runs, "rows": result_rows}
+    result = {"environment": environment(), "versions": versions(PEER_DISTRIBUTIONS),
+              "sets": set_models(), "runs": runs, "rows": result_rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    write_text(out_file, json.dumps(result, indent=1) + "\n")
-    write_text(args.out / "realistic_sets.md", markdown(result))
-    print(f"wrote {out_file} and realistic_sets.md: {len(result_rows)} rows")
+    write(sorted_result(result), args.out)
 
 
 if __name__ == "__main__":
