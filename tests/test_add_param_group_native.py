@@ -270,6 +270,35 @@ def test_paddle_native_group_joins_the_built_group_sharing_its_keys():
 
 
 @require("paddle")
+def test_paddle_native_coupled_decay_of_an_added_group_is_its_own():
+    # SGD's coupled decay: the optimizer keeps the built one, the added group carries
+    # its own (a regularizer, which Paddle applies before the optimizer's); bit for bit
+    # the build given both groups, and the Parameters hold no attribute between steps
+    spec = uo.SGD(lr=0.1, weight_decay=0.01)
+    extra = {"lr": 0.05, "weight_decay": 0.0}
+    runs = []
+    for added in (True, False):
+        params = _paddle_params()
+        if added:
+            opt = uo.build(spec, [("w", params["w"])], backend="paddle", path="native")
+            _paddle_step(opt, {"w": params["w"]}, 0)
+            opt.add_param_group({"params": [("b", params["b"])], **extra})
+            assert params["b"].regularizer is None
+            assert params["b"].optimize_attr["learning_rate"] == 1.0
+        else:
+            opt = uo.build(spec, [{"params": [("w", params["w"])]},
+                                  {"params": [("b", params["b"])], **extra}],
+                           backend="paddle", path="native")
+            _paddle_step(opt, {"w": params["w"]}, 0)
+        assert type(opt).__name__ == "SGD"
+        for t in range(1, 1 + AFTER):
+            _paddle_step(opt, params, t)
+        runs.append(_paddle_values(params))
+    for n, value in runs[1].items():
+        np.testing.assert_array_equal(runs[0][n], value, err_msg=n)
+
+
+@require("paddle")
 def test_paddle_native_global_clip_spans_the_added_parameters():
     # one lr and decay: the parameters join Paddle's list, and its global-norm clip
     # (ClipGradByGlobalNorm) takes them into the one norm, as the own path's does
@@ -305,10 +334,7 @@ def test_paddle_native_refuses_what_it_cannot_take_and_changes_nothing():
     with pytest.raises(ValueError, match=r"Momentum's constructor turns each group's "
                                          r"weight_decay.*path='own'"):
         opt.add_param_group({"params": [("b", params["b"])], "lr": 0.05})
-    with pytest.raises(ValueError, match=r"Momentum cannot take this group in place: it "
-                                         r"would need other optimizer-level arguments "
-                                         r"\(weight_decay: 0\.01 as built, None with the "
-                                         r"group\).*path='own'"):
+    with pytest.raises(ValueError, match=r"Momentum's constructor turns"):
         opt.add_param_group({"params": [("b", params["b"])], "weight_decay": 0.0})
     assert list(opt._parameter_list) == listed and len(opt.param_groups) == 1
     # the same values join its plain list
@@ -317,3 +343,15 @@ def test_paddle_native_refuses_what_it_cannot_take_and_changes_nothing():
     value = params["b"].numpy().copy()
     _paddle_step(opt, params, 1)
     assert not np.array_equal(params["b"].numpy(), value)
+
+    # AdamW decays through one optimizer-level value (and a selector of the parameters
+    # it decays): a build without decay cannot give an added group one in place
+    params = _paddle_params()
+    opt = uo.build(uo.AdamW(lr=0.1, weight_decay=0.0), [("w", params["w"])],
+                   backend="paddle", path="native")
+    with pytest.raises(ValueError, match=r"AdamW cannot take this group in place: it would "
+                                         r"need other optimizer-level arguments "
+                                         r"\(weight_decay: 0\.0 as built, 0\.1 with the "
+                                         r"group\).*path='own'"):
+        opt.add_param_group({"params": [("b", params["b"])], "weight_decay": 0.1})
+    assert len(opt.param_groups) == 1 and len(opt._parameter_list) == 1

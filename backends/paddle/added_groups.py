@@ -19,6 +19,9 @@ class the way a build given all of them would lay them out (:func:`.layout.joini
   ``exclude_from_weight_decay_fn``) is made again over every parameter and put where
   Paddle 3.3 reads it: the optimizer's attribute, its ``_default_dict`` and each group
   dict holding one (Lamb reads it per group);
+* a coupled decay (SGD's, Adam's ``weight_decay``) that a build with every parameter
+  would move into the groups stays the optimizer's, and the added parameters' groups
+  carry their own (Paddle applies a group's as their regularizer);
 * their accumulators are created at once, as the build creates the others.
 
 Refused, a ValueError naming ``path='own'`` with nothing changed, where that is not

@@ -174,26 +174,40 @@ def joining(cls, lowering, spec, plans, first: int, dtypes_before=(),
     """How the parameters of ``plans[first:]`` join a native optimizer built over
     ``plans[:first]`` (:class:`Joining`), or why they cannot without rebuilding it (a
     string): a build with every parameter would need other optimizer-level arguments
-    (a weight decay, a decay selector's presence) or would group the built parameters
-    otherwise than they are."""
+    or would group the built parameters otherwise than they are.
+
+    One optimizer-level argument may differ: the coupled decay of a class without a
+    decay selector (a build with every parameter moves it into the groups). Paddle
+    applies a group's ``weight_decay`` as the regularizer of its parameters, before the
+    optimizer's own, so the optimizer keeps its built decay and every group holding
+    added parameters carries its own (0.0 for none: None would fall back to the
+    optimizer's)."""
     before = paddle_layout(cls, lowering, spec, plans[:first], dtypes_before)
     after = paddle_layout(cls, lowering, spec, plans, dtypes)
     if isinstance(after, str):
         return after
     assert not isinstance(before, str)      # the build took it
+    keyword = cls.decay_keyword
     changed = sorted(k for k in before.arguments.keys() | after.arguments.keys()
                      if before.arguments.get(k) != after.arguments.get(k))
-    if changed:
+    in_groups = bool(changed) and changed == [keyword] and not cls.decay_selector
+    if changed and not in_groups:
         return ("other optimizer-level arguments (" + "; ".join(
             f"{k}: {before.arguments.get(k)!r} as built, {after.arguments.get(k)!r} with "
             "the group" for k in changed) + ")")
     if after.groups is None:
         return Joining(after, first)
+
+    def compared(keys):         # a decay moved into the groups is not compared
+        return None if keys is None else \
+            {k: v for k, v in keys.items() if not (in_groups and k == keyword)}
+
     built = before.groups if before.groups is not None else ((tuple(range(first)), None),)
     held = [(tuple(i for i in indices if i < first), keys) for indices, keys in after.groups]
     held = [(indices, keys) for indices, keys in held if indices]
     if [indices for indices, _ in held] != [indices for indices, _ in built] or any(
-            keys is not None and keys != wanted for (_, wanted), (_, keys) in zip(held, built)):
+            built_keys is not None and compared(built_keys) != compared(keys)
+            for (_, keys), (_, built_keys) in zip(held, built)):
         return ("other groups for the built parameters (Paddle groups "
                 f"{[list(i) for i, _ in built]}; with the group they would be "
                 f"{[list(i) for i, _ in held]} with keys {[k for _, k in held]})")
@@ -201,5 +215,9 @@ def joining(cls, lowering, spec, plans, first: int, dtypes_before=(),
     for indices, keys in after.groups:
         added = tuple(i for i in indices if i >= first)
         joins = next((g for g, (old, _) in enumerate(built) if set(old) & set(indices)), None)
+        if in_groups and joins is not None and not (before.groups is None and joins == 0):
+            keys = None         # a built group's own keys stand
+        elif in_groups:
+            keys = {**keys, keyword: keys.get(keyword) or 0.0}
         groups.append((joins, added, keys))
     return Joining(after, first, tuple(groups), converts=before.groups is None)
