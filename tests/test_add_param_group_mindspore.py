@@ -300,3 +300,58 @@ def test_an_nn_class_refuses_naming_the_own_path():
                                          r"path='own'"):
         opt.add_param_group({"params": [("b", params["b"])]})
     assert len(opt.param_groups) == 1 and len(opt.parameters) == 1
+
+
+def test_a_mindspore_checkpoint_carries_the_joining_steps():
+    """``Cell.state_dict`` holds ``added_at_step``; ``Cell.load_state_dict`` into an
+    optimizer that added the group before its first step (so has none) makes it, and
+    both runs take the same next step; a joining step past ``global_step`` is refused
+    before anything is copied."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    grads = _grads()
+    first = _params()
+    opt = uo.build(OWN["adamw"], [("w", first["w"])], path="own")
+    opt((ms.Tensor(grads[0]["w"]),))
+    opt.add_param_group({"params": [("b", first["b"])], **ADDED})
+    opt(tuple(ms.Tensor(grads[1][n]) for n in ("w", "b")))
+    saved = {k: ms.Tensor(v.asnumpy()) for k, v in ms.nn.Cell.state_dict(opt).items()}
+    assert saved["added_at_step"].asnumpy().tolist() == [0, 1]
+    second = _params()
+    again = uo.build(OWN["adamw"], [("w", second["w"])], path="own")
+    again.add_param_group({"params": [("b", second["b"])], **ADDED})
+    wrong = dict(saved, added_at_step=ms.Tensor(np.array([0, 3], np.int32)))
+    with pytest.raises(ValueError, match=r"'added_at_step' must hold one whole step per "
+                                         r"parameter \(2\), each between 0 and global_step"):
+        ms.nn.Cell.load_state_dict(again, wrong)
+    assert not hasattr(again, "added_at_step")
+    assert int(again.global_step.asnumpy()[0]) == 0
+    ms.nn.Cell.load_state_dict(again, saved)
+    assert again.added_at_step.asnumpy().tolist() == [0, 1]
+    assert again.graph_form == "" and "joined at different steps" in again.graph_why
+    for n, p in second.items():
+        p.set_data(ms.Tensor(first[n].asnumpy()))
+    step = tuple(ms.Tensor(grads[2][n]) for n in ("w", "b"))
+    opt(step)
+    again(step)
+    for n, p in first.items():
+        np.testing.assert_array_equal(second[n].asnumpy(), p.asnumpy(), err_msg=n)
+
+
+def test_an_optimizer_that_stepped_in_a_compiled_graph_refuses_a_group():
+    """An ``@ms.jit`` step compiled before the add keeps the parameters it was compiled
+    with: the add is refused, nothing changed."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    params = _params()
+    opt = uo.build(uo.SGD(lr=0.1), [("w", params["w"])], path="own")
+    grad = ms.Tensor(_grads()[0]["w"])
+
+    @ms.jit
+    def step(g):
+        return opt((g,))
+
+    step(grad)
+    assert int(opt.global_step.asnumpy()[0]) == 1
+    with pytest.raises(ValueError, match=r"stepped compiled into a graph.*go on stepping "
+                                         r"only those"):
+        opt.add_param_group({"params": [("b", params["b"])]})
+    assert len(opt.param_groups) == 1 and len(opt.parameters) == 1
