@@ -242,6 +242,28 @@ def test_paddle_native_group_added_later_steps_as_paddle_and_resumes(method, tmp
 
 
 @require("paddle")
+def test_paddle_native_lr_written_into_the_groups_reaches_the_added_one():
+    import paddle
+
+    ours, theirs = _paddle_params(), _paddle_params()
+    opt = uo.build(uo.AdamW(lr=0.1), [("w", ours["w"])], backend="paddle", path="native")
+    plain = paddle.optimizer.AdamW(learning_rate=0.1, parameters=[{"params": [theirs["w"]]}],
+                                   weight_decay=0.01)
+    opt.add_param_group({"params": [("b", ours["b"])], "learning_rate": 0.5})
+    plain._add_param_group({"params": [theirs["b"]], "learning_rate": 0.5})
+    for t in range(AFTER):
+        lr = 0.2 / (t + 1)
+        for group, factor in zip(opt.param_groups, (1.0, 0.5)):
+            group["lr"] = lr * factor             # one Paddle lr gives both groups theirs
+        plain.set_lr(lr)
+        _paddle_step(opt, ours, t)
+        _paddle_step(plain, theirs, t)
+        assert opt.get_lr() == lr
+    for n, value in _paddle_values(ours).items():
+        np.testing.assert_array_equal(value, _paddle_values(theirs)[n], err_msg=n)
+
+
+@require("paddle")
 def test_paddle_native_group_joins_the_built_group_sharing_its_keys():
     # built with group dicts; the added parameters' lr factor is the second group's, so
     # they join that Paddle group: bit for bit the build given all of them
