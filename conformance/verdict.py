@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+import unified_opt as uo
 from unified_opt.ops import numpy_ops
 
 from .cases import HAND, Case
@@ -30,9 +31,13 @@ class References:
     float32 floor of each case, and the explainer's variants.
 
     ``shared``: a folder where the floors (each quantity's float32 error and magnitude
-    per step, and whether the case is stable) are written once and read by every other
-    worker of the run: three float32 references per case that each backend's worker
-    would otherwise compute again."""
+    per step, and whether the case is stable) and the oracle (each case's float64
+    reference trajectory) are written once and read by every other worker of the run:
+    four reference runs per case that each backend's worker would otherwise compute
+    again. The oracle file holds the trajectory's arrays as computed (``.npz``, no
+    pickle: float64 read back bit for bit) and its storage map; whichever worker reaches
+    a case first writes it (atomically: a reader sees the whole file or none), and two
+    that reach it together both compute the same numbers."""
 
     def __init__(self, shared: Path | None = None) -> None:
         self._cache: dict = {}
@@ -84,7 +89,9 @@ class References:
             os.replace(part.name, file)           # whole or not at all for the others
         return values
 
-    def _shared_file(self, spec, case: Case) -> Path | None:
+    def _shared_file(self, spec, case: Case, kind: str = "floors") -> Path | None:
+        """The shared file of ``kind`` ("floors", "oracle") for ``spec`` on ``case``
+        (None: nothing is shared), named by a hash of everything its numbers depend on."""
         if self.shared is None:
             return None
         try:
@@ -92,12 +99,24 @@ class References:
                                "spec": spec.to_dict()}, sort_keys=True)
         except (TypeError, ValueError):     # not expressible as JSON: not shared
             return None
-        return self.shared / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.npz"
+        name = hashlib.sha256(text.encode()).hexdigest()[:32]
+        return self.shared / (f"{name}.npz" if kind == "floors" else f"{name}.{kind}.npz")
 
     def of(self, spec, case: Case, dtype: str, ops=numpy_ops) -> Trajectory:
         key = (case.id, case.seed, case.rank, case.steps, spec, dtype, ops.name)
         if key not in self._cache:
-            self._cache[key] = reference_trajectory(spec, case, dtype, ops)
+            # the oracle of a case is shared with the run's other workers; a planted
+            # deviation's, a case cut short's (:class:`.trajectory.FirstSteps`) and the
+            # float32 runs stay in this process
+            file = (self._shared_file(spec, case, "oracle")
+                    if dtype == "float64" and ops is numpy_ops and isinstance(spec, uo.Spec)
+                    and isinstance(case, Case) else None)
+            if file is not None and file.exists():
+                self._cache[key] = _load_oracle(file)
+            else:
+                self._cache[key] = reference_trajectory(spec, case, dtype, ops)
+                if file is not None:
+                    _save_oracle(self._cache[key], file)
         return self._cache[key]
 
     def stable(self, case: Case) -> bool:
@@ -115,6 +134,30 @@ class References:
             return compare(float32, self.get(case, "float64"), float32).passed
         except (TypeError, ValueError):
             return True
+
+
+#: the key of an oracle file's storage map (JSON text), beside the quantities
+STORAGE_KEY = "storage.json"
+
+
+def _save_oracle(trajectory: Trajectory, file: Path) -> None:
+    """Write an oracle trajectory for the run's other workers (uncompressed: float64
+    mantissas hardly compress, and zlib costs more than the reference run saves)."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=file.parent, suffix=".npz", delete=False) as part:
+        np.savez(part, **trajectory.quantities(),
+                 **{STORAGE_KEY: np.array(json.dumps(trajectory.storage))})
+    os.replace(part.name, file)                   # whole or not at all for the others
+
+
+def _load_oracle(file: Path) -> Trajectory:
+    """An oracle trajectory :func:`_save_oracle` wrote: the same arrays, bit for bit."""
+    with np.load(file, allow_pickle=False) as data:
+        quantities = {k: data[k] for k in data.files}
+    storage = json.loads(str(quantities.pop(STORAGE_KEY)))
+    trajectory = Trajectory.from_quantities(quantities)
+    trajectory.storage = storage
+    return trajectory
 
 
 def decision_dict(decision) -> dict | None:
