@@ -355,3 +355,25 @@ def test_an_optimizer_that_stepped_in_a_compiled_graph_refuses_a_group():
                                          r"only those"):
         opt.add_param_group({"params": [("b", params["b"])]})
     assert len(opt.param_groups) == 1 and len(opt.parameters) == 1
+
+
+def test_an_experimental_class_refuses_old_length_gradients_and_graph_mode():
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    params, grads = _params(), _grads()
+    spec = uo.SGD(lr=0.05, momentum=0.9, maximize=True)
+    opt = uo.build(spec, [("w", params["w"])], prefer="native")
+    opt((ms.Tensor(grads[0]["w"]),))
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        with pytest.raises(ValueError, match="add the group in PyNative mode"):
+            opt.add_param_group({"params": [("b", params["b"])]})
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert len(opt.param_groups) == 1 and len(opt.accum) == 1
+    opt.add_param_group({"params": [("b", params["b"])]})
+    before = {p.name: p.asnumpy().copy() for _, p in opt.parameters_and_names()}
+    with pytest.raises(ValueError, match=r"got 1 gradients for 2 parameters; it held 1 "
+                                         r"parameters before add_param_group"):
+        opt((ms.Tensor(grads[1]["w"]),))
+    for _, p in opt.parameters_and_names():
+        np.testing.assert_array_equal(p.asnumpy(), before[p.name], err_msg=p.name)

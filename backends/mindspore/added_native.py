@@ -13,7 +13,12 @@
   Their step counters (``state_step``, ``step_t``) are one per optimizer, read by every
   parameter's bias correction: a parameter added after a step would take step k+1 where
   torch's per-parameter count takes 1, so a class holding a counter takes a group only
-  before its first step; one without (SGD, Adadelta, RMSprop) takes it at any step.
+  before its first step; one without (SGD, Adadelta, RMSprop) takes it at any step, in
+  PyNative (GRAPH_MODE is refused). A train step made before the add passes the old
+  parameters' gradients, which the call's check refuses naming the fix; but an
+  ``@ms.jit`` step compiled before the add runs the graph it compiled, which no Python
+  sees, and these classes keep no step count to tell that it ran: make such a step
+  again after the add (the own path refuses the add once a compiled graph stepped it).
 * ``mindspore.nn`` classes have no ``add_param_group``: their groups (``group_lr``,
   ``decay_flags``, ``order_params``), state ParameterTuples and kernels are fixed when
   they are built, and their bias-correction state (``beta1_power``, ``global_step``) is
@@ -23,6 +28,7 @@
 
 from __future__ import annotations
 
+import mindspore as ms
 import numpy as np
 from mindspore import Parameter, ParameterTuple
 
@@ -55,6 +61,11 @@ def add_experimental(optimizer, param_group) -> None:
     record = record_of(optimizer)
     owner = f"{type(optimizer).__name__}.add_param_group"
     native = record.decision.native
+    if ms.get_context("mode") != ms.PYNATIVE_MODE:
+        raise ValueError(f"{owner}: in GRAPH_MODE a train step compiled before the add "
+                         "keeps the parameters it was compiled with and would step only "
+                         "those, with no Python to say so; add the group in PyNative mode "
+                         "(ms.set_context(mode=ms.PYNATIVE_MODE)), then make the train step")
     for attr in COUNTERS:
         counter = getattr(optimizer, attr, None)
         if isinstance(counter, Parameter) and np.any(counter.asnumpy() != 0):
@@ -75,6 +86,7 @@ def add_experimental(optimizer, param_group) -> None:
         record.params, record.names, record.plans, record.dict_groups = saved
         raise
     n_before = len(optimizer.parameters)
+    lengths = list(getattr(optimizer, "lengths_before_adds", ())) + [n_before]
     per_parameter = _per_parameter_state(optimizer, fresh, n_before, len(params))
     from mindspore.experimental.optim import Optimizer
 
@@ -84,6 +96,8 @@ def add_experimental(optimizer, param_group) -> None:
         joined = list(held) + list(made)
         setattr(optimizer, attr, ParameterTuple(joined) if isinstance(held, ParameterTuple)
                 else joined)
+    #: the parameter counts before each add (:func:`.native.check_call` names the fix)
+    optimizer.lengths_before_adds = lengths
 
 
 def _made_by_the_class(optimizer, record, params, plans, owner, arguments_of):

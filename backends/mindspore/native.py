@@ -49,8 +49,14 @@ def check_call(optimizer, gradients) -> None:
         raise TypeError(f"{type(optimizer).__name__}: gradients must be a tuple of Tensors "
                         f"in parameter order, got {type(gradients).__name__}")
     if len(gradients) != len(params):
+        hint = ""
+        if len(gradients) in getattr(optimizer, "lengths_before_adds", ()):
+            hint = (f"; it held {len(gradients)} parameters before add_param_group, and a "
+                    "train step made then (nn.TrainOneStepCell, ms.Model, a gradient "
+                    "function over optimizer.parameters) passes gradients of those only: "
+                    "make it again after add_param_group. Nothing was changed")
         raise ValueError(f"{type(optimizer).__name__}: got {len(gradients)} gradients for "
-                         f"{len(params)} parameters")
+                         f"{len(params)} parameters{hint}")
     check_gradients(type(optimizer).__name__, [p.name for p in params], params, gradients,
                     describe)
 
