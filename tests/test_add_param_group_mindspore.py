@@ -157,6 +157,7 @@ def test_the_own_path_takes_a_group_after_steps(name, torch_runs, tmp_path):
         [(0.05, spec.weight_decay), (0.02, 0.0)]
     comparison = judge(trajectory, _case(spec, BEFORE))
     assert comparison.passed, comparison.detail
+    assert opt.graph_form == "" and "joined at different steps" in str(uo.explain(opt))
     for n in params:                # torch's own path doing the same add: the same bits
         np.testing.assert_array_equal(trajectory.params[n], torch_runs[f"own-{name}/{n}"],
                                       err_msg=n)

@@ -105,6 +105,22 @@ def _refuse_graph(optimizer) -> None:
     optimizer._graph_refusal = why
     optimizer._n = 0
     optimizer.graph_form, optimizer.graph_why = "", f"in a graph it is refused: {why}"
+    _explained(optimizer)
+
+
+def _explained(optimizer) -> None:
+    """``uo.explain(optimizer)`` names the graph form it has now."""
+    import dataclasses
+
+    from unified_opt.backend import record_of
+
+    try:
+        record = record_of(optimizer)
+    except ValueError:                   # built by hand, not by uo.build
+        return
+    reason = record.decision.reason.split("; in GRAPH_MODE")[0]
+    record.decision = dataclasses.replace(
+        record.decision, reason=f"{reason}; in GRAPH_MODE and @ms.jit: {optimizer.graph_why}")
 
 
 def length_refusal(optimizer, given: int) -> str:
@@ -242,6 +258,7 @@ def _extend(optimizer, params, plans, slots, joined) -> None:
     # the graph forms, made again over every parameter
     choice = graph_forms.choose(optimizer, optimizer.graph_option, optimizer.total_steps)
     optimizer.set_graph_form(choice)
+    _explained(optimizer)
     set_joined(optimizer, joined)
     if getattr(optimizer, ADDED_AT, None) is not None:
         _refuse_graph(optimizer)
