@@ -378,3 +378,31 @@ def test_an_experimental_class_refuses_old_length_gradients_and_graph_mode():
         opt((ms.Tensor(grads[1]["w"]),))
     for _, p in opt.parameters_and_names():
         np.testing.assert_array_equal(p.asnumpy(), before[p.name], err_msg=p.name)
+
+
+def test_a_group_added_before_the_first_step_runs_compiled_into_a_graph():
+    """The graph forms are made again over every parameter: an ``@ms.jit`` step in
+    GRAPH_MODE (the custom operators) gives the PyNative numbers bit for bit."""
+    runs = []
+    for mode in (ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        params = _params()
+        opt = uo.build(OWN["adamw"], [("w", params["w"])], path="own",
+                       options={"graph": "custom"})
+        opt.add_param_group({"params": [("b", params["b"])], **ADDED})
+        assert opt.graph_form == "custom"
+
+        @ms.jit
+        def step(gw, gb):
+            return opt((gw, gb))
+
+        ms.set_context(mode=mode)
+        try:
+            for g in _grads()[:3]:
+                pair = (ms.Tensor(g["w"]), ms.Tensor(g["b"]))
+                step(*pair) if mode == ms.GRAPH_MODE else opt(pair)
+        finally:
+            ms.set_context(mode=ms.PYNATIVE_MODE)
+        runs.append({n: p.asnumpy() for n, p in params.items()})
+    for n in SHAPES:
+        np.testing.assert_array_equal(runs[1][n], runs[0][n], err_msg=n)
