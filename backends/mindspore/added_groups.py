@@ -72,6 +72,9 @@ def check_joined(optimizer, step0: int) -> np.ndarray:
     ValueError (a checkpoint of another optimizer, a hand edit), before the step changes
     anything."""
     joined = joined_at(optimizer)
+    if getattr(optimizer, ADDED_AT, None) is None or \
+            (joined.min(initial=0) >= 0 and joined.max(initial=0) <= step0):
+        return joined
     bad = [(p.name, int(j)) for p, j in zip(optimizer._parameters, joined)
            if not 0 <= j <= step0]
     if bad:
@@ -186,7 +189,7 @@ def add_group(optimizer, param_group) -> None:
                          "parameters it was built with; build a new one with every "
                          "parameter")
     step0 = int(np.asarray(optimizer.global_step.asnumpy()).reshape(-1)[0])
-    if step0 != optimizer.python_global_step:
+    if optimizer.stepped_in_graph or step0 != optimizer.python_global_step:
         raise ValueError(f"{OWNER}: global_step is {step0}, and the steps Python ran or "
                          f"loaded left it at {optimizer.python_global_step}: the optimizer "
                          "stepped compiled into a graph (@ms.jit, GRAPH_MODE), and that graph "

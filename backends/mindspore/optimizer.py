@@ -66,8 +66,8 @@ class SpecOptimizer(nn.Optimizer):
     and the update's ``step`` ``t + 1``: every parameter has a gradient at every step
     here, so its count of updates is the optimizer's (less the step it joined at, for a
     parameter added by :meth:`add_param_group` after a step: :mod:`.added_groups`). A
-    skipped call (``skip_nonfinite``
-    and non-finite unscaled gradients) changes nothing, not ``global_step`` either, and
+    skipped call (``skip_nonfinite`` and non-finite unscaled gradients) changes
+    nothing, not ``global_step`` either, and
     returns False; ``skipped`` (``uo.skipped_steps``) gets one bool per call. A
     data-parallel spec (DGC) built after ``mindspore.communication.init()`` gets an
     ``exchange`` (:class:`.exchange.MindSporeExchange`): this process is one worker of
@@ -149,6 +149,8 @@ class SpecOptimizer(nn.Optimizer):
         #: ``global_step`` as Python last set it (a step Python ran, a load): another
         #: value means a compiled graph stepped (:func:`.added_groups.add_group`)
         self.python_global_step = 0
+        #: whether a step ran compiled into a graph (``global_step`` moved without Python)
+        self.stepped_in_graph = False
         self.register_load_state_dict_pre_hook(check_loaded_state)
         self.register_load_state_dict_post_hook(loaded_state_keys)
 
@@ -329,6 +331,8 @@ class SpecOptimizer(nn.Optimizer):
         :class:`unified_opt.step_loop.StepLoop` on the engines of :mod:`.engines`."""
         self._check(gradients)
         step0 = int(host_copy(self.global_step)[0])
+        if step0 != self.python_global_step:
+            self.stepped_in_graph = True         # (add_param_group refuses from now on)
         # the lr first: past total_steps (or an lr set from outside with a schedule)
         # raises before anything changes
         self._surface.check_groups()
