@@ -170,14 +170,23 @@ def float32_floor(oracle: np.ndarray, float32, storage: str | None = None
     were large remain after they shrink."""
     steps = oracle.shape[0]
     o = np.asarray(oracle, dtype=np.float64).reshape(steps, -1)
-    finite_o = np.isfinite(o)
+    finite_o: np.ndarray | None = None        # computed where a value is not finite
     floor32 = np.zeros(steps)
     with np.errstate(invalid="ignore", over="ignore"):
         for reference32 in (float32 if isinstance(float32, list) else [float32]):
             r = np.asarray(reference32, dtype=np.float64).reshape(steps, -1)
-            floor32 = np.maximum(floor32, _max_abs(_in_ulps(r, o, storage),
-                                                   finite_o & np.isfinite(r)))
-    magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
+            difference = _in_ulps(r, o, storage)
+            error = difference.max(axis=1, initial=0.0)
+            # every difference finite: both finite everywhere (inf - x, NaN - x are not),
+            # so the masks below would keep every element: the same maximum
+            if not np.isfinite(error).all():
+                finite_o = np.isfinite(o) if finite_o is None else finite_o
+                error = _max_abs(difference, finite_o & np.isfinite(r))
+            floor32 = np.maximum(floor32, error)
+        magnitude = np.abs(o).max(axis=1, initial=0.0)
+    if not np.isfinite(magnitude).all():
+        finite_o = np.isfinite(o) if finite_o is None else finite_o
+        magnitude = np.where(finite_o, np.abs(o), 0.0).max(axis=1, initial=0.0)
     return floor32, np.maximum.accumulate(magnitude) if steps else magnitude
 
 

@@ -305,3 +305,39 @@ def test_every_knob_of_every_default_case_changes_the_numbers(monkeypatch):
     # flagged; the knobs of the native rows are held to 10 K by tests/test_descriptors.py
     # (the explainer's small trust_eps=1e-6 moves Lamb's numbers by only ~15 K)
     assert min(o[3] for o in outcomes.values()) > K
+
+
+@pytest.mark.parametrize("storage", [None, "bfloat16"])
+def test_the_float32_floor_is_the_masked_maximum_with_or_without_non_finite_values(storage):
+    """float32_floor skips the finite masks where every difference is finite: the same
+    bits as the masked maximum the module defines, non-finite values or not."""
+    from unified_opt.conformance.compare import float32_floor
+    from unified_opt.storage import round_to, spacing
+
+    rng = np.random.default_rng(5)
+    oracle = rng.standard_normal((6, 4, 3)) * 10.0 ** rng.integers(-30, 3, (6, 4, 3))
+    references = [oracle + rng.standard_normal(oracle.shape) * 1e-6 for _ in range(3)]
+    if storage is not None:
+        oracle, references = round_to(oracle, storage), [round_to(r, storage)
+                                                         for r in references]
+    spoiled = [oracle.copy(), [r.copy() for r in references]]
+    spoiled[0][2, 1, 0], spoiled[0][4, 0, 0] = np.inf, np.nan
+    spoiled[1][1][3, 2, 2], spoiled[1][2][2, 1, 0] = -np.inf, np.inf
+    for o, refs in ((oracle, references), spoiled):
+        flat_o = o.reshape(6, -1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            wanted = np.zeros(6)
+            for r in refs:
+                flat_r = r.reshape(6, -1)
+                difference = np.abs(flat_r - flat_o)
+                if storage is not None:
+                    difference = difference / spacing(np.maximum(np.abs(flat_r),
+                                                                 np.abs(flat_o)), storage)
+                keep = np.isfinite(flat_o) & np.isfinite(flat_r)
+                wanted = np.maximum(wanted, np.where(keep, difference, 0.0).max(axis=1))
+        magnitude = np.maximum.accumulate(
+            np.where(np.isfinite(flat_o), np.abs(flat_o), 0.0).max(axis=1))
+        floor32, got_magnitude = float32_floor(o, refs, storage)
+        assert floor32.tobytes() == wanted.tobytes() and wanted.max() > 0
+        assert got_magnitude.tobytes() == magnitude.tobytes()
+    assert np.isfinite(float32_floor(*spoiled, storage)[0]).all()
