@@ -64,7 +64,16 @@ def state_dict_of(optimizer: Any, owner: str) -> dict[str, Any]:
         raise TypeError(f"{caller}: optimizer must be made by uo.build, got "
                         f"{type(optimizer).__name__}")
     framework = _framework(optimizer, caller)
-    metadata, arrays = encoded(snapshot_of(optimizer, caller=caller, by_position=True), caller)
+    try:
+        snapshot = snapshot_of(optimizer, caller=caller, by_position=True)
+    except ValueError as error:
+        # the backends' refusals name save_state: the dict holds what its file holds
+        text = str(error)
+        if not text.startswith("save_state: "):
+            raise
+        raise ValueError(f"{caller}: {text.removeprefix('save_state: ')} (the state dict "
+                         "holds what a uo.save_state file holds)") from None
+    metadata, arrays = encoded(snapshot, caller)
     to_tensor = _TO_TENSOR[framework]
     return {"format": FORMAT, "metadata": dict(metadata),
             "tensors": {key: to_tensor(array) for key, array in arrays.items()}}
