@@ -129,14 +129,13 @@ def _compiling() -> bool:
     return any(t.name == "unified_opt kernel" and t.is_alive() for t in threading.enumerate())
 
 
-def kernel_threads(name: str) -> int | None:
-    """The thread count the kernels take from the framework (None before that existed)."""
-    try:
-        from unified_opt.kernels import runtime
-    except ImportError:
-        return None
-    reader = getattr(runtime, "framework_threads", None)
-    return reader(name) if reader else None
+def kernel_threads() -> int | None:
+    """The thread count the VM's parallel phases ran on (None before the kernels read
+    the framework's setting)."""
+    from unified_opt.kernels import build, runtime
+
+    reader = getattr(runtime, "threads_in_use", None)
+    return reader(build.load()) if reader else None
 
 
 def summary(times: list[float]) -> dict:
@@ -184,7 +183,7 @@ def measure(name: str, threads: int, steps: int, rows: set) -> dict:
     from unified_opt.kernels import runtime
 
     return {"framework": name, "threads": threads, "steps": steps,
-            "kernel_threads": kernel_threads(name),
+            "kernel_threads": kernel_threads(),
             "generated_kernels": len(runtime._kernels),
             "rows": {label: summary(t) for label, t in times.items()}}
 
