@@ -165,3 +165,18 @@ def test_numpy_arrays_load_as_tensors_do():
     mine, theirs = _snapshot(optimizer, named, SPEC), _snapshot(resumed, resumed_named, SPEC)
     for key in mine:       # the native class and the own update: float32 rounding apart
         np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+def test_an_lr_a_scheduler_wrote_is_refused_as_the_state_file_refuses_it():
+    """What a state file cannot carry, the dict cannot either: the refusal names
+    state_dict and the remedy; torch's own form carries the groups' lr."""
+    named = _named()
+    optimizer = uo.build(SPEC, named, path="own")
+    scheduler = uo.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    _step(optimizer, named, 0)
+    scheduler.step()
+    with pytest.raises(ValueError, match=r"^SpecOptimizer.state_dict: param_groups\[0\] .* "
+                                         r"holds lr=0.005, but the spec gives 0.01.*"
+                                         r"uo.schedules lr"):
+        optimizer.state_dict()
+    assert torch.optim.Optimizer.state_dict(optimizer)["param_groups"][0]["lr"] == 0.005
