@@ -54,7 +54,6 @@ refused by name (each backend's ``state`` module says which). ``convert_checkpoi
 turns a framework's own checkpoint file into such a state file.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
