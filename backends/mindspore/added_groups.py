@@ -12,7 +12,12 @@ Facts relied on (MindSpore 2.10, PyNative):
 * a train step made before the add (``nn.TrainOneStepCell``, ``ms.Model``, a gradient
   function over ``optimizer.parameters``) captured the ParameterTuple of that moment and
   computes gradients of those parameters only: the step refuses a gradient tuple of the
-  old length (:func:`length_refusal`), as no parameter's gradient can be told apart.
+  old length (:func:`length_refusal`), as no parameter's gradient can be told apart;
+* a step compiled into a graph before the add (``@ms.jit``, GRAPH_MODE) keeps the
+  Parameters it was compiled with and runs without Python, so it would go on stepping
+  the old parameters unseen: once ``global_step`` moved without a step Python ran or a
+  load (``SpecOptimizer.stepped_in_graph``), the add is refused; the add itself is
+  refused in GRAPH_MODE.
 
 Step counts: MindSpore's gradient tuple holds a gradient for every parameter at every
 step, so a parameter's count of updates is the optimizer's ``global_step`` minus the
@@ -22,7 +27,11 @@ joining steps live in the Parameter :data:`ADDED_AT` (int32, one per parameter, 
 parameter held since the build), made only where one is not 0 (a group added after a
 step, or a state file whose parameters took different numbers of steps): an optimizer
 without it is laid out as before, and a group added before the first step is the build
-with that group. ``ms.save_checkpoint`` and ``Cell.state_dict`` hold it; the graph forms
+with that group. ``ms.save_checkpoint`` and ``Cell.state_dict`` hold it;
+``Cell.load_state_dict`` checks it and makes it where the optimizer has none, while
+``mindspore.load_param_into_net`` copies only Parameters the optimizer holds (one it
+lacks is listed in its second return value, not loaded): load such a checkpoint with
+``Cell.load_state_dict`` or save with ``uo.save_state``. The graph forms
 (GRAPH_MODE, ``@ms.jit``) read one ``global_step`` for every parameter, so an optimizer
 holding it refuses to compile into a graph, naming why.
 """
