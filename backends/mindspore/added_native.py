@@ -150,15 +150,10 @@ def _per_parameter_state(optimizer, fresh, n_before: int, n_added: int) -> dict:
 
 
 def _state_attributes(cell) -> list[str]:
-    names = []
-    for attr in dir(cell):
-        if attr in ("parameters", "_parameters") or attr.startswith("__"):
-            continue
-        try:
-            value = getattr(cell, attr)
-        except Exception:       # a property that needs a built graph
-            continue
-        if isinstance(value, (ParameterTuple, list)) and value and \
-                all(isinstance(p, Parameter) for p in value) and attr != "lrs":
-            names.append(attr)
-    return names
+    """The instance attributes holding one Parameter per parameter: ParameterTuples and
+    plain lists of Parameters (MindSpore keeps both in the instance's ``__dict__``), but
+    ``parameters`` and the group lrs."""
+    return [attr for attr, value in vars(cell).items()
+            if attr not in ("parameters", "_parameters", "lrs")
+            and isinstance(value, (ParameterTuple, list)) and value
+            and all(isinstance(p, Parameter) for p in value)]
