@@ -4,7 +4,6 @@ class): a run resumed from the dict is bit-identical to the uninterrupted run; r
 leave the optimizer unchanged; MindSpore's own form still goes to ``Cell.load_state_dict``,
 and a training cell's ``state_dict`` still walks the optimizer in MindSpore's form."""
 
-import mindspore as ms
 import numpy as np
 import pytest
 from conftest import require
@@ -14,6 +13,7 @@ import unified_opt as uo
 from unified_opt.porting.state import FORMAT
 
 pytestmark = require("mindspore")
+ms = pytest.importorskip("mindspore")
 
 K, M = 3, 3       # steps before the state_dict and after the load
 SPEC = uo.AdamW(lr=0.01, weight_decay=0.1)

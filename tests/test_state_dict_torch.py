@@ -9,22 +9,25 @@ import io
 
 import numpy as np
 import pytest
-import torch
+from conftest import require
 from support import held_state
 
 import unified_opt as uo
 from unified_opt.porting.state import FORMAT
 
+pytestmark = require("torch")
+torch = pytest.importorskip("torch")
+
 K, M = 3, 3       # steps before the state_dict and after the load
 SPEC = uo.AdamW(lr=0.01, weight_decay=0.1)
 #: (spec, parameter dtype, path): a native class, the own path, the own path's bfloat16 state
-RUNS = {"native": (SPEC, torch.float32, "native"), "own": (SPEC, torch.float32, "own"),
-        "own-bfloat16": (SPEC.replace(state_dtype="bfloat16"), torch.float32, "own")}
+RUNS = {"native": (SPEC, "float32", "native"), "own": (SPEC, "float32", "own"),
+        "own-bfloat16": (SPEC.replace(state_dtype="bfloat16"), "float32", "own")}
 
 
-def _named(dtype=torch.float32, shapes=(("weight", (3, 4)), ("bias", (3,)))):
+def _named(dtype="float32", shapes=(("weight", (3, 4)), ("bias", (3,)))):
     generator = torch.Generator().manual_seed(0)
-    return [(n, torch.nn.Parameter(torch.randn(s, generator=generator).to(dtype)))
+    return [(n, torch.nn.Parameter(torch.randn(s, generator=generator).to(getattr(torch, dtype))))
             for n, s in shapes]
 
 
