@@ -42,9 +42,10 @@ def refuse_nn(optimizer, native: str):
     def add_param_group(param_group) -> None:
         raise ValueError(
             f"{type(optimizer).__name__}.add_param_group: {native} fixes its parameter "
-            "groups, state Parameters and kernels when it is built, and its bias "
-            "corrections (global_step, beta powers) are one per optimizer, so a parameter "
-            "added later could not count its own steps as torch's optimizers do; build the "
+            "groups, state Parameters and kernels when it is built, and its step count "
+            "(global_step, and the beta powers of the classes that keep them) is one per "
+            "optimizer, so a parameter added later could not count its own steps as "
+            "torch's optimizers do; build the "
             "own path, whose add_param_group takes the group: uo.build(spec, params, "
             "path='own'), or build with every parameter up front (uo.Group rules)")
     return add_param_group
