@@ -121,9 +121,11 @@ class Recorder:
         self.skipped: list[bool] = []
 
     def add(self, lr: float, params: Mapping, state: Mapping,
-            skipped: bool | None = None) -> None:
+            skipped: bool | None = None, copy: bool = True) -> None:
         """One step; ``skipped`` (for ``skip_nonfinite`` specs): whether it was skipped.
-        Give it at every step or at none."""
+        Give it at every step or at none. ``copy=False``: the arrays are fresh copies
+        nothing else holds (a driver's ``params_numpy``, ``state_numpy``), kept as
+        they are."""
         if (skipped is None) != (not self.skipped) and self.lrs:
             raise RuntimeError(f"skipped given at some steps only (step {len(self.lrs) + 1})")
         if self.state:
@@ -135,8 +137,8 @@ class Recorder:
         self.lrs.append(float(lr))
         if skipped is not None:
             self.skipped.append(bool(skipped))
-        self.params.append({n: np.array(a, copy=True) for n, a in params.items()})
-        self.state.append({n: {k: np.array(a, copy=True) for k, a in s.items()}
+        self.params.append({n: np.array(a, copy=copy) for n, a in params.items()})
+        self.state.append({n: {k: np.array(a, copy=copy) for k, a in s.items()}
                            for n, s in state.items()})
 
     def trajectory(self) -> Trajectory:

@@ -105,7 +105,9 @@ def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Traje
         lr = driver.step(case.gradients(t))
         # the claimed spec decides which quantities exist, so they match the oracle's
         skipped = driver.last_skipped() if case.spec.skip_nonfinite else None
-        recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped)
+        # params_numpy and state_numpy copy: the recorder keeps those copies
+        recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped,
+                     copy=False)
     return recorder.trajectory()
 
 
