@@ -464,8 +464,10 @@ def main() -> None:
         parser.error(f"--sets: unknown {unknown}; known: {list(SETS)}")
     threads = [int(t) for t in args.threads.split(",") if t]
     chosen = [k for k in args.algorithms.split(",") if k]
+    out_file = args.out / "realistic_sets.json"
+    old = json.loads(out_file.read_text()) if args.update and out_file.exists() else None
     passes: list[list[dict]] = []
-    loads = []
+    loads: list[str] = []
     for n in range(args.passes):
         rows: list[dict] = []
         for count in threads:
@@ -487,21 +489,20 @@ def main() -> None:
                     if "error" in r:
                         print(f"  {r['set']} {r['key']}: {r['error']}", flush=True)
         passes.append(rows)
-    result_rows = with_multiples(merged(passes))
-    out_file = args.out / "realistic_sets.json"
-    runs = [{"passes": args.passes, "repeats": args.repeats, "warmup": args.warmup,
-             "loads": loads,
-             "threads": threads, "backends": args.backends, "sets": sets,
-             "algorithms": chosen or "all"}]
-    if args.update and out_file.exists():
-        old = json.loads(out_file.read_text())
-        fresh = {row_key(r) for r in result_rows}
-        result_rows = [r for r in old["rows"] if row_key(r) not in fresh] + result_rows
-        runs = old.get("runs", []) + runs
-    result = {"environment": environment(), "versions": versions(PEER_DISTRIBUTIONS),
-              "sets": set_models(), "runs": runs, "rows": result_rows}
-    args.out.mkdir(parents=True, exist_ok=True)
-    write(sorted_result(result), args.out)
+        # written after every pass: a run stopped later keeps the passes made
+        run = {"passes": len(passes), "repeats": args.repeats, "warmup": args.warmup,
+               "loads": loads, "threads": threads, "backends": args.backends, "sets": sets,
+               "algorithms": chosen or "all"}
+        result_rows = with_multiples(merged(passes))
+        runs = [run]
+        if old is not None:
+            fresh = {row_key(r) for r in result_rows}
+            result_rows = [r for r in old["rows"] if row_key(r) not in fresh] + result_rows
+            runs = old.get("runs", []) + runs
+        result = {"environment": environment(), "versions": versions(PEER_DISTRIBUTIONS),
+                  "sets": set_models(), "runs": runs, "rows": result_rows}
+        args.out.mkdir(parents=True, exist_ok=True)
+        write(sorted_result(result), args.out)
 
 
 if __name__ == "__main__":
