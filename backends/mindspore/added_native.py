@@ -80,18 +80,18 @@ def add_experimental(optimizer, param_group) -> None:
     saved = (record.params, record.names, record.plans, record.dict_groups)
     _, params, plans = added_group(record, param_group, type(optimizer).__name__,
                                    "mindspore", lambda p: None)
+    from mindspore.experimental.optim import Optimizer
+
+    n_before = len(optimizer.parameters)
     try:
         fresh, group = _made_by_the_class(optimizer, record, params, plans, owner,
                                           arguments_of)
+        per_parameter = _per_parameter_state(optimizer, fresh, n_before, len(params))
+        Optimizer.add_param_group(optimizer, group)     # (it checks the group first)
     except Exception:
         record.params, record.names, record.plans, record.dict_groups = saved
         raise
-    n_before = len(optimizer.parameters)
     lengths = list(getattr(optimizer, "lengths_before_adds", ())) + [n_before]
-    per_parameter = _per_parameter_state(optimizer, fresh, n_before, len(params))
-    from mindspore.experimental.optim import Optimizer
-
-    Optimizer.add_param_group(optimizer, group)
     optimizer.parameters = ParameterTuple(optimizer.parameters)
     for attr, (held, made) in per_parameter.items():
         joined = list(held) + list(made)
@@ -106,9 +106,13 @@ def _made_by_the_class(optimizer, record, params, plans, owner, arguments_of):
     MindSpore), and MindSpore's group dict for them; every refusal first."""
     lowering = record.decision.lowering
     for p, plan in zip(params, plans):
-        if not isinstance(p, Parameter) or p.size == 0 or str(p.dtype) != "Float32":
-            raise ValueError(f"{owner}: {p!r} must be a float32 mindspore.Parameter with "
-                             "elements (the native class cannot hold a zero-size one)")
+        if not isinstance(p, Parameter) or str(p.dtype) != "Float32":
+            raise TypeError(f"{owner}: {p!r} must be a float32 mindspore.Parameter (the "
+                            "MindSpore backend takes float32 parameters)")
+        if p.size == 0:
+            raise ValueError(f"{owner}: {p.name} has no elements, which {record.decision.native} "
+                             "cannot hold; build the own path: uo.build(spec, params, "
+                             "path='own')")
         unmet = lowering.unmet(plan.spec)
         if unmet:
             raise ValueError(f"{owner}: {record.decision.native} cannot compute the "
