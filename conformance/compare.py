@@ -156,7 +156,8 @@ def _max_abs(diff: np.ndarray, mask: np.ndarray) -> np.ndarray:
 def _in_ulps(values: np.ndarray, o: np.ndarray, storage: str | None) -> np.ndarray:
     """|values - o| per element, in ``storage``'s ulps at the larger of the two (as is,
     without a storage dtype)."""
-    difference = np.abs(values - o)
+    difference = np.subtract(values, o)
+    np.abs(difference, out=difference)        # in place: one array of the run's size less
     if storage is None:
         return difference
     return difference / spacing(np.maximum(np.abs(values), np.abs(o)), storage)
