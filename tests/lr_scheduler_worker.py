@@ -52,8 +52,40 @@ def main(framework: str, case: str, path: str) -> dict:
     return {"lrs": lrs, "params": [np.asarray(x, np.float64).tolist() for x in values]}
 
 
+def experimental(steps: int = 10) -> dict:
+    """MindSpore's ``experimental.optim.AdamW`` (the class ``uo.build`` takes for AdamW on
+    MindSpore's native path, which keeps each group's lr as a float32 Parameter) driven by
+    ``uo.lr_scheduler.StepLR``, beside the same class built by hand and driven by
+    MindSpore's own ``StepLR``: each step's lr as the class holds it, and the
+    parameters after ``steps`` steps, of both."""
+    import mindspore as ms
+    from mindspore.experimental import optim
+
+    runs = {}
+    for who in ("uo", "mindspore"):
+        params = [ms.Parameter(ms.Tensor(value), name=f"p{i}")
+                  for i, value in enumerate(initial())]
+        if who == "uo":
+            opt = uo.build(uo.AdamW(lr=0.1, weight_decay=0.01), params, path="native")
+            assert type(opt).__module__.startswith("mindspore.experimental"), type(opt)
+            sched = uo.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        else:
+            opt = optim.AdamW(params, lr=0.1, weight_decay=0.01)
+            sched = optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.5)
+        lrs = []
+        for t in range(steps):
+            lrs.append(float(opt.param_groups[0]["lr"].asnumpy()))
+            opt(tuple(ms.Tensor(gradient(t, i)) for i in range(len(params))))
+            sched.step()
+        runs[who] = {"lrs": lrs, "params": [p.asnumpy().tolist() for p in params]}
+    return runs
+
+
 if __name__ == "__main__":
     framework = sys.argv[1]
+    if framework == "mindspore-experimental":
+        print(json.dumps(experimental()))
+        sys.exit(0)
     out = {}
     for case, row in CASES.items():
         for path in row[3]:

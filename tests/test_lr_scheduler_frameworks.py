@@ -68,3 +68,16 @@ def test_a_uo_optimizer_steps_with_the_schedulers_lr(framework, case, path):
     constant = _oracle(case, lambda i: lrs[min(i, len(lrs) - 1)])
     assert any(not np.allclose(np.asarray(got), c, rtol=RTOL, atol=ATOL)
                for got, c in zip(run["params"], constant))
+
+
+@require("mindspore")
+def test_a_mindspore_experimental_class_follows_the_scheduler_as_its_own_scheduler_drives_it():
+    # the class keeps each group's lr as a float32 Parameter: uo's scheduler writes it in
+    # place, so the class steps exactly as under MindSpore's own StepLR
+    done = subprocess.run([sys.executable, str(WORKER), "mindspore-experimental"],
+                          cwd=WORKER.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert runs["uo"]["lrs"] == runs["mindspore"]["lrs"]
+    assert runs["uo"]["lrs"][3] == np.float32(0.05)          # the step at 3 steps
+    assert runs["uo"]["params"] == runs["mindspore"]["params"]

@@ -28,12 +28,49 @@ Facts relied on (torch's ``torch/optim/lr_scheduler.py``):
 from __future__ import annotations
 
 import numbers
+import sys
 import weakref
 from typing import Any, ClassVar
 
 from .. import _validation as v
 
 TORCH_NS = "torch.optim.lr_scheduler"
+
+
+def lr_of(group: dict) -> Any:
+    """A group's lr as a number. MindSpore's ``experimental.optim`` classes keep each
+    group's lr as a 0-d float32 Parameter, which their step reads: it is read as its
+    value here, and written in place (:func:`write_lr`), so that the class (and a graph
+    compiled over it) reads what a scheduler writes."""
+    value = group["lr"]
+    return float(value.asnumpy()) if _held_in_place(value) else value
+
+
+def write_lr(group: dict, lr: float) -> None:
+    """Write ``lr`` into ``group``: in place where the group holds it as a framework
+    Parameter (rounded to its dtype, float32 on MindSpore), else as the number."""
+    value = group["lr"]
+    if _held_in_place(value):
+        # the Parameter's framework is imported already (it made the value); MindSpore
+        # makes its Parameter class at run time (module "abc"): the first framework
+        # module in its bases names it
+        root = next(c.__module__.partition(".")[0] for c in type(value).__mro__
+                    if c.__module__.partition(".")[0] in ("mindspore", "paddle", "torch"))
+        framework = sys.modules[root]
+        if root == "mindspore":
+            # an assignment into the Parameter's memory, as MindSpore's own schedulers
+            # write it: the class's compiled step keeps reading that memory (set_data
+            # would give the Parameter new memory, which the step does not see)
+            framework.ops.assign(value, framework.Tensor(lr, value.dtype))
+        else:
+            value.set_data(framework.Tensor(lr, value.dtype))
+    else:
+        group["lr"] = lr
+
+
+def _held_in_place(value: Any) -> bool:
+    return hasattr(value, "asnumpy") and hasattr(value, "set_data") \
+        and tuple(getattr(value, "shape", (None,))) == ()
 
 
 def checked_groups(owner: str, optimizer: Any) -> list[dict]:
@@ -52,7 +89,7 @@ def checked_groups(owner: str, optimizer: Any) -> list[dict]:
         if "lr" not in group:
             raise ValueError(f"{owner}: optimizer.param_groups[{i}] has no 'lr' "
                              f"(keys: {sorted(group)})")
-        v.check_range(owner, f"optimizer.param_groups[{i}]['lr']", group["lr"], low=0.0)
+        v.check_range(owner, f"optimizer.param_groups[{i}]['lr']", lr_of(group), low=0.0)
     return groups
 
 
@@ -174,10 +211,10 @@ class LRScheduler:
             self._check_untouched(groups, chain)
         if last_epoch == -1 and self.recursive and not chain.live():
             for i, group in enumerate(groups):
-                if "initial_lr" in group and group["initial_lr"] != group["lr"]:
+                if "initial_lr" in group and group["initial_lr"] != lr_of(group):
                     raise ValueError(
                         f"{owner}: optimizer.param_groups[{i}] has initial_lr="
-                        f"{group['initial_lr']!r} but lr={group['lr']!r}: torch's {owner} "
+                        f"{group['initial_lr']!r} but lr={lr_of(group)!r}: torch's {owner} "
                         "would go on from the lr, a uo scheduler computes from initial_lr; "
                         "set the lr to initial_lr, or delete initial_lr to start from the lr "
                         "(an optimizer uo.build made for a spec whose lr is a schedule has "
@@ -189,12 +226,12 @@ class LRScheduler:
         self.last_epoch = last_epoch
         self._kwargs = kwargs
         self._owner: LRScheduler | None = None     # a SequentialLR / ChainedScheduler
-        self._last_lr: list[float] = [float(g["lr"]) for g in groups]
+        self._last_lr: list[float] = [float(lr_of(g)) for g in groups]
         self._prepare(groups)
         for group in groups:
-            group.setdefault("initial_lr", group["lr"])
+            group.setdefault("initial_lr", lr_of(group))
         if chain.written is None or not chain.live():
-            chain.written = [g["lr"] for g in groups]
+            chain.written = [lr_of(g) for g in groups]
         chain.members.append(weakref.ref(self))
         self._initial_step(groups, chain)
 
@@ -220,7 +257,7 @@ class LRScheduler:
                                   "preset and its arguments (LRScheduler is abstract)")
 
     def _base_lrs(self, groups: list[dict], last_epoch: int) -> list[float]:
-        return [g.get("initial_lr", g["lr"]) for g in groups]
+        return [g.get("initial_lr", lr_of(g)) for g in groups]
 
     def _schedule(self, base_lr: float, kwargs: dict[str, Any]):
         if self.scales_lr:
@@ -271,9 +308,9 @@ class LRScheduler:
     def _write(self, groups: list[dict], chain: _Chain, lrs: list[float], t: int) -> None:
         self.last_epoch = t
         for group, lr in zip(groups, lrs):
-            group["lr"] = lr
+            write_lr(group, lr)
         self._after_write(groups)
-        chain.written = list(lrs)
+        chain.written = [lr_of(g) for g in groups]     # as held (float32 on MindSpore)
         self._last_lr = list(lrs)
 
     def _lrs(self, members: list["LRScheduler"], t: int) -> list[float]:
@@ -318,10 +355,10 @@ class LRScheduler:
         if not self.recursive or chain.written is None:
             return
         for i, (group, lr) in enumerate(zip(groups, chain.written)):
-            if group["lr"] != lr:
+            if lr_of(group) != lr:
                 raise ValueError(
                     f"{type(self).__name__}: optimizer.param_groups[{i}]['lr'] is "
-                    f"{group['lr']!r}, but the scheduler set {lr!r}: it was changed outside "
+                    f"{lr_of(group)!r}, but the scheduler set {lr!r}: it was changed outside "
                     "the scheduler (by hand, or by a ReduceLROnPlateau). torch's "
                     f"{type(self).__name__} goes on from the changed lr; a uo scheduler "
                     "computes its closed form. Write the lr in one place: a schedule "

@@ -14,7 +14,7 @@ from bisect import bisect_right
 from typing import Any, Sequence
 
 from .. import _validation as v
-from .base import LRScheduler, checked_groups, preset_for
+from .base import LRScheduler, checked_groups, lr_of, preset_for
 
 
 def _members(owner: str, optimizer: Any, schedulers: Any) -> list[LRScheduler]:
@@ -139,7 +139,7 @@ class SequentialLR(_Composite):
 
     def _base_lrs(self, groups, last_epoch):
         # torch resets every group to initial_lr before the first member's first step
-        return [g.get("initial_lr", g["lr"]) for g in groups]
+        return [g.get("initial_lr", lr_of(g)) for g in groups]
 
     def _rewrite(self) -> None:
         from .base import chain_of
@@ -221,7 +221,7 @@ class ChainedScheduler(_Composite):
 
     def _initial_step(self, groups, chain):
         # torch's ChainedScheduler takes no step when made: its members did
-        chain.written = [g["lr"] for g in groups]
+        chain.written = [lr_of(g) for g in groups]
         self._last_lr = list(chain.written)
 
     def _after_write(self, groups):

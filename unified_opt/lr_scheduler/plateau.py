@@ -14,7 +14,15 @@ import dataclasses
 from typing import Any
 
 from .. import _validation as v
-from .base import LRScheduler, checked_groups, metric_value, per_group, refuse_scheduled_spec
+from .base import (
+    LRScheduler,
+    checked_groups,
+    lr_of,
+    metric_value,
+    per_group,
+    refuse_scheduled_spec,
+    write_lr,
+)
 
 TORCH = "torch.optim.lr_scheduler.ReduceLROnPlateau"
 
@@ -66,7 +74,7 @@ class ReduceLROnPlateau(LRScheduler):
         self.optimizer = optimizer
         self.rules = rules
         self.schedules = None  # type: ignore[assignment]  # metric-driven: no lr(step)
-        self.base_lrs = [float(g["lr"]) for g in groups]
+        self.base_lrs = [float(lr_of(g)) for g in groups]
         self.last_epoch = 0
         self._owner = None
         self._kwargs = []
@@ -94,15 +102,15 @@ class ReduceLROnPlateau(LRScheduler):
                                f"{len(self.rules)} when the scheduler was made")
         shared = None
         for group, rule in zip(groups, self.rules):
-            current = dataclasses.replace(self._state, lr=float(group["lr"]))
+            current = dataclasses.replace(self._state, lr=float(lr_of(group)))
             after = rule.report(current, metric)
             if after.lr != current.lr:
-                group["lr"] = after.lr
+                write_lr(group, after.lr)
             shared = after
         assert shared is not None
         self._state = shared
         self.last_epoch += 1
-        self._last_lr = [g["lr"] for g in groups]
+        self._last_lr = [lr_of(g) for g in groups]
 
     @property
     def best(self) -> float:

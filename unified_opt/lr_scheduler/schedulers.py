@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .. import _validation as v
-from .base import LRScheduler, per_group
+from .base import LRScheduler, per_group, write_lr
 
 
 def _lambdas(owner: str, lr_lambda: Any, count: int) -> list[dict[str, Any]]:
@@ -348,7 +348,7 @@ class CyclicLR(_Cycling):
         if self.last_epoch != -1:
             return
         for group, kwargs in zip(groups, self._kwargs):
-            group["lr"] = kwargs["base_lr"]       # torch's constructor sets it
+            write_lr(group, kwargs["base_lr"])    # torch's constructor sets it
             if self._arguments["cycle_momentum"]:
                 group["max_momentum"] = kwargs["max_momentum"]
                 group["base_momentum"] = kwargs["base_momentum"]
