@@ -35,11 +35,13 @@ measured on CPU):
   float32. ``nn.SGD``'s ``stat.<name>`` (1 until the first step with momentum, then 0;
   with momentum 0 it stays 1) likewise.
 * **Constants.** The ``nn`` ``learning_rate`` Parameter (a constant lr, or a per-step
-  list's table) and ``momentum`` are hyperparameters, never written; a constant
-  ``learning_rate`` changed from outside (``ReduceLROnPlateau``) is refused on saving
-  rather than lost. ``experimental.optim`` keeps each group's lr in ``optimizer.lrs``
-  (Parameters ``learning_rate_group_<i>``, outside ``parameters_and_names``): written by
-  its lr_scheduler only.
+  list's table) and ``momentum`` are hyperparameters, never written as state; a
+  constant ``learning_rate`` changed from outside (``ReduceLROnPlateau``, a write into
+  ``param_groups``) is recorded as the groups' live lr by an optimizer ``uo.build``
+  made, and refused on saving a hand-built one rather than lost. ``experimental.optim``
+  keeps each group's lr in ``optimizer.lrs`` (Parameters ``learning_rate_group_<i>``,
+  outside ``parameters_and_names``): written by its lr_scheduler (or ``uo.lr_scheduler``
+  through the groups), recorded the same way.
 * **The schedule position** of an ``nn`` class is ``global_step`` (its lr Cell, per-step
   list or :class:`.cells.ScheduleCell` is called with it), so it equals the step count;
   an ``experimental.optim`` scheduler's is its ``last_epoch`` (read by ``from_native``).
@@ -300,15 +302,19 @@ def _check_constant_lr(out: Layout, spec, what: str) -> None:
 
 
 def _check_own_lr(optimizer, spec, taken: int) -> None:
-    """The own optimizer's ``learning_rate`` must hold the spec's lr at the steps taken:
-    one written from outside (a ReduceLROnPlateau callback, a hand edit) is not in the
-    file, and the resumed run would use the spec's."""
+    """A scheduled spec lr: the own optimizer's ``learning_rate`` must hold the
+    schedule's lr at the steps taken (one written from outside is not in the file, and
+    the resumed run would use the schedule's). A constant lr written from outside (a
+    callback, a write into ``param_groups``) is not refused: the file records each
+    group's live lr (:func:`unified_opt.porting.saved_groups.group_values_of`)."""
+    if not isinstance(spec.lr, Schedule):
+        return
     stored = np.float32(np.asarray(optimizer.learning_rate.asnumpy()).reshape(-1)[0])
     lr = spec.lr_at(taken)
     if stored != np.float32(lr):
-        at = f"at step {taken} " if isinstance(spec.lr, Schedule) else ""
         raise changed_outside(f"the own optimizer holds learning_rate={float(stored)!r}",
-                              f"the spec gives {float(lr)!r} {at}(lr={spec.lr!r})",
+                              f"the spec gives {float(lr)!r} at step {taken} "
+                              f"(lr={spec.lr!r})",
                               "a ReduceLROnPlateau callback, a hand edit")
 
 
@@ -370,7 +376,8 @@ def snapshot_built(record, optimizer) -> Snapshot:
         out = layout(record.decision.native_class, optimizer, "save_state")
         taken = out.steps("save_state")
         _check_derived(out, taken, "save_state")
-        _check_constant_lr(out, record.spec, "save_state")
+        # a constant learning_rate written from outside is recorded as the groups' live
+        # lr (saved_groups.group_values_of), not refused
         arrays = _read_params(out, list(zip(names, record.params)), record.plans)
     return Snapshot(record.spec, record.groups, names, shapes, taken,
                     taken if scheduled else None,

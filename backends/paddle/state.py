@@ -278,9 +278,13 @@ def _native_snapshot(cls, optimizer, named, plans, position, what: str) -> tuple
 # -- the save_state / load_state hooks ----------------------------------------------------
 
 def _check_lr(record, optimizer) -> None:
-    """The optimizer's lr must be the spec's: a constant lr changed with ``set_lr``, or
-    another scheduler put in place of uo's, is not in the file (the resumed run would
-    use the spec's)."""
+    """A scheduled spec lr must be driven by the scheduler ``uo.build`` made, and a
+    constant one must not be replaced by another ``LRScheduler``: its lr at each later
+    step is that scheduler's (its position is in its own ``state_dict``), which a state
+    file cannot carry, and a run resumed from the file would silently lose it. A
+    constant lr changed with ``set_lr`` or written into ``param_groups`` is not refused:
+    the file records each group's live lr
+    (:func:`unified_opt.porting.saved_groups.group_values_of`)."""
     held = optimizer._learning_rate
     if record.lr_scheduler is not None:
         if held is not record.lr_scheduler:
@@ -289,13 +293,12 @@ def _check_lr(record, optimizer) -> None:
                              f"made for the spec's lr {record.spec.lr!r}: a state file "
                              "cannot carry it; give the schedule to the spec instead")
         return
-    if isinstance(held, paddle.optimizer.lr.LRScheduler) or float(held) != float(
-            record.spec.lr):
-        shown = type(held).__name__ if isinstance(held, paddle.optimizer.lr.LRScheduler) \
-            else repr(float(held))
-        raise changed_outside(f"the optimizer's lr is {shown}",
+    if isinstance(held, paddle.optimizer.lr.LRScheduler):
+        raise changed_outside(f"the optimizer's lr is a {type(held).__name__}",
                               f"the spec gives the constant lr {record.spec.lr!r}",
-                              "set_lr, set_lr_scheduler, a hand edit")
+                              "set_lr_scheduler, a hand edit; a resumed run would not "
+                              "have that scheduler's later lrs. Drive the groups with "
+                              "uo.lr_scheduler instead (the file keeps the lr it wrote)")
 
 
 def snapshot_built(record, optimizer) -> Snapshot:

@@ -113,10 +113,13 @@ def _plain(value):
 
 
 def check_group_values(record, optimizer) -> None:
-    """Refuse (ValueError) a param group whose lr or hyperparameters are not what the
-    spec, its uo schedule at the scheduler's position and its ``uo.Group`` rules give: a
-    value changed outside uo (a torch lr scheduler, a hand edit) is not in the file, and
-    the resumed run would use the spec's."""
+    """Refuse (ValueError) a param group whose hyperparameters are not what the spec and
+    its ``uo.Group`` rules give, or whose lr is not what a scheduled spec lr gives at the
+    scheduler's position: such a value changed outside uo (a hand edit, or a torch
+    scheduler over a ``uo.schedules`` lr) is not in the file, and the resumed run would
+    use the spec's. An lr written over a constant spec lr (a torch or uo scheduler, a
+    hand loop) is not refused: the file records each group's live lr
+    (:func:`unified_opt.porting.saved_groups.group_values_of`)."""
     from unified_opt.schedules import Schedule
 
     own = isinstance(optimizer, SpecOptimizer)
@@ -130,21 +133,19 @@ def check_group_values(record, optimizer) -> None:
             continue
         plan = record.plans[members[0]]
         names = [record.names[i] for i in members]
+        expected = {}
         if scheduled:
             position = scheduler.last_epoch
             lr = plan.lr(1.0) * scheduler.lr_lambdas[g](position)
-            where = (f"the spec's schedule {record.spec.lr!r} at position {position}"
-                     + ("" if plan.lr_scale == 1.0 else f" times lr_scale {plan.lr_scale}"))
-        else:
-            lr = plan.lr(record.spec.lr)
-            where = "the spec" + ("'s lr with its uo.Group rules"
-                                  if plan.lr(record.spec.lr) != record.spec.lr else "")
-        expected = {"lr": (lr, where)}
+            expected["lr"] = (lr, f"the spec's schedule {record.spec.lr!r} at position "
+                              f"{position}" + ("" if plan.lr_scale == 1.0
+                                               else f" times lr_scale {plan.lr_scale}"))
         if not own:
             step = max(taken - 1, 0)    # the step hooks write at_step(t) before step t
             values = record.decision.lowering.to_native(plan.spec.at_step(step))
             for key, value in values.items():
-                expected.setdefault(key, (value, f"the spec (at step {step})"))
+                if key != "lr":
+                    expected.setdefault(key, (value, f"the spec (at step {step})"))
         for key, (value, where) in expected.items():
             if key in group and _plain(group[key]) != _plain(value):
                 raise changed_outside(

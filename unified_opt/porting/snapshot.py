@@ -112,6 +112,12 @@ class Snapshot:
     #: (rank, world size) of the process that wrote a data-parallel spec's state (its
     #: residuals are that rank's own: one file per rank); None for other specs
     ranks: tuple[int, int] | None = None
+    #: parameter name -> the values of the param group holding it when it was saved: its
+    #: live ``"lr"`` (the lr its next step uses) and the group's scheduler bookkeeping
+    #: keys that are plain numbers (``initial_lr``, ``max_lr``, ...); None where the
+    #: saver records none (a file written before they were recorded, a native
+    #: optimizer read by ``uo.from_native``)
+    group_values: dict[str, dict[str, float | int | bool]] | None = None
 
 
 def refuse_unnamed(record: BuildRecord, held) -> None:

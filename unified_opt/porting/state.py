@@ -65,7 +65,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..backend import BACKENDS, BuildRecord, record_of
-from .saved_groups import saved_record
+from .saved_groups import check_group_values, group_values_of, saved_record, set_group_values
 
 # the names this module has always offered (the backends' state modules, tests and
 # benchmarks/state_memory.py read them here; the benchmark replaces _write, read_state
@@ -175,6 +175,8 @@ def snapshot_of(optimizer: Any, *, lr_scheduler: Any = None, names: Any = None,
             raise ValueError(f"{caller}: lr_scheduler is not the scheduler uo.build made "
                              "for this optimizer (uo.native_scheduler(optimizer)); leave it out")
         snapshot = backend.snapshot_built(saved_record(record, optimizer), optimizer)
+        snapshot = dataclasses.replace(snapshot,
+                                       group_values=group_values_of(record, optimizer))
     else:
         from .live import read_native
 
@@ -366,8 +368,10 @@ def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | Non
                                  f"{dtype_name(got[key].dtype)} in {source}, expected "
                                  f"{dtype_name(dtype)}")
         arrays[name] = got
+    check_group_values(record, optimizer, saved, caller, source)
     backend.check_writable(record, optimizer)
     backend.write_built(record, optimizer, saved, arrays)
+    set_group_values(record, optimizer, saved)
 
 
 def resume(path: FilePath, params: Any, *, transform: Transform | None = None,

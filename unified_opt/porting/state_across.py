@@ -53,7 +53,9 @@ def _renamed(saved: Snapshot, rename: dict[str, str], caller: str) -> Snapshot:
         saved, spec=spec, groups=tuple(groups), names=new,
         shapes={rename[n]: s for n, s in saved.shapes.items()},
         param_steps={rename[n]: s for n, s in saved.param_steps.items()},
-        arrays={rename[n]: a for n, a in saved.arrays.items()})
+        arrays={rename[n]: a for n, a in saved.arrays.items()},
+        group_values=None if saved.group_values is None else {
+            rename[n]: values for n, values in saved.group_values.items()})
 
 
 def _transposed(name: str, shape: tuple, arrays: dict, why: str, caller: str) -> dict:

@@ -8,14 +8,18 @@ file (:mod:`.state_file`) and the dict form (:mod:`.state_dict`) hold alike, wit
   took;
 * metadata: ``format`` (:data:`FORMAT`), ``spec``, ``groups``, ``names``, ``shapes``,
   ``steps``, ``position``, ``framework``, for a data-parallel spec ``rank`` and
-  ``world_size``, and ``sha256``: a digest over all of the above (each tensor's name,
-  dtype, shape and bytes), so a changed byte anywhere is an error, not other numbers.
+  ``world_size``, ``group_values`` (optional: parameter name -> its param group's live
+  ``lr`` and scheduler bookkeeping numbers, :attr:`~.snapshot.Snapshot.group_values`;
+  a file without it loads as before), and ``sha256``: a digest over all of the above
+  (each tensor's name, dtype, shape and bytes), so a changed byte anywhere is an error,
+  not other numbers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from math import inf, isfinite
 from typing import Mapping
 
 import numpy as np
@@ -74,7 +78,9 @@ def _metadata(s: Snapshot, caller: str) -> dict[str, str]:
             "steps": str(s.steps), "position": "" if s.position is None else str(s.position),
             "framework": s.framework,
             **({} if s.ranks is None else {"rank": str(s.ranks[0]),
-                                           "world_size": str(s.ranks[1])})}
+                                           "world_size": str(s.ranks[1])}),
+            **({} if s.group_values is None else {
+                "group_values": json.dumps(s.group_values, allow_nan=False)})}
 
 
 def _tensors(s: Snapshot) -> dict[str, np.ndarray]:
@@ -134,7 +140,27 @@ def _checked(s: Snapshot) -> Snapshot:
                              "no schedule (there is nothing the position could set)")
     if s.ranks is not None and not 0 <= s.ranks[0] < s.ranks[1]:
         raise ValueError(f"rank {s.ranks[0]} of world_size {s.ranks[1]} is no rank")
+    if s.group_values is not None:
+        _check_group_values(s.group_values, s.names)
     return s
+
+
+def _check_group_values(values: object, names: list[str]) -> None:
+    """``group_values`` must be a dict of exactly the parameter names, each a dict of
+    strings to JSON numbers or bools holding a finite ``"lr"`` >= 0."""
+    if not isinstance(values, dict) or sorted(values) != sorted(names):
+        raise ValueError(f"group_values must name every parameter ({names}), got "
+                         f"{sorted(values) if isinstance(values, dict) else values!r}")
+    for name, entry in values.items():
+        if not isinstance(entry, dict) or not all(
+                isinstance(k, str) and isinstance(x, (int, float)) and isfinite(x)
+                for k, x in entry.items()):
+            raise ValueError(f"group_values[{name!r}] must be a dict of names to finite "
+                             f"numbers, got {entry!r}")
+        lr = entry.get("lr")
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 <= lr < inf:
+            raise ValueError(f"group_values[{name!r}]['lr'] is {lr!r}, not an lr "
+                             "(a finite number >= 0)")
 
 
 def _read_snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> Snapshot:
@@ -153,5 +179,7 @@ def _read_snapshot(metadata: dict[str, str], tensors: dict[str, np.ndarray]) -> 
         param_steps={n: int(tensors[f"step/{n}"][0]) for n in names},
         arrays=arrays, framework=metadata["framework"],
         ranks=(int(metadata["rank"]), int(metadata["world_size"]))
-        if "rank" in metadata or "world_size" in metadata else None)
+        if "rank" in metadata or "world_size" in metadata else None,
+        group_values=json.loads(metadata["group_values"]) if "group_values" in metadata
+        else None)
 
