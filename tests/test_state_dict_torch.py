@@ -170,16 +170,24 @@ def test_numpy_arrays_load_as_tensors_do():
         np.testing.assert_allclose(mine[key], theirs[key], rtol=1e-6, atol=1e-7, err_msg=key)
 
 
-def test_an_lr_a_scheduler_wrote_is_refused_as_the_state_file_refuses_it():
-    """What a state file cannot carry, the dict cannot either: the refusal names
-    state_dict and the remedy; torch's own form carries the groups' lr."""
+def test_an_lr_a_scheduler_wrote_is_carried_and_a_written_scheduled_lr_refused():
+    """The dict holds what a state file holds: each group's live lr and its scheduler's
+    initial_lr (group_values); an lr written over a uo.schedules lr (the spec sets every
+    step's lr) is refused naming state_dict, as uo.save_state refuses it."""
+    import json
+
     named = _named()
     optimizer = uo.build(SPEC, named, path="own")
     scheduler = uo.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
     _step(optimizer, named, 0)
     scheduler.step()
+    saved = optimizer.state_dict()
+    assert json.loads(saved["metadata"]["group_values"]) == {
+        "weight": {"lr": 0.005, "initial_lr": 0.01}, "bias": {"lr": 0.005, "initial_lr": 0.01}}
+    scheduled = uo.build(SPEC.replace(lr=uo.schedules.Step(lr=0.01, step_size=1, gamma=0.5)),
+                         _named(), path="own")
+    scheduled.param_groups[0]["lr"] = 0.5
     with pytest.raises(ValueError, match=r"^SpecOptimizer.state_dict: param_groups\[0\] .* "
-                                         r"holds lr=0.005, but the spec gives 0.01.*"
+                                         r"holds lr=0.5, but the spec's schedule .*"
                                          r"uo.schedules lr"):
-        optimizer.state_dict()
-    assert torch.optim.Optimizer.state_dict(optimizer)["param_groups"][0]["lr"] == 0.005
+        scheduled.state_dict()

@@ -68,6 +68,15 @@ def write_lr(group: dict, lr: float) -> None:
         group["lr"] = lr
 
 
+def held_as(group: dict, lr: float) -> float:
+    """``lr`` as ``group`` would hold it once written (:func:`write_lr`): rounded to the
+    dtype of an lr Parameter, else ``lr`` itself."""
+    value = group["lr"]
+    if _held_in_place(value):
+        return float(value.asnumpy().dtype.type(lr))
+    return lr
+
+
 def _held_in_place(value: Any) -> bool:
     return hasattr(value, "asnumpy") and hasattr(value, "set_data") \
         and tuple(getattr(value, "shape", (None,))) == ()
@@ -394,7 +403,11 @@ class LRScheduler:
         self.base_lrs = loaded["base_lrs"]
         self._last_lr = loaded["_last_lr"]
         self.schedules = [self._schedule(b, kw) for b, kw in zip(self.base_lrs, self._kwargs)]
-        chain_of(self.optimizer).written = list(self._last_lr)
+        # as the groups hold them (float32 on MindSpore's experimental classes): a state
+        # saved on another framework restores its lr there rounded to that dtype
+        chain_of(self.optimizer).written = [
+            held_as(group, lr) for group, lr in zip(self.optimizer.param_groups,
+                                                    self._last_lr)]
 
     def _checked_state(self, owner: str, state: Any, keys: set[str]) -> dict[str, Any]:
         if not isinstance(state, dict):
