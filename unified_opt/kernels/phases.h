@@ -255,8 +255,9 @@ class Pool {
 };
 
 // work(i, scratch) for every i in [0, count), on up to `threads` threads (the Pool's):
-// each thread scratch of its own, items claimed in batches of about a 32nd of a
-// thread's share. Every i writes places of its own, so the numbers do not depend on
+// each thread scratch of its own, items claimed in batches of about a 256th of a
+// thread's share (a helper descheduled while it holds a batch holds up the loop's end
+// by that batch only). Every i writes places of its own, so the numbers do not depend on
 // the threads or on which thread ran which item.
 template <class T, class Work>
 void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work) {
@@ -272,7 +273,7 @@ void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work
     std::remove_reference_t<Work>* work;
   } loop;
   loop.count = count;
-  loop.batch = std::max<int64_t>(1, count / (used * 32));
+  loop.batch = std::max<int64_t>(1, count / (used * 256));
   loop.scratch_size = std::max<int64_t>(1, scratch_size);
   loop.work = &work;
   auto claim = [](void* context) {
