@@ -6,18 +6,21 @@ made from the committed benchmark results.
 
 Sources (each a file in ``--results``):
 
-* ``native_vs_own.json`` (``benchmarks/native_vs_own.py``, the CPU): per backend
-  (``mindspore-graph``: MindSpore in GRAPH_MODE), spec and size class, the native class
-  ``uo.build`` takes and the own implementation over the same parameters. Where two
-  specs measured the same native class (plain SGD and SGD with momentum on torch), the
-  row with the smaller ratio stands for the class;
+* ``realistic_sets.json`` (``benchmarks/realistic_sets.py``, the CPU): per backend,
+  thread count, spec and parameter set (GPT-2-like, ResNet-18, one 4096 x 4096 tensor, a
+  small MLP), the native class ``prefer="native"`` builds against the own implementation
+  over the same parameters. Where two specs measured the same native class, the row with
+  the smaller ratio stands for the class;
 * ``gpu_step_time.json`` (``benchmarks/gpu_step_time.py``, CUDA, GPT-2 small): for each
   algorithm, a row that built a native class (a ``uo/`` or ``native/`` row whose
   ``path`` is one of torch's native classes for it) against ``own/<algorithm>/auto``
-  (the own path as a default build runs it).
+  (the own path as a default build runs it). Its set's model: the results' element and
+  tensor counts, no conv weights, and a 1-D share of 0 (GPT-2 small's is 0.1 %; the
+  results do not record its shapes).
 
-A row of the table: backend, device kind, algorithm, native class, size class (of
-:data:`unified_opt.speed.SIZE_CLASSES`), the measured parameters' elements, both step
+A row of the table: backend, device kind, threads (CPU), algorithm, native class, the
+measured set, its model (:class:`unified_opt.speed.SetModel`: elements, tensors, conv
+and 1-D shares), its size class (of :data:`unified_opt.speed.SIZE_CLASSES`), both step
 times, ``native_over_own`` and its source. The table is checked in; a test checks that
 the committed table is what this script makes from the committed results (``--check``
 does the same here: exit 1 when they differ). Regenerate it whenever a backend or an
@@ -36,22 +39,25 @@ from unified_opt.backend import load
 from unified_opt.files import write_text
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_RESULTS = "native_vs_own.json"
+CPU_RESULTS = "realistic_sets.json"
 GPU_RESULTS = "gpu_step_time.json"
 
 
 def cpu_rows(data: dict, file: str) -> list[dict]:
-    """The table's rows from ``native_vs_own.json``."""
+    """The table's rows from ``realistic_sets.json`` (rows with a native class)."""
     best: dict[tuple, dict] = {}
     for r in data["rows"]:
-        if "error" in r:
+        if "error" in r or not r.get("native"):
             continue
-        row = {"backend": r["backend"], "device": "cpu", "algorithm": r["algorithm"],
-               "native": r["native"], "size_class": r["size_class"],
-               "elements": r["elements"], "native_ms": r["native_ms"], "own_ms": r["own_ms"],
+        model = {k: data["sets"][r["set"]][k]
+                 for k in ("elements", "tensors", "conv_share", "vector_share")}
+        row = {"backend": r["backend"], "device": "cpu", "threads": r["threads"],
+               "algorithm": r["algorithm"], "native": r["native"], "set": r["set"],
+               "model": model, "size_class": speed.size_class(model["elements"]),
+               "native_ms": r["native_ms"], "own_ms": r["own_ms"],
                "native_over_own": round(r["native_ms"] / r["own_ms"], 2), "source": "cpu",
                "measured": f"{file}: {r['expression']}"}
-        key = (row["backend"], row["algorithm"], row["native"], row["size_class"])
+        key = (row["backend"], row["threads"], row["algorithm"], row["native"], row["set"])
         if key not in best or row["native_over_own"] < best[key]["native_over_own"]:
             best[key] = row
     return list(best.values())
@@ -74,9 +80,11 @@ def gpu_rows(data: dict, file: str) -> list[dict]:
         own = by_key.get(f"own/{algorithm}/auto")
         if own is None or r.get("path") not in classes.get(algorithm, ()):
             continue
+        model = speed.SetModel(elements, data["parameters"]["tensors"], 0.0, 0.0)
         out.append({"backend": "torch", "device": data["environment"]["device"],
-                    "algorithm": algorithm, "native": r["path"],
-                    "size_class": speed.size_class(elements), "elements": elements,
+                    "threads": None, "algorithm": algorithm, "native": r["path"],
+                    "set": data["parameters"]["name"], "model": model.to_dict(),
+                    "size_class": speed.size_class(elements),
                     "native_ms": r["ms"], "own_ms": own["ms"],
                     "native_over_own": round(r["ms"] / own["ms"], 2), "source": "cuda",
                     "measured": f"{file}: {key} against own/{algorithm}/auto"})
@@ -91,10 +99,8 @@ def make(results: Path) -> dict:
         data = json.loads(cpu_file.read_text())
         env = data["environment"]
         name = f"benchmarks/results/{CPU_RESULTS}"
-        threads = env.get("threads")
-        sources["cpu"] = {"file": name, "machine": f"{env['cpu']} ({env['cpu_count']} cores"
-                          + (f", {threads} thread" + "s" * (threads != 1) if threads else "")
-                          + ")", "versions": data.get("versions", {})}
+        sources["cpu"] = {"file": name, "machine": f"{env['cpu']} ({env['cpu_count']} cores)",
+                          "versions": data.get("versions", {})}
         rows += cpu_rows(data, name)
     gpu_file = results / GPU_RESULTS
     if gpu_file.exists():
@@ -107,16 +113,12 @@ def make(results: Path) -> dict:
                                "versions": {k: env[k] for k in ("torch", "triton", "cuda")
                                             if env.get(k)}}
             rows += gpu_rows(data, name)
-    order = [n for n, _ in speed.SIZE_CLASSES]
     rows.sort(key=lambda r: (r["backend"], r["device"], r["algorithm"], r["native"],
-                             order.index(r["size_class"])))
+                             r["threads"] or 0, -r["model"]["elements"], r["set"]))
     return {"about": "uo.build(prefer='speed') reads this table (unified_opt/speed.py); "
                      "made by benchmarks/speed_table.py from the committed benchmark "
                      "results, never by hand",
-            "threshold": speed.THRESHOLD,
-            "size_classes": [{"name": n, "min_elements": low} for n, low in
-                             speed.SIZE_CLASSES],
-            "sources": sources, "rows": rows}
+            "threshold": speed.THRESHOLD, "sources": sources, "rows": rows}
 
 
 def render(table: dict) -> str:
@@ -141,8 +143,9 @@ def main(argv=None) -> int:
     print(f"{args.out}: {len(table['rows'])} rows, {len(own)} where the own implementation "
           f"is at least {table['threshold']}x faster:")
     for r in own:
+        on = f"{r['threads']} thread(s), " if r["threads"] else ""
         print(f"  {r['backend']} {r['device']} {r['algorithm']} {r['native']} "
-              f"{r['size_class']}: {r['native_over_own']}x")
+              f"{on}{r['set']}: {r['native_over_own']}x")
     return 0
 
 

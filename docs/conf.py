@@ -81,9 +81,10 @@ extensions = [
 ]
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-# plots/gpu_step_time.md is included by plots.md, not a page of its own
+# plots/gpu_step_time.md is included by plots.md, plots/realistic_sets.md by speed.md:
+# not pages of their own
 # _generated/: figures the prose quotes (docs/facts/), included by the pages
-exclude_patterns = ["_build", "plots/gpu_step_time.md", "_generated"]
+exclude_patterns = ["_build", "plots/gpu_step_time.md", "plots/realistic_sets.md", "_generated"]
 
 # -- strict: a reference that resolves to nothing is an error ------------------------------
 nitpicky = True

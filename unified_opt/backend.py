@@ -60,9 +60,11 @@ class Context:
     #: how the own implementation runs (``options={"compile": ...}``: "auto", True or
     #: False, torch also "inductor"; None: not given, "auto")
     own_compile: Any = None
-    #: the build's total number of elements (``prefer="speed"`` reads its size class;
-    #: None: no parameters, as ``uo.explain(spec)``)
+    #: the build's total number of elements (None: no parameters, as ``uo.explain(spec)``)
     elements: int | None = None
+    #: the parameters' shapes (``prefer="speed"`` reads the model of the set,
+    #: :class:`unified_opt.speed.SetModel`; None: no parameters)
+    shapes: tuple[tuple[int, ...], ...] | None = None
 
 
 def framework_of(obj: Any) -> str | None:
@@ -413,7 +415,8 @@ class Backend:
               prefer: str = "speed"):
         """The one build sequence: ``(optimizer, BuildRecord)``."""
         context = self.context(spec, named, plans, dict(options))
-        context = dataclasses.replace(context, elements=total_elements(named))
+        context = dataclasses.replace(context, elements=total_elements(named),
+                                      shapes=parameter_shapes(named))
         decision = self.decide(spec, path, context, prefer)
         if decision.path == "native" and context.own_compile is not None:
             raise ValueError(f"build: options compile={context.own_compile!r} is for the own "
@@ -450,6 +453,11 @@ class Backend:
     def plateau_scheduler(self, optimizer, rule, record: BuildRecord, monitor: str | None):
         """The framework's own plateau scheduler for ``optimizer`` computing ``rule``."""
         raise NotImplementedError
+
+
+def parameter_shapes(named: Sequence[tuple[str | None, Any]]) -> tuple[tuple[int, ...], ...]:
+    """Every parameter's shape, as ints (what ``prefer="speed"`` models a build by)."""
+    return tuple(tuple(int(n) for n in tuple(getattr(p, "shape", ()))) for _, p in named)
 
 
 def total_elements(named: Sequence[tuple[str | None, Any]]) -> int:
