@@ -6,10 +6,10 @@ per process): ``python state_lrs_worker.py FRAMEWORK OUT``.
 ``uo.save_state`` / ``uo.resume``) and each path (own, native; on MindSpore the native
 path is ``experimental.optim.AdamW``), a run of :data:`STEPS` steps driven by
 ``uo.lr_scheduler.StepLR`` is interrupted after :data:`SAVED_AT` steps: its optimizer and
-scheduler state are taken, fresh objects are built (the model, the
-optimizer, the scheduler; the model's weights as saved), both states loaded, and the run goes on (after ``uo.resume``
-the scheduler is made with ``last_epoch=SAVED_AT - 1``, torch's form for an optimizer
-whose groups hold their ``initial_lr`` already). A hand loop writing
+scheduler state are taken, fresh objects are built (the model, the optimizer, the
+scheduler; the model's weights as saved), both states loaded, and the run goes on
+(after ``uo.resume`` the scheduler is made with ``last_epoch=SAVED_AT - 1``, torch's
+form for an optimizer whose groups hold their ``initial_lr`` already). A hand loop writing
 ``param_groups[0]["lr"]`` is interrupted the same way, and on torch also torch's own
 ``StepLR`` on a torch native class. Written to ``OUT/FRAMEWORK.npz``: per case, the
 parameters and each step's lr of the uninterrupted and of the resumed run
