@@ -46,10 +46,10 @@ counter), its ``nn`` classes refusing it naming ``path='own'``
 (``backends/mindspore/added_groups.py``, ``added_native.py``).
 
 ``uo.save_state`` writes what the groups hold
-(:func:`unified_opt.porting.saved_groups.saved_record`): group dicts as
-``uo.Group`` rules over the parameters' names, an lr written into the groups as the
-spec's constant lr; any other value written there after the build is refused, since
-the file would resume another run.
+(:mod:`unified_opt.porting.saved_groups`): group dicts as ``uo.Group`` rules over the
+parameters' names, and each group's live lr and scheduler bookkeeping beside the
+build's spec (set back on loading); any other value written there after the build is
+refused, since the file would resume another run.
 """
 
 from __future__ import annotations

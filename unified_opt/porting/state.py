@@ -11,8 +11,10 @@ One safetensors file holds a run's optimizer, readable on any backend:
   order), ``shapes``, ``steps`` (optimizer steps taken), ``position`` (the step the lr
   schedule stands at, empty without one), ``framework`` (where it was written), for a
   data-parallel spec ``rank`` and ``world_size`` (its residuals are that rank's: it
-  loads on that rank only), and
-  ``sha256``: a digest over all of the above, so truncation or flipped bytes anywhere
+  loads on that rank only), ``group_values`` (parameter name -> the live ``lr`` of the
+  param group holding it and that group's scheduler bookkeeping numbers, such as
+  ``initial_lr``: :mod:`.saved_groups`; absent from older files, which load as before),
+  and ``sha256``: a digest over all of the above, so truncation or flipped bytes anywhere
   are an error, not different numbers.
 
 Each array keeps its storage dtype (bfloat16 as safetensors' ``BF16``, held in numpy as
@@ -35,7 +37,10 @@ multiple of the state: ``benchmarks/results/state_memory.md`` measures it agains
 target of 0.25 x the state's size. ``load_state`` checks everything (digest, format, spec
 and groups equal to the target's, the same parameter names, every state array's name,
 shape and dtype) before it writes anything: the optimizer is either fully loaded or
-untouched.
+untouched. After the state is written, each group's recorded lr (where it differs from
+the group's lr now, over a constant spec lr) is written into ``param_groups[g]["lr"]``
+as a user's write, and its bookkeeping keys set; load a scheduler's own
+``state_dict`` after it, as in torch.
 
 Where the pieces are: :mod:`.snapshot` (what a state holds), :mod:`.state_encoding`
 (its metadata strings and tensors, and the digest), :mod:`.state_file` (the file),
