@@ -20,6 +20,12 @@ program gets one:
 
 :meth:`KernelRunner.plan` says up front whether a parameter can run here (its update
 traces: :class:`~.trace.Untraceable` otherwise; float32 or float64).
+
+Threads: a step runs its parallel phases on the framework's thread setting
+(:meth:`KernelPath.threads`, which a backend reads at every step), handed to the VM and to
+every loaded kernel by :func:`set_threads`; their threads sleep between loops
+(``phases.h``'s pool). A kernel compiled in the background runs its compiler at the
+lowest CPU priority (:func:`.build.lowest_priority_command`).
 """
 
 from __future__ import annotations
@@ -232,9 +238,10 @@ class KernelRunner(Programs):
         framework's setting, :meth:`KernelPath.threads`; 0: ``OMP_NUM_THREADS``, else the
         CPU count). Every program is made (and, with ``specialize=True``, compiled)
         before the first job runs: a failure changes nothing."""
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"KernelRunner.step: threads must be an int >= 0, got "
-                             f"{threads!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int):
+            raise TypeError(f"KernelRunner.step: threads must be an int, got {threads!r}")
+        if threads < 0:
+            raise ValueError(f"KernelRunner.step: threads must be >= 0, got {threads}")
         set_threads(self.library, threads)
         programs = []
         for job in jobs:
