@@ -71,8 +71,9 @@ class MindSporeKernels(KernelPath):
     def threads(self) -> int:
         """MindSpore's CPU kernel thread pool size, ``get_context("runtime_num_threads")``
         (what ``set_context(runtime_num_threads=...)`` sets; read 2 by default on a
-        2-core machine, though MindSpore's documentation says 30). ``mindspore.device_context.cpu.op_tuning.threads_num`` has no
-        reader in MindSpore 2.10, so a count set only there is not seen."""
+        2-core machine, though MindSpore's documentation says 30).
+        ``mindspore.device_context.cpu.op_tuning.threads_num`` has no reader in
+        MindSpore 2.10, so a count set only there is not seen."""
         return max(1, int(ms.get_context("runtime_num_threads")))
 
     def job(self, p, grad, spec, slots: dict, lr: float, step: int, keep: list) -> Job | None:
