@@ -360,7 +360,8 @@ def markdown(result: dict) -> str:
              "pass of the runs below); `native / own` > 1: the own path is that many times "
              "faster; *default*: the path `uo.build(spec, params)` takes for that set "
              "(`prefer=\"speed\"`); torch rows also as × `torch.optim.AdamW(fused=True)` "
-             "stepped in the same rounds. Made by `benchmarks/realistic_sets.py`; "
+             "stepped in the same rounds; *passes*: each pass's native / own (a row "
+             "without a native class: its own ms). Made by `benchmarks/realistic_sets.py`; "
              "`benchmarks/speed_table.py` turns it into `unified_opt/speed_table.json`.", "",
              "Sets: " + "; ".join(f"{name} {info['tensors']} tensors, {info['elements']:,} "
                                    f"elements ({info['conv_share']:.1%} in conv weights, "

@@ -169,8 +169,9 @@ def test_the_rule_own_where_measured_faster_the_class_otherwise(table, monkeypat
     monkeypatch.setattr(speed, "threads", lambda: 2)
     two = _decide("torch", spec, shapes=big)
     assert two.path == "native" and two.measured.threads == 2 and "0.5x" in two.reason
-    # more threads than measured: the nearest count; tiny has no 2-thread row: 1 thread
-    monkeypatch.setattr(speed, "threads", lambda: 8)
+    # the nearest set first, then its nearest thread count: tiny was measured on 1 only
+    assert _decide("torch", spec, shapes=((32, 32), (16,))).measured.threads == 1
+    monkeypatch.setattr(speed, "threads", lambda: 8)        # more threads than measured
     assert _decide("torch", spec, shapes=big).measured.threads == 2
     monkeypatch.setattr(speed, "threads", lambda: 1)
     # no parameters (explain of a spec): the largest measured set, said so

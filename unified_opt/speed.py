@@ -32,9 +32,9 @@ log10 elements| + |difference of log10 tensors| + |difference of conv shares| +
 from no conv weights to only conv weights). The measured CPU sets: GPT-2-like (76
 tensors, 23.2 M elements), ResNet-18 (62 tensors, 11.7 M, 96 % conv weights), one
 4096 x 4096 tensor and a 64-wide MLP (8 tensors, 16,640 elements); CUDA: GPT-2 small.
-Threads: the measured count nearest :func:`threads` (what the kernels run on), the
-fewer on a tie. A decision without parameters (``uo.explain(spec)``) reads the largest
-measured set, and says so.
+Threads: among the nearest set's rows, the measured count nearest :func:`threads`
+(what the kernels run on), the fewer on a tie. A decision without parameters
+(``uo.explain(spec)``) reads the largest measured set, and says so.
 
 The rule, in order (each step that keeps the class says why in the decision):
 
@@ -263,11 +263,6 @@ def lookup(backend: str, device: str, algorithm: str, native: str,
             and r["algorithm"] == algorithm and r["native"] == native]
     if not rows:
         return None
-    counts = sorted({r["threads"] for r in rows if r.get("threads")})
-    if counts:
-        wanted_threads = threads() if thread_count is None else thread_count
-        nearest = min(counts, key=lambda n: (abs(n - wanted_threads), n))
-        rows = [r for r in rows if r.get("threads") == nearest]
     models = [(r, SetModel.from_dict(r["model"])) for r in rows]
     if model is not None:
         row, found = min(models, key=lambda pair: (model.distance(pair[1]), pair[0]["set"]))
@@ -281,6 +276,12 @@ def lookup(backend: str, device: str, algorithm: str, native: str,
     else:
         row, found = max(models, key=lambda pair: pair[1].elements)
         distance = 0.0
+    # then, among that set's rows, the thread count nearest this process's
+    counts = sorted({r["threads"] for r in rows if r["set"] == row["set"] and r.get("threads")})
+    if counts:
+        wanted_threads = threads() if thread_count is None else thread_count
+        nearest = min(counts, key=lambda n: (abs(n - wanted_threads), n))
+        row = next(r for r in rows if r["set"] == row["set"] and r.get("threads") == nearest)
     source = data["sources"][row["source"]]
     return Measured(backend, device, algorithm, native, row["set"], found, row["native_ms"],
                     row["own_ms"], row["native_over_own"],
