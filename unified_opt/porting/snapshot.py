@@ -137,9 +137,11 @@ def refuse_unnamed(record: BuildRecord, held) -> None:
 
 
 def changed_outside(found: str, expected: str, how: str) -> ValueError:
-    """``save_state``'s refusal of an lr or hyperparameter changed outside uo (``how``:
-    the ways it could have been), which a state file cannot carry: ``found`` says what
-    the optimizer holds, ``expected`` what the spec gives instead."""
+    """``save_state``'s refusal of a value changed outside uo that a state file cannot
+    carry (``how``: the ways it could have been): a hyperparameter written after the
+    build, an lr written over a scheduled spec lr, a Paddle ``LRScheduler`` put in place
+    of a constant lr (an lr written over a constant spec lr is recorded, not refused).
+    ``found`` says what the optimizer holds, ``expected`` what the spec gives instead."""
     return ValueError(f"save_state: {found}, but {expected}: it was changed outside uo "
                       f"({how}), which a state file cannot carry (the resumed run would use "
                       "the spec's). Give the change to the spec instead (a uo.schedules lr, "
