@@ -278,7 +278,9 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
     backend for the same spec, groups and parameter names. ``transform``: a parameter
     name -> a function applied to each of that parameter's state arrays (e.g.
     ``np.transpose`` between torch's ``(out, in)`` and Paddle's ``(in, out)`` Linear
-    weights); a mapping, or a function of the name returning one or None.
+    weights); a mapping, or a function of the name returning one or None. Each group's
+    lr and scheduler bookkeeping recorded in the file are set back after the state
+    (module docstring); load a scheduler's ``state_dict`` after this.
 
     ``model``: the module whose parameters the optimizer holds. A file written on
     another framework is then read under that module's parameter names
@@ -297,8 +299,9 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
         None.
 
     Raises:
-        ValueError: a file for another spec, groups or parameters, or a layout that
-            cannot be read without ``model``.
+        ValueError: a file for another spec, groups or parameters, a layout that
+            cannot be read without ``model``, or recorded group lrs that differ among
+            the parameters of one of ``optimizer``'s groups.
 
     Example:
         >>> uo.load_state(opt, "run.safetensors", model=model)  # doctest: +SKIP
