@@ -10,7 +10,8 @@ scheduler state are taken, fresh objects are built (the model, the optimizer, th
 scheduler; the model's weights as saved), both states loaded, and the run goes on
 (after ``uo.resume`` the scheduler is made with ``last_epoch=SAVED_AT - 1``, torch's
 form for an optimizer whose groups hold their ``initial_lr`` already). A hand loop writing
-``param_groups[0]["lr"]`` is interrupted the same way, and on torch also torch's own
+``param_groups[0]["lr"]`` is interrupted the same way, so is a ``uo.lr_scheduler.OneCycleLR``
+run (its ``max_lr`` and ``min_lr`` kept in the groups), and on torch also torch's own
 ``StepLR`` on a torch native class. Written to ``OUT/FRAMEWORK.npz``: per case, the
 parameters and each step's lr of the uninterrupted and of the resumed run
 (``<case>/whole/...``, ``<case>/resumed/...``).
@@ -115,18 +116,26 @@ def hand_lr(t: int) -> float:
     return 0.1 * 0.8 ** t
 
 
+def scheduler(driver: str, opt, last_epoch: int = -1):
+    """The scheduler ``driver`` names over ``opt`` (None: a hand loop)."""
+    if driver == "torch-StepLR":
+        import torch
+
+        return torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5,
+                                               last_epoch=last_epoch)
+    if driver == "StepLR":
+        return uo.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5, last_epoch=last_epoch)
+    if driver == "OneCycleLR":         # keeps max_lr and min_lr in the groups
+        return uo.lr_scheduler.OneCycleLR(opt, max_lr=0.3, total_steps=10,
+                                          cycle_momentum=False, last_epoch=last_epoch)
+    return None
+
+
 def run(fw: Framework, path: str, how: str, driver: str, tmp: Path) -> dict:
     """The parameters and lrs of one run, ``how`` = "whole" or a way of saving."""
     params = fw.params()
     opt = build(fw, params, path)
-    if driver == "torch-StepLR":
-        import torch
-
-        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    elif driver == "StepLR":
-        sched = uo.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-    else:
-        sched = None
+    sched = scheduler(driver, opt)
     lrs = []
     for t in range(STEPS):
         if how != "whole" and t == SAVED_AT:
@@ -142,16 +151,9 @@ def run(fw: Framework, path: str, how: str, driver: str, tmp: Path) -> dict:
                 opt = uo.resume(file, params, path_taken=path)
             else:
                 opt = build(fw, params, path)
-            if driver == "torch-StepLR":
-                import torch
-
-                sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
-            elif driver == "StepLR":
-                # uo.resume loaded the groups' lr and initial_lr already: torch's way to
-                # make a scheduler over a resumed optimizer is last_epoch=<steps - 1>
-                sched = uo.lr_scheduler.StepLR(
-                    opt, step_size=2, gamma=0.5,
-                    last_epoch=SAVED_AT - 1 if how == "resume" else -1)
+            # uo.resume loaded the groups' lr and initial_lr already: torch's way to make
+            # a scheduler over a resumed optimizer is last_epoch=<steps - 1>
+            sched = scheduler(driver, opt, SAVED_AT - 1 if how == "resume" else -1)
             if how == "dict":
                 opt.load_state_dict(saved)
             elif how == "file":
@@ -172,6 +174,7 @@ def cases(framework: str) -> list[tuple[str, str, str]]:
     out = [(path, how, "StepLR") for path in ("own", "native")
            for how in ("dict", "file", "resume")]
     out += [(path, "dict", "hand") for path in ("own", "native")]
+    out += [("own", how, "OneCycleLR") for how in ("dict", "resume")]
     if framework == "torch":
         out += [("native", how, "torch-StepLR") for how in ("dict", "file")]
     return out
