@@ -20,8 +20,8 @@ parameters and each step's lr of the uninterrupted and of the resumed run
 its ``StepLR`` at :data:`SAVED_AT` steps (``OUT/across.safetensors`` and the scheduler's
 state as JSON, ``OUT/across_scheduler.json``) and the lrs of its later steps
 (``OUT/across_torch.json``); ``paddle-across OUT`` / ``mindspore-across OUT`` resume it
-with ``uo.resume`` + ``uo.lr_scheduler.StepLR`` and write the lrs they step with
-(``OUT/across_<framework>.json``).
+with ``uo.resume`` (own and native path) + ``uo.lr_scheduler.StepLR`` and write the
+lrs they step with (``OUT/across_<framework>.json``: path -> lrs).
 """
 
 import json
@@ -210,16 +210,19 @@ def across_torch(out: Path) -> None:
 
 def across_target(framework: str, out: Path) -> None:
     fw = Framework(framework)
-    params = fw.params()
-    opt = uo.resume(out / "across.safetensors", params)
-    sched = uo.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5, last_epoch=SAVED_AT - 1)
-    sched.load_state_dict(json.loads((out / "across_scheduler.json").read_text()))
-    lrs = []
-    for t in range(SAVED_AT, STEPS):
-        lrs.append(lr_now(opt))
-        fw.step(opt, params, t)
-        sched.step()
-    (out / f"across_{framework}.json").write_text(json.dumps(lrs))
+    runs = {}
+    for path in ("own", "native"):
+        params = fw.params()
+        opt = uo.resume(out / "across.safetensors", params, path_taken=path)
+        sched = uo.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5, last_epoch=SAVED_AT - 1)
+        sched.load_state_dict(json.loads((out / "across_scheduler.json").read_text()))
+        lrs = []
+        for t in range(SAVED_AT, STEPS):
+            lrs.append(lr_now(opt))
+            fw.step(opt, params, t)
+            sched.step()
+        runs[path] = lrs
+    (out / f"across_{framework}.json").write_text(json.dumps(runs))
 
 
 if __name__ == "__main__":

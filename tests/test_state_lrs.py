@@ -65,12 +65,14 @@ def test_a_torch_run_with_its_scheduler_goes_on_with_the_same_lrs_on_another_fra
         across, framework):
     _run(f"{framework}-across", across)
     torch_lrs = json.loads((across / "across_torch.json").read_text())
-    theirs = json.loads((across / f"across_{framework}.json").read_text())
+    runs = json.loads((across / f"across_{framework}.json").read_text())
     assert torch_lrs == [0.05, 0.025, 0.025, 0.0125]
-    if framework == "mindspore":      # experimental.optim keeps the lr in float32
-        assert theirs == [float(np.float32(lr)) for lr in torch_lrs]
-    else:
-        assert theirs == torch_lrs
+    assert sorted(runs) == ["native", "own"]
+    for path, theirs in runs.items():
+        if framework == "mindspore":      # experimental.optim keeps the lr in float32
+            assert np.array_equal(np.float32(theirs), np.float32(torch_lrs)), path
+        else:
+            assert theirs == torch_lrs, path
 
 
 # -- what the state holds, and its refusals (torch, in process) -----------------------------
