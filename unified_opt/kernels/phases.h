@@ -256,8 +256,8 @@ class Pool {
 
 // work(i, scratch) for every i in [0, count), on up to `threads` threads (the Pool's):
 // each thread scratch of its own, items claimed in batches of about a 256th of a
-// thread's share (a helper descheduled while it holds a batch holds up the loop's end
-// by that batch only). Every i writes places of its own, so the numbers do not depend on
+// thread's share: a helper descheduled while it holds a batch holds up the loop's end
+// until it runs again and finishes that batch, so batches are short. Every i writes places of its own, so the numbers do not depend on
 // the threads or on which thread ran which item.
 template <class T, class Work>
 void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work) {
