@@ -11,10 +11,16 @@ scheduler; the model's weights as saved), both states loaded, and the run goes o
 (after ``uo.resume`` the scheduler is made with ``last_epoch=SAVED_AT - 1``, torch's
 form for an optimizer whose groups hold their ``initial_lr`` already). A hand loop writing
 ``param_groups[0]["lr"]`` is interrupted the same way, so is a ``uo.lr_scheduler.OneCycleLR``
-run (its ``max_lr`` and ``min_lr`` kept in the groups), and on torch also torch's own
+run (its ``max_lr`` and ``min_lr`` kept in the groups), one with OneCycleLR's default
+``cycle_momentum=True`` (``OneCycleLR-momentum``: it writes ``betas`` into the groups at
+every step; own path everywhere, and torch's native class), and on torch also torch's own
 ``StepLR`` on a torch native class. Written to ``OUT/FRAMEWORK.npz``: per case, the
-parameters and each step's lr of the uninterrupted and of the resumed run
-(``<case>/whole/...``, ``<case>/resumed/...``).
+parameters and each step's lr (and, with momentum cycling, each step's ``betas``) of the
+uninterrupted and of the resumed run (``<case>/whole/...``, ``<case>/resumed/...``).
+
+On Paddle also ``OUT/paddle_refusal.json``: a Paddle own run with momentum cycling,
+saved with ``state_dict()``, loaded into the native class (which reads its betas when
+built): the refusal's message, and whether the target was left as it was.
 
 ``torch-across OUT`` writes the torch side of the cross-framework case: a run saved with
 its ``StepLR`` at :data:`SAVED_AT` steps (``OUT/across.safetensors`` and the scheduler's
@@ -128,7 +134,14 @@ def scheduler(driver: str, opt, last_epoch: int = -1):
     if driver == "OneCycleLR":         # keeps max_lr and min_lr in the groups
         return uo.lr_scheduler.OneCycleLR(opt, max_lr=0.3, total_steps=10,
                                           cycle_momentum=False, last_epoch=last_epoch)
+    if driver == "OneCycleLR-momentum":    # writes betas into the groups at every step
+        return uo.lr_scheduler.OneCycleLR(opt, max_lr=0.3, total_steps=10,
+                                          last_epoch=last_epoch)
     return None
+
+
+def betas_now(opt) -> list[float]:
+    return [float(b) for b in opt.param_groups[0]["betas"]]
 
 
 def run(fw: Framework, path: str, how: str, driver: str, tmp: Path) -> dict:
@@ -136,7 +149,7 @@ def run(fw: Framework, path: str, how: str, driver: str, tmp: Path) -> dict:
     params = fw.params()
     opt = build(fw, params, path)
     sched = scheduler(driver, opt)
-    lrs = []
+    lrs, betas = [], []
     for t in range(STEPS):
         if how != "whole" and t == SAVED_AT:
             saved_sched = None if sched is None else json.loads(json.dumps(sched.state_dict()))
@@ -164,10 +177,12 @@ def run(fw: Framework, path: str, how: str, driver: str, tmp: Path) -> dict:
             for group in opt.param_groups:
                 group["lr"] = hand_lr(t)
         lrs.append(lr_now(opt))
+        betas.append(betas_now(opt))
         fw.step(opt, params, t)
         if sched is not None:
             sched.step()
-    return {"lrs": np.array(lrs), **fw.values(params)}
+    cycled = {"betas": np.array(betas)} if driver == "OneCycleLR-momentum" else {}
+    return {"lrs": np.array(lrs), **cycled, **fw.values(params)}
 
 
 def cases(framework: str) -> list[tuple[str, str, str]]:
@@ -175,9 +190,36 @@ def cases(framework: str) -> list[tuple[str, str, str]]:
            for how in ("dict", "file", "resume")]
     out += [(path, "dict", "hand") for path in ("own", "native")]
     out += [("own", how, "OneCycleLR") for how in ("dict", "resume")]
+    out += [("own", how, "OneCycleLR-momentum") for how in ("dict", "resume")]
     if framework == "torch":
         out += [("native", how, "torch-StepLR") for how in ("dict", "file")]
+        out += [("native", how, "OneCycleLR-momentum") for how in ("dict", "resume")]
     return out
+
+
+def paddle_refusal(out: Path) -> None:
+    """A run whose groups hold written betas, loaded into Paddle's native class."""
+    fw = Framework("paddle")
+    params = fw.params()
+    opt = build(fw, params, "own")
+    sched = scheduler("OneCycleLR-momentum", opt)
+    for t in range(SAVED_AT):
+        fw.step(opt, params, t)
+        sched.step()
+    saved = opt.state_dict()
+    target = build(fw, fw.params(fw.values(params)), "native")
+    before = (lr_now(target), betas_now(target), json.dumps(
+        {k: str(v) for k, v in target.state_dict()["metadata"].items()}, sort_keys=True))
+    try:
+        target.load_state_dict(saved)
+        message = None
+    except ValueError as error:
+        message = str(error)
+    after = (lr_now(target), betas_now(target), json.dumps(
+        {k: str(v) for k, v in target.state_dict()["metadata"].items()}, sort_keys=True))
+    (out / "paddle_refusal.json").write_text(json.dumps(
+        {"message": message, "unchanged": before == after,
+         "saved_betas": json.loads(saved["metadata"]["group_values"])["w"]["betas"]}))
 
 
 def main(framework: str, out: Path) -> None:
@@ -189,6 +231,8 @@ def main(framework: str, out: Path) -> None:
             for key, value in run(fw, path, kind, driver, out).items():
                 arrays[f"{case}/{'whole' if kind == 'whole' else 'resumed'}/{key}"] = value
     np.savez(out / f"{framework}.npz", **arrays)
+    if framework == "paddle":
+        paddle_refusal(out)
 
 
 def across_torch(out: Path) -> None:

@@ -315,16 +315,19 @@ def test_save_state_keeps_a_group_lr_a_torch_scheduler_changed(tmp_path, path):
 
 
 @require("torch")
-def test_save_state_refuses_a_hand_edited_weight_decay_on_the_native_path(tmp_path):
+def test_save_state_records_a_hand_edited_weight_decay_on_the_native_path(tmp_path):
+    # torch's Adam reads weight_decay from its group at every step: the run used 0.2
     model = _torch_linear()
     optimizer = uo.build(uo.Adam(lr=1e-2, weight_decay=0.1), model, path="native")
     _torch_steps(model, optimizer, None, 2)
     optimizer.param_groups[0]["weight_decay"] = 0.2
-    with pytest.raises(ValueError, match=r"holds weight_decay=0.2, but the spec \(at step 1\) "
-                       r"gives 0.1"):
-        uo.save_state(optimizer, tmp_path / "run.safetensors")
-    optimizer.param_groups[0]["weight_decay"] = 0.1          # set back: saved
     uo.save_state(optimizer, tmp_path / "run.safetensors")
+    recorded = {"lr": 0.01, "weight_decay": 0.2}
+    assert _group_values(tmp_path / "run.safetensors") == {"weight": recorded,
+                                                           "bias": recorded}
+    resumed = uo.build(uo.Adam(lr=1e-2, weight_decay=0.1), _torch_linear(), path="native")
+    uo.load_state(resumed, tmp_path / "run.safetensors")
+    assert resumed.param_groups[0]["weight_decay"] == 0.2
 
 
 @require("torch")

@@ -37,7 +37,8 @@ def test_a_scheduled_run_saved_and_resumed_steps_bit_for_bit_as_the_whole_run(
     for path, how, driver in cases(framework):
         case = f"{path}/{how}/{driver}"
         keys = sorted({k.rsplit("/", 1)[1] for k in runs if k.startswith(case + "/")})
-        assert keys == ["b", "lrs", "w"], case
+        cycled = driver == "OneCycleLR-momentum"
+        assert keys == ["b", *(["betas"] if cycled else []), "lrs", "w"], case
         for key in keys:
             np.testing.assert_array_equal(runs[f"{case}/resumed/{key}"],
                                           runs[f"{case}/whole/{key}"], err_msg=case,
@@ -46,9 +47,24 @@ def test_a_scheduled_run_saved_and_resumed_steps_bit_for_bit_as_the_whole_run(
         assert len(lrs) == STEPS
         # the lr at the save is not the spec's 0.1: the file had to carry it
         expected = {"StepLR": 0.05, "torch-StepLR": 0.05, "hand": 0.1 * 0.8 ** SAVED_AT,
-                    "OneCycleLR": 0.28514539}[driver]
+                    "OneCycleLR": 0.28514539, "OneCycleLR-momentum": 0.28514539}[driver]
         assert np.float32(lrs[SAVED_AT]) == np.float32(expected), case
         assert np.abs(runs[f"{case}/whole/w"]).max() > 0
+        if cycled:
+            # the betas at the save are neither the spec's 0.9 nor OneCycleLR's first 0.95,
+            # which a fresh build and scheduler hold: the state had to carry them
+            betas = runs[f"{case}/whole/betas"]
+            assert betas.shape == (STEPS, 2) and np.all(betas[:, 1] == 0.999), case
+            np.testing.assert_allclose(betas[:SAVED_AT + 1, 0],
+                                       [0.95, 0.9, 0.85, 0.854951556604879], rtol=1e-12)
+    if framework == "paddle":
+        refusal = json.loads((tmp_path / "paddle_refusal.json").read_text())
+        assert refusal["saved_betas"] == [0.854951556604879, 0.999]
+        assert refusal["unchanged"] is True
+        assert refusal["message"].startswith(
+            "AdamW.load_state_dict: the state dict records param_groups[0]['betas'] = "
+            "(0.854951556604879, 0.999), written after the build"), refusal["message"]
+        assert "uo.build(spec, params, path='own')" in refusal["message"]
 
 
 @pytest.fixture(scope="module")
@@ -180,9 +196,65 @@ def test_group_values_no_run_writes_are_refused(bad, why):
 
 
 @require("torch")
-def test_a_written_hyperparameter_is_still_refused():
-    _, opt = _stepped()
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_written_hyperparameters_are_recorded_and_written_back(path):
+    import torch
+
+    params = [("w", torch.nn.Parameter(torch.ones(2, 2)))]
+    opt = uo.build(uo.AdamW(lr=0.1), params, path=path)
+    opt.param_groups[0]["betas"] = (0.8, 0.99)
     opt.param_groups[0]["weight_decay"] = 0.5
+    saved = opt.state_dict()
+    assert json.loads(saved["metadata"]["group_values"]) == {
+        "w": {"lr": 0.1, "betas": [0.8, 0.99], "weight_decay": 0.5}}
+    target = uo.build(uo.AdamW(lr=0.1), [("w", torch.nn.Parameter(torch.ones(2, 2)))],
+                      path=path)
+    target.param_groups[0]["eps"] = 1e-3    # written on the target, not in the file
+    target.load_state_dict(saved)
+    group = target.param_groups[0]
+    assert (group["betas"], group["weight_decay"], group["eps"]) == ((0.8, 0.99), 0.5, 1e-8)
+    assert type(group["betas"]) is tuple
+
+
+@require("torch")
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_a_written_hyperparameter_that_changes_the_state_layout_is_still_refused(path):
+    _, opt = _stepped() if path == "own" else (None, _native_stepped())
+    opt.param_groups[0]["amsgrad"] = True
     with pytest.raises(ValueError, match=r"state_dict: param_groups\[0\] holds "
-                       r"\{'weight_decay': 0.5\}, written after the build"):
+                       r"\{'amsgrad': True\}, which changes the state AdamW keeps"):
         opt.state_dict()
+
+
+def _native_stepped():
+    import torch
+
+    opt = uo.build(uo.AdamW(lr=0.1), [("w0", torch.nn.Parameter(torch.ones(2, 2)))],
+                   path="native")
+    opt.param_groups[0]["params"][0].grad = torch.full((2, 2), 0.5)
+    opt.step()
+    return opt
+
+
+@require("torch")
+def test_a_recorded_hyperparameter_the_spec_refuses_is_refused_before_any_write():
+    _, opt = _stepped()
+    saved = opt.state_dict()
+    values = json.loads(saved["metadata"]["group_values"])
+    values["w0"]["betas"] = [1.5, 0.999]
+    edited = _edited(saved, group_values=json.dumps(values))
+    _, target = _stepped()
+    before = {k: t.clone() for k, t in target.state[target.param_groups[0]["params"][0]]
+              .items()}
+    with pytest.raises(ValueError, match=r"load_state_dict: .*param_groups\[0\].*betas"):
+        target.load_state_dict(edited)
+    state = target.state[target.param_groups[0]["params"][0]]
+    assert all(torch_equal(state[k], t) for k, t in before.items())
+    assert target.param_groups[0]["betas"] == (0.9, 0.999)
+    assert target.param_groups[0]["lr"] == 0.025
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))

@@ -12,7 +12,20 @@ uo's own count (:data:`OWN_KEYS`), and holds a JSON number or bool (torch's and
 ``uo.lr_scheduler``'s ``initial_lr``, ``max_lr``, ``min_lr``, ``base_momentum``,
 ``max_momentum``; a key holding anything else is not a scheduler's number and is not
 recorded). A spec whose lr is a ``uo.schedules`` schedule sets every step's lr from the
-file's schedule position: its recorded lr is not written back."""
+file's schedule position: its recorded lr is not written back.
+
+The live values also hold the spec's hyperparameters written into the group after the
+build (:func:`written_hyperparameters`: the keys whose group value differs from what the
+build's plan gives, such as the ``betas`` or ``momentum`` that torch's and
+``uo.lr_scheduler``'s ``OneCycleLR`` and ``CyclicLR`` write at every step with
+``cycle_momentum=True``), a tuple as a JSON list. Saving checks them as the step would
+(``spec.replace``; a write that changes the state's layout, such as ``amsgrad``, is
+refused). Loading writes them back through the group surface as a user's write, read
+back as the type the group holds (a tuple): the own path reads them at the next step,
+torch's native classes read their groups at every step; a Paddle or MindSpore native
+class cannot take them (it reads its hyperparameters when built), so such a load is
+refused before anything is written, naming the key and ``path='own'``. A value the
+target's group holds written but the file does not record is set back to the plan's."""
 
 from __future__ import annotations
 
@@ -21,7 +34,14 @@ import math
 from typing import Any
 
 from ..groups import NAME_RULES
-from ..param_groups import PADDLE_LR_FACTOR, TORCH_HYPERPARAMETERS, GroupSurface, differs
+from ..param_groups import (
+    PADDLE_LR_FACTOR,
+    TORCH_HYPERPARAMETERS,
+    GroupSurface,
+    differs,
+    group_hyperparameters,
+    replaced,
+)
 from ..schedules import Schedule
 
 #: keys uo itself keeps in a group (the torch backend's count of steps taken), never a
@@ -45,24 +65,14 @@ def saved_record(record: Any, optimizer: Any, caller: str = "save_state") -> Any
     """``record`` (a build's :class:`~unified_opt.backend.BuildRecord`) as a state file
     holds it: group dicts become ``uo.Group`` rules over the parameters' names; the spec
     is the build's. An lr written into ``param_groups`` (``uo.lr_scheduler``, a
-    hand-written loop) is not part of the record: the file keeps each group's live lr
-    beside it (:func:`group_values_of`). Any other hyperparameter written into the
-    groups, or group dicts a rule cannot say, is a ValueError naming it: the file would
-    resume another run (an lr written over a scheduled spec lr: each backend's check)."""
-    surface = surface_of(optimizer)
+    hand-written loop) or any other hyperparameter written into the groups is not part
+    of the record: the file keeps each group's live values beside it
+    (:func:`group_values_of`). Group dicts a rule cannot say are a ValueError naming
+    them (an lr written over a scheduled spec lr: each backend's check)."""
     rules = tuple(record.groups)
     if record.dict_groups:
         # exact names first: a build's pattern rule must not take a dict's parameter
         rules = _rules_of_group_dicts(record, caller) + rules
-    if surface is not None:
-        for g in range(min(len(surface.plans), len(surface.groups))):
-            # (a group past the plans: the backend's snapshot refuses its parameters)
-            written = surface.written_values(g)
-            if written:
-                raise ValueError(f"{caller}: param_groups[{g}] holds {written}, written after "
-                                 "the build; a state file records the spec and its uo.Group "
-                                 "rules, so build with those values (spec.replace(...), "
-                                 "uo.Group(...)) to save this run")
     if rules == tuple(record.groups):
         return record
     return dataclasses.replace(record, groups=rules)
@@ -128,16 +138,126 @@ def _named_groups(record: Any, optimizer: Any) -> list[tuple[dict, list[str]]]:
             for group in groups]
 
 
-def group_values_of(record: Any, optimizer: Any) -> dict[str, dict[str, Any]]:
+def _plain(value: Any) -> Any:
+    """A group value as plain Python: a tensor's number or list (``tolist``), a sequence
+    as a tuple (torch allows a tensor ``lr`` or ``betas``)."""
+    if hasattr(value, "tolist") and not isinstance(value, (bool, int, float)):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return tuple(_plain(x) for x in value)
+    return value
+
+
+def _json_number(value: Any) -> bool:
+    return isinstance(value, (bool, int, float)) and (isinstance(value, bool)
+                                                      or math.isfinite(value))
+
+
+def _as_held(held: Any, value: Any) -> Any:
+    """A recorded value (a JSON list for a tuple) as the type the group holds it in."""
+    if isinstance(value, list) and isinstance(held, (list, tuple)):
+        return type(held)(value)
+    return value
+
+
+def _validated(spec: Any, written: dict, caller: str, where: str) -> None:
+    """Refuse (ValueError naming ``where``) written values the spec does not accept
+    (``spec.replace``'s validation) or that change the state's layout (``amsgrad``, a
+    factored moment's options): the state held could not be stepped with them."""
+    changes = dict(written)
+    if "weight_decay" in changes and hasattr(spec, "no_decay_names"):
+        changes["no_decay_names"] = ()
+    changed = replaced(spec, changes, caller, where)
+    if changed.state_names() != spec.state_names():
+        raise ValueError(f"{caller}: {where} holds {written}, which changes the state "
+                         f"{type(spec).__name__} keeps ({list(spec.state_names())} -> "
+                         f"{list(changed.state_names())}); a state file cannot carry that: "
+                         "build with the spec holding it (spec.replace(...))")
+
+
+def _plan_of_groups(record: Any, optimizer: Any) -> list[Any]:
+    """The build's plan of each of ``optimizer.param_groups`` (None: a group of
+    parameters the build was not given, which the backend's snapshot refuses)."""
+    index = {id(p): i for i, p in enumerate(record.params)}
+    out = []
+    for group in getattr(optimizer, "param_groups", None) or []:
+        members = [index[id(p)] for p in group["params"] if id(p) in index]
+        out.append(record.plans[members[0]] if members else None)
+    return out
+
+
+def _baselines(record: Any, optimizer: Any) -> list[dict[str, Any]]:
+    """Per group of ``optimizer``, the spec hyperparameters it holds as the build made
+    them (key -> value): the surface's exposed values (the own paths, Paddle's and
+    MindSpore's native classes); on a native torch class (no surface), the class's
+    argument for each spec field it takes under the field's own name and value
+    (``to_native``, at the step uo's step hooks last wrote), as torch reads it from the
+    group at every step. A spec field the class takes otherwise is not here: the
+    backend's check refuses a write of it."""
+    surface = surface_of(optimizer)
+    groups = getattr(optimizer, "param_groups", None) or []
+    if surface is not None:
+        return [dict(surface.exposed[g]) if g < len(surface.exposed) else {}
+                for g in range(len(groups))]
+    taken = int(groups[0].get("steps_taken", 0)) if groups else 0
+    step = max(taken - 1, 0)        # the step hooks write at_step(t) before step t
+    lowering = getattr(record.decision, "lowering", None)
+    out = []
+    for plan in _plan_of_groups(record, optimizer):
+        if plan is None or lowering is None:
+            out.append({})
+            continue
+        spec = plan.spec.at_step(step)
+        native = lowering.to_native(spec)
+        out.append({key: value for key, value in group_hyperparameters(spec).items()
+                    if key in native and not differs(_plain(native[key]), _plain(value))})
+    return out
+
+
+def written_hyperparameters(record: Any, optimizer: Any,
+                            caller: str = "save_state") -> list[dict[str, Any]]:
+    """Per group of ``optimizer.param_groups``, the spec hyperparameters written into it
+    after the build (key -> value as plain Python, a sequence as a tuple): the keys whose
+    group value differs from what the build's plan gives (:func:`_baselines`). Each is
+    checked as the step would check it: a value the spec refuses, one that changes the
+    state's layout, or one that is no JSON number, bool or sequence of them is a
+    ValueError naming it (a state file could not carry it)."""
+    groups = getattr(optimizer, "param_groups", None) or []
+    plans = _plan_of_groups(record, optimizer)
+    out = []
+    for g, (group, baseline, plan) in enumerate(zip(groups, _baselines(record, optimizer),
+                                                    plans)):
+        written = {key: _plain(group[key]) for key in baseline
+                   if key in group and differs(_plain(group[key]), _plain(baseline[key]))}
+        where = f"param_groups[{g}]"
+        for key, value in written.items():
+            parts = value if isinstance(value, tuple) else (value,)
+            if not all(_json_number(x) for x in parts):
+                raise ValueError(f"{caller}: {where}[{key!r}] is {value!r}, written after "
+                                 "the build: a state file holds a written hyperparameter as "
+                                 "finite numbers or bools")
+        if written and plan is not None:
+            _validated(plan.spec, written, caller, where)
+        out.append(written)
+    return out
+
+
+def group_values_of(record: Any, optimizer: Any,
+                    caller: str = "save_state") -> dict[str, dict[str, Any]]:
     """Parameter name -> the live values of the param group holding it (module): its
-    ``"lr"`` as a float and its scheduler bookkeeping numbers. ``record``'s names name
-    the parameters (every one, checked by the backend's snapshot)."""
+    ``"lr"`` as a float, the spec hyperparameters written into it after the build (a
+    tuple as a list: :func:`written_hyperparameters`) and its scheduler bookkeeping
+    numbers. ``record``'s names name the parameters (every one, checked by the
+    backend's snapshot)."""
     from ..lr_scheduler.base import lr_of
 
     skipped = _skipped_keys(record, optimizer)
+    written = written_hyperparameters(record, optimizer, caller)
     out: dict[str, dict[str, Any]] = {}
-    for group, names in _named_groups(record, optimizer):
-        values = {"lr": float(lr_of(group))}
+    for (group, names), hyper in zip(_named_groups(record, optimizer), written):
+        values: dict[str, Any] = {"lr": float(lr_of(group))}
+        values.update({key: list(value) if isinstance(value, tuple) else value
+                       for key, value in hyper.items()})
         for key in list(group):
             value = dict.__getitem__(group, key)
             if _bookkeeping(key, value, skipped):
@@ -147,14 +267,29 @@ def group_values_of(record: Any, optimizer: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _recorded_hyperparameters(values: dict, group: Any, plan: Any) -> dict[str, Any]:
+    """The recorded spec hyperparameters of one group (``values``: the file's for its
+    parameters), as the type ``group`` holds each in."""
+    fields = {f.name for f in dataclasses.fields(plan.spec)} if plan is not None else set()
+    return {key: _as_held(group.get(key), value) for key, value in values.items()
+            if key != "lr" and key in fields}
+
+
 def check_group_values(record: Any, optimizer: Any, saved: Any, caller: str,
                        source: str) -> None:
-    """Refuse (ValueError) a snapshot whose recorded group values differ among the
-    parameters of one of ``optimizer``'s groups (a group of the target is one lr: the
-    file would be loaded as another run)."""
+    """Refuse (ValueError), before anything is written, a snapshot whose recorded group
+    values differ among the parameters of one of ``optimizer``'s groups (a group of the
+    target is one lr: the file would be loaded as another run), or that records a
+    written hyperparameter the target cannot take: a spec field its group does not hold
+    (one per optimizer, or a schedule's), a value its step refuses, or any changed value
+    on a Paddle or MindSpore native class (the refusal names the key and
+    ``path='own'``)."""
     if saved.group_values is None:
         return
-    for g, (_, names) in enumerate(_named_groups(record, optimizer)):
+    surface = surface_of(optimizer)
+    plans = _plan_of_groups(record, optimizer)
+    baselines = _baselines(record, optimizer)
+    for g, (group, names) in enumerate(_named_groups(record, optimizer)):
         seen: list[tuple[dict, list[str]]] = []
         for name in names:
             values = saved.group_values[name]
@@ -170,6 +305,31 @@ def check_group_values(record: Any, optimizer: Any, saved: Any, caller: str,
                              f"parameters of the optimizer's param_groups[{g}] ({parts}); "
                              "a group holds one lr: build with the saved run's groups "
                              "(uo.Group rules or group dicts) to load it")
+        if not names:
+            continue
+        hyper = _recorded_hyperparameters(seen[0][0], group, plans[g])
+        unheld = sorted(set(hyper) - set(baselines[g]))
+        if unheld:
+            raise ValueError(f"{caller}: {source} records {unheld} for param_groups[{g}] "
+                             f"(parameters {names}), which the optimizer's group does not "
+                             f"hold (it holds {sorted(baselines[g])})")
+        changed = {key: value for key, value in hyper.items()
+                   if differs(_plain(group[key]), _plain(value))}
+        where = f"param_groups[{g}]"
+        for key, value in changed.items():
+            if surface is None:
+                continue
+            try:
+                surface.check_write(g, key, value)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"{caller}: {source} records {where}[{key!r}] = {value!r}, "
+                                  f"written after the build (a scheduler's momentum cycling, "
+                                  f"a hand edit), which this optimizer cannot take: "
+                                  f"{error}") from None
+        final = {key: hyper[key] for key in hyper
+                 if differs(_plain(hyper[key]), _plain(baselines[g][key]))}
+        if final and plans[g] is not None:      # the values the next step runs with
+            _validated(plans[g].spec, final, caller, where)
 
 
 def set_group_values(record: Any, optimizer: Any, saved: Any) -> None:
@@ -181,19 +341,31 @@ def set_group_values(record: Any, optimizer: Any, saved: Any) -> None:
     ``experimental.optim`` group's lr Parameter is assigned in place, as
     ``uo.lr_scheduler`` writes it), and only where it differs
     from the group's lr now (an untouched run writes nothing); a scheduled spec lr is
-    set by the file's position, not here. The bookkeeping keys become plain entries."""
+    set by the file's position, not here. A recorded spec hyperparameter is written the
+    same way (``param_groups[g]["betas"] = (...)``, as the type the group holds), and
+    one the group holds written but the file does not record is set back to the
+    build's value. The bookkeeping keys become plain entries."""
     from ..lr_scheduler.base import lr_of, write_lr
 
     if saved.group_values is None:
         return
     scheduled = isinstance(record.spec.lr, Schedule)
-    for group, names in _named_groups(record, optimizer):
+    plans = _plan_of_groups(record, optimizer)
+    baselines = _baselines(record, optimizer)
+    for g, (group, names) in enumerate(_named_groups(record, optimizer)):
         if not names:
             continue
         values = saved.group_values[names[0]]
+        hyper = _recorded_hyperparameters(values, group, plans[g])
+        for key, value in baselines[g].items():
+            target = hyper.get(key, value)
+            if key in group and differs(_plain(group[key]), _plain(target)):
+                group[key] = target
         for key, value in values.items():
             if key == "lr":
                 if not scheduled and differs(lr_of(group), value):
                     write_lr(group, value)
+            elif key in hyper:
+                continue
             elif key not in group or differs(dict.__getitem__(group, key), value):
                 group[key] = value

@@ -113,11 +113,12 @@ class Snapshot:
     #: residuals are that rank's own: one file per rank); None for other specs
     ranks: tuple[int, int] | None = None
     #: parameter name -> the values of the param group holding it when it was saved: its
-    #: live ``"lr"`` (the lr its next step uses) and the group's scheduler bookkeeping
-    #: keys that are plain numbers (``initial_lr``, ``max_lr``, ...); None where the
-    #: saver records none (a file written before they were recorded, a native
-    #: optimizer read by ``uo.from_native``)
-    group_values: dict[str, dict[str, float | int | bool]] | None = None
+    #: live ``"lr"`` (the lr its next step uses), the spec hyperparameters written into
+    #: it after the build (``betas`` as a list, ``momentum``: a scheduler's momentum
+    #: cycling) and the group's scheduler bookkeeping keys that are plain numbers
+    #: (``initial_lr``, ``max_lr``, ...); None where the saver records none (a file
+    #: written before they were recorded, a native optimizer read by ``uo.from_native``)
+    group_values: dict[str, dict[str, float | int | bool | list[float]]] | None = None
 
 
 def refuse_unnamed(record: BuildRecord, held) -> None:
@@ -138,9 +139,11 @@ def refuse_unnamed(record: BuildRecord, held) -> None:
 
 def changed_outside(found: str, expected: str, how: str) -> ValueError:
     """``save_state``'s refusal of a value changed outside uo that a state file cannot
-    carry (``how``: the ways it could have been): a hyperparameter written after the
-    build, an lr written over a scheduled spec lr, a Paddle ``LRScheduler`` put in place
-    of a constant lr (an lr written over a constant spec lr is recorded, not refused).
+    carry (``how``: the ways it could have been): a native class's hyperparameter
+    written after the build that it does not take under the spec's name and value, an
+    lr written over a scheduled spec lr, a Paddle ``LRScheduler`` put in place of a
+    constant lr (an lr written over a constant spec lr, and a spec hyperparameter
+    written into the groups, are recorded, not refused).
     ``found`` says what the optimizer holds, ``expected`` what the spec gives instead."""
     return ValueError(f"save_state: {found}, but {expected}: it was changed outside uo "
                       f"({how}), which a state file cannot carry (the resumed run would use "

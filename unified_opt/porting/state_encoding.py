@@ -9,7 +9,9 @@ file (:mod:`.state_file`) and the dict form (:mod:`.state_dict`) hold alike, wit
 * metadata: ``format`` (:data:`FORMAT`), ``spec``, ``groups``, ``names``, ``shapes``,
   ``steps``, ``position``, ``framework``, for a data-parallel spec ``rank`` and
   ``world_size``, ``group_values`` (optional: parameter name -> its param group's live
-  ``lr`` and scheduler bookkeeping numbers, :attr:`~.snapshot.Snapshot.group_values`;
+  ``lr``, the spec hyperparameters written into it after the build (a tuple such as
+  ``betas`` as a list) and its scheduler bookkeeping numbers,
+  :attr:`~.snapshot.Snapshot.group_values`;
   a file without it loads as before), and ``sha256``: a digest over all of the above
   (each tensor's name, dtype, shape and bytes), so a changed byte anywhere is an error,
   not other numbers.
@@ -147,16 +149,17 @@ def _checked(s: Snapshot) -> Snapshot:
 
 def _check_group_values(values: object, names: list[str]) -> None:
     """``group_values`` must be a dict of exactly the parameter names, each a dict of
-    strings to JSON numbers or bools holding a finite ``"lr"`` >= 0."""
+    strings to JSON numbers or bools (or lists of them) holding a finite ``"lr"`` >= 0."""
     if not isinstance(values, dict) or sorted(values) != sorted(names):
         raise ValueError(f"group_values must name every parameter ({names}), got "
                          f"{sorted(values) if isinstance(values, dict) else values!r}")
     for name, entry in values.items():
         if not isinstance(entry, dict) or not all(
-                isinstance(k, str) and isinstance(x, (int, float)) and isfinite(x)
-                for k, x in entry.items()):
+                isinstance(k, str) and all(isinstance(x, (int, float)) and isfinite(x)
+                                           for x in (v if isinstance(v, list) else [v]))
+                for k, v in entry.items()):
             raise ValueError(f"group_values[{name!r}] must be a dict of names to finite "
-                             f"numbers, got {entry!r}")
+                             f"numbers (or lists of them: a written betas), got {entry!r}")
         lr = entry.get("lr")
         if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 <= lr < inf:
             raise ValueError(f"group_values[{name!r}]['lr'] is {lr!r}, not an lr "
