@@ -134,6 +134,8 @@ def test_every_preset_with_a_native_class_is_measured(sets_script):
     covered = {(r["backend"], r["algorithm"], r["native"], r["set"], r["threads"])
                for r in table["rows"] if r["device"] == "cpu"}
     thread_counts = sorted({r["threads"] for r in _rows()})
+    # every set on one thread; on more, every set a backend was measured on with them
+    measured = {(r["backend"], r["set"], r["threads"]) for r in _rows()}
     checked = []
     for name in uo.presets():
         backend = name.split(".")[0]
@@ -149,8 +151,9 @@ def test_every_preset_with_a_native_class_is_measured(sets_script):
             continue
         for set_name in sets_script.SETS:
             for n in thread_counts:
-                assert (backend, spec.name, decision.native, set_name, n) in covered, \
-                    (name, decision.native, set_name, n)
+                if n == 1 or (backend, set_name, n) in measured:
+                    assert (backend, spec.name, decision.native, set_name, n) in covered, \
+                        (name, decision.native, set_name, n)
         checked.append(name)
     assert "mindspore.nn.AdamWeightDecay" in checked and "paddle.optimizer.Lamb" in checked
     assert len(checked) >= 30
