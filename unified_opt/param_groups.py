@@ -47,9 +47,10 @@ counter), its ``nn`` classes refusing it naming ``path='own'``
 
 ``uo.save_state`` writes what the groups hold
 (:mod:`unified_opt.porting.saved_groups`): group dicts as ``uo.Group`` rules over the
-parameters' names, and each group's live lr and scheduler bookkeeping beside the
-build's spec (set back on loading); any other value written there after the build is
-refused, since the file would resume another run.
+parameters' names, and each group's live lr, the spec hyperparameters written into it
+after the build (a scheduler's momentum cycling) and its scheduler bookkeeping beside
+the build's spec (set back on loading, as writes into the groups); a written value
+that changes the state's layout is refused, since the file would resume another run.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ One safetensors file holds a run's optimizer, readable on any backend:
   schedule stands at, empty without one), ``framework`` (where it was written), for a
   data-parallel spec ``rank`` and ``world_size`` (its residuals are that rank's: it
   loads on that rank only), ``group_values`` (parameter name -> the live ``lr`` of the
-  param group holding it and that group's scheduler bookkeeping numbers, such as
+  param group holding it, the spec hyperparameters written into that group after the
+  build, such as a cycled ``betas``, and its scheduler bookkeeping numbers, such as
   ``initial_lr``: :mod:`.saved_groups`; absent from older files, which load as before),
   and ``sha256``: a digest over all of the above, so truncation or flipped bytes anywhere
   are an error, not different numbers.
@@ -39,7 +40,9 @@ and groups equal to the target's, the same parameter names, every state array's 
 shape and dtype) before it writes anything: the optimizer is either fully loaded or
 untouched. After the state is written, each group's recorded lr (where it differs from
 the group's lr now, over a constant spec lr) is written into ``param_groups[g]["lr"]``
-as a user's write, and its bookkeeping keys set; load a scheduler's own
+as a user's write, so is each recorded hyperparameter (``param_groups[g]["betas"]``;
+a target that cannot take it, a Paddle or MindSpore native class, is refused before
+anything is written), and its bookkeeping keys set; load a scheduler's own
 ``state_dict`` after it, as in torch.
 
 Where the pieces are: :mod:`.snapshot` (what a state holds), :mod:`.state_encoding`
@@ -279,8 +282,9 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
     name -> a function applied to each of that parameter's state arrays (e.g.
     ``np.transpose`` between torch's ``(out, in)`` and Paddle's ``(in, out)`` Linear
     weights); a mapping, or a function of the name returning one or None. Each group's
-    lr and scheduler bookkeeping recorded in the file are set back after the state
-    (module docstring); load a scheduler's ``state_dict`` after this.
+    lr, written hyperparameters and scheduler bookkeeping recorded in the file are set
+    back after the state (module docstring); load a scheduler's ``state_dict`` after
+    this.
 
     ``model``: the module whose parameters the optimizer holds. A file written on
     another framework is then read under that module's parameter names
@@ -300,8 +304,10 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
 
     Raises:
         ValueError: a file for another spec, groups or parameters, a layout that
-            cannot be read without ``model``, or recorded group lrs that differ among
-            the parameters of one of ``optimizer``'s groups.
+            cannot be read without ``model``, recorded group values that differ among
+            the parameters of one of ``optimizer``'s groups, or a recorded written
+            hyperparameter ``optimizer`` cannot take (a Paddle or MindSpore native
+            class: build with ``path='own'``).
 
     Example:
         >>> uo.load_state(opt, "run.safetensors", model=model)  # doctest: +SKIP
