@@ -188,15 +188,16 @@ def record(step, read, case: Case, steps: int | None = None) -> Trajectory:
     return recorder.trajectory()
 
 
-def assert_bit_identical(a: dict, b: dict, what: str = "") -> None:
-    """Two dicts of arrays (or of dicts of arrays) hold the same bits."""
+def assert_bit_identical(a: dict, b: dict, what: str = "", *, strict: bool = False) -> None:
+    """Two dicts of arrays (or of dicts of arrays) hold the same bits (``strict``: and
+    the same shapes and dtypes)."""
     assert a.keys() == b.keys(), (what, sorted(a), sorted(b))
     for name in a:
         if isinstance(a[name], dict):
-            assert_bit_identical(a[name], b[name], f"{what} {name}")
+            assert_bit_identical(a[name], b[name], f"{what} {name}", strict=strict)
         else:
             np.testing.assert_array_equal(np.asarray(a[name]), np.asarray(b[name]),
-                                          err_msg=f"{what} {name}")
+                                          err_msg=f"{what} {name}", strict=strict)
 
 
 # -- across frameworks: the conformance runner ---------------------------------------------

@@ -7,7 +7,7 @@ and a training cell's ``state_dict`` still walks the optimizer in MindSpore's fo
 import numpy as np
 import pytest
 from conftest import require
-from support import held_state
+from support import assert_bit_identical, held_state
 
 import unified_opt as uo
 from unified_opt.porting.state import FORMAT
@@ -49,12 +49,6 @@ def _snapshot(optimizer, dense, spec) -> dict:
                for k, t in arrays.items()}}
 
 
-def _assert_bitwise(a: dict, b: dict):
-    assert sorted(a) == sorted(b)
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key, strict=True)
-
-
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_a_run_resumed_from_state_dict_is_bit_identical(run):
     spec, path, cls = RUNS[run]
@@ -72,7 +66,8 @@ def test_a_run_resumed_from_state_dict_is_bit_identical(run):
     for t in range(K, K + M):
         _step(optimizer, t)
         _step(resumed, t)
-    _assert_bitwise(_snapshot(optimizer, dense, spec), _snapshot(resumed, resumed_dense, spec))
+    assert_bit_identical(_snapshot(optimizer, dense, spec), _snapshot(resumed, resumed_dense, spec),
+                         strict=True)
 
 
 def test_mindspore_own_form_and_a_training_cell_keep_the_cell_form():
@@ -121,9 +116,9 @@ def test_a_refused_state_dict_changes_nothing(run):
     for edited, words in edits:
         with pytest.raises(ValueError, match=words):
             optimizer.load_state_dict(edited)
-        _assert_bitwise(_snapshot(optimizer, dense, spec), before)
+        assert_bit_identical(_snapshot(optimizer, dense, spec), before, strict=True)
     with pytest.raises(ValueError, match="strict applies to MindSpore's own form"):
         optimizer.load_state_dict(from_optimizer(), strict=False)
     with pytest.raises(TypeError, match="state_dict must be a dict"):
         optimizer.load_state_dict("run.safetensors")
-    _assert_bitwise(_snapshot(optimizer, dense, spec), before)
+    assert_bit_identical(_snapshot(optimizer, dense, spec), before, strict=True)

@@ -6,7 +6,7 @@ run; refusals leave the optimizer unchanged; Paddle's own form still goes to Pad
 import numpy as np
 import pytest
 from conftest import require
-from support import held_state
+from support import assert_bit_identical, held_state
 
 import unified_opt as uo
 from unified_opt.porting.state import FORMAT
@@ -44,12 +44,6 @@ def _snapshot(optimizer, layer, spec) -> dict:
                for k, t in arrays.items()}}
 
 
-def _assert_bitwise(a: dict, b: dict):
-    assert sorted(a) == sorted(b)
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key, strict=True)
-
-
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_a_run_resumed_from_state_dict_is_bit_identical(run, tmp_path):
     spec, path = RUNS[run]
@@ -70,7 +64,8 @@ def test_a_run_resumed_from_state_dict_is_bit_identical(run, tmp_path):
     for t in range(K, K + M):
         _step(optimizer, layer, t)
         _step(resumed, resumed_layer, t)
-    _assert_bitwise(_snapshot(optimizer, layer, spec), _snapshot(resumed, resumed_layer, spec))
+    assert_bit_identical(_snapshot(optimizer, layer, spec), _snapshot(resumed, resumed_layer, spec),
+                         strict=True)
 
 
 @pytest.mark.parametrize("path", ["own", "native"])
@@ -85,7 +80,7 @@ def test_paddle_own_form_still_goes_to_paddle_load(path):
     copied = _snapshot(optimizer, layer, SPEC)
     again = uo.build(SPEC, layer, path=path)
     again.load_state_dict(own)
-    _assert_bitwise(_snapshot(again, layer, SPEC), copied)
+    assert_bit_identical(_snapshot(again, layer, SPEC), copied, strict=True)
 
 
 @pytest.mark.parametrize("path", ["own", "native"])
@@ -115,6 +110,6 @@ def test_a_refused_state_dict_changes_nothing(path):
         for load in (optimizer.set_state_dict, optimizer.load_state_dict):
             with pytest.raises(ValueError, match=words):
                 load(edited)
-            _assert_bitwise(_snapshot(optimizer, layer, SPEC), before)
+            assert_bit_identical(_snapshot(optimizer, layer, SPEC), before, strict=True)
     with pytest.raises(TypeError, match="state_dict must be a dict"):
         optimizer.set_state_dict(None)

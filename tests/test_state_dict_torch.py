@@ -10,7 +10,7 @@ import io
 import numpy as np
 import pytest
 from conftest import require
-from support import held_state
+from support import assert_bit_identical, held_state
 
 import unified_opt as uo
 from unified_opt.porting.state import FORMAT
@@ -50,12 +50,6 @@ def _snapshot(optimizer, named, spec) -> dict:
                for n, arrays in state.items() for k, t in arrays.items()}}
 
 
-def _assert_bitwise(a: dict, b: dict):
-    assert sorted(a) == sorted(b)
-    for key in a:
-        np.testing.assert_array_equal(a[key], b[key], err_msg=key, strict=True)
-
-
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_a_run_resumed_from_state_dict_is_bit_identical(run):
     spec, dtype, path = RUNS[run]
@@ -79,7 +73,8 @@ def test_a_run_resumed_from_state_dict_is_bit_identical(run):
     for t in range(K, K + M):
         _step(optimizer, named, t)
         _step(resumed, resumed_named, t)
-    _assert_bitwise(_snapshot(optimizer, named, spec), _snapshot(resumed, resumed_named, spec))
+    assert_bit_identical(_snapshot(optimizer, named, spec), _snapshot(resumed, resumed_named, spec),
+                         strict=True)
 
 
 def test_state_dict_holds_copies_not_the_live_state():
@@ -108,7 +103,8 @@ def test_torch_own_form_still_goes_to_torch_load(path):
     resumed.load_state_dict(own)
     _step(optimizer, named, K)
     _step(resumed, resumed_named, K)
-    _assert_bitwise(_snapshot(optimizer, named, SPEC), _snapshot(resumed, resumed_named, SPEC))
+    assert_bit_identical(_snapshot(optimizer, named, SPEC), _snapshot(resumed, resumed_named, SPEC),
+                         strict=True)
 
 
 def _edits():
@@ -143,13 +139,13 @@ def test_a_refused_state_dict_changes_nothing(path):
     for what, edited, words in _edits():
         with pytest.raises(ValueError, match=words):
             optimizer.load_state_dict(edited)
-        _assert_bitwise(_snapshot(optimizer, named, SPEC), before)
+        assert_bit_identical(_snapshot(optimizer, named, SPEC), before, strict=True)
     with pytest.raises(TypeError, match="state_dict must be a dict"):
         optimizer.load_state_dict([("state", {})])
     with pytest.raises(ValueError, match="transform and model apply to the portable form"):
         optimizer.load_state_dict(torch.optim.Optimizer.state_dict(optimizer),
                                   transform={"weight": np.transpose})
-    _assert_bitwise(_snapshot(optimizer, named, SPEC), before)
+    assert_bit_identical(_snapshot(optimizer, named, SPEC), before, strict=True)
 
 
 def test_numpy_arrays_load_as_tensors_do():
