@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-from . import schedules
+from . import schedules, speed
 from .backend import BACKENDS, Context, load
 from .native import REQUIRED_ARGUMENTS
 from .presets import preset, presets
@@ -53,8 +53,9 @@ def markdown() -> str:
              "framework (`own`), which every backend has for every algorithm. Where a "
              "class is exact, `uo.build`'s default (`prefer=\"speed\"`) still takes the "
              "own update if the committed speed table (`unified_opt/speed_table.json`) "
-             "measured it at least 1.5x faster for that framework, device, algorithm and "
-             "size; `prefer=\"native\"` builds the class shown here, and `uo.explain` says "
+             f"measured it at least {speed.THRESHOLD}x faster for that framework, device, "
+             "algorithm and the measured parameter set nearest the build's; "
+             "`prefer=\"native\"` builds the class shown here, and `uo.explain` says "
              "which.", "",
              "| algorithm | " + " | ".join(BACKENDS) + " |",
              "|---|" + "---|" * len(BACKENDS)]
