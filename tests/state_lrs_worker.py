@@ -13,7 +13,9 @@ form for an optimizer whose groups hold their ``initial_lr`` already). A hand lo
 ``param_groups[0]["lr"]`` is interrupted the same way, so is a ``uo.lr_scheduler.OneCycleLR``
 run (its ``max_lr`` and ``min_lr`` kept in the groups), one with OneCycleLR's default
 ``cycle_momentum=True`` (``OneCycleLR-momentum``: it writes ``betas`` into the groups at
-every step; own path everywhere, and torch's native class), and on torch also torch's own
+every step; own path everywhere, torch's native class, and MindSpore's
+``experimental.optim.AdamW``, which reads its groups' betas at every call as torch
+does), and on torch also torch's own
 ``StepLR`` on a torch native class. Written to ``OUT/FRAMEWORK.npz``: per case, the
 parameters and each step's lr (and, with momentum cycling, each step's ``betas``) of the
 uninterrupted and of the resumed run (``<case>/whole/...``, ``<case>/resumed/...``).
@@ -194,6 +196,8 @@ def cases(framework: str) -> list[tuple[str, str, str]]:
     if framework == "torch":
         out += [("native", how, "torch-StepLR") for how in ("dict", "file")]
         out += [("native", how, "OneCycleLR-momentum") for how in ("dict", "resume")]
+    if framework == "mindspore":
+        out += [("native", "dict", "OneCycleLR-momentum")]
     return out
 
 
