@@ -22,9 +22,10 @@ build's plan gives, such as the ``betas`` or ``momentum`` that torch's and
 (``spec.replace``; a write that changes the state's layout, such as ``amsgrad``, is
 refused). Loading writes them back through the group surface as a user's write, read
 back as the type the group holds (a tuple): the own path reads them at the next step,
-torch's native classes read their groups at every step; a Paddle or MindSpore native
-class cannot take them (it reads its hyperparameters when built), so such a load is
-refused before anything is written, naming the key and ``path='own'``. A value the
+torch's native classes and MindSpore's ``experimental.optim`` classes (which keep
+torch's groups, no uo surface) read their groups at every step; a Paddle native class or
+a MindSpore ``nn`` class cannot take them (it reads its hyperparameters when built), so
+such a load is refused before anything is written, naming the key and ``path='own'``. A value the
 target's group holds written but the file does not record is set back to the plan's."""
 
 from __future__ import annotations
@@ -188,10 +189,11 @@ def _plan_of_groups(record: Any, optimizer: Any) -> list[Any]:
 
 def _baselines(record: Any, optimizer: Any) -> list[dict[str, Any]]:
     """Per group of ``optimizer``, the spec hyperparameters it holds as the build made
-    them (key -> value): the surface's exposed values (the own paths, Paddle's and
-    MindSpore's native classes); on a native torch class (no surface), the class's
-    argument for each spec field it takes under the field's own name and value
-    (``to_native``, at the step uo's step hooks last wrote), as torch reads it from the
+    them (key -> value): the surface's exposed values (the own paths, Paddle's native
+    classes, MindSpore's ``nn`` classes); on a class that keeps torch's groups itself
+    (torch's native classes, MindSpore's ``experimental.optim``: no surface), the
+    class's argument for each spec field it takes under the field's own name and value
+    (``to_native``, at the step uo's step hooks last wrote), as it reads it from the
     group at every step. A spec field the class takes otherwise is not here: the
     backend's check refuses a write of it."""
     surface = surface_of(optimizer)
@@ -282,7 +284,7 @@ def check_group_values(record: Any, optimizer: Any, saved: Any, caller: str,
     target is one lr: the file would be loaded as another run), or that records a
     written hyperparameter the target cannot take: a spec field its group does not hold
     (one per optimizer, or a schedule's), a value its step refuses, or any changed value
-    on a Paddle or MindSpore native class (the refusal names the key and
+    on a Paddle native class or a MindSpore ``nn`` class (the refusal names the key and
     ``path='own'``)."""
     if saved.group_values is None:
         return

@@ -41,7 +41,7 @@ shape and dtype) before it writes anything: the optimizer is either fully loaded
 untouched. After the state is written, each group's recorded lr (where it differs from
 the group's lr now, over a constant spec lr) is written into ``param_groups[g]["lr"]``
 as a user's write, so is each recorded hyperparameter (``param_groups[g]["betas"]``;
-a target that cannot take it, a Paddle or MindSpore native class, is refused before
+a target that cannot take it, a Paddle native or MindSpore ``nn`` class, is refused before
 anything is written), and its bookkeeping keys set; load a scheduler's own
 ``state_dict`` after it, as in torch.
 
@@ -306,8 +306,8 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
         ValueError: a file for another spec, groups or parameters, a layout that
             cannot be read without ``model``, recorded group values that differ among
             the parameters of one of ``optimizer``'s groups, or a recorded written
-            hyperparameter ``optimizer`` cannot take (a Paddle or MindSpore native
-            class: build with ``path='own'``).
+            hyperparameter ``optimizer`` cannot take (a Paddle native class or a
+            MindSpore ``nn`` class: build with ``path='own'``).
 
     Example:
         >>> uo.load_state(opt, "run.safetensors", model=model)  # doctest: +SKIP
