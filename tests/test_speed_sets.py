@@ -157,3 +157,11 @@ def test_every_preset_with_a_native_class_is_measured(sets_script):
         checked.append(name)
     assert "mindspore.nn.AdamWeightDecay" in checked and "paddle.optimizer.Lamb" in checked
     assert len(checked) >= 30
+
+
+def test_the_docs_picture_and_table_are_current():
+    loaded = importlib.util.spec_from_file_location("speed_plot", ROOT / "docs" /
+                                                    "speed_plot.py")
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    assert module.stale() == [], "run: python docs/speed_plot.py"
