@@ -32,8 +32,9 @@ algorithm (:data:`PEERS`: pytorch-optimizer, torch-optimizer, came-pytorch) and
 of (``x_fused_adamw``). Not measured: ``adam_offload`` (a GPU's host offload) and
 ``dgc_momentum`` (several ranks).
 
-Timing (``benchmarks/harness.py``): one process per backend and thread count (one
-framework per process), all the optimizers of a row stepped in interleaved rounds with
+Timing (``benchmarks/harness.py``): one process per backend, thread count and set (one
+framework per process; a MindSpore process measuring every row of the GPT-2-like set
+grew past 10 GB), all the optimizers of a row stepped in interleaved rounds with
 fresh random gradients (three sets drawn once, used in turn) after ``--warmup``
 untimed rounds and the own kernels' background compile; a path's figure is its fastest
 step (the step without another process's time slice in it: the machine is shared), its
@@ -482,7 +483,10 @@ def main() -> None:
                     continue
                 loads.append(load_average())
                 started = time.perf_counter()
-                got = _run(backend, count, keys, sets, args.repeats, args.warmup)
+                got = []
+                # a process per set: a MindSpore process's memory grows with its builds
+                for set_name in sets:
+                    got += _run(backend, count, keys, [set_name], args.repeats, args.warmup)
                 rows += got
                 print(f"pass {n + 1}: {backend}, {count} thread(s): {len(got)} rows "
                       f"({time.perf_counter() - started:.0f} s, load {loads[-1]})", flush=True)
