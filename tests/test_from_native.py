@@ -265,7 +265,7 @@ def test_mindspore_group_params_rebuild_the_optimizer():
     assert reading.groups == [
         uo.Group(match=("0.weight", "0.bias"), lr=0.05, weight_decay=0.1),
         uo.Group(match=("1.gamma", "1.beta"), weight_decay=0.0)]
-    built = uo.build(reading.spec, built_net, groups=reading.groups)
+    built = uo.build(reading.spec, built_net, groups=reading.groups, prefer="native")
     shapes = [p.shape for p in params]
     for seed in range(6):
         rng = np.random.default_rng(seed)

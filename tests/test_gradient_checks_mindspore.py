@@ -23,7 +23,7 @@ BUILDS = {
     "own_vm": (uo.AdamW(lr=0.1, weight_decay=0.01), {"path": "own"}),
     "own_eager": (uo.AdamW(lr=0.1, weight_decay=0.01),
                   {"path": "own", "options": {"compile": False}}),
-    "native_adam": (uo.preset("mindspore.nn.Adam", learning_rate=0.1), {}),
+    "native_adam": (uo.preset("mindspore.nn.Adam", learning_rate=0.1), {"prefer": "native"}),
 }
 
 

@@ -61,7 +61,7 @@ def test_zero_size_parameters_are_left_out_of_a_native_optimizer():
     spec = uo.Adam(lr=0.01, eps_placement="eps_hat")
     empty = Parameter(Tensor(np.zeros((0,), np.float32)), name="empty")
     full = Parameter(Tensor(np.ones((3,), np.float32)), name="full")
-    opt = uo.build(spec, [("empty", empty), ("full", full)])
+    opt = uo.build(spec, [("empty", empty), ("full", full)], prefer="native")
     assert list(opt.parameters) == [full]
     assert "zero-size parameters ['empty'] are left out" in uo.explain(opt).reason
     only_empty = uo.build(spec, [("empty", empty)])
@@ -139,7 +139,7 @@ def test_native_adam_runs_the_spec_with_float32_betas():
     conformance floor holds the betas in float32 too."""
     spec = uo.Adam(lr=0.01, eps_placement="eps_hat")
     case = case_of("mindspore_adam_betas", spec)
-    run = assert_passes(follow("mindspore", case))
+    run = assert_passes(follow("mindspore", case, "native"))
     assert run.decision.native == "mindspore.nn.Adam"
     plain = compare(run.trajectory, reference_trajectory(spec, case),
                     [reference_trajectory(spec, case, "float32")])
@@ -603,7 +603,8 @@ def test_current_lr_is_the_specs_when_every_group_is_scaled():
     group whose lr is 0.5 x the spec's, divided by 0.5."""
     run = follow_and_match(_loop_case("scaled", uo.SGD(lr=COSINE, momentum=0.9,
                                                        momentum_init="zeros"),
-                                      [uo.Group(match="*", lr_scale=0.5)]))
+                                      [uo.Group(match="*", lr_scale=0.5)]),
+                           prefer="native")
     assert run.decision.native == "mindspore.nn.Momentum"
     assert {plan.lr_scale for plan in run.driver.record.plans} == {0.5}
     assert run.driver.optimizer.is_group_lr
@@ -616,12 +617,13 @@ def test_weight_decay_schedule_needs_no_total_steps_and_total_steps_limits_it():
     with pytest.raises(ValueError, match="is for a scheduled lr or weight decay"):
         uo.build(uo.SGD(lr=0.1), [("w", p)], options={"total_steps": 5})
     grad = (ms.Tensor(np.ones(3, np.float32)),)
-    opt = uo.build(momentum, [("w", p)])       # on CPU: a ScheduleCell, no step limit
+    opt = uo.build(momentum, [("w", p)], prefer="native")   # a ScheduleCell, no step limit
     assert uo.explain(opt).native == "mindspore.nn.Momentum"
     for _ in range(STEPS + 5):                 # past the end of any table of STEPS
         opt(grad)
     assert int(opt.global_step.asnumpy()[0]) == STEPS + 5
-    limited = uo.build(momentum, [("w", p)], options={"total_steps": 2})   # a step limit
+    limited = uo.build(momentum, [("w", p)], options={"total_steps": 2},  # a step limit
+                       prefer="native")
     limited(grad)
     limited(grad)
     before = p.asnumpy().copy()

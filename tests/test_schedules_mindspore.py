@@ -321,7 +321,7 @@ def test_without_the_pyfunc_op_a_schedule_needs_total_steps(list_device):
 def test_without_the_pyfunc_op_the_list_ends_with_our_error(list_device, spec, by_hand):
     from mindspore import nn
     p, copy = _one_parameter(), _one_parameter()
-    opt = uo.build(spec, [("w", p)], options={"total_steps": 4})
+    opt = uo.build(spec, [("w", p)], options={"total_steps": 4}, prefer="native")
     hand = by_hand([copy])
     assert isinstance(opt, nn.Momentum) and type(opt).__name__ == "Momentum"
     decision = uo.explain(opt)

@@ -26,9 +26,9 @@ share in tensors of at most one (biases, norms). Step time follows all four: per
 overhead dominates many small tensors, and a path may walk a conv weight slower than a
 matrix of the same elements (``benchmarks/results/realistic_sets.md`` has the measured
 figures: a class faster on one set can be slower on another). The row read is
-the measured set nearest the build's model by :meth:`SetModel.distance`: |difference of
-log10 elements| + |difference of log10 tensors| + |difference of conv shares| +
-|difference of 1-D shares| (a decade of elements or of tensors weighs as much as going
+the measured set nearest the build's model by :meth:`SetModel.distance`: the sum of the
+absolute differences of log10 elements, of log10 tensors, of conv shares and of 1-D
+shares (a decade of elements or of tensors weighs as much as going
 from no conv weights to only conv weights). The measured CPU sets: GPT-2-like (76
 tensors, 23.2 M elements), ResNet-18 (62 tensors, 11.7 M, 96 % conv weights), one
 4096 x 4096 tensor and a 64-wide MLP (8 tensors, 16,640 elements); CUDA: GPT-2 small.
@@ -146,8 +146,8 @@ class SetModel:
                 "vector_share": round(self.vector_share, 4)}
 
     def distance(self, other: "SetModel") -> float:
-        """|difference of log10 elements| + |difference of log10 tensors| + |difference
-        of conv shares| + |difference of 1-D shares| (counts below 1 read as 1)."""
+        """The sum of the absolute differences of log10 elements, of log10 tensors, of
+        conv shares and of 1-D shares (counts below 1 read as 1)."""
         return (abs(math.log10(max(self.elements, 1)) - math.log10(max(other.elements, 1)))
                 + abs(math.log10(max(self.tensors, 1)) - math.log10(max(other.tensors, 1)))
                 + abs(self.conv_share - other.conv_share)
