@@ -45,6 +45,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness import TORCH_PEERS  # this folder's
 from peak_memory import reset_peak, status_mib  # this folder's
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
@@ -77,14 +78,7 @@ LION_OVER_ADAM = 1.2
 PEERS = {
     "adam": [("torch.optim.Adam", {"lr": 1e-3})],
     "adamw": [("torch.optim.AdamW", {"lr": 1e-3, "weight_decay": 0.01, "fused": True})],
-    "came": [("pytorch_optimizer.CAME", {"lr": 1e-4}), ("came_pytorch.CAME", {"lr": 1e-4})],
-    "lamb": [("pytorch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01}),
-             ("torch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01})],
-    "lars": [("pytorch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4}),
-             ("torch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4})],
-    "lion": [("pytorch_optimizer.Lion", {"lr": 1e-4})],
-    "adafactor": [("pytorch_optimizer.AdaFactor", {"lr": 1e-3}),
-                  ("torch_optimizer.Adafactor", {"lr": 1e-3})],
+    **TORCH_PEERS,
 }
 
 

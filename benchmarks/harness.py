@@ -34,6 +34,17 @@ GRADIENT_SETS = 3
 WARMUP = 3
 #: the most seconds the untimed steps wait for the generated kernels' background compile
 COMPILE_WAIT_S = 90.0
+#: torch peers per algorithm, from the ``peers`` extra: (qualified class, kwargs)
+TORCH_PEERS = {
+    "came": [("pytorch_optimizer.CAME", {"lr": 1e-4}), ("came_pytorch.CAME", {"lr": 1e-4})],
+    "lamb": [("pytorch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01}),
+             ("torch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01})],
+    "lars": [("pytorch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4}),
+             ("torch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4})],
+    "lion": [("pytorch_optimizer.Lion", {"lr": 1e-4})],
+    "adafactor": [("pytorch_optimizer.AdaFactor", {"lr": 1e-3}),
+                  ("torch_optimizer.Adafactor", {"lr": 1e-3})],
+}
 
 
 def framework(backend: str) -> str:

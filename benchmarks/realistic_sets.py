@@ -59,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 from harness import (
+    TORCH_PEERS,
     Harness,
     environment,
     fastest_and_median_ms,
@@ -93,16 +94,7 @@ PRESET_ARGUMENTS = {
 #: torch's baseline: every torch row is also given as a multiple of it
 BASELINE = ("torch.optim.AdamW", {"lr": 1e-3, "weight_decay": 0.01, "fused": True})
 #: torch peers per algorithm: (qualified class, kwargs)
-PEERS = {
-    "came": [("pytorch_optimizer.CAME", {"lr": 1e-4}), ("came_pytorch.CAME", {"lr": 1e-4})],
-    "lamb": [("pytorch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01}),
-             ("torch_optimizer.Lamb", {"lr": 1e-3, "weight_decay": 0.01})],
-    "lars": [("pytorch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4}),
-             ("torch_optimizer.LARS", {"lr": 0.1, "weight_decay": 1e-4})],
-    "lion": [("pytorch_optimizer.Lion", {"lr": 1e-4})],
-    "adafactor": [("pytorch_optimizer.AdaFactor", {"lr": 1e-3}),
-                  ("torch_optimizer.Adafactor", {"lr": 1e-3})],
-}
+PEERS = TORCH_PEERS
 PEER_DISTRIBUTIONS = (("pytorch-optimizer", "pytorch_optimizer"),
                       ("torch-optimizer", "torch_optimizer"), ("came-pytorch", "came-pytorch"))
 
