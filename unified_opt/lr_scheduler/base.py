@@ -51,11 +51,11 @@ def write_lr(group: dict, lr: float) -> None:
     Parameter (rounded to its dtype, float32 on MindSpore), else as the number."""
     value = group["lr"]
     if _held_in_place(value):
-        # the Parameter's framework is imported already (it made the value); MindSpore
-        # makes its Parameter class at run time (module "abc"): the first framework
-        # module in its bases names it
-        root = next(c.__module__.partition(".")[0] for c in type(value).__mro__
-                    if c.__module__.partition(".")[0] in ("mindspore", "paddle", "torch"))
+        from ..backend import framework_of
+
+        # the Parameter's framework is imported already (it made the value)
+        root = framework_of(value)
+        assert root is not None, type(value)      # a Parameter with asnumpy and set_data
         framework = sys.modules[root]
         if root == "mindspore":
             # an assignment into the Parameter's memory, as MindSpore's own schedulers
