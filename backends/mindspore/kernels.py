@@ -84,9 +84,10 @@ class MindSporeKernels(KernelPath):
         shape = tuple(p.shape)
         if dtype is None or not on_cpu() or not p.is_contiguous():
             return None
-        order = self.state_order(spec, shape, dtype, lr=lr, step=step)
-        if order is None:
+        made = self.prepared(spec, shape, dtype, lr=lr, step=step)
+        if made is None:
             return None
+        order = made.order
         if isinstance(grad, np.ndarray):         # a gradient the host pre-step made
             grad = np.ascontiguousarray(grad, dtype=_NUMPY[p.dtype])
             address = grad.ctypes.data
@@ -96,7 +97,8 @@ class MindSporeKernels(KernelPath):
             address = grad.data_ptr()
         keep.append(grad)
         return Job(spec, shape, dtype, lr, step,
-                   [p.data_ptr(), address, *(slots[k].data_ptr() for k in order)])
+                   [p.data_ptr(), address, *(slots[k].data_ptr() for k in order)],
+                   made)
 
     def run(self, jobs: list[Job]) -> None:
         drain()

@@ -37,11 +37,13 @@ class PaddleKernels(KernelPath):
                 grad.dtype != param.dtype or tuple(grad.shape) != shape or \
                 not grad.place.is_cpu_place():
             return None       # the eager update does what Paddle does with such a gradient
-        order = self.state_order(spec, shape, dtype, lr=lr, step=step)
-        if order is None:
+        made = self.prepared(spec, shape, dtype, lr=lr, step=step)
+        if made is None:
             return None
+        order = made.order
         if not grad.is_contiguous():
             grad = grad.contiguous()
         keep.append(grad)
         return Job(spec, shape, dtype, lr, step,
-                   [param.data_ptr(), grad.data_ptr(), *(state[k].data_ptr() for k in order)])
+                   [param.data_ptr(), grad.data_ptr(), *(state[k].data_ptr() for k in order)],
+                   made)

@@ -33,10 +33,10 @@ class TorchKernels(KernelPath):
         if isinstance(value, DTensor) or value.device.type != "cpu" or \
                 not value.is_contiguous() or rounds(spec, dtype):
             return None     # (rounding to a storage dtype: the VM keeps one dtype)
-        order = self.state_order(spec, shape, dtype, lr=lr, step=step)
-        if order is None:
+        made = self.prepared(spec, shape, dtype, lr=lr, step=step)
+        if made is None:
             return None
-        sizes = self.runner().state_sizes(spec, shape, dtype)
+        order, sizes = made.order, made.sizes
         for key in order:      # torch's load_state_dict checks no shapes; the VM must
             if state[key].numel() != sizes[key]:
                 raise ValueError(f"SpecOptimizer: state {key!r} of a parameter of shape "
@@ -57,4 +57,5 @@ class TorchKernels(KernelPath):
             if array.numel():
                 seen.add(array.data_ptr())
         return Job(spec, shape, dtype, lr, step,
-                   [value.data_ptr(), grad.data_ptr(), *(state[k].data_ptr() for k in order)])
+                   [value.data_ptr(), grad.data_ptr(), *(state[k].data_ptr() for k in order)],
+                   made)

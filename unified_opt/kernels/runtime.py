@@ -31,6 +31,7 @@ lowest CPU priority (:func:`.build.lowest_priority_command`).
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import warnings
 from dataclasses import dataclass
@@ -63,6 +64,22 @@ _lock = threading.Lock()
 _threads = 0
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What one parameter's job needs at one step, worked out once per spec, shape,
+    dtype, lr and step (:meth:`Programs.prepared`): a step over many tensors of few
+    shapes (a ResNet's 62) pays the Python for each shape, not for each tensor."""
+
+    order: tuple[str, ...]     # the state arrays after the parameter and the gradient
+    sizes: dict                # each state array's element count
+    shape: tuple[int, ...]     # the shape the kernels see (1-D where the update runs flat)
+    code: np.ndarray           # VM code
+    key: bytes                 # ``code.tobytes()``: the program's identity
+    scalars: np.ndarray
+    dims: np.ndarray           # canonical_dims(shape) as the VM reads them
+    numel: int
+
+
 @dataclass
 class Job:
     spec: object
@@ -71,6 +88,8 @@ class Job:
     lr: float
     step: int                  # 1-based
     addresses: list[int]       # parameter, gradient, state arrays (state_order)
+    #: what the backend already looked up for this job (None: looked up here)
+    prepared: Prepared | None = None
 
 
 #: state layouts a runner keeps (one per spec, rank and dtype)
@@ -92,6 +111,43 @@ class Programs:
         self._memo: dict = {}
         #: (id(spec), dtype) -> (spec, whether its last 1-D trace was rank-blind)
         self._blind: dict = {}
+        #: (id(spec), shape, dtype, lr, step) -> (spec, Prepared)
+        self._prepared: dict = {}
+        #: (id(spec), shape, dtype) -> (spec, state order, state sizes, element count)
+        self._fixed: dict = {}
+        #: a kernel shape -> its canonical dims as the VM reads them
+        self._dims: dict = {}
+
+    def prepared(self, spec, shape: tuple[int, ...], dtype: str, lr: float,
+                 step: int) -> Prepared:
+        """A parameter's :class:`Prepared` job at this step; :class:`Untraceable` where
+        its update cannot run here (as :meth:`plan`)."""
+        key = (id(spec), shape, dtype, lr, step)
+        found = self._prepared.get(key)
+        if found is not None and found[0] is spec:
+            return found[1]
+        # what does not change with lr and step, kept across steps
+        fixed = self._fixed.get(key[:3])
+        if fixed is None or fixed[0] is not spec:
+            self.plan(spec, shape, dtype, lr=lr, step=step)
+            fixed = (spec, self.state_order(spec, shape, dtype),
+                     self.state_sizes(spec, shape, dtype), math.prod(shape))
+            if len(self._fixed) >= LABELS_KEPT:
+                self._fixed.clear()
+            self._fixed[key[:3]] = fixed
+        kernel_shape, code, scalars, _ = self.program(spec, shape, dtype, lr, step)
+        dims = self._dims.get(kernel_shape)
+        if dims is None:
+            dims = self._dims[kernel_shape] = np.asarray(canonical_dims(kernel_shape),
+                                                         dtype=np.int64)
+            if len(self._dims) >= LABELS_KEPT:
+                self._dims.clear()
+        made = Prepared(fixed[1], fixed[2], kernel_shape, code, code.tobytes(), scalars,
+                        dims, fixed[3])
+        if len(self._prepared) >= LABELS_KEPT:      # lr and step change every step
+            self._prepared.clear()
+        self._prepared[key] = (spec, made)
+        return made
 
     def state_order(self, spec, shape, dtype: str) -> tuple[str, ...]:
         """The order of the state arrays after the parameter and the gradient."""
@@ -243,25 +299,25 @@ class KernelRunner(Programs):
         if threads < 0:
             raise ValueError(f"KernelRunner.step: threads must be >= 0, got {threads}")
         set_threads(self.library, threads)
-        programs = []
-        for job in jobs:
-            shape, code, scalars, _ = self.program(job.spec, job.shape, job.dtype, job.lr,
-                                                   job.step)
-            self.specialized(code, int(np.prod(job.shape, dtype=np.int64)), job.spec.name)
-            programs.append((shape, code, scalars))
-        for job, (shape, code, scalars) in zip(jobs, programs):
+        prepared = [job.prepared or self.prepared(job.spec, tuple(job.shape), job.dtype,
+                                                  job.lr, job.step) for job in jobs]
+        for job, made in zip(jobs, prepared):
+            self.specialized(made.code, made.numel, job.spec.name, made.key)
+        run = self.library.uo_vm_run
+        for job, made in zip(jobs, prepared):
             addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
-            dims = np.asarray(canonical_dims(shape), dtype=np.int64)
-            status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
-                                            addresses, dims.ctypes.data, scalars.ctypes.data)
+            status = run(DTYPES[job.dtype], made.code.ctypes.data, made.code.size,
+                         addresses, made.dims.ctypes.data, made.scalars.ctypes.data)
             if status:
                 raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
                                    f"(status {status})")
 
-    def specialized(self, code: np.ndarray, numel: int, name: str) -> None:
-        """See that ``code`` gets its generated kernel as ``specialize`` says (the VM runs
-        it from the moment it is registered)."""
-        key = code.tobytes()
+    def specialized(self, code: np.ndarray, numel: int, name: str,
+                    key: bytes | None = None) -> None:
+        """See that ``code`` (``key``: its bytes) gets its generated kernel as
+        ``specialize`` says (the VM runs it from the moment it is registered)."""
+        if key is None:
+            key = code.tobytes()
         if key in _kernels or self.specialize is False:
             return
         if self.specialize is True:
@@ -335,23 +391,28 @@ class KernelPath:
                                  f"update of {name} cannot run on the kernels: {why_not} "
                                  "(compile='auto' runs such an update eagerly)")
 
-    def state_order(self, spec, shape, dtype: str, *, lr: float, step: int):
-        """The state names in a job's order, or None when this update runs eagerly (no
-        VM, a dtype it does not take, an update that does not trace)."""
-        key = (spec, len(shape), dtype)
-        if key in self._untraceable:
-            return None
+    def prepared(self, spec, shape: tuple[int, ...], dtype: str, *, lr: float,
+                 step: int) -> Prepared | None:
+        """A parameter's :class:`Prepared` job at this step, or None when its update runs
+        eagerly (no VM, a dtype it does not take, an update that does not trace)."""
         runner = self.runner()
         if runner is None:
             return None
+        key = (spec, len(shape), dtype)
+        if self._untraceable and key in self._untraceable:
+            return None
         try:
-            runner.plan(spec, shape, dtype, lr=lr, step=step)
+            return runner.prepared(spec, shape, dtype, lr, step)
         except Untraceable:
             if len(self._untraceable) >= LABELS_KEPT:
                 self._untraceable.clear()
             self._untraceable.add(key)
             return None
-        return runner.state_order(spec, shape, dtype)
+
+    def state_order(self, spec, shape, dtype: str, *, lr: float, step: int):
+        """The state names in a job's order, or None when this update runs eagerly."""
+        made = self.prepared(spec, tuple(shape), dtype, lr=lr, step=step)
+        return None if made is None else made.order
 
     def threads(self) -> int:
         """The framework's thread setting, which the kernels' parallel phases follow
