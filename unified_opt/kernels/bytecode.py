@@ -6,10 +6,14 @@ several whole rows where rows are short, as a conv weight's rows of 3), and runs
 same instruction list on every chunk: elementwise operations into registers (one chunk
 each), sums, and stores into arrays. What goes where:
 
-* A node spanning the parameter's axes (a *full* node) is never stored: each phase that
+* A node spanning the parameter's axes (a *full* node) is not stored: each phase that
   needs it computes it again from the inputs, so a step reads the parameter, gradient
-  and state a few times and writes them once. Intermediate full-size arrays are never
-  allocated.
+  and state a few times and writes them once. The one exception, for the CPU kernels
+  only (``keep_costly``): a full value whose computation costs divisions and square
+  roots (:data:`COSTLY_PER_ARRAY`), such as Lamb's update direction, is stored into a
+  scratch array of the parameter's size in the phase that first computes it and read
+  back by the later phase (a CPU core divides more slowly than it streams memory; a
+  GPU's phases are bound by memory).
 * A sum ends a phase's worth of work: its operand is computed in the phase over the
   operand's axes, and the total lands in a small array (a row, a column, a number) that
   later phases read. ``topk_mask`` likewise: its operand is stored whole, a *select*
@@ -177,13 +181,29 @@ class _Phase:
                                                   # wrote it into
 
 
-def compile_program(program: Program) -> np.ndarray:
-    """The VM code of ``program``: ``encode(schedule(program))`` (see the module)."""
-    return encode(schedule(program))
+#: a full value a later full phase would compute again is kept in an array of its own
+#: (``keep_costly``) where that spares at least this many divisions and square roots per
+#: element for each array kept: on a CPU core a float32 division or square root costs
+#: about as much as writing and reading one element back from memory
+COSTLY_PER_ARRAY = 2
+#: the operations :data:`COSTLY_PER_ARRAY` counts
+COSTLY = frozenset({"div", "sqrt"})
 
 
-def schedule(program: Program) -> Schedule:
-    """``program`` scheduled into phases (see the module)."""
+def compile_program(program: Program, keep_costly: bool = False) -> np.ndarray:
+    """The VM code of ``program``: ``encode(schedule(program, keep_costly))`` (see the
+    module)."""
+    return encode(schedule(program, keep_costly))
+
+
+def schedule(program: Program, keep_costly: bool = False) -> Schedule:
+    """``program`` scheduled into phases (see the module). ``keep_costly``: a full value
+    that a later full phase needs and whose computation costs divisions and square roots
+    (Lamb's update direction, normed in one phase and applied in the next) is stored
+    into a scratch array of the parameter's size where it is computed first, and read
+    back, where :data:`COSTLY_PER_ARRAY` says that is cheaper (the CPU kernels; a GPU's
+    phases are bound by memory, not arithmetic). The same operations give the same bits
+    either way."""
     nodes = program.nodes
     full = program.input_masks[0]
     users = defaultdict(list)
@@ -228,6 +248,12 @@ def schedule(program: Program) -> Schedule:
     small_outputs = [(t, v) for t, v in program.outputs if program.input_masks[t] != full]
     _schedule_full_phases(nodes, level, full, full_outputs,
                           lambda lvl: phase(lvl, full), phases)
+    if keep_costly:
+        def new_array() -> int:
+            array_masks.append(full)
+            return len(array_masks) - 1
+
+        _keep_costly(nodes, full, phases, new_array)
     # small nodes read outside their phase get an array; so do sums
     n_inputs = len(program.inputs)
     for i, node in enumerate(nodes):
@@ -384,6 +410,38 @@ def _schedule_full_phases(nodes, level, full, outputs, full_phase, phases) -> No
         p.nodes = sorted(_full_closure(nodes, [nodes[s].args[0] for s in p.sums]
                                        + [v for _, v in p.stores], full, written)[0])
         written.update({value: target for target, value in p.stores})
+
+
+def _keep_costly(nodes, full, phases, new_array) -> None:
+    """Where a full phase would compute again values an earlier full phase computed,
+    the earlier one stores those it reads first (the frontier) into new arrays, and it
+    reads them back, when that spares at least :data:`COSTLY_PER_ARRAY` costly
+    operations per element and new array (``schedule``'s ``keep_costly``)."""
+    ordered = sorted((p for p in phases.values() if p.domain == full), key=lambda p: p.level)
+    kept: dict[int, int] = {}                    # value -> the array it is stored in
+    for position, q in enumerate(ordered):
+        earlier = {i: p for p in ordered[:position] for i in p.nodes}
+        mine = set(q.nodes)
+        shared = mine & earlier.keys()
+        if not shared:
+            continue
+        wanted = [nodes[s].args[0] for s in q.sums] + [v for _, v in q.stores]
+        frontier = {a for j in mine - shared for a in nodes[j].args if a in shared}
+        frontier |= {w for w in wanted if w in shared}
+        reads = {**q.reads, **{f: kept.get(f, -1) for f in frontier}}
+        after = _full_closure(nodes, wanted, full, reads)[0]
+
+        def costly(values):
+            return sum(nodes[i].op in COSTLY for i in values)
+
+        new = [f for f in frontier if f not in kept]
+        if costly(mine) - costly(after) < COSTLY_PER_ARRAY * max(1, len(new)):
+            continue
+        for f in sorted(new):
+            kept[f] = new_array()
+            earlier[f].stores.append((kept[f], f))
+        q.reads.update({f: kept[f] for f in frontier})
+        q.nodes = sorted(after)
 
 
 def _phase_code(p: _Phase, nodes, array_of, full) -> tuple[list[list[int]], int]:

@@ -98,7 +98,11 @@ LABELS_KEPT = 1024
 
 class Programs:
     """Traced updates as VM code, cached: what every kernel path (the VM here, the CUDA
-    kernels of ``backends/torch/cuda.py``) asks for a parameter's step. Framework-free."""
+    kernels of ``backends/torch/cuda.py``) asks for a parameter's step. Framework-free.
+    ``keep_costly``: :func:`.bytecode.schedule`'s (the CPU runner's programs keep a full
+    value a later phase would compute again with divisions and square roots)."""
+
+    keep_costly = False
 
     def __init__(self):
         self._labels: dict = {}
@@ -211,7 +215,8 @@ class Programs:
                                  lr=lr, step=step)
             code = self._codes.get(trace.program.key)
             if code is None:
-                code = self._codes[trace.program.key] = compile_program(trace.program)
+                code = self._codes[trace.program.key] = compile_program(
+                    trace.program, keep_costly=self.keep_costly)
             found = self._traces[key] = (trace, code)
             if trace.shape_read:
                 self._traces[(key, shape)] = found
@@ -280,6 +285,8 @@ class Programs:
 
 class KernelRunner(Programs):
     """Traces, compiles to VM code and runs parameters' updates (see the module)."""
+
+    keep_costly = True
 
     def __init__(self, specialize="auto"):
         if specialize not in ("auto", True, False):
