@@ -37,6 +37,7 @@ def kernel_source(code: np.ndarray) -> str:
     (without the code)."""
     decoded = decode(code)
     n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
+    _check_scratch_written_first(n_inputs, masks, phases)
     lines = ['#include "phases.h"', "", "namespace {", "",
              f"constexpr int32_t MASKS[] = {{{', '.join(map(str, masks))}}};", "",
              "template <class T>",
@@ -76,9 +77,40 @@ def _rows_together(domain: int, instructions, masks) -> bool:
     return True
 
 
+def _lands_direct(dst: int, instructions) -> bool:
+    """``phases.h``'s ``lands_direct``: no instruction of the phase reads the sum's array
+    ``dst`` or stores into it (its total may then be written during the walk)."""
+    array = OPERAND_KINDS["array"]
+    return not any((_NAMES[ins[0]] == "store" and ins[1] == dst)
+                   or any(kind == array and k == dst
+                          for kind, k in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8])))
+                   for ins in instructions)
+
+
+def _check_scratch_written_first(n_inputs: int, masks, phases) -> None:
+    """``phases.h``'s ``scratch_written_first``: the kernels' scratch arrays come unzeroed
+    from a pool, so each one a phase reads must have been written whole by an earlier
+    phase (a store in a phase spanning its axes, a sum's or a top-k's result)."""
+    array = OPERAND_KINDS["array"]
+    written = set(range(n_inputs))
+    for number, (domain, instructions) in enumerate(phases):
+        for ins in instructions:
+            for kind, k in ((ins[3], ins[4]), (ins[5], ins[6]), (ins[7], ins[8])):
+                if kind == array and k not in written:
+                    raise ValueError(f"kernel_source: phase {number} reads array {k} before "
+                                     "an earlier phase writes it whole")
+        for ins in instructions:
+            op = _NAMES[ins[0]]
+            if op in ("sum", "topk") or (op == "store" and domain != SELECT
+                                          and not masks[ins[1]] & ~domain):
+                written.add(ins[1])
+
+
 def _phase(number: int, domain: int, instructions, masks) -> list[str]:
     sums = [ins for ins in instructions if _NAMES[ins[0]] == "sum"]
-    declared = ", ".join(f"{{{ins[2]}, {ins[1]}, false, {{}}}}" for ins in sums)
+    declared = ", ".join(
+        f"{{{ins[2]}, {ins[1]}, {'true' if _lands_direct(ins[1], instructions) else 'false'}}}"
+        for ins in sums)
     together = _rows_together(domain, instructions, masks)
     one_row, one_buffers = _body(domain, instructions, masks, rows=False)
     body, buffers = one_row, one_buffers
@@ -110,8 +142,7 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
     if rows:
         head.append("const int64_t n = ch.size();")
     else:
-        head.append("const int64_t b = w.b(ch.row), r = w.r(ch.row), c0 = ch.c0, "
-                    "n = ch.n;")
+        head.append("const int64_t b = ch.b, r = ch.r, c0 = ch.c0, n = ch.n;")
         head.append("(void)b; (void)r; (void)c0;")
 
     def buffer() -> str:
@@ -166,13 +197,12 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
             if vector and (aux & _C or rows):
                 head.append(f"T* q{slot} = {buffer()};")
                 loop.append(f"q{slot}[j] = {expression};")
-                tail.append(f"uo::{kind}_sums(sums[{slot}].acc.data(), w, ch, q{slot});")
+                tail.append(f"uo::{kind}_sums(sums[{slot}], w, ch, q{slot});")
             elif vector:              # one row's column sum: added in the loop
-                head.append(f"double* col{slot} = sums[{slot}].acc.data() + "
-                            f"w.group(ch.row) * w.Dc + c0;")
+                head.append(f"double* col{slot} = uo::column_partial(sums[{slot}], w, ch);")
                 loop.append(f"col{slot}[j] += double({expression});")
             else:
-                tail.append(f"uo::{kind}_sums_of(sums[{slot}].acc.data(), w, ch, "
+                tail.append(f"uo::{kind}_sums_of<T>(sums[{slot}], w, ch, "
                             f"double({expression}));")
             continue
         if op == "store":

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <algorithm>
+#include <new>
+#include <utility>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -116,26 +118,6 @@ template <class T> inline double lane_sum(const T* __restrict__ x, int64_t n) {
   for (int width = LANES / 2; width > 0; width /= 2)
     for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
   return lane[0];
-}
-
-// One sum of a phase: over the axes `axes` of the phase's domain, into array `dst`.
-// Over C: one partial per block of SUM_BLOCK elements of a row (acc[part]), added in
-// order at the end. Otherwise (a column sum: the result keeps C) one partial row per
-// group of rows (acc[group * width + c]), added in group order at the end.
-struct Sum {
-  int axes, dst;
-  bool over_c;
-  std::vector<double> acc;
-};
-
-// The partials of a sum over C of the chunk x[0..n) (its first block is `part`).
-template <class T> inline void block_sums(double* acc, const T* x, int64_t n) {
-  for (int64_t k = 0; k * SUM_BLOCK < n; ++k)
-    acc[k] = lane_sum(x + k * SUM_BLOCK, std::min(SUM_BLOCK, n - k * SUM_BLOCK));
-}
-inline void block_sums_of(double* acc, double value, int64_t n) {
-  for (int64_t k = 0; k * SUM_BLOCK < n; ++k)
-    acc[k] = value * double(std::min(SUM_BLOCK, n - k * SUM_BLOCK));
 }
 
 // The threads of a parallel phase. The caller (Python's runtime.py) sets the framework's
@@ -254,6 +236,94 @@ class Pool {
   bool open_ = false;
 };
 
+// Scratch memory reused from one run to the next. A run's scratch (the program's small
+// arrays, the sums' partials and totals, each thread's registers) was allocated and freed
+// every run; freed blocks of megabytes went back to the system and came back as fresh
+// pages, zeroed by the kernel on first touch: page faults and clearing were a quarter of
+// a conv weight's step. Each thread keeps its freed blocks (at most POOL_BLOCKS of them,
+// POOL_BYTES in all; beyond that the smallest go back to the system) and hands out the
+// smallest that fits. A block comes back uninitialised: what needs zeros fills them.
+constexpr size_t POOL_BYTES = size_t(256) << 20;
+constexpr size_t POOL_BLOCKS = 64;
+
+class Buffers {
+ public:
+  struct Block {
+    void* data;
+    size_t bytes;
+  };
+
+  static Buffers& of_this_thread() {
+    static thread_local Buffers buffers;
+    return buffers;
+  }
+
+  Block take(size_t bytes) {
+    bytes = std::max<size_t>(bytes, 64);
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i)
+      if (free_[i].bytes >= bytes && (best == free_.size() || free_[i].bytes < free_[best].bytes))
+        best = i;
+    if (best == free_.size())
+      return {::operator new(bytes, std::align_val_t(64)), bytes};
+    const Block found = free_[best];
+    free_[best] = free_.back();
+    free_.pop_back();
+    kept_ -= found.bytes;
+    return found;
+  }
+
+  void give(Block block) {
+    free_.push_back(block);
+    kept_ += block.bytes;
+    while (kept_ > POOL_BYTES || free_.size() > POOL_BLOCKS) {
+      auto smallest = std::min_element(free_.begin(), free_.end(), [](Block a, Block b) {
+        return a.bytes < b.bytes;
+      });
+      if (kept_ > POOL_BYTES)            // over the bytes: the largest goes first
+        smallest = std::max_element(free_.begin(), free_.end(), [](Block a, Block b) {
+          return a.bytes < b.bytes;
+        });
+      kept_ -= smallest->bytes;
+      release(*smallest);
+      *smallest = free_.back();
+      free_.pop_back();
+    }
+  }
+
+  ~Buffers() {
+    for (const Block& block : free_) release(block);
+  }
+
+ private:
+  static void release(Block block) { ::operator delete(block.data, std::align_val_t(64)); }
+  std::vector<Block> free_;
+  size_t kept_ = 0;
+};
+
+// n elements of U from this thread's Buffers, given back when it goes (on the thread that
+// took it: every Buffer of a run lives within one call on one thread).
+template <class U> class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(int64_t n)
+      : block_(Buffers::of_this_thread().take(size_t(std::max<int64_t>(n, 1)) * sizeof(U))) {}
+  Buffer(Buffer&& other) noexcept : block_(other.block_) { other.block_ = {nullptr, 0}; }
+  Buffer& operator=(Buffer&& other) noexcept {
+    std::swap(block_, other.block_);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() {
+    if (block_.data != nullptr) Buffers::of_this_thread().give(block_);
+  }
+  U* data() const { return static_cast<U*>(block_.data); }
+
+ private:
+  Buffers::Block block_{nullptr, 0};
+};
+
 // work(i, scratch) for every i in [0, count), on up to `threads` threads (the Pool's):
 // each thread scratch of its own, items claimed in batches of about a 256th of a
 // thread's share: a helper descheduled while it holds a batch holds up the loop's end
@@ -263,7 +333,7 @@ template <class T, class Work>
 void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work) {
   const int64_t used = std::max<int64_t>(1, std::min<int64_t>(threads, count));
   if (used == 1) {
-    std::vector<T> scratch(std::max<int64_t>(1, scratch_size));
+    const Buffer<T> scratch(scratch_size);
     for (int64_t i = 0; i < count; ++i) work(i, scratch.data());
     return;
   }
@@ -278,11 +348,11 @@ void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work
   loop.work = &work;
   auto claim = [](void* context) {
     Loop& l = *static_cast<Loop*>(context);
-    std::vector<T> scratch;
+    Buffer<T> scratch;
     for (;;) {
       const int64_t first = l.next.fetch_add(l.batch, std::memory_order_relaxed);
       if (first >= l.count) return;
-      if (scratch.empty()) scratch.resize(size_t(l.scratch_size));
+      if (scratch.data() == nullptr) scratch = Buffer<T>(l.scratch_size);
       const int64_t last = std::min(l.count, first + l.batch);
       for (int64_t i = first; i < last; ++i) (*l.work)(i, scratch.data());
     }
@@ -302,14 +372,13 @@ struct Walk {
   // a sum adds over B; a row adds into its group's partial row
   int64_t per_group, groups_per;
   bool sum_over_b;
-  int64_t b(int64_t row) const { return row / Dr; }
-  int64_t r(int64_t row) const { return row % Dr; }
   int64_t group(int64_t row) const {
     return sum_over_b ? row / per_group : (row / Dr) * groups_per + (row % Dr) / per_group;
   }
 };
+// (b, r): the first row's place (row = b * Dr + r), worked out once per chunk
 struct Chunk {
-  int64_t row, rows, c0, n;
+  int64_t row, rows, c0, n, b, r;
   int64_t size() const { return rows * n; }
 };
 
@@ -326,21 +395,54 @@ inline bool rows_together(int domain, const int32_t* masks, const abi::Ins* ins,
   return true;
 }
 
+// Whether the sum into array `dst` of a phase may land during the walk (Sum::direct):
+// no instruction of the phase reads `dst` or stores into it (codegen.py's rule too).
+inline bool lands_direct(int dst, const abi::Ins* ins, int n) {
+  for (int k = 0; k < n; ++k) {
+    const abi::Ins& in = ins[k];
+    if ((in.op == abi::STORE && in.dst == dst) || (in.a_kind == abi::ARR && in.a == dst) ||
+        (in.b_kind == abi::ARR && in.b == dst) || (in.c_kind == abi::ARR && in.c == dst))
+      return false;
+  }
+  return true;
+}
+
+// n values of a row copied to each of `rows` rows, or one value per row repeated n
+// times (N: n known to the compiler for short rows)
+template <int N, class T>
+inline void gather_rows(T* __restrict__ to, const T* from, int64_t n, int64_t rows,
+                        bool along_c, int64_t per_r, int64_t per_b, int64_t r, int64_t Dr) {
+  const int64_t width = N > 0 ? N : n;
+  for (int64_t i = 0; i < rows; ++i, to += width) {
+    if (along_c) {
+      for (int64_t c = 0; c < width; ++c) to[c] = from[c];
+    } else {
+      const T value = from[0];
+      for (int64_t c = 0; c < width; ++c) to[c] = value;
+    }
+    from += per_r;
+    if (++r == Dr) { r = 0; from += per_b - Dr * per_r; }
+  }
+}
+
 // The chunk's elements of an array spanning `mask` (axes of the domain, not all of them):
-// a row's elements, or its one value repeated along the row.
+// a row's elements, or its one value repeated along the row. The array's place moves by
+// per_r from one row to the next within a b, by per_b from one b to the next.
 template <class T>
 inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims,
                    const Walk& w, const Chunk& ch) {
-  int64_t b = w.b(ch.row), r = w.r(ch.row);
-  for (int64_t i = 0; i < ch.rows; ++i, ++r) {
-    if (r == w.Dr) { r = 0; ++b; }
-    const T* from = src + dims.index(mask, b, r, 0);
-    T* to = dst + i * ch.n;
-    if (mask & AC) {
-      for (int64_t c = 0; c < ch.n; ++c) to[c] = from[ch.c0 + c];
-    } else {
-      for (int64_t c = 0; c < ch.n; ++c) to[c] = from[0];
-    }
+  const bool along_c = (mask & AC) != 0;
+  const int64_t width_c = along_c ? dims.C : 1;
+  const int64_t per_r = mask & AR ? width_c : 0;
+  const int64_t per_b = mask & AB ? (mask & AR ? dims.R : 1) * width_c : 0;
+  const T* from = src + ch.b * per_b + ch.r * per_r + (along_c ? ch.c0 : 0);
+  switch (ch.n) {
+    case 1: return gather_rows<1>(dst, from, 1, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    case 2: return gather_rows<2>(dst, from, 2, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    case 3: return gather_rows<3>(dst, from, 3, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    case 4: return gather_rows<4>(dst, from, 4, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    default:
+      return gather_rows<0>(dst, from, ch.n, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
   }
 }
 
@@ -355,65 +457,164 @@ template <int N, class T> inline double short_sum(const T* __restrict__ x) {
   }
   return lane[0];
 }
-template <int N, class T>
-inline void short_row_sums(double* __restrict__ out, const T* __restrict__ x, int64_t rows) {
-  for (int64_t i = 0; i < rows; ++i) out[i] = short_sum<N>(x + i * N);
-}
 
-// A sum over C of the chunk's values x (each row's blocks: the same partials as one
-// chunk per row), and a column sum (each row added into its group's partial row, rows in
-// order: the order of a walk of one row per chunk).
-template <class T>
-inline void row_sums(double* acc, const Walk& w, const Chunk& ch, const T* x) {
-  if (w.blocks == 1) {          // whole rows of at most one block: a partial per row
-    double* out = acc + ch.row;
-    switch (ch.n) {
-      case 1: return short_row_sums<1>(out, x, ch.rows);
-      case 2: return short_row_sums<2>(out, x, ch.rows);
-      case 3: return short_row_sums<3>(out, x, ch.rows);
-      case 4: return short_row_sums<4>(out, x, ch.rows);
-      case 5: return short_row_sums<5>(out, x, ch.rows);
-      case 7: return short_row_sums<7>(out, x, ch.rows);
+// How a sum's values land in its array (run_phase chooses; the totals' bits are the same
+// every way: the same doubles added in the same order, one rounding to T at the end):
+enum class Landing : int32_t {
+  // partials kept, per row and block (over C) or per group and column (a column sum),
+  // and added in order when the walk is done: the walk on several threads
+  PARTIALS,
+  // over C on one thread, which walks the rows in order: each row's partials added into
+  // its total (acc) as the walk goes
+  RUNNING,
+  // over C alone, rows of at most one block: a row's total written into dst at once
+  ROWS,
+  // over R alone, each b one group and each chunk whole b's: a b's column totals
+  // written into dst at once
+  GROUPS,
+};
+
+// One sum of a phase: over the axes `axes` of the phase's domain, into array `dst`.
+// direct: lands_direct (the sum may write dst during the walk). The rest run_phase sets.
+struct Sum {
+  int axes, dst;
+  bool direct;
+  bool over_c;
+  Landing landing;
+  int64_t per_b, per_r;       // RUNNING: the row (b, r) adds into acc[b * per_b + r * per_r]
+  double* acc;                // PARTIALS: the partials; RUNNING: the totals
+  void* out;                  // ROWS, GROUPS: dst
+};
+
+// partial(i, k, value) for block k of the chunk's row i (blocks of SUM_BLOCK elements
+// from c0, a multiple of SUM_BLOCK), rows and blocks in order
+template <class T, class Partial>
+inline void each_partial(const Chunk& ch, const T* __restrict__ x, Partial&& partial) {
+  const int64_t n = ch.n;
+  if (n <= 8) {                 // whole short rows (a conv weight's): unrolled
+    switch (n) {
+      case 1: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<1>(x + i)); return;
+      case 2: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<2>(x + 2 * i)); return;
+      case 3: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<3>(x + 3 * i)); return;
+      case 4: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<4>(x + 4 * i)); return;
       default: break;
     }
   }
   for (int64_t i = 0; i < ch.rows; ++i)
-    block_sums(acc + (ch.row + i) * w.blocks + ch.c0 / SUM_BLOCK, x + i * ch.n, ch.n);
+    for (int64_t k = 0; k * SUM_BLOCK < n; ++k)
+      partial(i, k, lane_sum(x + i * n + k * SUM_BLOCK, std::min(SUM_BLOCK, n - k * SUM_BLOCK)));
 }
-inline void row_sums_of(double* acc, const Walk& w, const Chunk& ch, double value) {
+template <class Partial>
+inline void each_partial_of(const Chunk& ch, double value, Partial&& partial) {
   for (int64_t i = 0; i < ch.rows; ++i)
-    block_sums_of(acc + (ch.row + i) * w.blocks + ch.c0 / SUM_BLOCK, value, ch.n);
+    for (int64_t k = 0; k * SUM_BLOCK < ch.n; ++k)
+      partial(i, k, value * double(std::min(SUM_BLOCK, ch.n - k * SUM_BLOCK)));
 }
-// the rows from `row` on that add into the same partial row: up to the group's end
-inline int64_t group_end(const Walk& w, int64_t row) {
-  if (w.sum_over_b) return (row / w.per_group + 1) * w.per_group;
-  const int64_t b = row / w.Dr, r = row % w.Dr;
-  return b * w.Dr + std::min(w.Dr, (r / w.per_group + 1) * w.per_group);
+
+// the landing of a sum over C of the chunk's partials (each_partial's or each_partial_of's)
+template <class T, class Each>
+inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& each) {
+  switch (s.landing) {
+    case Landing::ROWS: {
+      T* out = static_cast<T*>(s.out) + ch.row;
+      each([&](int64_t i, int64_t, double p) { out[i] = T(0.0 + p); });
+      return;
+    }
+    case Landing::RUNNING: {
+      if (s.per_b == 0 && s.per_r == 0) {           // one total: kept in a register
+        double t = s.acc[0];
+        each([&](int64_t, int64_t, double p) { t += p; });
+        s.acc[0] = t;
+      } else if (s.per_r == 1 && s.per_b == w.Dr) {  // a total per row
+        double* t = s.acc + ch.row;
+        each([&](int64_t i, int64_t, double p) { t[i] += p; });
+      } else {
+        each([&](int64_t i, int64_t, double p) {
+          const int64_t r = ch.r + i;
+          s.acc[(ch.b + r / w.Dr) * s.per_b + (r % w.Dr) * s.per_r] += p;
+        });
+      }
+      return;
+    }
+    default: {
+      double* acc = s.acc + ch.row * w.blocks + ch.c0 / SUM_BLOCK;
+      each([&](int64_t i, int64_t k, double p) { acc[i * w.blocks + k] = p; });
+      return;
+    }
+  }
+}
+
+// A sum over C of the chunk's values x: each row's blocks (the same partials as one chunk
+// per row), landed as s says.
+template <class T>
+inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
 }
 template <class T>
-inline void column_sums(double* acc, const Walk& w, const Chunk& ch, const T* x) {
-  for (int64_t i = 0; i < ch.rows;) {
-    const int64_t row = ch.row + i;
-    const int64_t end = std::min(ch.rows, group_end(w, row) - ch.row);
-    double* __restrict__ partial = acc + w.group(row) * w.Dc + ch.c0;
-    if (ch.n == 1) {
+inline void row_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
+  land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial_of(ch, value, partial); });
+}
+
+// A column sum of the chunk's values (x: a value per element, or `value` for all): each
+// row added into its group's partial row, rows in order (the order of a walk of one row
+// per chunk). GROUPS: the chunk is whole b's, a b a group: each column's partial starts
+// at 0 and takes the b's rows in order, its total is 0 + the partial (one group).
+// PARTIALS: the groups met in the chunk in order, found by counting rows, not dividing.
+template <class T, class Value>
+inline void land_column_sums(const Sum& s, const Walk& w, const Chunk& ch, Value&& value) {
+  const int64_t n = ch.n;
+  if (s.landing == Landing::GROUPS) {
+    T* out = static_cast<T*>(s.out) + ch.b * n;
+    for (int64_t first = 0; first < ch.rows; first += w.Dr, out += n)
+      for (int64_t c = 0; c < n; ++c) {
+        double partial = 0.0;
+        for (int64_t r = 0; r < w.Dr; ++r) partial += value(first + r, c);
+        out[c] = T(0.0 + partial);
+      }
+    return;
+  }
+  int64_t group, end, b_end = ch.row - ch.r + w.Dr;     // end: the group's last row + 1
+  if (w.sum_over_b) {
+    group = ch.row / w.per_group;
+    end = (group + 1) * w.per_group;
+  } else {
+    group = ch.b * w.groups_per + ch.r / w.per_group;
+    end = std::min(b_end, ch.row - ch.r + (ch.r / w.per_group + 1) * w.per_group);
+  }
+  for (int64_t i = 0; i < ch.rows; ++group) {
+    const int64_t last = std::min(ch.rows, end - ch.row);
+    double* __restrict__ partial = s.acc + group * w.Dc + ch.c0;
+    if (n == 1) {
       double total = partial[0];
-      for (; i < end; ++i) total += double(x[i]);
+      for (; i < last; ++i) total += value(i, 0);
       partial[0] = total;
-      continue;
+    } else {
+      for (; i < last; ++i)
+        for (int64_t c = 0; c < n; ++c) partial[c] += value(i, c);
     }
-    for (; i < end; ++i) {
-      const T* __restrict__ values = x + i * ch.n;
-#pragma omp simd
-      for (int64_t c = 0; c < ch.n; ++c) partial[c] += double(values[c]);
+    if (w.sum_over_b) {
+      end += w.per_group;
+    } else if (end == b_end) {                           // the next b's first group
+      b_end += w.Dr;
+      end = std::min(b_end, end + w.per_group);
+    } else {
+      end = std::min(b_end, end + w.per_group);
     }
   }
 }
-inline void column_sums_of(double* acc, const Walk& w, const Chunk& ch, double value) {
-  for (int64_t i = 0; i < ch.rows; ++i) {
-    double* partial = acc + w.group(ch.row + i) * w.Dc + ch.c0;
-    for (int64_t c = 0; c < ch.n; ++c) partial[c] += value;
-  }
+template <class T>
+inline void column_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  const int64_t n = ch.n;
+  land_column_sums<T>(s, w, ch, [&](int64_t i, int64_t c) { return double(x[i * n + c]); });
+}
+template <class T>
+inline void column_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
+  land_column_sums<T>(s, w, ch, [&](int64_t, int64_t) { return value; });
+}
+// A chunk of one row: where its column sums add (PARTIALS; GROUPS chunks have several
+// rows), for a generated kernel that adds them in its element loop.
+inline double* column_partial(const Sum& s, const Walk& w, const Chunk& ch) {
+  return s.acc + w.group(ch.row) * w.Dc + ch.c0;
 }
 
 // Runs body(walk, chunk, scratch) on every chunk of the phase's domain (chunks of at most
@@ -431,8 +632,6 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
   const int64_t Dc = domain & AC ? dims.C : 1;
   const int64_t nch = (Dc + CH - 1) / CH, blocks = (Dc + SUM_BLOCK - 1) / SUM_BLOCK;
   const int64_t rows = Db * Dr;
-  // rows per chunk: 1 (a row's chunks along C), or as many whole rows as fit
-  const int64_t per_chunk = together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
   bool columns = false;
   int sum_over_b = 0;
   for (const Sum& s : sums)
@@ -442,71 +641,114 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
   const int64_t groups_per = (span + per_group - 1) / per_group;
   const int64_t groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
   const Walk walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
-  for (Sum& s : sums) {
-    s.over_c = (s.axes & AC) != 0;
-    s.acc.assign(s.over_c ? rows * blocks : groups * Dc, 0.0);
-  }
+  // column sums land per b (GROUPS) where a b is one group of 2 or more rows and chunks of
+  // whole b's fit: the chunks then hold whole b's, never one row
+  const bool whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 &&
+                        together && Dr * Dc <= CH;
+  // rows per chunk: 1 (a row's chunks along C), or as many whole rows (whole b's) as fit
+  const int64_t per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
+                            : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
+  // the items the threads share: chunks, or (column sums) runs of whole groups holding
+  // about 16 chunks' worth of elements (a group is a range of rows, and groups in order
+  // cover the rows in order: group g ends where group g + 1 starts)
+  const int64_t group_rows = sum_over_b ? per_group : std::min(per_group, Dr);
+  const int64_t per_item = std::max<int64_t>(
+      1, (16 * CH) / std::max<int64_t>(1, group_rows * std::max<int64_t>(1, Dc)));
+  const int64_t items = columns ? (groups + per_item - 1) / per_item
+                        : per_chunk == 1 ? rows * nch : (rows + per_chunk - 1) / per_chunk;
   const int threads = rows * Dc >= PARALLEL_MIN ? thread_count() : 1;
+  const bool serial = std::min<int64_t>(threads, items) <= 1;
+  std::vector<Buffer<double>> held;
+  held.reserve(sums.size());
+  for (Sum& s : sums) {
+    const int rm = domain & ~s.axes;
+    s.over_c = (s.axes & AC) != 0;
+    s.out = arrays[s.dst];
+    s.per_r = rm & AR ? 1 : 0;
+    s.per_b = rm & AB ? (rm & AR ? Dr : 1) : 0;
+    int64_t size = 0;
+    bool zero = true;
+    if (s.over_c && s.direct && blocks == 1 && rm == (domain & (AB | AR))) {
+      s.landing = Landing::ROWS;
+    } else if (s.over_c && serial) {
+      s.landing = Landing::RUNNING;
+      size = dims.size(rm);
+    } else if (s.over_c) {
+      s.landing = Landing::PARTIALS;
+      size = rows * blocks;
+      zero = false;                              // every row's every block is written
+    } else if (whole_bs && s.direct && s.axes == AR) {
+      s.landing = Landing::GROUPS;
+    } else {
+      s.landing = Landing::PARTIALS;
+      size = groups * Dc;
+    }
+    held.emplace_back(size);
+    s.acc = held.back().data();
+    if (zero) std::fill(s.acc, s.acc + size, 0.0);
+  }
   // the chunks of the rows [first, last), in order
   auto walk_rows = [&](int64_t first, int64_t last, T* scratch) {
     if (per_chunk == 1) {
       for (int64_t row = first; row < last; ++row)
         for (int64_t c0 = 0; c0 < Dc; c0 += CH)
-          body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0)}, scratch);
+          body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0), row / Dr, row % Dr}, scratch);
     } else {
       for (int64_t row = first; row < last; row += per_chunk)
-        body(walk, Chunk{row, std::min(per_chunk, last - row), 0, Dc}, scratch);
+        body(walk, Chunk{row, std::min(per_chunk, last - row), 0, Dc, row / Dr, row % Dr},
+             scratch);
     }
   };
   if (!columns) {
     if (per_chunk == 1) {
-      for_each_item<T>(rows * nch, threads, scratch_size, [&](int64_t item, T* scratch) {
+      for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
         const int64_t row = item / nch, c0 = (item % nch) * CH;
-        body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0)}, scratch);
+        body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0), row / Dr, row % Dr}, scratch);
       });
     } else {
-      for_each_item<T>((rows + per_chunk - 1) / per_chunk, threads, scratch_size,
-                       [&](int64_t item, T* scratch) {
+      for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
         const int64_t row = item * per_chunk;
-        body(walk, Chunk{row, std::min(per_chunk, rows - row), 0, Dc}, scratch);
+        body(walk, Chunk{row, std::min(per_chunk, rows - row), 0, Dc, row / Dr, row % Dr},
+             scratch);
       });
     }
   } else {
-    // a thread's item: consecutive groups holding about 16 chunks' worth of elements (a
-    // group is a range of rows, and groups in order cover the rows in order: group g
-    // ends where group g + 1 starts)
-    const int64_t group_rows = sum_over_b ? per_group : std::min(per_group, Dr);
-    const int64_t per_item = std::max<int64_t>(
-        1, (16 * CH) / std::max<int64_t>(1, group_rows * std::max<int64_t>(1, Dc)));
     auto first_row = [&](int64_t g) {
       if (g >= groups) return rows;
       return sum_over_b ? g * per_group : (g / groups_per) * Dr + (g % groups_per) * per_group;
     };
-    for_each_item<T>((groups + per_item - 1) / per_item, threads, scratch_size,
-                     [&](int64_t item, T* scratch) {
+    for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
       const int64_t g0 = item * per_item;
       walk_rows(first_row(g0), first_row(std::min(groups, g0 + per_item)), scratch);
     });
   }
   for (Sum& s : sums) {
+    if (s.landing == Landing::ROWS || s.landing == Landing::GROUPS) continue;
     const int rm = domain & ~s.axes;
     T* out = arrays[s.dst];
-    std::vector<double> total(dims.size(rm), 0.0);
+    const int64_t size = dims.size(rm);
+    if (s.landing == Landing::RUNNING) {
+      for (int64_t i = 0; i < size; ++i) out[i] = T(s.acc[i]);
+      continue;
+    }
+    Buffer<double> held_total(size);
+    double* total = held_total.data();
+    std::fill(total, total + size, 0.0);
     if (s.over_c) {                  // the partials in order: row after row
-      const double* part = s.acc.data();
+      const double* part = s.acc;
       for (int64_t b = 0; b < Db; ++b)
         for (int64_t r = 0; r < Dr; ++r) {
-          double& t = total[dims.index(rm, b, r, 0)];
+          double& t = total[b * s.per_b + r * s.per_r];
           for (int64_t k = 0; k < blocks; ++k) t += *part++;
         }
     } else {
       for (int64_t g = 0; g < groups; ++g) {
-        double* t = total.data() + (sum_over_b ? 0 : (g / groups_per) * Dc);
-        const double* partial = s.acc.data() + g * Dc;
+        double* t = total + (sum_over_b ? 0 : (g / groups_per) * Dc);
+        const double* partial = s.acc + g * Dc;
         for (int64_t c = 0; c < Dc; ++c) t[c] += partial[c];
       }
     }
-    for (size_t i = 0; i < total.size(); ++i) out[i] = T(total[i]);
+    for (int64_t i = 0; i < size; ++i) out[i] = T(total[i]);
   }
 }
 
@@ -540,10 +782,12 @@ template <class T> void top_k(const T* x, int64_t n, double kd, T* mask) {
     if (x[i] == threshold) { mask[i] = T(1); ++taken; }
 }
 
-// The arrays of one run: the caller's (inputs, updated in place), then scratch.
+// The arrays of one run: the caller's (inputs, updated in place), then scratch from the
+// thread's Buffers, not zeroed: each is written whole before a phase reads it (VM code
+// that would read one first is refused: scratch_written_first).
 template <class T> struct Arrays {
   std::vector<T*> ptr;
-  std::vector<std::vector<T>> owned;
+  std::vector<Buffer<T>> owned;
   Arrays(int n_inputs, int n_arrays, const int32_t* masks, void* const* inputs,
          const Dims& dims) : ptr(n_arrays) {
     owned.reserve(n_arrays);
@@ -551,11 +795,44 @@ template <class T> struct Arrays {
       if (k < n_inputs) {
         ptr[k] = static_cast<T*>(inputs[k]);
       } else {
-        owned.emplace_back(std::max<int64_t>(1, dims.size(masks[k])));
+        owned.emplace_back(dims.size(masks[k]));
         ptr[k] = owned.back().data();
       }
     }
   }
 };
+
+// Whether every scratch array (index n_inputs on) that a phase reads was written whole
+// by an earlier phase: stored in a phase whose domain spans the array's axes, or a sum's
+// or a top-k's result. bytecode.py's schedule writes them so (a small node is stored in
+// the phase of its own axes, a sum lands at its phase's end, and a phase reading either
+// comes later); codegen.py checks the same before it writes a kernel.
+inline bool scratch_written_first(int n_inputs, int n_arrays, const int32_t* masks,
+                                  int n_phases, const int* domains, const int* counts,
+                                  const abi::Ins* const* phases) {
+  std::vector<char> written(size_t(std::max(n_arrays, 0)), 0);
+  for (int k = 0; k < std::min(n_inputs, n_arrays); ++k) written[k] = 1;
+  auto ready = [&](int kind, int k) {
+    return kind != abi::ARR || (k >= 0 && k < n_arrays && written[k]);
+  };
+  for (int p = 0; p < n_phases; ++p) {
+    for (int i = 0; i < counts[p]; ++i) {
+      const abi::Ins& in = phases[p][i];
+      if (!ready(in.a_kind, in.a) || !ready(in.b_kind, in.b) || !ready(in.c_kind, in.c))
+        return false;
+      if (in.dst < 0 || in.dst >= n_arrays) {
+        if (in.op == abi::STORE || in.op == abi::SUM || in.op == abi::TOPK) return false;
+      }
+    }
+    for (int i = 0; i < counts[p]; ++i) {
+      const abi::Ins& in = phases[p][i];
+      const bool whole = in.op == abi::SUM || in.op == abi::TOPK ||
+                         (in.op == abi::STORE && domains[p] != abi::SELECT &&
+                          !(masks[in.dst] & ~domains[p]));
+      if (whole) written[in.dst] = 1;
+    }
+  }
+  return true;
+}
 
 }  // namespace uo

@@ -42,7 +42,17 @@ bool parse(const int32_t* code, int64_t length, Program& p) {
     if (at > length) return false;
     p.phases.push_back(ph);
   }
-  return at == length;
+  if (at != length) return false;
+  // scratch arrays come unzeroed from a pool: each must be written before it is read
+  std::vector<int> domains, counts;
+  std::vector<const Ins*> lists;
+  for (const Phase& ph : p.phases) {
+    domains.push_back(ph.domain);
+    counts.push_back(ph.n);
+    lists.push_back(ph.ins);
+  }
+  return uo::scratch_written_first(p.n_inputs, p.n_arrays, p.masks, int(p.phases.size()),
+                                   domains.data(), counts.data(), lists.data());
 }
 
 template <class T> struct Val { const T* p; T s; bool vec; };
@@ -125,7 +135,7 @@ template <class T> struct Interpreter {
           uo::gather(gathered, arrays[k], m, dims, w, ch);
           return {gathered, T(0), true};
         }
-        const int64_t i = dims.index(m, w.b(ch.row), w.r(ch.row), ch.c0);
+        const int64_t i = dims.index(m, ch.b, ch.r, ch.c0);
         if (m & uo::AC) return {arrays[k] + i, T(0), true};
         return {nullptr, arrays[k][i], false};
       }
@@ -137,7 +147,7 @@ template <class T> struct Interpreter {
 
   // one chunk of a phase (phases.h's Chunk), instruction after instruction; registers
   // hold CHUNK elements, then 3 gather buffers of CHUNK
-  void chunk(const Phase& ph, std::vector<uo::Sum>& sums, T* regs, const uo::Walk& w,
+  void chunk(const Phase& ph, const std::vector<uo::Sum>& sums, T* regs, const uo::Walk& w,
              const uo::Chunk& ch) const {
     const int64_t n = ch.size();
     T* gathered = regs + int64_t(prog.n_regs) * CHUNK;
@@ -173,21 +183,20 @@ template <class T> struct Interpreter {
                  value(in.c_kind, in.c, regs, ph.domain, w, ch, gathered + 2 * CHUNK), n);
           break;
         case SUM: {
-          uo::Sum& sum = sums[s++];
+          const uo::Sum& sum = sums[s++];
           if (sum.over_c) {
-            if (a.vec) uo::row_sums(sum.acc.data(), w, ch, a.p);
-            else uo::row_sums_of(sum.acc.data(), w, ch, double(a.s));
+            if (a.vec) uo::row_sums(sum, w, ch, a.p);
+            else uo::row_sums_of<T>(sum, w, ch, double(a.s));
           } else {
-            if (a.vec) uo::column_sums(sum.acc.data(), w, ch, a.p);
-            else uo::column_sums_of(sum.acc.data(), w, ch, double(a.s));
+            if (a.vec) uo::column_sums(sum, w, ch, a.p);
+            else uo::column_sums_of<T>(sum, w, ch, double(a.s));
           }
           break;
         }
         case STORE: {
           // a chunk of several rows stores into an array spanning the domain (rows_together)
           T* out = arrays[in.dst] + (ch.rows > 1 ? ch.row * w.Dc
-                                     : dims.index(prog.masks[in.dst], w.b(ch.row),
-                                                  w.r(ch.row), ch.c0));
+                                     : dims.index(prog.masks[in.dst], ch.b, ch.r, ch.c0));
           if (a.vec) {
             const T* x = a.p;
             for (int64_t j = 0; j < n; ++j) out[j] = x[j];
@@ -220,7 +229,10 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
     }
     std::vector<uo::Sum> sums;
     for (int k = 0; k < ph.n; ++k)
-      if (ph.ins[k].op == SUM) sums.push_back({ph.ins[k].aux, ph.ins[k].dst, false, {}});
+      if (ph.ins[k].op == SUM) {
+        const int dst = ph.ins[k].dst;
+        sums.push_back({ph.ins[k].aux, dst, uo::lands_direct(dst, ph.ins, ph.n)});
+      }
     uo::run_phase<CHUNK, T>(ph.domain, dims, sums, arrays.ptr.data(),
                             int64_t(prog.n_regs + 3) * CHUNK,
                             uo::rows_together(ph.domain, prog.masks, ph.ins, ph.n),
