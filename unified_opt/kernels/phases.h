@@ -91,6 +91,14 @@ template <class T> inline T logical_or(T x, T y) { return T((x != T(0)) | (y != 
 
 constexpr int LANES = 16;
 
+// inlined whatever the compiler's heuristics say: the short sums of a conv weight's rows,
+// called once per row of 3 (a call per row kept a running total out of the registers)
+#if defined(__GNUC__) || defined(__clang__)
+#define UO_INLINE inline __attribute__((always_inline))
+#else
+#define UO_INLINE inline
+#endif
+
 // lane_sum of fewer than LANES elements (a conv weight's row of 3) without the empty
 // lanes: lane l < n holds 0.0 + x[l], never -0; every other lane is +0, and adding +0 to
 // a value that is not -0 gives it back, bits and NaN payload alike, so the lanes that
@@ -410,9 +418,25 @@ inline bool lands_direct(int dst, const abi::Ins* ins, int n) {
 // n values of a row copied to each of `rows` rows, or one value per row repeated n
 // times (N: n known to the compiler for short rows)
 template <int N, class T>
-inline void gather_rows(T* __restrict__ to, const T* from, int64_t n, int64_t rows,
-                        bool along_c, int64_t per_r, int64_t per_b, int64_t r, int64_t Dr) {
+UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64_t n,
+                           int64_t rows, bool along_c, int64_t per_r, int64_t per_b,
+                           int64_t r, int64_t Dr) {
   const int64_t width = N > 0 ? N : n;
+  if (!along_c && per_b == Dr * per_r) {      // a value per row, the rows' values in a run
+    for (int64_t i = 0; i < rows; ++i, to += width) {
+      const T value = from[i * per_r];
+      for (int64_t c = 0; c < width; ++c) to[c] = value;
+    }
+    return;
+  }
+  if (along_c && per_r == 0) {                // a b's row, copied to each of its rows
+    for (int64_t i = 0; i < rows; r = 0, from += per_b) {
+      const int64_t last = std::min(rows, i + (Dr - r));
+      for (; i < last; ++i, to += width)
+        for (int64_t c = 0; c < width; ++c) to[c] = from[c];
+    }
+    return;
+  }
   for (int64_t i = 0; i < rows; ++i, to += width) {
     if (along_c) {
       for (int64_t c = 0; c < width; ++c) to[c] = from[c];
@@ -447,7 +471,7 @@ inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims
 }
 
 // short_lane_sum of N elements, N known to the compiler (unrolled: a conv weight's rows)
-template <int N, class T> inline double short_sum(const T* __restrict__ x) {
+template <int N, class T> UO_INLINE double short_sum(const T* __restrict__ x) {
   double lane[N];
   for (int l = 0; l < N; ++l) lane[l] = 0.0 + double(x[l]);
   int live = N;
@@ -560,18 +584,42 @@ inline void row_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double val
 // per chunk). GROUPS: the chunk is whole b's, a b a group: each column's partial starts
 // at 0 and takes the b's rows in order, its total is 0 + the partial (one group).
 // PARTIALS: the groups met in the chunk in order, found by counting rows, not dividing.
+// GROUPS: per b (Dr rows), each column's partial from 0 over the rows in order, its total
+// 0 + the partial (N: n known to the compiler, up to 4 columns)
+template <int N, class T, class Value>
+UO_INLINE void group_totals(T* __restrict__ out, int64_t Dr, int64_t rows, int64_t n,
+                            Value&& value) {
+  if (N == 0) {
+    for (int64_t first = 0; first < rows; first += Dr, out += n)
+      for (int64_t c = 0; c < n; ++c) {
+        double partial = 0.0;
+        for (int64_t r = 0; r < Dr; ++r) partial += value(first + r, c);
+        out[c] = T(0.0 + partial);
+      }
+    return;
+  }
+  constexpr int W = N > 0 ? N : 1;
+  for (int64_t first = 0; first < rows; first += Dr, out += W) {
+    double partial[W];
+    for (int c = 0; c < W; ++c) partial[c] = 0.0;
+    for (int64_t r = 0; r < Dr; ++r)
+      for (int c = 0; c < W; ++c) partial[c] += value(first + r, c);
+    for (int c = 0; c < W; ++c) out[c] = T(0.0 + partial[c]);
+  }
+}
+
 template <class T, class Value>
 inline void land_column_sums(const Sum& s, const Walk& w, const Chunk& ch, Value&& value) {
   const int64_t n = ch.n;
   if (s.landing == Landing::GROUPS) {
     T* out = static_cast<T*>(s.out) + ch.b * n;
-    for (int64_t first = 0; first < ch.rows; first += w.Dr, out += n)
-      for (int64_t c = 0; c < n; ++c) {
-        double partial = 0.0;
-        for (int64_t r = 0; r < w.Dr; ++r) partial += value(first + r, c);
-        out[c] = T(0.0 + partial);
-      }
-    return;
+    switch (n) {                 // a conv weight's rows: the columns in registers
+      case 1: return group_totals<1>(out, w.Dr, ch.rows, n, value);
+      case 2: return group_totals<2>(out, w.Dr, ch.rows, n, value);
+      case 3: return group_totals<3>(out, w.Dr, ch.rows, n, value);
+      case 4: return group_totals<4>(out, w.Dr, ch.rows, n, value);
+      default: return group_totals<0>(out, w.Dr, ch.rows, n, value);
+    }
   }
   int64_t group, end, b_end = ch.row - ch.r + w.Dr;     // end: the group's last row + 1
   if (w.sum_over_b) {
