@@ -112,8 +112,14 @@ class GraphStep:
                 raise build.KernelUnavailable("the kernel VM cannot be built here")
             self.order = [runner.state_order(plan.spec, tuple(p.shape), "float32")
                           for p, plan in zip(optimizer._parameters, optimizer._plans)]
-            self.sizes = [max(self._segment(runner, p, plan, step) for step in PROBE_STEPS)
-                          for p, plan in zip(optimizer._parameters, optimizer._plans)]
+            # step after step, every parameter at each: the runner's traces of one step
+            # serve every parameter of one spec and rank (a parameter after parameter
+            # order traced each shape at every probe step)
+            pairs = list(zip(optimizer._parameters, optimizer._plans))
+            self.sizes = [0] * len(pairs)
+            for step in PROBE_STEPS:
+                for i, (p, plan) in enumerate(pairs):
+                    self.sizes[i] = max(self.sizes[i], self._segment(runner, p, plan, step))
             library = str(build.library())
         except (Untraceable, build.KernelUnavailable) as error:
             self.refusal = (f"{type(optimizer).__name__} ({optimizer.spec.name}) cannot run "
