@@ -22,6 +22,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <vector>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -429,11 +432,11 @@ UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64
     }
     return;
   }
-  if (along_c && per_r == 0) {                // a b's row, copied to each of its rows
+  if (per_r == 0) {                           // a b's row or value, for each of its rows
     for (int64_t i = 0; i < rows; r = 0, from += per_b) {
       const int64_t last = std::min(rows, i + (Dr - r));
       for (; i < last; ++i, to += width)
-        for (int64_t c = 0; c < width; ++c) to[c] = from[c];
+        for (int64_t c = 0; c < width; ++c) to[c] = from[along_c ? c : 0];
     }
     return;
   }
@@ -568,10 +571,81 @@ inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& e
   }
 }
 
+#if defined(__AVX2__)
+// Rows of 3 (a conv weight's), four at a time in AVX2: the lanes of 12 values (each
+// 0 + x, as short_sum's) moved so that lane i of X0, X1, X2 holds row i's elements, then
+// (X0 + X2) + X1: short_sum<3>'s operations, lane by lane (the same bits).
+UO_INLINE __m256d four_rows_of_3(__m256d d0, __m256d d1, __m256d d2) {
+  const __m256d x0 = _mm256_permute4x64_pd(
+      _mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x4), d2, 0x2), _MM_SHUFFLE(1, 2, 3, 0));
+  const __m256d x1 = _mm256_permute4x64_pd(
+      _mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x9), d2, 0x4), _MM_SHUFFLE(2, 3, 0, 1));
+  const __m256d x2 = _mm256_permute4x64_pd(
+      _mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x2), d2, 0x9), _MM_SHUFFLE(3, 0, 1, 2));
+  return _mm256_add_pd(_mm256_add_pd(x0, x2), x1);
+}
+UO_INLINE __m256d four_partials_of_3(const float* x) {
+  const __m256d zero = _mm256_setzero_pd();
+  return four_rows_of_3(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm_loadu_ps(x))),
+                        _mm256_add_pd(zero, _mm256_cvtps_pd(_mm_loadu_ps(x + 4))),
+                        _mm256_add_pd(zero, _mm256_cvtps_pd(_mm_loadu_ps(x + 8))));
+}
+UO_INLINE __m256d four_partials_of_3(const double* x) {
+  const __m256d zero = _mm256_setzero_pd();
+  return four_rows_of_3(_mm256_add_pd(zero, _mm256_loadu_pd(x)),
+                        _mm256_add_pd(zero, _mm256_loadu_pd(x + 4)),
+                        _mm256_add_pd(zero, _mm256_loadu_pd(x + 8)));
+}
+UO_INLINE void store_rounded(float* out, __m256d v) { _mm_storeu_ps(out, _mm256_cvtpd_ps(v)); }
+UO_INLINE void store_rounded(double* out, __m256d v) { _mm256_storeu_pd(out, v); }
+
+// row_sums of whole rows of 3 landed ROWS, RUNNING into one total or one per row, or
+// PARTIALS of one block: false (nothing done) for the other landings
+template <class T>
+inline bool rows_of_3(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  const int64_t rows = ch.rows, fours = rows - rows % 4;
+  const __m256d zero = _mm256_setzero_pd();
+  int64_t i = 0;
+  if (s.landing == Landing::ROWS) {
+    T* out = static_cast<T*>(s.out) + ch.row;
+    for (; i < fours; i += 4)
+      store_rounded(out + i, _mm256_add_pd(zero, four_partials_of_3(x + 3 * i)));
+    for (; i < rows; ++i) out[i] = T(0.0 + short_sum<3>(x + 3 * i));
+  } else if (s.landing == Landing::RUNNING && s.per_b == 0 && s.per_r == 0) {
+    double t = s.acc[0];
+    for (; i < fours; i += 4) {
+      alignas(32) double p[4];
+      _mm256_store_pd(p, four_partials_of_3(x + 3 * i));
+      t += p[0];
+      t += p[1];
+      t += p[2];
+      t += p[3];
+    }
+    for (; i < rows; ++i) t += short_sum<3>(x + 3 * i);
+    s.acc[0] = t;
+  } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
+    double* t = s.acc + ch.row;
+    for (; i < fours; i += 4)
+      _mm256_storeu_pd(t + i, _mm256_add_pd(_mm256_loadu_pd(t + i), four_partials_of_3(x + 3 * i)));
+    for (; i < rows; ++i) t[i] += short_sum<3>(x + 3 * i);
+  } else if (s.landing == Landing::PARTIALS && w.blocks == 1) {
+    double* acc = s.acc + ch.row;
+    for (; i < fours; i += 4) _mm256_storeu_pd(acc + i, four_partials_of_3(x + 3 * i));
+    for (; i < rows; ++i) acc[i] = short_sum<3>(x + 3 * i);
+  } else {
+    return false;
+  }
+  return true;
+}
+#endif
+
 // A sum over C of the chunk's values x: each row's blocks (the same partials as one chunk
 // per row), landed as s says.
 template <class T>
 inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+#if defined(__AVX2__)
+  if (ch.n == 3 && rows_of_3(s, w, ch, x)) return;
+#endif
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
 }
 template <class T>
