@@ -292,8 +292,9 @@ def markdown(runs: list[dict], cold: list[dict]) -> str:
     if cold:
         lines += ["## First steps on a cold kernel cache", "",
                   "`--cold`: a fresh `UNIFIED_OPT_CACHE`, one row per process at the "
-                  "framework's default threads; the first step builds the VM (the step "
-                  "waits for it); the generated kernels compile in the background. "
+                  "framework's default threads; the VM is built by the first step "
+                  "(earlier runs) or by `uo.build` (the `build s` column; runs labelled "
+                  "so); the generated kernels compile in the background. "
                   "`warm`: the median of 10 steps after every kernel landed.", "",
                   "| label | framework | row | load | build s | first step s | first / warm "
                   "| max of steps 2.. / warm | warm ms | kernels landed by the last "

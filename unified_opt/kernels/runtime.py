@@ -380,11 +380,16 @@ class KernelPath:
         return cls(mode, owner)
 
     def require(self, parameters) -> None:
-        """``compile=True`` promises the kernels: raise at build, before any step, where a
+        """At the optimizer's build: the VM is loaded (built first where this machine's
+        cache has none: seconds, once per machine), so that no training step waits for
+        it. ``compile=True`` promises the kernels: raise, before any step, where a
         parameter's update cannot run on them (``"auto"`` runs it eagerly instead).
         ``parameters``: ``(name, spec, shape, dtype, why_not)``, ``why_not`` the backend's
         reason its tensors cannot be handed to the VM (device, layout) or ""."""
+        parameters = list(parameters)
         if self.mode is not True:
+            if any(not row[-1] for row in parameters):
+                self.runner()                        # "auto": warns where it cannot
             return
         runner = self.runner()                       # KernelUnavailable: no VM here
         for name, spec, shape, dtype, why_not in parameters:
