@@ -217,8 +217,9 @@ def test_inductor_raises_where_it_cannot_compile(monkeypatch):
 
 
 def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(monkeypatch):
-    """No C++ compiler for the VM (planted): "auto" warns once and steps eagerly with
-    the numbers of compile=False; compile=True raises at build, naming the compiler."""
+    """No C++ compiler for the VM (planted): "auto" warns once (at the build, where the
+    VM is loaded) and steps eagerly with the numbers of compile=False; compile=True
+    raises at build, naming the compiler."""
     from unified_opt.kernels import build
 
     def unavailable(*args, **kwargs):
@@ -231,9 +232,9 @@ def test_auto_runs_eagerly_after_a_warning_where_the_kernel_vm_cannot_be_built(m
     for mode in (False, "auto"):
         params = {n: torch.nn.Parameter(torch.from_numpy(a))
                   for n, a in case.initial_params().items()}
-        optimizer = uo.build(case.spec, list(params.items()), options={"compile": mode})
         with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+            warnings.simplefilter("always")      # (the build looks for the VM)
+            optimizer = uo.build(case.spec, list(params.items()), options={"compile": mode})
             for g in grads:
                 for n, p in params.items():
                     p.grad = torch.from_numpy(g[n])
