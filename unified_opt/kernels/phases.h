@@ -420,11 +420,52 @@ inline bool lands_direct(int dst, const abi::Ins* ins, int n) {
 
 // n values of a row copied to each of `rows` rows, or one value per row repeated n
 // times (N: n known to the compiler for short rows)
+// to[3k + j] = from[k] for k < count, j < 3 (a conv weight's values per row of 3, or per b
+// of 3 rows): four values at a time moved into 12 lanes in AVX2
+template <class T>
+UO_INLINE void repeat_thrice(T* __restrict__ to, const T* __restrict__ from, int64_t count) {
+  int64_t k = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256i low = _mm256_setr_epi32(0, 0, 0, 1, 1, 1, 2, 2);
+    const __m256i high = _mm256_setr_epi32(2, 3, 3, 3, 0, 0, 0, 0);
+    for (; k + 4 <= count; k += 4) {
+      const __m256 v = _mm256_castps128_ps256(_mm_loadu_ps(from + k));
+      _mm256_storeu_ps(to + 3 * k, _mm256_permutevar8x32_ps(v, low));
+      _mm_storeu_ps(to + 3 * k + 8, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(v, high)));
+    }
+  } else if constexpr (std::is_same_v<T, double>) {
+    for (; k + 4 <= count; k += 4) {
+      const __m256d v = _mm256_loadu_pd(from + k);
+      _mm256_storeu_pd(to + 3 * k, _mm256_permute4x64_pd(v, _MM_SHUFFLE(1, 0, 0, 0)));
+      _mm256_storeu_pd(to + 3 * k + 4, _mm256_permute4x64_pd(v, _MM_SHUFFLE(2, 2, 1, 1)));
+      _mm256_storeu_pd(to + 3 * k + 8, _mm256_permute4x64_pd(v, _MM_SHUFFLE(3, 3, 3, 2)));
+    }
+  }
+#endif
+  for (; k < count; ++k) to[3 * k] = to[3 * k + 1] = to[3 * k + 2] = from[k];
+}
+
 template <int N, class T>
 UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64_t n,
                            int64_t rows, bool along_c, int64_t per_r, int64_t per_b,
                            int64_t r, int64_t Dr) {
   const int64_t width = N > 0 ? N : n;
+  if (N == 3 && !along_c && per_r == 1 && per_b == Dr)   // a conv weight's row values
+    return repeat_thrice(to, from, rows);
+  if (N == 1 && !along_c && per_r == 0 && per_b == 1 && Dr == 3) {  // its b values
+    int64_t i = 0;
+    for (; r != 0 && i < rows; ++i, r = (r + 1) % 3) {
+      *to++ = from[0];
+      if (r == 2) ++from;
+    }
+    const int64_t whole = (rows - i) / 3;
+    repeat_thrice(to, from, whole);
+    to += 3 * whole;
+    from += whole;
+    for (i += 3 * whole; i < rows; ++i) *to++ = from[0];
+    return;
+  }
   if (!along_c && per_b == Dr * per_r) {      // a value per row, the rows' values in a run
     for (int64_t i = 0; i < rows; ++i, to += width) {
       const T value = from[i * per_r];
@@ -575,14 +616,60 @@ inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& e
 // Rows of 3 (a conv weight's), four at a time in AVX2: the lanes of 12 values (each
 // 0 + x, as short_sum's) moved so that lane i of X0, X1, X2 holds row i's elements, then
 // (X0 + X2) + X1: short_sum<3>'s operations, lane by lane (the same bits).
+// d0, d1, d2: 12 consecutive values; x0, x1, x2: element 0, 1, 2 of each of 4 triples
+UO_INLINE void split_triples(__m256d d0, __m256d d1, __m256d d2, __m256d& x0, __m256d& x1,
+                             __m256d& x2) {
+  x0 = _mm256_permute4x64_pd(_mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x4), d2, 0x2),
+                             _MM_SHUFFLE(1, 2, 3, 0));
+  x1 = _mm256_permute4x64_pd(_mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x9), d2, 0x4),
+                             _MM_SHUFFLE(2, 3, 0, 1));
+  x2 = _mm256_permute4x64_pd(_mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x2), d2, 0x9),
+                             _MM_SHUFFLE(3, 0, 1, 2));
+}
 UO_INLINE __m256d four_rows_of_3(__m256d d0, __m256d d1, __m256d d2) {
-  const __m256d x0 = _mm256_permute4x64_pd(
-      _mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x4), d2, 0x2), _MM_SHUFFLE(1, 2, 3, 0));
-  const __m256d x1 = _mm256_permute4x64_pd(
-      _mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x9), d2, 0x4), _MM_SHUFFLE(2, 3, 0, 1));
-  const __m256d x2 = _mm256_permute4x64_pd(
-      _mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x2), d2, 0x9), _MM_SHUFFLE(3, 0, 1, 2));
+  __m256d x0, x1, x2;
+  split_triples(d0, d1, d2, x0, x1, x2);
   return _mm256_add_pd(_mm256_add_pd(x0, x2), x1);
+}
+UO_INLINE void store_rounded(float* out, __m256d v) { _mm_storeu_ps(out, _mm256_cvtpd_ps(v)); }
+UO_INLINE void store_rounded(double* out, __m256d v) { _mm256_storeu_pd(out, v); }
+UO_INLINE void load_doubles(const float* x, __m256d& d0, __m256d& d1, __m256d& d2) {
+  d0 = _mm256_cvtps_pd(_mm_loadu_ps(x));
+  d1 = _mm256_cvtps_pd(_mm_loadu_ps(x + 4));
+  d2 = _mm256_cvtps_pd(_mm_loadu_ps(x + 8));
+}
+UO_INLINE void load_doubles(const double* x, __m256d& d0, __m256d& d1, __m256d& d2) {
+  d0 = _mm256_loadu_pd(x);
+  d1 = _mm256_loadu_pd(x + 4);
+  d2 = _mm256_loadu_pd(x + 8);
+}
+
+// GROUPS of the chunk's values x where rows are 1 long and a b has 3 of them: each b's
+// total as group_totals's (a partial from 0 adding the b's rows in order, then 0 + the
+// partial), four b's at a time. False: not such a chunk.
+template <class T>
+inline bool groups_in_vectors(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  const __m256d zero = _mm256_setzero_pd();
+  T* out = static_cast<T*>(s.out) + ch.b * ch.n;
+  const int64_t bs = ch.rows / w.Dr;
+  if (ch.n == 1 && w.Dr == 3) {
+    const int64_t fours = bs - bs % 4;
+    int64_t b = 0;
+    for (; b < fours; b += 4) {
+      __m256d d0, d1, d2, x0, x1, x2;
+      load_doubles(x + 3 * b, d0, d1, d2);
+      split_triples(d0, d1, d2, x0, x1, x2);
+      const __m256d partial = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(zero, x0), x1), x2);
+      store_rounded(out + b, _mm256_add_pd(zero, partial));
+    }
+    for (; b < bs; ++b) {
+      double partial = 0.0;
+      for (int64_t r = 0; r < 3; ++r) partial += double(x[3 * b + r]);
+      out[b] = T(0.0 + partial);
+    }
+    return true;
+  }
+  return false;
 }
 UO_INLINE __m256d four_partials_of_3(const float* x) {
   const __m256d zero = _mm256_setzero_pd();
@@ -596,8 +683,6 @@ UO_INLINE __m256d four_partials_of_3(const double* x) {
                         _mm256_add_pd(zero, _mm256_loadu_pd(x + 4)),
                         _mm256_add_pd(zero, _mm256_loadu_pd(x + 8)));
 }
-UO_INLINE void store_rounded(float* out, __m256d v) { _mm_storeu_ps(out, _mm256_cvtpd_ps(v)); }
-UO_INLINE void store_rounded(double* out, __m256d v) { _mm256_storeu_pd(out, v); }
 
 // row_sums of whole rows of 3 landed ROWS, RUNNING into one total or one per row, or
 // PARTIALS of one block: false (nothing done) for the other landings
@@ -726,6 +811,9 @@ inline void land_column_sums(const Sum& s, const Walk& w, const Chunk& ch, Value
 }
 template <class T>
 inline void column_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+#if defined(__AVX2__)
+  if (s.landing == Landing::GROUPS && groups_in_vectors(s, w, ch, x)) return;
+#endif
   const int64_t n = ch.n;
   land_column_sums<T>(s, w, ch, [&](int64_t i, int64_t c) { return double(x[i * n + c]); });
 }
