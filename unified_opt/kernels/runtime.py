@@ -121,6 +121,9 @@ class Programs:
         self._fixed: dict = {}
         #: a kernel shape -> its canonical dims as the VM reads them
         self._dims: dict = {}
+        #: (id(spec), rank, dtype, lr, step) -> (spec, whether it runs flat, code, its
+        #: bytes, scalars) of a program serving every shape of the rank
+        self._rank_programs: dict = {}
 
     def prepared(self, spec, shape: tuple[int, ...], dtype: str, lr: float,
                  step: int) -> Prepared:
@@ -139,15 +142,29 @@ class Programs:
             if len(self._fixed) >= LABELS_KEPT:
                 self._fixed.clear()
             self._fixed[key[:3]] = fixed
-        kernel_shape, code, scalars, _ = self.program(spec, shape, dtype, lr, step)
+        # a program that serves every shape of the rank is asked for once a step
+        rank_key = (id(spec), len(shape), dtype, lr, step)
+        shared = self._rank_programs.get(rank_key)
+        if shared is not None and shared[0] is spec:
+            _, flat, code, code_key, scalars = shared
+            kernel_shape = (fixed[3],) if flat else shape
+        else:
+            kernel_shape, code, scalars, serves_rank = self.program(spec, shape, dtype, lr,
+                                                                    step)
+            code_key = code.tobytes()
+            if serves_rank:
+                if len(self._rank_programs) >= LABELS_KEPT:
+                    self._rank_programs.clear()
+                self._rank_programs[rank_key] = (spec, kernel_shape != shape, code,
+                                                 code_key, scalars)
         dims = self._dims.get(kernel_shape)
         if dims is None:
             dims = self._dims[kernel_shape] = np.asarray(canonical_dims(kernel_shape),
                                                          dtype=np.int64)
             if len(self._dims) >= LABELS_KEPT:
                 self._dims.clear()
-        made = Prepared(fixed[1], fixed[2], kernel_shape, code, code.tobytes(), scalars,
-                        dims, fixed[3])
+        made = Prepared(fixed[1], fixed[2], kernel_shape, code, code_key, scalars, dims,
+                        fixed[3])
         if len(self._prepared) >= LABELS_KEPT:      # lr and step change every step
             self._prepared.clear()
         self._prepared[key] = (spec, made)
