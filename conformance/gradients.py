@@ -27,6 +27,11 @@ rules stay visible there too.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -143,17 +148,59 @@ def with_nonfinite(grads: Mapping[str, np.ndarray], index: int) -> dict:
 def gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]]) -> dict:
     """The gradients of every parameter for 0-based ``step``: name -> float32 array (a
     fresh copy: a case's oracle, floors and runs all read the same steps)."""
-    key = (seed, step, tuple((name, tuple(shape)) for name, shape in shapes.items()))
-    return {name: g.copy() for name, g in _gradients_at(*key).items()}
+    layout = tuple((name, tuple(shape)) for name, shape in shapes.items())
+    stream = _shared_streams.get((seed, layout))
+    if stream is not None and step < len(stream):
+        return {name: g.copy() for name, g in stream[step].items()}
+    return {name: g.copy() for name, g in _gradients_at(seed, step, layout).items()}
+
+
+#: the stream :func:`share_stream` read or wrote last: (seed, layout) -> each step's
+#: gradients
+_shared_streams: dict = {}
+
+
+def share_stream(folder: Path, seed: int, steps: int,
+                 shapes: Mapping[str, Sequence[int]]) -> None:
+    """Let :func:`gradients_at` give steps ``0 .. steps-1`` of ``(seed, shapes)`` from
+    ``folder``, a conformance run's shared folder: read where another worker of the run
+    wrote them, else drawn here and written for the others (atomically: a reader sees
+    the whole file or none; ``.npz``, no pickle, float32 read back bit for bit). Drawing
+    a case's stream costs about as much as running the case's own path, and each
+    backend's worker needs it. One stream is held at a time: the worker's current case."""
+    layout = tuple((name, tuple(shape)) for name, shape in shapes.items())
+    text = json.dumps([seed, steps, [[name, list(shape)] for name, shape in layout]])
+    file = Path(folder) / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.grads.npz"
+    _shared_streams.clear()
+    if file.exists():
+        with np.load(file, allow_pickle=False) as data:
+            stream = [{name: data[f"{t}/{name}"] for name, _ in layout}
+                      for t in range(steps)]
+    else:
+        stream = [_gradients_at(seed, t, layout) for t in range(steps)]
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=file.parent, suffix=".npz",
+                                         delete=False) as part:
+            np.savez(part, **{f"{t}/{name}": g for t, grads in enumerate(stream)
+                              for name, g in grads.items()})
+        os.replace(part.name, file)
+    _shared_streams[(seed, layout)] = stream
 
 
 @functools.lru_cache(maxsize=512)
 def _gradients_at(seed: int, step: int, shapes: tuple) -> dict:
     out = {}
     for position, (name, shape) in enumerate(shapes):
-        rng = np.random.default_rng([seed, step, position])
-        out[name] = gradient(kind_at(step, position), shape, rng)
+        out[name] = _drawn(kind_at(step, position), shape, seed, step, position)
     return out
+
+
+def _drawn(kind: str, shape, seed: int, step: int, position: int) -> np.ndarray:
+    """:func:`gradient` with the generator of ``(seed, step, position)``, made only for
+    a kind that draws (``zeros`` draws nothing: the same values without its cost)."""
+    if kind == "zeros":
+        return np.zeros(tuple(shape), dtype=np.float32)
+    return gradient(kind, shape, np.random.default_rng([seed, step, position]))
 
 
 def quiet_gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]],
@@ -170,8 +217,8 @@ def quiet_gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]]
 def _quiet_gradients_at(seed: int, step: int, shapes: tuple, rotation: int) -> dict:
     out = {}
     for position, (name, shape) in enumerate(shapes):
-        rng = np.random.default_rng([seed, step, position])
-        out[name] = gradient(quiet_kind_at(step, position, rotation), shape, rng)
+        out[name] = _drawn(quiet_kind_at(step, position, rotation), shape, seed, step,
+                           position)
     return out
 
 

@@ -56,6 +56,7 @@ from .cases import Case
 from .device import CPU, Placement, parse_device, place
 from .distributed import RanksRun, judge, run_ranks
 from .drivers.base import Driver
+from .gradients import share_stream
 from .report import json_safe
 from .trajectory import Recorder, Trajectory
 from .verdict import References, verdict
@@ -207,6 +208,9 @@ def run_all(driver_cls: type[Driver], backend: str, cases: list[Case], out: Path
         if case.workers == 1 and not claim(claims, case.id, shard):
             continue                         # another worker of the backend runs it
         references = References(shared)      # this case's oracle and floors, then dropped
+        if shared is not None and case.workers == 1:
+            # its gradients: drawn by the first worker of the run to reach it
+            share_stream(shared, case.seed + case.rank, case.steps, case.params)
         lowered = set()                      # decision paths this case already ran
         auto = _NOT_RUN                      # the auto build's decision (None: no build)
         ranks_runs = launched[case.id].result() if case.workers > 1 else {}

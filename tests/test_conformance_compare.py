@@ -165,6 +165,33 @@ def test_gradient_stream_is_deterministic_float32_and_adversarial():
     assert (rows == 0).any() and (rows > 0).any()
 
 
+def test_a_shared_stream_is_drawn_once_per_run_with_the_same_bits(tmp_path, monkeypatch):
+    """The first worker to reach a case draws its stream and writes it into the run's
+    shared folder; another reads it back bit for bit without drawing."""
+    shapes = dict(PARAMS)
+    drawn = [gradients.gradients_at(11, t, shapes) for t in range(12)]
+    gradients.share_stream(tmp_path, 11, 12, shapes)
+    (written,) = tmp_path.glob("*.grads.npz")
+    gradients._shared_streams.clear()
+    gradients._gradients_at.cache_clear()
+
+    def no_drawing(*args, **kwargs):
+        raise AssertionError("a shared stream was drawn again")
+
+    monkeypatch.setattr(gradients.np.random, "default_rng", no_drawing)
+    gradients.share_stream(tmp_path, 11, 12, shapes)
+    for t, expected in enumerate(drawn):
+        got = gradients.gradients_at(11, t, shapes)
+        assert {n: g.tobytes() for n, g in got.items()} == \
+            {n: g.tobytes() for n, g in expected.items()}
+    got = gradients.gradients_at(11, 0, shapes)
+    got["w"][:] = 7.0                         # a caller's copy: the stream stays
+    assert gradients.gradients_at(11, 0, shapes)["w"].tobytes() == drawn[0]["w"].tobytes()
+    with pytest.raises(AssertionError, match="drawn again"):
+        gradients.gradients_at(11, 12, shapes)       # past the shared steps: drawn
+    gradients._shared_streams.clear()
+
+
 # -- the cases -----------------------------------------------------------------------
 
 def test_default_cases_are_valid_and_serialisable():
