@@ -612,6 +612,30 @@ inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& e
   }
 }
 
+// GROUPS: per b (Dr rows), each column's partial from 0 over the rows in order, its total
+// 0 + the partial (N: n known to the compiler, up to 4 columns)
+template <int N, class T, class Value>
+UO_INLINE void group_totals(T* __restrict__ out, int64_t Dr, int64_t rows, int64_t n,
+                            Value&& value) {
+  if (N == 0) {
+    for (int64_t first = 0; first < rows; first += Dr, out += n)
+      for (int64_t c = 0; c < n; ++c) {
+        double partial = 0.0;
+        for (int64_t r = 0; r < Dr; ++r) partial += value(first + r, c);
+        out[c] = T(0.0 + partial);
+      }
+    return;
+  }
+  constexpr int W = N > 0 ? N : 1;
+  for (int64_t first = 0; first < rows; first += Dr, out += W) {
+    double partial[W];
+    for (int c = 0; c < W; ++c) partial[c] = 0.0;
+    for (int64_t r = 0; r < Dr; ++r)
+      for (int c = 0; c < W; ++c) partial[c] += value(first + r, c);
+    for (int c = 0; c < W; ++c) out[c] = T(0.0 + partial[c]);
+  }
+}
+
 #if defined(__AVX2__)
 // Rows of 3 (a conv weight's), four at a time in AVX2: the lanes of 12 values (each
 // 0 + x, as short_sum's) moved so that lane i of X0, X1, X2 holds row i's elements, then
@@ -633,6 +657,8 @@ UO_INLINE __m256d four_rows_of_3(__m256d d0, __m256d d1, __m256d d2) {
 }
 UO_INLINE void store_rounded(float* out, __m256d v) { _mm_storeu_ps(out, _mm256_cvtpd_ps(v)); }
 UO_INLINE void store_rounded(double* out, __m256d v) { _mm256_storeu_pd(out, v); }
+UO_INLINE __m256d load_four(const float* x) { return _mm256_cvtps_pd(_mm_loadu_ps(x)); }
+UO_INLINE __m256d load_four(const double* x) { return _mm256_loadu_pd(x); }
 UO_INLINE void load_doubles(const float* x, __m256d& d0, __m256d& d1, __m256d& d2) {
   d0 = _mm256_cvtps_pd(_mm_loadu_ps(x));
   d1 = _mm256_cvtps_pd(_mm_loadu_ps(x + 4));
@@ -644,14 +670,29 @@ UO_INLINE void load_doubles(const double* x, __m256d& d0, __m256d& d1, __m256d& 
   d2 = _mm256_loadu_pd(x + 8);
 }
 
-// GROUPS of the chunk's values x where rows are 1 long and a b has 3 of them: each b's
-// total as group_totals's (a partial from 0 adding the b's rows in order, then 0 + the
-// partial), four b's at a time. False: not such a chunk.
+// GROUPS of the chunk's values x where rows are 3 long, or 1 long with 3 to a b: each
+// b's totals as group_totals's (a partial from 0 adding the b's rows in order, then 0 +
+// the partial), in the lanes of vectors. False: not such a chunk.
 template <class T>
 inline bool groups_in_vectors(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
   const __m256d zero = _mm256_setzero_pd();
   T* out = static_cast<T*>(s.out) + ch.b * ch.n;
   const int64_t bs = ch.rows / w.Dr;
+  if (ch.n == 3) {
+    // a b at a time, its 3 columns in the lanes of a vector: 4 values loaded and stored
+    // (the 4th is the next row's, the next b's total), so the chunk's last b is scalar
+    for (int64_t b = 0; b + 1 < bs; ++b) {
+      const T* rows = x + 3 * w.Dr * b;
+      __m256d partial = zero;
+      for (int64_t r = 0; r < w.Dr; ++r)
+        partial = _mm256_add_pd(partial, load_four(rows + 3 * r));
+      store_rounded(out + 3 * b, _mm256_add_pd(zero, partial));
+    }
+    if (bs > 0) group_totals<3>(out + 3 * (bs - 1), w.Dr, w.Dr, 3, [&](int64_t i, int64_t c) {
+      return double(x[3 * w.Dr * (bs - 1) + 3 * i + c]);
+    });
+    return true;
+  }
   if (ch.n == 1 && w.Dr == 3) {
     const int64_t fours = bs - bs % 4;
     int64_t b = 0;
@@ -743,30 +784,6 @@ inline void row_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double val
 // per chunk). GROUPS: the chunk is whole b's, a b a group: each column's partial starts
 // at 0 and takes the b's rows in order, its total is 0 + the partial (one group).
 // PARTIALS: the groups met in the chunk in order, found by counting rows, not dividing.
-// GROUPS: per b (Dr rows), each column's partial from 0 over the rows in order, its total
-// 0 + the partial (N: n known to the compiler, up to 4 columns)
-template <int N, class T, class Value>
-UO_INLINE void group_totals(T* __restrict__ out, int64_t Dr, int64_t rows, int64_t n,
-                            Value&& value) {
-  if (N == 0) {
-    for (int64_t first = 0; first < rows; first += Dr, out += n)
-      for (int64_t c = 0; c < n; ++c) {
-        double partial = 0.0;
-        for (int64_t r = 0; r < Dr; ++r) partial += value(first + r, c);
-        out[c] = T(0.0 + partial);
-      }
-    return;
-  }
-  constexpr int W = N > 0 ? N : 1;
-  for (int64_t first = 0; first < rows; first += Dr, out += W) {
-    double partial[W];
-    for (int c = 0; c < W; ++c) partial[c] = 0.0;
-    for (int64_t r = 0; r < Dr; ++r)
-      for (int c = 0; c < W; ++c) partial[c] += value(first + r, c);
-    for (int c = 0; c < W; ++c) out[c] = T(0.0 + partial[c]);
-  }
-}
-
 template <class T, class Value>
 inline void land_column_sums(const Sum& s, const Walk& w, const Chunk& ch, Value&& value) {
   const int64_t n = ch.n;
