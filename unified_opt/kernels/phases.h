@@ -473,6 +473,28 @@ UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64
     }
     return;
   }
+#if defined(__AVX2__)
+  if (N == 3 && along_c && per_r == 0) {      // a conv weight's b rows, for each of its rows
+    // 4 values loaded (the 4th the next b's: a b of the chunk follows) and stored (the 4th
+    // is the next row's place, written after); the chunk's last b element by element
+    for (int64_t i = 0; i < rows; r = 0, from += per_b) {
+      const int64_t last = std::min(rows, i + (Dr - r));
+      if (last < rows) {
+        if constexpr (std::is_same_v<T, float>) {
+          const __m128 v = _mm_loadu_ps(from);
+          for (; i < last; ++i, to += 3) _mm_storeu_ps(to, v);
+        } else {
+          const __m256d v = _mm256_loadu_pd(from);
+          for (; i < last; ++i, to += 3) _mm256_storeu_pd(to, v);
+        }
+      } else {
+        for (; i < last; ++i, to += 3)
+          for (int c = 0; c < 3; ++c) to[c] = from[c];
+      }
+    }
+    return;
+  }
+#endif
   if (per_r == 0) {                           // a b's row or value, for each of its rows
     for (int64_t i = 0; i < rows; r = 0, from += per_b) {
       const int64_t last = std::min(rows, i + (Dr - r));
