@@ -73,7 +73,8 @@ from .bytecode import FUNCTIONS
 SOURCE = Path(__file__).with_name("vm.cc")
 #: what the VM and the generated kernels include (abi.h: generated from bytecode.py)
 HEADER = Path(__file__).with_name("phases.h")
-HEADERS = (HEADER, Path(__file__).with_name("abi.h"))
+HEADERS = (HEADER, *(Path(__file__).with_name(name)
+                     for name in ("abi.h", "numbers.h", "threads.h", "walk.h")))
 #: the CPU the code is compiled for: this machine's, unless a build names another
 #: (:mod:`.prebuilt` builds the VM for several x86-64 levels)
 MARCH = "native"

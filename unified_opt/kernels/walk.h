@@ -1,0 +1,502 @@
+// A phase's walk over its domain in chunks of rows (phases.h): the chunk, the gathers of
+// arrays of fewer axes, and the sums (over C per row, over R per group of rows) landed as
+// run_phase chooses, rows of 3 (a conv weight's) in AVX2 where the CPU has it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "abi.h"
+#include "numbers.h"
+
+namespace uo {
+
+
+// A phase's domain as rows (row = b * Dr + r) of Dc elements, and where a row's column
+// sums go. A chunk is the rows [row, row + rows), elements [c0, c0 + n) of each row: one
+// row and a part of it when a row is long, several whole rows (c0 = 0, n = Dc) when rows
+// are short, so that a conv weight's rows of 3 do not cost a chunk each. The rows of a
+// chunk are consecutive in the domain, so are its rows * n elements in every array
+// spanning the domain's axes; an array of fewer axes is gathered for the chunk.
+struct Walk {
+  int64_t Dr, Dc, blocks;
+  // column sums: the rows form groups of per_group consecutive rows, within one b unless
+  // a sum adds over B; a row adds into its group's partial row
+  int64_t per_group, groups_per;
+  bool sum_over_b;
+  int64_t group(int64_t row) const {
+    return sum_over_b ? row / per_group : (row / Dr) * groups_per + (row % Dr) / per_group;
+  }
+};
+// (b, r): the first row's place (row = b * Dr + r), worked out once per chunk
+struct Chunk {
+  int64_t row, rows, c0, n, b, r;
+  int64_t size() const { return rows * n; }
+};
+
+// Whether a phase may put several rows in a chunk: every array it reads spans axes of
+// its domain only, and every array it writes spans the domain (codegen.py's rule too).
+inline bool rows_together(int domain, const int32_t* masks, const abi::Ins* ins, int n) {
+  auto inside = [&](int kind, int k) { return kind != abi::ARR || !(masks[k] & ~domain); };
+  for (int k = 0; k < n; ++k) {
+    const abi::Ins& in = ins[k];
+    if (in.op == abi::STORE && masks[in.dst] != domain) return false;
+    if (!inside(in.a_kind, in.a) || !inside(in.b_kind, in.b) || !inside(in.c_kind, in.c))
+      return false;
+  }
+  return true;
+}
+
+// Whether the sum into array `dst` of a phase may land during the walk (Sum::direct):
+// no instruction of the phase reads `dst` or stores into it (codegen.py's rule too).
+inline bool lands_direct(int dst, const abi::Ins* ins, int n) {
+  for (int k = 0; k < n; ++k) {
+    const abi::Ins& in = ins[k];
+    if ((in.op == abi::STORE && in.dst == dst) || (in.a_kind == abi::ARR && in.a == dst) ||
+        (in.b_kind == abi::ARR && in.b == dst) || (in.c_kind == abi::ARR && in.c == dst))
+      return false;
+  }
+  return true;
+}
+
+// n values of a row copied to each of `rows` rows, or one value per row repeated n
+// times (N: n known to the compiler for short rows)
+// to[3k + j] = from[k] for k < count, j < 3 (a conv weight's values per row of 3, or per b
+// of 3 rows): four values at a time moved into 12 lanes in AVX2
+template <class T>
+UO_INLINE void repeat_thrice(T* __restrict__ to, const T* __restrict__ from, int64_t count) {
+  int64_t k = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const __m256i low = _mm256_setr_epi32(0, 0, 0, 1, 1, 1, 2, 2);
+    const __m256i high = _mm256_setr_epi32(2, 3, 3, 3, 0, 0, 0, 0);
+    for (; k + 4 <= count; k += 4) {
+      const __m256 v = _mm256_castps128_ps256(_mm_loadu_ps(from + k));
+      _mm256_storeu_ps(to + 3 * k, _mm256_permutevar8x32_ps(v, low));
+      _mm_storeu_ps(to + 3 * k + 8, _mm256_castps256_ps128(_mm256_permutevar8x32_ps(v, high)));
+    }
+  } else if constexpr (std::is_same_v<T, double>) {
+    for (; k + 4 <= count; k += 4) {
+      const __m256d v = _mm256_loadu_pd(from + k);
+      _mm256_storeu_pd(to + 3 * k, _mm256_permute4x64_pd(v, _MM_SHUFFLE(1, 0, 0, 0)));
+      _mm256_storeu_pd(to + 3 * k + 4, _mm256_permute4x64_pd(v, _MM_SHUFFLE(2, 2, 1, 1)));
+      _mm256_storeu_pd(to + 3 * k + 8, _mm256_permute4x64_pd(v, _MM_SHUFFLE(3, 3, 3, 2)));
+    }
+  }
+#endif
+  for (; k < count; ++k) to[3 * k] = to[3 * k + 1] = to[3 * k + 2] = from[k];
+}
+
+template <int N, class T>
+UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64_t n,
+                           int64_t rows, bool along_c, int64_t per_r, int64_t per_b,
+                           int64_t r, int64_t Dr) {
+  const int64_t width = N > 0 ? N : n;
+  if (N == 3 && !along_c && per_r == 1 && per_b == Dr)   // a conv weight's row values
+    return repeat_thrice(to, from, rows);
+  if (N == 1 && !along_c && per_r == 0 && per_b == 1 && Dr == 3) {  // its b values
+    int64_t i = 0;
+    for (; r != 0 && i < rows; ++i, r = (r + 1) % 3) {
+      *to++ = from[0];
+      if (r == 2) ++from;
+    }
+    const int64_t whole = (rows - i) / 3;
+    repeat_thrice(to, from, whole);
+    to += 3 * whole;
+    from += whole;
+    for (i += 3 * whole; i < rows; ++i) *to++ = from[0];
+    return;
+  }
+  if (!along_c && per_b == Dr * per_r) {      // a value per row, the rows' values in a run
+    for (int64_t i = 0; i < rows; ++i, to += width) {
+      const T value = from[i * per_r];
+      for (int64_t c = 0; c < width; ++c) to[c] = value;
+    }
+    return;
+  }
+#if defined(__AVX2__)
+  if (N == 3 && along_c && per_r == 0) {      // a conv weight's b rows, for each of its rows
+    // 4 values loaded (the 4th the next b's: a b of the chunk follows) and stored (the 4th
+    // is the next row's place, written after); the chunk's last b element by element
+    for (int64_t i = 0; i < rows; r = 0, from += per_b) {
+      const int64_t last = std::min(rows, i + (Dr - r));
+      if (last < rows) {
+        if constexpr (std::is_same_v<T, float>) {
+          const __m128 v = _mm_loadu_ps(from);
+          for (; i < last; ++i, to += 3) _mm_storeu_ps(to, v);
+        } else {
+          const __m256d v = _mm256_loadu_pd(from);
+          for (; i < last; ++i, to += 3) _mm256_storeu_pd(to, v);
+        }
+      } else {
+        for (; i < last; ++i, to += 3)
+          for (int c = 0; c < 3; ++c) to[c] = from[c];
+      }
+    }
+    return;
+  }
+#endif
+  if (per_r == 0) {                           // a b's row or value, for each of its rows
+    for (int64_t i = 0; i < rows; r = 0, from += per_b) {
+      const int64_t last = std::min(rows, i + (Dr - r));
+      for (; i < last; ++i, to += width)
+        for (int64_t c = 0; c < width; ++c) to[c] = from[along_c ? c : 0];
+    }
+    return;
+  }
+  for (int64_t i = 0; i < rows; ++i, to += width) {
+    if (along_c) {
+      for (int64_t c = 0; c < width; ++c) to[c] = from[c];
+    } else {
+      const T value = from[0];
+      for (int64_t c = 0; c < width; ++c) to[c] = value;
+    }
+    from += per_r;
+    if (++r == Dr) { r = 0; from += per_b - Dr * per_r; }
+  }
+}
+
+// The chunk's elements of an array spanning `mask` (axes of the domain, not all of them):
+// a row's elements, or its one value repeated along the row. The array's place moves by
+// per_r from one row to the next within a b, by per_b from one b to the next.
+template <class T>
+inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims,
+                   const Walk& w, const Chunk& ch) {
+  const bool along_c = (mask & AC) != 0;
+  const int64_t width_c = along_c ? dims.C : 1;
+  const int64_t per_r = mask & AR ? width_c : 0;
+  const int64_t per_b = mask & AB ? (mask & AR ? dims.R : 1) * width_c : 0;
+  const T* from = src + ch.b * per_b + ch.r * per_r + (along_c ? ch.c0 : 0);
+  switch (ch.n) {
+    case 1: return gather_rows<1>(dst, from, 1, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    case 2: return gather_rows<2>(dst, from, 2, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    case 3: return gather_rows<3>(dst, from, 3, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    case 4: return gather_rows<4>(dst, from, 4, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+    default:
+      return gather_rows<0>(dst, from, ch.n, ch.rows, along_c, per_r, per_b, ch.r, w.Dr);
+  }
+}
+
+// How a sum's values land in its array (run_phase chooses; the totals' bits are the same
+// every way: the same doubles added in the same order, one rounding to T at the end):
+enum class Landing : int32_t {
+  // partials kept, per row and block (over C) or per group and column (a column sum),
+  // and added in order when the walk is done: the walk on several threads
+  PARTIALS,
+  // over C on one thread, which walks the rows in order: each row's partials added into
+  // its total (acc) as the walk goes
+  RUNNING,
+  // over C alone, rows of at most one block: a row's total written into dst at once
+  ROWS,
+  // over R alone, each b one group and each chunk whole b's: a b's column totals
+  // written into dst at once
+  GROUPS,
+};
+
+// One sum of a phase: over the axes `axes` of the phase's domain, into array `dst`.
+// direct: lands_direct (the sum may write dst during the walk). The rest run_phase sets.
+struct Sum {
+  int axes, dst;
+  bool direct;
+  bool over_c;
+  Landing landing;
+  int64_t per_b, per_r;       // RUNNING: the row (b, r) adds into acc[b * per_b + r * per_r]
+  double* acc;                // PARTIALS: the partials; RUNNING: the totals
+  void* out;                  // ROWS, GROUPS: dst
+};
+
+// partial(i, k, value) for block k of the chunk's row i (blocks of SUM_BLOCK elements
+// from c0, a multiple of SUM_BLOCK), rows and blocks in order
+template <class T, class Partial>
+inline void each_partial(const Chunk& ch, const T* __restrict__ x, Partial&& partial) {
+  const int64_t n = ch.n;
+  if (n <= 8) {                 // whole short rows (a conv weight's): unrolled
+    switch (n) {
+      case 1: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<1>(x + i)); return;
+      case 2: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<2>(x + 2 * i)); return;
+      case 3: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<3>(x + 3 * i)); return;
+      case 4: for (int64_t i = 0; i < ch.rows; ++i) partial(i, 0, short_sum<4>(x + 4 * i)); return;
+      default: break;
+    }
+  }
+  for (int64_t i = 0; i < ch.rows; ++i)
+    for (int64_t k = 0; k * SUM_BLOCK < n; ++k)
+      partial(i, k, lane_sum(x + i * n + k * SUM_BLOCK, std::min(SUM_BLOCK, n - k * SUM_BLOCK)));
+}
+template <class Partial>
+inline void each_partial_of(const Chunk& ch, double value, Partial&& partial) {
+  for (int64_t i = 0; i < ch.rows; ++i)
+    for (int64_t k = 0; k * SUM_BLOCK < ch.n; ++k)
+      partial(i, k, value * double(std::min(SUM_BLOCK, ch.n - k * SUM_BLOCK)));
+}
+
+// the landing of a sum over C of the chunk's partials (each_partial's or each_partial_of's)
+template <class T, class Each>
+inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& each) {
+  switch (s.landing) {
+    case Landing::ROWS: {
+      T* out = static_cast<T*>(s.out) + ch.row;
+      each([&](int64_t i, int64_t, double p) { out[i] = T(0.0 + p); });
+      return;
+    }
+    case Landing::RUNNING: {
+      if (s.per_b == 0 && s.per_r == 0) {           // one total: kept in a register
+        double t = s.acc[0];
+        each([&](int64_t, int64_t, double p) { t += p; });
+        s.acc[0] = t;
+      } else if (s.per_r == 1 && s.per_b == w.Dr) {  // a total per row
+        double* t = s.acc + ch.row;
+        each([&](int64_t i, int64_t, double p) { t[i] += p; });
+      } else {
+        each([&](int64_t i, int64_t, double p) {
+          const int64_t r = ch.r + i;
+          s.acc[(ch.b + r / w.Dr) * s.per_b + (r % w.Dr) * s.per_r] += p;
+        });
+      }
+      return;
+    }
+    default: {
+      double* acc = s.acc + ch.row * w.blocks + ch.c0 / SUM_BLOCK;
+      each([&](int64_t i, int64_t k, double p) { acc[i * w.blocks + k] = p; });
+      return;
+    }
+  }
+}
+
+// GROUPS: per b (Dr rows), each column's partial from 0 over the rows in order, its total
+// 0 + the partial (N: n known to the compiler, up to 4 columns)
+template <int N, class T, class Value>
+UO_INLINE void group_totals(T* __restrict__ out, int64_t Dr, int64_t rows, int64_t n,
+                            Value&& value) {
+  if (N == 0) {
+    for (int64_t first = 0; first < rows; first += Dr, out += n)
+      for (int64_t c = 0; c < n; ++c) {
+        double partial = 0.0;
+        for (int64_t r = 0; r < Dr; ++r) partial += value(first + r, c);
+        out[c] = T(0.0 + partial);
+      }
+    return;
+  }
+  constexpr int W = N > 0 ? N : 1;
+  for (int64_t first = 0; first < rows; first += Dr, out += W) {
+    double partial[W];
+    for (int c = 0; c < W; ++c) partial[c] = 0.0;
+    for (int64_t r = 0; r < Dr; ++r)
+      for (int c = 0; c < W; ++c) partial[c] += value(first + r, c);
+    for (int c = 0; c < W; ++c) out[c] = T(0.0 + partial[c]);
+  }
+}
+
+#if defined(__AVX2__)
+// Rows of 3 (a conv weight's), four at a time in AVX2: the lanes of 12 values (each
+// 0 + x, as short_sum's) moved so that lane i of X0, X1, X2 holds row i's elements, then
+// (X0 + X2) + X1: short_sum<3>'s operations, lane by lane (the same bits).
+// d0, d1, d2: 12 consecutive values; x0, x1, x2: element 0, 1, 2 of each of 4 triples
+UO_INLINE void split_triples(__m256d d0, __m256d d1, __m256d d2, __m256d& x0, __m256d& x1,
+                             __m256d& x2) {
+  x0 = _mm256_permute4x64_pd(_mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x4), d2, 0x2),
+                             _MM_SHUFFLE(1, 2, 3, 0));
+  x1 = _mm256_permute4x64_pd(_mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x9), d2, 0x4),
+                             _MM_SHUFFLE(2, 3, 0, 1));
+  x2 = _mm256_permute4x64_pd(_mm256_blend_pd(_mm256_blend_pd(d0, d1, 0x2), d2, 0x9),
+                             _MM_SHUFFLE(3, 0, 1, 2));
+}
+UO_INLINE __m256d four_rows_of_3(__m256d d0, __m256d d1, __m256d d2) {
+  __m256d x0, x1, x2;
+  split_triples(d0, d1, d2, x0, x1, x2);
+  return _mm256_add_pd(_mm256_add_pd(x0, x2), x1);
+}
+UO_INLINE void store_rounded(float* out, __m256d v) { _mm_storeu_ps(out, _mm256_cvtpd_ps(v)); }
+UO_INLINE void store_rounded(double* out, __m256d v) { _mm256_storeu_pd(out, v); }
+UO_INLINE __m256d load_four(const float* x) { return _mm256_cvtps_pd(_mm_loadu_ps(x)); }
+UO_INLINE __m256d load_four(const double* x) { return _mm256_loadu_pd(x); }
+UO_INLINE void load_doubles(const float* x, __m256d& d0, __m256d& d1, __m256d& d2) {
+  d0 = _mm256_cvtps_pd(_mm_loadu_ps(x));
+  d1 = _mm256_cvtps_pd(_mm_loadu_ps(x + 4));
+  d2 = _mm256_cvtps_pd(_mm_loadu_ps(x + 8));
+}
+UO_INLINE void load_doubles(const double* x, __m256d& d0, __m256d& d1, __m256d& d2) {
+  d0 = _mm256_loadu_pd(x);
+  d1 = _mm256_loadu_pd(x + 4);
+  d2 = _mm256_loadu_pd(x + 8);
+}
+
+// GROUPS of the chunk's values x where rows are 3 long, or 1 long with 3 to a b: each
+// b's totals as group_totals's (a partial from 0 adding the b's rows in order, then 0 +
+// the partial), in the lanes of vectors. False: not such a chunk.
+template <class T>
+inline bool groups_in_vectors(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  const __m256d zero = _mm256_setzero_pd();
+  T* out = static_cast<T*>(s.out) + ch.b * ch.n;
+  const int64_t bs = ch.rows / w.Dr;
+  if (ch.n == 3) {
+    // a b at a time, its 3 columns in the lanes of a vector: 4 values loaded and stored
+    // (the 4th is the next row's, the next b's total), so the chunk's last b is scalar
+    for (int64_t b = 0; b + 1 < bs; ++b) {
+      const T* rows = x + 3 * w.Dr * b;
+      __m256d partial = zero;
+      for (int64_t r = 0; r < w.Dr; ++r)
+        partial = _mm256_add_pd(partial, load_four(rows + 3 * r));
+      store_rounded(out + 3 * b, _mm256_add_pd(zero, partial));
+    }
+    if (bs > 0) group_totals<3>(out + 3 * (bs - 1), w.Dr, w.Dr, 3, [&](int64_t i, int64_t c) {
+      return double(x[3 * w.Dr * (bs - 1) + 3 * i + c]);
+    });
+    return true;
+  }
+  if (ch.n == 1 && w.Dr == 3) {
+    const int64_t fours = bs - bs % 4;
+    int64_t b = 0;
+    for (; b < fours; b += 4) {
+      __m256d d0, d1, d2, x0, x1, x2;
+      load_doubles(x + 3 * b, d0, d1, d2);
+      split_triples(d0, d1, d2, x0, x1, x2);
+      const __m256d partial = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(zero, x0), x1), x2);
+      store_rounded(out + b, _mm256_add_pd(zero, partial));
+    }
+    for (; b < bs; ++b) {
+      double partial = 0.0;
+      for (int64_t r = 0; r < 3; ++r) partial += double(x[3 * b + r]);
+      out[b] = T(0.0 + partial);
+    }
+    return true;
+  }
+  return false;
+}
+UO_INLINE __m256d four_partials_of_3(const float* x) {
+  const __m256d zero = _mm256_setzero_pd();
+  return four_rows_of_3(_mm256_add_pd(zero, _mm256_cvtps_pd(_mm_loadu_ps(x))),
+                        _mm256_add_pd(zero, _mm256_cvtps_pd(_mm_loadu_ps(x + 4))),
+                        _mm256_add_pd(zero, _mm256_cvtps_pd(_mm_loadu_ps(x + 8))));
+}
+UO_INLINE __m256d four_partials_of_3(const double* x) {
+  const __m256d zero = _mm256_setzero_pd();
+  return four_rows_of_3(_mm256_add_pd(zero, _mm256_loadu_pd(x)),
+                        _mm256_add_pd(zero, _mm256_loadu_pd(x + 4)),
+                        _mm256_add_pd(zero, _mm256_loadu_pd(x + 8)));
+}
+
+// row_sums of whole rows of 3 landed ROWS, RUNNING into one total or one per row, or
+// PARTIALS of one block: false (nothing done) for the other landings
+template <class T>
+inline bool rows_of_3(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  const int64_t rows = ch.rows, fours = rows - rows % 4;
+  const __m256d zero = _mm256_setzero_pd();
+  int64_t i = 0;
+  if (s.landing == Landing::ROWS) {
+    T* out = static_cast<T*>(s.out) + ch.row;
+    for (; i < fours; i += 4)
+      store_rounded(out + i, _mm256_add_pd(zero, four_partials_of_3(x + 3 * i)));
+    for (; i < rows; ++i) out[i] = T(0.0 + short_sum<3>(x + 3 * i));
+  } else if (s.landing == Landing::RUNNING && s.per_b == 0 && s.per_r == 0) {
+    double t = s.acc[0];
+    for (; i < fours; i += 4) {
+      alignas(32) double p[4];
+      _mm256_store_pd(p, four_partials_of_3(x + 3 * i));
+      t += p[0];
+      t += p[1];
+      t += p[2];
+      t += p[3];
+    }
+    for (; i < rows; ++i) t += short_sum<3>(x + 3 * i);
+    s.acc[0] = t;
+  } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
+    double* t = s.acc + ch.row;
+    for (; i < fours; i += 4)
+      _mm256_storeu_pd(t + i, _mm256_add_pd(_mm256_loadu_pd(t + i), four_partials_of_3(x + 3 * i)));
+    for (; i < rows; ++i) t[i] += short_sum<3>(x + 3 * i);
+  } else if (s.landing == Landing::PARTIALS && w.blocks == 1) {
+    double* acc = s.acc + ch.row;
+    for (; i < fours; i += 4) _mm256_storeu_pd(acc + i, four_partials_of_3(x + 3 * i));
+    for (; i < rows; ++i) acc[i] = short_sum<3>(x + 3 * i);
+  } else {
+    return false;
+  }
+  return true;
+}
+#endif
+
+// A sum over C of the chunk's values x: each row's blocks (the same partials as one chunk
+// per row), landed as s says.
+template <class T>
+inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+#if defined(__AVX2__)
+  if (ch.n == 3 && rows_of_3(s, w, ch, x)) return;
+#endif
+  land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
+}
+template <class T>
+inline void row_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
+  land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial_of(ch, value, partial); });
+}
+
+// A column sum of the chunk's values (x: a value per element, or `value` for all): each
+// row added into its group's partial row, rows in order (the order of a walk of one row
+// per chunk). GROUPS: the chunk is whole b's, a b a group: each column's partial starts
+// at 0 and takes the b's rows in order, its total is 0 + the partial (one group).
+// PARTIALS: the groups met in the chunk in order, found by counting rows, not dividing.
+template <class T, class Value>
+inline void land_column_sums(const Sum& s, const Walk& w, const Chunk& ch, Value&& value) {
+  const int64_t n = ch.n;
+  if (s.landing == Landing::GROUPS) {
+    T* out = static_cast<T*>(s.out) + ch.b * n;
+    switch (n) {                 // a conv weight's rows: the columns in registers
+      case 1: return group_totals<1>(out, w.Dr, ch.rows, n, value);
+      case 2: return group_totals<2>(out, w.Dr, ch.rows, n, value);
+      case 3: return group_totals<3>(out, w.Dr, ch.rows, n, value);
+      case 4: return group_totals<4>(out, w.Dr, ch.rows, n, value);
+      default: return group_totals<0>(out, w.Dr, ch.rows, n, value);
+    }
+  }
+  int64_t group, end, b_end = ch.row - ch.r + w.Dr;     // end: the group's last row + 1
+  if (w.sum_over_b) {
+    group = ch.row / w.per_group;
+    end = (group + 1) * w.per_group;
+  } else {
+    group = ch.b * w.groups_per + ch.r / w.per_group;
+    end = std::min(b_end, ch.row - ch.r + (ch.r / w.per_group + 1) * w.per_group);
+  }
+  for (int64_t i = 0; i < ch.rows; ++group) {
+    const int64_t last = std::min(ch.rows, end - ch.row);
+    double* __restrict__ partial = s.acc + group * w.Dc + ch.c0;
+    if (n == 1) {
+      double total = partial[0];
+      for (; i < last; ++i) total += value(i, 0);
+      partial[0] = total;
+    } else {
+      for (; i < last; ++i)
+        for (int64_t c = 0; c < n; ++c) partial[c] += value(i, c);
+    }
+    if (w.sum_over_b) {
+      end += w.per_group;
+    } else if (end == b_end) {                           // the next b's first group
+      b_end += w.Dr;
+      end = std::min(b_end, end + w.per_group);
+    } else {
+      end = std::min(b_end, end + w.per_group);
+    }
+  }
+}
+template <class T>
+inline void column_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+#if defined(__AVX2__)
+  if (s.landing == Landing::GROUPS && groups_in_vectors(s, w, ch, x)) return;
+#endif
+  const int64_t n = ch.n;
+  land_column_sums<T>(s, w, ch, [&](int64_t i, int64_t c) { return double(x[i * n + c]); });
+}
+template <class T>
+inline void column_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
+  land_column_sums<T>(s, w, ch, [&](int64_t, int64_t) { return value; });
+}
+// A chunk of one row: where its column sums add (PARTIALS; GROUPS chunks have several
+// rows), for a generated kernel that adds them in its element loop.
+inline double* column_partial(const Sum& s, const Walk& w, const Chunk& ch) {
+  return s.acc + w.group(ch.row) * w.Dc + ch.c0;
+}
+
+}  // namespace uo
