@@ -64,7 +64,7 @@ elif framework == "paddle":
         p._set_grad_ivar(paddle.to_tensor(g))
 else:
     import mindspore as ms
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_context(mode=ms.PYNATIVE_MODE, runtime_num_threads=1)   # one thread, as the others
     def parameter(shape):
         return ms.Parameter(ms.Tensor(np.zeros(shape, np.float32)), name="w")
 rows = []
