@@ -119,9 +119,10 @@ UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64
     return;
   }
 #if defined(__AVX2__)
-  if (N == 3 && along_c && per_r == 0) {      // a conv weight's b rows, for each of its rows
-    // 4 values loaded (the 4th the next b's: a b of the chunk follows) and stored (the 4th
-    // is the next row's place, written after); the chunk's last b element by element
+  if (N == 3 && along_c && per_r == 0 && per_b == 3) {  // a conv weight's b rows, each
+    // for each of the b's rows: 4 values loaded (the 4th the next b's: a b of the chunk
+    // follows) and stored (the 4th is the next row's place, written after); the chunk's
+    // last b element by element
     for (int64_t i = 0; i < rows; r = 0, from += per_b) {
       const int64_t last = std::min(rows, i + (Dr - r));
       if (last < rows) {
