@@ -146,12 +146,17 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
     Buffer<double> held_total(size);
     double* total = held_total.data();
     std::fill(total, total + size, 0.0);
-    if (s.over_c) {                  // the partials in order: row after row
+    if (s.over_c && s.per_b == 0 && s.per_r == 0) {   // one total: kept in a register
+      double t = total[0];
+      for (int64_t i = 0; i < rows * blocks; ++i) t += s.acc[i];
+      total[0] = t;
+    } else if (s.over_c) {           // the partials in order: row after row
       const double* part = s.acc;
       for (int64_t b = 0; b < Db; ++b)
         for (int64_t r = 0; r < Dr; ++r) {
-          double& t = total[b * s.per_b + r * s.per_r];
+          double t = total[b * s.per_b + r * s.per_r];
           for (int64_t k = 0; k < blocks; ++k) t += *part++;
+          total[b * s.per_b + r * s.per_r] = t;
         }
     } else {
       for (int64_t g = 0; g < groups; ++g) {
