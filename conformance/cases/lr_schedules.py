@@ -15,15 +15,9 @@ import unified_opt as uo
 from unified_opt.schedules import PerEpoch, preset
 from unified_opt.schedules.examples import FUNCTIONS, MS_EXP, PRESETS, TORCH
 
-from .case import Case
+from .case import DENSE_PARAMS, Case
 
 F = FUNCTIONS
-#: the parameters of every case here: a matrix and a vector. A case checks the lr a
-#: schedule gives at each step and the update made with it; the other cases check the
-#: updates over the full parameter set (zero-size, 1-element and 3-D tensors included).
-#: Two tensors instead of six make each run about a third as long: the per-tensor work
-#: of a step and the native classes' graph compile (MindSpore) grow with the tensors.
-SCHEDULE_PARAMS = {"w": (16, 16), "bias": (16,)}
 
 
 def _optimizers():
@@ -50,7 +44,7 @@ def case_id(qualified: str) -> str:
 
 def preset_cases() -> list[Case]:
     optimizers = _optimizers()
-    return [Case(id=case_id(qualified), params=SCHEDULE_PARAMS,
+    return [Case(id=case_id(qualified), params=DENSE_PARAMS,
                  spec=optimizers[optimizer].replace(lr=preset(qualified, **kwargs)),
                  description=f"{qualified} on {optimizer}")
             for qualified, optimizer, kwargs in PRESETS]
@@ -61,14 +55,14 @@ def extra_cases() -> list[Case]:
     per_epoch = PerEpoch(epoch_schedule=preset(f"{TORCH}.StepLR", base_lr=0.1, step_size=2,
                                                gamma=0.5), steps_per_epoch=5)
     return [
-        Case(id="preset_lr_torch_steplr_per_epoch", params=SCHEDULE_PARAMS,
+        Case(id="preset_lr_torch_steplr_per_epoch", params=DENSE_PARAMS,
              spec=sgd.replace(lr=per_epoch),
              description="StepLR stepped once per epoch of 5 steps"),
-        Case(id="preset_lr_torch_cycliclr_scale_fn", params=SCHEDULE_PARAMS,
+        Case(id="preset_lr_torch_cycliclr_scale_fn", params=DENSE_PARAMS,
              spec=sgd.replace(lr=preset(f"{TORCH}.CyclicLR", base_lr=0.01, max_lr=0.1,
                                         step_size_up=4, scale_fn=F["half_per_cycle"],
                                         cycle_momentum=False))),
-        Case(id="preset_lr_torch_onecyclelr_three_phase_sgd", params=SCHEDULE_PARAMS,
+        Case(id="preset_lr_torch_onecyclelr_three_phase_sgd", params=DENSE_PARAMS,
              spec=sgd.replace(lr=preset(f"{TORCH}.OneCycleLR", max_lr=0.1, total_steps=50,
                                         three_phase=True, anneal_strategy="linear",
                                         base_momentum=0.8, max_momentum=0.95)),
