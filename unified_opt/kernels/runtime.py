@@ -121,9 +121,6 @@ class Programs:
         self._fixed: dict = {}
         #: a kernel shape -> its canonical dims as the VM reads them
         self._dims: dict = {}
-        #: (id(spec), rank, dtype, lr, step) -> (spec, whether it runs flat, code, its
-        #: bytes, scalars) of a program serving every shape of the rank
-        self._rank_programs: dict = {}
 
     def prepared(self, spec, shape: tuple[int, ...], dtype: str, lr: float,
                  step: int) -> Prepared:
@@ -142,29 +139,15 @@ class Programs:
             if len(self._fixed) >= LABELS_KEPT:
                 self._fixed.clear()
             self._fixed[key[:3]] = fixed
-        # a program that serves every shape of the rank is asked for once a step
-        rank_key = (id(spec), len(shape), dtype, lr, step)
-        shared = self._rank_programs.get(rank_key)
-        if shared is not None and shared[0] is spec:
-            _, flat, code, code_key, scalars = shared
-            kernel_shape = (fixed[3],) if flat else shape
-        else:
-            kernel_shape, code, scalars, serves_rank = self.program(spec, shape, dtype, lr,
-                                                                    step)
-            code_key = code.tobytes()
-            if serves_rank:
-                if len(self._rank_programs) >= LABELS_KEPT:
-                    self._rank_programs.clear()
-                self._rank_programs[rank_key] = (spec, kernel_shape != shape, code,
-                                                 code_key, scalars)
+        kernel_shape, code, scalars, _ = self.program(spec, shape, dtype, lr, step)
         dims = self._dims.get(kernel_shape)
         if dims is None:
             dims = self._dims[kernel_shape] = np.asarray(canonical_dims(kernel_shape),
                                                          dtype=np.int64)
             if len(self._dims) >= LABELS_KEPT:
                 self._dims.clear()
-        made = Prepared(fixed[1], fixed[2], kernel_shape, code, code_key, scalars, dims,
-                        fixed[3])
+        made = Prepared(fixed[1], fixed[2], kernel_shape, code, code.tobytes(), scalars,
+                        dims, fixed[3])
         if len(self._prepared) >= LABELS_KEPT:      # lr and step change every step
             self._prepared.clear()
         self._prepared[key] = (spec, made)
@@ -260,28 +243,31 @@ class Programs:
         0-d as for a 1-D parameter, the parameter's own trace would be that one with its
         axes read as one: a step then traces once for every rank."""
         shape = tuple(shape)
+        memo_key = (id(spec), len(shape), dtype, lr, step)
+        memo = self._memo.get(memo_key)
+        if memo is not None and memo[0] is spec:
+            if memo[1] is not None:                       # the rank's shared flat program
+                return (math.prod(shape),), memo[1], memo[2], True
+            if not memo[3]:
+                code, scalars = self.code_and_scalars(spec, shape, dtype, lr, step)
+                return shape, code, scalars, True
+        if len(self._memo) >= LABELS_KEPT:
+            self._memo.clear()
         if len(shape) != 1:
             blind = self._blind.get((id(spec), dtype))
             if blind is None or blind[0] is not spec or blind[1]:
-                numel = int(np.prod(shape, dtype=np.int64))
+                numel = math.prod(shape)
                 flat_trace, flat_code = self.traced(spec, (numel,), dtype, lr, step)
                 if len(self._blind) >= LABELS_KEPT:
                     self._blind.clear()
                 self._blind[(id(spec), dtype)] = (spec, flat_trace.rank_blind)
                 if flat_trace.rank_blind and self.states_flatten(spec, len(shape), dtype):
+                    self._memo[memo_key] = (spec, flat_code, flat_trace.scalars, False)
                     return (numel,), flat_code, flat_trace.scalars, True
-        memo_key = (id(spec), len(shape), dtype, lr, step)
-        memo = self._memo.get(memo_key)
-        if memo is not None and memo[0] is spec:
-            if memo[1] is not None:                       # the rank's shared flat program
-                return (int(np.prod(shape, dtype=np.int64)),), memo[1], memo[2], True
-            if not memo[3]:
-                code, scalars = self.code_and_scalars(spec, shape, dtype, lr, step)
-                return shape, code, scalars, True
         trace, code = self.traced(spec, shape, dtype, lr, step)
         flat = None
         if len(shape) != 1 and not trace.shape_read:
-            numel = int(np.prod(shape, dtype=np.int64))
+            numel = math.prod(shape)
             flat_trace, flat_code = self.traced(spec, (numel,), dtype, lr, step)
             key = code.tobytes()
             if key not in self._flat:
@@ -292,11 +278,9 @@ class Programs:
                                    and np.array_equal(trace.scalars, flat_trace.scalars))
             if self._flat[key]:
                 flat = (flat_code, flat_trace.scalars)
-        if len(self._memo) >= LABELS_KEPT:
-            self._memo.clear()
         self._memo[memo_key] = (spec, *(flat or (None, None)), trace.shape_read)
         if flat is not None:
-            return (int(np.prod(shape, dtype=np.int64)),), flat[0], flat[1], True
+            return (math.prod(shape),), flat[0], flat[1], True
         return shape, code, trace.scalars, not trace.shape_read
 
 
@@ -437,11 +421,6 @@ class KernelPath:
                 self._untraceable.clear()
             self._untraceable.add(key)
             return None
-
-    def state_order(self, spec, shape, dtype: str, *, lr: float, step: int):
-        """The state names in a job's order, or None when this update runs eagerly."""
-        made = self.prepared(spec, tuple(shape), dtype, lr=lr, step=step)
-        return None if made is None else made.order
 
     def threads(self) -> int:
         """The framework's thread setting, which the kernels' parallel phases follow
