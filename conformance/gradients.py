@@ -173,16 +173,19 @@ def share_stream(folder: Path, seed: int, steps: int,
     file = Path(folder) / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.grads.npz"
     _shared_streams.clear()
     if file.exists():
+        # one array per parameter, every step stacked: a handful of reads per case, where
+        # an array per (step, parameter) cost a zip member and a header parse each
         with np.load(file, allow_pickle=False) as data:
-            stream = [{name: data[f"{t}/{name}"] for name, _ in layout}
-                      for t in range(steps)]
+            stacked = [data[f"p{position}"] for position in range(len(layout))]
+        stream = [{name: stacked[position][t] for position, (name, _) in enumerate(layout)}
+                  for t in range(steps)]
     else:
         stream = [_gradients_at(seed, t, layout) for t in range(steps)]
         file.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=file.parent, suffix=".npz",
                                          delete=False) as part:
-            np.savez(part, **{f"{t}/{name}": g for t, grads in enumerate(stream)
-                              for name, g in grads.items()})
+            np.savez(part, **{f"p{position}": np.stack([grads[name] for grads in stream])
+                              for position, (name, _) in enumerate(layout)})
         os.replace(part.name, file)
     _shared_streams[(seed, layout)] = stream
 
