@@ -23,6 +23,7 @@ import pytest
 
 import unified_opt as uo
 from unified_opt.kernels import build
+from unified_opt.kernels.bytecode import HEADER_INTS, PHASE_INTS, TILE_RUN_INTS
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import KernelRunner
 from unified_opt.kernels.trace import canonical_dims
@@ -123,8 +124,9 @@ def test_a_program_whose_phase_reads_a_scratch_array_before_it_is_written_is_ref
     _, code, scalars, _ = runner.program(spec, shape, "float32", spec.lr_at(0), 2)
     n_inputs, n_arrays = int(code[1]), int(code[2])
     broken = code.copy()
-    # the first phase's first instruction reads the last scratch array instead
-    first = 5 + n_arrays + 2
+    # the first phase's first instruction reads the last scratch array instead (after the
+    # header, the masks and the tile runs)
+    first = HEADER_INTS + n_arrays + TILE_RUN_INTS * int(code[5]) + PHASE_INTS
     assert broken[first + 3] in (2, 1, 3)          # an operand kind: array, register, scalar
     broken[first + 3], broken[first + 4] = 2, n_arrays - 1
     assert n_arrays - 1 >= n_inputs

@@ -7,8 +7,8 @@
 namespace uo {
 namespace abi {
 
-constexpr int VERSION = 1;
-constexpr int HEADER_INTS = 5, PHASE_INTS = 2, INSTRUCTION_INTS = 9;
+constexpr int VERSION = 2;
+constexpr int HEADER_INTS = 6, PHASE_INTS = 2, INSTRUCTION_INTS = 9, TILE_RUN_INTS = 2;
 constexpr int SELECT = -1;  // a phase that runs TOPK instructions
 
 enum Op {
@@ -68,5 +68,7 @@ void uo_vm_set_threads(int threads);
 void uo_kernel_set_threads(int threads);
 int uo_vm_threads();
 int uo_kernel_threads();
+void uo_vm_set_tile(int64_t bs);
+void uo_kernel_set_tile(int64_t bs);
 int uo_vm_aot(int nparam, void** params, int* ndims, int64_t** shapes, const char** dtypes, void* stream, void* extra);
 }  // extern "C"

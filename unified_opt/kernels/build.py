@@ -341,7 +341,8 @@ def load_kernel(source: str, march: str = MARCH, lowest_priority: bool = False
     """A generated kernel (:mod:`.codegen`), compiled on first use (at the lowest CPU
     priority where ``lowest_priority``: a background build, see :func:`compiled`)."""
     return _bind(_open(compiled(source, "uo_kernel", march, lowest_priority)),
-                 ("uo_kernel_run", "uo_kernel_set_threads", "uo_kernel_threads"))
+                 ("uo_kernel_run", "uo_kernel_set_threads", "uo_kernel_threads",
+                  "uo_kernel_set_tile"))
 
 
 #: C types of bytecode.FUNCTIONS as ctypes
@@ -349,7 +350,7 @@ _CTYPES = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "void": None}
 
 
 def _bind(library: ctypes.CDLL, names=("uo_vm_version", "uo_vm_run", "uo_vm_register",
-                                       "uo_vm_set_threads", "uo_vm_threads")
+                                       "uo_vm_set_threads", "uo_vm_threads", "uo_vm_set_tile")
           ) -> ctypes.CDLL:
     """Set the result and argument types of ``names`` from the one ABI
     (:data:`.bytecode.FUNCTIONS`: what abi.h declares)."""

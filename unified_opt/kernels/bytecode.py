@@ -65,7 +65,7 @@ from .trace import C as _C
 from .trace import R as _R
 
 # ---- the ABI (the only place it is written; see the module) ----
-VERSION = 1
+VERSION = 2
 OPCODES = {name: i for i, name in enumerate(
     ["add", "sub", "mul", "div", "max", "min", "gt", "ge", "lt", "le", "eq", "ne", "and",
      "or", "neg", "sqrt", "abs", "sign", "where", "sum", "store", "topk"])}
@@ -73,7 +73,9 @@ OPCODES = {name: i for i, name in enumerate(
 SELECT = -1
 OPERAND_KINDS = {"none": 0, "register": 1, "array": 2, "scalar": 3, "count": 4}
 #: ints in the code's header, in a phase's header, in an instruction
-HEADER_INTS, PHASE_INTS, INSTRUCTION_INTS = 5, 2, 9
+HEADER_INTS, PHASE_INTS, INSTRUCTION_INTS = 6, 2, 9
+#: ints of a tile run in the code: its first phase and its number of phases
+TILE_RUN_INTS = 2
 #: the axis bits of masks and domains (``trace.py``'s B, R, C)
 AXES = {"AB": _B, "AR": _R, "AC": _C}
 #: element types: the ``dtype`` argument of the C functions
@@ -95,6 +97,10 @@ FUNCTIONS = {
     # the threads a parallel phase runs on now
     "uo_vm_threads": ("int", ()),
     "uo_kernel_threads": ("int", ()),
+    # the b's of a tile run's tile from now on (0: phases.h's TILE_ELEMENTS elements'
+    # worth): tests set small tiles to put tile edges inside small tensors
+    "uo_vm_set_tile": ("void", (("int64_t", "bs"),)),
+    "uo_kernel_set_tile": ("void", (("int64_t", "bs"),)),
     # MindSpore's AOT custom operator calls it (func_type="aot")
     "uo_vm_aot": ("int", (("int", "nparam"), ("void**", "params"), ("int*", "ndims"),
                           ("int64_t**", "shapes"), ("const char**", "dtypes"),
@@ -114,7 +120,7 @@ def abi_header() -> str:
              "#pragma once", "", "#include <cstdint>", "", "namespace uo {", "namespace abi {",
              "", f"constexpr int VERSION = {VERSION};",
              f"constexpr int HEADER_INTS = {HEADER_INTS}, PHASE_INTS = {PHASE_INTS}, "
-             f"INSTRUCTION_INTS = {INSTRUCTION_INTS};",
+             f"INSTRUCTION_INTS = {INSTRUCTION_INTS}, TILE_RUN_INTS = {TILE_RUN_INTS};",
              f"constexpr int SELECT = {SELECT};  // a phase that runs TOPK instructions", ""]
     lines += enum("Op", [(k.upper(), v) for k, v in OPCODES.items()])
     lines += enum("Kind", [({"register": "REG", "array": "ARR", "scalar": "SCAL",
@@ -160,6 +166,10 @@ class Schedule:
     masks: tuple[int, ...]                 # every array's axes: the inputs, then scratch
     n_registers: int
     phases: tuple[Phase, ...]
+    #: tile runs, ``(first phase, number of phases)`` each: phases a CPU kernel may run
+    #: tile by tile over B (see :func:`tile_runs`); a consumer that runs the phases one
+    #: after the other gives the same bits
+    tiles: tuple[tuple[int, int], ...] = ()
 
 
 #: the name codegen.py and triton_source.py knew it by
@@ -190,20 +200,24 @@ COSTLY_PER_ARRAY = 2
 COSTLY = frozenset({"div", "sqrt"})
 
 
-def compile_program(program: Program, keep_costly: bool = False) -> np.ndarray:
-    """The VM code of ``program``: ``encode(schedule(program, keep_costly))`` (see the
-    module)."""
-    return encode(schedule(program, keep_costly))
+def compile_program(program: Program, keep_costly: bool = False,
+                    tiles: bool | None = None) -> np.ndarray:
+    """The VM code of ``program``: ``encode(schedule(program, keep_costly, tiles))`` (see
+    the module)."""
+    return encode(schedule(program, keep_costly, tiles))
 
 
-def schedule(program: Program, keep_costly: bool = False) -> Schedule:
+def schedule(program: Program, keep_costly: bool = False,
+             tiles: bool | None = None) -> Schedule:
     """``program`` scheduled into phases (see the module). ``keep_costly``: a full value
     that a later full phase needs and whose computation costs divisions and square roots
     (Lamb's update direction, normed in one phase and applied in the next) is stored
     into a scratch array of the parameter's size where it is computed first, and read
     back, where :data:`COSTLY_PER_ARRAY` says that is cheaper (the CPU kernels; a GPU's
-    phases are bound by memory, not arithmetic). The same operations give the same bits
-    either way."""
+    phases are bound by memory, not arithmetic). ``tiles`` (default: ``keep_costly``,
+    which the CPU runner sets): phases reordered and grouped into tile runs
+    (:func:`tile_runs`) that the CPU kernels run tile by tile over B. The same
+    operations give the same bits either way."""
     nodes = program.nodes
     full = program.input_masks[0]
     users = defaultdict(list)
@@ -302,13 +316,18 @@ def schedule(program: Program, keep_costly: bool = False) -> Schedule:
             instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
         out.append(Phase(p.domain, tuple(Instruction(*ins) for ins in instructions)))
         n_registers = max(n_registers, used)
-    return Schedule(n_inputs, tuple(array_masks), n_registers, tuple(out))
+    runs: tuple[tuple[int, int], ...] = ()
+    if keep_costly if tiles is None else tiles:
+        out, runs = tile_runs(out, array_masks)
+    return Schedule(n_inputs, tuple(array_masks), n_registers, tuple(out), runs)
 
 
 def encode(scheduled: Schedule) -> np.ndarray:
     """The int32 code of ``scheduled`` (see the module)."""
     code = [VERSION, scheduled.n_inputs, len(scheduled.masks), scheduled.n_registers,
-            len(scheduled.phases), *scheduled.masks]
+            len(scheduled.phases), len(scheduled.tiles), *scheduled.masks]
+    for first, count in scheduled.tiles:
+        code += [first, count]
     for domain, instructions in scheduled.phases:
         code += [domain, len(instructions)]
         for ins in instructions:
@@ -323,9 +342,12 @@ def decode(code) -> Schedule:
     code = [int(x) for x in code]
     if code[0] != VERSION:
         raise ValueError(f"VM code version {code[0]}, this is {VERSION}")
-    n_inputs, n_arrays, n_registers, n_phases = code[1:HEADER_INTS]
+    n_inputs, n_arrays, n_registers, n_phases, n_runs = code[1:HEADER_INTS]
     masks = tuple(code[HEADER_INTS:HEADER_INTS + n_arrays])
-    at, phases = HEADER_INTS + n_arrays, []
+    at = HEADER_INTS + n_arrays
+    runs = tuple((code[at + TILE_RUN_INTS * i], code[at + TILE_RUN_INTS * i + 1])
+                 for i in range(n_runs))
+    at, phases = at + TILE_RUN_INTS * n_runs, []
     for _ in range(n_phases):
         domain, n = code[at], code[at + 1]
         body = code[at + PHASE_INTS:at + PHASE_INTS + INSTRUCTION_INTS * n]
@@ -334,7 +356,113 @@ def decode(code) -> Schedule:
         at += PHASE_INTS + INSTRUCTION_INTS * n
     if at != len(code):
         raise ValueError(f"VM code of {len(code)} ints holds {at}")
-    return Schedule(n_inputs, masks, n_registers, tuple(phases))
+    return Schedule(n_inputs, masks, n_registers, tuple(phases), runs)
+
+
+def _accesses(p: Phase) -> tuple[set[int], set[int]]:
+    """The arrays phase ``p`` reads, and those it writes (stores, sums, selections)."""
+    array = OPERAND_KINDS["array"]
+    reads = {k for ins in p.instructions
+             for kind, k in ((ins.a_kind, ins.a), (ins.b_kind, ins.b), (ins.c_kind, ins.c))
+             if kind == array}
+    writes = {ins.dst for ins in p.instructions
+              if ins.op in (OPCODES["store"], OPCODES["sum"], OPCODES["topk"])}
+    return reads, writes
+
+
+def tileable(p: Phase, masks) -> bool:
+    """Whether phase ``p`` may run tile by tile over B (see :func:`tile_runs`): its
+    domain spans B, it writes arrays that span B or sums, and none of its sums adds over B
+    without C (a column sum over B adds rows of several b's into one partial row: ``phases.h``
+    keeps such partials per group of rows, and groups cross tiles)."""
+    if p.domain == SELECT or not p.domain & _B:
+        return False
+    for ins in p.instructions:
+        if ins.op == OPCODES["sum"] and ins.aux & _B and not ins.aux & _C:
+            return False
+        if ins.op == OPCODES["store"] and not masks[ins.dst] & _B:
+            return False
+        if ins.op == OPCODES["topk"]:
+            return False
+    return True
+
+
+def tile_runs(phases, masks) -> tuple[list[Phase], tuple[tuple[int, int], ...]]:
+    """``phases`` reordered into tile runs, and the runs ``(first, count)``.
+
+    A tile run is two or more consecutive phases that a CPU kernel may run tile by tile
+    over B (a block of whole b's, every phase of the run on it before the next block):
+    each phase is :func:`tileable`, and no phase of the run reads an array that another
+    phase of the run writes without B (a sum over B: its total needs every tile). A phase
+    reads and writes an array spanning B at the b it walks only, so on each tile the run's
+    phases see the values they see when each runs over the whole domain in turn.
+
+    A phase without B (a scalar phase: Adafactor's alpha from the parameter's RMS) between
+    phases of a run moves after the run when no later phase of the run reads what it
+    writes or writes what it reads or writes: it then runs after the phases it came
+    before, which do not touch its arrays, so it computes the same values. A phase that
+    would join a run but depends on a moved phase ends the run (it starts the next)."""
+    out: list[Phase] = []
+    runs: list[tuple[int, int]] = []
+    run: list[tuple[int, Phase]] = []
+    moved: list[tuple[int, Phase]] = []
+    moved_reads: set[int] = set()
+    moved_writes: set[int] = set()
+    over_b: set[int] = set()          # written by the run into arrays without B
+
+    def close() -> None:
+        if len(run) >= 2:
+            runs.append((len(out), len(run)))
+            out.extend(p for _, p in run)
+            out.extend(p for _, p in moved)
+        else:
+            out.extend(p for _, p in sorted(run + moved, key=lambda item: item[0]))
+        run.clear()
+        moved.clear()
+        moved_reads.clear()
+        moved_writes.clear()
+        over_b.clear()
+
+    def join(position: int, p: Phase, writes: set[int]) -> None:
+        run.append((position, p))
+        over_b.update(k for k in writes if not masks[k] & _B)
+
+    for position, p in enumerate(phases):
+        reads, writes = _accesses(p)
+        if tileable(p, masks) and not reads & (over_b | moved_writes) \
+                and not writes & (moved_reads | moved_writes):
+            join(position, p, writes)
+        elif run and p.domain != SELECT and not p.domain & _B:
+            moved.append((position, p))
+            moved_reads.update(reads)
+            moved_writes.update(writes)
+        else:
+            close()
+            if tileable(p, masks):
+                join(position, p, writes)
+            else:
+                out.append(p)
+    close()
+    return out, tuple(runs)
+
+
+def tile_runs_valid(scheduled: Schedule) -> bool:
+    """Whether ``scheduled``'s tile runs are what :func:`tile_runs` makes: in order, not
+    overlapping, two or more :func:`tileable` phases each, none reading what an earlier
+    phase of its run writes without B (``phases.h``'s ``tile_runs_valid``: the VM refuses
+    other code)."""
+    end = 0
+    for first, count in scheduled.tiles:
+        if first < end or count < 2 or first + count > len(scheduled.phases):
+            return False
+        end = first + count
+        over_b: set[int] = set()
+        for p in scheduled.phases[first:end]:
+            reads, writes = _accesses(p)
+            if not tileable(p, scheduled.masks) or reads & over_b:
+                return False
+            over_b.update(k for k in writes if not scheduled.masks[k] & _B)
+    return True
 
 
 def _live(program: Program) -> set[int]:

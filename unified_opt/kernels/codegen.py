@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bytecode import AXES, DTYPES, OPCODES, OPERAND_KINDS, SELECT, decode
+from .bytecode import AXES, DTYPES, OPCODES, OPERAND_KINDS, SELECT, decode, tile_runs_valid
 
 _NAMES = {v: k for k, v in OPCODES.items()}
 _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
@@ -38,6 +38,10 @@ def kernel_source(code: np.ndarray) -> str:
     decoded = decode(code)
     n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
     _check_scratch_written_first(n_inputs, masks, phases)
+    if not tile_runs_valid(decoded):
+        raise ValueError(f"kernel_source: tile runs {decoded.tiles} that phases.h's run_tiles "
+                         "cannot run (bytecode.tile_runs_valid)")
+    runs = dict(decoded.tiles)
     lines = ['#include "phases.h"', "", "namespace {", "",
              f"constexpr int32_t MASKS[] = {{{', '.join(map(str, masks))}}};", "",
              "template <class T>",
@@ -45,12 +49,19 @@ def kernel_source(code: np.ndarray) -> str:
              "  const uo::Dims dims{d[0], d[1], d[2]};",
              f"  uo::Arrays<T> arrays({n_inputs}, {len(masks)}, MASKS, inputs, dims);",
              "  T* const* A = arrays.ptr.data();"]
-    for number, (domain, instructions) in enumerate(phases):
+    number = 0
+    while number < len(phases):
+        domain, instructions = phases[number]
+        if number in runs:
+            lines += _tile_run(number, phases[number:number + runs[number]], masks)
+            number += runs[number]
+            continue
         if domain == SELECT:
             lines += [f"  uo::top_k<T>(A[{ins[4]}], dims.size({masks[ins[4]]}), S[{ins[6]}], "
                       f"A[{ins[1]}]);  // phase {number}" for ins in instructions]
         else:
             lines += _phase(number, domain, instructions, masks)
+        number += 1
     lines += ["  return 0;", "}", "", "}  // namespace", "", 'extern "C" {',
               "int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims,",
               "                  const double* scalars) {",
@@ -60,6 +71,8 @@ def kernel_source(code: np.ndarray) -> str:
               "void uo_kernel_set_threads(int threads) {",
               "  uo::requested_threads().store(threads > 0 ? threads : 0);", "}",
               "int uo_kernel_threads() { return uo::thread_count(); }",
+              "void uo_kernel_set_tile(int64_t bs) {",
+              "  uo::requested_tile_bs().store(bs > 0 ? bs : 0);", "}",
               '}  // extern "C"', ""]
     return "\n".join(lines)
 
@@ -106,7 +119,9 @@ def _check_scratch_written_first(n_inputs: int, masks, phases) -> None:
                 written.add(ins[1])
 
 
-def _phase(number: int, domain: int, instructions, masks) -> list[str]:
+def _parts(domain: int, instructions, masks) -> tuple[str, bool, list[str], int]:
+    """A phase's sums (``uo::Sum`` initialisers), whether its chunks may hold several rows,
+    the C++ of one chunk and the scratch buffers it uses."""
     sums = [ins for ins in instructions if _NAMES[ins[0]] == "sum"]
     declared = ", ".join(
         f"{{{ins[2]}, {ins[1]}, {'true' if _lands_direct(ins[1], instructions) else 'false'}}}"
@@ -119,6 +134,36 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
         buffers = max(one_buffers, several_buffers)
         body = (["if (ch.rows == 1) {"] + ["  " + line for line in one_row]
                 + ["} else {"] + ["  " + line for line in several] + ["}"])
+    return declared, together, body, buffers
+
+
+def _tile_run(first: int, phases, masks) -> list[str]:
+    """A tile run's phases (``phases.h``'s ``run_tiles``): one chunk body that runs phase
+    ``k`` of the run, as the VM's."""
+    parts = [_parts(domain, instructions, masks) for domain, instructions in phases]
+    buffers = max(max(p[3] for p in parts), 1)
+    lines = [f"  {{  // phases {first} to {first + len(phases) - 1}: a tile run"]
+    lines += [f"    std::vector<uo::Sum> sums{k}{{{declared}}};"
+              for k, (declared, _, _, _) in enumerate(parts)]
+    lines.append("    const uo::TilePhase run[] = {" + ", ".join(
+        f"{{{domain}, &sums{k}, {'true' if parts[k][1] else 'false'}}}"
+        for k, (domain, _) in enumerate(phases)) + "};")
+    lines += [f"    uo::run_tiles<uo::KERNEL_CHUNK, T>(run, {len(phases)}, dims, A, "
+              f"{buffers} * uo::KERNEL_CHUNK,",
+              "        [&](int k, const uo::Walk& w, const uo::Chunk& ch, T* scratch) {",
+              "    (void)w; (void)scratch;",
+              "    switch (k) {"]
+    for k, (_, _, body, _) in enumerate(parts):
+        lines += [f"      case {k}: {{  // phase {first + k}",
+                  f"        std::vector<uo::Sum>& sums = sums{k};", "        (void)sums;"]
+        lines += ["        " + line for line in body]
+        lines += ["        break;", "      }"]
+    lines += ["      default: break;", "    }", "    });", "  }"]
+    return lines
+
+
+def _phase(number: int, domain: int, instructions, masks) -> list[str]:
+    declared, together, body, buffers = _parts(domain, instructions, masks)
     return ([f"  {{  // phase {number}",
              f"    std::vector<uo::Sum> sums{{{declared}}};",
              f"    uo::run_phase<uo::KERNEL_CHUNK, T>({domain}, dims, sums, A, "

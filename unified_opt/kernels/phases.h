@@ -19,7 +19,9 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "abi.h"
@@ -28,6 +30,139 @@
 #include "walk.h"
 
 namespace uo {
+
+// How a phase walks its domain (run_phase's and run_tiles'): the rows, the chunks and the
+// groups its column sums add in, worked out from the domain's dims and its sums.
+struct PhaseLayout {
+  int domain;
+  int64_t Db, Dr, Dc, nch, blocks, rows;
+  bool columns;                 // a sum without C (a column sum)
+  int sum_over_b;               // AB where a column sum adds over B
+  int64_t per_group, groups_per, groups;
+  Walk walk;
+  // column sums land per b (GROUPS) where a b is one group of 2 or more rows and chunks of
+  // whole b's fit: the chunks then hold whole b's, never one row
+  bool whole_bs;
+  // rows per chunk: 1 (a row's chunks along C), or as many whole rows (whole b's) as fit
+  int64_t per_chunk;
+
+  PhaseLayout(int64_t CH, int dom, const Dims& dims, const std::vector<Sum>& sums,
+              bool together)
+      : domain(dom), Db(dom & AB ? dims.B : 1), Dr(dom & AR ? dims.R : 1),
+        Dc(dom & AC ? dims.C : 1), nch((Dc + CH - 1) / CH),
+        blocks((Dc + SUM_BLOCK - 1) / SUM_BLOCK), rows(Db * Dr), columns(false),
+        sum_over_b(0) {
+    for (const Sum& s : sums)
+      if (!(s.axes & AC)) { columns = true; sum_over_b |= s.axes & AB; }
+    const int64_t span = sum_over_b ? rows : Dr;
+    per_group = std::max<int64_t>(16, (span + 63) / 64);
+    groups_per = (span + per_group - 1) / per_group;
+    groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
+    walk = Walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
+    whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 && together &&
+               Dr * Dc <= CH;
+    per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
+                : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
+  }
+
+  // body(walk, chunk, scratch) on the chunks of the rows [first, last), in order
+  template <int64_t CH, class T, class Body>
+  void walk_rows(int64_t first, int64_t last, T* scratch, Body&& body) const {
+    if (per_chunk == 1) {
+      for (int64_t row = first; row < last; ++row)
+        for (int64_t c0 = 0; c0 < Dc; c0 += CH)
+          body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0), row / Dr, row % Dr}, scratch);
+    } else {
+      for (int64_t row = first; row < last; row += per_chunk)
+        body(walk, Chunk{row, std::min(per_chunk, last - row), 0, Dc, row / Dr, row % Dr},
+             scratch);
+    }
+  }
+};
+
+// Each sum's landing (Landing) and its accumulators, kept in `held`. `serial`: one thread
+// walks the rows in order. `b_local`: the walk goes tile by tile over B (run_tiles), each
+// tile's rows on one thread, so a sum that keeps B may run its totals (RUNNING) on any
+// number of threads: a total's rows all lie in one b, so in one tile.
+template <class T>
+void prepare_sums(const PhaseLayout& L, std::vector<Sum>& sums, T* const* arrays,
+                  const Dims& dims, bool serial, bool b_local,
+                  std::vector<Buffer<double>>& held) {
+  for (Sum& s : sums) {
+    const int rm = L.domain & ~s.axes;
+    s.over_c = (s.axes & AC) != 0;
+    s.out = arrays[s.dst];
+    s.per_r = rm & AR ? 1 : 0;
+    s.per_b = rm & AB ? (rm & AR ? L.Dr : 1) : 0;
+    int64_t size = 0;
+    bool zero = true;
+    if (s.over_c && s.direct && L.blocks == 1 && rm == (L.domain & (AB | AR))) {
+      s.landing = Landing::ROWS;
+    } else if (s.over_c && (serial || (b_local && (rm & AB)))) {
+      s.landing = Landing::RUNNING;
+      size = dims.size(rm);
+    } else if (s.over_c) {
+      s.landing = Landing::PARTIALS;
+      size = L.rows * L.blocks;
+      zero = false;                              // every row's every block is written
+    } else if (L.whole_bs && s.direct && s.axes == AR) {
+      s.landing = Landing::GROUPS;
+    } else {
+      s.landing = Landing::PARTIALS;
+      size = L.groups * L.Dc;
+    }
+    held.emplace_back(size);
+    s.acc = held.back().data();
+    if (zero) std::fill(s.acc, s.acc + size, 0.0);
+  }
+}
+
+// Writes the totals of sum s (of a phase laid out as L) for the b's [b0, b1) into its
+// array, from what the walk left in its accumulators (nothing to do for ROWS and GROUPS,
+// written during the walk). A sum over B has one set of totals: b0 = 0, b1 = L.Db. The
+// doubles of each total are added in the walk's order (rows in order, a row's blocks in
+// order), whatever the range: the same bits landed at once or b range by b range.
+template <class T>
+void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b0,
+                 int64_t b1) {
+  if (s.landing == Landing::ROWS || s.landing == Landing::GROUPS) return;
+  const int rm = L.domain & ~s.axes;
+  T* out = static_cast<T*>(s.out);
+  // the totals of the range: [first, first + count) of the array
+  const bool keeps_b = (rm & AB) != 0;
+  const int64_t per_b = keeps_b ? dims.size(rm & ~AB) : dims.size(rm);
+  const int64_t first = keeps_b ? b0 * per_b : 0, count = keeps_b ? (b1 - b0) * per_b : per_b;
+  if (s.landing == Landing::RUNNING) {
+    for (int64_t i = first; i < first + count; ++i) out[i] = T(s.acc[i]);
+    return;
+  }
+  Buffer<double> held_total(count);
+  double* total = held_total.data();
+  std::fill(total, total + count, 0.0);
+  if (s.over_c && s.per_b == 0 && s.per_r == 0) {   // one total: kept in a register
+    double t = total[0];
+    for (int64_t i = 0; i < L.rows * L.blocks; ++i) t += s.acc[i];
+    total[0] = t;
+  } else if (s.over_c) {           // the partials in order: row after row
+    const double* part = s.acc + b0 * L.Dr * L.blocks;
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t r = 0; r < L.Dr; ++r) {
+        double& t = total[b * s.per_b + r * s.per_r - first];
+        double sum = t;
+        for (int64_t k = 0; k < L.blocks; ++k) sum += *part++;
+        t = sum;
+      }
+  } else {
+    const int64_t g0 = L.sum_over_b ? 0 : b0 * L.groups_per;
+    const int64_t g1 = L.sum_over_b ? L.groups : b1 * L.groups_per;
+    for (int64_t g = g0; g < g1; ++g) {
+      double* t = total + (L.sum_over_b ? 0 : (g / L.groups_per) * L.Dc - first);
+      const double* partial = s.acc + g * L.Dc;
+      for (int64_t c = 0; c < L.Dc; ++c) t[c] += partial[c];
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) out[first + i] = T(total[i]);
+}
 
 // Runs body(walk, chunk, scratch) on every chunk of the phase's domain (chunks of at most
 // CH elements; several rows each where `together` and a row has at most CH / 2), on
@@ -40,78 +175,23 @@ template <int64_t CH, class T, class Body>
 void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* arrays,
                int64_t scratch_size, bool together, Body&& body) {
   static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
-  const int64_t Db = domain & AB ? dims.B : 1, Dr = domain & AR ? dims.R : 1;
-  const int64_t Dc = domain & AC ? dims.C : 1;
-  const int64_t nch = (Dc + CH - 1) / CH, blocks = (Dc + SUM_BLOCK - 1) / SUM_BLOCK;
-  const int64_t rows = Db * Dr;
-  bool columns = false;
-  int sum_over_b = 0;
-  for (const Sum& s : sums)
-    if (!(s.axes & AC)) { columns = true; sum_over_b |= s.axes & AB; }
-  const int64_t span = sum_over_b ? rows : Dr;
-  const int64_t per_group = std::max<int64_t>(16, (span + 63) / 64);
-  const int64_t groups_per = (span + per_group - 1) / per_group;
-  const int64_t groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
-  const Walk walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
-  // column sums land per b (GROUPS) where a b is one group of 2 or more rows and chunks of
-  // whole b's fit: the chunks then hold whole b's, never one row
-  const bool whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 &&
-                        together && Dr * Dc <= CH;
-  // rows per chunk: 1 (a row's chunks along C), or as many whole rows (whole b's) as fit
-  const int64_t per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
-                            : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
+  const PhaseLayout L(CH, domain, dims, sums, together);
+  const int64_t rows = L.rows, per_chunk = L.per_chunk, nch = L.nch, Dr = L.Dr, Dc = L.Dc;
   // the items the threads share: chunks, or (column sums) runs of whole groups holding
   // about 16 chunks' worth of elements (a group is a range of rows, and groups in order
   // cover the rows in order: group g ends where group g + 1 starts)
-  const int64_t group_rows = sum_over_b ? per_group : std::min(per_group, Dr);
+  const int64_t group_rows = L.sum_over_b ? L.per_group : std::min(L.per_group, Dr);
   const int64_t per_item = std::max<int64_t>(
       1, (16 * CH) / std::max<int64_t>(1, group_rows * std::max<int64_t>(1, Dc)));
-  const int64_t items = columns ? (groups + per_item - 1) / per_item
+  const int64_t items = L.columns ? (L.groups + per_item - 1) / per_item
                         : per_chunk == 1 ? rows * nch : (rows + per_chunk - 1) / per_chunk;
   const int threads = rows * Dc >= PARALLEL_MIN ? thread_count() : 1;
   const bool serial = std::min<int64_t>(threads, items) <= 1;
   std::vector<Buffer<double>> held;
   held.reserve(sums.size());
-  for (Sum& s : sums) {
-    const int rm = domain & ~s.axes;
-    s.over_c = (s.axes & AC) != 0;
-    s.out = arrays[s.dst];
-    s.per_r = rm & AR ? 1 : 0;
-    s.per_b = rm & AB ? (rm & AR ? Dr : 1) : 0;
-    int64_t size = 0;
-    bool zero = true;
-    if (s.over_c && s.direct && blocks == 1 && rm == (domain & (AB | AR))) {
-      s.landing = Landing::ROWS;
-    } else if (s.over_c && serial) {
-      s.landing = Landing::RUNNING;
-      size = dims.size(rm);
-    } else if (s.over_c) {
-      s.landing = Landing::PARTIALS;
-      size = rows * blocks;
-      zero = false;                              // every row's every block is written
-    } else if (whole_bs && s.direct && s.axes == AR) {
-      s.landing = Landing::GROUPS;
-    } else {
-      s.landing = Landing::PARTIALS;
-      size = groups * Dc;
-    }
-    held.emplace_back(size);
-    s.acc = held.back().data();
-    if (zero) std::fill(s.acc, s.acc + size, 0.0);
-  }
-  // the chunks of the rows [first, last), in order
-  auto walk_rows = [&](int64_t first, int64_t last, T* scratch) {
-    if (per_chunk == 1) {
-      for (int64_t row = first; row < last; ++row)
-        for (int64_t c0 = 0; c0 < Dc; c0 += CH)
-          body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0), row / Dr, row % Dr}, scratch);
-    } else {
-      for (int64_t row = first; row < last; row += per_chunk)
-        body(walk, Chunk{row, std::min(per_chunk, last - row), 0, Dc, row / Dr, row % Dr},
-             scratch);
-    }
-  };
-  if (!columns) {
+  prepare_sums(L, sums, arrays, dims, serial, false, held);
+  const Walk& walk = L.walk;
+  if (!L.columns) {
     if (per_chunk == 1) {
       for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
         const int64_t row = item / nch, c0 = (item % nch) * CH;
@@ -126,47 +206,91 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
     }
   } else {
     auto first_row = [&](int64_t g) {
-      if (g >= groups) return rows;
-      return sum_over_b ? g * per_group : (g / groups_per) * Dr + (g % groups_per) * per_group;
+      if (g >= L.groups) return rows;
+      return L.sum_over_b ? g * L.per_group
+                          : (g / L.groups_per) * Dr + (g % L.groups_per) * L.per_group;
     };
     for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
       const int64_t g0 = item * per_item;
-      walk_rows(first_row(g0), first_row(std::min(groups, g0 + per_item)), scratch);
+      L.walk_rows<CH>(first_row(g0), first_row(std::min(L.groups, g0 + per_item)), scratch,
+                      body);
     });
   }
-  for (Sum& s : sums) {
-    if (s.landing == Landing::ROWS || s.landing == Landing::GROUPS) continue;
-    const int rm = domain & ~s.axes;
-    T* out = arrays[s.dst];
-    const int64_t size = dims.size(rm);
-    if (s.landing == Landing::RUNNING) {
-      for (int64_t i = 0; i < size; ++i) out[i] = T(s.acc[i]);
-      continue;
-    }
-    Buffer<double> held_total(size);
-    double* total = held_total.data();
-    std::fill(total, total + size, 0.0);
-    if (s.over_c && s.per_b == 0 && s.per_r == 0) {   // one total: kept in a register
-      double t = total[0];
-      for (int64_t i = 0; i < rows * blocks; ++i) t += s.acc[i];
-      total[0] = t;
-    } else if (s.over_c) {           // the partials in order: row after row
-      const double* part = s.acc;
-      for (int64_t b = 0; b < Db; ++b)
-        for (int64_t r = 0; r < Dr; ++r) {
-          double t = total[b * s.per_b + r * s.per_r];
-          for (int64_t k = 0; k < blocks; ++k) t += *part++;
-          total[b * s.per_b + r * s.per_r] = t;
-        }
-    } else {
-      for (int64_t g = 0; g < groups; ++g) {
-        double* t = total + (sum_over_b ? 0 : (g / groups_per) * Dc);
-        const double* partial = s.acc + g * Dc;
-        for (int64_t c = 0; c < Dc; ++c) t[c] += partial[c];
-      }
-    }
-    for (int64_t i = 0; i < size; ++i) out[i] = T(total[i]);
+  for (const Sum& s : sums) land_totals<T>(s, L, dims, 0, L.Db);
+}
+
+// A phase of a tile run (run_tiles): its domain, its sums, whether its chunks may hold
+// several rows (rows_together).
+struct TilePhase {
+  int domain;
+  std::vector<Sum>* sums;
+  bool together;
+};
+
+// The tile of a tile run: about TILE_ELEMENTS elements of the parameter's (B, R, C) a
+// tile, so that what a tile's phases write (a conv weight's small row and column arrays,
+// a kept full value) is read back by the next phase from the cache, not from memory.
+constexpr int64_t TILE_ELEMENTS = 8192;
+// the b's of a tile, where set (uo_vm_set_tile, uo_kernel_set_tile: tests put tile edges
+// inside small tensors); 0: TILE_ELEMENTS elements' worth
+inline std::atomic<int64_t>& requested_tile_bs() {
+  static std::atomic<int64_t> bs{0};
+  return bs;
+}
+
+// Runs the phases of a tile run (bytecode.py's Schedule.tiles: consecutive phases whose
+// domains span B, none reading what another sums over B, none summing over B without C)
+// tile after tile of whole b's: every phase on a tile's b's, in order, before the next
+// tile; body(k, walk, chunk, scratch) runs chunk `chunk` of the run's phase k. Each
+// phase reads and writes at the b's it walks only, so a phase sees in a tile the values
+// it would see after the phases before it ran over the whole domain, and a phase later
+// in the run writes a b's values after the earlier ones read them. Sums that keep B land
+// at the tile's end (the next phase reads them); sums over B after the last tile, their
+// rows added in the order of the walk (rows in order on one thread, or each row's
+// partial kept and added in order after the walk): the same bits as the phases one
+// after the other (run_phase), which run where the parameter has fewer than two tiles
+// (a matrix: B = 1) or too few for the threads.
+template <int64_t CH, class T, class Body>
+void run_tiles(const TilePhase* phases, int n, const Dims& dims, T* const* arrays,
+               int64_t scratch_size, Body&& body) {
+  static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
+  const int64_t per_b = std::max<int64_t>(1, dims.R * dims.C);
+  const int64_t requested = requested_tile_bs().load(std::memory_order_relaxed);
+  const int64_t tile_b = requested > 0 ? requested : std::max<int64_t>(1, TILE_ELEMENTS / per_b);
+  const int64_t tiles = (dims.B + tile_b - 1) / tile_b;
+  const int threads = dims.B * per_b >= PARALLEL_MIN ? thread_count() : 1;
+  if (tiles < 2 || (threads > 1 && tiles < 4 * int64_t(threads))) {
+    for (int k = 0; k < n; ++k)
+      run_phase<CH, T>(phases[k].domain, dims, *phases[k].sums, arrays, scratch_size,
+                       phases[k].together, [&](const Walk& w, const Chunk& ch, T* scratch) {
+                         body(k, w, ch, scratch);
+                       });
+    return;
   }
+  const bool serial = threads <= 1;
+  std::vector<PhaseLayout> layouts;
+  layouts.reserve(n);
+  std::vector<Buffer<double>> held;
+  size_t count = 0;
+  for (int k = 0; k < n; ++k) count += phases[k].sums->size();
+  held.reserve(count);
+  for (int k = 0; k < n; ++k) {
+    layouts.emplace_back(CH, phases[k].domain, dims, *phases[k].sums, phases[k].together);
+    prepare_sums(layouts.back(), *phases[k].sums, arrays, dims, serial, true, held);
+  }
+  for_each_item<T>(tiles, threads, scratch_size, [&](int64_t tile, T* scratch) {
+    const int64_t b0 = tile * tile_b, b1 = std::min(dims.B, b0 + tile_b);
+    for (int k = 0; k < n; ++k) {
+      const PhaseLayout& L = layouts[k];
+      L.walk_rows<CH>(b0 * L.Dr, b1 * L.Dr, scratch,
+                      [&](const Walk& w, const Chunk& ch, T* s) { body(k, w, ch, s); });
+      for (const Sum& s : *phases[k].sums)
+        if ((phases[k].domain & ~s.axes) & AB) land_totals<T>(s, L, dims, b0, b1);
+    }
+  });
+  for (int k = 0; k < n; ++k)
+    for (const Sum& s : *phases[k].sums)
+      if (!((phases[k].domain & ~s.axes) & AB)) land_totals<T>(s, layouts[k], dims, 0, layouts[k].Db);
 }
 
 // DGC's top-k: mask[i] = 1 at the k largest of x[0..n), else 0, as the numpy binding
@@ -247,6 +371,45 @@ inline bool scratch_written_first(int n_inputs, int n_arrays, const int32_t* mas
                          (in.op == abi::STORE && domains[p] != abi::SELECT &&
                           !(masks[in.dst] & ~domains[p]));
       if (whole) written[in.dst] = 1;
+    }
+  }
+  return true;
+}
+
+// Whether the tile runs (first phase, number of phases; bytecode.py's Schedule.tiles) are
+// what bytecode.py's tile_runs makes (its tile_runs_valid): in order, not overlapping,
+// two or more phases each, every phase's domain spanning B, no sum adding over B without
+// C, every store into an array spanning B, and no phase reading an array that an earlier
+// phase of its run writes without B (a total over B needs every tile). run_tiles relies
+// on it; the VM refuses other code.
+inline bool tile_runs_valid(int n_arrays, const int32_t* masks, int n_phases,
+                            const int* domains, const int* counts,
+                            const abi::Ins* const* phases, int n_runs, const int32_t* runs) {
+  int end = 0;
+  std::vector<char> over_b(size_t(std::max(n_arrays, 0)), 0);
+  auto in_range = [&](int k) { return k >= 0 && k < n_arrays; };
+  for (int run = 0; run < n_runs; ++run) {
+    const int first = runs[abi::TILE_RUN_INTS * run], count = runs[abi::TILE_RUN_INTS * run + 1];
+    if (first < end || count < 2 || first > n_phases - count) return false;
+    end = first + count;
+    std::fill(over_b.begin(), over_b.end(), 0);
+    for (int p = first; p < end; ++p) {
+      if (domains[p] == abi::SELECT || !(domains[p] & AB)) return false;
+      for (int i = 0; i < counts[p]; ++i) {
+        const abi::Ins& in = phases[p][i];
+        for (const auto& [kind, k] : {std::pair<int, int>{in.a_kind, in.a},
+                                      {in.b_kind, in.b}, {in.c_kind, in.c}})
+          if (kind == abi::ARR && (!in_range(k) || over_b[k])) return false;
+        if (in.op == abi::TOPK) return false;
+        if (in.op == abi::SUM && (in.aux & AB) && !(in.aux & AC)) return false;
+        if (in.op == abi::STORE && (!in_range(in.dst) || !(masks[in.dst] & AB))) return false;
+      }
+      for (int i = 0; i < counts[p]; ++i) {
+        const abi::Ins& in = phases[p][i];
+        if ((in.op == abi::SUM || in.op == abi::STORE) && in_range(in.dst) &&
+            !(masks[in.dst] & AB))
+          over_b[in.dst] = 1;
+      }
     }
   }
   return true;

@@ -25,16 +25,23 @@ struct Program {
   int n_inputs = 0, n_arrays = 0, n_regs = 0;
   const int32_t* masks = nullptr;
   std::vector<Phase> phases;
+  // the phases each phase's tile run holds from it on (phases.h's run_tiles): 0 where no
+  // run starts at the phase
+  std::vector<int> run_length;
 };
 
 bool parse(const int32_t* code, int64_t length, Program& p) {
   if (length < HEADER_INTS || code[0] != VERSION) return false;
   p.n_inputs = code[1]; p.n_arrays = code[2]; p.n_regs = code[3];
-  int n_phases = code[4];
+  const int n_phases = code[4], n_runs = code[5];
   int64_t at = HEADER_INTS;
-  if (p.n_inputs < 0 || p.n_arrays < p.n_inputs || at + p.n_arrays > length) return false;
+  if (p.n_inputs < 0 || p.n_arrays < p.n_inputs || n_phases < 0 || n_runs < 0 ||
+      at + p.n_arrays + int64_t(n_runs) * TILE_RUN_INTS > length)
+    return false;
   p.masks = code + at;
   at += p.n_arrays;
+  const int32_t* runs = code + at;
+  at += int64_t(n_runs) * TILE_RUN_INTS;
   for (int k = 0; k < n_phases; ++k) {
     if (at + PHASE_INTS > length) return false;
     Phase ph{code[at], code[at + 1], reinterpret_cast<const Ins*>(code + at + PHASE_INTS)};
@@ -51,8 +58,14 @@ bool parse(const int32_t* code, int64_t length, Program& p) {
     counts.push_back(ph.n);
     lists.push_back(ph.ins);
   }
-  return uo::scratch_written_first(p.n_inputs, p.n_arrays, p.masks, int(p.phases.size()),
-                                   domains.data(), counts.data(), lists.data());
+  if (!uo::scratch_written_first(p.n_inputs, p.n_arrays, p.masks, int(p.phases.size()),
+                                 domains.data(), counts.data(), lists.data()) ||
+      !uo::tile_runs_valid(p.n_arrays, p.masks, int(p.phases.size()), domains.data(),
+                           counts.data(), lists.data(), n_runs, runs))
+    return false;
+  p.run_length.assign(p.phases.size(), 0);
+  for (int k = 0; k < n_runs; ++k) p.run_length[runs[2 * k]] = runs[2 * k + 1];
+  return true;
 }
 
 template <class T> struct Val { const T* p; T s; bool vec; };
@@ -218,7 +231,18 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
   const uo::Dims dims{d[0], d[1], d[2]};
   uo::Arrays<T> arrays(prog.n_inputs, prog.n_arrays, prog.masks, inputs, dims);
   const Interpreter<T> vm{prog, dims, arrays.ptr.data(), scalars};
-  for (const Phase& ph : prog.phases) {
+  auto sums_of = [](const Phase& ph) {
+    std::vector<uo::Sum> sums;
+    for (int k = 0; k < ph.n; ++k)
+      if (ph.ins[k].op == SUM) {
+        const int dst = ph.ins[k].dst;
+        sums.push_back({ph.ins[k].aux, dst, uo::lands_direct(dst, ph.ins, ph.n)});
+      }
+    return sums;
+  };
+  const int64_t scratch = int64_t(prog.n_regs + 3) * CHUNK;
+  for (size_t p = 0; p < prog.phases.size(); ++p) {
+    const Phase& ph = prog.phases[p];
     if (ph.domain == SELECT) {
       for (int k = 0; k < ph.n; ++k) {
         const Ins& in = ph.ins[k];
@@ -227,14 +251,25 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
       }
       continue;
     }
-    std::vector<uo::Sum> sums;
-    for (int k = 0; k < ph.n; ++k)
-      if (ph.ins[k].op == SUM) {
-        const int dst = ph.ins[k].dst;
-        sums.push_back({ph.ins[k].aux, dst, uo::lands_direct(dst, ph.ins, ph.n)});
+    const int run = prog.run_length[p];
+    if (run >= 2) {                 // a tile run: its phases tile by tile over B
+      std::vector<std::vector<uo::Sum>> sums(run);
+      std::vector<uo::TilePhase> tiled(run);
+      for (int k = 0; k < run; ++k) {
+        const Phase& member = prog.phases[p + k];
+        sums[k] = sums_of(member);
+        tiled[k] = {member.domain, &sums[k],
+                    uo::rows_together(member.domain, prog.masks, member.ins, member.n)};
       }
-    uo::run_phase<CHUNK, T>(ph.domain, dims, sums, arrays.ptr.data(),
-                            int64_t(prog.n_regs + 3) * CHUNK,
+      uo::run_tiles<CHUNK, T>(tiled.data(), run, dims, arrays.ptr.data(), scratch,
+                              [&](int k, const uo::Walk& w, const uo::Chunk& ch, T* regs) {
+                                vm.chunk(prog.phases[p + k], sums[k], regs, w, ch);
+                              });
+      p += run - 1;
+      continue;
+    }
+    std::vector<uo::Sum> sums = sums_of(ph);
+    uo::run_phase<CHUNK, T>(ph.domain, dims, sums, arrays.ptr.data(), scratch,
                             uo::rows_together(ph.domain, prog.masks, ph.ins, ph.n),
                             [&](const uo::Walk& w, const uo::Chunk& ch, T* regs) {
                               vm.chunk(ph, sums, regs, w, ch);
@@ -288,6 +323,11 @@ void uo_vm_set_threads(int threads) {
 }
 
 int uo_vm_threads() { return uo::thread_count(); }
+
+// The b's of a tile run's tile from now on (phases.h's run_tiles; 0: its default).
+void uo_vm_set_tile(int64_t bs) {
+  uo::requested_tile_bs().store(bs > 0 ? bs : 0, std::memory_order_relaxed);
+}
 
 // Run the generated kernel `kernel` (its uo_kernel_run) for the program `code` from now on.
 void uo_vm_register(const int32_t* code, int64_t length, void* kernel) {
