@@ -401,7 +401,13 @@ def tile_runs(phases, masks) -> tuple[list[Phase], tuple[tuple[int, int], ...]]:
     phases of a run moves after the run when no later phase of the run reads what it
     writes or writes what it reads or writes: it then runs after the phases it came
     before, which do not touch its arrays, so it computes the same values. A phase that
-    would join a run but depends on a moved phase ends the run (it starts the next)."""
+    would join a run but depends on a moved phase ends the run (it starts the next).
+
+    First, a phase that only copies arrays (new state of fewer axes, copied in at the
+    end) moves up to just after the last phase that writes what it reads or reads or
+    writes what it writes: into the run that computes the new state, whose tiles then
+    copy it while it is in the cache."""
+    phases = _copies_early(list(phases))
     out: list[Phase] = []
     runs: list[tuple[int, int]] = []
     run: list[tuple[int, Phase]] = []
@@ -444,6 +450,42 @@ def tile_runs(phases, masks) -> tuple[list[Phase], tuple[tuple[int, int], ...]]:
                 out.append(p)
     close()
     return out, tuple(runs)
+
+
+def _copies_early(phases: list[Phase]) -> list[Phase]:
+    """``phases`` with each phase that only copies arrays moved up to just after the last
+    phase it depends on (see :func:`tile_runs`): the phases it moves past neither write
+    what it reads nor read or write what it writes, so every phase computes the same."""
+    store, array = OPCODES["store"], OPERAND_KINDS["array"]
+    for position in range(len(phases)):
+        p = phases[position]
+        if p.domain == SELECT or not p.instructions or any(
+                ins.op != store or ins.a_kind != array for ins in p.instructions):
+            continue
+        reads, writes = _accesses(p)
+        after = position
+        while after > 0:
+            other_reads, other_writes = _accesses(phases[after - 1])
+            if other_writes & (reads | writes) or other_reads & writes:
+                break
+            after -= 1
+        if after < position:
+            phases.insert(after, phases.pop(position))
+    return phases
+
+
+def tile_local(scheduled: Schedule, first: int, count: int) -> tuple[int, ...]:
+    """The tile-local arrays of the tile run of phases ``[first, first + count)``: the
+    scratch arrays spanning B that no phase outside the run reads or writes
+    (``phases.h``'s ``tile_local_arrays``; on one thread ``run_tiles`` keeps one tile of
+    each, in the cache)."""
+    outside: set[int] = set()
+    for position, p in enumerate(scheduled.phases):
+        if not first <= position < first + count:
+            reads, writes = _accesses(p)
+            outside |= reads | writes
+    return tuple(k for k in range(scheduled.n_inputs, len(scheduled.masks))
+                 if scheduled.masks[k] & _B and k not in outside)
 
 
 def tile_runs_valid(scheduled: Schedule) -> bool:

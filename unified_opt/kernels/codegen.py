@@ -18,7 +18,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bytecode import AXES, DTYPES, OPCODES, OPERAND_KINDS, SELECT, decode, tile_runs_valid
+from .bytecode import (
+    AXES,
+    DTYPES,
+    OPCODES,
+    OPERAND_KINDS,
+    SELECT,
+    decode,
+    tile_local,
+    tile_runs_valid,
+)
 
 _NAMES = {v: k for k, v in OPCODES.items()}
 _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{a} / {b}",
@@ -53,7 +62,8 @@ def kernel_source(code: np.ndarray) -> str:
     while number < len(phases):
         domain, instructions = phases[number]
         if number in runs:
-            lines += _tile_run(number, phases[number:number + runs[number]], masks)
+            lines += _tile_run(number, phases[number:number + runs[number]], masks,
+                               tile_local(decoded, number, runs[number]))
             number += runs[number]
             continue
         if domain == SELECT:
@@ -137,9 +147,9 @@ def _parts(domain: int, instructions, masks) -> tuple[str, bool, list[str], int]
     return declared, together, body, buffers
 
 
-def _tile_run(first: int, phases, masks) -> list[str]:
+def _tile_run(first: int, phases, masks, local) -> list[str]:
     """A tile run's phases (``phases.h``'s ``run_tiles``): one chunk body that runs phase
-    ``k`` of the run, as the VM's."""
+    ``k`` of the run, as the VM's; ``local``: its tile-local arrays."""
     parts = [_parts(domain, instructions, masks) for domain, instructions in phases]
     buffers = max(max(p[3] for p in parts), 1)
     lines = [f"  {{  // phases {first} to {first + len(phases) - 1}: a tile run"]
@@ -148,8 +158,11 @@ def _tile_run(first: int, phases, masks) -> list[str]:
     lines.append("    const uo::TilePhase run[] = {" + ", ".join(
         f"{{{domain}, &sums{k}, {'true' if parts[k][1] else 'false'}}}"
         for k, (domain, _) in enumerate(phases)) + "};")
-    lines += [f"    uo::run_tiles<uo::KERNEL_CHUNK, T>(run, {len(phases)}, dims, A, "
-              f"{buffers} * uo::KERNEL_CHUNK,",
+    if local:
+        lines.append(f"    static const int local[] = {{{', '.join(map(str, local))}}};")
+    lines += [f"    uo::run_tiles<uo::KERNEL_CHUNK, T>(run, {len(phases)}, dims, "
+              f"arrays.ptr.data(), MASKS, {'local' if local else 'nullptr'}, {len(local)},",
+              f"        {buffers} * uo::KERNEL_CHUNK,",
               "        [&](int k, const uo::Walk& w, const uo::Chunk& ch, T* scratch) {",
               "    (void)w; (void)scratch;",
               "    switch (k) {"]

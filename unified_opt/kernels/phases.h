@@ -250,9 +250,18 @@ inline std::atomic<int64_t>& requested_tile_bs() {
 // partial kept and added in order after the walk): the same bits as the phases one
 // after the other (run_phase), which run where the parameter has fewer than two tiles
 // (a matrix: B = 1) or too few for the threads.
+//
+// On one thread the run's tile-local arrays (`local`, tile_local_arrays: scratch written
+// and read by the run's phases only) live in buffers of one tile, used again by every
+// tile: what the phases pass each other stays in the cache and is never written back
+// to memory. For a tile, arrays[k] of such an array is its buffer moved back by the
+// tile's first b (integer arithmetic: the tile's places land in the buffer), and each
+// sum's `out` follows; both are put back after the run. On several threads every array
+// stays whole (each thread walks tiles of its own).
 template <int64_t CH, class T, class Body>
-void run_tiles(const TilePhase* phases, int n, const Dims& dims, T* const* arrays,
-               int64_t scratch_size, Body&& body) {
+void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
+               const int32_t* masks, const int* local, int n_local, int64_t scratch_size,
+               Body&& body) {
   static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
   const int64_t per_b = std::max<int64_t>(1, dims.R * dims.C);
   const int64_t requested = requested_tile_bs().load(std::memory_order_relaxed);
@@ -278,8 +287,28 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T* const* array
     layouts.emplace_back(CH, phases[k].domain, dims, *phases[k].sums, phases[k].together);
     prepare_sums(layouts.back(), *phases[k].sums, arrays, dims, serial, true, held);
   }
+  // one thread: the tile-local arrays' buffers, and the arrays they stand in for
+  std::vector<Buffer<T>> buffers;
+  std::vector<T*> whole;
+  if (serial) {
+    buffers.reserve(n_local);
+    for (int j = 0; j < n_local; ++j) {
+      whole.push_back(arrays[local[j]]);
+      buffers.emplace_back(tile_b * dims.size(masks[local[j]] & ~AB));
+    }
+  }
+  auto place = [&](int64_t b0) {
+    for (int j = 0; j < int(buffers.size()); ++j) {
+      const uintptr_t shift = uintptr_t(b0 * dims.size(masks[local[j]] & ~AB)) * sizeof(T);
+      arrays[local[j]] = reinterpret_cast<T*>(
+          reinterpret_cast<uintptr_t>(buffers[j].data()) - shift);
+    }
+    for (int k = 0; k < n; ++k)
+      for (Sum& s : *phases[k].sums) s.out = arrays[s.dst];
+  };
   for_each_item<T>(tiles, threads, scratch_size, [&](int64_t tile, T* scratch) {
     const int64_t b0 = tile * tile_b, b1 = std::min(dims.B, b0 + tile_b);
+    if (!buffers.empty()) place(b0);
     for (int k = 0; k < n; ++k) {
       const PhaseLayout& L = layouts[k];
       L.walk_rows<CH>(b0 * L.Dr, b1 * L.Dr, scratch,
@@ -288,9 +317,38 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T* const* array
         if ((phases[k].domain & ~s.axes) & AB) land_totals<T>(s, L, dims, b0, b1);
     }
   });
+  for (int j = 0; j < int(buffers.size()); ++j) arrays[local[j]] = whole[j];
   for (int k = 0; k < n; ++k)
-    for (const Sum& s : *phases[k].sums)
+    for (Sum& s : *phases[k].sums) {
+      s.out = arrays[s.dst];
       if (!((phases[k].domain & ~s.axes) & AB)) land_totals<T>(s, layouts[k], dims, 0, layouts[k].Db);
+    }
+}
+
+// The tile-local arrays of the tile run of phases [first, first + count) (run_tiles):
+// the scratch arrays (from n_inputs on) spanning B that no phase outside the run reads
+// or writes (bytecode.py's tile_local, for the generated kernels).
+inline std::vector<int> tile_local_arrays(int n_inputs, int n_arrays, const int32_t* masks,
+                                          int n_phases, const int* counts,
+                                          const abi::Ins* const* phases, int first,
+                                          int count) {
+  std::vector<char> outside(size_t(std::max(n_arrays, 0)), 0);
+  for (int p = 0; p < n_phases; ++p) {
+    if (p >= first && p < first + count) continue;
+    for (int i = 0; i < counts[p]; ++i) {
+      const abi::Ins& in = phases[p][i];
+      for (const auto& [kind, k] : {std::pair<int, int>{in.a_kind, in.a},
+                                    {in.b_kind, in.b}, {in.c_kind, in.c}})
+        if (kind == abi::ARR && k >= 0 && k < n_arrays) outside[k] = 1;
+      if (in.dst >= 0 && in.dst < n_arrays &&
+          (in.op == abi::STORE || in.op == abi::SUM || in.op == abi::TOPK))
+        outside[in.dst] = 1;
+    }
+  }
+  std::vector<int> local;
+  for (int k = n_inputs; k < n_arrays; ++k)
+    if ((masks[k] & AB) && !outside[k]) local.push_back(k);
+  return local;
 }
 
 // DGC's top-k: mask[i] = 1 at the k largest of x[0..n), else 0, as the numpy binding

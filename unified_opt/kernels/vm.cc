@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "phases.h"
@@ -28,6 +29,9 @@ struct Program {
   // the phases each phase's tile run holds from it on (phases.h's run_tiles): 0 where no
   // run starts at the phase
   std::vector<int> run_length;
+  // each phase's instruction count and list (phases.h's checks read them so)
+  std::vector<int> counts;
+  std::vector<const Ins*> lists;
 };
 
 bool parse(const int32_t* code, int64_t length, Program& p) {
@@ -65,6 +69,8 @@ bool parse(const int32_t* code, int64_t length, Program& p) {
     return false;
   p.run_length.assign(p.phases.size(), 0);
   for (int k = 0; k < n_runs; ++k) p.run_length[runs[2 * k]] = runs[2 * k + 1];
+  p.counts = std::move(counts);
+  p.lists = std::move(lists);
   return true;
 }
 
@@ -261,7 +267,11 @@ int run(const int32_t* code, int64_t length, void* const* inputs, const int64_t*
         tiled[k] = {member.domain, &sums[k],
                     uo::rows_together(member.domain, prog.masks, member.ins, member.n)};
       }
-      uo::run_tiles<CHUNK, T>(tiled.data(), run, dims, arrays.ptr.data(), scratch,
+      const std::vector<int> local = uo::tile_local_arrays(
+          prog.n_inputs, prog.n_arrays, prog.masks, int(prog.phases.size()), prog.counts.data(),
+          prog.lists.data(), int(p), run);
+      uo::run_tiles<CHUNK, T>(tiled.data(), run, dims, arrays.ptr.data(), prog.masks,
+                              local.data(), int(local.size()), scratch,
                               [&](int k, const uo::Walk& w, const uo::Chunk& ch, T* regs) {
                                 vm.chunk(prog.phases[p + k], sums[k], regs, w, ch);
                               });

@@ -337,12 +337,22 @@ inline bool groups_in_vectors(const Sum& s, const Walk& w, const Chunk& ch, cons
   if (ch.n == 3) {
     // a b at a time, its 3 columns in the lanes of a vector: 4 values loaded and stored
     // (the 4th is the next row's, the next b's total), so the chunk's last b is scalar
-    for (int64_t b = 0; b + 1 < bs; ++b) {
-      const T* rows = x + 3 * w.Dr * b;
-      __m256d partial = zero;
-      for (int64_t r = 0; r < w.Dr; ++r)
-        partial = _mm256_add_pd(partial, load_four(rows + 3 * r));
-      store_rounded(out + 3 * b, _mm256_add_pd(zero, partial));
+    if (w.Dr == 3) {           // a 3x3 kernel's: the rows unrolled, b's interleaved
+      for (int64_t b = 0; b + 1 < bs; ++b) {
+        const T* rows = x + 9 * b;
+        const __m256d partial = _mm256_add_pd(
+            _mm256_add_pd(_mm256_add_pd(zero, load_four(rows)), load_four(rows + 3)),
+            load_four(rows + 6));
+        store_rounded(out + 3 * b, _mm256_add_pd(zero, partial));
+      }
+    } else {
+      for (int64_t b = 0; b + 1 < bs; ++b) {
+        const T* rows = x + 3 * w.Dr * b;
+        __m256d partial = zero;
+        for (int64_t r = 0; r < w.Dr; ++r)
+          partial = _mm256_add_pd(partial, load_four(rows + 3 * r));
+        store_rounded(out + 3 * b, _mm256_add_pd(zero, partial));
+      }
     }
     if (bs > 0) group_totals<3>(out + 3 * (bs - 1), w.Dr, w.Dr, 3, [&](int64_t i, int64_t c) {
       return double(x[3 * w.Dr * (bs - 1) + 3 * i + c]);
