@@ -40,8 +40,8 @@ struct PhaseLayout {
   int sum_over_b;               // AB where a column sum adds over B
   int64_t per_group, groups_per, groups;
   Walk walk;
-  // column sums land per b (GROUPS) where a b is one group of 2 or more rows and chunks of
-  // whole b's fit: the chunks then hold whole b's, never one row
+  // column sums land per b (GROUPS) where a b is one group of rows (a 1x1 conv weight's
+  // b: one row of one element) and chunks of whole b's fit: the chunks then hold whole b's
   bool whole_bs;
   // rows per chunk: 1 (a row's chunks along C), or as many whole rows (whole b's) as fit
   int64_t per_chunk;
@@ -59,7 +59,7 @@ struct PhaseLayout {
     groups_per = (span + per_group - 1) / per_group;
     groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
     walk = Walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
-    whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 && together &&
+    whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 1 && Dc >= 1 && together &&
                Dr * Dc <= CH;
     per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
                 : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
@@ -152,13 +152,17 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
         for (int64_t k = 0; k < L.blocks; ++k) sum += *part++;
         t = sum;
       }
-  } else {
-    const int64_t g0 = L.sum_over_b ? 0 : b0 * L.groups_per;
-    const int64_t g1 = L.sum_over_b ? L.groups : b1 * L.groups_per;
-    for (int64_t g = g0; g < g1; ++g) {
-      double* t = total + (L.sum_over_b ? 0 : (g / L.groups_per) * L.Dc - first);
+  } else if (L.sum_over_b) {      // the groups in order into one row of totals
+    for (int64_t g = 0; g < L.groups; ++g) {
       const double* partial = s.acc + g * L.Dc;
-      for (int64_t c = 0; c < L.Dc; ++c) t[c] += partial[c];
+      for (int64_t c = 0; c < L.Dc; ++c) total[c] += partial[c];
+    }
+  } else {                        // each b's groups in order into its row of totals
+    const double* partial = s.acc + b0 * L.groups_per * L.Dc;
+    for (int64_t b = b0; b < b1; ++b) {
+      double* t = total + b * L.Dc - first;
+      for (int64_t g = 0; g < L.groups_per; ++g, partial += L.Dc)
+        for (int64_t c = 0; c < L.Dc; ++c) t[c] += partial[c];
     }
   }
   for (int64_t i = 0; i < count; ++i) out[first + i] = T(total[i]);
