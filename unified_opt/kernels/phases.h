@@ -40,8 +40,9 @@ struct PhaseLayout {
   int sum_over_b;               // AB where a column sum adds over B
   int64_t per_group, groups_per, groups;
   Walk walk;
-  // column sums land per b (GROUPS) where a b is one group of rows (a 1x1 conv weight's
-  // b: one row of one element) and chunks of whole b's fit: the chunks then hold whole b's
+  // column sums land per b (GROUPS) where a b is one group of 2 or more rows and chunks of
+  // whole b's fit: the chunks then hold whole b's, never one row (a generated kernel's
+  // chunk of one row adds its column sums into PARTIALS)
   bool whole_bs;
   // rows per chunk: 1 (a row's chunks along C), or as many whole rows (whole b's) as fit
   int64_t per_chunk;
@@ -59,7 +60,7 @@ struct PhaseLayout {
     groups_per = (span + per_group - 1) / per_group;
     groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
     walk = Walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
-    whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 1 && Dc >= 1 && together &&
+    whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 && together &&
                Dr * Dc <= CH;
     per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
                 : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
