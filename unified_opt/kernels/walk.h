@@ -128,6 +128,14 @@ UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64
       if (last < rows) {
         if constexpr (std::is_same_v<T, float>) {
           const __m128 v = _mm_loadu_ps(from);
+          if (r == 0 && Dr == 3) {     // a whole b of 3 rows: 8 values at once, then the 9th
+            const __m256i thrice = _mm256_setr_epi32(0, 1, 2, 0, 1, 2, 0, 1);
+            _mm256_storeu_ps(to, _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), thrice));
+            to[8] = from[2];
+            i += 3;
+            to += 9;
+            continue;
+          }
           for (; i < last; ++i, to += 3) _mm_storeu_ps(to, v);
         } else {
           const __m256d v = _mm256_loadu_pd(from);
