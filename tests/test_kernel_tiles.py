@@ -34,10 +34,11 @@ except build.KernelUnavailable as error:           # no C++ compiler on this mac
 SPECS = [uo.Adafactor(lr=1e-2), uo.Adafactor(lr=1e-2, beta1=0.9, weight_decay=0.1),
          uo.Adafactor(lr=1e-2, eps_mode="add"), uo.CAME(lr=1e-3),
          uo.CAME(lr=1e-3, weight_decay=0.1)]
-#: conv weights (rows of 3, of 1, of 7), a matrix (B = 1), a vector (no B), a 3-D tensor;
-#: (96, 96, 3, 3): enough default tiles for 2 threads to share them
+#: conv weights (rows of 3, of 1, of 7), a matrix (B = 1), a vector (no B), 3-D tensors
+#: (one with rows of 1, one with b's of one row: arrays missing an axis of length 1 are
+#: read in place); (96, 96, 3, 3): enough default tiles for 2 threads to share them
 SHAPES = [(64, 64, 3, 3), (32, 16, 1, 1), (8, 3, 7, 7), (128, 96), (5,), (4, 6, 5),
-          (96, 96, 3, 3)]
+          (40, 5, 1), (40, 1, 5), (96, 96, 3, 3)]
 #: b's per tile: the default (0), and tiles whose edges fall inside every tensor above
 TILES = (0, 1, 7)
 #: the generated kernels' comparison compiles one kernel per spec (seconds each)

@@ -59,7 +59,7 @@ struct PhaseLayout {
     per_group = std::max<int64_t>(16, (span + 63) / 64);
     groups_per = (span + per_group - 1) / per_group;
     groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
-    walk = Walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0};
+    walk = Walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0, dom};
     whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 && together &&
                Dr * Dc <= CH;
     per_chunk = whole_bs ? CH / (Dr * Dc) * Dr

@@ -28,6 +28,7 @@ struct Walk {
   // a sum adds over B; a row adds into its group's partial row
   int64_t per_group, groups_per;
   bool sum_over_b;
+  int domain;                   // the phase's axes
   int64_t group(int64_t row) const {
     return sum_over_b ? row / per_group : (row / Dr) * groups_per + (row % Dr) / per_group;
   }
@@ -175,6 +176,12 @@ UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64
 template <class T>
 inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims,
                    const Walk& w, const Chunk& ch) {
+  if (dims.size(w.domain & ~mask) == 1) {    // the axes it lacks are 1 long (a 1x1 conv
+    // weight's rows and columns): its places are the domain's, the chunk's in a run
+    const T* from = src + ch.row * w.Dc + ch.c0;
+    std::copy(from, from + ch.size(), dst);
+    return;
+  }
   const bool along_c = (mask & AC) != 0;
   const int64_t width_c = along_c ? dims.C : 1;
   const int64_t per_r = mask & AR ? width_c : 0;
@@ -441,11 +448,37 @@ inline bool rows_of_3(const Sum& s, const Walk& w, const Chunk& ch, const T* x) 
 
 // A sum over C of the chunk's values x: each row's blocks (the same partials as one chunk
 // per row), landed as s says.
+// row_sums of whole rows of 1 (a 1x1 conv weight's): each row's partial is 0 + x, as
+// short_sum<1>'s, in loops the compiler vectorises where the landing allows; false
+// (nothing done) for the other landings
+template <class T>
+inline bool rows_of_1(const Sum& s, const Walk& w, const Chunk& ch, const T* __restrict__ x) {
+  const int64_t rows = ch.rows;
+  if (s.landing == Landing::ROWS) {
+    T* __restrict__ out = static_cast<T*>(s.out) + ch.row;
+    for (int64_t i = 0; i < rows; ++i) out[i] = T(0.0 + (0.0 + double(x[i])));
+  } else if (s.landing == Landing::RUNNING && s.per_b == 0 && s.per_r == 0) {
+    double t = s.acc[0];
+    for (int64_t i = 0; i < rows; ++i) t += 0.0 + double(x[i]);
+    s.acc[0] = t;
+  } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
+    double* __restrict__ t = s.acc + ch.row;
+    for (int64_t i = 0; i < rows; ++i) t[i] += 0.0 + double(x[i]);
+  } else if (s.landing == Landing::PARTIALS && w.blocks == 1) {
+    double* __restrict__ acc = s.acc + ch.row;
+    for (int64_t i = 0; i < rows; ++i) acc[i] = 0.0 + double(x[i]);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 template <class T>
 inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
 #if defined(__AVX2__)
   if (ch.n == 3 && rows_of_3(s, w, ch, x)) return;
 #endif
+  if (ch.n == 1 && ch.c0 == 0 && rows_of_1(s, w, ch, x)) return;
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
 }
 template <class T>
@@ -506,6 +539,13 @@ inline void column_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x
   if (s.landing == Landing::GROUPS && groups_in_vectors(s, w, ch, x)) return;
 #endif
   const int64_t n = ch.n;
+  if (s.landing == Landing::PARTIALS && n == 1 && w.Dr == 1 && w.Dc == 1 && !w.sum_over_b) {
+    // rows of 1 in b's of 1 row (a 1x1 conv weight's): a group per row, its partial
+    // from 0 (acc is zeroed) plus the row's value, as land_column_sums adds it
+    double* __restrict__ partial = s.acc + ch.row;
+    for (int64_t i = 0; i < ch.rows; ++i) partial[i] += double(x[i]);
+    return;
+  }
   land_column_sums<T>(s, w, ch, [&](int64_t i, int64_t c) { return double(x[i * n + c]); });
 }
 template <class T>
