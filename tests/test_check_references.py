@@ -326,7 +326,7 @@ def test_uo_builds_of_the_product_form_rows_hold_at_500_steps(row):
     built = []
 
     def factory(params):
-        built.append(uo.build(spec, params))
+        built.append(uo.build(spec, params, prefer="native"))
         return built[-1]
 
     result = _check(factory, spec, steps=500, nonfinite=False)
