@@ -14,7 +14,7 @@ processes falls on all alike), the median of ``--rounds``:
   compiler; no OpenMP runtime there: std::thread, ``phases.h``);
 * ``vm-x86-64-v3`` / ``vm-x86-64-v2``: the kernel VM alone compiled for a fixed CPU
   level, what a wheel could carry prebuilt (gcc, OpenMP): no per-program kernels;
-* ``numba``: a prototype generating numba code from the same :class:`Schedule`
+* ``numba``: a prototype generating numba code from the same :class:`KernelPlan`
   (elementwise one-phase programs only: Adam, AdamW, Lion; ``parallel=True``, no
   fastmath), where numba is importable.
 

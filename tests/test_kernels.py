@@ -286,7 +286,7 @@ def test_abi_h_is_generated_from_the_one_abi():
 @pytest.mark.parametrize("name,index,spec", TRACED, ids=[f"{n}-{i}" for n, i, _ in TRACED])
 def test_the_vm_code_is_the_schedule_every_generator_reads(name, index, spec):
     """One IR: the tracer's program is scheduled once (bytecode.schedule); the VM's code
-    is that Schedule encoded, and decode gives it back whole."""
+    is that KernelPlan encoded, and decode gives it back whole."""
     from unified_opt.kernels.bytecode import decode, encode, schedule
 
     for shape in [(5, 7), (9,), (2, 3, 4)]:

@@ -19,7 +19,7 @@ COLUMNS = (("torch", "torch own kernel"), ("torch-peer", "fastest torch peer"),
 OPTIONS = (("zig", "**ziglang's clang** (chosen)"),
            ("vm-x86-64-v3", "the VM prebuilt for x86-64-v3, in a wheel"),
            ("vm-x86-64-v2", "the VM prebuilt for x86-64-v2 (no dispatch)"),
-           ("numba", "numba from the same `Schedule` (prototype)"))
+           ("numba", "numba from the same `KernelPlan` (prototype)"))
 
 
 def _steps() -> list[dict]:

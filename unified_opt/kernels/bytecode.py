@@ -36,11 +36,12 @@ axes a sum adds over).
 
 One IR, one ABI
 ---------------
-The schedule is a :class:`Schedule` (its phases, each a list of :class:`Instruction`):
+The schedule is a :class:`KernelPlan` (its phases, each a list of :class:`Instruction`;
+named apart from the lr schedules of :mod:`unified_opt.schedules`):
 :func:`schedule` makes it from the tracer's :class:`~.trace.Program`, :func:`encode`
 writes it as the int32 code above (what the VM runs and what keys a program's kernel),
 :func:`decode` reads code back into it. Every generator (``codegen.py``'s C++,
-``triton_source.py``'s Triton) writes its kernels from a :class:`Schedule`.
+``triton_source.py``'s Triton) writes its kernels from a :class:`KernelPlan`.
 
 The ABI (the numbers above, the axis bits, the dtype codes and the C functions' signatures)
 is written here once. ``abi.h``, which ``vm.cc``, ``phases.h`` and every generated kernel
@@ -159,7 +160,7 @@ class Phase(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Schedule:
+class KernelPlan:
     """A program scheduled into phases (see the module): what every generator reads."""
 
     n_inputs: int
@@ -171,9 +172,6 @@ class Schedule:
     #: after the other gives the same bits
     tiles: tuple[tuple[int, int], ...] = ()
 
-
-#: the name codegen.py and triton_source.py knew it by
-Decoded = Schedule
 
 
 def _popcount(mask: int) -> int:
@@ -208,7 +206,7 @@ def compile_program(program: Program, keep_costly: bool = False,
 
 
 def schedule(program: Program, keep_costly: bool = False,
-             tiles: bool | None = None) -> Schedule:
+             tiles: bool | None = None) -> KernelPlan:
     """``program`` scheduled into phases (see the module). ``keep_costly``: a full value
     that a later full phase needs and whose computation costs divisions and square roots
     (Lamb's update direction, normed in one phase and applied in the next) is stored
@@ -319,10 +317,10 @@ def schedule(program: Program, keep_costly: bool = False,
     runs: tuple[tuple[int, int], ...] = ()
     if keep_costly if tiles is None else tiles:
         out, runs = tile_runs(out, array_masks)
-    return Schedule(n_inputs, tuple(array_masks), n_registers, tuple(out), runs)
+    return KernelPlan(n_inputs, tuple(array_masks), n_registers, tuple(out), runs)
 
 
-def encode(scheduled: Schedule) -> np.ndarray:
+def encode(scheduled: KernelPlan) -> np.ndarray:
     """The int32 code of ``scheduled`` (see the module)."""
     code = [VERSION, scheduled.n_inputs, len(scheduled.masks), scheduled.n_registers,
             len(scheduled.phases), len(scheduled.tiles), *scheduled.masks]
@@ -335,9 +333,9 @@ def encode(scheduled: Schedule) -> np.ndarray:
     return np.asarray(code, dtype=np.int32)
 
 
-def decode(code) -> Schedule:
-    """The :class:`Schedule` that ``code`` encodes (see the module); a Schedule as it is."""
-    if isinstance(code, Schedule):
+def decode(code) -> KernelPlan:
+    """The :class:`KernelPlan` that ``code`` encodes (see the module); a KernelPlan as it is."""
+    if isinstance(code, KernelPlan):
         return code
     code = [int(x) for x in code]
     if code[0] != VERSION:
@@ -356,7 +354,7 @@ def decode(code) -> Schedule:
         at += PHASE_INTS + INSTRUCTION_INTS * n
     if at != len(code):
         raise ValueError(f"VM code of {len(code)} ints holds {at}")
-    return Schedule(n_inputs, masks, n_registers, tuple(phases), runs)
+    return KernelPlan(n_inputs, masks, n_registers, tuple(phases), runs)
 
 
 def _accesses(p: Phase) -> tuple[set[int], set[int]]:
@@ -474,7 +472,7 @@ def _copies_early(phases: list[Phase]) -> list[Phase]:
     return phases
 
 
-def tile_local(scheduled: Schedule, first: int, count: int) -> tuple[int, ...]:
+def tile_local(scheduled: KernelPlan, first: int, count: int) -> tuple[int, ...]:
     """The tile-local arrays of the tile run of phases ``[first, first + count)``: the
     scratch arrays spanning B that no phase outside the run reads or writes
     (``phases.h``'s ``tile_local_arrays``; on one thread ``run_tiles`` keeps one tile of
@@ -488,7 +486,7 @@ def tile_local(scheduled: Schedule, first: int, count: int) -> tuple[int, ...]:
                  if scheduled.masks[k] & _B and k not in outside)
 
 
-def tile_runs_valid(scheduled: Schedule) -> bool:
+def tile_runs_valid(scheduled: KernelPlan) -> bool:
     """Whether ``scheduled``'s tile runs are what :func:`tile_runs` makes: in order, not
     overlapping, two or more :func:`tileable` phases each, none reading what an earlier
     phase of its run writes without B (``phases.h``'s ``tile_runs_valid``: the VM refuses

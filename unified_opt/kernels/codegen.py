@@ -1,4 +1,4 @@
-"""A program's schedule (:class:`.bytecode.Schedule`, the IR every generator reads) as
+"""A program's schedule (:class:`.bytecode.KernelPlan`, the IR every generator reads) as
 C++ of its own: one kernel per program structure.
 
 The VM runs an instruction over a whole chunk before the next, through registers in
@@ -41,7 +41,7 @@ _C = AXES["AC"]
 
 
 def kernel_source(code: np.ndarray) -> str:
-    """The C++ of one program's kernel (``code``: its VM code or its :class:`Schedule`):
+    """The C++ of one program's kernel (``code``: its VM code or its :class:`KernelPlan`):
     ``uo_kernel_run(dtype, inputs, dims, scalars)`` with the VM's ``uo_vm_run`` contract
     (without the code)."""
     decoded = decode(code)

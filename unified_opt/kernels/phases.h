@@ -243,7 +243,7 @@ inline std::atomic<int64_t>& requested_tile_bs() {
   return bs;
 }
 
-// Runs the phases of a tile run (bytecode.py's Schedule.tiles: consecutive phases whose
+// Runs the phases of a tile run (bytecode.py's KernelPlan.tiles: consecutive phases whose
 // domains span B, none reading what another sums over B, none summing over B without C)
 // tile after tile of whole b's: every phase on a tile's b's, in order, before the next
 // tile; body(k, walk, chunk, scratch) runs chunk `chunk` of the run's phase k. Each
@@ -439,7 +439,7 @@ inline bool scratch_written_first(int n_inputs, int n_arrays, const int32_t* mas
   return true;
 }
 
-// Whether the tile runs (first phase, number of phases; bytecode.py's Schedule.tiles) are
+// Whether the tile runs (first phase, number of phases; bytecode.py's KernelPlan.tiles) are
 // what bytecode.py's tile_runs makes (its tile_runs_valid): in order, not overlapping,
 // two or more phases each, every phase's domain spanning B, no sum adding over B without
 // C, every store into an array spanning B, and no phase reading an array that an earlier
