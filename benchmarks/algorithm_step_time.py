@@ -37,6 +37,7 @@ size before the timed steps while they ran (each step's temporaries). Writes
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import statistics
@@ -50,6 +51,7 @@ from peak_memory import reset_peak, status_mib  # this folder's
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
 from unified_opt.files import write_text
+from unified_opt.records import records
 
 SIZES = {"torch": (4096, 4096), "paddle": (2048, 2048), "mindspore": (2048, 2048),
          "mindspore-graph": (2048, 2048)}
@@ -63,11 +65,21 @@ BASELINES = {"torch": ("torch.optim.Adam", {"lr": 1e-3, "fused": True}),
 #: the own update's ``compile`` option per row kind (JSON; null: the default build)
 MODES = {"torch": ["null", "false", "true", '"inductor"'], "paddle": ["null", "false", "true"],
          "mindspore": ["null", "false", "true"], "mindspore-graph": ["null", "true"]}
-#: uo specs, as :func:`unified_opt.expressions.parse_spec` reads them
-ALGORITHMS = {"adam": "Adam(lr=1e-3)", "adamw": "AdamW(lr=1e-3, weight_decay=0.01)",
-              "came": "CAME(lr=1e-4)", "lamb": "Lamb(lr=1e-3, weight_decay=0.01)",
-              "lars": "LARS(lr=0.1, weight_decay=1e-4)", "lion": "Lion(lr=1e-4)",
-              "adafactor": "Adafactor(lr=1e-3)"}
+
+
+def _expression(spec) -> str:
+    """``spec`` as :func:`unified_opt.expressions.parse_spec` reads it: its class and the
+    fields that differ from the defaults."""
+    default = type(spec)()
+    changed = [f"{f.name}={getattr(spec, f.name)!r}" for f in dataclasses.fields(spec)
+               if getattr(spec, f.name) != getattr(default, f.name)]
+    return f"{type(spec).__name__}({', '.join(changed)})"
+
+
+#: uo specs, as :func:`unified_opt.expressions.parse_spec` reads them: every algorithm
+#: whose record names a benchmark spec (:mod:`unified_opt.records`)
+ALGORITHMS = {name: _expression(entry.benchmark) for name, entry in records().items()
+              if entry.benchmark is not None}
 #: the own kernel on random-sign gradients over its time on constant ones, at most
 INDEPENDENCE = 1.3
 #: rounds of the data-independence measurement, at least

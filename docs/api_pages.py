@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import unified_opt as uo
 from unified_opt.files import write_pages
 
 #: (title, introduction, public names); a name is ``uo.<name>`` unless dotted further
@@ -27,13 +28,13 @@ SECTIONS: list[tuple[str, str, list[str]]] = [
     ("Specs",
      "A spec is a frozen, keyword-only dataclass of hyperparameters with the update "
      "written once; every known divergence between frameworks is a knob.",
-     ["Spec", "algorithms", "get", "spec_from_dict"]),
+     ["Spec", "algorithms", "get", "spec_from_dict", "records.record", "records.Record",
+      "records.Planted", "records.CaseSketch", "records.records"]),
     ("Algorithms",
      "One class per algorithm: its hyperparameters, the update rule and the differences "
      "between frameworks.",
-     ["SGD", "Adam", "AdamW", "AdamOffload", "NAdam", "RAdam", "Adamax", "Adagrad",
-      "Adadelta", "RMSprop", "Rprop", "Lion", "Lamb", "LARS", "Adafactor", "CAME",
-      "DGCMomentum"]),
+     # every registered algorithm (its plug-ins' too: unified_opt.records), by name
+     [uo.spec.spec_class(name).__name__ for name in uo.algorithms()]),
     ("Building an optimizer",
      "The framework's own optimizer object for a spec, and why that one.",
      ["build", "explain", "Decision", "backends", "native_scheduler", "plateau_scheduler",

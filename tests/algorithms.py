@@ -16,9 +16,12 @@ Per algorithm:
   following the oracle and bit for bit the class built by hand. Every native row of
   every backend's descriptors needs one; the samples need not repeat the rows.
 
-Adding an algorithm: its spec module, a descriptor per backend, one entry here. The
-generic tests read ``uo.algorithms()`` and the backends' rows, and fail for a name or a
-row this table lacks.
+An algorithm's record (:mod:`unified_opt.records`, next to its spec) gives its samples
+and planted deviations; this table adds, per algorithm, what concerns the backends: the
+explained paths, the hand-built natives and the samples (often a framework's preset)
+that go with them. An algorithm without a native class needs no entry here. The generic
+tests read ``uo.algorithms()`` and the backends' rows, and fail for a name or a row that
+neither this table nor the records cover.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from support import SMALL_PARAMS
 
 import unified_opt as uo
 from unified_opt.conformance.cases import Native
+from unified_opt.records import Planted, records
 from unified_opt.schedules import Cosine, Exponential, Step
 
 #: the steps of every run here (the conformance default)
@@ -59,15 +63,6 @@ def nn_groups(*groups):
     """MindSpore ``nn`` group dicts with ``order_params`` (explicit groups switch nn's
     beta/gamma decay filter off)."""
     return [*groups, {"order_params": every()}]
-
-
-@dataclass(frozen=True)
-class Planted:
-    """``spec`` (a sample) run on each backend must fail against the oracle of
-    ``spec.replace(**wrong)``."""
-
-    spec: uo.Spec
-    wrong: dict
 
 
 @dataclass(frozen=True)
@@ -767,10 +762,25 @@ def _dgc_momentum() -> Algorithm:
     )
 
 
-ALGORITHMS: dict[str, Algorithm] = {
+_BACKEND_FACTS: dict[str, Algorithm] = {
     "sgd": _sgd(), "adam": _adam(), "adamw": _adamw(), "nadam": _nadam(), "radam": _radam(),
     "adamax": _adamax(), "adagrad": _adagrad(), "adadelta": _adadelta(),
     "rmsprop": _rmsprop(), "rprop": _rprop(), "lion": _lion(), "lamb": _lamb(),
     "lars": _lars(), "adafactor": _adafactor(), "came": _came(),
     "adam_offload": _adam_offload(), "dgc_momentum": _dgc_momentum(),
 }
+
+
+def _merged(name: str) -> Algorithm:
+    """The record's samples and planted deviations, then this table's entry."""
+    entry = records().get(name)
+    facts = _BACKEND_FACTS.get(name, Algorithm(samples=()))
+    if entry is None:
+        return facts
+    return Algorithm(samples=(*entry.samples, *facts.samples),
+                     planted=(*entry.planted, *facts.planted),
+                     explained=facts.explained, natives=facts.natives)
+
+
+ALGORITHMS: dict[str, Algorithm] = {name: _merged(name)
+                                    for name in sorted({*_BACKEND_FACTS, *records()})}

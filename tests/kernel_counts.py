@@ -9,18 +9,17 @@ from pathlib import Path
 
 import numpy as np
 
-import unified_opt as uo
 from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import Programs
 from unified_opt.kernels.trace import canonical_dims
 from unified_opt.ops import numpy_ops
+from unified_opt.records import records
 
-#: the algorithms of benchmarks/algorithm_step_time.py's table, its specs
-TABLE = {"adam": uo.Adam(lr=1e-3), "adamw": uo.AdamW(lr=1e-3, weight_decay=0.01),
-         "came": uo.CAME(lr=1e-4), "lamb": uo.Lamb(lr=1e-3, weight_decay=0.01),
-         "lars": uo.LARS(lr=0.1, weight_decay=1e-4), "lion": uo.Lion(lr=1e-4),
-         "adafactor": uo.Adafactor(lr=1e-3)}
+#: the algorithms of benchmarks/algorithm_step_time.py's table, its specs: the records'
+#: benchmark specs
+TABLE = {name: entry.benchmark for name, entry in records().items()
+         if entry.benchmark is not None}
 SHAPE = (32, 2048)                     # 65,536 elements: every element loop runs long
 #: the CPU the counted libraries are built for: AVX2 and FMA, the newest that valgrind
 #: (3.19 and later) decodes; it has no AVX-512, which a ``-march=native`` build has on

@@ -10,26 +10,8 @@ suite's comparison, imports it when called.
 
 import typing as _typing
 
-from . import diffs, lr_scheduler, porting, schedules
-from .algorithms import (
-    CAME,
-    LARS,
-    SGD,
-    Adadelta,
-    Adafactor,
-    Adagrad,
-    Adam,
-    Adamax,
-    AdamOffload,
-    AdamW,
-    DGCMomentum,
-    Lamb,
-    Lion,
-    NAdam,
-    RAdam,
-    RMSprop,
-    Rprop,
-)
+from . import algorithms as _algorithms_package
+from . import diffs, lr_scheduler, porting, schedules, spec
 from .backend import Decision
 from .build import (
     backends,
@@ -52,11 +34,13 @@ from .presets.mindspore_groups import mindspore_groups
 from .reference import Reference, reference
 from .spec import Spec, algorithms, get, spec_from_dict
 
+# every spec class the package's algorithm modules register (uo.AdamW, ...): no list
+_algorithm_classes = list(_algorithms_package.__all__)
+globals().update({name: getattr(_algorithms_package, name) for name in _algorithm_classes})
+
 __version__ = "0.1.0"
 
-__all__ = ["CAME", "LARS", "SGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamOffload",
-           "Adamax", "AdamW", "DGCMomentum", "Lamb", "Lion", "NAdam", "RAdam", "RMSprop",
-           "Rprop", "Decision", "Reference", "Spec", "algorithms", "backends", "build",
+__all__ = [*_algorithm_classes, "Decision", "Reference", "Spec", "algorithms", "backends", "build",
            "exchange_stats", "explain", "get", "native_scheduler", "optimizer_factory", "preset",
            "presets", "reference", "schedules", "spec_from_dict", "__version__",
            "ClipByGlobalNorm", "ClipByNorm", "ClipByValue", "Group", "mindspore_groups",
@@ -113,6 +97,12 @@ def __getattr__(name: str) -> _typing.Any:
         import importlib
 
         return importlib.import_module("unified_opt.conformance")
+    # an algorithm registered from outside the package (unified_opt.records) is
+    # ``uo.<its class name>`` as the package's own are
+    for registered in algorithms():
+        cls = spec.spec_class(registered)
+        if cls.__name__ == name:
+            return cls
     raise AttributeError(f"module 'unified_opt' has no attribute {name!r}")
 
 

@@ -10,7 +10,9 @@ fields, a ``_check`` method that validates and normalises them, and ``init`` /
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, TypeAlias, TypeVar
 
 from . import _validation as v
@@ -53,6 +55,47 @@ def register(cls: _Registered) -> _Registered:
     return cls
 
 
+def registered_class(name: str) -> "type[Spec] | None":
+    """The class registered under ``name`` exactly, or None (no plugin is loaded)."""
+    return _REGISTRY.get(name)
+
+
+#: the entry-point group and the environment variable naming algorithm modules from
+#: outside the package (:mod:`unified_opt.records`)
+ENTRY_POINT_GROUP = "unified_opt.algorithms"
+ENVIRONMENT = "UNIFIED_OPT_ALGORITHMS"
+_LOADED: list[str] = []
+_ENTRY_POINTS: list[str] = []
+
+
+def load_plugins() -> list[str]:
+    """Import the algorithm modules named by the ``unified_opt.algorithms`` entry points
+    of the installed distributions (read once per process) and by the environment
+    variable ``UNIFIED_OPT_ALGORITHMS`` (module names, comma-separated; read at every
+    call), each once; returns the names imported so far. A module that fails to import
+    raises an ImportError naming it: a run that silently lacked an algorithm would
+    report less than it was asked."""
+    if not _ENTRY_POINTS:
+        from importlib import metadata
+
+        _ENTRY_POINTS.append("")          # read: even when there is none
+        _ENTRY_POINTS.extend(e.value for e in metadata.entry_points(group=ENTRY_POINT_GROUP))
+    names = [n for n in _ENTRY_POINTS if n]
+    names += [n.strip() for n in os.environ.get(ENVIRONMENT, "").split(",") if n.strip()]
+    for module in names:
+        if module in _LOADED:
+            continue
+        _LOADED.append(module)
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            _LOADED.remove(module)
+            raise ImportError(f"the algorithm module {module!r} (named by {ENVIRONMENT} "
+                              f"or the {ENTRY_POINT_GROUP!r} entry points) does not "
+                              f"import: {error}") from error
+    return list(_LOADED)
+
+
 def algorithms() -> list[str]:
     """Registry names of every algorithm, sorted.
 
@@ -67,6 +110,7 @@ def algorithms() -> list[str]:
         >>> "adamw" in uo.algorithms() and "came" in uo.algorithms()
         True
     """
+    load_plugins()
     return sorted(_REGISTRY)
 
 
@@ -76,6 +120,7 @@ def spec_class(name: str) -> type["Spec"]:
     for ``adam_offload``). An unknown name is a ValueError naming the closest ones."""
     if not isinstance(name, str):
         raise TypeError(f"algorithm name must be a str, got {name!r}")
+    load_plugins()
     cls = _REGISTRY.get(name)
     if cls is None:
         key = name.lower()

@@ -96,6 +96,7 @@ from unified_opt.kernels.trace import (
     traced_outputs,
 )
 from unified_opt.schedules import Schedule
+from unified_opt.spec import algorithms, spec_class
 
 #: the graph forms (``options={"graph": ...}``): "auto" (the CPU: the faster of the two
 #: for the algorithm, :data:`CPU_STEP_MS`; elsewhere "ops"), "custom" (custom operators
@@ -315,12 +316,15 @@ _trace_lock = threading.Lock()
 @contextlib.contextmanager
 def _symbolic_math():
     """``math`` is :class:`_SymbolicMath` in every loaded ``unified_opt.algorithms``
-    module while the block runs (one trace at a time; numbers other than ``Sym`` get the
-    real functions, so another thread's updates compute as before)."""
+    module, and in the module of every registered algorithm from outside the package
+    (:mod:`unified_opt.records`), while the block runs (one trace at a time; numbers
+    other than ``Sym`` get the real functions, so another thread's updates compute as
+    before)."""
+    owners = {spec_class(name).__module__ for name in algorithms()}
     with _trace_lock:
         patched = [module for name, module in list(sys.modules.items())
-                   if name.startswith("unified_opt.algorithms") and module is not None
-                   and getattr(module, "math", None) is math]
+                   if (name.startswith("unified_opt.algorithms") or name in owners)
+                   and module is not None and getattr(module, "math", None) is math]
         for module in patched:
             module.math = _SYMBOLIC_MATH
         try:

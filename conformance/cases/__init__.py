@@ -12,23 +12,13 @@ parameters and a spec's ``state_dtype``.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 from typing import Iterable
 
 import unified_opt as uo
+from unified_opt.records import records
 
-from . import (
-    adam_family,
-    adaptive,
-    communication,
-    large_batch,
-    low_precision,
-    lr_schedules,
-    memory_saving,
-    nonfinite,
-    sgd,
-    sign_based,
-    training,
-)
+from . import low_precision, lr_schedules, nonfinite, training
 from .case import (
     DEFAULT_PATHS,
     DEFAULT_STEPS,
@@ -47,13 +37,28 @@ __all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "HAND", "KE
            "MIN_STEPS", "Native", "PARAMS", "SUITE_VERSION", "default_cases", "dense", "select",
            "uncovered_rows"]
 
-_FAMILIES = (sgd, adam_family, adaptive, sign_based, large_batch, memory_saving, communication,
-             lr_schedules, training, nonfinite, low_precision)
+#: the cases that span algorithms (after every algorithm's own)
+_ACROSS = (lr_schedules, training, nonfinite, low_precision)
+
+
+def record_cases() -> list[Case]:
+    """Every algorithm's own cases, from its record (:mod:`unified_opt.records`): the
+    sketches on the standard parameter set, then each ``case_module``'s ``cases()``
+    (once per module: a family module holds several algorithms' cases)."""
+    cases, modules = [], []
+    for name, entry in records().items():
+        cases += [Case(id=sketch.id, spec=sketch.spec, description=sketch.description)
+                  for sketch in entry.cases]
+        if entry.case_module is not None and entry.case_module not in modules:
+            modules.append(entry.case_module)
+    for module in modules:
+        cases += importlib.import_module(module).cases()
+    return cases
 
 
 def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:
     """The default suite, optionally only the cases of the given algorithm names."""
-    cases = [case for family in _FAMILIES for case in family.cases()]
+    cases = record_cases() + [case for family in _ACROSS for case in family.cases()]
     if algorithms is None:
         return cases
     if isinstance(algorithms, str) or not isinstance(algorithms, Iterable):

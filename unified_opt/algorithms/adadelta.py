@@ -26,6 +26,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
@@ -64,3 +65,6 @@ class Adadelta(Spec):
         delta = ops.sqrt(state["acc_delta"] + self.eps) / ops.sqrt(square_avg + self.eps) * g
         acc_delta = state["acc_delta"] * rho + delta * delta * (1.0 - rho)
         return param - delta * lr, {"square_avg": square_avg, "acc_delta": acc_delta}
+
+
+RECORD = record(Adadelta, case_module="unified_opt.conformance.cases.adaptive")

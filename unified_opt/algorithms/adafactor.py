@@ -95,6 +95,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import VISIBLE_WITHIN
@@ -296,3 +297,8 @@ class Adafactor(Spec):
         if self.warmup_init:
             return True
         return any(self.lr_at(t) > 1.0 / math.sqrt(t + 1) for t in range(VISIBLE_WITHIN))
+
+
+RECORD = record(Adafactor,
+                case_module="unified_opt.conformance.cases.memory_saving",
+                benchmark=Adafactor(lr=1e-3))

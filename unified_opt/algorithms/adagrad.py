@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
@@ -71,3 +72,6 @@ class Adagrad(Spec):
         total = state["sum"] + g * g
         clr = lr / (1.0 + (step - 1) * self.lr_decay)
         return param - g / (ops.sqrt(total) + self.eps) * clr, {"sum": total}
+
+
+RECORD = record(Adagrad, case_module="unified_opt.conformance.cases.adaptive")

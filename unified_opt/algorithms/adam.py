@@ -49,6 +49,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
 from ._adam_moments import (
@@ -103,3 +104,9 @@ class Adam(Spec):
             return adam_alternatives(self)
         decoupled = spec_class("adamw")(**self.hyperparameters())
         return adam_alternatives(self) + [("decoupled weight decay (AdamW)", decoupled)]
+
+
+RECORD = record(Adam,
+                case_module="unified_opt.conformance.cases.adam_family",
+                nonfinite={"lr": 0.01},
+                benchmark=Adam(lr=1e-3))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ..records import record
 from ..spec import register, spec_dataclass
 from .adam import Adam
 
@@ -39,3 +40,8 @@ class AdamOffload(Adam):
 
     #: where the optimizer state lives and the update is computed
     state_device: ClassVar[str] = "host"
+
+
+RECORD = record(AdamOffload,
+                case_module="unified_opt.conformance.cases.memory_saving",
+                nonfinite={"lr": 0.01})

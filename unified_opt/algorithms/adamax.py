@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
@@ -88,3 +89,6 @@ class Adamax(Spec):
     def alternatives(self) -> list[tuple[str, Spec]]:
         return [(f"eps_placement={p!r}", self.replace(eps_placement=p))
                 for p in EPS_PLACEMENTS if p != self.eps_placement]
+
+
+RECORD = record(Adamax, case_module="unified_opt.conformance.cases.adam_family")

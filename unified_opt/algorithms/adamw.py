@@ -45,6 +45,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
 from ._adam_moments import (
@@ -118,3 +119,9 @@ class AdamW(Spec):
             ("coupled L2 weight decay (Adam)", spec_class("adam")(**fields)),
             (f"decay_times_lr={not self.decay_times_lr}",
              self.replace(decay_times_lr=not self.decay_times_lr))]
+
+
+RECORD = record(AdamW,
+                case_module="unified_opt.conformance.cases.adam_family",
+                nonfinite={"lr": 0.01},
+                benchmark=AdamW(lr=1e-3, weight_decay=0.01))

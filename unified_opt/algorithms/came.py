@@ -62,6 +62,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from .adafactor import (
@@ -179,3 +180,9 @@ class CAME(Spec):
         out.append((f"scale_parameter={not self.scale_parameter}",
                     self.replace(scale_parameter=not self.scale_parameter)))
         return out
+
+
+RECORD = record(CAME,
+                case_module="unified_opt.conformance.cases.memory_saving",
+                nonfinite={"lr": 0.01},
+                benchmark=CAME(lr=1e-4))

@@ -88,6 +88,7 @@ from typing import Any, ClassVar, Sequence
 from .. import _validation as v
 from ..exchange import LOCAL, Exchange
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 
@@ -237,3 +238,8 @@ def clip_by_norm(x, max_norm: float, ops):
     """``x * max_norm / ||x||`` when ``||x|| > max_norm``, else ``x`` unchanged."""
     norm = ops.norm(x)
     return x * (max_norm / ops.maximum(norm, ops.full_like(norm, max_norm)))
+
+
+RECORD = record(DGCMomentum,
+                case_module="unified_opt.conformance.cases.communication",
+                nonfinite={"lr": 0.05})

@@ -76,6 +76,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct
@@ -175,3 +176,9 @@ class Lamb(Spec):
         out.append((f"trust_eps={self.eps if not self.trust_eps else 0.0!r}",
                     self.replace(trust_eps=self.eps if not self.trust_eps else 0.0)))
         return distinct(self, out)
+
+
+RECORD = record(Lamb,
+                case_module="unified_opt.conformance.cases.large_batch",
+                nonfinite={"lr": 0.01},
+                benchmark=Lamb(lr=1e-3, weight_decay=0.01))

@@ -72,6 +72,7 @@ from typing import Any
 from .. import _validation as v
 from ..groups import name_matches
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct, lr_varies
@@ -196,3 +197,9 @@ class LARS(Spec):
         out.append((f"exclude_1d={not self.exclude_1d}",
                     self.replace(exclude_1d=not self.exclude_1d)))
         return distinct(self, out)
+
+
+RECORD = record(LARS,
+                case_module="unified_opt.conformance.cases.large_batch",
+                nonfinite={"lr": 0.5},
+                benchmark=LARS(lr=0.1, weight_decay=1e-4))

@@ -34,6 +34,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter
@@ -71,3 +72,9 @@ class Lion(Spec):
         interpolated = state["exp_avg"] * beta1 + g * (1.0 - beta1)
         param = param - ops.sign(interpolated) * lr
         return param, {"exp_avg": state["exp_avg"] * beta2 + g * (1.0 - beta2)}
+
+
+RECORD = record(Lion,
+                case_module="unified_opt.conformance.cases.sign_based",
+                nonfinite={"lr": 1e-3},
+                benchmark=Lion(lr=1e-4))

@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import apply_weight_decay, check_decay, decay_for_parameter
@@ -99,3 +100,6 @@ class RAdam(Spec):
             out.append((f"decoupled_weight_decay={not self.decoupled_weight_decay}",
                         self.replace(decoupled_weight_decay=not self.decoupled_weight_decay)))
         return out
+
+
+RECORD = record(RAdam, case_module="unified_opt.conformance.cases.adam_family")

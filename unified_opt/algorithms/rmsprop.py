@@ -40,6 +40,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import VISIBLE_WITHIN, lr_varies
@@ -156,3 +157,6 @@ class RMSprop(Spec):
             return True
         lowest = self.initial_square_avg * self.alpha ** VISIBLE_WITHIN
         return self.eps * (0.5 / lowest + lowest ** -0.5) >= 2.0 ** -24
+
+
+RECORD = record(RMSprop, case_module="unified_opt.conformance.cases.adaptive")

@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
@@ -89,3 +90,8 @@ class Rprop(Spec):
         step_size = ops.clip(step_size * factor, *self.step_sizes)
         g = ops.where(product < 0, ops.zeros_like(g), g)
         return param - ops.sign(g) * step_size, {"prev": g, "step_size": step_size}
+
+
+RECORD = record(Rprop,
+                case_module="unified_opt.conformance.cases.sign_based",
+                nonfinite={"step_sizes": (1e-6, 0.005)})

@@ -34,6 +34,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
+from ..records import record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct, lr_varies
@@ -134,3 +135,8 @@ class SGD(Spec):
                 out.append((f"nesterov={not self.nesterov}",
                             self.replace(nesterov=not self.nesterov)))
         return distinct(self, out)
+
+
+RECORD = record(SGD,
+                case_module="unified_opt.conformance.cases.sgd",
+                nonfinite={"lr": 0.05})
