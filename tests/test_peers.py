@@ -32,6 +32,9 @@ missing). The mapping, peer flags -> spec:
   runs with the cap 1e-2).
 * ``torch.optim.Adafactor`` -> ``uo.preset("torch.optim.Adafactor", ...)`` (it divides by
   the element count: no 0-size parameter).
+* ``pytorch_optimizer.Adan(lr, betas, eps, weight_decay, weight_decouple)`` (its
+  per-parameter loop and its ``foreach`` form) -> ``uo.Adan(weight_decay_form=
+  "decoupled" if weight_decouple else "proximal")``.
 """
 
 import importlib.util
@@ -87,6 +90,16 @@ PEERS = [
                     eps=(1e-30, 1e-3), eps_mode="add", decay_lr="scaled"), FLAT_PARAMS,
        1e-2 if relative else None, False)
       for relative, beta1 in ((True, None), (False, 0.9))],
+    ("pytorch-optimizer-adan", "pytorch_optimizer.Adan", dict(lr=0.01, eps=1e-3, foreach=False),
+     uo.Adan(lr=0.01, eps=1e-3), DENSE_PARAMS, None, True),
+    ("pytorch-optimizer-adan-proximal", "pytorch_optimizer.Adan",
+     dict(lr=0.02, weight_decay=0.5, foreach=False), uo.Adan(lr=0.02, weight_decay=0.5),
+     DENSE_PARAMS, None, False),
+    ("pytorch-optimizer-adan-foreach-decoupled", "pytorch_optimizer.Adan",
+     dict(lr=0.02, betas=(0.9, 0.8, 0.999), weight_decay=0.5, weight_decouple=True,
+          foreach=True),
+     uo.Adan(lr=0.02, betas=(0.9, 0.8, 0.999), weight_decay=0.5,
+             weight_decay_form="decoupled"), DENSE_PARAMS, None, False),
     *[(f"torch-adafactor-{i}", "torch.optim.Adafactor", kw,
        uo.preset("torch.optim.Adafactor", **kw), DENSE_PARAMS, None, False)
       for i, kw in enumerate([{}, {"lr": 0.3, "weight_decay": 0.2, "beta2_decay": -0.5}])],

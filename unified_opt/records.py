@@ -95,12 +95,6 @@ def record(spec_class: type[Spec], *, samples: tuple[Spec, ...] = (),
     owner = f"record({getattr(spec_class, '__name__', spec_class)!r})"
     if not isinstance(spec_class, type) or not issubclass(spec_class, Spec):
         raise TypeError(f"record: spec_class must be a Spec subclass, got {spec_class!r}")
-    name = spec_class.name
-    if registered_class(name) is not spec_class:
-        raise ValueError(f"{owner}: {name!r} is not registered (decorate the class with "
-                         "@register first)")
-    if name in _RECORDS:
-        raise ValueError(f"{owner}: {name!r} has a record already")
     samples = _specs(owner, "samples", samples, spec_class)
     if not isinstance(planted, tuple) or not all(isinstance(p, Planted) for p in planted):
         raise TypeError(f"{owner}: planted must be a tuple of Planted, got {planted!r}")
@@ -121,6 +115,12 @@ def record(spec_class: type[Spec], *, samples: tuple[Spec, ...] = (),
     _default(spec_class).replace(**nonfinite)
     if benchmark is not None:
         _specs(owner, "benchmark", (benchmark,), spec_class)
+    name = spec_class.name
+    if registered_class(name) is not spec_class:
+        raise ValueError(f"{owner}: {name!r} is not registered (decorate the class with "
+                         "@register first)")
+    if name in _RECORDS:
+        raise ValueError(f"{owner}: {name!r} has a record already")
     made = Record(samples, planted, cases, case_module, nonfinite, benchmark)
     _RECORDS[name] = made
     return made
