@@ -14,8 +14,8 @@ Step :math:`t` (1-based), gradient :math:`g_t` (negated when ``maximize``), ``be
     \theta' &= \theta_{t-1} - \frac{\eta}{1-\beta_1^t}\,\frac{m_t}{D_t}
         - \frac{\eta\,\beta_2}{1-\beta_2^t}\,\frac{v_t}{D_t}
 
-then the weight decay :math:`\lambda`: ``"proximal"`` (the paper's)
-:math:`\theta_t = \theta' / (1 + \eta\lambda)`; ``"decoupled"`` the parameter is
+then the weight decay :math:`\lambda`: ``'proximal'`` (the paper's)
+:math:`\theta_t = \theta' / (1 + \eta\lambda)`; ``'decoupled'`` the parameter is
 multiplied by :math:`1 - \eta\lambda` before the step (AdamW's form). The moments start
 at 0 and :math:`g_{t-1}` is kept as the state ``previous_grad``.
 
@@ -24,9 +24,9 @@ Args:
     betas: :math:`(\beta_1, \beta_2, \beta_3)`, each in [0, 1): the decays of the
         gradient's average, of its difference's average and of the second moment.
     eps: :math:`\epsilon` >= 0, added to the bias-corrected root of :math:`n_t`.
-    weight_decay: :math:`\lambda` >= 0.
-    weight_decay_form: ``"proximal"`` (the paper's and pytorch-optimizer's default,
-        ``weight_decouple=False``) or ``"decoupled"`` (``weight_decouple=True``).
+    weight_decay: :math:`\lambda` >= 0, applied as ``weight_decay_form`` says.
+    weight_decay_form: ``'proximal'`` (the paper's and pytorch-optimizer's default,
+        ``weight_decouple=False``) or ``'decoupled'`` (``weight_decouple=True``).
     maximize: ascend instead of descend.
     no_decay_names: shell-style patterns of parameter names that get no decay.
 

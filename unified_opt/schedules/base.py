@@ -5,11 +5,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, TypeVar
 
 from .. import _validation as v
 
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:
+    def dataclass_transform(**_: Any) -> Callable[[Any], Any]:
+        """For the type checker only (as in :mod:`unified_opt.spec`)."""
+        return lambda decorated: decorated
+
 _SCHEDULES: dict[str, type["Schedule"]] = {}
+_ScheduleClass = TypeVar("_ScheduleClass", bound=type)
 
 
 def schedules() -> list[str]:
@@ -17,7 +25,8 @@ def schedules() -> list[str]:
     return sorted(_SCHEDULES)
 
 
-def schedule_dataclass(cls: type) -> type:
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+def schedule_dataclass(cls: _ScheduleClass) -> _ScheduleClass:
     """Decorator: frozen keyword-only dataclass, argument-checked, registered."""
     from .._validation import checked_keyword_init as _checked_init
 
