@@ -35,6 +35,10 @@ missing). The mapping, peer flags -> spec:
 * ``pytorch_optimizer.Adan(lr, betas, eps, weight_decay, weight_decouple)`` (its
   per-parameter loop and its ``foreach`` form) -> ``uo.Adan(weight_decay_form=
   "decoupled" if weight_decouple else "proximal")``.
+* ``pytorch_optimizer.AdEMAMix(lr, betas, alpha, t_alpha_beta3, eps, weight_decay,
+  weight_decouple, fixed_decay)`` -> ``uo.AdEMAMix(alpha_warmup=t_alpha_beta3,
+  beta3_warmup=t_alpha_beta3, decoupled_weight_decay=weight_decouple,
+  decay_times_lr=not fixed_decay)``.
 """
 
 import importlib.util
@@ -100,6 +104,18 @@ PEERS = [
           foreach=True),
      uo.Adan(lr=0.02, betas=(0.9, 0.8, 0.999), weight_decay=0.5,
              weight_decay_form="decoupled"), DENSE_PARAMS, None, False),
+    ("pytorch-optimizer-ademamix", "pytorch_optimizer.AdEMAMix",
+     dict(lr=0.01, eps=1e-3, foreach=False),
+     uo.AdEMAMix(lr=0.01, eps=1e-3, decoupled_weight_decay=False), DENSE_PARAMS, None, True),
+    ("pytorch-optimizer-ademamix-warmup-l2", "pytorch_optimizer.AdEMAMix",
+     dict(lr=0.01, alpha=8.0, t_alpha_beta3=30, weight_decay=0.3, foreach=False),
+     uo.AdEMAMix(lr=0.01, alpha=8.0, alpha_warmup=30, beta3_warmup=30, weight_decay=0.3,
+                 decoupled_weight_decay=False), DENSE_PARAMS, None, False),
+    ("pytorch-optimizer-ademamix-foreach-decoupled", "pytorch_optimizer.AdEMAMix",
+     dict(lr=0.01, betas=(0.9, 0.99, 0.999), weight_decay=0.005, weight_decouple=True,
+          fixed_decay=True, foreach=True),
+     uo.AdEMAMix(lr=0.01, betas=(0.9, 0.99, 0.999), weight_decay=0.005, decay_times_lr=False),
+     DENSE_PARAMS, None, False),
     *[(f"torch-adafactor-{i}", "torch.optim.Adafactor", kw,
        uo.preset("torch.optim.Adafactor", **kw), DENSE_PARAMS, None, False)
       for i, kw in enumerate([{}, {"lr": 0.3, "weight_decay": 0.2, "beta2_decay": -0.5}])],
