@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from unified_opt import _validation as v
 from unified_opt.algorithms import (
+    ASGD,
     SGD,
     Adadelta,
     Adafactor,
@@ -133,6 +134,12 @@ def adafactor(lr=1e-2, beta2_decay=-0.8, eps=(None, 1e-3), d=1.0, weight_decay=0
                      clip_threshold=d, weight_decay=weight_decay, maximize=maximize,
                      relative_step=True, warmup_init=False, scale_parameter=True,
                      eps_mode="clamp", beta1=None, beta2=None, decay_lr="raw")
+
+
+def asgd(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, foreach=None,
+         maximize=False, differentiable=False, capturable=False):
+    return ASGD(lr=require_float("torch.optim.ASGD", "lr", lr), lambd=lambd, alpha=alpha,
+                t0=t0, weight_decay=weight_decay, maximize=maximize)
 
 
 # -- lowerings: the spec read as the native call ---------------------------------------------
@@ -309,7 +316,13 @@ CLASSES = (
         state=_ADAM_STATE, reads_per_step=_ADAM_READS,
         sharded="keeps whole-tensor state in host memory (a fused step over a DTensor and "
                 "a plain state tensor raises)"),
-    TorchClass(name="torch.optim.ASGD",
-               refused="averaged SGD (the ax average, eta and mu schedules) is not a "
-                       "registered algorithm"),
+    TorchClass(
+        name="torch.optim.ASGD", from_native=asgd,
+        lowerings=(Lowering(
+            "asgd", (),
+            lambda s: {"lambd": s.lambd, "alpha": s.alpha, "t0": s.t0,
+                       "weight_decay": s.weight_decay, "maximize": s.maximize},
+            "with eta and mu kept as float32 0-d tensors (torch's scalar dtype)"),),
+        state={"ax": "ax", "eta": "eta", "mu": "mu"},
+        reads_per_step=frozenset({"weight_decay", "lambd", "alpha", "t0"})),
 )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from unified_opt.algorithms import (
+    ASGD,
     SGD,
     Adadelta,
     Adagrad,
@@ -17,6 +18,7 @@ from unified_opt.algorithms import (
 )
 from unified_opt.native import Lowering, when
 from unified_opt.presets._registry import require_float
+from unified_opt.schedules import Schedule
 from unified_opt.spec import spec_class
 
 from .descriptor import (
@@ -105,6 +107,12 @@ def exp_rprop(lr=1e-2, etas=(0.5, 1.2), step_sizes=(1e-6, 50), *, maximize=False
     q = "mindspore.experimental.optim.Rprop"
     return Rprop(lr=require_float(q, "lr", lr), etas=etas, step_sizes=step_sizes,
                  maximize=maximize)
+
+
+def exp_asgd(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, maximize=False):
+    q = "mindspore.experimental.optim.ASGD"
+    return ASGD(lr=require_float(q, "lr", lr), lambd=lambd, alpha=alpha, t0=t0,
+                weight_decay=weight_decay, maximize=maximize)
 
 
 # -- lowerings: the spec read as the native call ---------------------------------------------
@@ -242,7 +250,14 @@ CLASSES = (
             lambda s: {**_step_sizes(s), "maximize": s.maximize}),),
         state={"prev": "prev", "step_size": "step_size"}),
     MindSporeClass(
-        name="mindspore.experimental.optim.ASGD", lr_keyword="lr",
-        refused="averaged SGD (the ax average, eta and mu schedules) is not a registered "
-                "algorithm"),
+        name="mindspore.experimental.optim.ASGD", from_native=exp_asgd, lr_keyword="lr",
+        lowerings=(Lowering(
+            "asgd",
+            (CONSTANT_LR,
+             when("lr > 0 (experimental.optim.ASGD's constructor refuses lr=0)",
+                  lambda s: isinstance(s.lr, Schedule) or s.lr > 0.0)),
+            lambda s: {"lambd": float(s.lambd), "alpha": float(s.alpha), "t0": float(s.t0),
+                       "weight_decay": float(s.weight_decay), "maximize": s.maximize},
+            "with eta and mu computed in float32"),),
+        state={"ax": "ax", "eta": "eta", "mu": "mu"}, shared_scalars=("eta", "mu")),
 )

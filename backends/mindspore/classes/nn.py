@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 from unified_opt.algorithms import (
+    ASGD,
     SGD,
     Adadelta,
     Adagrad,
@@ -162,6 +163,12 @@ def nn_rprop(learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.0), weight
                  step_sizes=step_sizes, **nn_decay(q, weight_decay))
 
 
+def nn_asgd(learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0):
+    q = "mindspore.nn.ASGD"
+    return ASGD(lr=nn_lr(q, "learning_rate", learning_rate), lambd=lambd, alpha=alpha, t0=t0,
+                **nn_decay(q, weight_decay))
+
+
 # -- lowerings: the spec read as the native call ---------------------------------------------
 
 def _sgd_arguments(s):
@@ -174,7 +181,6 @@ def _nn_adam_lowering_arguments(s):
 
 
 _ADAM_STATE = {"exp_avg": "moment1", "exp_avg_sq": "moment2", "max_exp_avg_sq": "vhat"}
-_ASGD = "averaged SGD (the ax average, eta and mu schedules) is not a registered algorithm"
 
 CLASSES = (
     MindSporeClass(
@@ -304,7 +310,15 @@ CLASSES = (
                        "step_sizes": tuple(float(x) for x in s.step_sizes),
                        "weight_decay": float(s.weight_decay)}),),
         state={"prev": "prev", "step_size": "step_size"}, cell_weight_decay=True),
-    MindSporeClass(name="mindspore.nn.ASGD", refused=_ASGD),
+    MindSporeClass(
+        name="mindspore.nn.ASGD", from_native=nn_asgd,
+        lowerings=(Lowering(
+            "asgd", (NOT_MAXIMIZE,),
+            lambda s: {"lambd": float(s.lambd), "alpha": float(s.alpha), "t0": float(s.t0),
+                       "weight_decay": float(s.weight_decay)},
+            "with eta and mu computed in float32"),),
+        state={"ax": "ax", "eta": "eta", "mu": "mu"}, shared_scalars=("eta", "mu"),
+        cell_weight_decay=True),
     MindSporeClass(
         name="mindspore.nn.FTRL",
         refused="FTRL-proximal is not a registered algorithm (and its CPU kernel drops "
