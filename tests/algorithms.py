@@ -762,12 +762,49 @@ def _dgc_momentum() -> Algorithm:
     )
 
 
+def _asgd() -> Algorithm:
+    torch_form = uo.preset("torch.optim.ASGD", lr=0.05, lambd=0.5, alpha=0.6, t0=5.0,
+                           weight_decay=0.1, maximize=True)
+    nn_form = uo.preset("mindspore.nn.ASGD", learning_rate=0.05, lambd=0.5, t0=5.0,
+                        weight_decay=0.1)
+    scheduled = uo.ASGD(lr=COSINE, lambd=0.5, t0=5.0, weight_decay=0.1)
+    return Algorithm(
+        samples=(torch_form, nn_form, scheduled),
+        planted=(Planted(scheduled, {"t0": 10.0}),),
+        explained=(
+            Explained("torch", torch_form, "torch.optim.ASGD", "computes exactly"),
+            Explained("paddle", torch_form, None, "paddle has no native optimizer for 'asgd'"),
+            Explained("mindspore", nn_form, "mindspore.nn.ASGD", "computes exactly"),
+            Explained("mindspore", torch_form, "mindspore.experimental.optim.ASGD",
+                      "eta and mu computed in float32"),
+            Explained("mindspore", uo.ASGD(lr=COSINE, maximize=True), None,
+                      "needs a constant lr"),
+            Explained("mindspore", uo.ASGD(lr=0.0, maximize=True), None,
+                      "experimental.optim.ASGD's constructor refuses lr=0"),
+        ),
+        natives=(
+            Hand(torch_form, Native("torch.optim.ASGD", {
+                "lr": 0.05, "lambd": 0.5, "alpha": 0.6, "t0": 5.0, "weight_decay": 0.1,
+                "maximize": True})),
+            Hand(nn_form, Native("mindspore.nn.ASGD", {
+                "learning_rate": 0.05, "lambd": 0.5, "t0": 5.0, "weight_decay": 0.1})),
+            Hand(scheduled, Native("mindspore.nn.ASGD", {
+                "learning_rate": COSINE_LIST, "lambd": 0.5, "t0": 5.0},
+                params=nn_groups({"params": every(), "weight_decay": 0.1}))),
+            Hand(torch_form, Native("mindspore.experimental.optim.ASGD", {
+                "lr": 0.05, "lambd": 0.5, "alpha": 0.6, "t0": 5.0, "weight_decay": 0.1,
+                "maximize": True})),
+        ),
+    )
+
+
 _BACKEND_FACTS: dict[str, Algorithm] = {
     "sgd": _sgd(), "adam": _adam(), "adamw": _adamw(), "nadam": _nadam(), "radam": _radam(),
     "adamax": _adamax(), "adagrad": _adagrad(), "adadelta": _adadelta(),
     "rmsprop": _rmsprop(), "rprop": _rprop(), "lion": _lion(), "lamb": _lamb(),
     "lars": _lars(), "adafactor": _adafactor(), "came": _came(),
     "adam_offload": _adam_offload(), "dgc_momentum": _dgc_momentum(),
+    "asgd": _asgd(),
 }
 
 
