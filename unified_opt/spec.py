@@ -387,6 +387,22 @@ class Spec:
         """Names of the per-parameter state arrays ``init`` creates."""
         return ()
 
+    #: whether the parameter the optimizer holds while training is not the point to
+    #: evaluate the model at (schedule-free specs): then the optimizers ``uo.build``
+    #: makes have ``train()`` and ``eval()``, which move each parameter between the two
+    #: points with :meth:`evaluation_point` and :meth:`training_point`
+    swaps_weights: ClassVar[bool] = False
+
+    def evaluation_point(self, param: Tensor, state: State, ops: Ops) -> Tensor:
+        """The point to evaluate at, from the training point ``param`` and its state
+        (specs with :attr:`swaps_weights`)."""
+        raise NotImplementedError(f"{type(self).__name__} holds the point to evaluate at")
+
+    def training_point(self, param: Tensor, state: State, ops: Ops) -> Tensor:
+        """The training point, from the evaluation point ``param`` and its state (the
+        inverse of :meth:`evaluation_point`, up to rounding)."""
+        raise NotImplementedError(f"{type(self).__name__} holds the point to evaluate at")
+
     def init(self, param: Tensor, ops: Ops) -> State:
         """Fresh optimizer state for ``param``."""
         return {key: ops.zeros_like(param) for key in self.state_names()}

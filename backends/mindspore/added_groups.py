@@ -240,9 +240,10 @@ def add_group(optimizer, param_group) -> None:
 
 
 def _initial_slots(p, plan) -> dict:
-    """The spec's initial state of ``p`` as Parameters (from numpy, as the build)."""
+    """The spec's initial state of ``p`` as Parameters (from numpy and ``p``'s values, as
+    the build)."""
     dtype = numpy_dtype(p.dtype)
-    initial = plan.spec.init(np.zeros(tuple(p.shape), dtype=dtype), numpy_ops)
+    initial = plan.spec.init(np.asarray(p.asnumpy(), dtype=dtype), numpy_ops)
     return {key: Parameter(Tensor(np.array(initial[key], dtype=dtype)),
                            name=f"{key}.{p.name}", requires_grad=False)
             for key in initial}

@@ -113,12 +113,13 @@ class SpecOptimizer(nn.Optimizer):
         self.skipped: list[bool] = []
         flat = []
         for p, plan in zip(self._parameters, self._plans):
-            # the initial state from numpy (no MindSpore operation; init reads the shape)
+            # the initial state from numpy (no MindSpore operation): init reads the shape,
+            # and a schedule-free spec the values (its base point starts at the parameter)
             if p.dtype not in (mstype.float32, mstype.float64):
                 raise TypeError(f"SpecOptimizer: parameter {p.name} is {p.dtype}; the own "
                                 "implementation takes float32 or float64 parameters")
             dtype = numpy_dtype(p.dtype)      # the state in the parameter's dtype
-            initial = plan.spec.init(np.zeros(tuple(p.shape), dtype=dtype), numpy_ops)
+            initial = plan.spec.init(np.asarray(p.asnumpy(), dtype=dtype), numpy_ops)
             slots = {key: Parameter(Tensor(np.array(initial[key], dtype=dtype)),
                                     name=f"{key}.{p.name}", requires_grad=False)
                      for key in initial}

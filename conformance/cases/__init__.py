@@ -41,12 +41,16 @@ __all__ = ["Case", "DEFAULT_PATHS", "DEFAULT_STEPS", "DENSE_PARAMS", "HAND", "KE
 _ACROSS = (lr_schedules, training, nonfinite, low_precision)
 
 
-def record_cases() -> list[Case]:
-    """Every algorithm's own cases, from its record (:mod:`unified_opt.records`): the
-    sketches on the standard parameter set, then each ``case_module``'s ``cases()``
-    (once per module: a family module holds several algorithms' cases)."""
+def record_cases(names: Iterable[str] | None = None) -> list[Case]:
+    """Every algorithm's own cases (of ``names`` only, when given), from its record
+    (:mod:`unified_opt.records`): the sketches on the standard parameter set, then each
+    ``case_module``'s ``cases()`` (once per module: a family module holds several
+    algorithms' cases, and returns them all)."""
     cases, modules = [], []
+    chosen = None if names is None else set(names)
     for name, entry in records().items():
+        if chosen is not None and name not in chosen:
+            continue
         cases += [Case(id=sketch.id, spec=sketch.spec, description=sketch.description)
                   for sketch in entry.cases]
         if entry.case_module is not None and entry.case_module not in modules:
@@ -58,9 +62,8 @@ def record_cases() -> list[Case]:
 
 def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:
     """The default suite, optionally only the cases of the given algorithm names."""
-    cases = record_cases() + [case for family in _ACROSS for case in family.cases()]
     if algorithms is None:
-        return cases
+        return record_cases() + [case for family in _ACROSS for case in family.cases()]
     if isinstance(algorithms, str) or not isinstance(algorithms, Iterable):
         raise TypeError(f"default_cases: algorithms must be a list of names, got "
                         f"{algorithms!r}")
@@ -69,6 +72,8 @@ def default_cases(algorithms: Iterable[str] | None = None) -> list[Case]:
     if unknown:
         raise ValueError(f"default_cases: unknown algorithm(s) {unknown}; registered: "
                          f"{uo.algorithms()}")
+    # only the named algorithms' case modules are imported
+    cases = record_cases(names) + [case for family in _ACROSS for case in family.cases()]
     covered = sorted({c.spec.name for c in cases})
     missing = [n for n in names if n not in covered]
     if missing:
