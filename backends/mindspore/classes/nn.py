@@ -18,8 +18,11 @@ from unified_opt.algorithms import (
     RMSprop,
     Rprop,
 )
+from unified_opt.algorithms.ftrl import FTRL
+from unified_opt.algorithms.proximal_adagrad import ProximalAdagrad
 from unified_opt.native import Lowering, when
-from unified_opt.presets._registry import unsupported
+from unified_opt.presets._registry import require_float, unsupported
+from unified_opt.schedules import Schedule
 
 from .descriptor import (
     BETAS_NOTE,
@@ -167,6 +170,29 @@ def nn_asgd(learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0)
     q = "mindspore.nn.ASGD"
     return ASGD(lr=nn_lr(q, "learning_rate", learning_rate), lambd=lambd, alpha=alpha, t0=t0,
                 **nn_decay(q, weight_decay))
+
+
+def nn_ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0,
+            use_locking=False, loss_scale=1.0, weight_decay=0.0):
+    # The CPU kernel's form (l1_sign='positive', measured); nn.FTRL decays every
+    # parameter of a flat list (no beta/gamma name rule) and refuses a dynamic lr.
+    q = "mindspore.nn.FTRL"
+    if isinstance(learning_rate, Schedule):
+        raise TypeError(f"{q}: learning_rate must be a float (nn.FTRL refuses a dynamic lr), "
+                        f"got {learning_rate!r}")
+    return FTRL(lr=require_float(q, "learning_rate", learning_rate), lr_power=lr_power,
+                l1=l1, l2=l2, initial_accumulator_value=initial_accum, l1_sign="positive",
+                **{**nn_decay(q, weight_decay), "no_decay_names": ()},
+                **loss_scale_fields(q, loss_scale))
+
+
+def nn_proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking=False,
+                        loss_scale=1.0, weight_decay=0.0):
+    # The CPU kernel's form (the shrink by lr/sqrt(accum), measured), not the documented lr.
+    q = "mindspore.nn.ProximalAdagrad"
+    return ProximalAdagrad(lr=nn_lr(q, "learning_rate", learning_rate), l1=l1, l2=l2,
+                           initial_accumulator_value=accum, shrinkage_lr="adaptive",
+                           **nn_decay(q, weight_decay), **loss_scale_fields(q, loss_scale))
 
 
 # -- lowerings: the spec read as the native call ---------------------------------------------
@@ -320,11 +346,32 @@ CLASSES = (
         state={"ax": "ax", "eta": "eta", "mu": "mu"}, shared_scalars=("eta", "mu"),
         cell_weight_decay=True),
     MindSporeClass(
-        name="mindspore.nn.FTRL",
-        refused="FTRL-proximal is not a registered algorithm (and its CPU kernel drops "
-                "sign(linear) when l1 > 0, unlike its documentation)"),
+        name="mindspore.nn.FTRL", from_native=nn_ftrl,
+        lowerings=(Lowering(
+            "ftrl",
+            (when("l1_sign='positive' or l1=0 (nn.FTRL's CPU kernel subtracts the linear term "
+                  "from +l1, dropping its documented sign(linear), measured)",
+                  lambda s: s.l1_sign == "positive" or s.l1 == 0.0),
+             when("l2_shrinkage=0 (nn.FTRL has no shrinkage-type L2)",
+                  lambda s: s.l2_shrinkage == 0.0),
+             when("beta=0 (nn.FTRL has no beta)", lambda s: s.beta == 0.0),
+             when("a constant lr (nn.FTRL refuses a dynamic lr)",
+                  lambda s: not isinstance(s.lr, Schedule)),
+             NOT_MAXIMIZE),
+            lambda s: {"initial_accum": float(s.initial_accumulator_value),
+                       "lr_power": float(s.lr_power), "l1": float(s.l1), "l2": float(s.l2),
+                       "weight_decay": float(s.weight_decay)}),),
+        state={"accumulator": "moments", "linear": "linear"}, loss_scale=True,
+        cell_weight_decay=True, flat_only="nn.FTRL refuses group lrs"),
     MindSporeClass(
-        name="mindspore.nn.ProximalAdagrad",
-        refused="proximal Adagrad is not a registered algorithm (and its CPU kernel shrinks "
-                "with lr/sqrt(accum), not the documented lr)"),
+        name="mindspore.nn.ProximalAdagrad", from_native=nn_proximal_adagrad,
+        lowerings=(Lowering(
+            "proximal_adagrad",
+            (when("shrinkage_lr='adaptive' or l1=l2=0 (nn.ProximalAdagrad's CPU kernel "
+                  "shrinks by lr/sqrt(accum), not by its documented lr, measured)",
+                  lambda s: s.shrinkage_lr == "adaptive" or s.l1 == s.l2 == 0.0),
+             NOT_MAXIMIZE),
+            lambda s: {"accum": float(s.initial_accumulator_value), "l1": float(s.l1),
+                       "l2": float(s.l2), "weight_decay": float(s.weight_decay)}),),
+        state={"sum": "accum"}, loss_scale=True, cell_weight_decay=True),
 )
