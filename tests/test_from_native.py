@@ -130,8 +130,10 @@ def test_a_class_is_found_by_its_real_module_path():
     assert uo.from_native(opt)[0] == uo.preset("torch.optim.AdamW", lr=0.1)
     with pytest.raises(TypeError, match="uo.from_native"):
         uo.preset(opt)
-    with pytest.raises(NotImplementedError, match="torch.optim.ASGD"):
-        uo.preset("torch.optim.asgd.ASGD")
+    assert uo.preset("torch.optim.asgd.ASGD", lr=0.05, t0=5.0) == \
+        uo.ASGD(lr=0.05, t0=5.0)
+    with pytest.raises(ValueError, match="no preset for 'torch.optim.lbfgs.LBFGS'"):
+        uo.preset("torch.optim.lbfgs.LBFGS")
 
 
 # -- parameter groups: the rules rebuild the optimizer -------------------------------------------
@@ -551,8 +553,8 @@ def test_torch_refusals_name_the_argument_and_value():
         uo.from_native(object())
     with pytest.raises(TypeError, match="got the class torch.optim.adam.Adam"):
         uo.from_native(torch.optim.Adam)
-    with pytest.raises(NotImplementedError, match="ASGD"):
-        uo.from_native(torch.optim.ASGD([torch.nn.Parameter(torch.zeros(2))]))
+    with pytest.raises(ValueError, match="LBFGS has no preset"):
+        uo.from_native(torch.optim.LBFGS([torch.nn.Parameter(torch.zeros(2))]))
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
     with pytest.raises(ValueError, match="ReduceLROnPlateau cannot be read.*metric-driven"):
         uo.from_native(opt, plateau)

@@ -85,7 +85,8 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
 
 
 @pytest.mark.parametrize("source, line, words", [
-    ("import torch\nopt = torch.optim.ASGD(m.parameters())\n", 2, "torch.optim.ASGD"),
+    ("import paddle\nopt = paddle.optimizer.ASGD(learning_rate=0.1, batch_num=4, "
+     "parameters=m.parameters())\n", 2, "paddle.optimizer.ASGD: Paddle's ASGD is SAG"),
     # an optimizer class the port cannot follow to its call (it used to pass, exit 0)
     ("import torch\nOptCls = torch.optim.AdamW\nopt = OptCls(m.parameters(), lr=1e-3)\n", 2,
      "torch.optim.AdamW: named here without being called"),

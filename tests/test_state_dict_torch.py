@@ -20,9 +20,12 @@ torch = pytest.importorskip("torch")
 
 K, M = 3, 3       # steps before the state_dict and after the load
 SPEC = uo.AdamW(lr=0.01, weight_decay=0.1)
+ASGD = uo.ASGD(lr=0.05, lambd=0.5, t0=1.0, weight_decay=0.1)
 #: (spec, parameter dtype, path): a native class, the own path, the own path's bfloat16 state
 RUNS = {"native": (SPEC, "float32", "native"), "own": (SPEC, "float32", "own"),
-        "own-bfloat16": (SPEC.replace(state_dtype="bfloat16"), "float32", "own")}
+        "own-bfloat16": (SPEC.replace(state_dtype="bfloat16"), "float32", "own"),
+        # the average ax and the 0-d eta and mu, averaging from the third step
+        "asgd-native": (ASGD, "float32", "native"), "asgd-own": (ASGD, "float32", "own")}
 
 
 def _named(dtype="float32", shapes=(("weight", (3, 4)), ("bias", (3,)))):

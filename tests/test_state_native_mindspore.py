@@ -29,10 +29,15 @@ SPECS = {
                                 learning_rate=uo.schedules.Cosine(lr=0.01, T_max=40)),
     # nn.SGD's first-step flags ``stat``
     "nn.SGD": uo.SGD(lr=0.1, momentum=0.9),
+    # the average ax and the 0-d eta and mu (experimental.optim keeps those in plain lists)
+    "nn.ASGD": uo.preset("mindspore.nn.ASGD", learning_rate=0.05, lambd=0.5, t0=2.0,
+                         weight_decay=0.1),
+    "experimental.ASGD": uo.ASGD(lr=0.05, lambd=0.3, alpha=0.6, t0=2.0, maximize=True),
 }
 NATIVE = {"experimental.AdamW": "mindspore.experimental.optim.AdamW",
           "nn.Momentum": "mindspore.nn.Momentum", "nn.Adam+cosine": "mindspore.nn.Adam",
-          "nn.SGD": "mindspore.nn.SGD"}
+          "nn.SGD": "mindspore.nn.SGD", "nn.ASGD": "mindspore.nn.ASGD",
+          "experimental.ASGD": "mindspore.experimental.optim.ASGD"}
 
 
 def _case(spec):
