@@ -798,6 +798,57 @@ def _asgd() -> Algorithm:
     )
 
 
+def _ftrl() -> Algorithm:
+    nn_ftrl = uo.preset("mindspore.nn.FTRL", learning_rate=0.1, lr_power=-0.3, l1=0.3,
+                        l2=0.05, weight_decay=0.01)
+    return Algorithm(
+        samples=(nn_ftrl,),
+        explained=(
+            *(Explained(b, uo.FTRL(), None, f"{b} has no native optimizer for 'ftrl'")
+              for b in ("torch", "paddle")),
+            Explained("mindspore", uo.FTRL(), "mindspore.nn.FTRL", "computes exactly"),
+            Explained("mindspore", nn_ftrl, "mindspore.nn.FTRL"),
+            Explained("mindspore", uo.FTRL(l1=0.1), None, "l1_sign='positive' or l1=0"),
+            Explained("mindspore", uo.FTRL(l1=0.1, l1_sign="positive", beta=0.5), None,
+                      "beta=0"),
+            Explained("mindspore", uo.FTRL(lr=COSINE), None, "a constant lr"),
+        ),
+        natives=(
+            Hand(nn_ftrl, Native("mindspore.nn.FTRL", {
+                "learning_rate": 0.1, "lr_power": -0.3, "l1": 0.3, "l2": 0.05,
+                "weight_decay": 0.01})),
+        ),
+    )
+
+
+def _proximal_adagrad() -> Algorithm:
+    nn_form = uo.preset("mindspore.nn.ProximalAdagrad", learning_rate=0.1, l1=0.05, l2=0.3,
+                        weight_decay=0.01)
+    grouped = uo.ProximalAdagrad(lr=COSINE, l1=0.05, weight_decay=0.1)
+    return Algorithm(
+        samples=(nn_form, grouped),
+        explained=(
+            *(Explained(b, uo.ProximalAdagrad(), None,
+                        f"{b} has no native optimizer for 'proximal_adagrad'")
+              for b in ("torch", "paddle")),
+            Explained("mindspore", nn_form, "mindspore.nn.ProximalAdagrad",
+                      "computes exactly"),
+            Explained("mindspore", uo.ProximalAdagrad(shrinkage_lr="constant"),
+                      "mindspore.nn.ProximalAdagrad"),
+            Explained("mindspore", uo.ProximalAdagrad(l2=0.1, shrinkage_lr="constant"), None,
+                      "shrinkage_lr='adaptive' or l1=l2=0"),
+            Explained("mindspore", uo.ProximalAdagrad(maximize=True), None, "maximize=False"),
+        ),
+        natives=(
+            Hand(nn_form, Native("mindspore.nn.ProximalAdagrad", {
+                "learning_rate": 0.1, "l1": 0.05, "l2": 0.3, "weight_decay": 0.01})),
+            Hand(grouped, Native("mindspore.nn.ProximalAdagrad",
+                                 {"learning_rate": COSINE_LIST, "l1": 0.05},
+                                 params=nn_groups({"params": every(), "weight_decay": 0.1}))),
+        ),
+    )
+
+
 _BACKEND_FACTS: dict[str, Algorithm] = {
     "sgd": _sgd(), "adam": _adam(), "adamw": _adamw(), "nadam": _nadam(), "radam": _radam(),
     "adamax": _adamax(), "adagrad": _adagrad(), "adadelta": _adadelta(),
@@ -805,6 +856,7 @@ _BACKEND_FACTS: dict[str, Algorithm] = {
     "lars": _lars(), "adafactor": _adafactor(), "came": _came(),
     "adam_offload": _adam_offload(), "dgc_momentum": _dgc_momentum(),
     "asgd": _asgd(),
+    "ftrl": _ftrl(), "proximal_adagrad": _proximal_adagrad(),
 }
 
 

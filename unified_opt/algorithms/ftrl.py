@@ -116,6 +116,10 @@ class FTRL(Spec):
     def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
+    def canonical(self) -> Spec:
+        # without L1 the sign of the L1 term is no computation
+        return self.with_defaults(("l1_sign",)) if self.l1 == 0.0 else self
+
     def state_names(self) -> tuple[str, ...]:
         return ("accumulator", "linear")
 

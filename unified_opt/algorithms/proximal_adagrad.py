@@ -93,6 +93,10 @@ class ProximalAdagrad(Spec):
     def for_parameter(self, name: str | None) -> Spec:
         return decay_for_parameter(self, name)
 
+    def canonical(self) -> Spec:
+        # without L1 and L2 there is no proximal step to take with either lr
+        return self.with_defaults(("shrinkage_lr",)) if self.l1 == self.l2 == 0.0 else self
+
     def state_names(self) -> tuple[str, ...]:
         return ("sum",)
 

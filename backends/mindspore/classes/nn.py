@@ -347,6 +347,9 @@ CLASSES = (
         cell_weight_decay=True),
     MindSporeClass(
         name="mindspore.nn.FTRL", from_native=nn_ftrl,
+        nonfinite=("with l1, its test |linear| > l1 is false for a NaN linear term, so a "
+                   "non-finite gradient sets the parameter to 0 where the spec makes it NaN "
+                   "(measured)"),
         lowerings=(Lowering(
             "ftrl",
             (when("l1_sign='positive' or l1=0 (nn.FTRL's CPU kernel subtracts the linear term "
@@ -365,6 +368,8 @@ CLASSES = (
         cell_weight_decay=True, flat_only="nn.FTRL refuses group lrs"),
     MindSporeClass(
         name="mindspore.nn.ProximalAdagrad", from_native=nn_proximal_adagrad,
+        nonfinite=("with l1, an infinite gradient sets the parameter to 0 where the spec "
+                   "makes it NaN (measured)"),
         lowerings=(Lowering(
             "proximal_adagrad",
             (when("shrinkage_lr='adaptive' or l1=l2=0 (nn.ProximalAdagrad's CPU kernel "
