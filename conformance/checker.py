@@ -53,7 +53,7 @@ from .drivers.base import Driver, spec_state_shapes
 from .gradients import quiet_gradients_at
 from .report import build_report, write_reports
 from .runner import TRAJECTORIES
-from .trajectory import Recorder, Trajectory
+from .trajectory import Recorder, Trajectory, add_evaluation_points
 from .verdict import References, verdict
 from .worker import (
     FAILING_TRAJECTORY_BUDGET,
@@ -452,7 +452,7 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
         raise
     except Exception:  # the result carries the text; the next stream still runs
         error = traceback.format_exc()
-    trajectory = recorder.trajectory()
+    trajectory = add_evaluation_points(recorder.trajectory(), case.spec)
     compared = {"lr": False, "state": False}
     reading: dict = {}
     if error is None:

@@ -245,7 +245,7 @@ def compare(backend: Trajectory, oracle: Trajectory, float32, *,
     first = (np.inf, "", "", "")               # (step, quantity, failure, detail)
     excusals = excused_elements(got, oracle.quantities()) if state else {}
     for name, expected in oracle.quantities().items():
-        if (not state and name.startswith("state:")) or (not lr and name == "lr"):
+        if (not state and name.startswith(("state:", "eval:"))) or (not lr and name == "lr"):
             continue
         if name not in got:
             first = min(first, (1, name, "missing", f"{name} not reported by the backend"))

@@ -32,6 +32,9 @@ class Trajectory:
     #: (a reference run with ``storage``, a spec's ``state_dtype``): the comparison
     #: judges those in that dtype's ulps (:mod:`.compare`)
     storage: dict[str, str] = field(default_factory=dict)
+    #: name -> (steps, *shape): the point to evaluate at after each step, for a spec whose
+    #: parameters hold another while training (schedule-free: :func:`add_evaluation_points`)
+    evaluation: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -46,6 +49,8 @@ class Trajectory:
         for name, arrays in self.state.items():
             for key, values in arrays.items():
                 out[f"state:{name}:{key}"] = values
+        for name, values in self.evaluation.items():
+            out[f"eval:{name}"] = values
         return out
 
     def save(self, path, compress: bool = True) -> None:
@@ -82,6 +87,7 @@ class Trajectory:
     def from_quantities(cls, quantities: Mapping[str, np.ndarray]) -> "Trajectory":
         params: dict = {}
         state: dict = {}
+        evaluation: dict = {}
         for key, values in quantities.items():
             kind, _, rest = key.partition(":")
             if kind == "param":
@@ -89,11 +95,14 @@ class Trajectory:
             elif kind == "state":
                 name, _, state_name = rest.rpartition(":")
                 state.setdefault(name, {})[state_name] = values
+            elif kind == "eval":
+                evaluation[rest] = values
             elif key not in ("lr", "skipped"):
                 raise ValueError(f"trajectory: unknown quantity {key!r}")
         skipped = quantities.get("skipped")
         return cls(np.asarray(quantities["lr"], dtype=np.float64), params, state,
-                   None if skipped is None else np.asarray(skipped, dtype=np.float64))
+                   None if skipped is None else np.asarray(skipped, dtype=np.float64),
+                   evaluation=evaluation)
 
 
 class FirstSteps:
@@ -151,6 +160,23 @@ class Recorder:
         return Trajectory(np.array(self.lrs, dtype=np.float64), params, state, skipped)
 
 
+def add_evaluation_points(trajectory: Trajectory, spec) -> Trajectory:
+    """``trajectory`` with the point to evaluate at after each step, for a spec whose
+    parameters hold another point while training (``spec.swaps_weights``: schedule-free),
+    computed by the spec from each step's parameter and state in their dtype, so that the
+    comparison judges both points (the optimizers' ``eval()`` computes the same:
+    ``tests/test_schedule_free.py``). Others, and a trajectory without the state (a
+    check with ``state=False``), are returned as they are."""
+    if not getattr(spec, "swaps_weights", False):
+        return trajectory
+    for name, values in trajectory.params.items():
+        state = trajectory.state.get(name)
+        if state:
+            trajectory.evaluation[name] = np.asarray(
+                spec.for_parameter(name).evaluation_point(values, state, numpy_ops))
+    return trajectory
+
+
 def run(step: Callable[[dict], float], read: Callable[[], tuple], case,
         skipped: Callable[[], bool] | None = None) -> Trajectory:
     """Drive ``case.steps`` steps: ``step(grads) -> lr``; ``read() -> (params, state)``;
@@ -178,7 +204,7 @@ def reference_trajectory(spec, case, dtype: str = "float64", ops=numpy_ops) -> T
     out = run(ref.step, lambda: (ref.params, ref.state), case,
               (lambda: ref.skipped[-1]) if spec.skip_nonfinite else None)
     out.storage = stored_quantities(out, spec, storage)
-    return out
+    return add_evaluation_points(out, spec)
 
 
 def stored_quantities(trajectory: Trajectory, spec, storage: str | None) -> dict[str, str]:

@@ -58,7 +58,7 @@ from .distributed import RanksRun, judge, run_ranks
 from .drivers.base import Driver
 from .gradients import share_stream
 from .report import json_safe
-from .trajectory import Recorder, Trajectory
+from .trajectory import Recorder, Trajectory, add_evaluation_points
 from .verdict import References, verdict
 
 FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
@@ -109,7 +109,7 @@ def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Traje
         # params_numpy and state_numpy copy: the recorder keeps those copies
         recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped,
                      copy=False)
-    return recorder.trajectory()
+    return add_evaluation_points(recorder.trajectory(), case.spec)
 
 
 def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
@@ -127,8 +127,9 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
         decision = driver.decision
         drive(driver, case, recorder)
     except Exception:  # the report carries the text; the next case still runs
-        return recorder.trajectory(), decision, traceback.format_exc()
-    return recorder.trajectory(), decision, None
+        return (add_evaluation_points(recorder.trajectory(), case.spec), decision,
+                traceback.format_exc())
+    return add_evaluation_points(recorder.trajectory(), case.spec), decision, None
 
 
 def claim(claims: Path | None, case_id: str, shard: int) -> bool:

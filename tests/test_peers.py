@@ -39,6 +39,10 @@ missing). The mapping, peer flags -> spec:
   weight_decouple, fixed_decay)`` -> ``uo.AdEMAMix(alpha_warmup=t_alpha_beta3,
   beta3_warmup=t_alpha_beta3, decoupled_weight_decay=weight_decouple,
   decay_times_lr=not fixed_decay)``.
+* ``schedulefree.SGDScheduleFree`` and ``schedulefree.AdamWScheduleFree`` (after
+  ``train()``, which the driver calls) -> ``uo.ScheduleFreeSGD`` and
+  ``uo.ScheduleFreeAdamW`` with the same arguments; the point to evaluate at is judged
+  too.
 """
 
 import importlib.util
@@ -116,6 +120,15 @@ PEERS = [
           fixed_decay=True, foreach=True),
      uo.AdEMAMix(lr=0.01, betas=(0.9, 0.99, 0.999), weight_decay=0.005, decay_times_lr=False),
      DENSE_PARAMS, None, False),
+    ("schedulefree-sgd", "schedulefree.SGDScheduleFree",
+     dict(lr=0.1, momentum=0.8, warmup_steps=10, weight_decay=0.05, r=1.0, foreach=False),
+     uo.ScheduleFreeSGD(lr=0.1, momentum=0.8, warmup_steps=10, weight_decay=0.05, r=1.0),
+     DENSE_PARAMS, None, True),
+    ("schedulefree-adamw", "schedulefree.AdamWScheduleFree",
+     dict(lr=0.02, betas=(0.8, 0.99), eps=1e-3, warmup_steps=10, weight_decay=0.1,
+          foreach=True),
+     uo.ScheduleFreeAdamW(lr=0.02, betas=(0.8, 0.99), eps=1e-3, warmup_steps=10,
+                          weight_decay=0.1), DENSE_PARAMS, None, True),
     *[(f"torch-adafactor-{i}", "torch.optim.Adafactor", kw,
        uo.preset("torch.optim.Adafactor", **kw), DENSE_PARAMS, None, False)
       for i, kw in enumerate([{}, {"lr": 0.3, "weight_decay": 0.2, "beta2_decay": -0.5}])],

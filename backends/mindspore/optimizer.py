@@ -34,6 +34,7 @@ from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.schedules import Schedule
 from unified_opt.step_loop import Host, StepLoop, check_gradients
 from unified_opt.storage import refuse_rounding
+from unified_opt.weight_swap import Moved, WeightSwap
 
 from . import graph as graph_forms
 from .added_groups import check_joined, length_refusal
@@ -134,6 +135,7 @@ class SpecOptimizer(nn.Optimizer):
         #: the parameter counts before each ``add_param_group`` (a train step made before
         #: one passes that many gradients: :func:`.added_groups.length_refusal`)
         self.lengths_before_adds: list[int] = []
+        self._swap = WeightSwap(type(self).__name__)
         #: torch's surface: ``param_groups`` and ``defaults`` (:mod:`.surface`)
         self._surface = attach(self, spec, plans, list(self._parameters), None)
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
@@ -252,6 +254,7 @@ class SpecOptimizer(nn.Optimizer):
                            f"from the spec ({lr} at step {step0})")
 
     def __call__(self, gradients):
+        self._swap.check_step(plan.spec for plan in self._plans)
         if ms.get_context("mode") == ms.PYNATIVE_MODE:
             return self.step_python(gradients)
         # GRAPH_MODE opt(grads): Python sees the gradients, so they are checked here
@@ -381,6 +384,33 @@ class SpecOptimizer(nn.Optimizer):
     def spec_state(self, p) -> dict:
         index = next(i for i, q in enumerate(self._parameters) if q is p)
         return dict(self._slots[index])
+
+    def train(self) -> None:
+        """Parameters to the training point (schedule-free specs; see
+        :mod:`unified_opt.weight_swap`): Python, not a graph (call it outside
+        ``construct``), in numpy over the parameters' host copies."""
+        self._swap.train(self._moved())
+
+    def eval(self) -> None:
+        """Parameters to the point to evaluate at (schedule-free specs; see
+        :mod:`unified_opt.weight_swap`), as :meth:`train`."""
+        self._swap.eval(self._moved())
+
+    def _moved(self) -> list[Moved]:
+        return [Moved(plan.spec, host_copy(p),
+                      {key: host_copy(slot) for key, slot in slots.items()}, numpy_ops,
+                      lambda value, p=p: _assign(p, value))
+                for p, plan, slots in zip(self._parameters, self._plans, self._slots)]
+
+
+def _assign(parameter, value) -> None:
+    """``parameter`` set to the array ``value``: in its host memory on the CPU, else by
+    ``ops.assign``."""
+    view = host_view(parameter)
+    if view is not None:
+        view[...] = value
+    else:
+        ops.assign(parameter, Tensor(np.asarray(value, dtype=numpy_dtype(parameter.dtype))))
 
 
 def _host_lr(optimizer):

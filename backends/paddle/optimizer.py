@@ -10,6 +10,7 @@ from paddle.utils import unique_name
 
 from unified_opt.step_loop import Host, StepLoop
 from unified_opt.storage import refuse_rounding
+from unified_opt.weight_swap import Moved, WeightSwap
 
 from .engines import Eager, Kernels
 from .kernels import PaddleKernels
@@ -118,6 +119,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         self._host = _Host(self)
         self._loop = StepLoop(spec, plans, params, lambda index, spec: self._engines,
                               self._host)
+        self._swap = WeightSwap(type(self).__name__)
         self._built = True
 
     def _require_kernels(self, params, plans) -> None:
@@ -204,6 +206,22 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         return loss
 
     @paddle.no_grad()
+    def train(self) -> None:
+        """Parameters to the training point (schedule-free specs; see
+        :mod:`unified_opt.weight_swap`)."""
+        self._swap.train(self._moved())
+
+    @paddle.no_grad()
+    def eval(self) -> None:
+        """Parameters to the point to evaluate at (schedule-free specs; see
+        :mod:`unified_opt.weight_swap`)."""
+        self._swap.eval(self._moved())
+
+    def _moved(self) -> list[Moved]:
+        return [Moved(self._plans[p.name].spec, p.detach(), self.spec_state(p), paddle_ops,
+                      p.set_value) for p in self._params]
+
+    @paddle.no_grad()
     def minimize(self, loss, startup_program=None, parameters=None, no_grad_set=None):
         # the base class's minimize would run each parameter's update without the
         # pre-step; this one collects the gradients its way and takes one step
@@ -216,6 +234,7 @@ class SpecOptimizer(paddle.optimizer.Optimizer):
         # them as uninitialised), while a spec's scalar state (e.g. NAdam's mu_product)
         # advances for them too.
         self._check_unchanged()
+        self._swap.check_step(plan.spec for plan in self._plans.values())
         found_inf = self._get_auxiliary_var("found_inf")
         if found_inf is not None:
             # paddle.amp.GradScaler sets it and reads it back; like Paddle's own

@@ -9,6 +9,7 @@ from unified_opt.param_groups import TORCH_HYPERPARAMETERS, GroupSurface
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.step_loop import Host, StepLoop
 from unified_opt.storage import LOW_PRECISION, math_dtype, rounds, state_storage
+from unified_opt.weight_swap import Moved, WeightSwap
 
 from .compiled import check_mode
 from .cuda import CudaKernels
@@ -119,6 +120,7 @@ class SpecOptimizer(torch.optim.Optimizer):
         self._index = {id(p): i for i, p in enumerate(params)}
         self._init_shapes: dict = {}
         self.register_load_state_dict_pre_hook(_check_loaded_state)
+        self._swap = WeightSwap(type(self).__name__)
         self._built = True
 
     def add_param_group(self, param_group: dict) -> None:
@@ -189,11 +191,28 @@ class SpecOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._check_groups()
+        self._swap.check_step(plan.spec for plan in self.plans)
         taken = self._loop.step()
         self.skipped.append(not taken)
         if taken and self.exchange is not None:
             self.exchange.stats["steps"] += 1
         return loss
+
+    @torch.no_grad()
+    def train(self) -> None:
+        """Parameters to the training point (schedule-free specs; see
+        :mod:`unified_opt.weight_swap`)."""
+        self._swap.train(self._moved())
+
+    @torch.no_grad()
+    def eval(self) -> None:
+        """Parameters to the point to evaluate at (schedule-free specs; see
+        :mod:`unified_opt.weight_swap`)."""
+        self._swap.eval(self._moved())
+
+    def _moved(self) -> list[Moved]:
+        return [Moved(plan.spec, p.detach(), self.spec_state(p), torch_ops, p.detach().copy_)
+                for p, plan in zip(self._params, self.plans)]
 
     def state_dict(self) -> dict:
         """The optimizer's state in the portable form, the same on every framework

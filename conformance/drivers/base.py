@@ -91,6 +91,10 @@ class Driver:
             # what native_state reads (the class's descriptor); no plans: not uo.build's
             self.record = BuildRecord(spec, self._decision, self.names,
                                       list(self.params.values()), self.scheduler)
+        if spec.swaps_weights and callable(getattr(self.optimizer, "train", None)):
+            # a schedule-free optimizer trains after train() (schedulefree's start in eval
+            # mode and refuse a step before it); uo.build's start in train mode
+            self.optimizer.train()
         self.calls = 0
 
     @property
