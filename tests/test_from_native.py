@@ -280,6 +280,64 @@ def test_mindspore_group_params_rebuild_the_optimizer():
         np.testing.assert_array_equal(b.asnumpy(), a.asnumpy())
 
 
+_PROXIMAL_LIVE = [
+    ("FTRL", {"initial_accum": 0.5, "learning_rate": 0.1, "lr_power": -0.3, "l1": 0.2,
+              "l2": 0.1, "loss_scale": 2.0},
+     uo.FTRL(lr=0.1, lr_power=-0.3, l1=0.2, l2=0.1, initial_accumulator_value=0.5,
+             l1_sign="positive", loss_scale=2.0),
+     [uo.Group(match=("0.weight", "0.bias"), weight_decay=0.1),
+      uo.Group(match=("1.gamma", "1.beta"), weight_decay=0.0)]),
+    ("ProximalAdagrad", {"accum": 0.2, "learning_rate": 0.1, "l1": 0.05, "l2": 0.3},
+     uo.ProximalAdagrad(lr=0.1, l1=0.05, l2=0.3, initial_accumulator_value=0.2),
+     [uo.Group(match=("0.weight", "0.bias"), lr=0.3, weight_decay=0.1),
+      uo.Group(match=("1.gamma", "1.beta"), weight_decay=0.0)]),
+]
+
+
+@require("mindspore")
+@pytest.mark.parametrize("name,kwargs,spec,groups", _PROXIMAL_LIVE,
+                         ids=[n for n, *_ in _PROXIMAL_LIVE])
+def test_mindspore_proximal_classes_are_read_in_their_kernels_forms(name, kwargs, spec,
+                                                                    groups):
+    """nn.FTRL (l1_sign='positive') and nn.ProximalAdagrad (shrinkage_lr='adaptive') in
+    groups, read and rebuilt on the own path: the same numbers as the live class, whose
+    kernels depart from their documented forms (which would differ by far more)."""
+    import mindspore as ms
+    from mindspore import nn
+
+    def net():
+        ms.set_seed(0)
+        return nn.SequentialCell([nn.Dense(3, 2), nn.LayerNorm((2,))])
+
+    native_net, built_net = net(), net()
+    params = native_net.trainable_params()
+    first = {"params": params[:2], "weight_decay": 0.1}
+    if name == "ProximalAdagrad":     # nn.FTRL refuses a group lr
+        first["lr"] = 0.3
+    native = getattr(nn, name)([first, {"params": params[2:], "weight_decay": 0.0}],
+                               **kwargs)
+    reading = read_native(native)
+    assert reading.spec == spec and reading.groups == groups
+    built = uo.build(reading.spec, built_net, groups=reading.groups, path="own")
+    documented = uo.build(reading.spec.replace(
+        **({"l1_sign": "linear"} if name == "FTRL" else {"shrinkage_lr": "constant"})),
+        net(), groups=reading.groups, path="own")
+    shapes = [p.shape for p in params]
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        grads = tuple(ms.Tensor(rng.standard_normal(s).astype(np.float32) * 2.0)
+                      for s in shapes)
+        for optimizer in (native, built, documented):
+            optimizer(grads)
+    gaps = {"built": 0.0, "documented": 0.0}
+    for a, b, c in zip(params, built_net.trainable_params(),
+                       documented.parameters):
+        gaps["built"] = max(gaps["built"], float(np.abs(b.asnumpy() - a.asnumpy()).max()))
+        gaps["documented"] = max(gaps["documented"],
+                                 float(np.abs(c.asnumpy() - a.asnumpy()).max()))
+    assert gaps["built"] < 1e-5 < 1e-2 < gaps["documented"], gaps
+
+
 # -- schedulers ---------------------------------------------------------------------------------
 
 # The lrs compared below with rel=1e-12 are Python floats on both sides (a scheduler's
