@@ -132,3 +132,54 @@ def test_eval_before_any_step_moves_nothing():
     assert all(np.array_equal(loop.values()[n], before[n]) for n in before)
     loop.opt.train()
     loop.step()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_state_saves_in_train_mode_and_resumes(backend, tmp_path):
+    """``uo.save_state`` in train mode and ``uo.resume`` continue the run bit for bit
+    (the base point and the 0-d averages travel); in eval mode saving is refused,
+    naming ``opt.train()``."""
+    spec = SPECS[1]
+    loop = Loop(backend, spec)
+    loop.step()
+    loop.opt.eval()
+    with pytest.raises(RuntimeError, match=r"call opt.train\(\) before saving"):
+        uo.save_state(loop.opt, tmp_path / "run.safetensors")
+    loop.opt.train()
+    uo.save_state(loop.opt, tmp_path / "run.safetensors")
+    other = Loop(backend, spec)
+    for n, p in other.params.items():
+        _set(backend, p, loop.values()[n])
+    other.opt = uo.resume(tmp_path / "run.safetensors", list(other.params.items()))
+    other.rng = np.random.default_rng(7)
+    loop.rng = np.random.default_rng(7)
+    loop.step()
+    other.step()
+    for n in SHAPES:
+        np.testing.assert_array_equal(other.values()[n], loop.values()[n], err_msg=n)
+
+
+@require("torch")
+def test_a_parameter_that_has_not_stepped_saves_its_base_point(tmp_path):
+    """torch makes the state at the first step: a file written before it holds the base
+    point at the parameter (the spec's initial state of its values), not zeros."""
+    loop = Loop("torch", SPECS[0])
+    uo.save_state(loop.opt, tmp_path / "fresh.safetensors")
+    other = Loop("torch", SPECS[0])
+    other.opt = uo.resume(tmp_path / "fresh.safetensors", list(other.params.items()))
+    loop.rng, other.rng = np.random.default_rng(8), np.random.default_rng(8)
+    loop.step()
+    other.step()
+    np.testing.assert_array_equal(other.values()["w"], loop.values()["w"])
+
+
+def _set(backend: str, parameter, value: np.ndarray) -> None:
+    if backend == "torch":
+        import torch
+        with torch.no_grad():
+            parameter.copy_(torch.tensor(value))
+    elif backend == "paddle":
+        parameter.set_value(value)
+    else:
+        import mindspore as ms
+        parameter.set_data(ms.Tensor(value))

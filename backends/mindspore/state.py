@@ -147,7 +147,8 @@ def expected_state(spec, p) -> dict:
 
 
 def _initial(spec, p) -> dict:
-    return initial_state(spec, tuple(p.shape), _dtype(p))
+    return initial_state(spec, tuple(p.shape), _dtype(p),
+                         p.asnumpy() if spec.swaps_weights else None)
 
 
 # -- the layout of a native optimizer --------------------------------------------------------

@@ -115,7 +115,8 @@ def expected_state(spec, p) -> dict:
 
 
 def _initial(spec, p) -> dict:
-    return initial_state(spec, tuple(p.shape), _dtype(p))
+    return initial_state(spec, tuple(p.shape), _dtype(p),
+                         p.numpy() if spec.swaps_weights else None)
 
 
 def _position(scheduler) -> int | None:

@@ -70,7 +70,8 @@ def expected_state(spec, p) -> dict:
 
 
 def _initial(spec, p) -> dict:
-    return initial_state(spec, tuple(p.shape), _dtype(spec, p))
+    return initial_state(spec, tuple(p.shape), _dtype(spec, p),
+                         p.detach().float().cpu().numpy() if spec.swaps_weights else None)
 
 
 def _uncounted(name: str, known: int | None) -> int:

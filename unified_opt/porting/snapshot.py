@@ -9,6 +9,7 @@ its raw bits under :data:`BFLOAT16`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -46,18 +47,24 @@ def bfloat16_bits(values) -> np.ndarray:
     return (single.view(np.uint32) >> np.uint32(16)).astype(np.uint16).view(BFLOAT16)
 
 
-def initial_state(spec: Spec, shape: tuple[int, ...], dtype: np.dtype) -> dict[str, np.ndarray]:
+def initial_state(spec: Spec, shape: tuple[int, ...], dtype: np.dtype,
+                  values: Any = None) -> dict[str, np.ndarray]:
     """The spec's state of a fresh parameter of ``shape``, kept in numpy ``dtype``
     (:data:`BFLOAT16` for bfloat16): name -> array (what a backend's state reader gives a
-    parameter that has not stepped)."""
+    parameter that has not stepped). ``values``: the parameter's (a float32 or float64
+    array), for a spec whose initial state holds them (schedule-free's base point
+    starts at the parameter); None: zeros stand in (the state of every other spec
+    depends on the shape only)."""
     if np.dtype(dtype) in (BFLOAT16, np.dtype(np.float16)):
         # computed in float32 (numpy has no bfloat16 arithmetic); the initial values
-        # (zeros, a constant) are exact in the storage dtype
-        out = initial_state(spec, shape, np.dtype(np.float32))
+        # (zeros, a constant, the parameter's) are exact in the storage dtype
+        out = initial_state(spec, shape, np.dtype(np.float32), values)
         if np.dtype(dtype) == BFLOAT16:
             return {k: bfloat16_bits(round_to(a, "bfloat16")) for k, a in out.items()}
         return {k: a.astype(np.float16) for k, a in out.items()}
-    init = spec.init(np.zeros(shape, dtype=dtype), numpy_ops)
+    start = np.zeros(shape, dtype=dtype) if values is None else \
+        np.asarray(values, dtype=dtype).reshape(shape)
+    init = spec.init(start, numpy_ops)
     return {k: np.asarray(a).copy() for k, a in init.items()}
 
 

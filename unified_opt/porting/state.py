@@ -175,6 +175,14 @@ def snapshot_of(optimizer: Any, *, lr_scheduler: Any = None, names: Any = None,
     ``asnumpy``): use them before the optimizer steps again, or copy them."""
     framework = _framework(optimizer, caller)
     record = _record(optimizer)
+    swap = getattr(optimizer, "_swap", None)
+    if record is not None and swap is not None and not swap.training and \
+            record.spec.swaps_weights:
+        # the file holds the parameters at the point to evaluate at and no mode: loaded,
+        # they would train from there (unified_opt.weight_swap)
+        raise RuntimeError(f"{caller}: the optimizer is in eval mode; call opt.train() "
+                           "before saving its state (save the model's weights at the "
+                           "point to evaluate at after opt.eval())")
     if record is not None and by_position:
         record = positional(record)
     backend = _backend_state(framework)
