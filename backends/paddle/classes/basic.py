@@ -325,6 +325,9 @@ CLASSES = (
                   "and ignores a group's learning_rate"),
     PaddleClass(
         name="paddle.optimizer.ASGD",
-        refused="Paddle's ASGD is SAG (stochastic average gradient, a table of the last "
-                "batch_num gradients), which is not a registered algorithm"),
+        refused="Paddle's ASGD is SAG (stochastic average gradient: each step descends "
+                "along the mean of a table of the last batch_num gradients), not the "
+                "averaged SGD of uo.ASGD (an average of the iterates kept beside the "
+                "parameters); no knob of uo.ASGD reaches it and SAG is not a registered "
+                "algorithm (with batch_num=1 it is plain SGD: uo.SGD)"),
 )
