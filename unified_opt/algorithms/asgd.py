@@ -37,8 +37,9 @@ Differences between frameworks
 * ``torch.optim.ASGD`` computes this update (its per-parameter loop and its
   ``foreach`` form both), with ``eta`` and ``mu`` kept as float32 0-d tensors (the
   default dtype) whatever the parameters' dtype: a float64 run of it carries float32
-  rounding of the step size (about 6e-8 relative). ``capturable=True`` computes the
-  same numbers on the device; ``differentiable=True`` too.
+  rounding of the step size. ``capturable=True`` (CUDA) computes the same formula with
+  tensor operations (read from torch's source; ``tests/test_torch_optim_db.py`` runs
+  torch's capturable configurations where a CUDA device is present).
 * ``mindspore.experimental.optim.ASGD``: the same update and defaults, with ``eta`` and
   ``mu`` computed in float32 arithmetic; ``eta`` and ``mu`` are plain Python lists of
   Parameters that checkpoints leave out (a resume from ``save_checkpoint`` differs),
