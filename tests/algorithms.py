@@ -799,7 +799,7 @@ def _asgd() -> Algorithm:
 
 
 def _ftrl() -> Algorithm:
-    nn_ftrl = uo.preset("mindspore.nn.FTRL", learning_rate=0.1, lr_power=-0.3, l1=0.3,
+    nn_ftrl = uo.preset("mindspore.nn.FTRL", learning_rate=0.1, lr_power=0.0, l1=0.3,
                         l2=0.05, weight_decay=0.01)
     return Algorithm(
         samples=(nn_ftrl,),
@@ -815,7 +815,7 @@ def _ftrl() -> Algorithm:
         ),
         natives=(
             Hand(nn_ftrl, Native("mindspore.nn.FTRL", {
-                "learning_rate": 0.1, "lr_power": -0.3, "l1": 0.3, "l2": 0.05,
+                "learning_rate": 0.1, "lr_power": 0.0, "l1": 0.3, "l2": 0.05,
                 "weight_decay": 0.01})),
         ),
     )

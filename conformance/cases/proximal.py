@@ -9,17 +9,20 @@ from __future__ import annotations
 import unified_opt as uo
 from unified_opt.algorithms.ftrl import RECORD as FTRL_RECORD
 from unified_opt.algorithms.proximal_adagrad import RECORD as PROXIMAL_RECORD
+from unified_opt.schedules import Cosine
 
 from .case import Case, dense
 
 
 def cases() -> list[Case]:
-    documented, _, keras = FTRL_RECORD.samples
+    documented, _, _ = FTRL_RECORD.samples
     _, constant, scheduled = PROXIMAL_RECORD.samples
     return [
         Case(id="ftrl_documented", spec=documented,
              description="the paper's sign(z) * l1, online L2"),
-        Case(id="ftrl_keras_knobs_cosine", spec=keras,
+        Case(id="ftrl_keras_knobs_cosine", spec=uo.FTRL(
+            lr=Cosine(lr=0.2, T_max=40, eta_min=0.02), lr_power=-0.7, l1=0.05,
+            l2_shrinkage=0.2, beta=0.5, initial_accumulator_value=0.5, maximize=True),
              description="l2_shrinkage, beta, lr_power=-0.7, ascending, a cosine lr"),
         dense(id="preset_mindspore_nn_ftrl", spec=uo.preset(
             "mindspore.nn.FTRL", learning_rate=0.1, lr_power=-0.3, l1=0.3, l2=0.05,

@@ -38,9 +38,9 @@ Differences between frameworks
   implementation).
 * ``mindspore.nn.ProximalAdagrad`` (deprecated since MindSpore 2.9) documents
   ``shrinkage_lr='constant'``, but its CPU kernel (``ApplyProximalAdagrad``,
-  MindSpore 2.10) shrinks with the adaptive step (measured after 30 steps:
-  ``l1=0.05``: 6.3e-7 from ``'adaptive'``, 0.13 from ``'constant'``; ``l2=0.3``:
-  8.9e-7 and 1.0). ``uo.preset("mindspore.nn.ProximalAdagrad", ...)`` therefore gives
+  MindSpore 2.10) shrinks with the adaptive step (measured with ``l1`` and with
+  ``l2``: float32 rounding away from ``'adaptive'``, far from ``'constant'``).
+  ``uo.preset("mindspore.nn.ProximalAdagrad", ...)`` therefore gives
   ``shrinkage_lr='adaptive'``; with ``l1 = l2 = 0`` both forms agree. The class has no
   ``maximize``, adds the decay to the gradient (L2, ``weight_decay``, sparing
   parameters named ``*beta*``/``*gamma*`` when not in groups), divides the gradients by
