@@ -13,7 +13,7 @@ L2 term :math:`g \leftarrow g + w\,\theta_{t-1}` with :math:`w` = ``weight_decay
         \qquad (\bar\theta_t = \theta_t \text{ where } \mu_t = 1) \\
     \eta_{t+1} &= \frac{\gamma_t}{(1 + \lambda\,\gamma_t\, t)^{\alpha}},
         \qquad \eta_1 = \gamma_1 \\
-    \mu_t &= \frac{1}{\max(1,\; t - 1 - t_0)}
+    \mu_t &= \frac{1}{\max(1,\; t - 1 - t_0)} \quad (t > 1), \qquad \mu_1 = 1
 
 with :math:`\gamma_t` the lr of step :math:`t`: the step size of a step is computed at
 the end of the step before, from that step's lr, so under a schedule it lags the lr by
@@ -28,9 +28,10 @@ Args:
         (torch's and MindSpore's ``lambd``, default 1e-4).
     alpha: :math:`\alpha` >= 0, the power of the step size's decay
         :math:`(1 + \lambda\gamma t)^{-\alpha}` (default 0.75).
-    t0: :math:`t_0` >= 0, the step after which the averaging starts: until step
-        :math:`t_0 + 2` the average is the parameter itself, then
-        :math:`\mu_t = 1/(t - 1 - t_0)` (default 1e6, averaging off in practice).
+    t0: :math:`t_0`, a finite number: the step after which the averaging starts:
+        until step :math:`t_0 + 2` the average is the parameter itself, then
+        :math:`\mu_t = 1/(t - 1 - t_0)` (default 1e6, averaging off in practice; a
+        negative one averages from the first steps, as torch allows).
 
 Differences between frameworks
 ------------------------------
@@ -84,7 +85,7 @@ class ASGD(Spec):
     def _check(self, owner: str) -> dict[str, Any]:
         return {"lambd": v.check_range(owner, "lambd", self.lambd, low=0.0),
                 "alpha": v.check_range(owner, "alpha", self.alpha, low=0.0),
-                "t0": v.check_range(owner, "t0", self.t0, low=0.0),
+                "t0": v.check_range(owner, "t0", self.t0),
                 "maximize": v.check_bool(owner, "maximize", self.maximize),
                 **check_decay(self, owner)}
 
@@ -99,8 +100,9 @@ class ASGD(Spec):
                 "mu": ops.scalar_like(param, 1.0)}
 
     def averaging_weight(self, step: int) -> float:
-        """:math:`\\mu_t` of step ``step`` (1-based): 1 until step ``t0 + 2``."""
-        return 1.0 / max(1.0, step - 1 - self.t0)
+        """:math:`\\mu_t` of step ``step`` (1-based): 1 at the first step and until step
+        ``t0 + 2``."""
+        return 1.0 if step == 1 else 1.0 / max(1.0, step - 1 - self.t0)
 
     def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
                ops: Ops) -> tuple[Tensor, State]:
@@ -117,15 +119,18 @@ class ASGD(Spec):
 
 _PLAIN = ASGD(lr=0.05)
 _DECAYED = ASGD(lr=0.05, lambd=0.5, alpha=0.6, t0=5.0, weight_decay=0.1)
+#: averaging from the second step (t0 < 0, which torch allows): mu_2 = 1/3.5
+_EARLY = ASGD(lr=0.05, lambd=0.1, t0=-2.5)
 _SCHEDULED = ASGD(lr=Cosine(lr=0.05, T_max=40, eta_min=0.001), lambd=0.3, t0=10.0,
                   weight_decay=0.2, maximize=True, no_decay_names=("*gamma*",))
 
 RECORD = record(
     ASGD,
-    samples=(_PLAIN, _DECAYED, _SCHEDULED),
+    samples=(_PLAIN, _DECAYED, _EARLY, _SCHEDULED),
     planted=(Planted(_DECAYED, {"lambd": 0.4}),
              Planted(_DECAYED, {"alpha": 0.75}),
              Planted(_DECAYED, {"t0": 8.0}),
+             Planted(_EARLY, {"t0": -1.5}),
              Planted(_SCHEDULED, {"no_decay_names": ()})),
     cases=(CaseSketch("asgd_default", _PLAIN),
            CaseSketch("asgd_decay_averaging", _DECAYED,
