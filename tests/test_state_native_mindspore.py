@@ -33,11 +33,17 @@ SPECS = {
     "nn.ASGD": uo.preset("mindspore.nn.ASGD", learning_rate=0.05, lambd=0.5, t0=2.0,
                          weight_decay=0.1),
     "experimental.ASGD": uo.ASGD(lr=0.05, lambd=0.3, alpha=0.6, t0=2.0, maximize=True),
+    # the accumulator and the linear term (moments, linear); the sum of proximal Adagrad
+    "nn.FTRL": uo.preset("mindspore.nn.FTRL", learning_rate=0.1, l1=0.3, l2=0.05,
+                         weight_decay=0.01),
+    "nn.ProximalAdagrad": uo.preset("mindspore.nn.ProximalAdagrad", learning_rate=0.1,
+                                    l1=0.05, l2=0.3),
 }
 NATIVE = {"experimental.AdamW": "mindspore.experimental.optim.AdamW",
           "nn.Momentum": "mindspore.nn.Momentum", "nn.Adam+cosine": "mindspore.nn.Adam",
           "nn.SGD": "mindspore.nn.SGD", "nn.ASGD": "mindspore.nn.ASGD",
-          "experimental.ASGD": "mindspore.experimental.optim.ASGD"}
+          "experimental.ASGD": "mindspore.experimental.optim.ASGD",
+          "nn.FTRL": "mindspore.nn.FTRL", "nn.ProximalAdagrad": "mindspore.nn.ProximalAdagrad"}
 
 
 def _case(spec):
