@@ -22,10 +22,11 @@ with :math:`\lambda_1` = ``l1``, :math:`\lambda_2` = ``l2``, :math:`\lambda_s` =
 or :math:`s(z) = 1` (``l1_sign='positive'``, MindSpore's CPU kernel). With :math:`p =
 -1/2`, :math:`n^{-p} = \sqrt{n}`; with :math:`p = 0` the lr is fixed
 (:math:`\sigma_t = 0`). The own path's kernels trace these two; another power has no
-kernel operation and runs the update eagerly, operation by operation. The parameter
-is set, not stepped: it is a closed form of :math:`z_t` and :math:`n_t`. A NaN in
-:math:`z` makes the parameter NaN (the comparison :math:`|z| \le \lambda_1` fails for
-it).
+kernel operation: the own path runs the update eagerly, operation by operation, and
+refuses MindSpore's GRAPH_MODE and ``@ms.jit`` saying so (``mindspore.nn.FTRL``, where
+it computes the spec, takes any power). The parameter is set, not stepped: it is a
+closed form of :math:`z_t` and :math:`n_t`. A NaN in :math:`z` makes the parameter
+NaN (the comparison :math:`|z| \le \lambda_1` fails for it).
 
 Args:
     lr: :math:`\eta` > 0 (the update divides by it), a float or a schedule.
