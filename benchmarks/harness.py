@@ -44,6 +44,10 @@ TORCH_PEERS = {
     "lion": [("pytorch_optimizer.Lion", {"lr": 1e-4})],
     "adafactor": [("pytorch_optimizer.AdaFactor", {"lr": 1e-3}),
                   ("torch_optimizer.Adafactor", {"lr": 1e-3})],
+    "adan": [("pytorch_optimizer.Adan", {"lr": 1e-3})],
+    "ademamix": [("pytorch_optimizer.AdEMAMix", {"lr": 1e-3, "weight_decouple": True})],
+    "schedule_free_sgd": [("schedulefree.SGDScheduleFree", {"lr": 0.1})],
+    "schedule_free_adamw": [("schedulefree.AdamWScheduleFree", {"lr": 2.5e-3})],
 }
 
 

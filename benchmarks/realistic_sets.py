@@ -78,7 +78,9 @@ BACKENDS = ("torch", "paddle", "mindspore")
 SETS = ("gpt2", "resnet18", "large", "small")
 THREADS = (1, 2)
 #: algorithms no native class computes on some backend: the own path alone there
-OWN_ONLY = {"lion": "Lion(lr=1e-4)", "came": "CAME(lr=1e-4)"}
+OWN_ONLY = {"lion": "Lion(lr=1e-4)", "came": "CAME(lr=1e-4)", "adan": "Adan(lr=1e-3)",
+            "ademamix": "AdEMAMix(lr=1e-3)", "schedule_free_sgd": "ScheduleFreeSGD(lr=0.1)",
+            "schedule_free_adamw": "ScheduleFreeAdamW(lr=2.5e-3)"}
 #: not measured: a GPU's host offload, several ranks
 SKIPPED = ("adam_offload", "dgc_momentum")
 #: arguments a preset requires (its framework has no default for them)
@@ -194,7 +196,10 @@ def entries(backend: str) -> list[dict]:
 
 def _peer(qualified: str, kwargs: dict, params: list):
     module, name = qualified.rsplit(".", 1)
-    return getattr(importlib.import_module(module), name)(params, **kwargs)
+    made = getattr(importlib.import_module(module), name)(params, **kwargs)
+    if callable(getattr(made, "train", None)):
+        made.train()        # schedulefree's optimizers step in train mode only
+    return made
 
 
 def measure(backend: str, threads: int, keys: list[str], sets: list[str],
