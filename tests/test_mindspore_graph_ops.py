@@ -174,6 +174,23 @@ def test_the_ops_form_follows_the_oracle_and_agrees_with_pynative(pynative_after
         assert float(opt.learning_rate.asnumpy()) == np.float32(SPECS[name].lr_at(STEPS))
 
 
+@pytest.mark.parametrize("form", ["cell", "jit"])
+def test_asgd_three_decisions_on_the_step_follow_pynative(pynative_after, form):
+    # ASGD: the first step, the average's start (step 5) and the next mu are decisions on
+    # the step. The form leaves 0-size parameters out, and their 0-d state with them (not
+    # judged here: NAdam's mu_product alike)
+    spec = uo.ASGD(lr=Cosine(lr=0.05, T_max=6, eta_min=1e-3), lambd=0.5, t0=2.0,
+                   weight_decay=0.1)
+    case = case_of("graph_ops_asgd", spec, {n: s for n, s in LOOP_PARAMS.items()
+                                            if n != "empty"})
+    replay = Replay(spec, case.initial_params(), tuple(case.gradients(t)
+                                                        for t in range(STEPS)))
+    got, opt = _run(spec, case, form)
+    assert opt.graph_form == "ops" and opt._graph_built.paths == 6
+    assert judge(got, replay).passed
+    assert _same_bits(got, _run(spec, case, "pynative")[0])
+
+
 def test_decisions_on_the_step_are_paths_the_graph_selects(pynative_after):
     """SGD's first-step rule (``step == 1``) and RAdam's rectification (``rho_t > 5``,
     from step 6) are decisions Python takes on the step: each path is a program, and the

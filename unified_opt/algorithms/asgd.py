@@ -99,22 +99,22 @@ class ASGD(Spec):
         return {"ax": ops.zeros_like(param), "eta": ops.scalar_like(param, 0.0),
                 "mu": ops.scalar_like(param, 1.0)}
 
-    def averaging_weight(self, step: int) -> float:
-        """:math:`\\mu_t` of step ``step`` (1-based): 1 at the first step and until step
-        ``t0 + 2``."""
-        return 1.0 if step == 1 else 1.0 / max(1.0, step - 1 - self.t0)
-
     def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
                ops: Ops) -> tuple[Tensor, State]:
+        # three decisions on the step (the MindSpore 'ops' graph form keeps each path)
+        first = bool(step == 1)
         g = l2_gradient(self, param, grad)
         # the first step's size is its lr; later ones were computed by the step before
-        eta = ops.scalar_like(param, lr) if step == 1 else state["eta"]
+        eta = ops.scalar_like(param, lr) if first else state["eta"]
         param = param * (1.0 - eta * self.lambd) - eta * g
-        mu = self.averaging_weight(step)
-        ax = param if mu == 1.0 else state["ax"] + (param - state["ax"]) * mu
+        weight = step - 1 - self.t0            # mu_t = 1 / max(1, weight), 1 at step 1
+        if first or weight <= 1.0:
+            ax = param
+        else:
+            ax = state["ax"] + (param - state["ax"]) * (1.0 / weight)
         eta_next = lr / (1.0 + self.lambd * lr * step) ** self.alpha
         return param, {"ax": ax, "eta": ops.scalar_like(param, eta_next),
-                       "mu": ops.scalar_like(param, self.averaging_weight(step + 1))}
+                       "mu": ops.scalar_like(param, 1.0 / max(1.0, step - self.t0))}
 
 
 _PLAIN = ASGD(lr=0.05)
