@@ -31,6 +31,12 @@ SHARED_ARGS: dict[str, str] = {
     "amsgrad": "``True``: divide by the running maximum of the second moment "
                "(AMSGrad), ``False``: by the second moment itself.",
     "maximize": "``True``: ascend (the gradient is negated first), ``False``: descend.",
+    # the schedule-free average (unified_opt.algorithms._schedule_free)
+    "warmup_steps": "an int >= 0: the lr rises linearly over the first warmup_steps "
+                    "steps (0: no warm-up).",
+    "r": "the polynomial weighting r >= 0 of the average: step t weighs t**r.",
+    "weight_lr_power": "the power p >= 0: the average weights each step by the running "
+                       "maximum of the lr to this power.",
     "eps_placement": "where eps enters the denominator: ``'outside'`` (added to "
                      "sqrt of the bias-corrected second moment: torch, Paddle), "
                      "``'eps_hat'`` (added before the bias correction, the TF/Keras and "

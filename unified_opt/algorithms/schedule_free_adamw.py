@@ -23,10 +23,6 @@ Args:
         moment.
     eps: :math:`\epsilon` >= 0, added to the bias-corrected root of the second moment.
     weight_decay: :math:`\lambda` >= 0, added to the normalised direction at :math:`y`.
-    warmup_steps: :math:`T`, an int >= 0: the lr rises linearly over the first T steps.
-    r: :math:`r` >= 0, the polynomial weighting of the average by the step.
-    weight_lr_power: :math:`p` >= 0: the average weights each step by the running
-        maximum of the lr to this power.
 
 Differences between frameworks
 ------------------------------

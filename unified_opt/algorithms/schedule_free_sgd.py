@@ -23,10 +23,6 @@ parameter). ``eval()`` on the optimizer moves the parameter to
 Args:
     momentum: :math:`\beta` in (0, 1): the interpolation between the base point and the
         average (1 - beta is the weight of z in y).
-    warmup_steps: :math:`T`, an int >= 0: the lr rises linearly over the first T steps.
-    r: :math:`r` >= 0, the polynomial weighting of the average by the step.
-    weight_lr_power: :math:`p` >= 0: the average weights each step by the running
-        maximum of the lr to this power.
 
 Differences between frameworks
 ------------------------------
