@@ -317,6 +317,36 @@ def test_convert_checkpoint_then_resume(tmp_path):
         _assert_same(a.arrays[name], b.arrays[name])
 
 
+def test_convert_checkpoint_leaves_the_weights_alone(tmp_path):
+    """MindSpore's lenient load takes a Parameter it is not given (a trained weight) from a
+    name ending with its name: nn.Adam's ``moment1.weight`` would overwrite ``weight``,
+    nn.ASGD's 0-d ``mu_weight`` fails on the shape. The conversion loads strictly."""
+    import mindspore as ms
+    from mindspore import nn
+
+    def adam(net):
+        return nn.Adam(net.trainable_params(), learning_rate=0.01)
+
+    def asgd(net):
+        return nn.ASGD(net.trainable_params(), learning_rate=0.05, lambd=0.3, t0=1.0)
+
+    for make in (adam, asgd):
+        whole_net = _net()
+        _hand_steps(make(whole_net), range(2 * K))
+        net = _net()
+        first = make(net)
+        _hand_steps(first, range(K))
+        ms.save_checkpoint(first, str(tmp_path / "opt.ckpt"))
+        rebuilt_net = _net()
+        uo.convert_checkpoint(tmp_path / "opt.ckpt", tmp_path / "run.safetensors",
+                              optimizer=make(rebuilt_net))
+        _assert_same(_values(_net()), _values(rebuilt_net))
+        resumed_net = _net(_values(net))
+        resumed = uo.resume(tmp_path / "run.safetensors", resumed_net, prefer="native")
+        _hand_steps(resumed, range(K, 2 * K))
+        _assert_same(_values(whole_net), _values(resumed_net))
+
+
 def test_convert_a_training_cell_checkpoint(tmp_path):
     import mindspore as ms
     from mindspore import Tensor, nn

@@ -567,7 +567,9 @@ def load_checkpoint(optimizer, lr_scheduler, checkpoint, scheduler_checkpoint) -
             raise ValueError(f"convert_checkpoint: {name!r} is {value.dtype} in {where}, "
                              f"the optimizer's is {p.dtype}")
         values[name] = value if isinstance(value, Parameter) else Parameter(value, name=name)
-    not_loaded, _ = ms.load_param_into_net(optimizer, values)
+    # strict: without it, MindSpore loads each Parameter it was not given (the trained
+    # ones) from a name ending with its name ("moment1.w" into "w": the weights overwritten)
+    not_loaded, _ = ms.load_param_into_net(optimizer, values, strict_load=True)
     not_loaded = [n for n in not_loaded if n in wanted]
     if not_loaded:
         raise ValueError(f"convert_checkpoint: mindspore.load_param_into_net did not load "
