@@ -43,8 +43,9 @@ Differences between frameworks
   torch's capturable configurations where a CUDA device is present).
 * ``mindspore.experimental.optim.ASGD``: the same update and defaults, with ``eta`` and
   ``mu`` computed in float32 arithmetic; ``eta`` and ``mu`` are plain Python lists of
-  Parameters that checkpoints leave out (a resume from ``save_checkpoint`` differs),
-  so :func:`unified_opt.save_state` reads them from the live object.
+  Parameters that checkpoints leave out (a resume from ``save_checkpoint`` differs):
+  :func:`unified_opt.save_state` reads them from the live object, and
+  :func:`unified_opt.convert_checkpoint` refuses such a checkpoint by name.
 * ``mindspore.nn.ASGD``: the same update with ``learning_rate=0.1`` by default, no
   ``maximize``, and the ``nn`` weight-decay filter (every parameter whose name has no
   ``beta`` or ``gamma`` is decayed: ``no_decay_names``).
@@ -134,7 +135,7 @@ RECORD = record(
              Planted(_SCHEDULED, {"no_decay_names": ()})),
     cases=(CaseSketch("asgd_default", _PLAIN),
            CaseSketch("asgd_decay_averaging", _DECAYED,
-                      "a fast step-size decay, L2 decay, the average starting at step 7"),
+                      "a fast step-size decay, L2 decay, the average moving from step 8"),
            CaseSketch("asgd_cosine_maximize", _SCHEDULED,
                       "a cosine lr (the step size lags it by a step), ascending, no decay "
                       "on ln.gamma")),
