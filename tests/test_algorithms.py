@@ -35,6 +35,7 @@ from unified_opt.backend import BACKENDS, load
 from unified_opt.conformance.compare import compare
 from unified_opt.conformance.trajectory import Recorder, floor_trajectories, reference_trajectory
 from unified_opt.conformance.verdict import References, verdict
+from unified_opt.records import records
 
 NAMES = uo.algorithms()
 
@@ -60,7 +61,11 @@ NATIVES = [pytest.param(name, i, id=f"{name}-{h.backend}-{h.row_class.rpartition
 
 
 def _sample_case(name, index):
-    return case_of(f"{name}_sample_{index}", _table(name).samples[index], PARAMS)
+    """A sample over the conformance parameter set, or the shapes the algorithm's record
+    gives (Muon: matrices)."""
+    entry = records().get(name)
+    params = entry.params if entry is not None and entry.params is not None else PARAMS
+    return case_of(f"{name}_sample_{index}", _table(name).samples[index], params)
 
 
 # -- the table --------------------------------------------------------------------------

@@ -299,6 +299,8 @@ PRODUCT_FORM_ROWS = {
     "torch.optim.NAdam": dict(lr=2e-3, weight_decay=0.01, decoupled_weight_decay=True),
     "torch.optim.RAdam": dict(lr=1e-3, weight_decay=0.01, decoupled_weight_decay=True),
     "torch.optim.Adafactor": dict(lr=0.01, weight_decay=0.01),
+    # param.mul_(1 - lambd * eta): the averaged SGD's shrink, a factor of its own
+    "torch.optim.ASGD": dict(lr=0.01, lambd=1e-4, weight_decay=0.01),
 }
 TESTED_PRODUCT_ROWS = ("torch.optim.AdamW", "torch.optim.NAdam", "torch.optim.Adafactor")
 #: the other rows: decay coupled into the gradient (L2) or none, so nothing multiplies the

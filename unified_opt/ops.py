@@ -46,6 +46,14 @@ class Ops:
         """Euclidean norm over every element, as a 0-d tensor."""
         raise NotImplementedError
 
+    def matmul(self, a, b):
+        """The matrix product of 2-D ``a`` and ``b``, in their dtype."""
+        raise NotImplementedError
+
+    def transpose(self, x):
+        """The transpose of 2-D ``x``."""
+        raise NotImplementedError
+
     def power(self, base: float, exponent: int) -> float:
         """``base ** exponent`` of Python numbers (a bias correction's beta^t), as a
         Python float: exact in double precision on every binding."""
@@ -107,6 +115,8 @@ class NumpyOps(Ops):
     def machine_eps(self, x): return float(np.finfo(x.dtype).eps)
     def all_finite(self, x): return bool(np.isfinite(x).all())
     def stack(self, xs): return np.stack(xs)
+    def matmul(self, a, b): return np.matmul(a, b)
+    def transpose(self, x): return np.transpose(x)
 
     def topk_mask(self, x, k):
         flat = np.asarray(x).reshape(-1)
@@ -121,11 +131,12 @@ numpy_ops = NumpyOps()
 class Float32KernelOps(NumpyOps):
     """numpy computing as a float32 kernel may, where numpy's float32 is more accurate:
     every sum taken element after element (``np.cumsum``; numpy's own sums are pairwise,
-    whose error grows with log(n), a sequential one's with n), and ``beta ** t`` as a
-    running float32 product (Paddle's and MindSpore's ``beta_pow`` accumulators). The
-    conformance floor runs a float32 reference on it, so a framework whose norms sum in
-    another order or whose bias corrections carry float32 powers is held to float32
-    noise, not to numpy's luck."""
+    whose error grows with log(n), a sequential one's with n), matrix products summed in
+    double and rounded once, and ``beta ** t`` as a running float32 product (Paddle's and
+    MindSpore's ``beta_pow`` accumulators). The conformance floor runs a float32
+    reference on it, so a framework whose norms or products sum in another order or whose
+    bias corrections carry float32 powers is held to float32 noise, not to numpy's
+    luck."""
 
     name = "numpy-float32-kernel"
 
@@ -137,6 +148,13 @@ class Float32KernelOps(NumpyOps):
 
     def norm(self, x):
         return np.sqrt(_sequential_sum(x * x, None, False))
+
+    def matmul(self, a, b):
+        # each product's sum in double, rounded once: an order of accumulation other
+        # than the BLAS's of numpy's float32 matmul (the frameworks' matrix kernels add
+        # in orders of their own)
+        wide = np.matmul(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+        return wide.astype(np.result_type(a, b))
 
     def mean(self, x, axis=None, keepdims=False):
         count = np.size(x) if axis is None else np.shape(x)[axis]

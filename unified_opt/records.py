@@ -71,6 +71,9 @@ class Record:
             default barely moves the parameters).
         benchmark: the spec of the benchmark table (step times, the kernels'
             instruction counts, the docs' plots); ``None``: not in the table.
+        params: the parameters (name -> shape) its cases, its non-finite case and the
+            tests' runs of its samples use, for an algorithm that takes some shapes only
+            (Muon: matrices); ``None``: the standard set (every rank, a 0-size tensor).
     """
 
     samples: tuple[Spec, ...]
@@ -79,6 +82,7 @@ class Record:
     case_module: str | None = None
     nonfinite: Mapping[str, Any] = field(default_factory=dict)
     benchmark: Spec | None = None
+    params: Mapping[str, tuple[int, ...]] | None = None
 
 
 _RECORDS: dict[str, Record] = {}
@@ -87,7 +91,8 @@ _RECORDS: dict[str, Record] = {}
 def record(spec_class: type[Spec], *, samples: tuple[Spec, ...] = (),
            planted: tuple[Planted, ...] = (), cases: tuple[CaseSketch, ...] = (),
            case_module: str | None = None, nonfinite: Mapping[str, Any] | None = None,
-           benchmark: Spec | None = None) -> Record:
+           benchmark: Spec | None = None,
+           params: Mapping[str, tuple[int, ...]] | None = None) -> Record:
     """Keep the record of registered ``spec_class`` (see the module) and return it.
 
     Every spec it holds must be of ``spec_class``; a sample, a case and a planted
@@ -121,7 +126,15 @@ def record(spec_class: type[Spec], *, samples: tuple[Spec, ...] = (),
                          "@register first)")
     if name in _RECORDS:
         raise ValueError(f"{owner}: {name!r} has a record already")
-    made = Record(samples, planted, cases, case_module, nonfinite, benchmark)
+    if params is not None:
+        if not isinstance(params, Mapping) or not params or not all(
+                isinstance(n, str) and isinstance(shape, tuple)
+                and all(isinstance(d, int) and d >= 0 for d in shape)
+                for n, shape in params.items()):
+            raise TypeError(f"{owner}: params must be a non-empty mapping of names to "
+                            f"shapes (tuples of ints >= 0), got {params!r}")
+        params = dict(params)
+    made = Record(samples, planted, cases, case_module, nonfinite, benchmark, params)
     _RECORDS[name] = made
     return made
 

@@ -62,6 +62,9 @@ class MindSporeOps(Ops):
         wide = mstype.float64 if any(x.dtype == mstype.float64 for x in xs) else xs[0].dtype
         return ops.stack([x.astype(wide) for x in xs])
 
+    def matmul(self, a, b): return ops.matmul(a, b)
+    def transpose(self, x): return ops.transpose(x, (1, 0))
+
     # MindSpore's sort/topk have no stable order for ties: select on the host with the
     # numpy binding (a stable descending sort, first k), the selection every binding makes
     def topk_mask(self, x, k): return Tensor(numpy_ops.topk_mask(x.asnumpy(), k))

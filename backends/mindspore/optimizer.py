@@ -39,7 +39,7 @@ from unified_opt.weight_swap import Moved, WeightSwap
 from . import graph as graph_forms
 from .added_groups import check_joined, length_refusal
 from .cells import past_total_steps
-from .engines import Eager, ExchangeOnHost, Kernels
+from .engines import Eager, ExchangeOnHost, Kernels, OnHost
 from .kernels import MindSporeKernels, host_copy, host_view, numpy_dtype, on_cpu
 from .loading import check_loaded_state, loaded_state_keys
 from .native import describe
@@ -141,6 +141,8 @@ class SpecOptimizer(nn.Optimizer):
         engines = [Kernels(self._kernels)] if self._kernels is not None else []
         if exchange is not None:
             engines.append(ExchangeOnHost(exchange))
+        elif self._kernels is not None:
+            engines.append(OnHost())
         self._engine_list = engines + [Eager(exchange)]
         self._loop_host = _Host(self)
         self._loop = StepLoop(spec, self._plans, list(self._parameters),

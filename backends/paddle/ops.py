@@ -23,6 +23,8 @@ class PaddleOps(Ops):
     def numel(self, x): return int(x.size)
     def machine_eps(self, x): return float(paddle.finfo(x.dtype).eps)
     def all_finite(self, x): return bool(paddle.isfinite(x).all())
+    def matmul(self, a, b): return paddle.matmul(a, b)
+    def transpose(self, x): return paddle.transpose(x, [1, 0])
     def stack(self, xs):
         # paddle.stack takes one dtype; promote as torch and numpy do (mixed precisions)
         wide = paddle.float64 if any(x.dtype == paddle.float64 for x in xs) else xs[0].dtype

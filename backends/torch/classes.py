@@ -170,6 +170,12 @@ _SIGN_OF_NAN = ("torch.sign(NaN) is 0, so a NaN gradient element leaves its para
                 "unchanged, where the spec makes it NaN")
 _ADAM_READS = frozenset({"weight_decay", "betas"})
 
+#: why L-BFGS (torch's and Paddle's) is refused
+_LINE_SEARCH = ("L-BFGS steps through a closure that evaluates the loss again, several times "
+                "per step with its strong-Wolfe line search: its numbers depend on the loss "
+                "function, which the conformance suite's gradient streams do not have, and "
+                "no registered algorithm models its history of curvature pairs")
+
 CLASSES = (
     TorchClass(
         name="torch.optim.SGD", from_native=sgd,
@@ -325,4 +331,19 @@ CLASSES = (
             "with eta and mu kept as float32 0-d tensors (torch's scalar dtype)"),),
         state={"ax": "ax", "eta": "eta", "mu": "mu"},
         reads_per_step=frozenset({"weight_decay", "lambd", "alpha", "t0"})),
+    TorchClass(
+        name="torch.optim.Muon",
+        refused="its Newton-Schulz iteration runs in bfloat16, whose roundings the CPU's "
+                "matrix kernels and the reference's accumulation orders put on two sides "
+                "at some elements (a bfloat16 ulp of the update): the conformance rule "
+                "does not judge such an iteration yet; uo.Muon computes it in the "
+                "parameter's precision on every backend"),
+    TorchClass(
+        name="torch.optim.LBFGS",
+        refused=_LINE_SEARCH),
+    TorchClass(
+        name="torch.optim.SparseAdam",
+        refused="it takes sparse gradients (torch.sparse COO tensors), which no own path, "
+                "backend or conformance case of unified-opt holds; on dense gradients it "
+                "raises"),
 )

@@ -62,6 +62,8 @@ class TorchOps(Ops):
     # (every rank then decides a non-finite skip alike)
     def all_finite(self, x): return bool(_whole(torch.isfinite(x).all()))
     def stack(self, xs): return torch.stack(xs)
+    def matmul(self, a, b): return torch.matmul(a, b)
+    def transpose(self, x): return x.T
 
     def topk_mask(self, x, k):
         flat = x.reshape(-1)

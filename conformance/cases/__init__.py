@@ -51,7 +51,8 @@ def record_cases(names: Iterable[str] | None = None) -> list[Case]:
     for name, entry in records().items():
         if chosen is not None and name not in chosen:
             continue
-        cases += [Case(id=sketch.id, spec=sketch.spec, description=sketch.description)
+        cases += [Case(id=sketch.id, spec=sketch.spec, description=sketch.description,
+                       params=dict(entry.params or PARAMS))
                   for sketch in entry.cases]
         if entry.case_module is not None and entry.case_module not in modules:
             modules.append(entry.case_module)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import unified_opt as uo
 from unified_opt.records import records
 
-from .case import Case
+from .case import PARAMS, Case
 
 #: 0-based steps that get a non-finite element: +inf, NaN, -inf in turn
 STEPS = (4, 11, 19)
@@ -30,5 +30,6 @@ def cases() -> list[Case]:
     for name, entry in records().items():
         spec = uo.get(name, **entry.nonfinite)
         out.append(Case(id=f"nonfinite_{name}", spec=spec, nonfinite_steps=STEPS,
+                        params=dict(entry.params or PARAMS),
                         description="+inf, NaN and -inf gradient elements reach the update"))
     return out

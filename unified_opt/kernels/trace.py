@@ -398,6 +398,8 @@ class TraceOps(Ops):
     def machine_eps(self, x): return float(np.finfo(self.tracer.dtype).eps)
 
     def stack(self, xs): raise Untraceable("ops.stack")
+    def matmul(self, a, b): raise Untraceable("ops.matmul (no matrix product in the VM)")
+    def transpose(self, x): raise Untraceable("ops.transpose")
     def all_finite(self, x): raise Untraceable("ops.all_finite (Python reads the values)")
     def topk_mask(self, x, k):
         tracer = self.tracer

@@ -330,4 +330,10 @@ CLASSES = (
                 "averaged SGD of uo.ASGD (an average of the iterates kept beside the "
                 "parameters); no knob of uo.ASGD reaches it and SAG is not a registered "
                 "algorithm (with batch_num=1 it is plain SGD: uo.SGD)"),
+    PaddleClass(
+        name="paddle.optimizer.LBFGS",
+        refused="L-BFGS steps through a closure that evaluates the loss again, several "
+                "times per step with its strong-Wolfe line search: its numbers depend on "
+                "the loss function, which the conformance suite's gradient streams do not "
+                "have, and no registered algorithm models its history of curvature pairs"),
 )
