@@ -61,9 +61,11 @@ from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 
 ADJUST_LR_FNS = ("original", "match_rms_adamw")
-#: the conformance parameters: matrices only (every kernel size among their elements)
+#: the conformance parameters: matrices only (every kernel size among their elements, and
+#: a 0-size one, as every case but the presets has)
 MATRICES = {"w": (65, 65), "tall": (40, 24), "wide": (16, 48), "one": (1, 1),
-            "row": (1, 7), "eight": (2, 4), "nine": (3, 3), "square": (8, 8)}
+            "row": (1, 7), "eight": (2, 4), "nine": (3, 3), "square": (8, 8),
+            "empty": (0, 5)}
 
 
 def orthogonalised(update: Tensor, spec: "Muon", ops: Ops) -> Tensor:
