@@ -35,6 +35,9 @@ from unified_opt.conformance.cases import Native
 from unified_opt.records import Planted, records
 from unified_opt.schedules import Cosine, Exponential, Step
 
+#: the algorithms whose update does not trace (Muon's matrix products): the kernel VM and
+#: the CUDA engine hand them to eager operations (tests/test_cuda_engine.py checks the list)
+UNTRACEABLE = ("muon",)
 #: the steps of every run here (the conformance default)
 STEPS = 50
 COSINE = Cosine(lr=0.05, T_max=30, eta_min=0.001)

@@ -27,6 +27,7 @@ from unified_opt.conformance.compare import Comparison, compare
 from unified_opt.conformance.trajectory import (
     Recorder,
     Trajectory,
+    add_evaluation_points,
     floor_trajectories,
     reference_trajectory,
 )
@@ -185,7 +186,7 @@ def record(step, read, case: Case, steps: int | None = None) -> Trajectory:
         lr = step(case.gradients(t))
         params, state = read()
         recorder.add(lr, params, state)
-    return recorder.trajectory()
+    return add_evaluation_points(recorder.trajectory(), case.spec)
 
 
 def assert_bit_identical(a: dict, b: dict, what: str = "", *, strict: bool = False) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from algorithms import UNTRACEABLE
 from support import LOOP_PARAMS, PerRankSGD, case_of, judge
 
 import unified_opt as uo
@@ -70,7 +71,7 @@ def test_under_triton_s_interpreter():
 
 from unified_opt.backends.torch import cuda  # noqa: E402
 from unified_opt.backends.torch.ops import torch_ops  # noqa: E402
-from unified_opt.conformance.trajectory import Recorder  # noqa: E402
+from unified_opt.conformance.trajectory import Recorder, add_evaluation_points  # noqa: E402
 from unified_opt.kernels.runtime import KernelRunner, run_numpy  # noqa: E402
 from unified_opt.kernels.trace import trace_update  # noqa: E402
 from unified_opt.ops import numpy_ops  # noqa: E402
@@ -79,9 +80,6 @@ from unified_opt.step_loop import Batch  # noqa: E402
 #: ranks 0 to 3, a tile's edges crossed (8 rows x 256 columns per tile, 64 rows per
 #: program), zero-size tensors, 1-row and 1-column matrices
 SHAPES = [(70, 300), (300,), (3, 5, 9), (), (0,), (4, 0), (1, 1), (33, 2), (1, 257)]
-#: the algorithms whose update does not trace (the CUDA engine hands them to eager ops:
-#: Muon's matrix products), kept out of the kernel tests; a test checks the list
-UNTRACEABLE = ("muon",)
 SPECS = {name: uo.get(name) for name in uo.algorithms()
          if name != "dgc_momentum" and name not in UNTRACEABLE}
 SPECS.update({
@@ -252,7 +250,7 @@ def test_the_own_optimizer_on_the_kernels_follows_the_oracle(name):
     for t in range(case.steps):
         lr = driver.step(case.gradients(t))
         recorder.add(lr, driver.params_numpy(), driver.state_numpy())
-    result = judge(recorder.trajectory(), case)
+    result = judge(add_evaluation_points(recorder.trajectory(), spec), case)
     assert result.passed, result.detail
     assert driver.optimizer._cuda._launches           # the kernels ran
 

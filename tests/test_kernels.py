@@ -13,11 +13,11 @@ import sys
 
 import numpy as np
 import pytest
-from algorithms import ALGORITHMS
+from algorithms import ALGORITHMS, UNTRACEABLE
 from support import PARAMS, PerRankSGD, UntraceableSGD, case_of, judge
 
 import unified_opt as uo
-from unified_opt.conformance.trajectory import Recorder
+from unified_opt.conformance.trajectory import Recorder, add_evaluation_points
 from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import KernelRunner, Programs, run_numpy
@@ -30,9 +30,9 @@ try:
 except build.KernelUnavailable as error:           # no C++ compiler on this machine
     pytest.skip(f"the kernel VM cannot be built here: {error}", allow_module_level=True)
 
-#: every sample of the table (all of them trace, DGC's top-k selection too)
+#: every sample of the table whose update traces (DGC's top-k selection too)
 TRACED = [(name, i, spec) for name, algorithm in ALGORITHMS.items()
-          for i, spec in enumerate(algorithm.samples)]
+          if name not in UNTRACEABLE for i, spec in enumerate(algorithm.samples)]
 
 
 class _Plan:                       # what prepare_gradients reads of a parameter
@@ -59,7 +59,7 @@ def vm_trajectory(runner, case, dtype=np.float32):
             run_numpy(runner, specs[n].at_step(t), params[n], g, state[n], lr=lr, step=t + 1)
         recorder.add(lr, {n: p.copy() for n, p in params.items()},
                      {n: {k: v.copy() for k, v in s.items()} for n, s in state.items()})
-    return recorder.trajectory()
+    return add_evaluation_points(recorder.trajectory(), case.spec)
 
 
 @pytest.fixture(scope="module")

@@ -40,9 +40,10 @@ def averaging_weight(spec, lr_t: float, state: State, step: int, ops: Ops):
     :math:`w_i = i^r \\max_{j \\le i}(\\eta_j)^p` (0 while the sum is 0), and the new
     state of the running maximum and sum (0-d)."""
     lr_max = ops.maximum(state["lr_max"], ops.full_like(state["lr_max"], lr_t))
+    # the common powers as products (the kernel VM has no power; another one runs eagerly)
     power = spec.weight_lr_power
-    scaled = lr_max * lr_max if power == 2.0 else (
-        ops.full_like(lr_max, 1.0) if power == 0.0 else lr_max ** power)
+    scaled = {2.0: lambda: lr_max * lr_max, 1.0: lambda: lr_max,
+              0.0: lambda: ops.full_like(lr_max, 1.0)}.get(power, lambda: lr_max ** power)()
     weight = scaled * float(step) ** spec.r
     weight_sum = state["weight_sum"] + weight
     positive = weight_sum > 0.0
