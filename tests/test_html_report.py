@@ -214,7 +214,10 @@ def test_a_torch_run_writes_a_page_with_a_plot_per_result(tmp_path):
                for r in result["results"])
 
 
-ARTIFACT_BUDGET = 10 * 2**20       # the four reports of the full suite, for a CI's store
+#: the four reports of the full suite, for a CI's store: 11.0 MiB with 25 algorithms
+#: (1,627 results in a real run; the synthetic suite above runs "own" everywhere), from
+#: 10 MiB with 17
+ARTIFACT_BUDGET = 12 * 2**20
 
 
 def _runs_native(case, backend) -> bool:

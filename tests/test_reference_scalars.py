@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 from algorithms import ALGORITHMS
 
+from unified_opt.records import records
 from unified_opt.reference import Reference, weak_python_scalars
 
 STEPS = 8
 SAMPLES = [pytest.param(spec, id=f"{name}-{i}")
            for name, algorithm in ALGORITHMS.items()
+           # an algorithm of some shapes only (Muon: matrices) takes no 0-d parameter
+           if records()[name].params is None
            for i, spec in enumerate(algorithm.samples)]
 
 
