@@ -51,36 +51,6 @@ class Kernels(Engine):
         return rest
 
 
-class ExchangeOnHost(Engine):
-    """A data-parallel spec's step in numpy over the CPU Parameters' memory (one
-    MindSpore operation in PyNative costs about 0.5 ms); a parameter whose memory
-    cannot be read so is handed on."""
-
-    name = "exchange-on-host"
-
-    def __init__(self, exchange):
-        self.exchange = exchange
-
-    def run(self, batch: Batch) -> list[int]:
-        rest = []
-        for k, (p, grad, slots, step) in enumerate(zip(batch.params, batch.grads,
-                                                       batch.states, batch.steps)):
-            value = host_view(p)
-            state = {key: host_view(v) for key, v in slots.items()}
-            gradient = grad if isinstance(grad, np.ndarray) else host_view(grad)
-            if value is None or gradient is None or any(v is None for v in state.values()):
-                rest.append(k)
-                continue
-            with np.errstate(all="ignore"):
-                new_p, (new_state,) = batch.spec.exchange_step(
-                    value, [gradient], [state], lr=batch.lr, step=step, ops=numpy_ops,
-                    exchange=self.exchange)
-                value[...] = new_p
-                for key, array in new_state.items():
-                    state[key][...] = array
-        return rest
-
-
 class OnHost(Engine):
     """An update the VM hands on, in numpy over the CPU Parameters' memory: one
     MindSpore operation in PyNative costs 0.4 to 1.5 ms on the CPU (a 65 x 65 product
@@ -102,12 +72,32 @@ class OnHost(Engine):
                 continue
             with np.errstate(all="ignore"):
                 # the update returns new arrays (its contract), written back after it
-                new_p, new_state = batch.spec.update(value, gradient, dict(state),
-                                                     lr=batch.lr, step=step, ops=numpy_ops)
+                new_p, new_state = self.updated(batch, value, gradient, state, step)
             value[...] = new_p
             for key, array in new_state.items():
                 state[key][...] = array
         return rest
+
+    def updated(self, batch: Batch, value, gradient, state: dict, step: int):
+        """One parameter's new value and state, numpy in and out."""
+        return batch.spec.update(value, gradient, dict(state), lr=batch.lr, step=step,
+                                 ops=numpy_ops)
+
+
+class ExchangeOnHost(OnHost):
+    """A data-parallel spec's step in numpy over the CPU Parameters' memory, as
+    :class:`OnHost`, its exchange through MindSpore's collectives."""
+
+    name = "exchange-on-host"
+
+    def __init__(self, exchange):
+        self.exchange = exchange
+
+    def updated(self, batch: Batch, value, gradient, state: dict, step: int):
+        new_p, (new_state,) = batch.spec.exchange_step(
+            value, [gradient], [state], lr=batch.lr, step=step, ops=numpy_ops,
+            exchange=self.exchange)
+        return new_p, new_state
 
 
 class Eager(Engine):
