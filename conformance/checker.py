@@ -442,17 +442,18 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
     names; ``state_reshaped``, ``state_ignored``, ``not_compared``: see
     :class:`CheckResult`)."""
     started = time.perf_counter()
-    recorder, decision, error = Recorder(), None, None
+    recorder, decision, error, trajectory = Recorder(), None, None, None
     try:
         driver = driver_cls(case.spec, case.initial_params(), total_steps=case.steps,
                             factory=factory, device=placement)
         decision = driver.decision
-        drive(driver, case, recorder)
+        trajectory = drive(driver, case, recorder)
     except FactoryError:
         raise
     except Exception:  # the result carries the text; the next stream still runs
         error = traceback.format_exc()
-    trajectory = add_evaluation_points(recorder.trajectory(), case.spec)
+    if trajectory is None:       # the steps before the error
+        trajectory = add_evaluation_points(recorder.trajectory(), case.spec)
     compared = {"lr": False, "state": False}
     reading: dict = {}
     if error is None:

@@ -125,11 +125,10 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
     try:
         driver = start(driver_cls, case, path, spec, device)
         decision = driver.decision
-        drive(driver, case, recorder)
+        return drive(driver, case, recorder), decision, None
     except Exception:  # the report carries the text; the next case still runs
         return (add_evaluation_points(recorder.trajectory(), case.spec), decision,
                 traceback.format_exc())
-    return add_evaluation_points(recorder.trajectory(), case.spec), decision, None
 
 
 def claim(claims: Path | None, case_id: str, shard: int) -> bool:
