@@ -17,7 +17,7 @@ import numpy as np
 
 import unified_opt as uo
 from unified_opt.files import atomic_writer
-from unified_opt.ops import float32_kernel_ops, numpy_ops
+from unified_opt.ops import float32_kernel_ops, numpy_ops, ulp_off_ops
 from unified_opt.reference import Reference, with_float32_hyperparameters
 from unified_opt.storage import LOW_PRECISION, state_storage
 
@@ -248,7 +248,12 @@ def floor_trajectories(spec, case, reference=reference_trajectory) -> list[Traje
     the plain one, the one with float hyperparameters held in float32 (kernels take them
     as float32 attributes), and that one computing as a float32 kernel may
     (:class:`unified_opt.ops.Float32KernelOps`: sums element after element, beta^t as a
-    running float32 product); see :mod:`.compare`."""
+    running float32 product); for a spec with a ``low_precision_update``, also that one
+    whose low-precision results are a bfloat16 ulp nearer zero
+    (:class:`unified_opt.ops.UlpOffOps`); see :mod:`.compare`."""
     held = float32_held(spec)
-    return [reference(spec, case, "float32"), reference(held, case, "float32"),
-            reference(held, case, "float32", float32_kernel_ops)]
+    out = [reference(spec, case, "float32"), reference(held, case, "float32"),
+           reference(held, case, "float32", float32_kernel_ops)]
+    if getattr(spec, "low_precision_update", None) is not None:
+        out.append(reference(held, case, "float32", ulp_off_ops))
+    return out

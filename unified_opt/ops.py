@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .storage import round_to
+
 
 class Ops:
     """The operations a spec's ``update`` may call besides arithmetic operators."""
@@ -52,6 +54,27 @@ class Ops:
 
     def transpose(self, x):
         """The transpose of 2-D ``x``."""
+        raise NotImplementedError
+
+    def addmm(self, c, a, b, *, beta: float, alpha: float):
+        """``beta * c + alpha * (a @ b)`` as one operation, as ``torch.addmm`` computes it:
+        rounded once in the operands' dtype where the framework fuses it."""
+        raise NotImplementedError
+
+    def rounded(self, x, dtype: str):
+        """``x``'s values rounded to the low-precision ``dtype`` (``"bfloat16"``), to
+        nearest with ties to even, as a cast to it rounds. A binding whose framework
+        computes in that dtype on the CPU returns a tensor of it, whose operations then
+        round as its kernels do (torch: float32 accumulation, one rounding per result);
+        the others return ``x``'s dtype holding those values (numpy; Paddle's and
+        MindSpore's CPU kernels have no bfloat16 matrix product), and an update that
+        computes in ``dtype`` calls this after every operation (on torch's bfloat16
+        tensors it changes nothing)."""
+        raise NotImplementedError
+
+    def cast_like(self, x, other):
+        """``x`` in ``other``'s dtype (the result of a low-precision computation taken
+        back to the parameter's)."""
         raise NotImplementedError
 
     def power(self, base: float, exponent: int) -> float:
@@ -117,6 +140,9 @@ class NumpyOps(Ops):
     def stack(self, xs): return np.stack(xs)
     def matmul(self, a, b): return np.matmul(a, b)
     def transpose(self, x): return np.transpose(x)
+    def addmm(self, c, a, b, *, beta, alpha): return c * beta + np.matmul(a, b) * alpha
+    def rounded(self, x, dtype): return round_to(x, dtype)
+    def cast_like(self, x, other): return np.asarray(x, dtype=np.result_type(other))
 
     def topk_mask(self, x, k):
         flat = np.asarray(x).reshape(-1)
@@ -156,6 +182,12 @@ class Float32KernelOps(NumpyOps):
         wide = np.matmul(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
         return wide.astype(np.result_type(a, b))
 
+    def addmm(self, c, a, b, *, beta, alpha):
+        # as a fused kernel: in double, rounded once
+        wide = np.matmul(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
+        return (np.asarray(c, dtype=np.float64) * beta + wide * alpha).astype(
+            np.result_type(c, a, b))
+
     def mean(self, x, axis=None, keepdims=False):
         count = np.size(x) if axis is None else np.shape(x)[axis]
         return _sequential_sum(x, axis, keepdims) / x.dtype.type(count)
@@ -174,3 +206,34 @@ def _sequential_sum(x, axis, keepdims):
 
 
 float32_kernel_ops = Float32KernelOps()
+
+
+class UlpOffOps(Float32KernelOps):
+    """:class:`Float32KernelOps` whose low-precision results come back one ulp of that
+    dtype nearer zero at every element (:meth:`Ops.cast_like` after
+    :meth:`Ops.rounded`): the rounding of each element taken to the other side. A
+    bfloat16 rounding lands on either side of a boundary as the float32 sum before it was
+    accumulated, in an order each framework's matrix kernels choose, so a correct
+    implementation sits a bfloat16 ulp from the oracle at elements no float32 reference
+    predicts; this reference's distance from the oracle is the floor that holds them
+    (the conformance suite adds it for a spec whose ``low_precision_update`` is set)."""
+
+    name = "numpy-ulp-off"
+
+    def rounded(self, x, dtype):
+        if dtype != "bfloat16":
+            raise ValueError(f"UlpOffOps.rounded: dtype must be 'bfloat16', got {dtype!r}")
+        return super().rounded(x, dtype)
+
+    def cast_like(self, x, other):
+        # x holds bfloat16 values, float32's upper 16 bits: one less in their magnitude
+        # bits is the next value toward zero (0 stays 0)
+        single = np.asarray(x, dtype=np.float32)
+        bits = single.view(np.uint32)
+        step = np.where((bits & np.uint32(0x7FFFFFFF)) != 0, np.uint32(0x10000), np.uint32(0))
+        nearer = (bits - step).view(np.float32)
+        return np.asarray(np.where(np.isfinite(single), nearer, single),
+                          dtype=np.result_type(other))
+
+
+ulp_off_ops = UlpOffOps()

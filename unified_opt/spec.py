@@ -393,6 +393,15 @@ class Spec:
     #: points with :meth:`evaluation_point` and :meth:`training_point`
     swaps_weights: ClassVar[bool] = False
 
+    @property
+    def low_precision_update(self) -> str | None:
+        """The low-precision dtype (``"bfloat16"``) part of the update computes in, with
+        :meth:`unified_opt.ops.Ops.rounded` after each operation (Muon's ``ns_dtype``);
+        None: the update computes in the parameter's precision. The conformance rule
+        then holds a bfloat16 ulp of that part on either side
+        (:class:`unified_opt.ops.TowardZeroOps`)."""
+        return None
+
     def evaluation_point(self, param: Tensor, state: State, ops: Ops) -> Tensor:
         """The point to evaluate at, from the training point ``param`` and its state
         (specs with :attr:`swaps_weights`)."""

@@ -6,6 +6,7 @@ from mindspore import dtype as mstype
 
 from unified_opt.ops import Ops, numpy_ops
 
+_LOW = {"bfloat16": mstype.bfloat16}
 _NUMPY_DTYPES = {mstype.float16: np.float16, mstype.float32: np.float32,
                  mstype.float64: np.float64}
 
@@ -64,6 +65,10 @@ class MindSporeOps(Ops):
 
     def matmul(self, a, b): return ops.matmul(a, b)
     def transpose(self, x): return ops.transpose(x, (1, 0))
+    def addmm(self, c, a, b, *, beta, alpha): return ops.addmm(c, a, b, beta=beta, alpha=alpha)
+    # MindSpore's CPU kernels have no bfloat16 matrix product: the values, in x's dtype
+    def rounded(self, x, dtype): return x.astype(_LOW[dtype]).astype(x.dtype)
+    def cast_like(self, x, other): return x.astype(other.dtype)
 
     # MindSpore's sort/topk have no stable order for ties: select on the host with the
     # numpy binding (a stable descending sort, first k), the selection every binding makes

@@ -25,6 +25,10 @@ class PaddleOps(Ops):
     def all_finite(self, x): return bool(paddle.isfinite(x).all())
     def matmul(self, a, b): return paddle.matmul(a, b)
     def transpose(self, x): return paddle.transpose(x, [1, 0])
+    def addmm(self, c, a, b, *, beta, alpha): return paddle.addmm(c, a, b, beta=beta, alpha=alpha)
+    # Paddle's CPU kernels have no bfloat16 matrix product: the values, in x's dtype
+    def rounded(self, x, dtype): return x.astype(dtype).astype(x.dtype)
+    def cast_like(self, x, other): return x.astype(other.dtype)
     def stack(self, xs):
         # paddle.stack takes one dtype; promote as torch and numpy do (mixed precisions)
         wide = paddle.float64 if any(x.dtype == paddle.float64 for x in xs) else xs[0].dtype

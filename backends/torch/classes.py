@@ -18,6 +18,7 @@ from unified_opt.algorithms import (
     Adamax,
     AdamOffload,
     AdamW,
+    Muon,
     NAdam,
     RAdam,
     RMSprop,
@@ -140,6 +141,17 @@ def asgd(lr=1e-2, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0, foreach=None,
          maximize=False, differentiable=False, capturable=False):
     return ASGD(lr=require_float("torch.optim.ASGD", "lr", lr), lambd=lambd, alpha=alpha,
                 t0=t0, weight_decay=weight_decay, maximize=maximize)
+
+
+def muon(lr=1e-3, weight_decay=0.1, momentum=0.95, nesterov=True,
+         ns_coefficients=(3.4445, -4.775, 2.0315), eps=1e-7, ns_steps=5, adjust_lr_fn=None):
+    # torch's iteration runs in bfloat16; adjust_lr_fn=None is "original"
+    # (torch/optim/_muon.py)
+    return Muon(lr=require_float("torch.optim.Muon", "lr", lr), weight_decay=weight_decay,
+                momentum=momentum, nesterov=nesterov, ns_coefficients=ns_coefficients,
+                eps=eps, ns_steps=ns_steps,
+                adjust_lr_fn="original" if adjust_lr_fn is None else adjust_lr_fn,
+                ns_dtype="bfloat16")
 
 
 # -- lowerings: the spec read as the native call ---------------------------------------------
@@ -332,12 +344,17 @@ CLASSES = (
         state={"ax": "ax", "eta": "eta", "mu": "mu"},
         reads_per_step=frozenset({"weight_decay", "lambd", "alpha", "t0"})),
     TorchClass(
-        name="torch.optim.Muon",
-        refused="its Newton-Schulz iteration runs in bfloat16, whose roundings the CPU's "
-                "matrix kernels and the reference's accumulation orders put on two sides "
-                "at some elements (a bfloat16 ulp of the update): the conformance rule "
-                "does not judge such an iteration yet; uo.Muon computes it in the "
-                "parameter's precision on every backend"),
+        name="torch.optim.Muon", from_native=muon,
+        lowerings=(Lowering(
+            "muon",
+            (when("ns_dtype='bfloat16' (torch runs the iteration in bfloat16)",
+                  lambda s: s.ns_dtype == "bfloat16"),),
+            lambda s: {"weight_decay": s.weight_decay, "momentum": s.momentum,
+                       "nesterov": s.nesterov, "ns_coefficients": s.ns_coefficients,
+                       "eps": s.eps, "ns_steps": s.ns_steps, "adjust_lr_fn": s.adjust_lr_fn}),),
+        state={"momentum_buffer": "momentum_buffer"},
+        reads_per_step=frozenset({"weight_decay", "momentum", "nesterov", "ns_coefficients",
+                                  "eps", "ns_steps", "adjust_lr_fn"})),
     TorchClass(
         name="torch.optim.LBFGS",
         refused=_LINE_SEARCH),
