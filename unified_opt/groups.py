@@ -42,7 +42,7 @@ from . import _validation as v
 
 EXCLUSIONS = ("weight_decay", "grad_clip")
 #: spec fields that are name rules: shell-style patterns over parameter names
-NAME_RULES = ("no_decay_names", "exclude_names")
+NAME_RULES = ("no_decay_names", "exclude_names", "adamw_names")
 
 
 def exact_name(pattern: str) -> str | None:

@@ -56,6 +56,10 @@ class Ops:
         """The transpose of 2-D ``x``."""
         raise NotImplementedError
 
+    def reshape(self, x, shape: tuple[int, ...]):
+        """``x``'s elements in ``shape`` (row-major, as numpy's reshape)."""
+        raise NotImplementedError
+
     def addmm(self, c, a, b, *, beta: float, alpha: float):
         """``beta * c + alpha * (a @ b)`` as one operation, as ``torch.addmm`` computes it:
         rounded once in the operands' dtype where the framework fuses it."""
@@ -141,6 +145,7 @@ class NumpyOps(Ops):
     def matmul(self, a, b): return np.matmul(a, b)
     def transpose(self, x): return np.transpose(x)
     def addmm(self, c, a, b, *, beta, alpha): return c * beta + np.matmul(a, b) * alpha
+    def reshape(self, x, shape): return np.reshape(x, shape)
     def rounded(self, x, dtype): return round_to(x, dtype)
     def cast_like(self, x, other): return np.asarray(x, dtype=np.result_type(other))
 

@@ -399,7 +399,7 @@ class Spec:
         :meth:`unified_opt.ops.Ops.rounded` after each operation (Muon's ``ns_dtype``);
         None: the update computes in the parameter's precision. The conformance rule
         then holds a bfloat16 ulp of that part on either side
-        (:class:`unified_opt.ops.TowardZeroOps`)."""
+        (:class:`unified_opt.ops.UlpOffOps`)."""
         return None
 
     def evaluation_point(self, param: Tensor, state: State, ops: Ops) -> Tensor:

@@ -65,6 +65,7 @@ class MindSporeOps(Ops):
 
     def matmul(self, a, b): return ops.matmul(a, b)
     def transpose(self, x): return ops.transpose(x, (1, 0))
+    def reshape(self, x, shape): return ops.reshape(x, shape)
     def addmm(self, c, a, b, *, beta, alpha): return ops.addmm(c, a, b, beta=beta, alpha=alpha)
     # MindSpore's CPU kernels have no bfloat16 matrix product: the values, in x's dtype
     def rounded(self, x, dtype): return x.astype(_LOW[dtype]).astype(x.dtype)

@@ -25,6 +25,7 @@ class PaddleOps(Ops):
     def all_finite(self, x): return bool(paddle.isfinite(x).all())
     def matmul(self, a, b): return paddle.matmul(a, b)
     def transpose(self, x): return paddle.transpose(x, [1, 0])
+    def reshape(self, x, shape): return paddle.reshape(x, list(shape))
     def addmm(self, c, a, b, *, beta, alpha): return paddle.addmm(c, a, b, beta=beta, alpha=alpha)
     # Paddle's CPU kernels have no bfloat16 matrix product: the values, in x's dtype
     def rounded(self, x, dtype): return x.astype(dtype).astype(x.dtype)

@@ -348,7 +348,10 @@ CLASSES = (
         lowerings=(Lowering(
             "muon",
             (when("ns_dtype='bfloat16' (torch runs the iteration in bfloat16)",
-                  lambda s: s.ns_dtype == "bfloat16"),),
+                  lambda s: s.ns_dtype == "bfloat16"),
+             when("others='refuse' and muon_params='matrices' (torch.optim.Muon takes "
+                  "matrices only: the rest go to another optimizer)",
+                  lambda s: s.others == "refuse" and s.muon_params == "matrices")),
             lambda s: {"weight_decay": s.weight_decay, "momentum": s.momentum,
                        "nesterov": s.nesterov, "ns_coefficients": s.ns_coefficients,
                        "eps": s.eps, "ns_steps": s.ns_steps, "adjust_lr_fn": s.adjust_lr_fn}),),

@@ -67,6 +67,7 @@ class TorchOps(Ops):
     def stack(self, xs): return torch.stack(xs)
     def matmul(self, a, b): return torch.matmul(a, b)
     def transpose(self, x): return x.T
+    def reshape(self, x, shape): return x.reshape(shape)
     def addmm(self, c, a, b, *, beta, alpha): return torch.addmm(c, a, b, beta=beta, alpha=alpha)
     def rounded(self, x, dtype):
         # CUDA: a bfloat16 tensor, its matrix products on the bfloat16 units. CPU: the

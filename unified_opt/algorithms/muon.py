@@ -20,9 +20,9 @@ where :math:`\mathrm{NS}` starts from :math:`X = U^{(\top)} / \max(\lVert U\rVer
 (transposed back at the end), in the parameter's precision, or with ``ns_dtype`` in
 that dtype: every result of the iteration (its input, the norm, the normalised matrix,
 :math:`A`, :math:`B'` and the new :math:`X`, each product accumulated in float32 as the
-frameworks' kernels do) rounded to it, and :math:`O` taken back to the parameter's. The lr is adjusted to the
-shape :math:`(A, B)`: ``adjust_lr_fn="original"`` (Keller Jordan's)
-:math:`\eta' = \eta\sqrt{\max(1, A/B)}`, ``"match_rms_adamw"`` (Moonlight's)
+frameworks' kernels do) rounded to it, and :math:`O` taken back to the parameter's.
+The lr is adjusted to the shape :math:`(A, B)`: ``adjust_lr_fn="original"`` (Keller
+Jordan's) :math:`\eta' = \eta\sqrt{\max(1, A/B)}`, ``"match_rms_adamw"`` (Moonlight's)
 :math:`\eta' = 0.2\,\eta\sqrt{\max(A, B)}`.
 
 Args:
@@ -35,6 +35,25 @@ Args:
         ``'match_rms_adamw'`` (see above).
     ns_dtype: the dtype the iteration computes in: None (the parameter's) or
         ``'bfloat16'`` (``torch.optim.Muon``'s).
+    muon_params: which parameters take Muon: ``'matrices'`` (2-D), or
+        ``'matrices_and_conv'``: also tensors of three or more dimensions (conv
+        kernels), each on its flattening :math:`(d_0, d_1 d_2\cdots)` (the
+        orthogonalisation and the lr's shape adjustment), as Keller Jordan's
+        implementation flattens them.
+    others: what the other parameters take: ``'refuse'`` (an update of one raises, as
+        ``torch.optim.Muon`` does) or ``'adamw'``: the auxiliary AdamW of most Muon
+        trainings, torch's form (:class:`unified_opt.AdamW`: bias correction, eps
+        outside the square root, the decay :math:`\eta\lambda` applied first) with
+        ``adamw_betas`` and ``adamw_eps``, this spec's lr and weight decay. Their own
+        lr and decay (Keller Jordan's ``3e-4`` and 0 beside Muon's ``0.02``) come from
+        ``uo.Group(match=..., lr=... or lr_scale=..., weight_decay=...)``, as each
+        group's do; Moonlight's ``match_rms_adamw`` shares one lr.
+    adamw_names: shell-style name patterns of matrices that take the auxiliary AdamW
+        too (embeddings, the output head), with ``others='adamw'``.
+    adamw_betas: the auxiliary AdamW's :math:`(\beta_1, \beta_2)`.
+    adamw_eps: the auxiliary AdamW's :math:`\epsilon` > 0.
+    takes_adamw: every parameter takes the auxiliary AdamW (what a matrix that
+        ``adamw_names`` matches is given).
 
 Differences between frameworks
 ------------------------------
@@ -62,6 +81,7 @@ Differences between frameworks
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -69,10 +89,13 @@ from .. import _validation as v
 from ..ops import Ops
 from ..records import CaseSketch, Planted, record
 from ..schedules import Schedule
-from ..spec import Spec, State, Tensor, register, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
+from ._adam_moments import adam_state_names
 
 ADJUST_LR_FNS = ("original", "match_rms_adamw")
 NS_DTYPES = ("bfloat16",)
+MUON_PARAMS = ("matrices", "matrices_and_conv")
+OTHERS = ("refuse", "adamw")
 #: the conformance parameters: matrices only (every kernel size among their elements, and
 #: a 0-size one, as every case but the presets has)
 MATRICES = {"w": (65, 65), "tall": (40, 24), "wide": (16, 48), "one": (1, 1),
@@ -126,6 +149,13 @@ class Muon(Spec):
     ns_steps: int = 5
     adjust_lr_fn: str = "original"
     ns_dtype: str | None = None
+    muon_params: str = "matrices"
+    others: str = "refuse"
+    adamw_names: tuple[str, ...] = ()
+    adamw_betas: tuple[float, float] = (0.9, 0.95)
+    adamw_eps: float = 1e-10
+    #: set by :meth:`for_parameter` for a matrix ``adamw_names`` matches
+    takes_adamw: bool = False
 
     @property
     def low_precision_update(self) -> str | None:
@@ -149,24 +179,82 @@ class Muon(Spec):
                 "adjust_lr_fn": v.check_choice(owner, "adjust_lr_fn", self.adjust_lr_fn,
                                                ADJUST_LR_FNS),
                 "ns_dtype": None if self.ns_dtype is None else
-                v.check_choice(owner, "ns_dtype", self.ns_dtype, NS_DTYPES)}
+                v.check_choice(owner, "ns_dtype", self.ns_dtype, NS_DTYPES),
+                "muon_params": v.check_choice(owner, "muon_params", self.muon_params,
+                                              MUON_PARAMS),
+                **self._check_others(owner)}
+
+    def _check_others(self, owner: str) -> dict[str, Any]:
+        others = v.check_choice(owner, "others", self.others, OTHERS)
+        names = v.check_names(owner, "adamw_names", self.adamw_names)
+        takes_adamw = v.check_bool(owner, "takes_adamw", self.takes_adamw)
+        if others == "refuse" and (names or takes_adamw):
+            raise ValueError(f"{owner}: adamw_names={names!r} needs others='adamw' (the "
+                             "matrices they name take the auxiliary AdamW)")
+        return {"others": others, "adamw_names": names, "takes_adamw": takes_adamw,
+                "adamw_betas": v.check_betas(owner, "adamw_betas", self.adamw_betas),
+                "adamw_eps": v.check_range(owner, "adamw_eps", self.adamw_eps, low=0.0,
+                                           low_open=True)}
+
+    def for_parameter(self, name: str | None) -> Spec:
+        from ..groups import name_matches
+
+        if not self.adamw_names:
+            return self
+        if name is None:
+            raise ValueError(f"Muon: adamw_names={self.adamw_names!r} needs parameter "
+                             "names; pass a module or (name, parameter) pairs")
+        if name_matches(name, self.adamw_names):
+            return self.replace(adamw_names=(), takes_adamw=True)
+        return self.replace(adamw_names=())
+
+    def takes_muon(self, shape: tuple[int, ...]) -> bool:
+        """Whether a parameter of ``shape`` takes Muon (else ``others``)."""
+        if self.takes_adamw:
+            return False
+        return len(shape) == 2 or (len(shape) > 2 and self.muon_params == "matrices_and_conv")
+
+    def auxiliary(self) -> Spec:
+        """The AdamW the other parameters take (``others='adamw'``)."""
+        return _auxiliary_adamw(self.adamw_betas, self.adamw_eps, self.weight_decay)
 
     def state_names(self) -> tuple[str, ...]:
+        if self.others == "adamw":
+            return ("momentum_buffer",) + adam_state_names(self.auxiliary())
         return ("momentum_buffer",)
+
+    def init(self, param: Tensor, ops: Ops) -> State:
+        if self.others == "adamw" and not self.takes_muon(tuple(param.shape)):
+            return self.auxiliary().init(param, ops)
+        return {"momentum_buffer": ops.zeros_like(param)}
 
     def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
                ops: Ops) -> tuple[Tensor, State]:
-        if len(param.shape) != 2:
+        shape = tuple(param.shape)
+        if not self.takes_muon(shape):
+            if self.others == "adamw":
+                return self.auxiliary().update(param, grad, state, lr=lr, step=step, ops=ops)
             raise ValueError(f"Muon: updates matrices (2-D parameters), got one of shape "
-                             f"{tuple(param.shape)}; give the others another optimizer "
-                             "(AdamW, as torch.optim.Muon's users do)")
+                             f"{shape}; give the others the auxiliary AdamW "
+                             "(others='adamw') or another optimizer")
         buffer = state["momentum_buffer"] + (grad - state["momentum_buffer"]) * (
             1.0 - self.momentum)
         direction = grad + (buffer - grad) * self.momentum if self.nesterov else buffer
+        flat = (shape[0], math.prod(shape[1:])) if len(shape) > 2 else shape
+        if flat != shape:
+            direction = ops.reshape(direction, flat)
         orthogonal = orthogonalised(direction, self, ops)
+        if flat != shape:
+            orthogonal = ops.reshape(orthogonal, shape)
         param = param * (1.0 - lr * self.weight_decay)
-        param = param - orthogonal * adjusted_lr(lr, self.adjust_lr_fn, tuple(param.shape))
+        param = param - orthogonal * adjusted_lr(lr, self.adjust_lr_fn, flat)
         return param, {"momentum_buffer": buffer}
+
+
+@functools.lru_cache(maxsize=64)
+def _auxiliary_adamw(betas: tuple[float, float], eps: float, weight_decay: float) -> Spec:
+    # torch.optim.AdamW's form (the AdamW defaults); the lr is the update's
+    return spec_class("adamw")(lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
 _PLAIN = Muon(lr=0.02)
@@ -174,10 +262,14 @@ _MOONLIGHT = Muon(lr=0.01, weight_decay=0.05, adjust_lr_fn="match_rms_adamw",
                   nesterov=False, momentum=0.9)
 #: torch.optim.Muon's defaults but the lr
 _TORCH = Muon(lr=0.02, ns_dtype="bfloat16")
+#: some matrices (by name: wide, one, nine, square; w2 of the update-contract tests'
+#: model) take the auxiliary AdamW
+_AUXILIARY = Muon(lr=0.02, others="adamw", adamw_names=("*e", "w2"),
+                  adamw_betas=(0.8, 0.99), adamw_eps=1e-8)
 
 RECORD = record(
     Muon,
-    samples=(_PLAIN, _MOONLIGHT, Muon(lr=0.02, ns_steps=3, eps=0.5), _TORCH),
+    samples=(_PLAIN, _MOONLIGHT, Muon(lr=0.02, ns_steps=3, eps=0.5), _TORCH, _AUXILIARY),
     planted=(Planted(_PLAIN, {"nesterov": False}),
              Planted(_PLAIN, {"adjust_lr_fn": "match_rms_adamw"}),
              Planted(_MOONLIGHT, {"momentum": 0.8}),
@@ -185,7 +277,10 @@ RECORD = record(
              Planted(_PLAIN, {"ns_coefficients": (3.0, -4.7750, 2.0315)}),
              Planted(_TORCH, {"ns_dtype": None}),
              Planted(_TORCH, {"ns_steps": 4}),
-             Planted(_TORCH, {"momentum": 0.9})),
+             Planted(_TORCH, {"momentum": 0.9}),
+             Planted(_AUXILIARY, {"adamw_names": ("*ne", "w2")}),
+             Planted(_AUXILIARY, {"adamw_betas": (0.9, 0.99)}),
+             Planted(_AUXILIARY, {"adamw_eps": 1e-3})),
     cases=(CaseSketch("muon_default", Muon(lr=0.02)),
            CaseSketch("muon_match_rms_adamw", _MOONLIGHT,
                       "Moonlight's lr adjustment, plain momentum"),
@@ -199,6 +294,7 @@ RECORD = record(
                            ns_steps=3, eps=0.5, ns_dtype="bfloat16"),
                       "Moonlight's lr adjustment, three steps of the iteration in "
                       "bfloat16, a norm floor that acts")),
+    case_module="unified_opt.conformance.cases.muon_with_adamw",
     nonfinite={"lr": 0.02},
     params=MATRICES,
 )

@@ -400,6 +400,7 @@ class TraceOps(Ops):
     def stack(self, xs): raise Untraceable("ops.stack")
     def matmul(self, a, b): raise Untraceable("ops.matmul (no matrix product in the VM)")
     def transpose(self, x): raise Untraceable("ops.transpose")
+    def reshape(self, x, shape): raise Untraceable("ops.reshape")
     def addmm(self, c, a, b, *, beta, alpha): raise Untraceable("ops.addmm")
     def rounded(self, x, dtype): raise Untraceable("ops.rounded")
     def cast_like(self, x, other): raise Untraceable("ops.cast_like")
