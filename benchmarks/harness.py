@@ -48,7 +48,17 @@ TORCH_PEERS = {
     "ademamix": [("pytorch_optimizer.AdEMAMix", {"lr": 1e-3, "weight_decouple": True})],
     "schedule_free_sgd": [("schedulefree.SGDScheduleFree", {"lr": 0.1})],
     "schedule_free_adamw": [("schedulefree.AdamWScheduleFree", {"lr": 2.5e-3})],
+    "muon": [("harness.pytorch_optimizer_muon", {"lr": 0.02, "weight_decay": 0.1})],
 }
+
+
+def pytorch_optimizer_muon(params, **kwargs):
+    """``pytorch_optimizer.Muon`` over ``params`` as its Muon group (it takes groups
+    that say ``use_muon``; its numbers are not this project's Muon's, its bfloat16
+    iteration is)."""
+    import pytorch_optimizer
+
+    return pytorch_optimizer.Muon([{"params": list(params), "use_muon": True}], **kwargs)
 
 
 def framework(backend: str) -> str:

@@ -30,7 +30,9 @@ computes them: the own path alone); on torch, the peer libraries' classes of the
 algorithm (:data:`PEERS`: pytorch-optimizer, torch-optimizer, came-pytorch) and
 ``torch.optim.AdamW(fused=True)``, the baseline every torch row is given as a multiple
 of (``x_fused_adamw``). Not measured: ``adam_offload`` (a GPU's host offload) and
-``dgc_momentum`` (several ranks).
+``dgc_momentum`` (several ranks). An algorithm of some shapes only (its record's
+``params``: Muon takes matrices) steps the set's tensors of those shapes, and its row
+carries their model; :data:`NOT_MEASURED` names the sets it leaves out, and why.
 
 Timing (``benchmarks/harness.py``): one process per backend, thread count and set (one
 framework per process; a MindSpore process measuring every row of the GPT-2-like set
@@ -83,6 +85,14 @@ OWN_ONLY = {"lion": "Lion(lr=1e-4)", "came": "CAME(lr=1e-4)", "adan": "Adan(lr=1
             "schedule_free_adamw": "ScheduleFreeAdamW(lr=2.5e-3)"}
 #: not measured: a GPU's host offload, several ranks
 SKIPPED = ("adam_offload", "dgc_momentum")
+#: (algorithm, set) -> why that set is not measured for it
+NOT_MEASURED = {
+    ("muon", "gpt2"): "torch.optim.Muon's bfloat16 matrix products: on a CPU without "
+                      "bfloat16 instructions its iteration took 37 s for the 8192 x 512 "
+                      "embedding alone",
+    ("muon", "large"): "torch.optim.Muon's bfloat16 matrix products: its iteration on "
+                       "4096 x 4096 (2 TFLOP) would take tens of minutes on such a CPU",
+}
 #: arguments a preset requires (its framework has no default for them)
 PRESET_ARGUMENTS = {
     "paddle.optimizer.Adagrad": {"learning_rate": 0.01},
@@ -139,6 +149,17 @@ def set_shapes(name: str) -> list[tuple[int, ...]]:
     if name == "small":
         return [(64, 64), (64,)] * 4
     raise ValueError(f"set must be one of {SETS}, got {name!r}")
+
+
+def measured_shapes(algorithm: str, set_name: str) -> list[tuple[int, ...]]:
+    """The shapes an algorithm's row steps on a set: the set's, or, for an algorithm
+    whose record restricts its shapes (Muon: matrices), the set's 2-D tensors."""
+    from unified_opt.records import record_of
+
+    shapes = set_shapes(set_name)
+    if record_of(algorithm).params is None:
+        return shapes
+    return [shape for shape in shapes if len(shape) == 2]
 
 
 def spec_of(key: str):
@@ -208,18 +229,30 @@ def measure(backend: str, threads: int, keys: list[str], sets: list[str],
     row per line as it goes (a crash keeps the rows before it)."""
     import unified_opt as uo
 
+    from unified_opt.speed import SetModel
+
     harness = Harness(backend, threads)
     wanted = [e for e in entries(backend) if e["key"] in keys]
     for set_name in sets:
-        shapes = set_shapes(set_name)
-        rng = np.random.default_rng(len(shapes))
-        arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
-        grads = harness.gradient_sets(shapes, rng)
+        arrays_of: dict = {}
         for entry in wanted:
+            if (entry["algorithm"], set_name) in NOT_MEASURED:
+                continue
+            shapes = measured_shapes(entry["algorithm"], set_name)
+            if tuple(shapes) not in arrays_of:
+                rng = np.random.default_rng(len(shapes))
+                arrays_of.clear()       # one set's arrays at a time
+                arrays_of[tuple(shapes)] = (
+                    [rng.standard_normal(s, dtype=np.float32) for s in shapes],
+                    harness.gradient_sets(shapes, rng))
+            arrays, grads = arrays_of[tuple(shapes)]
             row = {"backend": backend, "threads": threads, "set": set_name,
                    "key": entry["key"], "expression": expression_of(entry["key"]),
                    "algorithm": entry["algorithm"], "native": entry["native"],
                    "elements": int(sum(a.size for a in arrays)), "tensors": len(shapes)}
+            if shapes != set_shapes(set_name):
+                row["model"] = SetModel.of(shapes).to_dict()
+                row["shapes"] = [list(shape) for shape in shapes]
             names: list[str] = []
             runs: list[tuple] = []
             try:

@@ -49,8 +49,10 @@ def cpu_rows(data: dict, file: str) -> list[dict]:
     for r in data["rows"]:
         if "error" in r or not r.get("native"):
             continue
-        model = {k: data["sets"][r["set"]][k]
-                 for k in ("elements", "tensors", "conv_share", "vector_share")}
+        # a row over some of the set's tensors (Muon: its matrices) carries their model
+        model = r.get("model") or {k: data["sets"][r["set"]][k]
+                                   for k in ("elements", "tensors", "conv_share",
+                                             "vector_share")}
         row = {"backend": r["backend"], "device": "cpu", "threads": r["threads"],
                "algorithm": r["algorithm"], "native": r["native"], "set": r["set"],
                "model": model, "size_class": speed.size_class(model["elements"]),

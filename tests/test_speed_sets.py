@@ -101,7 +101,8 @@ def test_the_default_is_never_more_than_10_percent_slower_on_any_measured_set(
     checked = 0
     for r in [r for r in _rows() if r["backend"] == backend]:
         monkeypatch.setattr(speed, "threads", lambda n=r["threads"]: n)
-        shapes = tuple(tuple(s) for s in RESULTS["sets"][r["set"]]["shapes"])
+        # a row over some of the set's tensors (Muon: its matrices) names them
+        shapes = tuple(tuple(s) for s in r.get("shapes", RESULTS["sets"][r["set"]]["shapes"]))
         choice = speed.choose(backend, r["algorithm"], r["native"],
                               Context(device="cpu", shapes=shapes))
         assert choice.measured is not None and choice.measured.set == r["set"], r
@@ -150,6 +151,8 @@ def test_every_preset_with_a_native_class_is_measured(sets_script):
         if decision.path != "native" or spec.name in sets_script.SKIPPED:
             continue
         for set_name in sets_script.SETS:
+            if (spec.name, set_name) in sets_script.NOT_MEASURED:
+                continue
             for n in thread_counts:
                 if n == 1 or (backend, set_name, n) in measured:
                     assert (backend, spec.name, decision.native, set_name, n) in covered, \
