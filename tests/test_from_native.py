@@ -575,6 +575,35 @@ def test_mindspore_per_step_list_reads_as_its_table_and_position():
     assert read_native(opt).position == 3
 
 
+@require("mindspore")
+def test_mindspore_group_lr_lists_read_as_factors_of_the_schedule():
+    """Group lrs beside a per-step list (``learning_rate`` is then a CellList of each
+    parameter's Cell, which the live-lr check used to call as one Cell: a bare
+    NotImplementedError): a group's list that is a multiple of the optimizer's reads as
+    its ``lr_scale``, each group's Cell checked at ``global_step``; a fixed group lr
+    beside the list is refused with the reason."""
+    import mindspore as ms
+    from mindspore import nn
+
+    lrs = [0.01 * 0.9 ** t for t in range(12)]
+    weight, bias = nn.Dense(3, 2).trainable_params()
+    grads = tuple(ms.Tensor(np.ones(p.shape, np.float32)) for p in (weight, bias))
+    opt = nn.Adam([{"params": [weight]}, {"params": [bias], "lr": [0.5 * x for x in lrs]}],
+                  learning_rate=lrs)
+    for _ in range(3):
+        opt(grads)
+    reading = read_native(opt)
+    assert reading.spec.lr == uo.schedules.Piecewise(boundaries=list(range(1, 12)),
+                                                     values=lrs)
+    assert reading.position == 3
+    assert [g.lr_scale for g in reading.groups] == [None, 0.5]
+    fixed = nn.Adam([{"params": [weight]}, {"params": [bias], "lr": 0.001}],
+                    learning_rate=lrs)
+    with pytest.raises(NotImplementedError, match=r"params\[1\] lr=0.001 is a fixed lr "
+                                                  r"beside the optimizer's per-step lr"):
+        read_native(fixed)
+
+
 # -- refusals ---------------------------------------------------------------------------------
 
 @require("torch")

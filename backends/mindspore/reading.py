@@ -125,14 +125,6 @@ def _read_nn(optimizer, cls, given):
         lr = schedule
     if schedule is None and isinstance(lr, float):
         _check_constant_lr(optimizer, lr, cls.name)
-    if schedule is not None:
-        # the Cell at global_step: what the next call of the optimizer computes with
-        at = position(optimizer)
-        lr_cell = optimizer.learning_rate
-        live_lr.check_live_lr("the optimizer (learning_rate at global_step)",
-                              _number(lr_cell(optimizer.global_step).reshape(()), float),
-                              schedule, at, 1.0, live_lr.LR_RTOL_FLOAT32,
-                              _schedule_name(optimizer))
     if "weight_decay" in arguments and not isinstance(arguments["weight_decay"],
                                                        (int, float)):
         arguments["weight_decay"] = _cell_schedule(arguments["weight_decay"],
@@ -152,9 +144,39 @@ def _read_nn(optimizer, cls, given):
                          "the spec has no_decay_names=() and each group's weight_decay is "
                          "a rule")
         groups = mindspore_groups(dicts, spec)
+    if schedule is not None:
+        # each lr Cell at global_step: what the next call of the optimizer computes with
+        at = position(optimizer)
+        for where, lr_cell, scale in _lr_cells(optimizer, groups, given):
+            live_lr.check_live_lr(where, _number(lr_cell(optimizer.global_step).reshape(()),
+                                                 float),
+                                  schedule, at, scale, live_lr.LR_RTOL_FLOAT32,
+                                  _schedule_name(optimizer))
     return live.NativeReading(spec, groups, cls.name, arguments,
                               _schedule_name(optimizer) if schedule is not None else None,
                               position(optimizer), tuple(notes))
+
+
+def _lr_cells(optimizer, groups, given) -> list[tuple[str, object, float]]:
+    """``(where, lr Cell, scale)`` of a scheduled nn optimizer: its one ``learning_rate``
+    Cell (scale 1), or, with group lrs (``is_group_lr``: ``learning_rate`` is a
+    ``CellList`` of each parameter's Cell, a group's shared by its parameters), each
+    distinct Cell with the ``lr_scale`` of its parameter's group."""
+    if not getattr(optimizer, "is_group_lr", False):
+        return [("the optimizer (learning_rate at global_step)", optimizer.learning_rate,
+                 1.0)]
+    out, seen = [], set()
+    for parameter, cell in zip(optimizer.parameters, optimizer.learning_rate):
+        if id(cell) in seen:
+            continue
+        seen.add(id(cell))
+        name = live.name_of(parameter, given, lambda q: q.name, "the optimizer")
+        group = next((g for g in groups if name_matches(name, (g.match,) if isinstance(
+            g.match, str) else g.match)), None)
+        scale = group.lr_scale if group is not None and group.lr_scale is not None else 1.0
+        out.append((f"the learning_rate of parameter {name!r}'s group at global_step",
+                    cell, scale))
+    return out
 
 
 def _check_constant_lr(optimizer, lr, name):
