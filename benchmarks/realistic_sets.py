@@ -228,7 +228,6 @@ def measure(backend: str, threads: int, keys: list[str], sets: list[str],
     """In this process: every row of ``keys`` on every set of ``sets``; prints one JSON
     row per line as it goes (a crash keeps the rows before it)."""
     import unified_opt as uo
-
     from unified_opt.speed import SetModel
 
     harness = Harness(backend, threads)

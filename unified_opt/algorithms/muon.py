@@ -89,8 +89,9 @@ from .. import _validation as v
 from ..ops import Ops
 from ..records import CaseSketch, Planted, record
 from ..schedules import Schedule
-from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
+from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._adam_moments import adam_state_names
+from .adamw import AdamW
 
 ADJUST_LR_FNS = ("original", "match_rms_adamw")
 NS_DTYPES = ("bfloat16",)
@@ -254,7 +255,7 @@ class Muon(Spec):
 @functools.lru_cache(maxsize=64)
 def _auxiliary_adamw(betas: tuple[float, float], eps: float, weight_decay: float) -> Spec:
     # torch.optim.AdamW's form (the AdamW defaults); the lr is the update's
-    return spec_class("adamw")(lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay)
+    return AdamW(lr=0.0, betas=betas, eps=eps, weight_decay=weight_decay)
 
 
 _PLAIN = Muon(lr=0.02)
