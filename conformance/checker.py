@@ -45,6 +45,7 @@ import numpy as np
 
 import unified_opt as uo
 from unified_opt.backend import BACKENDS
+from unified_opt.records import records
 
 from .cases import DENSE_PARAMS, MIN_STEPS, Case
 from .deviations import has_trust_ratio
@@ -178,27 +179,38 @@ def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
     or a clamp shows at once; on the others a ratio reaches 10 only when small gradients
     have shrunk the update), and with ``nonfinite`` one with non-finite elements."""
     steps = MIN_STEPS if steps is None else steps
-    cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=DENSE_PARAMS, steps=steps,
+    params = check_params(spec)
+    cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=params, steps=steps,
                   description=f"gradient stream {i} of adversarial magnitudes")
              for i in range(ADVERSARIAL_STREAMS)]
     if has_trust_ratio(spec):
         cases.append(ScaledCase(
-            id=f"check_{spec.name}_large_weights", spec=spec, params=DENSE_PARAMS,
+            id=f"check_{spec.name}_large_weights", spec=spec, params=params,
             steps=steps, scale=TRUST_SCALE,
             description=f"parameters {TRUST_SCALE:g} times larger: trust ratios above 10 "
                         "from step 1"))
     # after the stream of large weights: of two streams failing at one step the
     # explanation names the first, and a clipped trust ratio is that stream's finding
-    cases += [QuietCase(id=f"check_{spec.name}_quiet_{i}", spec=spec, params=DENSE_PARAMS,
+    cases += [QuietCase(id=f"check_{spec.name}_quiet_{i}", spec=spec, params=params,
                         steps=steps, rotation=i,
                         description=f"quiet gradient stream {i}: tensors near 1e-8, 1e-12 "
                                     "or 1e-20 from step 0, one zero for 20 steps")
               for i in range(QUIET_STREAMS)]
     if nonfinite:
-        cases.append(Case(id=f"check_{spec.name}_nonfinite", spec=spec, params=DENSE_PARAMS,
+        cases.append(Case(id=f"check_{spec.name}_nonfinite", spec=spec, params=params,
                           steps=steps, nonfinite_steps=NONFINITE_STEPS,
                           description="a stream with +inf, NaN and -inf elements"))
     return cases
+
+
+def check_params(spec: uo.Spec) -> dict[str, tuple[int, ...]]:
+    """The parameters a check's streams hold: the dense standard set, or the shapes the
+    algorithm's record gives its cases (Muon: matrices, which ``torch.optim.Muon``
+    takes alone), their 0-size ones left out as the dense set leaves them."""
+    shapes = records().get(spec.name)
+    if shapes is None or shapes.params is None:
+        return DENSE_PARAMS
+    return {name: shape for name, shape in shapes.params.items() if 0 not in shape}
 
 
 def _spec_of(spec) -> uo.Spec:

@@ -189,6 +189,8 @@ PEERS = [  # (qualified class, its arguments, the spec it computes, non-finite s
      True),
     ("torch_optimizer.Lamb", dict(lr=0.01, weight_decay=0.05, clamp_value=3.0),
      TORCH_OPTIMIZER_LAMB, False),   # see the next test
+    # its bfloat16 iteration, on the matrices of Muon's record (it takes nothing else)
+    ("torch.optim.Muon", dict(lr=0.02), uo.Muon(lr=0.02, ns_dtype="bfloat16"), True),
 ]
 
 
@@ -201,6 +203,17 @@ def test_peer_libraries_and_native_classes_pass(qualified, kwargs, spec, nonfini
     assert result.passed, str(result)
     lowering = result.report["results"][0]["lowering"]
     assert lowering["path"] == "check" and lowering["native"].endswith(cls.__qualname__)
+
+
+@require("torch")
+@pytest.mark.parametrize("kwargs", [{"ns_steps": 4}, {"adjust_lr_fn": "match_rms_adamw"},
+                                    {"nesterov": False}])
+def test_torch_muon_with_another_knob_fails(kwargs):
+    import torch
+
+    result = check(lambda params: torch.optim.Muon(params, lr=0.02, **kwargs),
+                   uo.Muon(lr=0.02, ns_dtype="bfloat16"), backend="torch")
+    assert not result.passed
 
 
 def test_torch_optimizer_lamb_departs_under_an_infinite_gradient():
