@@ -235,11 +235,12 @@ def missing_gradient_cases() -> list[Case]:
 def backward_cases() -> list[Case]:
     """Gradients from a real backward in both of the frameworks' clearing modes
     (``Case.backward``), over SGD with momentum (whose first momentum step is the
-    gradient itself), Adam and Lamb: an optimizer that kept a reference to a gradient
-    tensor (zeroed in place and written by the next backward) fails the
-    ``set_to_zero`` cases."""
+    gradient itself), Adam, Lamb, Adan (which keeps the previous gradient) and
+    schedule-free AdamW: an optimizer that kept a reference to a gradient tensor (zeroed
+    in place and written by the next backward) fails the ``set_to_zero`` cases."""
     specs = [uo.SGD(lr=0.05, momentum=0.9), uo.Adam(lr=0.01, eps=1e-3),
-             uo.Lamb(lr=0.01, weight_decay=0.05)]
+             uo.Lamb(lr=0.01, weight_decay=0.05), uo.Adan(lr=0.01, weight_decay=0.02),
+             uo.ScheduleFreeAdamW(lr=0.01, warmup_steps=5)]
     return [_case(f"backward_{mode}_{spec.name}", spec, backward=mode,
                    description=f"gradients from backward(); cleared with {mode}")
             for spec in specs for mode in BACKWARD_MODES]
