@@ -185,7 +185,11 @@ def test_native_row_follows_the_oracle_and_the_class_built_by_hand(name, index):
     from unified_opt.conformance.worker import driver_class
 
     hand = _table(name).natives[index]
-    case = case_of(f"{name}_native_{index}", hand.spec, HAND_PARAMS)
+    # an algorithm of some shapes only (Muon: matrices) gets its record's, dense
+    shapes = records()[name].params if name in records() else None
+    params = HAND_PARAMS if shapes is None else {
+        n: shape for n, shape in shapes.items() if 0 not in shape}
+    case = case_of(f"{name}_native_{index}", hand.spec, params)
     driver = driver_class(hand.backend)
     built = driver(hand.spec, case.initial_params(), options=hand.options,
                    total_steps=STEPS, prefer="native")

@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
@@ -67,4 +67,9 @@ class Adadelta(Spec):
         return param - delta * lr, {"square_avg": square_avg, "acc_delta": acc_delta}
 
 
-RECORD = record(Adadelta, case_module="unified_opt.conformance.cases.adaptive")
+_PLAIN = Adadelta(lr=0.5)
+
+RECORD = record(Adadelta,
+                samples=(_PLAIN,),
+                planted=(Planted(_PLAIN, {"rho": 0.91}),),
+                case_module="unified_opt.conformance.cases.adaptive")

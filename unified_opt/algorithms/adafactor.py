@@ -95,7 +95,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import VISIBLE_WITHIN
@@ -299,6 +299,14 @@ class Adafactor(Spec):
         return any(self.lr_at(t) > 1.0 / math.sqrt(t + 1) for t in range(VISIBLE_WITHIN))
 
 
+_CLAMPED = Adafactor(lr=0.3, weight_decay=0.1, eps=(0.05, 1e-3))
+_HUGGING_FACE = Adafactor(lr=0.01, eps=(1e-30, 1e-3), eps_mode="add", beta1=0.9, decay_lr="scaled",
+                          weight_decay=0.1, relative_step=False, beta2=0.9, decay_rate=None)
+
 RECORD = record(Adafactor,
+                samples=(_CLAMPED,
+                         _HUGGING_FACE),
+                planted=(Planted(_CLAMPED, {"weight_decay": 0.0}),
+                         Planted(_HUGGING_FACE, {"beta1": None})),
                 case_module="unified_opt.conformance.cases.memory_saving",
                 benchmark=Adafactor(lr=1e-3))

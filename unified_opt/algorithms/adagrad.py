@@ -28,8 +28,8 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
-from ..schedules import Schedule
+from ..records import Planted, record
+from ..schedules import Cosine, Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
@@ -74,4 +74,13 @@ class Adagrad(Spec):
         return param - g / (ops.sqrt(total) + self.eps) * clr, {"sum": total}
 
 
-RECORD = record(Adagrad, case_module="unified_opt.conformance.cases.adaptive")
+_NO_EPS = Adagrad(lr=0.01, eps=0.0, initial_accumulator_value=0.1)
+_DECAYED = Adagrad(lr=1e-2, eps=1e-6, lr_decay=0.01)
+
+RECORD = record(Adagrad,
+                samples=(_DECAYED,
+                         _NO_EPS,
+                         Adagrad(lr=Cosine(lr=0.05, T_max=30, eta_min=0.001))),
+                planted=(Planted(_NO_EPS, {"eps": 1e-3}),
+                         Planted(_DECAYED, {"lr_decay": 1e-3})),
+                case_module="unified_opt.conformance.cases.adaptive")

@@ -50,7 +50,7 @@ from typing import Any
 
 from ..ops import Ops
 from ..records import record
-from ..schedules import Schedule
+from ..schedules import Schedule, Step
 from ..spec import Spec, State, Tensor, register, spec_class, spec_dataclass
 from ._adam_moments import (
     adam_alternatives,
@@ -107,6 +107,10 @@ class Adam(Spec):
 
 
 RECORD = record(Adam,
+                samples=(Adam(lr=1e-2, eps=1e-3, eps_placement="inside", amsgrad=True),
+                         Adam(lr=1e-2, bias_correction=False, nesterov=True, weight_decay=0.1),
+                         Adam(lr=Step(lr=1e-2, step_size=10, gamma=0.5), eps_placement="eps_hat",
+                              eps=1e-3)),
                 case_module="unified_opt.conformance.cases.adam_family",
                 nonfinite={"lr": 0.01},
                 benchmark=Adam(lr=1e-3))

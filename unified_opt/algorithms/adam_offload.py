@@ -43,5 +43,6 @@ class AdamOffload(Adam):
 
 
 RECORD = record(AdamOffload,
+                samples=(AdamOffload(lr=0.01, eps=1e-3, amsgrad=True),),
                 case_module="unified_opt.conformance.cases.memory_saving",
                 nonfinite={"lr": 0.01})

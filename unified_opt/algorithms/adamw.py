@@ -122,6 +122,9 @@ class AdamW(Spec):
 
 
 RECORD = record(AdamW,
+                samples=(AdamW(lr=1e-2, decay_form="in_update", bias_correction=False, eps=1e-6,
+                               weight_decay=0.1, no_decay_names=("*gamma*",)),
+                         AdamW(lr=1e-2, decay_times_lr=False, weight_decay=1e-3)),
                 case_module="unified_opt.conformance.cases.adam_family",
                 nonfinite={"lr": 0.01},
                 benchmark=AdamW(lr=1e-3, weight_decay=0.01))

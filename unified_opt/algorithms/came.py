@@ -62,7 +62,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from .adafactor import (
@@ -182,7 +182,13 @@ class CAME(Spec):
         return out
 
 
+_PLAIN = CAME(lr=0.01, weight_decay=0.1, betas=(0.9, 0.999, 0.99))
+
 RECORD = record(CAME,
+                samples=(_PLAIN,
+                         CAME(lr=0.05, betas=(0.9, None, 0.99), decay_rate=0.8,
+                              scale_parameter=True, relative_step=True)),
+                planted=(Planted(_PLAIN, {"betas": (0.9, 0.999, 0.9999)}),),
                 case_module="unified_opt.conformance.cases.memory_saving",
                 nonfinite={"lr": 0.01},
                 benchmark=CAME(lr=1e-4))

@@ -76,7 +76,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct
@@ -178,7 +178,13 @@ class Lamb(Spec):
         return distinct(self, out)
 
 
+_CLAMPED = Lamb(lr=0.01, weight_decay=0.05, weight_norm_clamp=2.0, always_adapt=True)
+
 RECORD = record(Lamb,
+                samples=(_CLAMPED,
+                         Lamb(lr=0.01, weight_decay=0.0, bias_correction="step",
+                              weight_norm_clamp=2.0, always_adapt=True, trust_eps=0.01)),
+                planted=(Planted(_CLAMPED, {"weight_norm_clamp": None}),),
                 case_module="unified_opt.conformance.cases.large_batch",
                 nonfinite={"lr": 0.01},
                 benchmark=Lamb(lr=1e-3, weight_decay=0.01))

@@ -72,7 +72,7 @@ from typing import Any
 from .. import _validation as v
 from ..groups import name_matches
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct, lr_varies
@@ -199,7 +199,16 @@ class LARS(Spec):
         return distinct(self, out)
 
 
+_EXCLUDED = LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, exclude_names=("*bias*",))
+
 RECORD = record(LARS,
+                samples=(_EXCLUDED,
+                         LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02,
+                              lr_placement="outside", momentum_init="grad", dampening=0.1,
+                              zero_norm_rule="raw_if_norm_zero", clip=True),
+                         LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, eps=1e-5,
+                              zero_norm_rule="none", always_adapt=True)),
+                planted=(Planted(_EXCLUDED, {"exclude_names": ()}),),
                 case_module="unified_opt.conformance.cases.large_batch",
                 nonfinite={"lr": 0.5},
                 benchmark=LARS(lr=0.1, weight_decay=1e-4))

@@ -34,7 +34,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter
@@ -74,7 +74,13 @@ class Lion(Spec):
         return param, {"exp_avg": state["exp_avg"] * beta2 + g * (1.0 - beta2)}
 
 
+_DECAYED = Lion(lr=1e-3, weight_decay=0.1)
+
 RECORD = record(Lion,
+                samples=(_DECAYED,
+                         Lion(lr=3e-3, betas=(0.95, 0.98))),
+                planted=(Planted(_DECAYED, {"betas": (0.9, 0.999)}),
+                         Planted(_DECAYED, {"weight_decay": 0.0})),
                 case_module="unified_opt.conformance.cases.sign_based",
                 nonfinite={"lr": 1e-3},
                 benchmark=Lion(lr=1e-4))

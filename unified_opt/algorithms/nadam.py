@@ -34,7 +34,7 @@ from typing import Any
 from .. import _validation as v
 from ..ops import Ops
 from ..records import record
-from ..schedules import Schedule
+from ..schedules import Cosine, Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import apply_weight_decay, check_decay, decay_for_parameter
 
@@ -101,4 +101,7 @@ class NAdam(Spec):
                  self.replace(decoupled_weight_decay=not self.decoupled_weight_decay))]
 
 
-RECORD = record(NAdam, case_module="unified_opt.conformance.cases.adam_family")
+RECORD = record(NAdam,
+                samples=(NAdam(lr=Cosine(lr=0.05, T_max=30, eta_min=0.001)),
+                         NAdam(lr=1e-2, weight_decay=0.01, decoupled_weight_decay=True)),
+                case_module="unified_opt.conformance.cases.adam_family")

@@ -102,4 +102,7 @@ class RAdam(Spec):
         return out
 
 
-RECORD = record(RAdam, case_module="unified_opt.conformance.cases.adam_family")
+RECORD = record(RAdam,
+                samples=(RAdam(lr=1e-2, rectify_threshold=4.0),
+                         RAdam(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True)),
+                case_module="unified_opt.conformance.cases.adam_family")

@@ -40,7 +40,7 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
+from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import VISIBLE_WITHIN, lr_varies
@@ -159,4 +159,12 @@ class RMSprop(Spec):
         return self.eps * (0.5 / lowest + lowest ** -0.5) >= 2.0 ** -24
 
 
-RECORD = record(RMSprop, case_module="unified_opt.conformance.cases.adaptive")
+_INSIDE = RMSprop(lr=1e-2, eps=0.1, eps_placement="inside", lr_placement="inside")
+_OUTSIDE = RMSprop(lr=1e-2, eps=0.1)
+
+RECORD = record(RMSprop,
+                samples=(_INSIDE,
+                         _OUTSIDE),
+                planted=(Planted(_INSIDE, {"eps_placement": "outside"}),
+                         Planted(_OUTSIDE, {"eps_placement": "inside"})),
+                case_module="unified_opt.conformance.cases.adaptive")

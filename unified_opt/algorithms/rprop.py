@@ -37,8 +37,8 @@ from typing import Any
 
 from .. import _validation as v
 from ..ops import Ops
-from ..records import record
-from ..schedules import Schedule
+from ..records import Planted, record
+from ..schedules import Cosine, Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
@@ -92,6 +92,12 @@ class Rprop(Spec):
         return param - ops.sign(g) * step_size, {"prev": g, "step_size": step_size}
 
 
+_RANGED = Rprop(lr=1e-2, step_sizes=(1e-4, 0.05))
+
 RECORD = record(Rprop,
+                samples=(_RANGED,
+                         Rprop(lr=Cosine(lr=0.05, T_max=30, eta_min=0.001)),
+                         Rprop(lr=1e-2, step_sizes=(0.02, 50.0))),
+                planted=(Planted(_RANGED, {"step_sizes": (1e-4, 0.04)}),),
                 case_module="unified_opt.conformance.cases.sign_based",
                 nonfinite={"step_sizes": (1e-6, 0.005)})

@@ -35,7 +35,7 @@ from typing import Any
 from .. import _validation as v
 from ..ops import Ops
 from ..records import record
-from ..schedules import Schedule
+from ..schedules import Cosine, Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import distinct, lr_varies
 from ._decay import check_decay, decay_for_parameter, l2_gradient
@@ -138,5 +138,9 @@ class SGD(Spec):
 
 
 RECORD = record(SGD,
+                samples=(SGD(lr=Cosine(lr=0.05, T_max=30, eta_min=0.001), momentum=0.9,
+                             lr_placement="inside"),
+                         SGD(lr=0.05, momentum=0.9, dampening=0.5, momentum_init="zeros"),
+                         SGD(lr=0.05, momentum=0.9, weight_decay=0.1, no_decay_names=("*gamma*",))),
                 case_module="unified_opt.conformance.cases.sgd",
                 nonfinite={"lr": 0.05})
