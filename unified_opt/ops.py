@@ -67,13 +67,13 @@ class Ops:
 
     def rounded(self, x, dtype: str):
         """``x``'s values rounded to the low-precision ``dtype`` (``"bfloat16"``), to
-        nearest with ties to even, as a cast to it rounds. A binding whose framework
-        computes in that dtype on the CPU returns a tensor of it, whose operations then
-        round as its kernels do (torch: float32 accumulation, one rounding per result);
-        the others return ``x``'s dtype holding those values (numpy; Paddle's and
-        MindSpore's CPU kernels have no bfloat16 matrix product), and an update that
-        computes in ``dtype`` calls this after every operation (on torch's bfloat16
-        tensors it changes nothing)."""
+        nearest with ties to even, as a cast to it rounds. Where the framework's products
+        in that dtype are fast (torch on CUDA) the binding returns a tensor of it, whose
+        operations then round as its kernels do (float32 accumulation, one rounding per
+        result); elsewhere (numpy, torch on the CPU, Paddle, MindSpore) it returns
+        ``x``'s dtype holding those values, the next operation computes in float32 and
+        the update rounds its result again. An update that computes in ``dtype`` calls
+        this after every operation (on a bfloat16 tensor it changes nothing)."""
         raise NotImplementedError
 
     def cast_like(self, x, other):
