@@ -204,13 +204,24 @@ def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
 
 
 def check_params(spec: uo.Spec) -> dict[str, tuple[int, ...]]:
-    """The parameters a check's streams hold: the dense standard set, or the shapes the
-    algorithm's record gives its cases (Muon: matrices, which ``torch.optim.Muon``
-    takes alone), their 0-size ones left out as the dense set leaves them."""
-    shapes = records().get(spec.name)
-    if shapes is None or shapes.params is None:
+    """The parameters a check's streams hold: the dense standard set, or, for a spec whose
+    update refuses some of its shapes (Muon's takes matrices only, as
+    ``torch.optim.Muon``; with ``others='adamw'`` it takes every shape), the shapes its
+    record gives its cases, their 0-size ones left out as the dense set leaves them."""
+    entry = records().get(spec.name)
+    if entry is None or entry.params is None or _takes_every_shape(spec, DENSE_PARAMS):
         return DENSE_PARAMS
-    return {name: shape for name, shape in shapes.params.items() if 0 not in shape}
+    return {name: shape for name, shape in entry.params.items() if 0 not in shape}
+
+
+def _takes_every_shape(spec: uo.Spec, params: dict) -> bool:
+    """Whether one reference step of ``spec`` runs on ``params`` (a ValueError: no)."""
+    arrays = {name: np.ones(shape) for name, shape in params.items()}
+    try:
+        uo.reference(spec, arrays).step(arrays)
+    except ValueError:
+        return False
+    return True
 
 
 def _spec_of(spec) -> uo.Spec:

@@ -216,6 +216,16 @@ def test_torch_muon_with_another_knob_fails(kwargs):
     assert not result.passed
 
 
+def test_a_spec_of_some_shapes_only_is_checked_on_its_records_shapes():
+    from unified_opt.conformance.cases import DENSE_PARAMS
+    from unified_opt.conformance.checker import check_params
+
+    matrices = check_params(uo.Muon())
+    assert matrices and all(len(shape) == 2 and 0 not in shape for shape in matrices.values())
+    # with the auxiliary AdamW it takes every shape: the standard set
+    assert check_params(uo.Muon(others="adamw")) == DENSE_PARAMS == check_params(uo.Adam())
+
+
 def test_torch_optimizer_lamb_departs_under_an_infinite_gradient():
     """The spec's trust ratio is 1 when a norm is not > 0, NaN included (Paddle's rule);
     torch_optimizer.Lamb divides, so an Inf in one element makes the whole tensor NaN."""
