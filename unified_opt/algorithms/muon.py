@@ -25,6 +25,11 @@ The lr is adjusted to the shape :math:`(A, B)`: ``adjust_lr_fn="original"`` (Kel
 Jordan's) :math:`\eta' = \eta\sqrt{\max(1, A/B)}`, ``"match_rms_adamw"`` (Moonlight's)
 :math:`\eta' = 0.2\,\eta\sqrt{\max(A, B)}`.
 
+A parameter that does not take Muon (``others='adamw'``: one that is not a matrix, or
+that ``adamw_names`` names; a conv kernel unless ``muon_params='matrices_and_conv'``,
+which flattens it to :math:`(d_0, d_1 d_2\cdots)`) takes :class:`unified_opt.AdamW`'s
+update with ``adamw_betas``, ``adamw_eps`` and the spec's lr and weight decay.
+
 Args:
     momentum: :math:`\mu` >= 0, the momentum's decay (its buffer is an average).
     nesterov: ``True``: the step uses :math:`g + (B - g)\mu`; ``False``: :math:`B`.
@@ -76,7 +81,10 @@ Differences between frameworks
   result to bfloat16 values (the numbers of a bfloat16 kernel that accumulates in
   float32).
 * Most training scripts give Muon the matrices and AdamW the rest (embeddings, biases,
-  norms), as two optimizers; Moonlight's ``match_rms_adamw`` lets both share one lr.
+  norms), as two optimizers (``torch.optim.Muon`` and ``torch.optim.AdamW``) or as
+  groups of one (Keller Jordan's ``MuonWithAuxAdam``, pytorch-optimizer's ``Muon``
+  with ``use_muon``). ``others='adamw'`` is that set-up in one spec, the AdamW part
+  torch's; Moonlight's ``match_rms_adamw`` lets both share one lr.
 """
 
 from __future__ import annotations
