@@ -1,8 +1,9 @@
 """The conformance cases whose gradients come from a real backward (``Case.backward``),
 in both of the frameworks' clearing modes: torch's ``zero_grad(set_to_none=True/False)``
-and Paddle's ``clear_grad(set_to_zero=False/True)``, over SGD with momentum, Adam and
-Lamb, on every build path; MindSpore (no gradient kept on a parameter) does not run
-them, and the report says why."""
+and Paddle's ``clear_grad(set_to_zero=False/True)``, over SGD with momentum, Adam,
+Lamb, Adan, schedule-free AdamW and Muon with its auxiliary AdamW, on every build
+path; MindSpore (no gradient kept on a parameter) does not run them, and the report
+says why."""
 
 import dataclasses
 
@@ -17,9 +18,12 @@ BACKWARD_CASES = [c for c in default_cases() if c.backward is not None]
 WORKER_CASES = [dataclasses.replace(c, id=f"grads_{c.id}") for c in BACKWARD_CASES]
 
 
-def test_sgd_momentum_adam_and_lamb_run_in_both_modes():
+def test_sgd_momentum_adam_lamb_and_the_state_keeping_algorithms_run_in_both_modes():
+    # Adan keeps the previous gradient, schedule-free AdamW its base point, Muon with
+    # AdamW two kinds of state
     assert sorted((c.spec.name, c.backward) for c in BACKWARD_CASES) == sorted(
-        (name, mode) for name in ("adam", "lamb", "sgd") for mode in BACKWARD_MODES)
+        (name, mode) for name in ("adam", "lamb", "sgd", "adan", "schedule_free_adamw",
+                                  "muon") for mode in BACKWARD_MODES)
     sgd = [c.spec for c in BACKWARD_CASES if c.spec.name == "sgd"]
     assert all(s.momentum > 0 for s in sgd)
 

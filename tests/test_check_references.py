@@ -301,6 +301,8 @@ PRODUCT_FORM_ROWS = {
     "torch.optim.Adafactor": dict(lr=0.01, weight_decay=0.01),
     # param.mul_(1 - lambd * eta): the averaged SGD's shrink, a factor of its own
     "torch.optim.ASGD": dict(lr=0.01, lambd=1e-4, weight_decay=0.01),
+    # param.mul_(1 - lr * weight_decay), AdamW's product, before the orthogonal step
+    "torch.optim.Muon": dict(lr=0.02, weight_decay=0.1),
 }
 TESTED_PRODUCT_ROWS = ("torch.optim.AdamW", "torch.optim.NAdam", "torch.optim.Adafactor")
 #: the other rows: decay coupled into the gradient (L2) or none, so nothing multiplies the
