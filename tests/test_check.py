@@ -206,12 +206,11 @@ def test_peer_libraries_and_native_classes_pass(qualified, kwargs, spec, nonfini
 
 
 @require("torch")
-@pytest.mark.parametrize("kwargs", [{"ns_steps": 4}, {"adjust_lr_fn": "match_rms_adamw"},
-                                    {"nesterov": False}])
-def test_torch_muon_with_another_knob_fails(kwargs):
+def test_torch_muon_with_another_iteration_fails():
+    # one knob: the planted deviations of Muon's record cover the others on every backend
     import torch
 
-    result = check(lambda params: torch.optim.Muon(params, lr=0.02, **kwargs),
+    result = check(lambda params: torch.optim.Muon(params, lr=0.02, ns_steps=4),
                    uo.Muon(lr=0.02, ns_dtype="bfloat16"), backend="torch")
     assert not result.passed
 
