@@ -10,7 +10,8 @@ Per step and per quantity (the lr, each parameter, each spec state array):
   held in float32 (:func:`unified_opt.reference.with_float32_hyperparameters`): kernels
   that take betas as float32 attributes (Paddle's and MindSpore's Adam family) compute
   ``1 - float32(0.999)``, 1.3e-5 away from ``float32(1 - 0.999)``, and that storage
-  rounding is float32 noise, not a divergence;
+  rounding is float32 noise, not a divergence (the full list, with the one for an update
+  computed partly in bfloat16: :func:`.trajectory.floor_trajectories`);
 * ``ratio`` = error / floor; the step passes when ``ratio <= K``.
 
 NaN/Inf must sit at exactly the oracle's positions: an element finite in one and not in
