@@ -171,8 +171,7 @@ def _lr_cells(optimizer, groups, given) -> list[tuple[str, object, float]]:
             continue
         seen.add(id(cell))
         name = live.name_of(parameter, given, lambda q: q.name, "the optimizer")
-        group = next((g for g in groups if name_matches(name, (g.match,) if isinstance(
-            g.match, str) else g.match)), None)
+        group = next((g for g in groups if g.matches(name)), None)
         scale = group.lr_scale if group is not None and group.lr_scale is not None else 1.0
         out.append((f"the learning_rate of parameter {name!r}'s group at global_step",
                     cell, scale))
