@@ -30,8 +30,8 @@ computes them: the own path alone); on torch, the peer libraries' classes of the
 algorithm (:data:`PEERS`: pytorch-optimizer, torch-optimizer, came-pytorch) and
 ``torch.optim.AdamW(fused=True)``, the baseline every torch row is given as a multiple
 of (``x_fused_adamw``). Not measured: ``adam_offload`` (a GPU's host offload) and
-``dgc_momentum`` (several ranks). An algorithm of some shapes only (its record's
-``params``: Muon takes matrices) steps the set's tensors of those shapes, and its row
+``dgc_momentum`` (several ranks). A spec whose update takes some shapes only
+(``Spec.updates_shape``: Muon takes matrices) steps the set's tensors of those shapes, and its row
 carries their model; :data:`NOT_MEASURED` names the sets it leaves out, and why.
 
 Timing (``benchmarks/harness.py``): one process per backend, thread count and set (one
@@ -151,15 +151,10 @@ def set_shapes(name: str) -> list[tuple[int, ...]]:
     raise ValueError(f"set must be one of {SETS}, got {name!r}")
 
 
-def measured_shapes(algorithm: str, set_name: str) -> list[tuple[int, ...]]:
-    """The shapes an algorithm's row steps on a set: the set's, or, for an algorithm
-    whose record restricts its shapes (Muon: matrices), the set's 2-D tensors."""
-    from unified_opt.records import record_of
-
-    shapes = set_shapes(set_name)
-    if record_of(algorithm).params is None:
-        return shapes
-    return [shape for shape in shapes if len(shape) == 2]
+def measured_shapes(spec, set_name: str) -> list[tuple[int, ...]]:
+    """The shapes a spec's row steps on a set: those of the set its update takes
+    (``Spec.updates_shape``: Muon's matrices-only form, the set's 2-D tensors)."""
+    return [shape for shape in set_shapes(set_name) if spec.updates_shape(shape)]
 
 
 def spec_of(key: str):
@@ -237,7 +232,7 @@ def measure(backend: str, threads: int, keys: list[str], sets: list[str],
         for entry in wanted:
             if (entry["algorithm"], set_name) in NOT_MEASURED:
                 continue
-            shapes = measured_shapes(entry["algorithm"], set_name)
+            shapes = measured_shapes(spec_of(entry["key"]), set_name)
             if tuple(shapes) not in arrays_of:
                 rng = np.random.default_rng(len(shapes))
                 arrays_of.clear()       # one set's arrays at a time

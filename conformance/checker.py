@@ -205,23 +205,12 @@ def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
 
 def check_params(spec: uo.Spec) -> dict[str, tuple[int, ...]]:
     """The parameters a check's streams hold: the dense standard set, or, for a spec whose
-    update refuses some of its shapes (Muon's takes matrices only, as
-    ``torch.optim.Muon``; with ``others='adamw'`` it takes every shape), the shapes its
-    record gives its cases, their 0-size ones left out as the dense set leaves them."""
-    entry = records().get(spec.name)
-    if entry is None or entry.params is None or _takes_every_shape(spec, DENSE_PARAMS):
+    update refuses some of its shapes (``Spec.updates_shape``: Muon's matrices-only
+    form, as ``torch.optim.Muon``), the dense shapes its record gives its cases."""
+    if all(spec.updates_shape(shape) for shape in DENSE_PARAMS.values()):
         return DENSE_PARAMS
-    return {name: shape for name, shape in entry.params.items() if 0 not in shape}
-
-
-def _takes_every_shape(spec: uo.Spec, params: dict) -> bool:
-    """Whether one reference step of ``spec`` runs on ``params`` (a ValueError: no)."""
-    arrays = {name: np.ones(shape) for name, shape in params.items()}
-    try:
-        uo.reference(spec, arrays).step(arrays)
-    except ValueError:
-        return False
-    return True
+    entry = records().get(spec.name)
+    return (entry.dense_params() if entry is not None else None) or DENSE_PARAMS
 
 
 def _spec_of(spec) -> uo.Spec:

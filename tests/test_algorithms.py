@@ -186,9 +186,8 @@ def test_native_row_follows_the_oracle_and_the_class_built_by_hand(name, index):
 
     hand = _table(name).natives[index]
     # an algorithm of some shapes only (Muon: matrices) gets its record's, dense
-    shapes = records()[name].params if name in records() else None
-    params = HAND_PARAMS if shapes is None else {
-        n: shape for n, shape in shapes.items() if 0 not in shape}
+    dense = records()[name].dense_params() if name in records() else None
+    params = HAND_PARAMS if dense is None else dense
     case = case_of(f"{name}_native_{index}", hand.spec, params)
     driver = driver_class(hand.backend)
     built = driver(hand.spec, case.initial_params(), options=hand.options,

@@ -16,7 +16,6 @@ import torch
 from algorithms import ALGORITHMS
 
 import unified_opt as uo
-from unified_opt.records import records
 
 #: the own path's engines on the CPU: eager operations, the kernel VM
 OPTIONS = {"eager": {"compile": False}, "kernels": {"compile": "auto"}}
@@ -37,10 +36,10 @@ def _model() -> torch.nn.Module:
 
 
 def _build(spec, model, engine: str):
-    # an algorithm of some shapes only (Muon: matrices) gets the model's of those shapes
-    shaped = records()[spec.name].params is not None
+    # a spec of some shapes only (Muon's matrices-only form) gets the model's of those
     return uo.build(spec, [(NAMES[n], p) for n, p in model.named_parameters()
-                           if not shaped or p.ndim == 2], path="own", options=OPTIONS[engine])
+                           if spec.updates_shape(tuple(p.shape))], path="own",
+                    options=OPTIONS[engine])
 
 
 def _train(optimizer, model, steps: int, set_to_none: bool) -> None:

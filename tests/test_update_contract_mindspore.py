@@ -13,7 +13,6 @@ from algorithms import ALGORITHMS
 from conftest import require
 
 import unified_opt as uo
-from unified_opt.records import records
 
 pytestmark = require("mindspore")
 ms = pytest.importorskip("mindspore")
@@ -47,8 +46,8 @@ def _address(tensor) -> int:
 @pytest.mark.parametrize("name,index,spec", SAMPLES,
                          ids=[f"{name}-{i}" for name, i, _ in SAMPLES])
 def test_no_state_shares_memory_with_a_gradient_or_a_parameter(name, index, spec, engine):
-    # an algorithm of some shapes only (Muon: matrices) gets the parameters of those shapes
-    kept = [records()[name].params is None or len(shape) == 2 for shape in SHAPES.values()]
+    # a spec of some shapes only (Muon's matrices-only form) gets the parameters of those
+    kept = [spec.updates_shape(tuple(shape)) for shape in SHAPES.values()]
     params = [p for p, k in zip(_params(), kept) if k]
     optimizer = uo.build(spec, [(p.name, p) for p in params], path="own",
                          options=OPTIONS[engine])

@@ -12,7 +12,6 @@ from algorithms import ALGORITHMS
 from conftest import require
 
 import unified_opt as uo
-from unified_opt.records import records
 
 pytestmark = require("paddle")
 paddle = pytest.importorskip("paddle")
@@ -42,10 +41,9 @@ def _model() -> _Model:
 def _build(spec, model, engine: str):
     params = [model.first.weight, model.first.bias, model.norm.weight, model.norm.bias,
               model.last.weight, model.last.bias]
-    # an algorithm of some shapes only (Muon: matrices) gets the model's of those shapes
-    shaped = records()[spec.name].params is not None
+    # a spec of some shapes only (Muon's matrices-only form) gets the model's of those
     return uo.build(spec, [(n, p) for n, p in zip(NAMES, params)
-                           if not shaped or len(p.shape) == 2],
+                           if spec.updates_shape(tuple(p.shape))],
                     path="own", options=OPTIONS[engine])
 
 

@@ -84,6 +84,13 @@ class Record:
     benchmark: Spec | None = None
     params: Mapping[str, tuple[int, ...]] | None = None
 
+    def dense_params(self) -> dict[str, tuple[int, ...]] | None:
+        """:attr:`params` without their 0-size ones (as a network being ported holds
+        none), or None for the standard set."""
+        if self.params is None:
+            return None
+        return {name: shape for name, shape in self.params.items() if 0 not in shape}
+
 
 _RECORDS: dict[str, Record] = {}
 

@@ -402,6 +402,11 @@ class Spec:
         (:class:`unified_opt.ops.UlpOffOps`)."""
         return None
 
+    def updates_shape(self, shape: tuple[int, ...]) -> bool:
+        """Whether :meth:`update` takes a parameter of ``shape`` (every spec but Muon's
+        matrices-only form does; its update raises for the others)."""
+        return True
+
     def evaluation_point(self, param: Tensor, state: State, ops: Ops) -> Tensor:
         """The point to evaluate at, from the training point ``param`` and its state
         (specs with :attr:`swaps_weights`)."""

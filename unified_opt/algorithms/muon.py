@@ -223,6 +223,9 @@ class Muon(Spec):
             return False
         return len(shape) == 2 or (len(shape) > 2 and self.muon_params == "matrices_and_conv")
 
+    def updates_shape(self, shape: tuple[int, ...]) -> bool:
+        return self.others == "adamw" or self.takes_muon(tuple(shape))
+
     def auxiliary(self) -> Spec:
         """The AdamW the other parameters take (``others='adamw'``)."""
         return _auxiliary_adamw(self.adamw_betas, self.adamw_eps, self.weight_decay)
@@ -240,12 +243,12 @@ class Muon(Spec):
     def update(self, param: Tensor, grad: Tensor, state: State, *, lr: float, step: int,
                ops: Ops) -> tuple[Tensor, State]:
         shape = tuple(param.shape)
-        if not self.takes_muon(shape):
-            if self.others == "adamw":
-                return self.auxiliary().update(param, grad, state, lr=lr, step=step, ops=ops)
+        if not self.updates_shape(shape):
             raise ValueError(f"Muon: updates matrices (2-D parameters), got one of shape "
                              f"{shape}; give the others the auxiliary AdamW "
                              "(others='adamw') or another optimizer")
+        if not self.takes_muon(shape):
+            return self.auxiliary().update(param, grad, state, lr=lr, step=step, ops=ops)
         buffer = state["momentum_buffer"] + (grad - state["momentum_buffer"]) * (
             1.0 - self.momentum)
         direction = grad + (buffer - grad) * self.momentum if self.nesterov else buffer
