@@ -27,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,8 @@ LAUNCH_VARIABLES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MAS
                     "PADDLE_CURRENT_ENDPOINT", "MS_WORKER_NUM", "MS_ROLE",
                     "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_NODE_ID")
 LOG_TAIL = 3000
+#: seconds between two looks at a launch's rank files
+RANK_POLL_S = 0.05
 
 
 @dataclass
@@ -97,23 +100,20 @@ def run_ranks(backend: str, case: Case, path: str, directory: Path,
     directory.mkdir(parents=True)
     job = directory / "job.json"
     job.write_text(json.dumps({"case": case.to_dict(), "path": path, "backend": backend}))
+    files = [directory / f"rank{r}.npz" for r in range(case.workers)]
     command = launcher(backend, case.workers, directory / "logs") + [
         str(RANK_SCRIPT), str(job), str(directory)]
     with open(directory / "launcher.log", "w") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                    env=launch_environment(), start_new_session=True)
         try:
-            code = process.wait(timeout=timeout)
-            ending = f"exited with status {code}" if code else None
-        except subprocess.TimeoutExpired:
-            ending = f"ran past {timeout:g} s and was killed"
+            ending = _wait_for_ranks(process, files, timeout)
         finally:
             _kill_group(process)
             process.wait()
     decision_file = directory / "decision.json"
     run = RanksRun(decision=json.loads(decision_file.read_text())
                    if decision_file.exists() else None)
-    files = [directory / f"rank{r}.npz" for r in range(case.workers)]
     if ending is not None or not all(f.exists() for f in files):
         run.error = (f"the {backend} launch of {case.workers} ranks "
                      f"{ending or 'left no trajectory of some rank'}; its output ends:\n"
@@ -121,6 +121,25 @@ def run_ranks(backend: str, case: Case, path: str, directory: Path,
         return run
     run.trajectories = [Trajectory.load(f) for f in files]
     return run
+
+
+def _wait_for_ranks(process: subprocess.Popen, files: list[Path],
+                    timeout: float) -> str | None:
+    """Wait until the launcher exits or every rank has written its trajectory (each
+    file is written atomically, and rank 0's decision before it); None when the ranks'
+    files are all there, else how the launch ended. The launcher's teardown is not
+    waited for: MindSpore's scheduler polls its nodes every 5 s before it exits, which
+    cost about 8 s of each 20 s launch."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if all(f.exists() for f in files):
+            return None
+        code = process.poll()
+        if code is not None:
+            return f"exited with status {code}" if code else None
+        if time.monotonic() > deadline:
+            return f"ran past {timeout:g} s and was killed"
+        time.sleep(RANK_POLL_S)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
