@@ -218,10 +218,9 @@ def _process_group(spec, options: dict):
 
 def _sharded(named) -> tuple[str, ...]:
     """The names (or positions) of DTensor parameters."""
-    from .ops import DTensor
+    from .ops import is_dtensor
 
-    return tuple(name or f"#{i}" for i, (name, p) in enumerate(named)
-                 if isinstance(p, DTensor))
+    return tuple(name or f"#{i}" for i, (name, p) in enumerate(named) if is_dtensor(p))
 
 
 def _check_sharded_own(spec, context) -> None:

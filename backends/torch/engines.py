@@ -29,7 +29,7 @@ from unified_opt.storage import math_dtype, rounds, state_storage
 from .compiled import compilable, kernel
 from .kernels import TorchKernels
 from .loading import STEP
-from .ops import DTensor, torch_ops
+from .ops import is_dtensor, torch_ops
 from .pipeline import HostPipeline
 from .staging import HostStaging, StagingRing
 
@@ -113,7 +113,7 @@ class Kernels(Engine):
         self.kernels = kernels
 
     def claims(self, param, spec) -> bool:
-        return param.device.type == "cpu" and not isinstance(param, DTensor)
+        return param.device.type == "cpu" and not is_dtensor(param)
 
     def run(self, batch: Batch) -> list[int]:
         jobs, kept, written, rest = [], [], [], []
@@ -197,7 +197,7 @@ def _placed_as(new, old):
     """``new`` with ``old``'s DTensor placements: DTensor's operations may leave a result
     replicated (a 1-row parameter's shard 0) or partial, where the parameter and its
     state stay sharded as they were made."""
-    if isinstance(new, DTensor) and isinstance(old, DTensor) and \
+    if is_dtensor(new) and is_dtensor(old) and \
             new.placements != old.placements:
         return new.redistribute(old.device_mesh, old.placements)
     return new

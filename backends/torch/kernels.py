@@ -12,7 +12,7 @@ import torch
 from unified_opt.kernels.runtime import Job, KernelPath
 from unified_opt.storage import rounds
 
-from .ops import DTensor
+from .ops import is_dtensor
 
 
 class TorchKernels(KernelPath):
@@ -30,7 +30,7 @@ class TorchKernels(KernelPath):
         ``keep`` holds what the job's addresses point into until it has run."""
         dtype = str(value.dtype).removeprefix("torch.")
         shape = tuple(value.shape)
-        if isinstance(value, DTensor) or value.device.type != "cpu" or \
+        if is_dtensor(value) or value.device.type != "cpu" or \
                 not value.is_contiguous() or rounds(spec, dtype):
             return None     # (rounding to a storage dtype: the VM keeps one dtype)
         made = self.prepared(spec, shape, dtype, lr=lr, step=step)

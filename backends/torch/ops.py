@@ -1,20 +1,26 @@
 """torch binding of the spec ops interface, and :func:`warm_up_cpu_sqrt`."""
 
+import sys
+
 import torch
 
 from unified_opt.ops import Ops
 
-try:
-    from torch.distributed.tensor import DTensor
-except ImportError:             # a torch built without distributed: nothing is sharded
-    DTensor = ()
+
+def is_dtensor(value) -> bool:
+    """Whether ``value`` is a DTensor (FSDP2, tensor parallel). Asked of the module
+    already loaded, not imported here: a DTensor exists only once its module has been
+    imported, and importing ``torch.distributed.tensor`` (with sympy) costs about 0.6 s
+    in every process that never shards anything."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and isinstance(value, module.DTensor)
 
 
 def _whole(reduced):
     """A reduction's whole-tensor value: a DTensor's (FSDP2, tensor parallel) is partial
     over the shards, and reading it (bool, or beside plain tensors) would take this
     rank's part only; gathered, it is a plain tensor."""
-    return reduced.full_tensor() if isinstance(reduced, DTensor) else reduced
+    return reduced.full_tensor() if is_dtensor(reduced) else reduced
 
 
 def warm_up_cpu_sqrt() -> None:

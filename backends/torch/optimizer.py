@@ -17,7 +17,7 @@ from .engines import STEP, Eager, Inductor, Kernels, Offload, dtype_name, torch_
 from .kernels import TorchKernels
 from .loading import check_loaded_state
 from .offload import keep_state_on_host
-from .ops import DTensor, torch_ops
+from .ops import is_dtensor, torch_ops
 from .state_dict import load, portable_state_dict
 from .steps import SPARSE_HINT, STEPS_TAKEN, describe, steps_taken
 
@@ -114,7 +114,7 @@ class SpecOptimizer(torch.optim.Optimizer):
         self._offload = Offload(vm + [self._eager]) if offload else None
         self._inductor = Inductor()
         # an optimizer holding any DTensor runs no parameter through Inductor
-        self._sharded = any(isinstance(p, DTensor) for p in params)
+        self._sharded = any(is_dtensor(p) for p in params)
         self._vm = vm
         self._loop = StepLoop(spec, plans, params, self._engines, _Host(self))
         self._index = {id(p): i for i, p in enumerate(params)}
@@ -174,7 +174,7 @@ class SpecOptimizer(torch.optim.Optimizer):
             return [self._eager]
         if self._offload is not None:
             return [self._offload]
-        if isinstance(p, DTensor) or self.compile is False:
+        if is_dtensor(p) or self.compile is False:
             return [self._eager]
         if self.compile == "inductor" and not self._sharded:
             return [self._inductor, self._eager]

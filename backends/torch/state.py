@@ -28,7 +28,7 @@ from unified_opt.porting.state import (
 )
 from unified_opt.storage import state_storage
 
-from .ops import DTensor
+from .ops import is_dtensor
 from .optimizer import STEP, SpecOptimizer
 from .steps import STEPS_TAKEN
 
@@ -96,7 +96,7 @@ def _named(names, params) -> list:
 def _refuse_sharded(caller: str, named) -> None:
     """A state file holds each parameter's whole arrays; a DTensor's state is one rank's
     shard (``.numpy()`` of it raises, and a whole array written back would replace it)."""
-    sharded = [name for name, p in named if isinstance(p, DTensor)]
+    sharded = [name for name, p in named if is_dtensor(p)]
     if sharded:
         raise ValueError(f"{caller}: parameters {sharded} are DTensors (FSDP2 fully_shard or "
                          "tensor parallel): a uo state file holds whole arrays; save and "

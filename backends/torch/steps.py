@@ -45,7 +45,7 @@ import torch
 from unified_opt.pre_step import has_pre_step, prepare_gradients
 from unified_opt.step_loop import DENSE, check_gradients
 
-from .ops import DTensor, torch_ops
+from .ops import is_dtensor, torch_ops
 from .state_dict import attach as attach_state_dict
 
 STEPS_TAKEN = "steps_taken"
@@ -120,7 +120,7 @@ def laid_out_like(grad, param):
     exp_avgs, and exp_avg_sqs must have same dtype, device, and layout"); autograd lays a
     gradient out like its parameter for the same reason. A DTensor (never fused) is
     left as it is."""
-    if isinstance(grad, DTensor) or same_strides(grad, param):
+    if is_dtensor(grad) or same_strides(grad, param):
         return grad
     # empty_like keeps the strides of a parameter without gaps or overlaps (every one
     # a fused kernel takes); of any other, it gives a dense layout
