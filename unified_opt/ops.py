@@ -159,6 +159,10 @@ class NumpyOps(Ops):
 numpy_ops = NumpyOps()
 
 
+#: Float32KernelOps.power's running float32 products: base -> [base ** 0, base ** 1, ...]
+_RUNNING_PRODUCTS: dict[float, list[float]] = {}
+
+
 class Float32KernelOps(NumpyOps):
     """numpy computing as a float32 kernel may, where numpy's float32 is more accurate:
     every sum taken element after element (``np.cumsum``; numpy's own sums are pairwise,
@@ -172,10 +176,14 @@ class Float32KernelOps(NumpyOps):
     name = "numpy-float32-kernel"
 
     def power(self, base, exponent):
-        product, factor = np.float32(1.0), np.float32(base)
-        for _ in range(int(exponent)):
-            product = np.float32(product * factor)
-        return float(product)
+        # the running products of each base, kept: a trajectory asks for t = 1, 2, ...
+        if int(exponent) < 0:
+            raise ValueError(f"power: a running product takes exponent >= 0, got {exponent}")
+        factor = np.float32(base)
+        products = _RUNNING_PRODUCTS.setdefault(float(factor), [1.0])
+        while len(products) <= int(exponent):
+            products.append(float(np.float32(np.float32(products[-1]) * factor)))
+        return products[int(exponent)]
 
     def norm(self, x):
         return np.sqrt(_sequential_sum(x * x, None, False))

@@ -63,7 +63,9 @@ def round_to(values, storage: str) -> np.ndarray:
     """``values`` (a float32 or float64 array) rounded to ``storage``, to nearest with ties
     to even, and returned in the input's dtype (the values are exact there)."""
     array = np.asarray(values)
-    if storage == "float64" or storage == array.dtype.name:
+    # (np.dtype's == takes None for float64: the dtype is looked up only where it exists)
+    if storage == "float64" or (storage in _NUMPY_DTYPES
+                                and array.dtype == _NUMPY_DTYPES[storage]):
         return array
     single = array.astype(np.float32)
     if storage == "float32":
@@ -72,16 +74,28 @@ def round_to(values, storage: str) -> np.ndarray:
         with np.errstate(over="ignore"):          # beyond float16's range: inf, as a cast
             out = single.astype(np.float16).astype(np.float32)
     elif storage == "bfloat16":
-        bits = np.asarray(single.view(np.uint32), dtype=np.uint64)
-        # round to nearest even on the 16 bits dropped: add 0x7FFF and the kept lsb (typed
-        # constants: a Python int would turn a uint64 scalar into a float)
-        low, half, keep = np.uint64(16), np.uint64(0x7FFF), np.uint64(0xFFFF0000)
-        bits = (bits + half + ((bits >> low) & np.uint64(1))) & keep
-        out = np.where(np.isnan(single), single,
-                       np.asarray(bits.astype(np.uint32)).view(np.float32))
+        # round to nearest even on the 16 bits dropped: add 0x7FFF and the kept lsb. In
+        # 32 bits no finite value or infinity carries past the top bit (the largest,
+        # 0xFF7FFFFF + 0x8000, stays below 2**32); only a NaN may, and NaNs are kept.
+        bits = single.view(np.uint32)
+        rounded = (bits >> _SIXTEEN) & _ONE
+        rounded += _HALF
+        rounded += bits
+        rounded &= _KEEP
+        out = rounded.view(np.float32)
+        nan = np.isnan(single)
+        if nan.any():
+            out[nan] = single[nan]
     else:
         raise ValueError(f"round_to: storage must be one of {STORAGE_DTYPES}, got {storage!r}")
     return out.astype(array.dtype, copy=False)
+
+
+#: the numpy dtype of each storage dtype numpy has (bfloat16 is computed in float32)
+_NUMPY_DTYPES = {"float64": np.dtype(np.float64), "float32": np.dtype(np.float32),
+                 "float16": np.dtype(np.float16)}
+_SIXTEEN, _ONE = np.uint32(16), np.uint32(1)
+_HALF, _KEEP = np.uint32(0x7FFF), np.uint32(0xFFFF0000)
 
 
 def spacing(values, storage: str) -> np.ndarray:
