@@ -20,6 +20,8 @@ the form refuses, when the graph compiles; which form ``auto`` takes and
 """
 
 import json
+import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -304,9 +306,22 @@ def test_auto_and_explain_say_which_form_and_why():
     built optimizer; ``compile=False`` (no kernel VM) takes the ops form."""
     from unified_opt.backends.mindspore.graph_ops import CPU_STEP_MS, cpu_choice
 
-    results = Path(__file__).parent.parent / "benchmarks" / "results"
-    rows = json.loads((results / "mindspore_graph_forms.json").read_text())["rows"]
+    root = Path(__file__).parent.parent
+    results = json.loads((root / "benchmarks" / "results" / "mindspore_graph_forms.json")
+                         .read_text())
+    rows = results["rows"]
     assert CPU_STEP_MS == {r["algorithm"]: (r["custom_ms"], r["ops_ms"]) for r in rows}
+    # the package's table is the benchmark's, written from the committed results
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from mindspore_graph_forms import TABLE, table_text
+    finally:
+        sys.path.remove(str(root / "benchmarks"))
+    assert TABLE.read_text() == table_text(results), \
+        "run: python benchmarks/mindspore_graph_forms.py --table"
+    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"][
+        "setuptools"]["package-data"]
+    assert TABLE.name in package_data["unified_opt.backends.mindspore"]
     assert {"adamw", "came", "lamb", "lion"} <= set(CPU_STEP_MS)
     for algorithm, (custom, ops_ms) in CPU_STEP_MS.items():
         assert cpu_choice(algorithm)[0] == ("ops" if ops_ms < custom else "custom")

@@ -67,6 +67,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 import math
 import operator
 import os
@@ -107,20 +108,14 @@ GRAPH_FORMS = ("auto", "custom", "ops")
 #: float32 as the VM rounds them)
 CHECK_STEPS = (1, 2, 3, 7, 10, 100, 1000, 10**5)
 
-#: ms per GRAPH_MODE step on a 2-core x86-64 CPU (AMD EPYC, shared with other
-#: processes; one 2048x2048 parameter, ``opt(grads)`` compiled, the forms interleaved):
-#: algorithm -> (custom, ops), as ``benchmarks/mindspore_graph_forms.py`` wrote them in
-#: benchmarks/results/mindspore_graph_forms.json (a test holds the two equal). "auto"
-#: takes the faster; an algorithm not listed takes "custom".
+#: the measured figures "auto" chooses by (``graph_forms.json`` beside this module,
+#: written by ``benchmarks/mindspore_graph_forms.py`` from its results; a test holds it
+#: current): where and how they were measured, and algorithm -> (custom, ops) ms per
+#: GRAPH_MODE step. "auto" takes the faster; an algorithm not listed takes "custom".
+_TABLE = json.loads(Path(__file__).with_name("graph_forms.json").read_text())
+CPU_SETTING: str = _TABLE["setting"]
 CPU_STEP_MS: dict[str, tuple[float, float]] = {
-    "adam": (16.05, 165.53),
-    "adamw": (12.72, 91.9),
-    "came": (34.71, 479.96),
-    "lamb": (19.4, 227.35),
-    "lars": (13.22, 129.31),
-    "lion": (10.72, 178.99),
-    "adafactor": (19.62, 248.98),
-}
+    name: (forms["custom"], forms["ops"]) for name, forms in _TABLE["step_ms"].items()}
 
 
 def graph_option(options: dict) -> str | None:
@@ -141,7 +136,7 @@ def cpu_choice(algorithm: str) -> tuple[str, str]:
                           "operators run the kernel VM's code")
     custom, ops_ms = measured
     form = "ops" if ops_ms < custom else "custom"
-    return form, (f"measured on a 2-core CPU, one 2048x2048 parameter: custom operators "
+    return form, (f"measured on {CPU_SETTING}: custom operators "
                   f"{custom:g} ms, MindSpore operations {ops_ms:g} ms per step")
 
 
