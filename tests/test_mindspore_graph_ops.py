@@ -21,7 +21,6 @@ the form refuses, when the graph compiles; which form ``auto`` takes and
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -319,9 +318,9 @@ def test_auto_and_explain_say_which_form_and_why():
         sys.path.remove(str(root / "benchmarks"))
     assert TABLE.read_text() == table_text(results), \
         "run: python benchmarks/mindspore_graph_forms.py --table"
-    package_data = tomllib.loads((root / "pyproject.toml").read_text())["tool"][
-        "setuptools"]["package-data"]
-    assert TABLE.name in package_data["unified_opt.backends.mindspore"]
+    line = next(ln for ln in (root / "pyproject.toml").read_text().splitlines()
+                if ln.startswith('"unified_opt.backends.mindspore" = ['))
+    assert f'"{TABLE.name}"' in line                  # package data: the wheel has it
     assert {"adamw", "came", "lamb", "lion"} <= set(CPU_STEP_MS)
     for algorithm, (custom, ops_ms) in CPU_STEP_MS.items():
         assert cpu_choice(algorithm)[0] == ("ops" if ops_ms < custom else "custom")
