@@ -47,7 +47,18 @@ GPU_PAGE = OUT / "gpu_step_time.md"
 #: the conformance case of the error/floor picture, and what --measure runs
 CONFORMANCE_CASE = "adamw_default"
 #: the algorithms of the step-time pictures, in the benchmarks' order
-ALGORITHMS = ("adam", "adamw", "lion", "lars", "lamb", "came", "adafactor")
+
+
+def _benchmarked() -> tuple[str, ...]:
+    """The algorithms of the benchmark table, in the registry's order: the records that
+    name a benchmark spec (:attr:`unified_opt.records.Record.benchmark`)."""
+    from unified_opt.records import records
+
+    return tuple(name for name, entry in records().items() if entry.benchmark is not None)
+
+
+#: the bars' groups, in this order
+ALGORITHMS = _benchmarked()
 DPI = 90
 
 
