@@ -4,11 +4,16 @@ compiler (``no_compiler.json``) and a conv weight against a matrix (``conv_shape
 
 from __future__ import annotations
 
+from unified_opt.records import records
+
 from .common import RESULTS, load, num, span
 
-ALGORITHMS = ("adam", "adamw", "came", "lamb", "lars", "lion", "adafactor")
-NAMES = {"adam": "Adam", "adamw": "AdamW", "came": "CAME", "lamb": "Lamb", "lars": "LARS",
-         "lion": "Lion", "adafactor": "Adafactor"}
+#: the benchmark table's algorithms (the records that name a benchmark spec, in the
+#: registry's order) and the name of each one's spec class
+BENCHMARKED = {name: type(entry.benchmark).__name__ for name, entry in records().items()
+               if entry.benchmark is not None}
+ALGORITHMS = tuple(BENCHMARKED)
+NAMES = BENCHMARKED
 KERNEL = "uo own, generated kernel"
 OTHERS = ("paddle", "mindspore", "mindspore-graph")
 #: the table's columns after the algorithm: (backend, header)
