@@ -7,7 +7,11 @@ torch, Paddle and MindSpore, ``--jobs 2``), and where the time goes.
 Each run is ``python -m unified_opt.cli conformance --out TMP`` in a fresh process (the
 command line's own default jobs and backends), timed by wall clock from its start to
 its exit, with its CPU seconds (user + system of every process it started and reaped:
-the workers, launchers and ranks), which other work on the machine inflates far less.
+the workers and launchers, and the ranks a launcher reaped: a launch is ended once
+its ranks have written their trajectories, and the ranks it then leaves are not reaped
+here), which other work on the machine inflates far less, and ``machine_cpu_s``, every
+process's CPU on the machine while the run lasted (``/proc/stat``: the ranks included,
+other work too).
 The machine is shared: the load average (1, 5, 15 min) is read from
 ``/proc/loadavg`` before and after each run, and with ``--runs N`` the fastest run is
 the figure (the others are listed). From the run's ``report.json`` the entry records
@@ -87,6 +91,14 @@ def breakdown(report: dict) -> dict:
                               for (b, c), s in slowest]}
 
 
+def _machine_busy() -> float:
+    """CPU seconds every process on the machine has run since boot (``/proc/stat``: all
+    but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def _children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -100,21 +112,22 @@ def run_once(source: Path | None, keep: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="uo-conformance-time-") as folder:
         out = Path(folder) / "out"
         before = load()
-        cpu = _children_cpu()
+        cpu, busy = _children_cpu(), _machine_busy()
         started = time.perf_counter()
         # cwd: ``-m`` puts the working folder first on sys.path, before PYTHONPATH
         done = subprocess.run([sys.executable, "-m", "unified_opt.cli", "conformance",
                                "--out", str(out)], env=env, capture_output=True, text=True,
                               cwd=folder)
         wall = time.perf_counter() - started
-        cpu = _children_cpu() - cpu
+        cpu, busy = _children_cpu() - cpu, _machine_busy() - busy
         after = load()
         report = json.loads((out / "report.json").read_text())
         if keep is not None:
             keep.parent.mkdir(parents=True, exist_ok=True)
             write_text(keep, (out / "report.json").read_text())
     summary = report["summary"]
-    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "exit_status": done.returncode,
+    return {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "machine_cpu_s": round(busy, 1), "exit_status": done.returncode,
             "load_before": before, "load_after": after,
             "results": len(report["results"]),
             "statuses": {k: summary.get(k) for k in ("pass", "fail", "error")},

@@ -44,12 +44,14 @@ def join(framework: str) -> int:
 
 
 def main(job_file: str, out: str) -> None:
+    job = json.loads(Path(job_file).read_text())
+    # joined first: msrun starts its scheduler as this script too, and the scheduler's
+    # init() ends its process without returning, so it never needs the package
+    rank = join(job["backend"])
     from unified_opt.conformance.cases import Case
     from unified_opt.conformance.verdict import decision_dict
     from unified_opt.conformance.worker import drive, driver_class, start
 
-    job = json.loads(Path(job_file).read_text())
-    rank = join(job["backend"])
     case = Case.from_dict(job["case"]).at_rank(rank)
     driver = start(driver_class(job["backend"]), case, job["path"])
     if rank == 0:
