@@ -54,7 +54,7 @@ from .drivers.base import Driver, spec_state_shapes
 from .gradients import quiet_gradients_at
 from .report import build_report, write_reports
 from .runner import TRAJECTORIES
-from .trajectory import Recorder, Trajectory, add_evaluation_points
+from .trajectory import Recorder, Trajectory
 from .verdict import References, verdict
 from .worker import (
     FAILING_TRAJECTORY_BUDGET,
@@ -465,7 +465,7 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
     except Exception:  # the result carries the text; the next stream still runs
         error = traceback.format_exc()
     if trajectory is None:       # the steps before the error
-        trajectory = add_evaluation_points(recorder.trajectory(), case.spec)
+        trajectory = recorder.trajectory()
     compared = {"lr": False, "state": False}
     reading: dict = {}
     if error is None:

@@ -23,7 +23,12 @@ from .cases import HAND, Case
 from .compare import compare, float32_floor
 from .explainer import explain_failure
 from .series import encode
-from .trajectory import Trajectory, floor_trajectories, reference_trajectory
+from .trajectory import (
+    Trajectory,
+    add_evaluation_points,
+    floor_trajectories,
+    reference_trajectory,
+)
 
 
 class References:
@@ -190,6 +195,10 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
               "explanation": None, "error": None, "known": None}
     if error is not None:
         return {**result, "status": "error", "error": error}
+    # the evaluation points (schedule-free) are worked out here, where a run is judged,
+    # from what the run recorded; the references work out their own
+    if trajectory is not None:
+        trajectory = add_evaluation_points(trajectory, case.spec)
     try:
         oracle = references.get(case, "float64")
         values = references.floor_values(case.spec, case)

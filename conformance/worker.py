@@ -58,7 +58,7 @@ from .distributed import RanksRun, judge, run_ranks
 from .drivers.base import Driver
 from .gradients import share_stream
 from .report import json_safe
-from .trajectory import Recorder, Trajectory, add_evaluation_points
+from .trajectory import Recorder, Trajectory
 from .verdict import References, verdict
 
 FRAMEWORK_MODULES = {"torch": "torch", "paddle": "paddle", "mindspore": "mindspore"}
@@ -109,7 +109,7 @@ def drive(driver: Driver, case: Case, recorder: Recorder | None = None) -> Traje
         # params_numpy and state_numpy copy: the recorder keeps those copies
         recorder.add(lr, driver.params_numpy(), driver.state_numpy(), skipped=skipped,
                      copy=False)
-    return add_evaluation_points(recorder.trajectory(), case.spec)
+    return recorder.trajectory()
 
 
 def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
@@ -127,8 +127,7 @@ def run_case(driver_cls: type[Driver], case: Case, path: str, spec=None,
         decision = driver.decision
         return drive(driver, case, recorder), decision, None
     except Exception:  # the report carries the text; the next case still runs
-        return (add_evaluation_points(recorder.trajectory(), case.spec), decision,
-                traceback.format_exc())
+        return recorder.trajectory(), decision, traceback.format_exc()
 
 
 def claim(claims: Path | None, case_id: str, shard: int) -> bool:

@@ -126,6 +126,9 @@ def judge(trajectory: Trajectory, case, spec=None, *, state: bool = True,
     :class:`Case` or a :class:`Replay`), with the conformance floors: :func:`compare` as
     the suite applies it (``lr=False``: a loop that cannot read its lr back)."""
     spec = case.spec if spec is None else spec
+    # the run's evaluation points (schedule-free) worked out where it is judged, as the
+    # suite's verdict does
+    trajectory = add_evaluation_points(trajectory, case.spec)
     return compare(trajectory, reference_trajectory(spec, case),
                    floor_trajectories(spec, case), state=state, lr=lr)
 
@@ -186,7 +189,7 @@ def record(step, read, case: Case, steps: int | None = None) -> Trajectory:
         lr = step(case.gradients(t))
         params, state = read()
         recorder.add(lr, params, state)
-    return add_evaluation_points(recorder.trajectory(), case.spec)
+    return recorder.trajectory()
 
 
 def assert_bit_identical(a: dict, b: dict, what: str = "", *, strict: bool = False) -> None:

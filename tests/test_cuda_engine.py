@@ -71,7 +71,7 @@ def test_under_triton_s_interpreter():
 
 from unified_opt.backends.torch import cuda  # noqa: E402
 from unified_opt.backends.torch.ops import torch_ops  # noqa: E402
-from unified_opt.conformance.trajectory import Recorder, add_evaluation_points  # noqa: E402
+from unified_opt.conformance.trajectory import Recorder  # noqa: E402
 from unified_opt.kernels.runtime import KernelRunner, run_numpy  # noqa: E402
 from unified_opt.kernels.trace import trace_update  # noqa: E402
 from unified_opt.ops import numpy_ops  # noqa: E402
@@ -250,7 +250,7 @@ def test_the_own_optimizer_on_the_kernels_follows_the_oracle(name):
     for t in range(case.steps):
         lr = driver.step(case.gradients(t))
         recorder.add(lr, driver.params_numpy(), driver.state_numpy())
-    result = judge(add_evaluation_points(recorder.trajectory(), spec), case)
+    result = judge(recorder.trajectory(), case)
     assert result.passed, result.detail
     assert driver.optimizer._cuda._launches           # the kernels ran
 

@@ -17,7 +17,7 @@ from algorithms import ALGORITHMS, UNTRACEABLE
 from support import PARAMS, PerRankSGD, UntraceableSGD, case_of, judge
 
 import unified_opt as uo
-from unified_opt.conformance.trajectory import Recorder, add_evaluation_points
+from unified_opt.conformance.trajectory import Recorder
 from unified_opt.kernels import build
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import KernelRunner, Programs, run_numpy
@@ -59,7 +59,7 @@ def vm_trajectory(runner, case, dtype=np.float32):
             run_numpy(runner, specs[n].at_step(t), params[n], g, state[n], lr=lr, step=t + 1)
         recorder.add(lr, {n: p.copy() for n, p in params.items()},
                      {n: {k: v.copy() for k, v in s.items()} for n, s in state.items()})
-    return add_evaluation_points(recorder.trajectory(), case.spec)
+    return recorder.trajectory()
 
 
 @pytest.fixture(scope="module")
