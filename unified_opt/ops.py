@@ -177,8 +177,8 @@ class Float32KernelOps(NumpyOps):
 
     def power(self, base, exponent):
         # the running products of each base, kept: a trajectory asks for t = 1, 2, ...
-        if int(exponent) < 0:
-            raise ValueError(f"power: a running product takes exponent >= 0, got {exponent}")
+        if int(exponent) <= 0:          # no factor taken (as the product loop ran none)
+            return 1.0
         factor = np.float32(base)
         products = _RUNNING_PRODUCTS.setdefault(float(factor), [1.0])
         while len(products) <= int(exponent):

@@ -82,10 +82,11 @@ def round_to(values, storage: str) -> np.ndarray:
         rounded += _HALF
         rounded += bits
         rounded &= _KEEP
-        out = rounded.view(np.float32)
+        # (a 0-d input's arithmetic gives numpy scalars: made an array again)
+        out = np.asarray(rounded).view(np.float32)
         nan = np.isnan(single)
         if nan.any():
-            out[nan] = single[nan]
+            out = np.where(nan, single, out)
     else:
         raise ValueError(f"round_to: storage must be one of {STORAGE_DTYPES}, got {storage!r}")
     return out.astype(array.dtype, copy=False)
