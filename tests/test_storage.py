@@ -41,6 +41,20 @@ def test_round_to_is_the_frameworks_cast_bit_for_bit(storage):
                                                                storage), equal_nan=True)
 
 
+@pytest.mark.parametrize("storage", ["bfloat16", "float16", "float32"])
+def test_round_to_takes_each_value_alone_as_in_an_array(storage):
+    """A 0-d value (a spec's scalar: a norm, a NaN gradient's sum) is rounded as the same
+    value inside an array, comes back as a 0-d array of its dtype, and a NaN stays NaN."""
+    values = _awkward_floats(np.random.default_rng(1))[-240:]
+    whole = round_to(values, storage)
+    for value, expected in zip(values, whole):
+        for given in (np.array(value), np.array(value, dtype=np.float64)):
+            alone = round_to(given, storage)
+            assert isinstance(alone, np.ndarray) and alone.shape == () \
+                and alone.dtype == given.dtype
+            assert np.array_equal(alone.astype(np.float32), expected, equal_nan=True), value
+
+
 def test_spacing_is_one_storage_ulp():
     assert spacing(np.array([1.0, 1.5, 0.75, 0.0]), "bfloat16").tolist() == \
         [2.0 ** -7, 2.0 ** -7, 2.0 ** -8, 2.0 ** -133]
