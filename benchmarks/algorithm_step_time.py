@@ -51,7 +51,7 @@ from peak_memory import reset_peak, status_mib  # this folder's
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
 from unified_opt.files import write_text
-from unified_opt.records import records
+from unified_opt.records import benchmarked
 
 SIZES = {"torch": (4096, 4096), "paddle": (2048, 2048), "mindspore": (2048, 2048),
          "mindspore-graph": (2048, 2048)}
@@ -78,8 +78,7 @@ def _expression(spec) -> str:
 
 #: uo specs, as :func:`unified_opt.expressions.parse_spec` reads them: every algorithm
 #: whose record names a benchmark spec (:mod:`unified_opt.records`)
-ALGORITHMS = {name: _expression(entry.benchmark) for name, entry in records().items()
-              if entry.benchmark is not None}
+ALGORITHMS = {name: _expression(spec) for name, spec in benchmarked().items()}
 #: the own kernel on random-sign gradients over its time on constant ones, at most
 INDEPENDENCE = 1.3
 #: rounds of the data-independence measurement, at least

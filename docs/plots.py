@@ -36,6 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from unified_opt.records import benchmarked
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = ROOT / "docs" / "plots"
@@ -47,18 +49,9 @@ GPU_PAGE = OUT / "gpu_step_time.md"
 #: the conformance case of the error/floor picture, and what --measure runs
 CONFORMANCE_CASE = "adamw_default"
 #: the algorithms of the step-time pictures, in the benchmarks' order
-
-
-def _benchmarked() -> tuple[str, ...]:
-    """The algorithms of the benchmark table, in the registry's order: the records that
-    name a benchmark spec (:attr:`unified_opt.records.Record.benchmark`)."""
-    from unified_opt.records import records
-
-    return tuple(name for name, entry in records().items() if entry.benchmark is not None)
-
-
-#: the bars' groups, in this order
-ALGORITHMS = _benchmarked()
+#: the bars' groups, in this order: the benchmark table's algorithms
+#: (:func:`unified_opt.records.benchmarked`)
+ALGORITHMS = tuple(benchmarked())
 DPI = 90
 
 

@@ -14,12 +14,11 @@ from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import Programs
 from unified_opt.kernels.trace import canonical_dims
 from unified_opt.ops import numpy_ops
-from unified_opt.records import records
+from unified_opt.records import benchmarked
 
 #: the algorithms of benchmarks/algorithm_step_time.py's table, its specs: the records'
 #: benchmark specs
-TABLE = {name: entry.benchmark for name, entry in records().items()
-         if entry.benchmark is not None}
+TABLE = benchmarked()
 SHAPE = (32, 2048)                     # 65,536 elements: every element loop runs long
 #: the CPU the counted libraries are built for: AVX2 and FMA, the newest that valgrind
 #: (3.19 and later) decodes; it has no AVX-512, which a ``-march=native`` build has on

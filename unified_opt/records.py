@@ -31,7 +31,7 @@ from typing import Any, Mapping, cast
 from .spec import ENTRY_POINT_GROUP, ENVIRONMENT, Spec, load_plugins, registered_class
 
 __all__ = ["ENTRY_POINT_GROUP", "ENVIRONMENT", "CaseSketch", "Planted", "Record",
-           "load_plugins", "record", "record_of", "records"]
+           "benchmarked", "load_plugins", "record", "record_of", "records"]
 
 
 @dataclass(frozen=True)
@@ -176,3 +176,10 @@ def records() -> dict[str, Record]:
     ``tests/test_records.py`` requires one of every algorithm)."""
     load_plugins()
     return dict(sorted(_RECORDS.items()))
+
+
+def benchmarked() -> dict[str, Spec]:
+    """The benchmark table's algorithms, by registry name: each record's
+    :attr:`Record.benchmark` spec, the records without one left out."""
+    return {name: entry.benchmark for name, entry in records().items()
+            if entry.benchmark is not None}

@@ -4,16 +4,14 @@ compiler (``no_compiler.json``) and a conv weight against a matrix (``conv_shape
 
 from __future__ import annotations
 
-from unified_opt.records import records
+from unified_opt.records import benchmarked
 
 from .common import RESULTS, load, num, span
 
 #: the benchmark table's algorithms (the records that name a benchmark spec, in the
 #: registry's order) and the name of each one's spec class
-BENCHMARKED = {name: type(entry.benchmark).__name__ for name, entry in records().items()
-               if entry.benchmark is not None}
-ALGORITHMS = tuple(BENCHMARKED)
-NAMES = BENCHMARKED
+NAMES = {name: type(spec).__name__ for name, spec in benchmarked().items()}
+ALGORITHMS = tuple(NAMES)
 KERNEL = "uo own, generated kernel"
 OTHERS = ("paddle", "mindspore", "mindspore-graph")
 #: the table's columns after the algorithm: (backend, header)
