@@ -22,11 +22,14 @@ each), sums, and stores into arrays. What goes where:
   and within a level from the fewest axes to the full ones.
 * A smaller node (a factored moment's row, a norm, a trust ratio) is computed once, in
   the phase of its level and axes, and stored in an array of its own when another
-  phase reads it.
+  phase reads it. One whose every reader is a node of its axes is computed in the
+  readers' phase (:func:`_places`: Adafactor's ``beta2 * R`` where the new row is).
 * The arrays are updated in place. A new value is written in the first full phase that
   computes it after which no phase reads the old one, and later phases read it back
   instead of computing it again (CAME's first moment, Lamb's moments); the others in
-  the last full phase. New state of fewer axes is copied in at the very end.
+  the last full phase. New state of fewer axes is stored into its array by the phase
+  that computes it where no later phase reads the old value (the CPU kernels:
+  :func:`_small_state_in_place`), otherwise copied in at the very end.
 
 Code layout (int32): a header ``[VERSION, n_inputs, n_arrays, n_registers,
 n_phases]``, the mask of every array (the inputs, then the VM's scratch arrays), then
@@ -212,7 +215,10 @@ def schedule(program: Program, keep_costly: bool = False,
     (Lamb's update direction, normed in one phase and applied in the next) is stored
     into a scratch array of the parameter's size where it is computed first, and read
     back, where :data:`COSTLY_PER_ARRAY` says that is cheaper (the CPU kernels; a GPU's
-    phases are bound by memory, not arithmetic). ``tiles`` (default: ``keep_costly``,
+    phases are bound by memory, not arithmetic); with it, new state of fewer axes is
+    stored in place where that is safe (:func:`_small_state_in_place`: the CPU kernels
+    keep one dtype, where the CUDA engine's state kept in bfloat16 would be read back
+    rounded). ``tiles`` (default: ``keep_costly``,
     which the CPU runner sets): phases reordered and grouped into tile runs
     (:func:`tile_runs`) that the CPU kernels run tile by tile over B. The same
     operations give the same bits either way."""
@@ -228,6 +234,7 @@ def schedule(program: Program, keep_costly: bool = False,
     def is_computed(i):
         return nodes[i].op in ELEMENTWISE
 
+    place = _places(nodes, level, live, users, full)
     # every sum accumulates in the phase of its operand's level and axes
     phases: dict[tuple[int, int], _Phase] = {}
 
@@ -253,7 +260,7 @@ def schedule(program: Program, keep_costly: bool = False,
             arg = node.args[0]
             phase(level[arg], nodes[arg].mask).sums.append(i)
         elif is_computed(i) and node.mask != full:
-            phase(level[i], node.mask).nodes.append(i)
+            phase(place[i], node.mask).nodes.append(i)
     # full nodes: computed again in every full phase that needs them, from the inputs or
     # from new values already written (see the module)
     full_outputs = [(t, v) for t, v in program.outputs if program.input_masks[t] == full]
@@ -314,6 +321,8 @@ def schedule(program: Program, keep_costly: bool = False,
             instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
         out.append(Phase(p.domain, tuple(Instruction(*ins) for ins in instructions)))
         n_registers = max(n_registers, used)
+    if keep_costly:
+        out, array_masks = _small_state_in_place(out, array_masks, n_inputs)
     runs: tuple[tuple[int, int], ...] = ()
     if keep_costly if tiles is None else tiles:
         out, runs = tile_runs(out, array_masks)
@@ -523,6 +532,106 @@ def _levels(nodes) -> list[int]:
         else:
             level.append(max((level[a] for a in node.args), default=0))
     return level
+
+
+def _places(nodes, level, live, users, full) -> list[int]:
+    """The level of the phase each node is computed in: its own level, or for a smaller
+    node whose every user is an elementwise node of its axes, the earliest level among
+    its users' (it sinks into their phase: Adafactor's ``beta2 * R`` is computed where the
+    new row is, not in a phase of its own that stores it for that one). A node with a
+    sum stays: its sum accumulates where it is computed, and the sum's level counts from
+    there. The same operations on the same operands either way: the same bits."""
+    place = list(level)
+    for i in sorted(live, reverse=True):          # users (later nodes) placed first
+        node = nodes[i]
+        if node.op not in ELEMENTWISE or node.mask == full:
+            continue
+        mine = [u for u in users[i] if u in live]
+        if mine and all(nodes[u].op in ELEMENTWISE and nodes[u].mask == node.mask
+                        for u in mine):
+            place[i] = max(level[i], min(place[u] for u in mine))
+    return place
+
+
+def _small_state_in_place(phases: list[Phase], masks: list[int],
+                          n_inputs: int) -> tuple[list[Phase], list[int]]:
+    """``phases`` with new state of fewer axes stored straight into its input array where
+    that is safe, and ``masks`` without the scratch arrays that frees.
+
+    A new row of Adafactor's (an array of fewer axes than the parameter) is computed and
+    stored once, in its own phase, into a scratch array that later phases read and that
+    a copy at the end writes into the state's input array. Where no phase after that one
+    reads or writes the input array (nothing needs the old value any more), the phase
+    stores into the input array instead, the later phases read it there, and the copy
+    goes: one array of the state's size fewer to write and read back. The phase reads the
+    old value at the element it writes before writing it, as every phase that updates a
+    full array in place does; a phase of a tile run before it reads the old value of its
+    own tile, which that phase has not reached yet."""
+    store, array = OPCODES["store"], OPERAND_KINDS["array"]
+    phases = list(phases)
+    freed: list[int] = []
+    for q, copy in enumerate(phases):
+        for ins in copy.instructions:
+            target, source = ins.dst, ins.a
+            if not (ins.op == store and ins.a_kind == array and target < n_inputs
+                    and source >= n_inputs and masks[target] == masks[source]):
+                continue
+            writers = [k for k, p in enumerate(phases) if source in _accesses(p)[1]]
+            if len(writers) != 1 or writers[0] >= q:
+                continue
+            p = writers[0]
+            if any(i.op != store and i.dst == source for i in phases[p].instructions):
+                continue                                    # a sum's total, not a store
+            others = [i for i in copy.instructions if i is not ins]
+            later = phases[p + 1:q] + [Phase(copy.domain, tuple(others))] + phases[q + 1:]
+            if any(target in _accesses(r)[0] | _accesses(r)[1] for r in later):
+                continue                        # the old value is still read, or written
+            phases = [_renamed(r, source, target) if k > p else
+                      _stored_into(r, source, target) if k == p else r
+                      for k, r in enumerate(phases)]
+            phases[q] = Phase(copy.domain, tuple(
+                i for i in phases[q].instructions
+                if not (i.op == store and i.dst == target and i.a_kind == array
+                        and i.a == target)))
+            freed.append(source)
+    if not freed:
+        return phases, masks
+    phases = [p for p in phases if p.instructions]
+    number = {}
+    for k in range(len(masks)):
+        if k not in freed:
+            number[k] = len(number)
+    return ([_renumbered(p, number) for p in phases],
+            [m for k, m in enumerate(masks) if k not in freed])
+
+
+def _stored_into(p: Phase, source: int, target: int) -> Phase:
+    store = OPCODES["store"]
+    return Phase(p.domain, tuple(i._replace(dst=target) if i.op == store and i.dst == source
+                                 else i for i in p.instructions))
+
+
+def _renamed(p: Phase, source: int, target: int) -> Phase:
+    """``p`` reading array ``target`` where it read ``source``."""
+    array = OPERAND_KINDS["array"]
+
+    def one(kind, k):
+        return target if kind == array and k == source else k
+
+    return Phase(p.domain, tuple(i._replace(a=one(i.a_kind, i.a), b=one(i.b_kind, i.b),
+                                            c=one(i.c_kind, i.c)) for i in p.instructions))
+
+
+def _renumbered(p: Phase, number: dict[int, int]) -> Phase:
+    array = OPERAND_KINDS["array"]
+    writes = (OPCODES["store"], OPCODES["sum"], OPCODES["topk"])
+
+    def one(kind, k):
+        return number[k] if kind == array else k
+
+    return Phase(p.domain, tuple(
+        i._replace(dst=number[i.dst] if i.op in writes else i.dst, a=one(i.a_kind, i.a),
+                   b=one(i.b_kind, i.b), c=one(i.c_kind, i.c)) for i in p.instructions))
 
 
 def _full_closure(nodes, wanted, full, written=()) -> tuple[set[int], set[int]]:

@@ -92,6 +92,7 @@ void prepare_sums(const PhaseLayout& L, std::vector<Sum>& sums, T* const* arrays
   for (Sum& s : sums) {
     const int rm = L.domain & ~s.axes;
     s.over_c = (s.axes & AC) != 0;
+    s.lanes = s.over_c && (s.axes & (AB | AR)) != 0;
     s.out = arrays[s.dst];
     s.per_r = rm & AR ? 1 : 0;
     s.per_b = rm & AB ? (rm & AR ? L.Dr : 1) : 0;
@@ -101,7 +102,7 @@ void prepare_sums(const PhaseLayout& L, std::vector<Sum>& sums, T* const* arrays
       s.landing = Landing::ROWS;
     } else if (s.over_c && (serial || (b_local && (rm & AB)))) {
       s.landing = Landing::RUNNING;
-      size = dims.size(rm);
+      size = (s.lanes ? 4 : 1) * dims.size(rm);
     } else if (s.over_c) {
       s.landing = Landing::PARTIALS;
       size = L.rows * L.blocks;
@@ -134,7 +135,26 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
   const int64_t per_b = keeps_b ? dims.size(rm & ~AB) : dims.size(rm);
   const int64_t first = keeps_b ? b0 * per_b : 0, count = keeps_b ? (b1 - b0) * per_b : per_b;
   if (s.landing == Landing::RUNNING) {
-    for (int64_t i = first; i < first + count; ++i) out[i] = T(s.acc[i]);
+    if (s.lanes) {
+      for (int64_t i = first; i < first + count; ++i) out[i] = T(lanes_total(s.acc + 4 * i));
+    } else {
+      for (int64_t i = first; i < first + count; ++i) out[i] = T(s.acc[i]);
+    }
+    return;
+  }
+  if (s.lanes) {                   // each row's partials in order into its total's lane
+    Buffer<double> held_lanes(4 * count);
+    double* lane = held_lanes.data();
+    std::fill(lane, lane + 4 * count, 0.0);
+    const double* part = s.acc + b0 * L.Dr * L.blocks;
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t r = 0; r < L.Dr; ++r) {
+        double& t = lane[4 * (b * s.per_b + r * s.per_r - first) + s.lane(b, r, L.Dr)];
+        double sum = t;
+        for (int64_t k = 0; k < L.blocks; ++k) sum += *part++;
+        t = sum;
+      }
+    for (int64_t i = 0; i < count; ++i) out[first + i] = T(lanes_total(lane + 4 * i));
     return;
   }
   Buffer<double> held_total(count);

@@ -24,7 +24,7 @@ launch covers every tensor. Layouts by D's axes:
 * ``single`` (neither): one value per program (per tensor and b).
 
 Consecutive phases that touch no array another of them writes run in one launch
-(:class:`LaunchPlan`; CAME's 17 phases take 11 launches): each program's table row says
+(:class:`LaunchPlan`; CAME's 15 phases take 11 launches): each program's table row says
 which phase it runs.
 
 A sum writes, per program, partial totals in float64 into a buffer of the tensor's

@@ -198,7 +198,13 @@ inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims
 }
 
 // How a sum's values land in its array (run_phase chooses; the totals' bits are the same
-// every way: the same doubles added in the same order, one rounding to T at the end):
+// every way: the same doubles added in the same order, one rounding to T at the end).
+// A sum over C whose total takes several rows (`lanes`: it adds over B or R too, as a
+// norm's or a mean's over the whole tensor) adds each row's partials, in order, into one
+// of four lanes by the row's place among the total's rows (place % 4), and the lanes as
+// (l0 + l1) + (l2 + l3) at the end: four chains instead of one, so that a conv weight's
+// 786,432 rows of 3 do not wait on each other's additions. A total of one row has only
+// its lane 0 (never -0: it starts at +0), so the lanes change nothing there:
 enum class Landing : int32_t {
   // partials kept, per row and block (over C) or per group and column (a column sum),
   // and added in order when the walk is done: the walk on several threads
@@ -219,11 +225,22 @@ struct Sum {
   int axes, dst;
   bool direct;
   bool over_c;
+  bool lanes;                 // over C and over B or R: a total of several rows (above)
   Landing landing;
   int64_t per_b, per_r;       // RUNNING: the row (b, r) adds into acc[b * per_b + r * per_r]
-  double* acc;                // PARTIALS: the partials; RUNNING: the totals
+  double* acc;                // PARTIALS: the partials; RUNNING: the totals (4 lanes each
+                              // where `lanes`: acc[4 * total + lane])
   void* out;                  // ROWS, GROUPS: dst
+  // the lane of row (b, r) (r < Dr): its place among the rows of its total, modulo 4
+  int64_t lane(int64_t b, int64_t r, int64_t Dr) const {
+    return ((axes & AB ? b : 0) * (axes & AR ? Dr : 1) + (axes & AR ? r : 0)) & 3;
+  }
 };
+
+// a total's four lanes added (see Landing)
+UO_INLINE double lanes_total(const double* lane) {
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
 
 // partial(i, k, value) for block k of the chunk's row i (blocks of SUM_BLOCK elements
 // from c0, a multiple of SUM_BLOCK), rows and blocks in order
@@ -260,13 +277,21 @@ inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& e
       return;
     }
     case Landing::RUNNING: {
-      if (s.per_b == 0 && s.per_r == 0) {           // one total: kept in a register
+      if (!s.lanes && s.per_b == 0 && s.per_r == 0) {     // one total of one row
         double t = s.acc[0];
         each([&](int64_t, int64_t, double p) { t += p; });
         s.acc[0] = t;
+      } else if (s.lanes && s.per_b == 0 && s.per_r == 0) {   // one total: row % 4
+        double* lane = s.acc;
+        each([&](int64_t i, int64_t, double p) { lane[(ch.row + i) & 3] += p; });
       } else if (s.per_r == 1 && s.per_b == w.Dr) {  // a total per row
         double* t = s.acc + ch.row;
         each([&](int64_t i, int64_t, double p) { t[i] += p; });
+      } else if (s.lanes) {
+        each([&](int64_t i, int64_t, double p) {
+          const int64_t r = ch.r + i, b = ch.b + r / w.Dr, rr = r % w.Dr;
+          s.acc[4 * (b * s.per_b + rr * s.per_r) + s.lane(b, rr, w.Dr)] += p;
+        });
       } else {
         each([&](int64_t i, int64_t, double p) {
           const int64_t r = ch.r + i;
@@ -418,18 +443,13 @@ inline bool rows_of_3(const Sum& s, const Walk& w, const Chunk& ch, const T* x) 
     for (; i < fours; i += 4)
       store_rounded(out + i, _mm256_add_pd(zero, four_partials_of_3(x + 3 * i)));
     for (; i < rows; ++i) out[i] = T(0.0 + short_sum<3>(x + 3 * i));
-  } else if (s.landing == Landing::RUNNING && s.per_b == 0 && s.per_r == 0) {
-    double t = s.acc[0];
-    for (; i < fours; i += 4) {
-      alignas(32) double p[4];
-      _mm256_store_pd(p, four_partials_of_3(x + 3 * i));
-      t += p[0];
-      t += p[1];
-      t += p[2];
-      t += p[3];
-    }
-    for (; i < rows; ++i) t += short_sum<3>(x + 3 * i);
-    s.acc[0] = t;
+  } else if (s.landing == Landing::RUNNING && s.lanes && s.per_b == 0 && s.per_r == 0) {
+    double* lane = s.acc;                     // row ch.row + i adds into its lane
+    for (; i < rows && ((ch.row + i) & 3); ++i) lane[(ch.row + i) & 3] += short_sum<3>(x + 3 * i);
+    __m256d four = _mm256_loadu_pd(lane);
+    for (; i + 4 <= rows; i += 4) four = _mm256_add_pd(four, four_partials_of_3(x + 3 * i));
+    _mm256_storeu_pd(lane, four);
+    for (; i < rows; ++i) lane[(ch.row + i) & 3] += short_sum<3>(x + 3 * i);
   } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
     double* t = s.acc + ch.row;
     for (; i < fours; i += 4)
@@ -457,10 +477,19 @@ inline bool rows_of_1(const Sum& s, const Walk& w, const Chunk& ch, const T* __r
   if (s.landing == Landing::ROWS) {
     T* __restrict__ out = static_cast<T*>(s.out) + ch.row;
     for (int64_t i = 0; i < rows; ++i) out[i] = T(0.0 + (0.0 + double(x[i])));
-  } else if (s.landing == Landing::RUNNING && s.per_b == 0 && s.per_r == 0) {
-    double t = s.acc[0];
-    for (int64_t i = 0; i < rows; ++i) t += 0.0 + double(x[i]);
-    s.acc[0] = t;
+  } else if (s.landing == Landing::RUNNING && s.lanes && s.per_b == 0 && s.per_r == 0) {
+    double* __restrict__ lane = s.acc;        // row ch.row + i adds into its lane
+    int64_t i = 0;
+    for (; i < rows && ((ch.row + i) & 3); ++i) lane[(ch.row + i) & 3] += 0.0 + double(x[i]);
+    double l0 = lane[0], l1 = lane[1], l2 = lane[2], l3 = lane[3];
+    for (; i + 4 <= rows; i += 4) {
+      l0 += 0.0 + double(x[i]);
+      l1 += 0.0 + double(x[i + 1]);
+      l2 += 0.0 + double(x[i + 2]);
+      l3 += 0.0 + double(x[i + 3]);
+    }
+    lane[0] = l0, lane[1] = l1, lane[2] = l2, lane[3] = l3;
+    for (; i < rows; ++i) lane[(ch.row + i) & 3] += 0.0 + double(x[i]);
   } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
     double* __restrict__ t = s.acc + ch.row;
     for (int64_t i = 0; i < rows; ++i) t[i] += 0.0 + double(x[i]);
