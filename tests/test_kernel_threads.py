@@ -33,17 +33,17 @@ SHAPE = (96, 64, 3, 3)
 SPECS = [uo.AdamW(lr=1e-3, weight_decay=0.01), uo.CAME(lr=1e-3)]
 
 
-def _steps(runner: KernelRunner, spec, threads: int, steps: int = 3) -> np.ndarray:
+def _steps(runner: KernelRunner, spec, threads: int, steps: int = 3,
+           shape=SHAPE, dtype: str = "float32") -> np.ndarray:
     """``steps`` steps of ``spec`` on one parameter at ``threads`` threads; its bytes."""
     rng = np.random.default_rng(7)
-    param = rng.standard_normal(SHAPE).astype(np.float32)
-    state = {k: np.zeros(n, np.float32)
-             for k, n in runner.state_sizes(spec, SHAPE, "float32").items()}
+    param = rng.standard_normal(shape).astype(dtype)
+    state = {k: np.zeros(n, dtype)
+             for k, n in runner.state_sizes(spec, shape, dtype).items()}
     for step in range(1, steps + 1):
-        grad = rng.standard_normal(SHAPE).astype(np.float32)
-        arrays = [param, grad, *(state[k] for k in runner.state_order(spec, SHAPE,
-                                                                        "float32"))]
-        runner.step([Job(spec, SHAPE, "float32", 1e-3, step,
+        grad = rng.standard_normal(shape).astype(dtype)
+        arrays = [param, grad, *(state[k] for k in runner.state_order(spec, shape, dtype))]
+        runner.step([Job(spec, shape, dtype, 1e-3, step,
                          [a.ctypes.data for a in arrays])], threads=threads)
         assert runtime.threads_in_use(runner.library) == threads
     return np.concatenate([param.ravel(), *state.values()]).tobytes()
@@ -55,6 +55,20 @@ def test_the_vm_runs_on_the_threads_it_is_handed_with_the_same_bits(spec):
     one = _steps(runner, spec, 1)
     for threads in (2, 3):
         assert _steps(runner, spec, threads) == one, threads
+
+
+@pytest.mark.parametrize("shape", [(7, 19, 300), (41, 269, 3)])
+def test_totals_of_several_rows_add_in_the_same_lanes_on_every_thread_count(shape):
+    """Adafactor's RMS of the parameter and of its update add the rows' partials in four
+    lanes (walk.h): running on one thread, kept per row and landed after the walk on
+    several. Rows of two sum blocks (300 elements), and 11,029 rows of 3, neither a
+    multiple of 4: the same bits at every count, in float64 (a float32 total rounds
+    another order of its doubles to the same float32 almost always)."""
+    runner = KernelRunner(specialize=False)
+    spec = uo.Adafactor(lr=1e-2)
+    one = _steps(runner, spec, 1, shape=shape, dtype="float64")
+    for threads in (2, 3):
+        assert _steps(runner, spec, threads, shape=shape, dtype="float64") == one, threads
 
 
 def test_a_generated_kernel_follows_the_thread_count_with_the_same_bits():

@@ -142,6 +142,26 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
     }
     return;
   }
+  if (s.lanes && s.per_b == 0 && s.per_r == 0) {   // one total: row % 4 is the lane
+    const double* part = s.acc;
+    const int64_t rows = L.rows, blocks = L.blocks;
+    alignas(32) double lane[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t row = 0;
+    if (blocks == 1) {             // four chains the compiler keeps in registers
+      double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0;
+      for (; row + 4 <= rows; row += 4) {
+        l0 += part[row];
+        l1 += part[row + 1];
+        l2 += part[row + 2];
+        l3 += part[row + 3];
+      }
+      lane[0] = l0, lane[1] = l1, lane[2] = l2, lane[3] = l3;
+    }
+    for (; row < rows; ++row)
+      for (int64_t k = 0; k < blocks; ++k) lane[row & 3] += part[row * blocks + k];
+    out[0] = T(lanes_total(lane));
+    return;
+  }
   if (s.lanes) {                   // each row's partials in order into its total's lane
     Buffer<double> held_lanes(4 * count);
     double* lane = held_lanes.data();
