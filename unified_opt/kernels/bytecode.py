@@ -567,9 +567,33 @@ def _small_state_in_place(phases: list[Phase], masks: list[int],
     old value at the element it writes before writing it, as every phase that updates a
     full array in place does; a phase of a tile run before it reads the old value of its
     own tile, which that phase has not reached yet."""
+    phases, freed = list(phases), []
+    while (found := _copy_to_fold(phases, masks, n_inputs)) is not None:
+        q, p, target, source = found
+        phases = [_renamed(r, source, target) if k > p else
+                  _stored_into(r, source, target) if k == p else r
+                  for k, r in enumerate(phases)]
+        phases[q] = Phase(phases[q].domain, tuple(        # the copy, now target <- target
+            i for i in phases[q].instructions
+            if not (i.op == OPCODES["store"] and i.dst == target
+                    and i.a_kind == OPERAND_KINDS["array"] and i.a == target)))
+        freed.append(source)
+    if not freed:
+        return phases, masks
+    phases = [p for p in phases if p.instructions]
+    number = {}
+    for k in range(len(masks)):
+        if k not in freed:
+            number[k] = len(number)
+    return ([_renumbered(p, number) for p in phases],
+            [m for k, m in enumerate(masks) if k not in freed])
+
+
+def _copy_to_fold(phases: list[Phase], masks, n_inputs: int):
+    """``(copy phase, writing phase, input array, scratch array)`` of the first copy of new
+    state that :func:`_small_state_in_place` may fold into the phase computing it, or
+    None."""
     store, array = OPCODES["store"], OPERAND_KINDS["array"]
-    phases = list(phases)
-    freed: list[int] = []
     for q, copy in enumerate(phases):
         for ins in copy.instructions:
             target, source = ins.dst, ins.a
@@ -586,23 +610,8 @@ def _small_state_in_place(phases: list[Phase], masks: list[int],
             later = phases[p + 1:q] + [Phase(copy.domain, tuple(others))] + phases[q + 1:]
             if any(target in _accesses(r)[0] | _accesses(r)[1] for r in later):
                 continue                        # the old value is still read, or written
-            phases = [_renamed(r, source, target) if k > p else
-                      _stored_into(r, source, target) if k == p else r
-                      for k, r in enumerate(phases)]
-            phases[q] = Phase(copy.domain, tuple(
-                i for i in phases[q].instructions
-                if not (i.op == store and i.dst == target and i.a_kind == array
-                        and i.a == target)))
-            freed.append(source)
-    if not freed:
-        return phases, masks
-    phases = [p for p in phases if p.instructions]
-    number = {}
-    for k in range(len(masks)):
-        if k not in freed:
-            number[k] = len(number)
-    return ([_renumbered(p, number) for p in phases],
-            [m for k, m in enumerate(masks) if k not in freed])
+            return q, p, target, source
+    return None
 
 
 def _stored_into(p: Phase, source: int, target: int) -> Phase:
