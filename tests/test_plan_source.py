@@ -12,22 +12,12 @@ import pytest
 
 import unified_opt as uo
 from unified_opt.backends.mindspore.plan_source import plan_source
-from unified_opt.kernels.bytecode import OPCODES, schedule
+from unified_opt.kernels.bytecode import OPCODES, _live, schedule
 from unified_opt.kernels.runtime import Programs
 from unified_opt.kernels.trace import trace_update
 
 SPECS = [uo.Adafactor(lr=1e-2), uo.CAME(lr=1e-3, weight_decay=0.1),
          uo.Lamb(lr=1e-3, weight_decay=0.01), uo.AdamW(lr=1e-3, weight_decay=0.01)]
-
-
-def _live(program) -> set[int]:
-    live, stack = set(), [v for _, v in program.outputs]
-    while stack:
-        i = stack.pop()
-        if i not in live:
-            live.add(i)
-            stack.extend(program.nodes[i].args)
-    return live
 
 
 @pytest.mark.parametrize("shape", [(8, 6, 3, 3), (64, 32), (40,)])
