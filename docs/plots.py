@@ -48,8 +48,7 @@ CONFORMANCE_RECORD = OUT / "conformance_adamw.json"
 GPU_PAGE = OUT / "gpu_step_time.md"
 #: the conformance case of the error/floor picture, and what --measure runs
 CONFORMANCE_CASE = "adamw_default"
-#: the algorithms of the step-time pictures, in the benchmarks' order
-#: the bars' groups, in this order: the benchmark table's algorithms
+#: the algorithms of the step-time pictures, in this order: the benchmark table's
 #: (:func:`unified_opt.records.benchmarked`)
 ALGORITHMS = tuple(benchmarked())
 DPI = 90

@@ -21,6 +21,7 @@ from unified_opt.kernels.bytecode import (
     OPERAND_KINDS,
     Instruction,
     Phase,
+    _accesses,
     _small_state_in_place,
     schedule,
 )
@@ -41,12 +42,6 @@ def plan_of(spec, shape, keep_costly: bool):
     return schedule(trace.program, keep_costly, tiles=False)
 
 
-def _reads(phase) -> set[int]:
-    return {k for ins in phase.instructions
-            for kind, k in ((ins.a_kind, ins.a), (ins.b_kind, ins.b), (ins.c_kind, ins.c))
-            if kind == ARRAY}
-
-
 @pytest.mark.parametrize("keep_costly", [True, False])
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -64,7 +59,7 @@ def test_a_small_value_is_stored_only_for_a_phase_of_other_axes(spec, shape, kee
         for at, ins in enumerate(body):
             if ins.op != STORE or ins.dst < plan.n_inputs or ins.a_kind != REGISTER:
                 continue
-            readers = [q.domain for q in plan.phases[p + 1:] if ins.dst in _reads(q)]
+            readers = [q.domain for q in plan.phases[p + 1:] if ins.dst in _accesses(q)[0]]
             written = max(k for k in range(at) if body[k].op not in (STORE, SUM)
                           and body[k].dst == ins.a)
             summed = any(i.op == SUM and i.a_kind == REGISTER and i.a == ins.a
@@ -111,7 +106,7 @@ def test_new_state_is_stored_in_place_when_nothing_reads_the_old_value_after():
     assert masks == [7, 3]                                   # the scratch array is gone
     assert len(phases) == 2                                  # and the copy
     assert phases[0].instructions[-1] == _ins(STORE, 1, (REGISTER, 0))
-    assert _reads(phases[1]) == {0, 1}                       # the new row, in place
+    assert _accesses(phases[1])[0] == {0, 1}              # the new row, in place
 
 
 def test_new_state_is_copied_when_a_later_phase_reads_the_old_value():
