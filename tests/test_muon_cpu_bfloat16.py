@@ -32,3 +32,12 @@ def test_torch_own_muon_follows_the_oracle_with_either_product(bfloat16_units,
     assert run.decision.path == "own"
     planted = follow("torch", case, "own", spec=SPEC.replace(ns_steps=4))
     assert not planted.passed, planted.result["comparison"]
+
+
+@pytest.mark.parametrize("limit", [("ONEDNN_MAX_CPU_ISA", "AVX2"),
+                                   ("ATEN_CPU_CAPABILITY", "avx2")])
+def test_a_limit_on_the_vector_code_keeps_the_float32_products(limit, monkeypatch):
+    """Under ``.ci/without_avx512/run``'s limits torch's bfloat16 products do not run on
+    bfloat16 instructions, whatever ``/proc/cpuinfo`` lists, so the switch is off."""
+    monkeypatch.setenv(*limit)
+    assert torch_ops.cpu_multiplies_bfloat16() is False

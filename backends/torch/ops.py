@@ -1,5 +1,6 @@
 """torch binding of the spec ops interface, and :func:`warm_up_cpu_sqrt`."""
 
+import os
 import sys
 
 import torch
@@ -49,10 +50,19 @@ _LOW = {"bfloat16": torch.bfloat16}
 
 def cpu_multiplies_bfloat16() -> bool:
     """Whether this CPU has bfloat16 matrix instructions (x86's ``avx512_bf16`` or
-    ``amx_bf16``, as ``/proc/cpuinfo`` lists them). torch's bfloat16 matrix products
-    run on them: Muon's iteration on a 1000 x 512 matrix took 32.7 ms in bfloat16 on
-    such an AMD EPYC against 73.5 ms in float32 with each result rounded (one thread,
-    torch 2.13); on a CPU without them it took 2.2 s for a 512 x 512 matrix."""
+    ``amx_bf16``, as ``/proc/cpuinfo`` lists them) and torch may use them: not where
+    ``ONEDNN_MAX_CPU_ISA`` holds oneDNN, which runs torch's bfloat16 matrix products,
+    below them, nor where ``ATEN_CPU_CAPABILITY`` holds ATen below AVX-512 (as
+    ``.ci/without_avx512/run`` does to act as a CPU without AVX-512). torch's bfloat16
+    matrix products run on them: Muon's iteration on a 1000 x 512 matrix took 32.7 ms
+    in bfloat16 on such an AMD EPYC against 73.5 ms in float32 with each result rounded
+    (one thread, torch 2.13); on a CPU without them it took 2.2 s for a 512 x 512
+    matrix."""
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if not (isa in ("ALL", "DEFAULT") or "BF16" in isa or "AMX" in isa or "AVX10" in isa):
+        return False
+    if os.environ.get("ATEN_CPU_CAPABILITY", "avx512").lower() not in ("avx512",):
+        return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as info:
             for line in info:
