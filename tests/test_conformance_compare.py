@@ -370,3 +370,50 @@ def test_the_float32_floor_is_the_masked_maximum_with_or_without_non_finite_valu
         assert floor32.tobytes() == wanted.tobytes() and wanted.max() > 0
         assert got_magnitude.tobytes() == magnitude.tobytes()
     assert np.isfinite(float32_floor(*spoiled, storage)[0]).all()
+
+
+def test_a_run_nearer_the_update_in_full_precision_fails_precision():
+    """Muon's bfloat16 iteration (``muon_bfloat16``, ``torch.optim.Muon``'s form): the
+    same update computed in float32 sits within K of the bfloat16 oracle (the bfloat16
+    floor holds it), so the ratio rule alone passes it; it is nearer the oracle of
+    ``ns_dtype=None`` than its own, and fails "precision", naming that knob. The spec's
+    float32 references (the plain one, and the one with every bfloat16 result an ulp
+    nearer zero) pass."""
+    from unified_opt.conformance.verdict import References, verdict
+
+    case = _default_cases_by_id()["muon_bfloat16"]
+    description, full = case.spec.full_precision()
+    assert description == "ns_dtype=None" and full == case.spec.replace(ns_dtype=None)
+    references = References()
+    oracle = references.get(case, "float64")
+    in_float32 = reference_trajectory(full, case, "float32")
+    assert compare(in_float32, oracle, references.floors(case.spec, case)).passed
+    result = verdict(case, "numpy", "own", in_float32, None, None, references)
+    assert result["status"] == "fail", result["comparison"]
+    assert result["comparison"]["failure"] == "precision"
+    assert "ns_dtype=None" in result["comparison"]["detail"]
+    assert result["explanation"]["matches"] == ["ns_dtype=None"]
+    for correct in (references.floors(case.spec, case)[0],
+                    references.floors(case.spec, case)[-1]):
+        assert verdict(case, "numpy", "own", correct, None, None, references)["status"] \
+            == "pass"
+
+
+def test_precision_is_judged_only_where_the_full_precision_trajectory_is_nearer():
+    """``held_to_precision``: a tie (the two oracles the same numbers) and a run nearer
+    its own oracle keep the comparison; a failing comparison stays as it failed."""
+    from dataclasses import replace
+
+    from unified_opt.conformance.compare import Comparison, held_to_precision
+
+    own = Comparison(True, worst_ratio=0.8, worst_quantity="param:w", worst_step=3)
+    assert held_to_precision(own, replace(own), "ns_dtype=None", "bfloat16") is own
+    assert held_to_precision(own, replace(own, worst_ratio=5.0), "x", "bfloat16") is own
+    failed = replace(own, passed=False, failure="ratio")
+    assert held_to_precision(failed, replace(own, worst_ratio=0.1), "x", "bfloat16") \
+        is failed
+    nearer = held_to_precision(own, replace(own, worst_ratio=0.1), "ns_dtype=None",
+                               "bfloat16")
+    assert (nearer.passed, nearer.failure, nearer.failing_quantity,
+            nearer.first_failing_step) == (False, "precision", "param:w", 3)
+    assert not uo.Muon(lr=0.02).full_precision() and not uo.AdamW().full_precision()

@@ -41,3 +41,19 @@ def test_a_limit_on_the_vector_code_keeps_the_float32_products(limit, monkeypatc
     bfloat16 instructions, whatever ``/proc/cpuinfo`` lists, so the switch is off."""
     monkeypatch.setenv(*limit)
     assert torch_ops.cpu_multiplies_bfloat16() is False
+
+
+def test_the_iteration_in_float32_where_the_spec_says_bfloat16_fails(monkeypatch):
+    """torch's own path with the rounding to bfloat16 taken out (the whole iteration in
+    float32) on the suite's ``muon_bfloat16`` case: within K of the oracle, so only the
+    precision rule tells it apart; it fails "precision" and names ``ns_dtype=None``."""
+    from unified_opt.conformance.cases import default_cases
+    from unified_opt.conformance.compare import K
+
+    case = next(c for c in default_cases(["muon"]) if c.id == "muon_bfloat16")
+    monkeypatch.setattr(torch_ops.TorchOps, "rounded", lambda self, x, dtype: x)
+    run = follow("torch", case, "own")
+    comparison = run.result["comparison"]
+    assert run.result["status"] == "fail", comparison
+    assert comparison["failure"] == "precision" and comparison["worst_ratio"] <= K
+    assert run.result["explanation"]["matches"] == ["ns_dtype=None"]

@@ -402,6 +402,14 @@ class Spec:
         (:class:`unified_opt.ops.UlpOffOps`)."""
         return None
 
+    def full_precision(self) -> tuple[str, "Spec"] | None:
+        """Where :attr:`low_precision_update` is set: ``(description, spec)``, the same
+        update with that part computed in the parameter's precision (Muon's
+        ``("ns_dtype=None", ...)``); None otherwise. The conformance rule fails a run
+        that is nearer this spec's trajectory than its own (:mod:`.conformance.compare`):
+        the bfloat16 floor alone is wide enough to hold such a run."""
+        return None
+
     def updates_shape(self, shape: tuple[int, ...]) -> bool:
         """Whether :meth:`update` takes a parameter of ``shape`` (every spec but Muon's
         matrices-only form does; its update raises for the others)."""

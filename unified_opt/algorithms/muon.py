@@ -173,6 +173,10 @@ class Muon(Spec):
     def low_precision_update(self) -> str | None:
         return self.ns_dtype
 
+    def full_precision(self) -> tuple[str, Spec] | None:
+        return None if self.ns_dtype is None else ("ns_dtype=None",
+                                                   self.replace(ns_dtype=None))
+
     def _check(self, owner: str) -> dict[str, Any]:
         steps = self.ns_steps
         if isinstance(steps, bool) or not isinstance(steps, int):
