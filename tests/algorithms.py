@@ -35,8 +35,9 @@ from unified_opt.conformance.cases import Native
 from unified_opt.records import Planted, records
 from unified_opt.schedules import Cosine, Exponential
 
-#: the algorithms whose update does not trace (Muon's matrix products): the kernel VM and
-#: the CUDA engine hand them to eager operations (tests/test_cuda_engine.py checks the list)
+#: the algorithms whose update holds a matrix phase (Muon's iteration): the CUDA engine
+#: hands them to eager operations (tests/test_cuda_engine.py checks the list); the CPU
+#: kernels run them in segments around it (tests/test_matrix_phase.py)
 UNTRACEABLE = ("muon",)
 #: the steps of every run here (the conformance default)
 STEPS = 50

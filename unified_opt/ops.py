@@ -81,6 +81,15 @@ class Ops:
         back to the parameter's)."""
         raise NotImplementedError
 
+    def matrix_function(self, fn, x, *args):
+        """``fn(x, *args, ops=self)``: a function of the whole tensor ``x`` that multiplies
+        matrices (Muon's Newton–Schulz iteration), returning a tensor of ``x``'s shape and
+        dtype; ``args`` are hashable Python values. Eagerly it is the call. A trace
+        (:mod:`unified_opt.kernels.trace`) records it as one node, which the CPU kernels
+        run as a matrix phase: on the host, ``fn`` over the framework's tensors, between
+        the compiled elementwise phases before and after it."""
+        return fn(x, *args, ops=self)
+
     def power(self, base: float, exponent: int) -> float:
         """``base ** exponent`` of Python numbers (a bias correction's beta^t), as a
         Python float: exact in double precision on every binding."""

@@ -54,6 +54,7 @@ from mindspore import Tensor, ops
 from mindspore import dtype as mstype
 
 from unified_opt.kernels import build
+from unified_opt.kernels.runtime import Segmented
 from unified_opt.kernels.trace import Untraceable
 from unified_opt.pre_step import has_pre_step
 
@@ -145,6 +146,10 @@ class GraphStep:
         except (ValueError, ArithmeticError):
             return 0
         code, scalars = runner.code_and_scalars(spec, tuple(p.shape), "float32", lr, step)
+        if isinstance(code, Segmented):
+            raise Untraceable("its update has a matrix phase (Muon's iteration), which the "
+                              "host runs between the kernels' phases: not one custom "
+                              "operator per parameter")
         return 2 + code.size + scalars.size
 
     def packed(self, global_step, learning_rate) -> np.ndarray:

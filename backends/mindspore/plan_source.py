@@ -22,7 +22,7 @@ as true, as ``numbers.h`` does). ``max`` and ``min`` keep NaN, as numpy's and th
 
 from __future__ import annotations
 
-from unified_opt.kernels.bytecode import OPCODES, OPERAND_KINDS, SELECT, KernelPlan
+from unified_opt.kernels.bytecode import MATRIX, OPCODES, OPERAND_KINDS, SELECT, KernelPlan
 from unified_opt.kernels.trace import B, C, R, Untraceable, canonical_dims
 
 _AXES = ((B, 0), (R, 1), (C, 2))
@@ -78,6 +78,8 @@ def plan_source(name: str, plan: KernelPlan, shape, state_shapes) -> list[str]:
     for number, (domain, instructions) in enumerate(plan.phases):
         if domain == SELECT:
             raise Untraceable("a top-k selection has no MindSpore form here")
+        if domain == MATRIX:
+            raise Untraceable("a matrix phase (Muon's iteration) has no MindSpore form here")
         registers: dict[int, str] = {}
 
         def operand(kind: int, k: int) -> str:

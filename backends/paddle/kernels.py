@@ -9,11 +9,21 @@ from __future__ import annotations
 
 import os
 
+import paddle
+
 from unified_opt.kernels.runtime import Job, KernelPath
+
+from .ops import paddle_ops
 
 
 class PaddleKernels(KernelPath):
     """:class:`~unified_opt.kernels.runtime.KernelPath` over Paddle tensors."""
+
+    def matrix_function(self, function, x, arguments: tuple, out) -> None:
+        """A matrix call (Muon's iteration) in Paddle's operations, on a copy of ``x``
+        (Paddle makes a tensor of a numpy array by copying it), into ``out``: its
+        products in Paddle's matmul, as the eager update computes them."""
+        out[...] = function(paddle.to_tensor(x), *arguments, ops=paddle_ops).numpy()
 
     def threads(self) -> int:
         """Paddle's CPU thread count: ``OMP_NUM_THREADS``, which Paddle writes into

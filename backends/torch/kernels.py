@@ -12,11 +12,31 @@ import torch
 from unified_opt.kernels.runtime import Job, KernelPath
 from unified_opt.storage import rounds
 
-from .ops import is_dtensor
+from .ops import TorchOps, is_dtensor
+
+
+class _IntoArray(TorchOps):
+    """torch's operations for a matrix call whose result is copied into the kernels'
+    array: the cast back to the parameter's dtype (``cast_like``, after a bfloat16
+    iteration) is left to that copy, which converts as exactly (a bfloat16 value is a
+    float32 one), so that the result is read once, not cast and then copied."""
+
+    def cast_like(self, x, other): return x
+
+
+_into_array = _IntoArray()
 
 
 class TorchKernels(KernelPath):
     """:class:`~unified_opt.kernels.runtime.KernelPath` over torch tensors."""
+
+    def matrix_function(self, function, x, arguments: tuple, out) -> None:
+        """A matrix call (Muon's iteration) in torch's operations over ``x``'s memory
+        into ``out``'s: its products in torch's (bfloat16 ones where
+        ``TorchOps.rounded`` keeps bfloat16 tensors), as the eager update computes
+        them."""
+        torch.from_numpy(out).copy_(function(torch.from_numpy(x), *arguments,
+                                             ops=_into_array))
 
     def threads(self) -> int:
         """torch's intra-op thread count (``torch.get_num_threads()``, what

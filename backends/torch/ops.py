@@ -109,9 +109,12 @@ class TorchOps(Ops):
         # bfloat16 tensor, its matrix products on those units. Another CPU: the values in
         # x's dtype, every product in float32 (exact for bfloat16 inputs, summed in
         # float32 as a bfloat16 kernel sums), as Paddle's and MindSpore's bindings
+        low = _LOW[dtype]
+        if x.dtype == low:                # already rounded (a product of bfloat16 tensors)
+            return x
         if x.device.type == "cpu" and not _CPU_BFLOAT16:
-            return x.to(_LOW[dtype]).to(x.dtype)
-        return x.to(_LOW[dtype])
+            return x.to(low).to(x.dtype)
+        return x.to(low)
     def cast_like(self, x, other): return x.to(other.dtype)
 
     def topk_mask(self, x, k):

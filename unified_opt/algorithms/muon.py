@@ -115,28 +115,35 @@ MATRICES = {"w": (65, 65), "tall": (40, 24), "wide": (16, 48), "one": (1, 1),
             "empty": (0, 5)}
 
 
-def orthogonalised(update: Tensor, spec: "Muon", ops: Ops) -> Tensor:
-    """:math:`\\mathrm{NS}^{(a,b,c)}_k(U)` (see the module), in ``spec.ns_dtype``: every
+def orthogonalised(update: Tensor, flat: tuple[int, int], coefficients: tuple[float, ...],
+                   steps: int, eps: float, low: str | None, *, ops: Ops) -> Tensor:
+    """:math:`\\mathrm{NS}^{(a,b,c)}_k(U)` (see the module) of ``update`` seen as the
+    matrix ``flat`` (a conv kernel's flattening), in ``low`` (``ns_dtype``): every
     operation's result rounded to it, as a framework computing in it rounds (its input,
     the norm, the normalised matrix, each product: ``torch.optim.Muon``'s
-    ``addmm``\\ s round once), and returned in ``update``'s dtype."""
-    a, b, c = spec.ns_coefficients
-    low = spec.ns_dtype
+    ``addmm``\\ s round once), and returned in ``update``'s shape and dtype. The update
+    calls it through ``ops.matrix_function``: one node of a trace, which the CPU kernels
+    run on the host between their elementwise phases."""
+    shape = tuple(update.shape)
+    if flat != shape:
+        update = ops.reshape(update, flat)
+    a, b, c = coefficients
 
     def held(x: Tensor) -> Tensor:
         return x if low is None else ops.rounded(x, low)
 
-    rows, columns = update.shape
+    rows, columns = flat
     x = held(update)
     x = ops.transpose(x) if rows > columns else x
     norm = held(ops.norm(x))
-    x = held(x / held(ops.maximum(norm, ops.full_like(norm, spec.eps))))
-    for _ in range(spec.ns_steps):
+    x = held(x / held(ops.maximum(norm, ops.full_like(norm, eps))))
+    for _ in range(steps):
         gram = held(ops.matmul(x, ops.transpose(x)))
         polynomial = held(ops.addmm(gram, gram, gram, beta=b, alpha=c))
         x = held(ops.addmm(x, polynomial, x, beta=a, alpha=1.0))
     x = ops.transpose(x) if rows > columns else x
-    return x if low is None else ops.cast_like(x, update)
+    x = x if low is None else ops.cast_like(x, update)
+    return ops.reshape(x, shape) if flat != shape else x
 
 
 def adjusted_lr(lr: float, how: str, shape: tuple[int, ...]) -> float:
@@ -260,11 +267,9 @@ class Muon(Spec):
             1.0 - self.momentum)
         direction = grad + (buffer - grad) * self.momentum if self.nesterov else buffer
         flat = (shape[0], math.prod(shape[1:])) if len(shape) > 2 else shape
-        if flat != shape:
-            direction = ops.reshape(direction, flat)
-        orthogonal = orthogonalised(direction, self, ops)
-        if flat != shape:
-            orthogonal = ops.reshape(orthogonal, shape)
+        orthogonal = ops.matrix_function(orthogonalised, direction, flat,
+                                         tuple(self.ns_coefficients), self.ns_steps, self.eps,
+                                         self.ns_dtype)
         param = param * (1.0 - lr * self.weight_decay)
         param = param - orthogonal * adjusted_lr(lr, self.adjust_lr_fn, flat)
         return param, {"momentum_buffer": buffer}

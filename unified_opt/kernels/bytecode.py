@@ -75,6 +75,13 @@ OPCODES = {name: i for i, name in enumerate(
      "or", "neg", "sqrt", "abs", "sign", "where", "sum", "store", "topk"])}
 #: the domain of a phase that selects the top k of a stored array (``topk_mask``)
 SELECT = -1
+#: the domain of a matrix phase (``matrix_function``: Muon's iteration), which the host
+#: runs between the phases before and after it; not part of the ABI: a plan holding one
+#: is run as :func:`segments`, each encoded on its own
+MATRIX = -2
+#: the op of a matrix phase's instructions (``dst``: the result array, ``aux``: the call's
+#: place in the program's ``matrix_calls``, ``a``: the operand array); never encoded
+MATRIX_CALL = -1
 OPERAND_KINDS = {"none": 0, "register": 1, "array": 2, "scalar": 3, "count": 4}
 #: ints in the code's header, in a phase's header, in an instruction
 HEADER_INTS, PHASE_INTS, INSTRUCTION_INTS = 6, 2, 9
@@ -174,6 +181,8 @@ class KernelPlan:
     #: tile by tile over B (see :func:`tile_runs`); a consumer that runs the phases one
     #: after the other gives the same bits
     tiles: tuple[tuple[int, int], ...] = ()
+    #: ``(function, arguments)`` of each matrix call (the program's ``matrix_calls``)
+    matrix_calls: tuple[tuple, ...] = ()
 
 
 
@@ -248,13 +257,14 @@ def schedule(program: Program, keep_costly: bool = False,
     array_of: dict[int, int] = {}
     for i in sorted(live):
         node = nodes[i]
-        if node.op == "topk":
-            # the operand stored whole in its phase, then a phase selects into an array
+        if node.op in ("topk", "matrix"):
+            # the operand stored whole in its phase, then a phase selects (or the host
+            # runs the matrix function) into an array
             arg = node.args[0]
             operand, array_of[i] = len(array_masks), len(array_masks) + 1
             array_masks += [full, full]
             phase(level[arg], full).stores.append((operand, arg))
-            phase(level[i], SELECT).nodes.append(i)
+            phase(level[i], SELECT if node.op == "topk" else MATRIX).nodes.append(i)
             array_of[("operand", i)] = operand
         elif node.op == "sum":
             arg = node.args[0]
@@ -279,7 +289,7 @@ def schedule(program: Program, keep_costly: bool = False,
         if node.op == "input":
             array_of[i] = node.attr
     home = {i: key for key, p in phases.items() for i in p.nodes
-            if nodes[i].mask != full and p.domain != SELECT}
+            if nodes[i].mask != full and p.domain not in (SELECT, MATRIX)}
     def read_elsewhere(i):
         if any(v == i for _, v in program.outputs):
             return True
@@ -294,11 +304,12 @@ def schedule(program: Program, keep_costly: bool = False,
     for key, p in phases.items():
         for value, target in p.reads.items():
             array_of.setdefault(value, target)
-        if p.domain not in (full, SELECT):
+        if p.domain not in (full, SELECT, MATRIX):
             p.stores.extend((array_of[i], i) for i in p.nodes if array_of.get(i) is not None
                             and nodes[i].op != "input")
-    # within a level: the selections, then from the fewest axes to the full ones
-    ordered = sorted(phases.values(), key=lambda p: (p.level, p.domain != SELECT,
+    # within a level: the selections and matrix calls, then from the fewest axes to the
+    # full ones
+    ordered = sorted(phases.values(), key=lambda p: (p.level, p.domain not in (SELECT, MATRIX),
                                                      p.domain == full, _popcount(p.domain),
                                                      p.domain))
     # new state of fewer axes: copied in after every phase
@@ -317,6 +328,10 @@ def schedule(program: Program, keep_costly: bool = False,
                 [(OPERAND_KINDS["array"], array_of[("operand", t)]),
                  (OPERAND_KINDS["scalar"], nodes[nodes[t].args[1]].attr)])
                 for t in p.nodes], 0
+        elif p.domain == MATRIX:
+            instructions, used = [_instruction(
+                MATRIX_CALL, array_of[t], nodes[t].attr,
+                [(OPERAND_KINDS["array"], array_of[("operand", t)])]) for t in p.nodes], 0
         else:
             instructions, used = _phase_code(p, nodes, {**array_of, **p.reads}, full)
         out.append(Phase(p.domain, tuple(Instruction(*ins) for ins in instructions)))
@@ -324,13 +339,18 @@ def schedule(program: Program, keep_costly: bool = False,
     if keep_costly:
         out, array_masks = _small_state_in_place(out, array_masks, n_inputs)
     runs: tuple[tuple[int, int], ...] = ()
-    if keep_costly if tiles is None else tiles:
-        out, runs = tile_runs(out, array_masks)
-    return KernelPlan(n_inputs, tuple(array_masks), n_registers, tuple(out), runs)
+    if (keep_costly if tiles is None else tiles) and not program.matrix_calls:
+        out, runs = tile_runs(out, array_masks)       # a matrix plan: per segment
+    return KernelPlan(n_inputs, tuple(array_masks), n_registers, tuple(out), runs,
+                      program.matrix_calls)
 
 
 def encode(scheduled: KernelPlan) -> np.ndarray:
-    """The int32 code of ``scheduled`` (see the module)."""
+    """The int32 code of ``scheduled`` (see the module); a plan with a matrix phase is
+    refused (its :func:`segments` are encoded one by one)."""
+    if any(p.domain == MATRIX for p in scheduled.phases):
+        raise ValueError("encode: a plan with a matrix phase (the host runs it): encode "
+                         "its segments (bytecode.segments)")
     code = [VERSION, scheduled.n_inputs, len(scheduled.masks), scheduled.n_registers,
             len(scheduled.phases), len(scheduled.tiles), *scheduled.masks]
     for first, count in scheduled.tiles:
@@ -373,7 +393,7 @@ def _accesses(p: Phase) -> tuple[set[int], set[int]]:
              for kind, k in ((ins.a_kind, ins.a), (ins.b_kind, ins.b), (ins.c_kind, ins.c))
              if kind == array}
     writes = {ins.dst for ins in p.instructions
-              if ins.op in (OPCODES["store"], OPCODES["sum"], OPCODES["topk"])}
+              if ins.op in (OPCODES["store"], OPCODES["sum"], OPCODES["topk"], MATRIX_CALL)}
     return reads, writes
 
 
@@ -382,7 +402,7 @@ def tileable(p: Phase, masks) -> bool:
     domain spans B, it writes arrays that span B or sums, and none of its sums adds over B
     without C (a column sum over B adds rows of several b's into one partial row: ``phases.h``
     keeps such partials per group of rows, and groups cross tiles)."""
-    if p.domain == SELECT or not p.domain & _B:
+    if p.domain in (SELECT, MATRIX) or not p.domain & _B:
         return False
     for ins in p.instructions:
         if ins.op == OPCODES["sum"] and ins.aux & _B and not ins.aux & _C:
@@ -445,7 +465,7 @@ def tile_runs(phases, masks) -> tuple[list[Phase], tuple[tuple[int, int], ...]]:
         if tileable(p, masks) and not reads & (over_b | moved_writes) \
                 and not writes & (moved_reads | moved_writes):
             join(position, p, writes)
-        elif run and p.domain != SELECT and not p.domain & _B:
+        elif run and p.domain not in (SELECT, MATRIX) and not p.domain & _B:
             moved.append((position, p))
             moved_reads.update(reads)
             moved_writes.update(writes)
@@ -479,6 +499,70 @@ def _copies_early(phases: list[Phase]) -> list[Phase]:
         if after < position:
             phases.insert(after, phases.pop(position))
     return phases
+
+
+class Segment(NamedTuple):
+    """The phases of a matrix plan up to a matrix phase (:func:`segments`)."""
+
+    #: those phases as a plan of their own (None: there are none), whose inputs are the
+    #: plan's inputs and then the plan's crossing arrays
+    plan: KernelPlan | None
+    #: the matrix calls after them (the matrix phase's instructions, the arrays numbered
+    #: as the crossing arrays: ``a`` the operand's place, ``dst`` the result's), or ()
+    calls: tuple[Instruction, ...]
+
+
+def segments(scheduled: KernelPlan, tiles: bool = False
+             ) -> tuple[tuple[Segment, ...], tuple[int, ...]]:
+    """A plan with matrix phases cut at them: the segments (the phases before each matrix
+    phase, and after the last), and the *crossing* arrays (scratch arrays that more than
+    one segment or matrix call reads or writes: the matrix calls' operands and results,
+    and any value an earlier segment leaves for a later one). The runtime keeps the
+    crossing arrays for the step (:mod:`.runtime`): each segment runs on the VM or its
+    kernel with them as inputs after the plan's own, and the host runs each matrix call
+    between the segments, in order: the plan's phases in the plan's order. ``tiles``:
+    each segment's phases grouped into tile runs (:func:`tile_runs`)."""
+    parts: list[list[Phase]] = [[]]
+    calls: list[tuple[Instruction, ...]] = []
+    for p in scheduled.phases:
+        if p.domain == MATRIX:
+            calls.append(p.instructions)
+            parts.append([])
+        else:
+            parts[-1].append(p)
+    calls.append(())
+    n_inputs = scheduled.n_inputs
+    users: dict[int, set[int]] = defaultdict(set)       # scratch array -> where it is used
+    for number, part in enumerate(parts):
+        for p in part:
+            reads, writes = _accesses(p)
+            for k in reads | writes:
+                users[k].add(2 * number)
+        for ins in calls[number]:
+            users[ins.a].add(2 * number + 1)
+            users[ins.dst].add(2 * number + 1)
+    crossing = tuple(k for k in range(n_inputs, len(scheduled.masks)) if len(users[k]) > 1)
+    out = []
+    for number, part in enumerate(parts):
+        place = {k: k for k in range(n_inputs)}
+        place.update((k, n_inputs + j) for j, k in enumerate(crossing))
+        for k in sorted(k for k in users if 2 * number in users[k] and k not in place):
+            place[k] = len(place)
+        masks = [0] * len(place)
+        for k, j in place.items():
+            masks[j] = scheduled.masks[k]
+        plan = None
+        if part:
+            phases = [_renumbered(p, place) for p in part]
+            runs: tuple[tuple[int, int], ...] = ()
+            if tiles:
+                phases, runs = tile_runs(phases, masks)
+            plan = KernelPlan(n_inputs + len(crossing), tuple(masks), scheduled.n_registers,
+                              tuple(phases), runs)
+        where = {k: j for j, k in enumerate(crossing)}
+        out.append(Segment(plan, tuple(ins._replace(dst=where[ins.dst], a=where[ins.a])
+                                       for ins in calls[number])))
+    return tuple(out), crossing
 
 
 def tile_local(scheduled: KernelPlan, first: int, count: int) -> tuple[int, ...]:
@@ -527,7 +611,7 @@ def _live(program: Program) -> set[int]:
 def _levels(nodes) -> list[int]:
     level = []
     for node in nodes:
-        if node.op in ("sum", "topk"):
+        if node.op in ("sum", "topk", "matrix"):
             level.append(level[node.args[0]] + 1)
         else:
             level.append(max((level[a] for a in node.args), default=0))
@@ -633,7 +717,7 @@ def _renamed(p: Phase, source: int, target: int) -> Phase:
 
 def _renumbered(p: Phase, number: dict[int, int]) -> Phase:
     array = OPERAND_KINDS["array"]
-    writes = (OPCODES["store"], OPCODES["sum"], OPCODES["topk"])
+    writes = (OPCODES["store"], OPCODES["sum"], OPCODES["topk"], MATRIX_CALL)
 
     def one(kind, k):
         return number[k] if kind == array else k

@@ -21,6 +21,7 @@ import numpy as np
 from .bytecode import (
     AXES,
     DTYPES,
+    MATRIX,
     OPCODES,
     OPERAND_KINDS,
     SELECT,
@@ -46,6 +47,9 @@ def kernel_source(code: np.ndarray) -> str:
     (without the code)."""
     decoded = decode(code)
     n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
+    if any(domain == MATRIX for domain, _ in phases):
+        raise ValueError("kernel_source: a plan with a matrix phase (the host runs it): "
+                         "write its segments' kernels (bytecode.segments)")
     _check_scratch_written_first(n_inputs, masks, phases)
     if not tile_runs_valid(decoded):
         raise ValueError(f"kernel_source: tile runs {decoded.tiles} that phases.h's run_tiles "

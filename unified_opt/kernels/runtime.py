@@ -38,8 +38,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ops import numpy_ops
 from . import build
-from .bytecode import DTYPES, OPCODES, OPERAND_KINDS, compile_program, decode
+from .bytecode import (
+    DTYPES,
+    OPCODES,
+    OPERAND_KINDS,
+    compile_program,
+    decode,
+    encode,
+    schedule,
+    segments,
+)
 from .codegen import kernel_source
 from .trace import (
     B,
@@ -65,6 +75,35 @@ _threads = 0
 
 
 @dataclass(frozen=True)
+class Segmented:
+    """A program with matrix phases (``Ops.matrix_function``: Muon's iteration) as the
+    runner runs it: its :func:`.bytecode.segments`, each as VM code (None: no phases) with
+    the matrix calls the host runs after it, and the masks of the arrays that cross
+    between them (kept for the step, handed to every segment after the program's own
+    arrays)."""
+
+    codes: tuple                   # per segment: VM code or None
+    calls: tuple                   # per segment: ((function, arguments, operand, result), ...)
+    crossing: tuple[int, ...]      # the crossing arrays' masks
+    key: bytes
+
+    @classmethod
+    def of(cls, program, keep_costly: bool) -> "Segmented":
+        plan = schedule(program, keep_costly, tiles=False)
+        parts, crossing = segments(plan, tiles=keep_costly)
+        codes = tuple(None if part.plan is None else encode(part.plan) for part in parts)
+        calls = tuple(tuple((*plan.matrix_calls[ins.aux], ins.a, ins.dst)
+                            for ins in part.calls) for part in parts)
+        masks = tuple(plan.masks[k] for k in crossing)
+        key = b"segmented" + b"".join(b"|" + (b"" if c is None else c.tobytes()) for c in codes)
+        return cls(codes, calls, masks, key + repr(calls).encode())
+
+
+def _key(code) -> bytes:
+    return code.key if isinstance(code, Segmented) else code.tobytes()
+
+
+@dataclass(frozen=True)
 class Prepared:
     """What one parameter's job needs at one step, worked out once per spec, shape,
     dtype, lr and step (:meth:`Programs.prepared`): a step over many tensors of few
@@ -73,8 +112,8 @@ class Prepared:
     order: tuple[str, ...]     # the state arrays after the parameter and the gradient
     sizes: dict                # each state array's element count
     shape: tuple[int, ...]     # the shape the kernels see (1-D where the update runs flat)
-    code: np.ndarray           # VM code
-    key: bytes                 # ``code.tobytes()``: the program's identity
+    code: "np.ndarray | Segmented"     # VM code, or a program with matrix phases
+    key: bytes                 # ``code.tobytes()`` (or its key): the program's identity
     scalars: np.ndarray
     dims: np.ndarray           # canonical_dims(shape) as the VM reads them
     numel: int
@@ -94,6 +133,8 @@ class Job:
 
 #: state layouts a runner keeps (one per spec, rank and dtype)
 LABELS_KEPT = 1024
+#: sets of crossing arrays a runner keeps (one per segmented program, shape and dtype)
+CROSSING_KEPT = 64
 
 
 class Programs:
@@ -103,6 +144,9 @@ class Programs:
     value a later phase would compute again with divisions and square roots)."""
 
     keep_costly = False
+    #: whether this runner runs matrix phases (the host's matrix calls between segments:
+    #: :class:`Segmented`); a program with one is :class:`Untraceable` elsewhere
+    matrix_phases = False
 
     def __init__(self):
         self._labels: dict = {}
@@ -146,7 +190,7 @@ class Programs:
                                                          dtype=np.int64)
             if len(self._dims) >= LABELS_KEPT:
                 self._dims.clear()
-        made = Prepared(fixed[1], fixed[2], kernel_shape, code, code.tobytes(), scalars,
+        made = Prepared(fixed[1], fixed[2], kernel_shape, code, _key(code), scalars,
                         dims, fixed[3])
         if len(self._prepared) >= LABELS_KEPT:      # lr and step change every step
             self._prepared.clear()
@@ -213,10 +257,15 @@ class Programs:
         if found is None:
             trace = trace_update(spec, shape, dtype, self.state_labels(spec, shape, dtype),
                                  lr=lr, step=step)
+            if trace.program.matrix_calls and not self.matrix_phases:
+                raise Untraceable("ops.matrix_function (matrix products: the CPU kernels "
+                                  "run them on the host between their phases)")
             code = self._codes.get(trace.program.key)
             if code is None:
-                code = self._codes[trace.program.key] = compile_program(
-                    trace.program, keep_costly=self.keep_costly)
+                code = self._codes[trace.program.key] = (
+                    Segmented.of(trace.program, self.keep_costly)
+                    if trace.program.matrix_calls else
+                    compile_program(trace.program, keep_costly=self.keep_costly))
             found = self._traces[key] = (trace, code)
             if trace.shape_read:
                 self._traces[(key, shape)] = found
@@ -253,7 +302,8 @@ class Programs:
                 return shape, code, scalars, True
         if len(self._memo) >= LABELS_KEPT:
             self._memo.clear()
-        if len(shape) != 1:
+        # a spec that does not update 1-D parameters (Muon's matrices) has no flat trace
+        if len(shape) != 1 and spec.updates_shape((math.prod(shape),)):
             blind = self._blind.get((id(spec), dtype))
             if blind is None or blind[0] is not spec or blind[1]:
                 numel = math.prod(shape)
@@ -266,7 +316,8 @@ class Programs:
                     return (numel,), flat_code, flat_trace.scalars, True
         trace, code = self.traced(spec, shape, dtype, lr, step)
         flat = None
-        if len(shape) != 1 and not trace.shape_read:
+        if len(shape) != 1 and not trace.shape_read and not isinstance(code, Segmented) \
+                and spec.updates_shape((math.prod(shape),)):
             numel = math.prod(shape)
             flat_trace, flat_code = self.traced(spec, (numel,), dtype, lr, step)
             key = code.tobytes()
@@ -288,6 +339,7 @@ class KernelRunner(Programs):
     """Traces, compiles to VM code and runs parameters' updates (see the module)."""
 
     keep_costly = True
+    matrix_phases = True
 
     def __init__(self, specialize="auto"):
         if specialize not in ("auto", True, False):
@@ -296,12 +348,16 @@ class KernelRunner(Programs):
         super().__init__()
         self.library = build.load()
         self.specialize = specialize
+        self._crossing_kept: dict = {}
 
-    def step(self, jobs: list[Job], threads: int = 0) -> None:
+    def step(self, jobs: list[Job], threads: int = 0, matrix=None) -> None:
         """Run every job's update in place (in order) on ``threads`` threads (the
         framework's setting, :meth:`KernelPath.threads`; 0: ``OMP_NUM_THREADS``, else the
         CPU count). Every program is made (and, with ``specialize=True``, compiled)
-        before the first job runs: a failure changes nothing."""
+        before the first job runs: a failure changes nothing. ``matrix(function, x,
+        arguments)`` runs a matrix call on the host (:meth:`KernelPath.matrix_function`:
+        the framework's operations over ``x``, a numpy array of the parameter's shape,
+        into ``out``, one of the same shape); default numpy's."""
         if isinstance(threads, bool) or not isinstance(threads, int):
             raise TypeError(f"KernelRunner.step: threads must be an int, got {threads!r}")
         if threads < 0:
@@ -310,15 +366,58 @@ class KernelRunner(Programs):
         prepared = [job.prepared or self.prepared(job.spec, tuple(job.shape), job.dtype,
                                                   job.lr, job.step) for job in jobs]
         for job, made in zip(jobs, prepared):
-            self.specialized(made.code, made.numel, job.spec.name, made.key)
-        run = self.library.uo_vm_run
+            if isinstance(made.code, Segmented):
+                for code in made.code.codes:
+                    if code is not None:
+                        self.specialized(code, made.numel, job.spec.name)
+            else:
+                self.specialized(made.code, made.numel, job.spec.name, made.key)
         for job, made in zip(jobs, prepared):
-            addresses = (ctypes.c_void_p * len(job.addresses))(*job.addresses)
-            status = run(DTYPES[job.dtype], made.code.ctypes.data, made.code.size,
-                         addresses, made.dims.ctypes.data, made.scalars.ctypes.data)
-            if status:
-                raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
-                                   f"(status {status})")
+            if isinstance(made.code, Segmented):
+                self._run_segmented(job, made, matrix or numpy_matrix_function)
+            else:
+                self._run(job, made, made.code, job.addresses)
+
+    def _run(self, job: Job, made: Prepared, code: np.ndarray, addresses) -> None:
+        if isinstance(addresses, list):
+            addresses = (ctypes.c_void_p * len(addresses))(*addresses)
+        status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
+                                        addresses, made.dims.ctypes.data,
+                                        made.scalars.ctypes.data)
+        if status:
+            raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
+                               f"(status {status})")
+
+    def _run_segmented(self, job: Job, made: Prepared, matrix) -> None:
+        """A program with matrix phases: its segments in order, each followed by its
+        matrix calls on the host, over the crossing arrays (kept for this step)."""
+        plan = made.code
+        crossing = self._crossing(plan, made, job.dtype)
+        addresses = [*job.addresses, *(a.ctypes.data for a in crossing)]
+        addresses = (ctypes.c_void_p * len(addresses))(*addresses)
+        for code, calls in zip(plan.codes, plan.calls):
+            if code is not None:
+                self._run(job, made, code, addresses)
+            for function, arguments, operand, result in calls:
+                matrix(function, crossing[operand].reshape(job.shape), arguments,
+                       crossing[result].reshape(job.shape))
+
+    def _crossing(self, plan: Segmented, made: Prepared, dtype: str) -> list[np.ndarray]:
+        """The crossing arrays of a segmented program for a parameter of ``made``'s shape,
+        kept from one step to the next (per program, shape and dtype: the parameters of
+        one shape share them, as their jobs run one after the other), so that a step
+        does not fault fresh pages in for them."""
+        key = (made.key, made.shape, dtype)
+        found = self._crossing_kept.get(key)
+        if found is None:
+            dims = dict(zip((B, R, C), (int(n) for n in made.dims)))
+            found = [np.empty(int(np.prod([n for axis, n in dims.items() if mask & axis],
+                                          dtype=np.int64)), dtype=dtype)
+                     for mask in plan.crossing]
+            if len(self._crossing_kept) >= CROSSING_KEPT:
+                self._crossing_kept.clear()
+            self._crossing_kept[key] = found
+        return found
 
     def specialized(self, code: np.ndarray, numel: int, name: str,
                     key: bytes | None = None) -> None:
@@ -428,8 +527,20 @@ class KernelPath:
         count)."""
         return 0
 
+    def matrix_function(self, function, x: np.ndarray, arguments: tuple,
+                        out: np.ndarray) -> None:
+        """A matrix call of a program (``Ops.matrix_function``: Muon's iteration) run on
+        the host over ``x`` (a numpy array of the parameter's shape) into ``out``, in the
+        framework's operations (a backend's subclass; here numpy's)."""
+        numpy_matrix_function(function, x, arguments, out)
+
     def run(self, jobs: list[Job]) -> None:
-        self._runner.step(jobs, threads=self.threads())
+        self._runner.step(jobs, threads=self.threads(), matrix=self.matrix_function)
+
+
+def numpy_matrix_function(function, x: np.ndarray, arguments: tuple, out: np.ndarray) -> None:
+    """A matrix call in numpy's operations (:meth:`KernelPath.matrix_function`)."""
+    out[...] = function(x, *arguments, ops=numpy_ops)
 
 
 def set_threads(library, threads: int) -> None:

@@ -21,9 +21,14 @@ What a trace records
 
 ``topk_mask`` (DGC) is a node of its own: the VM selects the k largest elements of its
 operand, stored whole for it, as the numpy binding does (ties to the lower index, NaN
-last). What cannot be traced raises :class:`Untraceable`: Python reading a tensor's
-value (``bool(x > 0)``, ``float(norm)``, ``ops.all_finite``), reductions over other
-axes, ``stack``. The caller then runs the update eagerly, unchanged.
+last). So is ``matrix_function`` (Muon's iteration): a ``"matrix"`` node whose
+function and arguments the program keeps (:attr:`Program.matrix_calls`); its operand is
+stored whole, and the host runs the function over it in the framework's operations
+(:mod:`.bytecode`'s matrix phase). What cannot be traced raises :class:`Untraceable`:
+Python reading a tensor's value (``bool(x > 0)``, ``float(norm)``,
+``ops.all_finite``), reductions over other axes, ``stack``, and the matrix operations
+themselves outside ``matrix_function``. The caller then runs the update eagerly,
+unchanged.
 
 Numbers follow numpy's rules, which the eager bindings follow too: a Python scalar meets a
 tensor in the tensor's dtype (rounded once to float32 for a float32 parameter), and
@@ -61,8 +66,9 @@ class Node(NamedTuple):
 
     ``op``: "input" (``attr``: the input's index), "scalar" (``attr``: the slot), "fill"
     (one scalar broadcast over ``mask``), "count" (``attr``: the axes whose sizes it
-    multiplies), "sum" (``attr``: the axes it adds over), or an :data:`ELEMENTWISE`
-    name. ``args`` are node indices."""
+    multiplies), "sum" (``attr``: the axes it adds over), "topk", "matrix" (``attr``: its
+    place in :attr:`Program.matrix_calls`), or an :data:`ELEMENTWISE` name. ``args`` are
+    node indices."""
 
     op: str
     args: tuple[int, ...]
@@ -85,17 +91,20 @@ class Program:
     """A traced update: ``nodes`` in order; ``inputs`` the names of the arrays it reads
     (``param``, ``grad``, then the state names) with their masks; ``outputs`` pairs
     ``(input index written, node)``. ``key`` identifies the structure: programs with the
-    same key run the same code on different scalars."""
+    same key run the same code on different scalars. ``matrix_calls``: ``(function,
+    arguments)`` of each "matrix" node (``Ops.matrix_function``), in order."""
 
     nodes: tuple[Node, ...]
     inputs: tuple[str, ...]
     input_masks: tuple[int, ...]
     outputs: tuple[tuple[int, int], ...]
     n_scalars: int
+    matrix_calls: tuple[tuple, ...] = ()
 
     @property
     def key(self) -> tuple:
-        return (self.nodes, self.inputs, self.input_masks, self.outputs, self.n_scalars)
+        return (self.nodes, self.inputs, self.input_masks, self.outputs, self.n_scalars,
+                self.matrix_calls)
 
 
 def canonical_dims(shape) -> tuple[int, int, int]:
@@ -164,9 +173,14 @@ class Traced:
     # marks the trace as one size's)
     @property
     def shape(self) -> tuple[int, ...]:
-        self._tracer.rank_read = True
-        return _Shape(self._tracer,
-                      (self._tracer.size_of(label) if label else 1 for label in self._labels))
+        tracer = self._tracer
+        tracer.rank_read = True
+        if self._labels.count(B) > 1:
+            # several leading axes read as one (B): their sizes are the parameter's
+            if self._labels != tracer.labels:
+                raise Untraceable("the shape of a tensor with several leading axes")
+            return _Shape(tracer, tracer.shape)
+        return _Shape(tracer, (tracer.size_of(label) if label else 1 for label in self._labels))
 
     @property
     def ndim(self) -> int:
@@ -243,9 +257,12 @@ class Tracer:
 
     def __init__(self, shape, dtype):
         self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(n) for n in shape)
+        self.labels = axis_labels(len(self.shape))
         self.dims = canonical_dims(shape)
         self.nodes: list[Node] = []
         self.scalars: list[float] = []
+        self.matrix_calls: list[tuple] = []
         self.shape_read = False
         #: the update looked at the rank: read a shape or ``ndim``, or reduced over
         #: chosen axes (see :attr:`Trace.rank_blind`)
@@ -414,6 +431,19 @@ class TraceOps(Ops):
         return tracer.add(Node("topk", (x._index, slot._index), _mask(x._labels), 0, True),
                           x._labels)
 
+    def matrix_function(self, fn, x, *args):
+        tracer = self.tracer
+        x = tracer.operand(x)
+        if _mask(x._labels) != tracer.full:
+            raise Untraceable("ops.matrix_function of a tensor smaller than the parameter")
+        try:
+            hash((fn, args))
+        except TypeError:
+            raise Untraceable("ops.matrix_function with unhashable arguments") from None
+        tracer.matrix_calls.append((fn, args))
+        return tracer.add(Node("matrix", (x._index,), _mask(x._labels),
+                               len(tracer.matrix_calls) - 1), x._labels)
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -483,6 +513,7 @@ def trace_update(spec, shape, dtype, state_labels: dict, *, lr: float, step: int
     program = Program(nodes=tuple(tracer.nodes), inputs=names,
                       input_masks=(_mask(labels), _mask(labels),
                                    *(_mask(v) for v in state_labels.values())),
-                      outputs=tuple(outputs), n_scalars=len(tracer.scalars))
+                      outputs=tuple(outputs), n_scalars=len(tracer.scalars),
+                      matrix_calls=tuple(tracer.matrix_calls))
     return Trace(program, np.asarray(tracer.scalars, dtype=np.float64), tracer.shape_read,
                  tracer.rank_read)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .bytecode import OPCODES, OPERAND_KINDS, SELECT, decode
+from .bytecode import MATRIX, OPCODES, OPERAND_KINDS, SELECT, decode
 from .trace import B, C, R
 
 _NAMES = {v: k for k, v in OPCODES.items()}
@@ -184,6 +184,8 @@ def triton_program(code: np.ndarray, dtype: str,
     for number, (domain, instructions) in enumerate(decoded.phases):
         if domain == SELECT:
             raise Unsupported("ops.topk_mask (a selection over the whole tensor)")
+        if domain == MATRIX:
+            raise Unsupported("ops.matrix_function (a matrix phase runs on the host)")
         layout = layout_of(domain)
         sums = tuple(SumPlan(ins[1], ins[2], domain & ~ins[2] & (B | R | C))
                      for ins in instructions if _NAMES[ins[0]] == "sum")
