@@ -66,6 +66,20 @@ def test_the_plan_puts_the_matrix_phase_between_the_elementwise_ones():
         kernel_source(encode(part.plan))
 
 
+def test_a_trace_reads_the_real_shape_of_a_parameter_of_four_dimensions():
+    """The leading axes of a conv kernel are one axis (B) of the trace, but a shape read
+    gives each its size (Muon's flattening of a conv kernel reads them): the
+    parameter's, and a mean's kept with keepdims."""
+    from unified_opt.kernels.trace import TraceOps, Tracer, axis_labels
+
+    tracer = Tracer((2, 3, 4, 5), "float32")
+    x = tracer.input(0, axis_labels(4))
+    ops = TraceOps(tracer)
+    assert tuple(x.shape) == (2, 3, 4, 5) and tracer.shape_read
+    assert tuple(ops.mean(x, axis=-1, keepdims=True).shape) == (2, 3, 4, 1)
+    assert tuple(ops.mean(x, axis=-2, keepdims=True).shape) == (2, 3, 1, 5)
+
+
 def test_a_runner_without_matrix_phases_refuses_the_update():
     """The CUDA engine's programs (:class:`Programs`) do not run a matrix phase: Muon
     stays untraceable there (and runs eagerly), with the reason."""

@@ -176,10 +176,13 @@ class Traced:
         tracer = self._tracer
         tracer.rank_read = True
         if self._labels.count(B) > 1:
-            # several leading axes read as one (B): their sizes are the parameter's
-            if self._labels != tracer.labels:
+            # several leading axes read as one (B): aligned with the parameter's axes
+            # (its own shape, a state array, a mean kept with keepdims), each is the
+            # parameter's axis there
+            if len(self._labels) != len(tracer.shape):
                 raise Untraceable("the shape of a tensor with several leading axes")
-            return _Shape(tracer, tracer.shape)
+            return _Shape(tracer, (n if label else 1
+                                   for n, label in zip(tracer.shape, self._labels)))
         return _Shape(tracer, (tracer.size_of(label) if label else 1 for label in self._labels))
 
     @property
@@ -258,7 +261,6 @@ class Tracer:
     def __init__(self, shape, dtype):
         self.dtype = np.dtype(dtype)
         self.shape = tuple(int(n) for n in shape)
-        self.labels = axis_labels(len(self.shape))
         self.dims = canonical_dims(shape)
         self.nodes: list[Node] = []
         self.scalars: list[float] = []
