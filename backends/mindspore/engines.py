@@ -7,7 +7,9 @@ hands back what it cannot run.
 * :class:`ExchangeOnHost`: a data-parallel spec's step on the CPU, its local math in
   numpy over the Parameters' memory, the gathers through MindSpore (:mod:`.exchange`).
 * :class:`OnHost`: with ``compile="auto"``, an update the VM cannot run (it does not
-  trace: Muon's matrix products) on the CPU, in numpy over the Parameters' memory.
+  trace: Python reads a value) on the CPU, in numpy over the Parameters' memory. (Muon's
+  matrix products trace as a matrix phase: the VM runs its update, the iteration in
+  numpy between its phases.)
 * :class:`Eager`: the spec's ``update`` with the MindSpore ops binding; runs anything
   (with an exchange: one worker of ``spec.exchange_step``).
 
