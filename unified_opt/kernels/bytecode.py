@@ -518,7 +518,7 @@ def segments(scheduled: KernelPlan, tiles: bool = False
     phase, and after the last), and the *crossing* arrays (scratch arrays that more than
     one segment or matrix call reads or writes: the matrix calls' operands and results,
     and any value an earlier segment leaves for a later one). The runtime keeps the
-    crossing arrays for the step (:mod:`.runtime`): each segment runs on the VM or its
+    crossing arrays (:mod:`.runtime`): each segment runs on the VM or its
     kernel with them as inputs after the plan's own, and the host runs each matrix call
     between the segments, in order: the plan's phases in the plan's order. ``tiles``:
     each segment's phases grouped into tile runs (:func:`tile_runs`)."""

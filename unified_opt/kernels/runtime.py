@@ -355,7 +355,7 @@ class KernelRunner(Programs):
         framework's setting, :meth:`KernelPath.threads`; 0: ``OMP_NUM_THREADS``, else the
         CPU count). Every program is made (and, with ``specialize=True``, compiled)
         before the first job runs: a failure changes nothing. ``matrix(function, x,
-        arguments)`` runs a matrix call on the host (:meth:`KernelPath.matrix_function`:
+        arguments, out)`` runs a matrix call on the host (:meth:`KernelPath.matrix_function`:
         the framework's operations over ``x``, a numpy array of the parameter's shape,
         into ``out``, one of the same shape); default numpy's."""
         if isinstance(threads, bool) or not isinstance(threads, int):
@@ -390,7 +390,7 @@ class KernelRunner(Programs):
 
     def _run_segmented(self, job: Job, made: Prepared, matrix) -> None:
         """A program with matrix phases: its segments in order, each followed by its
-        matrix calls on the host, over the crossing arrays (kept for this step)."""
+        matrix calls on the host, over the crossing arrays (:meth:`_crossing`)."""
         plan = made.code
         crossing = self._crossing(plan, made, job.dtype)
         addresses = [*job.addresses, *(a.ctypes.data for a in crossing)]

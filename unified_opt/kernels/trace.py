@@ -417,7 +417,9 @@ class TraceOps(Ops):
     def machine_eps(self, x): return float(np.finfo(self.tracer.dtype).eps)
 
     def stack(self, xs): raise Untraceable("ops.stack")
-    def matmul(self, a, b): raise Untraceable("ops.matmul (no matrix product in the VM)")
+    def matmul(self, a, b):
+        raise Untraceable("ops.matmul outside ops.matrix_function (the VM has no matrix "
+                          "product; a matrix phase runs one on the host)")
     def transpose(self, x): raise Untraceable("ops.transpose")
     def reshape(self, x, shape): raise Untraceable("ops.reshape")
     def addmm(self, c, a, b, *, beta, alpha): raise Untraceable("ops.addmm")
