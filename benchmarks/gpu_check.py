@@ -39,10 +39,23 @@ CUDA_TESTS = ["tests/test_cuda_engine.py", "tests/test_cuda_native.py",
               "tests/test_cuda_offload.py", "tests/test_device_option.py",
               "tests/test_torch.py::test_on_cuda_device_memory_holds_no_optimizer_state"]
 #: conformance shards: algorithms grouped so each shard's kernels and cases weigh about
-#: the same (the factored ones compile the most phases)
+#: the same (the factored ones compile the most phases); :func:`conformance_shards` adds
+#: a shard of the registered algorithms none of these lists: the shards are the suite
 SHARDS = [["came", "sgd", "rprop"], ["adafactor", "adam", "adagrad"],
           ["lamb", "lars", "adamw", "adamax"], ["lion", "nadam", "radam", "rmsprop",
                                                 "adadelta", "adam_offload", "dgc_momentum"]]
+
+
+def conformance_shards() -> list[list[str]]:
+    """:data:`SHARDS` and a last shard of every other registered algorithm (Muon, Adan,
+    AdEMAMix, the schedule-free ones, ASGD, FTRL, ProximalAdagrad)."""
+    import unified_opt as uo
+
+    listed = {a for shard in SHARDS for a in shard}
+    rest = [a for a in uo.algorithms() if a not in listed]
+    return [list(shard) for shard in SHARDS] + ([rest] if rest else [])
+
+
 FIRST_STEP = """
 import time, torch, unified_opt as uo
 torch.manual_seed(0)
@@ -202,7 +215,7 @@ def main(argv=None) -> int:
 
     # 2. conformance shards and the CUDA tests side by side
     wanted = [a for a in args.algorithms.split(",") if a]
-    shards = [[a for a in shard if not wanted or a in wanted] for shard in SHARDS]
+    shards = [[a for a in shard if not wanted or a in wanted] for shard in conformance_shards()]
     shards = [s for s in shards if s]
     started = []
     for i, shard in enumerate(shards):

@@ -19,6 +19,10 @@ figure is the median over its timed steps after warm-up, and its ratio is to
   "inductor" or False (eager: few steps);
 * ``peer/*``: the same algorithms in pytorch-optimizer, came-pytorch and torch-optimizer
   (a library that is not installed is a row saying so);
+* ``uo/muon`` and ``peer/muon/...``: Muon as most trainings run it, the matrices in
+  Muon (the bfloat16 iteration) and the rest in AdamW: ``uo.build(uo.Muon(...,
+  others="adamw"), params)`` against ``torch.optim.Muon`` plus ``torch.optim.AdamW`` with
+  the same numbers (:data:`MUON`);
 * ``offload/*``: ``uo.build(uo.AdamOffload(), params)`` (OffloadAdam: state in host
   memory) and its parts: torch's fused Adam on the CPU over host copies of the same
   tensors, the gradients' copy device->host, the values' copy host->device (pinned).
@@ -35,7 +39,7 @@ with the issue's targets met or missed per row:
 
 * speed, as × fused AdamW: AdamW 1.3, Lion 1.2, LARS 1.5, Lamb 2.0, CAME and Adafactor
   2.5, and each faster than the fastest peer of that algorithm in the run (applied to
-  the own rows and to the default builds);
+  the own rows and to the default builds); Muon: faster than its peer;
 * the first step (build included) within 30 s (own rows);
 * offload within 1.15 × the host's fused Adam alone.
 
@@ -50,6 +54,7 @@ import gc
 import importlib
 import importlib.util
 import json
+import math
 import platform
 import statistics
 import sys
@@ -67,6 +72,13 @@ TARGET_ALGORITHMS = ("adamw", "lion", "lars", "lamb", "came", "adafactor")
 #: issue 20's speed targets: the most × fused AdamW a fast own path may take
 SPEED_TARGETS = {"adamw": 1.3, "lion": 1.2, "lars": 1.5, "lamb": 2.0, "came": 2.5,
                  "adafactor": 2.5}
+#: the algorithms whose only speed target is to be faster than the fastest peer
+PEER_TARGETS = ("muon",)
+#: Muon's rows: its spec (the matrices in Muon, the rest in its auxiliary AdamW) and the
+#: keywords of torch's two optimizers that compute the same numbers
+MUON = {"spec": "Muon(lr=0.02, weight_decay=0.1, ns_dtype='bfloat16', others='adamw')",
+        "muon": {"lr": 0.02, "weight_decay": 0.1},
+        "adamw": {"lr": 0.02, "weight_decay": 0.1, "betas": (0.9, 0.95), "eps": 1e-10}}
 FIRST_STEP_TARGET_S = 30.0
 OFFLOAD_TARGET = 1.15
 #: own-path engines: the --engines name and the compile option it passes
@@ -242,6 +254,31 @@ class Bench:
         return self.optimizer_row(lambda named: cls([p for _, p in named], **kwargs),
                                   slow=False)
 
+    def muon_pair(self, row):
+        """``torch.optim.Muon`` over the matrices and ``torch.optim.AdamW`` over the rest,
+        stepped together (how a torch script runs Muon)."""
+        torch = self.torch
+        if not hasattr(torch.optim, "Muon"):
+            return {"skipped": "torch.optim has no Muon"}
+
+        class Pair:
+            def __init__(self, named):
+                params = [p for _, p in named]
+                self.parts = [torch.optim.Muon([p for p in params if p.ndim == 2],
+                                               **MUON["muon"]),
+                              torch.optim.AdamW([p for p in params if p.ndim != 2],
+                                                **MUON["adamw"])]
+
+            def step(self):
+                for part in self.parts:
+                    part.step()
+
+            @property
+            def state(self):
+                return {**self.parts[0].state, **self.parts[1].state}
+
+        return self.optimizer_row(Pair, slow=False)
+
     def offload(self, row):
         import unified_opt as uo
         from unified_opt.backends.torch.pipeline import HostPipeline
@@ -390,6 +427,11 @@ def all_rows(bench_cls=Bench) -> list[Row]:
                 bench_cls.copies, extra={"direction": "down"}),
             Row("offload/copy-up", "adam_offload", "part: values host->device (pinned)",
                 bench_cls.copies, extra={"direction": "up"})]
+    rows += [Row("uo/muon", "muon", "uo.build(uo.Muon(..., others='adamw')) (default build)",
+                 bench_cls.uo_build, extra={"spec": MUON["spec"]}),
+             Row("peer/muon/torch.optim.Muon+AdamW", "muon",
+                 "torch.optim.Muon (matrices) + torch.optim.AdamW (the rest)",
+                 bench_cls.muon_pair)]
     for algorithm in TARGET_ALGORITHMS:
         for qualified, kwargs in PEERS.get(algorithm, []):
             if qualified.startswith("torch.optim."):
@@ -439,13 +481,14 @@ def judge(results: list[dict], on_gpu: bool = True) -> None:
     for r in results:
         r.pop("target", None)
         r.pop("met", None)
-        applies = r["key"].startswith(("own/", "uo/")) and r["algorithm"] in SPEED_TARGETS
+        applies = r["key"].startswith(("own/", "uo/")) and (
+            r["algorithm"] in SPEED_TARGETS or r["algorithm"] in PEER_TARGETS)
         if applies:
-            bar = SPEED_TARGETS[r["algorithm"]]
+            bar = SPEED_TARGETS.get(r["algorithm"], math.inf)
             peer = fastest_peer.get(r["algorithm"])
-            text = f"≤ {bar}×"
+            text = f"≤ {bar}×" if bar < math.inf else ""
             if peer is not None:
-                text += f" and < {peer['what']} ({peer['ms']} ms)"
+                text += f"{' and ' if text else ''}< {peer['what']} ({peer['ms']} ms)"
             if r["key"].startswith("own/"):
                 text += f"; first step ≤ {FIRST_STEP_TARGET_S:g} s"
             r["target"] = text

@@ -54,7 +54,7 @@ def test_every_row_runs_on_the_cpu_with_a_tiny_set(tmp_path):
     report = json.loads((tmp_path / "gpu_step_time.json").read_text())
     listed = [line.split()[0] for line in
               _run("--list", "--engines", "auto,false").stdout.splitlines()]
-    assert [r["key"] for r in report["rows"]] == listed and len(listed) == 35
+    assert [r["key"] for r in report["rows"]] == listed and len(listed) == 37
     for row in report["rows"]:
         assert "error" not in row, row
         assert "ms" in row or row.get("skipped") == "not installed", row
@@ -168,3 +168,27 @@ def test_the_host_profile_says_where_the_own_step_s_host_time_goes(tmp_path):
     text = (tmp_path / "own_host_profile.txt").read_text()
     assert text.startswith("## adamw: host ") and "medians of 2" in text
     assert "cuda.py" in text and "(run)" in text        # the engine's step, profiled
+
+
+def test_the_gpu_check_shards_are_the_whole_suite():
+    """``benchmarks/gpu_check.py`` runs the CUDA conformance in shards of algorithms: every
+    registered algorithm is in exactly one (those registered after the shards were
+    weighed go in a last one)."""
+    import gpu_check
+
+    import unified_opt as uo
+
+    listed = [a for shard in gpu_check.conformance_shards() for a in shard]
+    assert sorted(listed) == sorted(uo.algorithms()) and len(set(listed)) == len(listed)
+
+
+def test_muon_is_judged_against_its_peer():
+    """Muon's own row has one target: faster than torch's Muon and AdamW together."""
+    rows = [{"key": "uo/muon", "algorithm": "muon", "ms": 9.0, "ratio": 3.0},
+            {"key": "peer/muon/torch.optim.Muon+AdamW", "algorithm": "muon", "ms": 10.0,
+             "what": "torch.optim.Muon (matrices) + torch.optim.AdamW (the rest)"}]
+    bench.judge(rows)
+    assert rows[0]["met"] is True and rows[0]["target"].startswith("< torch.optim.Muon")
+    rows[0]["ms"] = 11.0
+    bench.judge(rows)
+    assert rows[0]["met"] is False
