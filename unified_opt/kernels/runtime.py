@@ -99,6 +99,16 @@ class Segmented:
         return cls(codes, calls, masks, key + repr(calls).encode())
 
 
+def elements(mask: int, dims) -> int:
+    """The number of elements of an array spanning the axes ``mask`` of a parameter of
+    canonical ``dims`` (B, R, C): ``numbers.h``'s ``Dims::size``."""
+    n = 1
+    for axis, size in zip((B, R, C), dims):
+        if mask & axis:
+            n *= int(size)
+    return n
+
+
 def _key(code) -> bytes:
     return code.key if isinstance(code, Segmented) else code.tobytes()
 
@@ -224,14 +234,13 @@ class Programs:
     def state_sizes(self, spec, shape, dtype: str) -> dict[str, int]:
         """The number of elements of each state array (the kernels walk them by the
         parameter's dims)."""
-        dims = dict(zip((B, R, C), canonical_dims(shape)))
+        dims = canonical_dims(shape)
         sizes = {}
         for key, labels in self.state_labels(spec, shape, dtype).items():
             mask = 0
             for label in labels:
                 mask |= label
-            sizes[key] = int(np.prod([n for axis, n in dims.items() if mask & axis],
-                                     dtype=np.int64))
+            sizes[key] = elements(mask, dims)
         return sizes
 
     def plan(self, spec, shape, dtype: str, *, lr: float, step: int) -> None:
@@ -410,10 +419,7 @@ class KernelRunner(Programs):
         key = (made.key, made.shape, dtype)
         found = self._crossing_kept.get(key)
         if found is None:
-            dims = dict(zip((B, R, C), (int(n) for n in made.dims)))
-            found = [np.empty(int(np.prod([n for axis, n in dims.items() if mask & axis],
-                                          dtype=np.int64)), dtype=dtype)
-                     for mask in plan.crossing]
+            found = [np.empty(elements(mask, made.dims), dtype=dtype) for mask in plan.crossing]
             if len(self._crossing_kept) >= CROSSING_KEPT:
                 self._crossing_kept.clear()
             self._crossing_kept[key] = found
