@@ -5,9 +5,11 @@ the machine's description.
 A measurement process imports one framework only (importing paddle before mindspore
 breaks mindspore) and sets its threads before the first step: ``OMP_NUM_THREADS`` (the
 own kernels read it at every parallel phase; Paddle resets it to 1 when imported, so it
-is written again after the import), ``torch.set_num_threads``, MindSpore's CPU thread
-pool (``device_context.cpu.op_tuning.threads_num``) and Paddle's
-(``paddle.base.core.set_num_threads``).
+is written again after the import), ``torch.set_num_threads``, MindSpore's
+``device_context.cpu.op_tuning.threads_num`` (its own kernels' count) and
+``runtime_num_threads`` (``set_context``: what the own path's kernels follow, as
+``threads_num`` cannot be read back; a count set only through ``threads_num`` left them
+on 2 threads on a 2-core machine) and Paddle's (``paddle.base.core.set_num_threads``).
 
 Timing: the optimizers of a row step in interleaved rounds (each round steps every one
 once, the order rotating, so load from other processes falls on all alike), each step
@@ -84,6 +86,7 @@ class Harness:
         elif self.name == "paddle":
             self.fw.base.core.set_num_threads(threads)
         elif self.name == "mindspore":
+            self.fw.set_context(runtime_num_threads=threads)
             self.fw.device_context.cpu.op_tuning.threads_num(threads)
         if backend == "mindspore-graph":
             self.fw.set_context(mode=self.fw.GRAPH_MODE)

@@ -1,9 +1,10 @@
-"""The native class against the own implementation, per framework, algorithm and size:
-what ``uo.build``'s ``prefer="speed"`` table is made of (``benchmarks/speed_table.py``).
+"""The native class against the own implementation, per framework, algorithm and size
+class, on sets of d x d weights (``uo.build``'s ``prefer="speed"`` table is made from
+``benchmarks/realistic_sets.py``'s sets: ``benchmarks/speed_table.py``).
 
     python benchmarks/native_vs_own.py [--backends torch,paddle,mindspore,mindspore-graph]
                                        [--algorithms adam,lamb,...] [--repeats 41]
-                                       [--passes 3] [--out benchmarks/results]
+                                       [--passes 3] [--update] [--out benchmarks/results]
 
 For every spec of :data:`SPECS` that ``uo.build`` lowers to a native class on a
 backend ("mindspore-graph": MindSpore in GRAPH_MODE, ``opt(grads)`` compiled), one
@@ -34,7 +35,8 @@ The parameter set of a class: four ``d x d`` weights and four ``d`` biases (a fe
 layers), ``d`` = 64, 256 and 1024 (:data:`unified_opt.speed.REPRESENTATIVE`). Per row:
 the native class, both minima and medians in ms, ``native_over_own``, how many
 generated kernels the process had loaded; the CPU and thread count it ran on. Writes
-``OUT/native_vs_own.json`` and ``.md``.
+``OUT/native_vs_own.json`` and ``.md``; ``--update`` replaces only the rows of the
+backends measured now in an existing JSON.
 """
 
 from __future__ import annotations
@@ -169,8 +171,8 @@ def markdown(result: dict) -> str:
              "column); "
              "`native / own` > 1: the own path is that many times faster. Parameters per "
              "size class: 4 d x d weights and 4 d biases. Made by "
-             "`benchmarks/native_vs_own.py`; `benchmarks/speed_table.py` turns it into "
-             "`unified_opt/speed_table.json`.", "",
+             "`benchmarks/native_vs_own.py` (the speed table is made from "
+             "`benchmarks/realistic_sets.py`'s sets).", "",
              "| backend | spec | native class | size class | elements | native ms | own ms "
              "| native / own | passes |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
@@ -191,6 +193,8 @@ def main() -> None:
                         help="spec keys of SPECS")
     parser.add_argument("--repeats", type=int, default=41)
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--update", action="store_true",
+                        help="replace only the rows of these backends in OUT/native_vs_own.json")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--measure", nargs=2, metavar=("BACKEND", "SPEC"))
     args = parser.parse_args()
@@ -216,8 +220,13 @@ def main() -> None:
                     f"{r.get('size_class', '?')} {r.get('native_over_own', r.get('error'))}"
                     for r in got) + f" ({time.perf_counter() - started:.0f} s)", flush=True)
         passes.append(rows)
+    rows = merged(passes)
+    if args.update:
+        measured = set(args.backends.split(","))
+        kept = json.loads((args.out / "native_vs_own.json").read_text())["rows"]
+        rows = [r for r in kept if r["backend"] not in measured] + rows
     result = {"environment": environment(), "versions": versions(),
-              "repeats": args.repeats, "passes": args.passes, "rows": merged(passes)}
+              "repeats": args.repeats, "passes": args.passes, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "native_vs_own.json", json.dumps(result, indent=1) + "\n")
     write_text(args.out / "native_vs_own.md", markdown(result))

@@ -6,17 +6,19 @@ the kernels' threads stall on a shared machine?
                                        [--variant NAME:KEY=VALUE,...] [--label TEXT]
                                        [--out benchmarks/results]
 
-One process per framework and thread count (one framework per process; the thread
-count set the framework's way: ``torch.set_num_threads``, ``OMP_NUM_THREADS`` before
-Paddle is imported, MindSpore's ``runtime_num_threads``; ``OMP_NUM_THREADS`` is set
-too). Each process builds, over copies of one parameter set, own AdamW and own CAME
-(``path="own"``, ``compile="auto"``: the kernel VM, then each program's generated
-kernel: the untimed steps wait for them to land) and the framework's native AdamW class
-as the reference. The rows step in interleaved rounds, each round with a fresh random
-gradient (drawn untimed), ``--steps`` rounds after 5 untimed ones. Per row: minimum,
-median, p90 and maximum step ms, and median / minimum. The machine's load average is
-recorded before and after each process; ``--variant`` adds runs under extra environment
-variables (``passive:OMP_WAIT_POLICY=passive``), which is how the cause was looked for.
+One process per framework and thread count (one framework per process; the thread count
+set the framework's way: ``torch.set_num_threads``, ``OMP_NUM_THREADS`` before Paddle is
+imported, MindSpore's ``runtime_num_threads``, which the own path's kernels follow, and
+``device_context.cpu.op_tuning.threads_num``, which MindSpore's own kernels follow;
+``OMP_NUM_THREADS`` is set too). Each process builds, over copies of one parameter set,
+own AdamW and own CAME (``path="own"``, ``compile="auto"``: the kernel VM, then each
+program's generated kernel: the untimed steps wait for them to land) and the framework's
+native AdamW class as the reference. The rows step in interleaved rounds, each round
+with a fresh random gradient (drawn untimed), ``--steps`` rounds after 5 untimed ones.
+Per row: minimum, median, p90 and maximum step ms, and median / minimum. The machine's
+load average is recorded before and after each process; ``--variant`` adds runs under
+extra environment variables (``passive:OMP_WAIT_POLICY=passive``), which is how the
+cause was looked for.
 
 The set (ResNet-18's parameters, torchvision's layout): 20 conv weights (one 7x7 stem,
 3x3 blocks, three 1x1 downsamples), 20 BatchNorm weights and 20 biases, the classifier's
@@ -75,7 +77,8 @@ def set_threads(name: str, threads: int):
     if name == "torch":
         fw.set_num_threads(threads)
     elif name == "mindspore":
-        fw.set_context(runtime_num_threads=threads)
+        fw.set_context(runtime_num_threads=threads)          # the own path's kernels
+        fw.device_context.cpu.op_tuning.threads_num(threads)  # MindSpore's kernels
     return fw
 
 

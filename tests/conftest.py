@@ -47,7 +47,10 @@ import pytest
 if importlib.util.find_spec("mindspore") is not None:
     import mindspore  # (import order: see the module docstring)
 
+    # one thread for MindSpore's kernels (threads_num) and for the own path's, which
+    # follow runtime_num_threads (threads_num cannot be read back)
     mindspore.device_context.cpu.op_tuning.threads_num(1)
+    mindspore.set_context(runtime_num_threads=1)
 
 
 #: the /proc/cpuinfo flags that name vector extensions (x86, Arm, POWER)

@@ -161,6 +161,83 @@ def test_mindspores_own_optimizer_runs_the_kernels_on_its_runtime_num_threads():
     assert got == {"vm": 3, "framework": 3}
 
 
+#: a MindSpore process whose kernels are set to one thread through op_tuning.threads_num,
+#: and with argv[1] == "both" runtime_num_threads=1 too: two own AdamW steps, then the
+#: VM's thread count, the runtime_num_threads it read and the warnings the steps gave
+_THREADS_NUM_STEP = textwrap.dedent("""
+    import json, sys, warnings
+    import numpy as np
+    import mindspore as ms
+    ms.device_context.cpu.op_tuning.threads_num(1)
+    if sys.argv[1] == "both":
+        ms.set_context(runtime_num_threads=1)
+    import unified_opt as uo
+    from unified_opt.kernels import build, runtime
+    from unified_opt.backends.mindspore.kernels import drain
+    shape = (96, 64, 3, 3)
+    p = ms.Parameter(ms.Tensor(np.ones(shape, np.float32)), name="w")
+    opt = uo.build(uo.AdamW(lr=1e-3), [p], path="own")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            opt((ms.Tensor(np.ones(shape, np.float32)),))
+            drain()
+    print(json.dumps({"vm": runtime.threads_in_use(build.load()),
+                      "runtime": ms.get_context("runtime_num_threads"),
+                      "warnings": [str(w.message) for w in caught]}))
+""")
+
+
+@pytest.mark.parametrize("setting", ["threads_num", "both"])
+def test_mindspores_threads_num_which_cannot_be_read_is_not_followed_silently(setting):
+    # MindSpore's kernels follow threads_num, which has no getter: the own path runs on
+    # runtime_num_threads and says so once where that was left at its default
+    pytest.importorskip("mindspore")
+    out = subprocess.run([sys.executable, "-c", _THREADS_NUM_STEP, setting],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if setting == "both":
+        assert got == {"vm": 1, "runtime": 1, "warnings": []}
+        return
+    assert got["vm"] == got["runtime"] == min(30, os.cpu_count() or 1)
+    assert len(got["warnings"]) == 1
+    assert "op_tuning.threads_num was set" in got["warnings"][0]
+    assert f"runtime_num_threads={got['runtime']}" in got["warnings"][0]
+
+
+#: benchmarks/harness.py's MindSpore process at argv[1] threads: an own AdamW step, then
+#: the VM's thread count
+_HARNESS_STEP = textwrap.dedent("""
+    import json, sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(sys.argv[2]) / "benchmarks"))
+    from harness import Harness
+    harness = Harness("mindspore", int(sys.argv[1]))
+    import numpy as np
+    import mindspore as ms
+    import unified_opt as uo
+    from unified_opt.kernels import build, runtime
+    shape = (96, 64, 3, 3)
+    p = ms.Parameter(ms.Tensor(np.ones(shape, np.float32)), name="w")
+    opt = uo.build(uo.AdamW(lr=1e-3), [p], path="own")
+    harness.step(opt, (ms.Tensor(np.ones(shape, np.float32)),))
+    print(json.dumps({"vm": runtime.threads_in_use(build.load())}))
+""")
+
+
+def test_the_benchmarks_measure_mindspores_own_path_on_the_threads_they_name():
+    # the harness once set MindSpore's op_tuning.threads_num only, which MindSpore's
+    # runtime_num_threads does not follow: its "one thread" rows ran the kernels on two
+    pytest.importorskip("mindspore")
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _HARNESS_STEP, "5", str(root)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"vm": 5}
+
+
 def _stat_fields(text: str) -> list[str]:
     """The fields of a /proc/<pid>/stat line after the command's name (state first)."""
     return text.rsplit(")", 1)[1].split()

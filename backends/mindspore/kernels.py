@@ -8,6 +8,8 @@ Compiled into a graph the same programs run through :mod:`.graph`."""
 from __future__ import annotations
 
 import ctypes
+import os
+import warnings
 
 import mindspore as ms
 import numpy as np
@@ -65,16 +67,49 @@ def host_copy(tensor) -> np.ndarray:
     return tensor.asnumpy() if view is None else view.copy()
 
 
+_warned_threads = False
+
+
+def threads_num_set() -> bool:
+    """Whether ``mindspore.device_context.cpu.op_tuning.threads_num`` was called: what
+    sets the threads of MindSpore's CPU kernels (2.10, measured on 2 cores: ``nn.Adam``
+    over 16 M elements used 1.02 CPU seconds per second after ``threads_num(1)``, 1.92
+    after ``set_context(runtime_num_threads=1)``, which MindSpore deprecates for it).
+    MindSpore has no function that reads its count back."""
+    from mindspore._c_expression import RuntimeConf
+
+    return bool(RuntimeConf.get_instance().is_op_threads_num_configured())
+
+
+def default_runtime_threads() -> int:
+    """``runtime_num_threads`` when nothing set it: the CPU count up to 30 (MindSpore
+    2.10's documentation says 30; it read 2 on a 2-core machine, also with the process
+    bound to one core)."""
+    return min(30, os.cpu_count() or 1)
+
+
 class MindSporeKernels(KernelPath):
     """:class:`~unified_opt.kernels.runtime.KernelPath` over MindSpore Parameters."""
 
     def threads(self) -> int:
-        """MindSpore's CPU kernel thread pool size, ``get_context("runtime_num_threads")``
-        (what ``set_context(runtime_num_threads=...)`` sets; read 2 by default on a
-        2-core machine, though MindSpore's documentation says 30).
-        ``mindspore.device_context.cpu.op_tuning.threads_num`` has no reader in
-        MindSpore 2.10, so a count set only there is not seen."""
-        return max(1, int(ms.get_context("runtime_num_threads")))
+        """``get_context("runtime_num_threads")``: what ``set_context(runtime_num_threads=
+        ...)`` set, else MindSpore's default (:func:`default_runtime_threads`). Where
+        ``op_tuning.threads_num`` set the count of MindSpore's own kernels
+        (:func:`threads_num_set`), which cannot be read back, and ``runtime_num_threads``
+        was left at its default, the own path's kernels may run on another count than
+        MindSpore's: the first step says so once (:class:`UserWarning`, naming the count
+        used and how to match it)."""
+        global _warned_threads
+        count = max(1, int(ms.get_context("runtime_num_threads")))
+        if not _warned_threads and count == default_runtime_threads() and threads_num_set():
+            _warned_threads = True
+            warnings.warn(
+                "unified_opt: mindspore.device_context.cpu.op_tuning.threads_num was set, "
+                "and MindSpore cannot report its count: the own path's kernels run on "
+                f"runtime_num_threads={count}, MindSpore's default; "
+                "set_context(runtime_num_threads=N) with the count given to threads_num "
+                "runs them on it", UserWarning, stacklevel=2)
+        return count
 
     def job(self, p, grad, spec, slots: dict, lr: float, step: int, keep: list) -> Job | None:
         """The VM job of one parameter's step, or None (then it runs eagerly). ``slots``:
