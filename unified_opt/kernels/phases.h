@@ -274,11 +274,11 @@ struct TilePhase {
 
 // The tile of a tile run: about TILE_ELEMENTS elements of the parameter's (B, R, C) a
 // tile, so that what a tile's phases write (a conv weight's small row and column arrays,
-// a kept full value) is read back by the next phase from the cache (L2), not from memory.
+// a kept full value) is read back by the next phase from the cache, not from memory.
 // A tile's first phase waits on memory for the parameter and gradient it streams in, and
 // the phases after it do not overlap that wait; fewer, longer streams wait less. 64Ki
 // elements (256 KiB of float32 per full array) measured best on a conv weight's Adafactor
-// and CAME (8Ki: CAME's step on ResNet-18's set 7 % slower at one thread); the bits do
+// and CAME (8Ki: CAME's step on ResNet-18's set 7-13 % slower at one thread); the bits do
 // not depend on it (run_tiles).
 constexpr int64_t TILE_ELEMENTS = 65536;
 // the b's of a tile, where set (uo_vm_set_tile, uo_kernel_set_tile: tests put tile edges
