@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from unified_opt.devices import cpu_info
+
 #: gradient sets drawn once per parameter set and used in turn
 GRADIENT_SETS = 3
 #: untimed rounds before timing
@@ -191,14 +193,7 @@ def fastest_and_median_ms(seconds: list[float]) -> tuple[float, float]:
 
 def environment(threads: int | list[int] = 1) -> dict:
     """The machine: CPU model, core count, threads measured on, Python and platform."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_info()[0] or platform.processor() or platform.machine()
     return {"device": "cpu", "cpu": cpu, "cpu_count": os.cpu_count(), "threads": threads,
             "python": platform.python_version(), "platform": platform.platform()}
 

@@ -39,6 +39,7 @@ import numpy as np
 from algorithm_step_time import ALGORITHMS  # this folder's: the algorithms' specs
 from step_time import Harness, interleaved_medians
 
+from unified_opt.devices import cpu_info
 from unified_opt.files import write_text
 
 FORMS = ("custom", "ops")
@@ -159,13 +160,7 @@ def table_text(results: dict) -> str:
 
 
 def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_info()[0] or platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from gpu_step_time import TINY, gpt2_shapes  # noqa: E402  this folder's
 
+from unified_opt.devices import cpu_info  # noqa: E402
 from unified_opt.files import write_text  # noqa: E402
 
 
@@ -62,10 +63,7 @@ def host_facts() -> dict:
 
     nodes = {Path(n).name: read(f"{n}/cpulist")
              for n in sorted(glob.glob("/sys/devices/system/node/node[0-9]*"))}
-    model = next((line.split(":", 1)[1].strip() for line in
-                  (read("/proc/cpuinfo") or "").splitlines()
-                  if line.startswith("model name")), None)
-    return {"memory_nodes": nodes, "cpu_model": model,
+    return {"memory_nodes": nodes, "cpu_model": cpu_info()[0],
             "affinity": len(os.sched_getaffinity(0)),
             "transparent_hugepage": read("/sys/kernel/mm/transparent_hugepage/enabled")}
 

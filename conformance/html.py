@@ -24,6 +24,7 @@ import platform
 import zlib
 from pathlib import Path
 
+from unified_opt.devices import cpu_info
 from unified_opt.files import write_text
 
 from .series import grid
@@ -39,13 +40,7 @@ def result_id(result: dict) -> str:
 
 def cpu_name() -> str:
     """This machine's CPU model (``/proc/cpuinfo``, else ``platform.processor()``)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return cpu_info()[0] or platform.processor() or "unknown"
 
 
 def _esc(value) -> str:

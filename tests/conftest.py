@@ -64,18 +64,10 @@ LIMITS = ("ATEN_CPU_CAPABILITY", "TORCHINDUCTOR_CPP_MARCH", "MKL_ENABLE_INSTRUCT
 def cpu_lines(cpuinfo: str = "/proc/cpuinfo") -> list[str]:
     """The CPU model and its vector extensions (``cpuinfo``, else what ``platform``
     says), and the settings that limit the vector code in this process."""
-    model, flags = None, []
-    try:
-        with open(cpuinfo) as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if model is None and key in ("model name", "Model", "cpu") and value:
-                    model = value
-                if not flags and key in ("flags", "Features"):
-                    flags = [f for f in value.split() if _VECTOR.match(f)]
-    except OSError:
-        pass
+    from unified_opt.devices import cpu_info  # (after mindspore: see the module)
+
+    model, listed = cpu_info(cpuinfo)
+    flags = [f for f in listed if _VECTOR.match(f)]
     model = model or platform.processor() or "unknown model"
     lines = [f"cpu: {model} ({platform.machine()}, {os.cpu_count()} cores)",
              "cpu vector extensions: " + (" ".join(flags) or "not listed")]

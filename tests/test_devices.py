@@ -49,3 +49,17 @@ def test_the_docs_table_says_what_the_code_verifies():
     for backend, device in devices.VERIFIED:
         cell = rows[names[backend]].split("|")[columns[device]]
         assert re.search(r"\bverified\b", cell) and "unverified" not in cell, (backend, device)
+
+
+def test_the_cpu_info_is_the_first_model_and_every_listed_flag_in_order(tmp_path):
+    # one reader for the kernels' cache key, torch's bfloat16 switch, the reports and the
+    # test header; a second socket's flags join the first's
+    (tmp_path / "x86").write_text("processor\t: 0\nmodel name\t: AMD EPYC 9B14\n"
+                                  "flags\t\t: fpu sse2 avx2 avx512_bf16\nprocessor\t: 1\n"
+                                  "model name\t: Other\nflags\t\t: fpu sse2 amx_bf16\n")
+    assert devices.cpu_info(tmp_path / "x86") == (
+        "AMD EPYC 9B14", ("fpu", "sse2", "avx2", "avx512_bf16", "amx_bf16"))
+    (tmp_path / "arm").write_text("processor\t: 0\nFeatures\t: fp asimd sve\n"
+                                  "Model\t: Raspberry Pi 5\n")
+    assert devices.cpu_info(tmp_path / "arm") == ("Raspberry Pi 5", ("fp", "asimd", "sve"))
+    assert devices.cpu_info(tmp_path / "missing") == (None, ())

@@ -10,6 +10,7 @@ and device, rather than letting the library's claims be assumed there.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 #: (backend, device type) pairs the conformance suite and the device tests passed on
 VERIFIED = {
@@ -22,6 +23,27 @@ VERIFIED = {
 }
 
 _warned: set = set()
+
+
+def cpu_info(path: str | Path = "/proc/cpuinfo") -> tuple[str | None, tuple[str, ...]]:
+    """This machine's CPU model and feature flags as ``path`` (Linux's ``/proc/cpuinfo``)
+    lists them: the first model line's value (x86's ``model name``, Arm's ``Model``,
+    POWER's ``cpu``) and the flags of every flag line (x86's ``flags``, Arm's
+    ``Features``) in the order first listed. ``(None, ())`` where it cannot be read
+    (macOS, Windows)."""
+    model, flags = None, {}
+    try:
+        with open(path, encoding="utf-8") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if model is None and key in ("model name", "Model", "cpu") and value:
+                    model = value
+                elif key in ("flags", "Features"):
+                    flags.update(dict.fromkeys(value.split()))
+    except OSError:
+        pass
+    return model, tuple(flags)
 
 
 class UnverifiedDeviceWarning(UserWarning):

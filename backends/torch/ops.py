@@ -5,6 +5,7 @@ import sys
 
 import torch
 
+from unified_opt.devices import cpu_info
 from unified_opt.ops import Ops
 
 
@@ -63,14 +64,7 @@ def cpu_multiplies_bfloat16() -> bool:
         return False
     if os.environ.get("ATEN_CPU_CAPABILITY", "avx512").lower() not in ("avx512",):
         return False
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    return bool({"avx512_bf16", "amx_bf16"} & set(line.split()))
-    except OSError:
-        pass
-    return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(cpu_info()[1]))
 
 
 _CPU_BFLOAT16 = cpu_multiplies_bfloat16()

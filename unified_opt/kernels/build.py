@@ -67,6 +67,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..devices import cpu_info
 from ..files import PARTIAL_SUFFIX, fsync_folder, write_text
 from .bytecode import FUNCTIONS
 
@@ -147,12 +148,10 @@ def _version(compiler: Compiler) -> str:
 
 def _cpu() -> str:
     """What -march=native depends on: the CPU's model and feature flags."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        lines = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))]
-        return "\n".join(sorted(set(lines)))
-    except OSError:
+    model, cpu_flags = cpu_info()
+    if model is None and not cpu_flags:
         return platform.processor() or platform.machine()
+    return f"{model}\n{' '.join(sorted(cpu_flags))}"
 
 
 def flags(march: str = MARCH, openmp: bool = True, zig: bool = False) -> list[str]:
