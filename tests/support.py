@@ -23,7 +23,7 @@ import numpy as np
 from unified_opt import SGD
 from unified_opt.backend import BACKENDS
 from unified_opt.conformance.cases import DENSE_PARAMS, PARAMS, Case
-from unified_opt.conformance.compare import Comparison, compare
+from unified_opt.conformance.compare import Comparison, compare, held_to_precision
 from unified_opt.conformance.trajectory import (
     Recorder,
     Trajectory,
@@ -124,13 +124,23 @@ def judge(trajectory: Trajectory, case, spec=None, *, state: bool = True,
           lr: bool = True) -> Comparison:
     """``trajectory`` against the oracle of ``spec`` (default the case's) on ``case`` (a
     :class:`Case` or a :class:`Replay`), with the conformance floors: :func:`compare` as
-    the suite applies it (``lr=False``: a loop that cannot read its lr back)."""
+    the suite applies it (``lr=False``: a loop that cannot read its lr back), and for a
+    spec with a low-precision part its precision rule (:func:`held_to_precision`: a run
+    nearer the same spec in full precision fails "precision")."""
     spec = case.spec if spec is None else spec
     # the run's evaluation points (schedule-free) worked out where it is judged, as the
     # suite's verdict does
     trajectory = add_evaluation_points(trajectory, case.spec)
-    return compare(trajectory, reference_trajectory(spec, case),
-                   floor_trajectories(spec, case), state=state, lr=lr)
+    floors = floor_trajectories(spec, case)
+    comparison = compare(trajectory, reference_trajectory(spec, case), floors, state=state,
+                         lr=lr)
+    full = spec.full_precision()
+    if comparison.passed and full is not None:
+        comparison = held_to_precision(
+            comparison, compare(trajectory, reference_trajectory(full[1], case), floors,
+                                state=state, lr=lr),
+            full[0], spec.low_precision_update)
+    return comparison
 
 
 @dataclass(frozen=True)
