@@ -350,6 +350,19 @@ def held_to_precision(comparison: Comparison, full: Comparison, description: str
                            f"precision where the spec computes in {dtype}"))
 
 
+def held_to_spec_precision(comparison: Comparison, spec, against) -> Comparison:
+    """:func:`held_to_precision` for a run of ``spec``: where ``spec`` has a
+    full-precision form (``Spec.full_precision``) and ``comparison`` passed, the run is
+    compared with that form's oracle (``against(full_spec)``: the run against its
+    oracle, on the floors ``comparison`` used) and held to the precision rule. What the
+    suite's verdict and the tests' judge both apply."""
+    full = getattr(spec, "full_precision", lambda: None)()
+    if not comparison.passed or full is None:
+        return comparison
+    return held_to_precision(comparison, against(full[1]), full[0],
+                             spec.low_precision_update)
+
+
 def _excused_in(quantity: str, shape: tuple, excusals: dict) -> np.ndarray | None:
     """The excused mask of ``quantity`` (a parameter's only: the module)."""
     if not quantity.startswith("param:"):

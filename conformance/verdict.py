@@ -20,7 +20,7 @@ import unified_opt as uo
 from unified_opt.ops import numpy_ops
 
 from .cases import HAND, Case
-from .compare import compare, float32_floor, held_to_precision
+from .compare import compare, float32_floor, held_to_spec_precision
 from .explainer import explain_failure, knob_text
 from .series import encode
 from .trajectory import (
@@ -216,19 +216,18 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
         if tolerant.passed:
             comparison = tolerant
             result["known"] = f"{decision.native}: {decision.native_class.nonfinite}"
-    full = getattr(case.spec, "full_precision", lambda: None)()
-    if comparison.passed and full is not None:
-        comparison = held_to_precision(
-            comparison, compare(trajectory, references.of(full[1], case, "float64"), [],
-                                state=state, lr=lr, floors=values),
-            full[0], case.spec.low_precision_update)
+    comparison = held_to_spec_precision(
+        comparison, case.spec,
+        lambda full: compare(trajectory, references.of(full, case, "float64"), [],
+                             state=state, lr=lr, floors=values))
     result["comparison"] = comparison.to_dict()
     result["series"] = encode(comparison.series)
     if comparison.passed:
         return {**result, "status": "pass"}
     if comparison.failure == "precision":
+        knob = case.spec.full_precision()[0]
         return {**result, "status": "fail",
-                "explanation": {"matches": [full[0]], "text": knob_text(full[0], case.spec)}}
+                "explanation": {"matches": [knob], "text": knob_text(knob, case.spec)}}
     # a user's check (path "check") can leave the non-finite stream out
     explanation = explain_failure(trajectory, case, reference=references.of, state=state,
                                   lr=lr, finite_only_hint=path == "check")

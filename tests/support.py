@@ -23,7 +23,7 @@ import numpy as np
 from unified_opt import SGD
 from unified_opt.backend import BACKENDS
 from unified_opt.conformance.cases import DENSE_PARAMS, PARAMS, Case
-from unified_opt.conformance.compare import Comparison, compare, held_to_precision
+from unified_opt.conformance.compare import Comparison, compare, held_to_spec_precision
 from unified_opt.conformance.trajectory import (
     Recorder,
     Trajectory,
@@ -132,15 +132,11 @@ def judge(trajectory: Trajectory, case, spec=None, *, state: bool = True,
     # suite's verdict does
     trajectory = add_evaluation_points(trajectory, case.spec)
     floors = floor_trajectories(spec, case)
-    comparison = compare(trajectory, reference_trajectory(spec, case), floors, state=state,
-                         lr=lr)
-    full = spec.full_precision()
-    if comparison.passed and full is not None:
-        comparison = held_to_precision(
-            comparison, compare(trajectory, reference_trajectory(full[1], case), floors,
-                                state=state, lr=lr),
-            full[0], spec.low_precision_update)
-    return comparison
+    return held_to_spec_precision(
+        compare(trajectory, reference_trajectory(spec, case), floors, state=state, lr=lr),
+        spec,
+        lambda full: compare(trajectory, reference_trajectory(full, case), floors,
+                             state=state, lr=lr))
 
 
 @dataclass(frozen=True)
