@@ -177,6 +177,13 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
     for (int64_t i = 0; i < count; ++i) out[first + i] = T(lanes_total(lane + 4 * i));
     return;
   }
+  if (!s.over_c && !L.sum_over_b && L.groups_per == 1) {
+    // each b one group (a 1x1 conv weight's b of one row): its total is 0 + its partial,
+    // in one loop the compiler vectorises (the loops below cost 4 ns a b there)
+    const double* partial = s.acc + b0 * L.Dc;
+    for (int64_t i = 0; i < count; ++i) out[first + i] = T(0.0 + partial[i]);
+    return;
+  }
   Buffer<double> held_total(count);
   double* total = held_total.data();
   std::fill(total, total + count, 0.0);
