@@ -2,7 +2,8 @@
 peer libraries a torch user would otherwise pick.
 
     python benchmarks/algorithm_step_time.py [--backends torch,paddle,mindspore]
-                                             [--repeats 7] [--out benchmarks/results]
+                                             [--repeats 7] [--update]
+                                             [--out benchmarks/results]
 
 Rows per backend ("mindspore-graph": MindSpore in GRAPH_MODE, ``opt(grads)`` compiled).
 torch: one 4096x4096 float32 parameter; baseline ``torch.optim.Adam(fused=True)``. Each
@@ -259,6 +260,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--measure", nargs=2, metavar=("BACKEND", "WHAT"))
+    parser.add_argument("--update", action="store_true",
+                        help="replace only the rows of these backends in "
+                             "OUT/algorithm_step_time.json")
     parser.add_argument("--only", choices=["independence"],
                         help="measure only the data-independence rows again, into the "
                              "results in OUT")
@@ -284,6 +288,10 @@ def main() -> None:
             continue
         rows += rows_of(backend, args.repeats)
         print(markdown(rows), flush=True)
+    if args.update:
+        measured = set(args.backends.split(","))
+        kept = json.loads((args.out / "algorithm_step_time.json").read_text())
+        rows = [r for r in kept if r["backend"] not in measured] + rows
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "algorithm_step_time.json", json.dumps(rows, indent=1) + "\n")
     write_text(args.out / "algorithm_step_time.md", markdown(rows))

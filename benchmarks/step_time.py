@@ -2,7 +2,7 @@
 by hand, and of the own-implementation path against the native one.
 
     python benchmarks/step_time.py [--backends torch,paddle,mindspore] [--repeats 15]
-                                   [--out benchmarks/results]
+                                   [--update] [--out benchmarks/results]
 
 Each backend runs in its own process (never two frameworks in one). Every step sees
 fresh random gradients, as in training (a pool of four random draws, taken in turn:
@@ -207,6 +207,8 @@ def main():
     parser.add_argument("--backends", default="torch,paddle,mindspore")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--update", action="store_true",
+                        help="replace only the rows of these backends in OUT/step_time.json")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -221,6 +223,10 @@ def main():
                                str(args.repeats)], stdout=subprocess.PIPE, check=True, text=True)
         rows += json.loads(done.stdout.strip().splitlines()[-1])
     out = Path(args.out)
+    if args.update:
+        measured = set(args.backends.split(","))
+        kept = json.loads((out / "step_time.json").read_text())["rows"]
+        rows = [r for r in kept if r["backend"] not in measured] + rows
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "step_time.json", json.dumps({"rows": rows}, indent=1))
     write_text(out / "step_time.md", table(rows))
