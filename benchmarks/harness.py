@@ -80,8 +80,17 @@ class Harness:
     """One backend's parameters, gradients and step, on ``threads`` threads."""
 
     def __init__(self, backend: str, threads: int = 1):
+        """``threads``: 0 leaves the framework's own defaults (what a script that sets
+        nothing gets)."""
         self.backend, self.name, self.threads = backend, framework(backend), threads
         self.fw = __import__(self.name)
+        if threads:
+            self._set_threads(threads)
+        if backend == "mindspore-graph":
+            self.fw.set_context(mode=self.fw.GRAPH_MODE)
+        self.counter = 0
+
+    def _set_threads(self, threads: int) -> None:
         os.environ["OMP_NUM_THREADS"] = str(threads)     # paddle's import sets it to 1
         if self.name == "torch":
             self.fw.set_num_threads(threads)
@@ -90,9 +99,6 @@ class Harness:
         elif self.name == "mindspore":
             self.fw.set_context(runtime_num_threads=threads)
             self.fw.device_context.cpu.op_tuning.threads_num(threads)
-        if backend == "mindspore-graph":
-            self.fw.set_context(mode=self.fw.GRAPH_MODE)
-        self.counter = 0
 
     def params(self, arrays: list[np.ndarray]) -> list:
         """(name, parameter) pairs holding copies of ``arrays``."""
@@ -112,16 +118,17 @@ class Harness:
 
     def gradient_sets(self, shapes, rng) -> list:
         """:data:`GRADIENT_SETS` sets of standard normal gradients of ``shapes``."""
-        sets = []
-        for _ in range(GRADIENT_SETS):
-            arrays = [rng.standard_normal(s, dtype=np.float32) for s in shapes]
-            if self.name == "torch":
-                sets.append([self.fw.from_numpy(g) for g in arrays])
-            elif self.name == "paddle":
-                sets.append([self.fw.to_tensor(g) for g in arrays])
-            else:
-                sets.append(tuple(self.fw.Tensor(g) for g in arrays))
-        return sets
+        return [self.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+                for _ in range(GRADIENT_SETS)]
+
+    def tensors(self, arrays: list[np.ndarray]):
+        """One gradient set: the framework's tensors of ``arrays`` (MindSpore's a tuple,
+        as its optimizers take them)."""
+        if self.name == "torch":
+            return [self.fw.from_numpy(g) for g in arrays]
+        if self.name == "paddle":
+            return [self.fw.to_tensor(g) for g in arrays]
+        return tuple(self.fw.Tensor(g) for g in arrays)
 
     def set_grads(self, named, grads) -> None:
         if self.name in ("torch", "paddle"):

@@ -7,13 +7,14 @@ the kernels' threads stall on a shared machine?
                                        [--out benchmarks/results]
 
 One process per framework and thread count (one framework per process; the thread count
-set the framework's way: ``torch.set_num_threads``, ``OMP_NUM_THREADS`` before Paddle is
-imported, MindSpore's ``runtime_num_threads``, which the own path's kernels follow, and
-``device_context.cpu.op_tuning.threads_num``, which MindSpore's own kernels follow;
-``OMP_NUM_THREADS`` is set too). Each process builds, over copies of one parameter set,
-own AdamW and own CAME (``path="own"``, ``compile="auto"``: the kernel VM, then each
-program's generated kernel: the untimed steps wait for them to land) and the framework's
-native AdamW class as the reference. The rows step in interleaved rounds, each round
+set the framework's way, by ``harness.Harness``: ``torch.set_num_threads``, Paddle's
+``set_num_threads`` and ``OMP_NUM_THREADS`` before it is imported, MindSpore's
+``runtime_num_threads``, which the own path's kernels follow, and
+``device_context.cpu.op_tuning.threads_num``, which MindSpore's own kernels follow).
+Each process builds, over copies of one parameter set, own AdamW and own CAME
+(``path="own"``, ``compile="auto"``: the kernel VM, then each program's generated
+kernel: the untimed steps wait for them to land) and the framework's native AdamW class
+as the reference. The rows step in interleaved rounds, each round
 with a fresh random gradient (drawn untimed), ``--steps`` rounds after 5 untimed ones.
 Per row: minimum, median, p90 and maximum step ms, and median / minimum. The machine's
 load average is recorded before and after each process; ``--variant`` adds runs under
@@ -37,11 +38,12 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import Harness, compiling  # this folder's
+from realistic_sets import resnet18_shapes
 
 from unified_opt.files import write_text
 
@@ -53,83 +55,17 @@ NATIVE = {"torch": "torch.optim.AdamW", "paddle": "paddle.optimizer.AdamW",
           "mindspore": "mindspore.nn.AdamWeightDecay"}
 
 
-def resnet18_shapes() -> list[tuple[int, ...]]:
-    """ResNet-18's parameter shapes (conv, BatchNorm weight and bias, fc)."""
-    shapes: list[tuple[int, ...]] = [(64, 3, 7, 7), (64,), (64,)]
-    inputs = 64
-    for width, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-        for block in range(2):
-            first = inputs if block == 0 else width
-            shapes += [(width, first, 3, 3), (width,), (width,),
-                       (width, width, 3, 3), (width,), (width,)]
-            if block == 0 and (stride != 1 or first != width):
-                shapes += [(width, first, 1, 1), (width,), (width,)]
-        inputs = width
-    return shapes + [(1000, 512), (1000,)]
+def timed_step(harness: Harness, optimizer, named, grads) -> float:
+    """Seconds of one step of ``optimizer`` (its gradients set untimed; MindSpore's queue
+    drained before and after, as it runs asynchronously)."""
+    harness.set_grads(named, grads)
+    if harness.name == "mindspore":
+        from unified_opt.backends.mindspore.kernels import drain
 
-
-def set_threads(name: str, threads: int):
-    """Import framework ``name`` with ``threads`` threads, set its way (see the module;
-    0: its default)."""
-    fw = __import__(name)
-    if not threads:
-        return fw
-    if name == "torch":
-        fw.set_num_threads(threads)
-    elif name == "mindspore":
-        fw.set_context(runtime_num_threads=threads)          # the own path's kernels
-        fw.device_context.cpu.op_tuning.threads_num(threads)  # MindSpore's kernels
-    return fw
-
-
-class Harness:
-    """One framework's parameters, gradients and step."""
-
-    def __init__(self, name: str, threads: int):
-        self.name, self.fw = name, set_threads(name, threads)
-        self.counter = 0
-
-    def params(self, arrays):
-        out = []
-        for a in arrays:
-            self.counter += 1
-            key = f"p{self.counter}"
-            if self.name == "torch":
-                out.append((key, self.fw.nn.Parameter(self.fw.from_numpy(a.copy()))))
-            elif self.name == "paddle":
-                out.append((key, self.fw.create_parameter(
-                    shape=list(a.shape), dtype="float32", name=key,
-                    default_initializer=self.fw.nn.initializer.Assign(a))))
-            else:
-                out.append((key, self.fw.Parameter(self.fw.Tensor(a.copy()), name=key)))
-        return out
-
-    def grads(self, arrays):
-        if self.name == "torch":
-            return [self.fw.from_numpy(g) for g in arrays]
-        if self.name == "paddle":
-            return [self.fw.to_tensor(g) for g in arrays]
-        return tuple(self.fw.Tensor(g) for g in arrays)
-
-    def step(self, optimizer, named, grads) -> float:
-        """Seconds of one step (gradients set untimed)."""
-        if self.name == "mindspore":
-            from unified_opt.backends.mindspore.kernels import drain
-
-            drain()
-            start = time.perf_counter()
-            optimizer(grads)
-            drain()        # MindSpore runs asynchronously
-            return time.perf_counter() - start
-        for (_, p), g in zip(named, grads):
-            p.grad = g
-        start = time.perf_counter()
-        optimizer.step()
-        return time.perf_counter() - start
-
-
-def _compiling() -> bool:
-    return any(t.name == "unified_opt kernel" and t.is_alive() for t in threading.enumerate())
+        drain()
+    start = time.perf_counter()
+    harness.step(optimizer, grads)
+    return time.perf_counter() - start
 
 
 def kernel_threads() -> int | None:
@@ -169,16 +105,16 @@ def measure(name: str, threads: int, steps: int, rows: set) -> dict:
     times: dict[str, list[float]] = {label: [] for label in runs}
     waited = time.perf_counter()
     round_ = 0
-    compiling = False
+    waiting = False
     while True:
-        grads = harness.grads([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+        grads = harness.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
         labels = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
         for label in labels:
-            seconds = harness.step(*runs[label], grads)
-            if round_ >= WARMUP and not compiling:
+            seconds = timed_step(harness, *runs[label], grads)
+            if round_ >= WARMUP and not waiting:
                 times[label].append(seconds)
-        compiling = _compiling() and time.perf_counter() - waited < COMPILE_WAIT_S
-        if compiling:
+        waiting = compiling() and time.perf_counter() - waited < COMPILE_WAIT_S
+        if waiting:
             round_ = 0
         round_ += 1
         if round_ >= WARMUP + steps:
@@ -210,18 +146,18 @@ def first_steps(name: str, row: str, steps: int) -> dict:
     build_s = time.perf_counter() - start
     times, landed = [], []
     while True:
-        grads = harness.grads([rng.standard_normal(s, dtype=np.float32) for s in shapes])
-        times.append(harness.step(optimizer, named, grads))
+        grads = harness.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+        times.append(timed_step(harness, optimizer, named, grads))
         landed.append(len(runtime._kernels))
-        if len(times) >= steps and not _compiling():
+        if len(times) >= steps and not compiling():
             break
         if time.perf_counter() - start > COMPILE_WAIT_S:
             break
     # the first step that ran with every kernel the process ended with
     all_landed_step = landed.index(max(landed)) + 1 if landed else 0
     for _ in range(10):
-        grads = harness.grads([rng.standard_normal(s, dtype=np.float32) for s in shapes])
-        times.append(harness.step(optimizer, named, grads))
+        grads = harness.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
+        times.append(timed_step(harness, optimizer, named, grads))
     warm = statistics.median(times[-10:])
     first = times[:steps]
     return {"framework": name, "row": row, "build_s": round(build_s, 3),
