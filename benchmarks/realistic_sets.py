@@ -1,7 +1,7 @@
 """Every optimizer path on parameter sets shaped like what users train: the rows
 ``uo.build``'s ``prefer="speed"`` table is made of (``benchmarks/speed_table.py``).
 
-    python benchmarks/realistic_sets.py [--backends torch,paddle,mindspore]
+    python benchmarks/realistic_sets.py [--backends torch,paddle,mindspore,mindspore-graph]
         [--algorithms adamw,lion,preset:mindspore.nn.AdamWeightDecay,...]
         [--sets gpt2,resnet18,large,small] [--threads 1,2] [--repeats 5] [--warmup 1]
         [--passes 3] [--update] [--out benchmarks/results]
@@ -21,6 +21,10 @@ The sets (:data:`SETS`, shapes in :func:`set_shapes`):
   fc): 62 tensors, 11,689,512 elements, 95.6 % of them in 4-D conv weights;
 * ``large``: one 4096 x 4096 tensor;
 * ``small``: a 64-wide MLP, four 64 x 64 weights and their biases (16,640 elements).
+
+Backends: torch, Paddle, MindSpore in PyNative mode and ``mindspore-graph``: MindSpore in
+GRAPH_MODE (``opt(grads)`` compiled; the own path runs as custom operators over the
+kernels there), which the table keeps apart (``unified_opt.speed.table_backend``).
 
 Rows (:func:`entries`), on each backend: every spec of :data:`SPECS` and every preset
 of the framework (``uo.preset``) whose build can take a native class (the class
@@ -76,7 +80,7 @@ from native_vs_own import SPECS
 
 from unified_opt.files import write_text
 
-BACKENDS = ("torch", "paddle", "mindspore")
+BACKENDS = ("torch", "paddle", "mindspore", "mindspore-graph")
 SETS = ("gpt2", "resnet18", "large", "small")
 THREADS = (1, 2)
 #: algorithms no native class computes on some backend: the own path alone there

@@ -2,7 +2,8 @@
 (``benchmarks/results/realistic_sets.json``, made by ``benchmarks/realistic_sets.py``)
 and the table ``uo.build`` reads (``unified_opt/speed_table.json``), never by hand:
 
-* ``plots/realistic_sets.png``: per framework (one thread), each native class's step
+* ``plots/realistic_sets.png``: per framework (one thread; MindSpore in PyNative and in
+  GRAPH_MODE, ``mindspore-graph``), each native class's step
   over the own path's on every measured set (above the threshold line the default build
   takes the own path); on torch, the own-only algorithms and the peer libraries as
   multiples of ``torch.optim.AdamW(fused=True)`` on the GPT-2-like and ResNet-18 sets;
@@ -30,7 +31,7 @@ RESULTS = ROOT / "benchmarks" / "results" / "realistic_sets.json"
 TABLE = ROOT / "unified_opt" / "speed_table.json"
 OUT = ROOT / "docs" / "plots"
 PICTURE, PAGE = "realistic_sets.png", "realistic_sets.md"
-BACKENDS = ("torch", "paddle", "mindspore")
+BACKENDS = ("torch", "paddle", "mindspore", "mindspore-graph")
 DPI = 90
 
 
@@ -63,7 +64,7 @@ def draw(out: Path = OUT) -> Path:
     data = json.loads(RESULTS.read_text())
     threshold = json.loads(TABLE.read_text())["threshold"]
     sets = list(data["sets"])
-    fig, axes = plt.subplots(4, 1, figsize=(12, 17))
+    fig, axes = plt.subplots(len(BACKENDS) + 1, 1, figsize=(12, 4.25 * (len(BACKENDS) + 1)))
     palette = plt.get_cmap("tab10").colors
     for axis, backend in zip(axes, BACKENDS):
         rows = [r for r in _rows(data, backend) if r.get("native")]

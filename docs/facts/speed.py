@@ -86,7 +86,6 @@ def substitutions() -> dict[str, str]:
     forms = load(RESULTS / "mindspore_graph_forms.json")["rows"]
     return {
         "speed_threshold": f"{load(TABLE)['threshold']:g}x",
-        "speed_rounds": str(load(RESULTS / "native_vs_own.json")["repeats"]),
         "gradient_check_torch": f"{num(cost['torch'], 1)} µs",
         "graph_ops_over_custom": span([r["ops_ms"] / r["custom_ms"] for r in forms], 0, "x"),
     }
