@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import TORCH_PEERS  # this folder's
+from harness import TORCH_PEERS, with_rows_of_others  # this folder's
 from peak_memory import reset_peak, status_mib  # this folder's
 from step_time import Harness  # this folder's: parameters, gradients, a step
 
@@ -289,9 +289,9 @@ def main() -> None:
         rows += rows_of(backend, args.repeats)
         print(markdown(rows), flush=True)
     if args.update:
-        measured = set(args.backends.split(","))
-        kept = json.loads((args.out / "algorithm_step_time.json").read_text())
-        rows = [r for r in kept if r["backend"] not in measured] + rows
+        rows = with_rows_of_others(
+            json.loads((args.out / "algorithm_step_time.json").read_text()), rows,
+            args.backends)
     args.out.mkdir(parents=True, exist_ok=True)
     write_text(args.out / "algorithm_step_time.json", json.dumps(rows, indent=1) + "\n")
     write_text(args.out / "algorithm_step_time.md", markdown(rows))

@@ -144,6 +144,14 @@ class Harness:
         else:
             optimizer.step()
 
+    def timed_step(self, optimizer, named, grads) -> float:
+        """Seconds of one step of ``optimizer`` over ``named``, its gradients ``grads``
+        set untimed."""
+        self.set_grads(named, grads)
+        start = time.perf_counter()
+        self.step(optimizer, grads)
+        return time.perf_counter() - start
+
 
 def compiling() -> bool:
     """Whether a generated kernel is being compiled in the background."""
@@ -167,12 +175,8 @@ def interleaved(harness: Harness, runs: list[tuple[Any, list]], grads: list, rep
 
     def one(optimizer, named) -> float:
         nonlocal k
-        g = grads[k % len(grads)]
-        harness.set_grads(named, g)
-        start = time.perf_counter()
-        harness.step(optimizer, g)
         k += 1
-        return time.perf_counter() - start
+        return harness.timed_step(optimizer, named, grads[(k - 1) % len(grads)])
 
     for _ in range(warmup):
         for run in runs:
@@ -191,6 +195,13 @@ def interleaved(harness: Harness, runs: list[tuple[Any, list]], grads: list, rep
         for i in list(range(len(runs)))[shift:] + list(range(len(runs)))[:shift]:
             times[i].append(one(*runs[i]))
     return times
+
+
+def with_rows_of_others(kept: list[dict], rows: list[dict], backends: str) -> list[dict]:
+    """``--update``: the ``kept`` rows of the backends not in ``backends`` (comma
+    separated: those measured now), then ``rows``."""
+    measured = set(backends.split(","))
+    return [r for r in kept if r["backend"] not in measured] + rows
 
 
 def fastest_and_median_ms(seconds: list[float]) -> tuple[float, float]:

@@ -60,6 +60,7 @@ from harness import (
     kernels_loaded,
     thread_env,
     versions,
+    with_rows_of_others,
 )
 
 from unified_opt.files import write_text
@@ -222,9 +223,9 @@ def main() -> None:
         passes.append(rows)
     rows = merged(passes)
     if args.update:
-        measured = set(args.backends.split(","))
-        kept = json.loads((args.out / "native_vs_own.json").read_text())["rows"]
-        rows = [r for r in kept if r["backend"] not in measured] + rows
+        rows = with_rows_of_others(
+            json.loads((args.out / "native_vs_own.json").read_text())["rows"], rows,
+            args.backends)
     result = {"environment": environment(), "versions": versions(),
               "repeats": args.repeats, "passes": args.passes, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)

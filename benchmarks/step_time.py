@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from harness import with_rows_of_others  # this folder's
 
 from unified_opt.files import write_text
 
@@ -224,9 +225,8 @@ def main():
         rows += json.loads(done.stdout.strip().splitlines()[-1])
     out = Path(args.out)
     if args.update:
-        measured = set(args.backends.split(","))
-        kept = json.loads((out / "step_time.json").read_text())["rows"]
-        rows = [r for r in kept if r["backend"] not in measured] + rows
+        rows = with_rows_of_others(json.loads((out / "step_time.json").read_text())["rows"],
+                                   rows, args.backends)
     out.mkdir(parents=True, exist_ok=True)
     write_text(out / "step_time.json", json.dumps({"rows": rows}, indent=1))
     write_text(out / "step_time.md", table(rows))

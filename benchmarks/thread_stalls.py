@@ -55,19 +55,6 @@ NATIVE = {"torch": "torch.optim.AdamW", "paddle": "paddle.optimizer.AdamW",
           "mindspore": "mindspore.nn.AdamWeightDecay"}
 
 
-def timed_step(harness: Harness, optimizer, named, grads) -> float:
-    """Seconds of one step of ``optimizer`` (its gradients set untimed; MindSpore's queue
-    drained before and after, as it runs asynchronously)."""
-    harness.set_grads(named, grads)
-    if harness.name == "mindspore":
-        from unified_opt.backends.mindspore.kernels import drain
-
-        drain()
-    start = time.perf_counter()
-    harness.step(optimizer, grads)
-    return time.perf_counter() - start
-
-
 def kernel_threads() -> int | None:
     """The thread count the VM's parallel phases ran on (None before the kernels read
     the framework's setting)."""
@@ -110,7 +97,7 @@ def measure(name: str, threads: int, steps: int, rows: set) -> dict:
         grads = harness.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
         labels = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
         for label in labels:
-            seconds = timed_step(harness, *runs[label], grads)
+            seconds = harness.timed_step(*runs[label], grads)
             if round_ >= WARMUP and not waiting:
                 times[label].append(seconds)
         waiting = compiling() and time.perf_counter() - waited < COMPILE_WAIT_S
@@ -147,7 +134,7 @@ def first_steps(name: str, row: str, steps: int) -> dict:
     times, landed = [], []
     while True:
         grads = harness.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
-        times.append(timed_step(harness, optimizer, named, grads))
+        times.append(harness.timed_step(optimizer, named, grads))
         landed.append(len(runtime._kernels))
         if len(times) >= steps and not compiling():
             break
@@ -157,7 +144,7 @@ def first_steps(name: str, row: str, steps: int) -> dict:
     all_landed_step = landed.index(max(landed)) + 1 if landed else 0
     for _ in range(10):
         grads = harness.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
-        times.append(timed_step(harness, optimizer, named, grads))
+        times.append(harness.timed_step(optimizer, named, grads))
     warm = statistics.median(times[-10:])
     first = times[:steps]
     return {"framework": name, "row": row, "build_s": round(build_s, 3),
