@@ -248,6 +248,7 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
         raise ValueError(f"operand kind {kind}")
 
     sum_index = 0
+    lanes: list[int] = []       # a one-row chunk's sums over C, added in the element loop
     for count, ins in enumerate(instructions):
         op, dst, aux = _NAMES[ins[0]], ins[1], ins[2]
         a = operand(ins[3], ins[4]) if ins[3] else None
@@ -256,7 +257,11 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
             slot = sum_index
             sum_index += 1
             kind = "row" if aux & _C else "column"
-            if vector and (aux & _C or rows):
+            if vector and aux & _C and not rows:
+                lanes.append(slot)
+                loop.append(f"lane{slot}[l] += double({expression});")
+                tail.append(f"uo::row_partials<T>(sums[{slot}], w, ch, part{slot});")
+            elif vector and (aux & _C or rows):
                 head.append(f"T* q{slot} = {buffer()};")
                 loop.append(f"q{slot}[j] = {expression};")
                 tail.append(f"uo::{kind}_sums(sums[{slot}], w, ch, q{slot});")
@@ -288,5 +293,33 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
             expression = f"uo::select({a[0]}, {b[0]}, {c[0]})"
         loop.append(f"const T {name} = {expression};")
         registers[dst] = name
+    if lanes:
+        return head + _lane_blocks(loop, lanes) + tail, buffers
     return (head + ["#pragma omp simd", "for (int64_t j = 0; j < n; ++j) {"]
             + ["  " + line for line in loop] + ["}"] + tail), buffers
+
+
+def _lane_blocks(loop: list[str], lanes: list[int]) -> list[str]:
+    """The element loop of a one-row chunk with sums over C: block by block of SUM_BLOCK
+    elements, element i of a block added into lane i % LANES of each sum and the lanes
+    added in lane_tree's order: lane_sum's partials (the same bits as row_sums over a
+    buffer), without writing the values to a buffer and reading them back."""
+    inner = ["  " + line for line in loop]
+    return ([f"double part{slot}[uo::KERNEL_CHUNK / uo::SUM_BLOCK];" for slot in lanes]
+            + ["for (int64_t k0 = 0; k0 < n; k0 += uo::SUM_BLOCK) {",
+               "  const int64_t m = std::min<int64_t>(uo::SUM_BLOCK, n - k0);"]
+            + [f"  double lane{slot}[uo::LANES] = {{}};" for slot in lanes]
+            + ["  int64_t i = 0;",
+               "  for (; i + uo::LANES <= m; i += uo::LANES) {",
+               "    #pragma omp simd",
+               "    for (int64_t l = 0; l < uo::LANES; ++l) {",
+               "      const int64_t j = k0 + i + l;"]
+            + ["    " + line for line in inner]
+            + ["    }", "  }",
+               "  for (int64_t l = 0; i < m; ++i, ++l) {",
+               "    const int64_t j = k0 + i;"]
+            + ["  " + line for line in inner]
+            + ["  }"]
+            + [f"  part{slot}[k0 / uo::SUM_BLOCK] = uo::lane_tree(lane{slot});"
+               for slot in lanes]
+            + ["}"])

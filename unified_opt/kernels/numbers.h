@@ -88,6 +88,14 @@ template <class T> inline double short_lane_sum(const T* __restrict__ x, int64_t
   return live > 0 ? lane[0] : 0.0;
 }
 
+// lane_sum's lanes added in its fixed tree (a generated kernel's element loop adds into
+// the lanes itself: codegen.py)
+UO_INLINE double lane_tree(double* lane) {
+  for (int width = LANES / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
+  return lane[0];
+}
+
 // The sum of x[0..n) in double: element j goes to lane j % LANES, the lanes are added in
 // a fixed tree. Vectorises (each lane is its own chain) and gives the same bits anywhere.
 template <class T> inline double lane_sum(const T* __restrict__ x, int64_t n) {
@@ -97,9 +105,7 @@ template <class T> inline double lane_sum(const T* __restrict__ x, int64_t n) {
   for (; j + LANES <= n; j += LANES)
     for (int l = 0; l < LANES; ++l) lane[l] += double(x[j + l]);
   for (int l = 0; j < n; ++j, ++l) lane[l] += double(x[j]);
-  for (int width = LANES / 2; width > 0; width /= 2)
-    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
-  return lane[0];
+  return lane_tree(lane);
 }
 
 // short_lane_sum of N elements, N known to the compiler (unrolled: a conv weight's rows)

@@ -510,6 +510,14 @@ inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
   if (ch.n == 1 && ch.c0 == 0 && rows_of_1(s, w, ch, x)) return;
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
 }
+// row_sums of a chunk of one row whose block partials (lane_sum's, block k of
+// SUM_BLOCK elements from c0 in partial[k]) a generated kernel added in its element loop
+template <class T>
+inline void row_partials(const Sum& s, const Walk& w, const Chunk& ch, const double* partial) {
+  land_row_sums<T>(s, w, ch, [&](auto&& land) {
+    for (int64_t k = 0; k * SUM_BLOCK < ch.n; ++k) land(int64_t(0), k, partial[k]);
+  });
+}
 template <class T>
 inline void row_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial_of(ch, value, partial); });
