@@ -248,7 +248,10 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
         raise ValueError(f"operand kind {kind}")
 
     sum_index = 0
-    lanes: list[int] = []       # a one-row chunk's sums over C, added in the element loop
+    # sums over C: added into lanes in the element loop (_lane_blocks) where a chunk's
+    # rows are at least LANES long, else (a chunk of several short rows) through a buffer;
+    # in `loop` and `tail` as (slot, expression) and (slot,), written per form below
+    lanes: list[int] = []
     for count, ins in enumerate(instructions):
         op, dst, aux = _NAMES[ins[0]], ins[1], ins[2]
         a = operand(ins[3], ins[4]) if ins[3] else None
@@ -257,11 +260,13 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
             slot = sum_index
             sum_index += 1
             kind = "row" if aux & _C else "column"
-            if vector and aux & _C and not rows:
+            if vector and aux & _C:
                 lanes.append(slot)
-                loop.append(f"lane{slot}[l] += double({expression});")
-                tail.append(f"uo::row_partials<T>(sums[{slot}], w, ch, part{slot});")
-            elif vector and (aux & _C or rows):
+                if rows:
+                    head.append(f"T* q{slot} = {buffer()};")
+                loop.append((slot, expression))
+                tail.append((slot,))
+            elif vector and rows:
                 head.append(f"T* q{slot} = {buffer()};")
                 loop.append(f"q{slot}[j] = {expression};")
                 tail.append(f"uo::{kind}_sums(sums[{slot}], w, ch, q{slot});")
@@ -293,33 +298,54 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
             expression = f"uo::select({a[0]}, {b[0]}, {c[0]})"
         loop.append(f"const T {name} = {expression};")
         registers[dst] = name
-    if lanes:
-        return head + _lane_blocks(loop, lanes) + tail, buffers
-    return (head + ["#pragma omp simd", "for (int64_t j = 0; j < n; ++j) {"]
-            + ["  " + line for line in loop] + ["}"] + tail), buffers
+    if not lanes:
+        return head + _plain_loop(loop) + tail, buffers
+    in_lanes = (_lane_blocks([f"lane{x[0]}[l] += double({x[1]});" if isinstance(x, tuple)
+                              else x for x in loop], lanes, rows)
+                + [f"uo::row_partials<T>(sums[{x[0]}], w, ch, part{x[0]});"
+                   if isinstance(x, tuple) else x for x in tail])
+    if not rows:
+        return head + in_lanes, buffers
+    buffered = (_plain_loop([f"q{x[0]}[j] = {x[1]};" if isinstance(x, tuple) else x
+                             for x in loop])
+                + [f"uo::row_sums(sums[{x[0]}], w, ch, q{x[0]});" if isinstance(x, tuple)
+                   else x for x in tail])
+    return (head + ["if (ch.n >= uo::LANES) {"] + ["  " + line for line in in_lanes]
+            + ["} else {"] + ["  " + line for line in buffered] + ["}"]), buffers
 
 
-def _lane_blocks(loop: list[str], lanes: list[int]) -> list[str]:
-    """The element loop of a one-row chunk with sums over C: block by block of SUM_BLOCK
-    elements, element i of a block added into lane i % LANES of each sum and the lanes
-    added in lane_tree's order: lane_sum's partials (the same bits as row_sums over a
+def _plain_loop(loop: list[str]) -> list[str]:
+    return (["#pragma omp simd", "for (int64_t j = 0; j < n; ++j) {"]
+            + ["  " + line for line in loop] + ["}"])
+
+
+def _lane_blocks(loop: list[str], lanes: list[int], rows: bool) -> list[str]:
+    """The element loop of a chunk with sums over C, row by row (``rows``: a chunk of
+    several whole rows, else one row's elements from c0) and block by block of SUM_BLOCK
+    elements: element i of a block added into lane i % LANES of each sum and the lanes
+    added in lane_tree's order, lane_sum's partials (the same bits as row_sums over a
     buffer), without writing the values to a buffer and reading them back."""
-    inner = ["  " + line for line in loop]
-    return ([f"double part{slot}[uo::KERNEL_CHUNK / uo::SUM_BLOCK];" for slot in lanes]
-            + ["for (int64_t k0 = 0; k0 < n; k0 += uo::SUM_BLOCK) {",
-               "  const int64_t m = std::min<int64_t>(uo::SUM_BLOCK, n - k0);"]
-            + [f"  double lane{slot}[uo::LANES] = {{}};" for slot in lanes]
-            + ["  int64_t i = 0;",
-               "  for (; i + uo::LANES <= m; i += uo::LANES) {",
-               "    #pragma omp simd",
-               "    for (int64_t l = 0; l < uo::LANES; ++l) {",
-               "      const int64_t j = k0 + i + l;"]
+    width = "ch.n" if rows else "n"
+    inner = ["    " + line for line in loop]
+    return ([f"const int64_t blocks = ({width} + uo::SUM_BLOCK - 1) / uo::SUM_BLOCK;",
+             "(void)blocks;"]
+            + [f"double part{slot}[uo::KERNEL_CHUNK / uo::LANES];" for slot in lanes]
+            + ["for (int64_t row = 0; row < ch.rows; ++row) {",
+               f"  for (int64_t k0 = 0; k0 < {width}; k0 += uo::SUM_BLOCK) {{",
+               f"    const int64_t m = std::min<int64_t>(uo::SUM_BLOCK, {width} - k0);",
+               f"    const int64_t start = row * {width} + k0;"]
+            + [f"    double lane{slot}[uo::LANES] = {{}};" for slot in lanes]
+            + ["    int64_t i = 0;",
+               "    for (; i + uo::LANES <= m; i += uo::LANES) {",
+               "      #pragma omp simd",
+               "      for (int64_t l = 0; l < uo::LANES; ++l) {",
+               "        const int64_t j = start + i + l;"]
             + ["    " + line for line in inner]
-            + ["    }", "  }",
-               "  for (int64_t l = 0; i < m; ++i, ++l) {",
-               "    const int64_t j = k0 + i;"]
+            + ["      }", "    }",
+               "    for (int64_t l = 0; i < m; ++i, ++l) {",
+               "      const int64_t j = start + i;"]
             + ["  " + line for line in inner]
-            + ["  }"]
-            + [f"  part{slot}[k0 / uo::SUM_BLOCK] = uo::lane_tree(lane{slot});"
+            + ["    }"]
+            + [f"    part{slot}[row * blocks + k0 / uo::SUM_BLOCK] = uo::lane_tree(lane{slot});"
                for slot in lanes]
-            + ["}"])
+            + ["  }", "}"])

@@ -510,12 +510,15 @@ inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
   if (ch.n == 1 && ch.c0 == 0 && rows_of_1(s, w, ch, x)) return;
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
 }
-// row_sums of a chunk of one row whose block partials (lane_sum's, block k of
-// SUM_BLOCK elements from c0 in partial[k]) a generated kernel added in its element loop
+// row_sums of a chunk whose block partials a generated kernel added in its element loop:
+// lane_sum's of block k (SUM_BLOCK elements from c0) of the chunk's row i in
+// partial[i * blocks + k], landed in each_partial's order
 template <class T>
 inline void row_partials(const Sum& s, const Walk& w, const Chunk& ch, const double* partial) {
+  const int64_t blocks = (ch.n + SUM_BLOCK - 1) / SUM_BLOCK;
   land_row_sums<T>(s, w, ch, [&](auto&& land) {
-    for (int64_t k = 0; k * SUM_BLOCK < ch.n; ++k) land(int64_t(0), k, partial[k]);
+    for (int64_t i = 0; i < ch.rows; ++i)
+      for (int64_t k = 0; k < blocks; ++k) land(i, k, partial[i * blocks + k]);
   });
 }
 template <class T>
