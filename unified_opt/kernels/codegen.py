@@ -193,11 +193,13 @@ def _phase(number: int, domain: int, instructions, masks) -> list[str]:
 def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]:
     """The C++ of one chunk of a phase, and the scratch buffers it uses. ``rows``: a
     chunk of several whole rows (``phases.h``'s Chunk): its elements are consecutive in
-    the arrays spanning the domain; an array of fewer axes is gathered, and sums go
-    through a buffer (a column sum adds each row in order)."""
+    the arrays spanning the domain; an array of fewer axes is gathered, and a column sum
+    goes through a buffer (it adds each row in order), as does a sum over C where the
+    rows are shorter than LANES (``walk.h``'s short-row sums); a sum over C of longer
+    rows adds into lanes in the loop (:func:`_lane_blocks`)."""
     head: list[str] = []
-    loop: list[str] = []
-    tail: list[str] = []
+    loop: list = []             # lines, and a sum over C's (slot, expression)
+    tail: list = []             # lines, and a sum over C's (slot,)
     reads: dict[tuple[str, int], str] = {}
     registers: dict[int, str] = {}
     buffers = 0
