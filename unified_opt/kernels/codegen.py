@@ -329,8 +329,7 @@ def _lane_blocks(loop: list[str], lanes: list[int], rows: bool) -> list[str]:
     buffer), without writing the values to a buffer and reading them back."""
     width = "ch.n" if rows else "n"
     inner = ["    " + line for line in loop]
-    return ([f"const int64_t blocks = ({width} + uo::SUM_BLOCK - 1) / uo::SUM_BLOCK;",
-             "(void)blocks;"]
+    return ([f"const int64_t blocks = ({width} + uo::SUM_BLOCK - 1) / uo::SUM_BLOCK;"]
             + [f"double part{slot}[uo::KERNEL_CHUNK / uo::LANES];" for slot in lanes]
             + ["for (int64_t row = 0; row < ch.rows; ++row) {",
                f"  for (int64_t k0 = 0; k0 < {width}; k0 += uo::SUM_BLOCK) {{",

@@ -232,11 +232,10 @@ template <class U> class Buffer {
 // thread's share: a helper descheduled while it holds a batch holds up the loop's end
 // until it runs again and finishes that batch, so batches are short. But not shorter
 // than MIN_BATCH items (a quarter of a thread's share where that is less): every claim
-// is an atomic add on a line the threads share, and batches of 1 or 2 chunks made the
-// threads wait on that line (SGD with momentum on 1M elements ran no faster on two threads than
-// on one). Every i writes places of its own, so the numbers do not depend on the
-// threads or on which thread ran which item. Each thread's scratch comes from its
-// Buffers.
+// is an atomic add on a line the threads share, and with claims of 1 or 2 chunks a
+// tensor of a million elements ran no faster on two threads than on one. Every i writes
+// places of its own, so the numbers do not depend on the threads or on which thread ran
+// which item. Each thread's scratch comes from its Buffers.
 constexpr int64_t MIN_BATCH = 16;
 template <class T, class Work>
 void for_each_item(int64_t count, int threads, int64_t scratch_size, Work&& work) {
