@@ -17,7 +17,7 @@ seconds show in "first step s". Paddle and MindSpore (PyNative): one 2048x2048 p
 the fastest native Adam (``paddle.optimizer.Adam``; MindSpore ``nn.Adam``); each
 algorithm's uo step (the own path where no native class computes it).
 
-Every step sees fresh random gradients (``step_time.Gradients``: four standard normal
+Every step sees fresh random gradients (``harness.Gradients``: four standard normal
 draws taken in turn; random signs, as training gradients have).
 
 Data independence (torch rows "own kernel: random / constant gradients"): each
@@ -47,9 +47,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import TORCH_PEERS, with_rows_of_others  # this folder's
+from harness import TORCH_PEERS, Harness, with_rows_of_others  # this folder's
 from peak_memory import reset_peak, status_mib  # this folder's
-from step_time import Harness  # this folder's: parameters, gradients, a step
 
 from unified_opt.files import write_text
 from unified_opt.records import benchmarked
@@ -99,12 +98,10 @@ def measure(backend: str, what: str, repeats: int) -> dict:
     ``uo|<spec expression>|<compile option as JSON>`` or ``independence|<spec
     expression>|true`` (:func:`independence`); returns the timings."""
     kind, target, extra = what.split("|")
-    harness = Harness("mindspore" if backend == "mindspore-graph" else backend)
-    if backend == "mindspore-graph":
-        harness.fw.set_context(mode=harness.fw.GRAPH_MODE)
+    harness = Harness(backend, threads=0)      # the framework's own thread defaults
     if kind == "independence":
         return independence(harness, SIZES[backend], target, repeats)
-    named = harness.params([SIZES[backend]])
+    named = harness.seeded_params([SIZES[backend]])
     grads = harness.grads(named)          # a new random set each step
     started = time.perf_counter()
     if kind == "uo":
@@ -148,7 +145,7 @@ def independence(harness, shape, expression: str, repeats: int) -> dict:
 
     runs = {}
     for gradient in ("random", "constant"):
-        named = harness.params([shape])
+        named = harness.seeded_params([shape])
         opt = uo.build(parse_spec(expression), named, path="own", options={"compile": True})
         runs[gradient] = (opt, harness.grads(named, gradient))
     times = {gradient: [] for gradient in runs}

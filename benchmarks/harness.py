@@ -1,4 +1,5 @@
-"""What the CPU step-time benchmarks share (``native_vs_own.py``, ``realistic_sets.py``):
+"""What the CPU step-time benchmarks share (``native_vs_own.py``, ``realistic_sets.py``,
+``step_time.py``, ``algorithm_step_time.py``, ``mindspore_graph_forms.py``):
 one framework's parameters, gradients, thread setting and step, interleaved timing and
 the machine's description.
 
@@ -116,6 +117,28 @@ class Harness:
                 out.append((name, self.fw.Parameter(self.fw.Tensor(a.copy()), name=name)))
         return out
 
+    def seeded_params(self, shapes) -> list:
+        """(name, parameter) pairs of ``shapes``, standard normal values drawn from seed 0
+        (every call the same values)."""
+        rng = np.random.default_rng(0)
+        return self.params([rng.standard_normal(shape, dtype=np.float32) for shape in shapes])
+
+    def grads(self, named, kind: str = "random", sets: int = 4) -> "Gradients":
+        """The parameters' gradients for the steps to come (:class:`Gradients`): ``sets``
+        draws of standard normal values (random signs, as training gradients have), or
+        with ``kind="constant"`` all ones."""
+        return Gradients(self, named, kind, sets)
+
+    def hand_built(self, qualified: str, kwargs: dict, named):
+        """The native optimizer ``qualified`` over ``named``'s parameters, built as a
+        script builds it (Paddle's takes ``parameters=``)."""
+        from unified_opt.native import import_native
+
+        params = [p for _, p in named]
+        if self.name == "paddle":
+            return import_native(qualified)(parameters=params, **kwargs)
+        return import_native(qualified)(params, **kwargs)
+
     def gradient_sets(self, shapes, rng) -> list:
         """:data:`GRADIENT_SETS` sets of standard normal gradients of ``shapes``."""
         return [self.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
@@ -136,6 +159,11 @@ class Harness:
                 p.grad = g
 
     def step(self, optimizer, grads) -> None:
+        """One step on ``grads``: a :class:`Gradients` (its next set: a few pointer
+        assignments, no copy), or the set in place (MindSpore's: the tuple its optimizer
+        is called with)."""
+        if isinstance(grads, Gradients):
+            grads = grads.next()
         if self.name == "mindspore":
             from unified_opt.backends.mindspore.kernels import drain
 
@@ -156,6 +184,44 @@ class Harness:
         start = time.perf_counter()
         self.step(optimizer, grads)
         return time.perf_counter() - start
+
+
+class Gradients:
+    """Gradient sets for ``named``, one per step in turn: each step reads other values
+    (``sets`` random draws made up front, so drawing costs no step time)."""
+
+    def __init__(self, harness: Harness, named, kind: str = "random", sets: int = 4):
+        if kind not in ("random", "constant"):
+            raise ValueError(f"kind {kind!r}")
+        rng = np.random.default_rng(1)
+        self.harness, self.named, self.count = harness, named, 0
+        self.sets = [harness.tensors([rng.standard_normal(tuple(p.shape), dtype=np.float32)
+                                      if kind == "random" else
+                                      np.ones(tuple(p.shape), np.float32) for _, p in named])
+                     for _ in range(sets if kind == "random" else 1)]
+
+    def next(self):
+        """Install the next set (torch, Paddle: ``.grad``); MindSpore: return it."""
+        chosen = self.sets[self.count % len(self.sets)]
+        self.count += 1
+        self.harness.set_grads(self.named, chosen)
+        return chosen if self.harness.name == "mindspore" else None
+
+
+def interleaved_medians(harness: Harness, runs, repeats: int, warmup: int = 3) -> list[float]:
+    """Median step time (ms) of each ``(optimizer, grads)`` in ``runs``, timed in
+    interleaved rounds (each round steps every optimizer once, in one order) so that load
+    from other processes and cache effects fall on all of them alike."""
+    for optimizer, grads in runs:
+        for _ in range(warmup):
+            harness.step(optimizer, grads)
+    times: list[list[float]] = [[] for _ in runs]
+    for _ in range(repeats):
+        for (optimizer, grads), out in zip(runs, times):
+            start = time.perf_counter()
+            harness.step(optimizer, grads)
+            out.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(t) for t in times]
 
 
 def compiling() -> bool:

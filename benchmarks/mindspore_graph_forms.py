@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 from algorithm_step_time import ALGORITHMS  # this folder's: the algorithms' specs
-from step_time import Harness, interleaved_medians
+from harness import Harness, interleaved_medians
 
 from unified_opt.devices import cpu_info
 from unified_opt.files import write_text
@@ -52,15 +52,14 @@ def measure(algorithm: str, size: int, repeats: int) -> dict:
     import unified_opt as uo
     from unified_opt.expressions import parse_spec
 
-    harness = Harness("mindspore")
+    harness = Harness("mindspore-graph", threads=0)      # MindSpore's thread defaults
     ms = harness.fw
-    ms.set_context(mode=ms.GRAPH_MODE)
     rng = np.random.default_rng(1)
     gradients = [(ms.Tensor(rng.standard_normal((size, size), dtype=np.float32)),)
                  for _ in range(4)]
     runs, first = [], {}
     for what in ("nn.Adam",) + FORMS:
-        named = harness.params([(size, size)])
+        named = harness.seeded_params([(size, size)])
         started = time.perf_counter()
         if what == "nn.Adam":
             opt = harness.hand_built("mindspore.nn.Adam", {"learning_rate": 1e-3}, named)

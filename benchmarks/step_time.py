@@ -6,7 +6,7 @@ by hand, and of the own-implementation path against the native one.
 
 Each backend runs in its own process (never two frameworks in one). Every step sees
 fresh random gradients, as in training (a pool of four random draws, taken in turn:
-:class:`Gradients`), so a kernel whose speed depends on the values shows it. Two
+``harness.Gradients``), so a kernel whose speed depends on the values shows it. Two
 parameter sets: "model" (4 x 1024x1024 + 4 x 1024, like a few layers) and "big" (one 4096x4096).
 Reports medians in ms and the ratios ``uo/hand`` (the adapter's overhead: 1.0 is
 free) and ``own/hand`` (the generic own path against the native kernel) as
@@ -18,14 +18,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-from harness import with_rows_of_others  # this folder's
+from harness import Harness, interleaved_medians, with_rows_of_others  # this folder's
 
 from unified_opt.files import write_text
 
@@ -52,119 +49,10 @@ OPTIMIZERS = [
 ]
 
 
-class Harness:
-    """Framework calls for one backend: parameters, gradients, one step."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.counter = 0
-        if backend == "torch":
-            import torch
-            self.fw = torch
-        elif backend == "paddle":
-            import paddle
-            self.fw = paddle
-        else:
-            import mindspore
-            self.fw = mindspore
-
-    def params(self, shapes):
-        rng = np.random.default_rng(0)
-        out = []
-        for shape in shapes:
-            a = rng.standard_normal(shape, dtype=np.float32)
-            self.counter += 1
-            name = f"p{self.counter}"
-            if self.backend == "torch":
-                out.append((name, self.fw.nn.Parameter(self.fw.from_numpy(a))))
-            elif self.backend == "paddle":
-                out.append((name, self.fw.create_parameter(
-                    shape=list(shape), dtype="float32", name=name,
-                    default_initializer=self.fw.nn.initializer.Assign(a))))
-            else:
-                out.append((name, self.fw.Parameter(self.fw.Tensor(a), name=name)))
-        return out
-
-    def grads(self, named, kind="random", sets=4):
-        """The parameters' gradients for the steps to come (:class:`Gradients`): ``sets``
-        draws of standard normal values (random signs, as training gradients have), or
-        with ``kind="constant"`` all ones."""
-        return Gradients(self, named, kind, sets)
-
-    def hand_built(self, qualified, kwargs, named):
-        from unified_opt.native import import_native
-
-        params = [p for _, p in named]
-        if self.backend == "paddle":
-            return import_native(qualified)(parameters=params, **kwargs)
-        return import_native(qualified)(params, **kwargs)
-
-    def step(self, optimizer, grads):
-        """One step on ``grads``: a :class:`Gradients` (its next set: a few pointer
-        assignments, no copy), or for MindSpore a tuple of gradient tensors."""
-        if isinstance(grads, Gradients):
-            grads = grads.next()
-        if self.backend == "mindspore":
-            from unified_opt.backends.mindspore.kernels import drain
-
-            optimizer(grads)
-            drain()        # MindSpore runs asynchronously (runtime.synchronize: not on CPU)
-        else:
-            optimizer.step()
-
-
-class Gradients:
-    """Gradient sets for ``named``, one per step in turn: each step reads other values
-    (``sets`` random draws made up front, so drawing costs no step time)."""
-
-    def __init__(self, harness, named, kind="random", sets=4):
-        if kind not in ("random", "constant"):
-            raise ValueError(f"kind {kind!r}")
-        rng = np.random.default_rng(1)
-        self.harness, self.named, self.count = harness, named, 0
-        self.sets = []
-        for _ in range(sets if kind == "random" else 1):
-            arrays = [rng.standard_normal(tuple(p.shape), dtype=np.float32) if kind == "random"
-                      else np.ones(tuple(p.shape), np.float32) for _, p in named]
-            fw = harness.fw
-            if harness.backend == "torch":
-                self.sets.append([fw.from_numpy(a) for a in arrays])
-            elif harness.backend == "paddle":
-                self.sets.append([fw.to_tensor(a) for a in arrays])
-            else:
-                self.sets.append(tuple(fw.Tensor(a) for a in arrays))
-
-    def next(self):
-        """Install the next set (torch, Paddle: ``.grad``); MindSpore: return it."""
-        chosen = self.sets[self.count % len(self.sets)]
-        self.count += 1
-        if self.harness.backend == "mindspore":
-            return chosen
-        for (_, p), g in zip(self.named, chosen):
-            p.grad = g
-        return None
-
-
-def interleaved_medians(harness, runs, repeats, warmup=3):
-    """Median step time (ms) of each ``(optimizer, grads)`` in ``runs``, timed in
-    interleaved rounds (each round steps every optimizer once) so that load from other
-    processes and cache effects fall on all of them alike."""
-    for optimizer, grads in runs:
-        for _ in range(warmup):
-            harness.step(optimizer, grads)
-    times = [[] for _ in runs]
-    for _ in range(repeats):
-        for (optimizer, grads), out in zip(runs, times):
-            start = time.perf_counter()
-            harness.step(optimizer, grads)
-            out.append((time.perf_counter() - start) * 1e3)
-    return [statistics.median(t) for t in times]
-
-
 def run_backend(backend, repeats):
     import unified_opt as uo
 
-    harness = Harness(backend)
+    harness = Harness(backend, threads=0)      # the framework's own thread defaults
     rows = []
     for set_name, shapes in PARAMETER_SETS.items():
         for algorithm, spec_kwargs, hand in OPTIMIZERS:
@@ -173,7 +61,7 @@ def run_backend(backend, repeats):
                    "native": hand[backend][0]}
             runs = []
             for variant in ("hand", "uo", "own"):
-                named = harness.params(shapes)
+                named = harness.seeded_params(shapes)
                 grads = harness.grads(named)
                 if variant == "hand":
                     optimizer = harness.hand_built(*hand[backend], named)
