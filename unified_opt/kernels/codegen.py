@@ -254,6 +254,11 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
     # rows are at least LANES long, else (a chunk of several short rows) through a buffer;
     # in `loop` and `tail` as (slot, expression) and (slot,), written per form below
     lanes: list[int] = []
+    # a sum over C whose value a column sum also takes (slot -> the column sum's slot): on
+    # short rows the two land from the column sum's buffer at once (walk.h's
+    # rows_and_columns); the column sum's tail line is ("column", slot, line) then
+    partner = _partners(instructions) if rows else {}
+    partnered = set(partner.values())
     for count, ins in enumerate(instructions):
         op, dst, aux = _NAMES[ins[0]], ins[1], ins[2]
         a = operand(ins[3], ins[4]) if ins[3] else None
@@ -264,14 +269,15 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
             kind = "row" if aux & _C else "column"
             if vector and aux & _C:
                 lanes.append(slot)
-                if rows:
+                if rows and slot not in partner:
                     head.append(f"T* q{slot} = {buffer()};")
                 loop.append((slot, expression))
                 tail.append((slot,))
             elif vector and rows:
                 head.append(f"T* q{slot} = {buffer()};")
                 loop.append(f"q{slot}[j] = {expression};")
-                tail.append(f"uo::{kind}_sums(sums[{slot}], w, ch, q{slot});")
+                line = f"uo::{kind}_sums(sums[{slot}], w, ch, q{slot});"
+                tail.append(("column", slot, line) if slot in partnered else line)
             elif vector:              # one row's column sum: added in the loop
                 head.append(f"double* col{slot} = uo::column_partial(sums[{slot}], w, ch);")
                 loop.append(f"col{slot}[j] += double({expression});")
@@ -304,16 +310,51 @@ def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]
         return head + _plain_loop(loop) + tail, buffers
     in_lanes = (_lane_blocks([f"lane{x[0]}[l] += double({x[1]});" if isinstance(x, tuple)
                               else x for x in loop], lanes, rows)
-                + [f"uo::row_partials<T>(sums[{x[0]}], w, ch, part{x[0]});"
-                   if isinstance(x, tuple) else x for x in tail])
+                + [x if isinstance(x, str) else x[2] if x[0] == "column" else
+                   f"uo::row_partials<T>(sums[{x[0]}], w, ch, part{x[0]});" for x in tail])
     if not rows:
         return head + in_lanes, buffers
-    buffered = (_plain_loop([f"q{x[0]}[j] = {x[1]};" if isinstance(x, tuple) else x
-                             for x in loop])
-                + [f"uo::row_sums(sums[{x[0]}], w, ch, q{x[0]});" if isinstance(x, tuple)
-                   else x for x in tail])
+
+    def buffered_tail(x) -> list[str]:
+        if isinstance(x, str):
+            return [x]
+        if x[0] == "column":                  # landed with its row sum
+            return []
+        if x[0] in partner:
+            return [f"uo::rows_and_columns(sums[{x[0]}], sums[{partner[x[0]]}], w, ch, "
+                    f"q{partner[x[0]]});"]
+        return [f"uo::row_sums(sums[{x[0]}], w, ch, q{x[0]});"]
+
+    buffered = (_plain_loop([x if isinstance(x, str) else f"q{x[0]}[j] = {x[1]};"
+                             for x in loop if isinstance(x, str) or x[0] not in partner])
+                + [line for x in tail for line in buffered_tail(x)])
     return (head + ["if (ch.n >= uo::LANES) {"] + ["  " + line for line in in_lanes]
             + ["} else {"] + ["  " + line for line in buffered] + ["}"]), buffers
+
+
+def _partners(instructions) -> dict[int, int]:
+    """The sums over C (by slot, in the order of the phase's sums) whose value a sum
+    without C (a column sum) also takes, each with the first such column sum's slot. A
+    value is its operand, a register read as the instruction that last wrote it (the
+    VM's registers are reused)."""
+    written: dict[int, int] = {}
+    sums = []
+    for count, ins in enumerate(instructions):
+        op = _NAMES[ins[0]]
+        if op == "sum":
+            register = ins[3] == OPERAND_KINDS["register"]
+            value = ("written", written[ins[4]]) if register else (ins[3], ins[4])
+            sums.append((len(sums), bool(ins[2] & _C), value))
+        elif op != "store":
+            written[ins[1]] = count
+    partner: dict[int, int] = {}
+    for slot, over_c, value in sums:
+        if over_c:
+            columns = [other for other, other_c, taken in sums
+                       if not other_c and taken == value and other not in partner.values()]
+            if columns:
+                partner[slot] = columns[0]
+    return partner
 
 
 def _plain_loop(loop: list[str]) -> list[str]:

@@ -592,6 +592,58 @@ template <class T>
 inline void column_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
   land_column_sums<T>(s, w, ch, [&](int64_t, int64_t) { return value; });
 }
+// A sum over C and a sum over R of one value x (a factored moment's row and column
+// sums of a conv weight's squared gradient). Where the chunk is whole 3x3 b's of float
+// and the sums land ROWS and GROUPS, each b's rows are converted to double once for both
+// (a row loaded as 4 lanes, the 4th the next row's, as groups_in_vectors loads them):
+// the conversions, not the additions, are what such sums wait on. The column totals are
+// groups_in_vectors's; the row totals short_sum<3>'s, (x0 + x2) + x1 on the b's 3x3
+// transposed in registers (its zero-adds only turn a -0 total into +0, as the landing's
+// 0.0 + does): the same bits. The chunk's last b goes element by element, so that no
+// load or store passes the chunk. Otherwise row_sums and column_sums.
+template <class T>
+inline void rows_and_columns(const Sum& rows, const Sum& columns, const Walk& w,
+                             const Chunk& ch, const T* x) {
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (ch.n == 3 && w.Dr == 3 && ch.r == 0 && ch.rows % 3 == 0 &&
+        rows.landing == Landing::ROWS && columns.landing == Landing::GROUPS) {
+      const __m256d zero = _mm256_setzero_pd();
+      float* row_out = static_cast<float*>(rows.out) + ch.row;
+      float* col_out = static_cast<float*>(columns.out) + ch.b * 3;
+      const int64_t bs = ch.rows / 3;
+      for (int64_t b = 0; b + 1 < bs; ++b) {
+        const float* v = x + 9 * b;
+        const __m256d r0 = _mm256_cvtps_pd(_mm_loadu_ps(v));
+        const __m256d r1 = _mm256_cvtps_pd(_mm_loadu_ps(v + 3));
+        const __m256d r2 = _mm256_cvtps_pd(_mm_loadu_ps(v + 6));
+        const __m256d col = _mm256_add_pd(_mm256_add_pd(_mm256_add_pd(zero, r0), r1), r2);
+        _mm_storeu_ps(col_out + 3 * b, _mm256_cvtpd_ps(_mm256_add_pd(zero, col)));
+        const __m256d lo01 = _mm256_unpacklo_pd(r0, r1), hi01 = _mm256_unpackhi_pd(r0, r1);
+        const __m256d lo2 = _mm256_unpacklo_pd(r2, r2), hi2 = _mm256_unpackhi_pd(r2, r2);
+        const __m256d t0 = _mm256_permute2f128_pd(lo01, lo2, 0x20);
+        const __m256d t1 = _mm256_permute2f128_pd(hi01, hi2, 0x20);
+        const __m256d t2 = _mm256_permute2f128_pd(lo01, lo2, 0x31);
+        const __m256d sum = _mm256_add_pd(_mm256_add_pd(t0, t2), t1);
+        _mm_storeu_ps(row_out + 3 * b, _mm256_cvtpd_ps(_mm256_add_pd(zero, sum)));
+      }
+      if (bs > 0) {
+        const int64_t b = bs - 1;
+        const float* v = x + 9 * b;
+        for (int c = 0; c < 3; ++c) {
+          double partial = 0.0;
+          for (int r = 0; r < 3; ++r) partial += double(v[3 * r + c]);
+          col_out[3 * b + c] = float(0.0 + partial);
+        }
+        for (int r = 0; r < 3; ++r) row_out[3 * b + r] = float(0.0 + short_sum<3>(v + 3 * r));
+      }
+      return;
+    }
+  }
+#endif
+  row_sums(rows, w, ch, x);
+  column_sums(columns, w, ch, x);
+}
 // A chunk of one row: where its column sums add (PARTIALS; GROUPS chunks have several
 // rows), for a generated kernel that adds them in its element loop.
 inline double* column_partial(const Sum& s, const Walk& w, const Chunk& ch) {
