@@ -64,6 +64,9 @@ struct PhaseLayout {
                Dr * Dc <= CH;
     per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
                 : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
+    // short rows in whole b's where a chunk holds several b's (a conv weight's): a b's
+    // gathered values then start at the chunk's start (walk.h's gather of whole 3x3 b's)
+    if (!whole_bs && (dom & AR) && Dr >= 2 && per_chunk >= 2 * Dr) per_chunk -= per_chunk % Dr;
   }
 
   // body(walk, chunk, scratch) on the chunks of the rows [first, last), in order

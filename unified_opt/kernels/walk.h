@@ -67,12 +67,21 @@ inline bool lands_direct(int dst, const abi::Ins* ins, int n) {
 // n values of a row copied to each of `rows` rows, or one value per row repeated n
 // times (N: n known to the compiler for short rows)
 // to[3k + j] = from[k] for k < count, j < 3 (a conv weight's values per row of 3, or per b
-// of 3 rows): four values at a time moved into 12 lanes in AVX2
+// of 3 rows): eight values at a time moved into 24 lanes in AVX2, then four into 12
 template <class T>
 UO_INLINE void repeat_thrice(T* __restrict__ to, const T* __restrict__ from, int64_t count) {
   int64_t k = 0;
 #if defined(__AVX2__)
   if constexpr (std::is_same_v<T, float>) {
+    const __m256i first = _mm256_setr_epi32(0, 0, 0, 1, 1, 1, 2, 2);
+    const __m256i second = _mm256_setr_epi32(2, 3, 3, 3, 4, 4, 4, 5);
+    const __m256i third = _mm256_setr_epi32(5, 5, 6, 6, 6, 7, 7, 7);
+    for (; k + 8 <= count; k += 8) {
+      const __m256 v = _mm256_loadu_ps(from + k);
+      _mm256_storeu_ps(to + 3 * k, _mm256_permutevar8x32_ps(v, first));
+      _mm256_storeu_ps(to + 3 * k + 8, _mm256_permutevar8x32_ps(v, second));
+      _mm256_storeu_ps(to + 3 * k + 16, _mm256_permutevar8x32_ps(v, third));
+    }
     const __m256i low = _mm256_setr_epi32(0, 0, 0, 1, 1, 1, 2, 2);
     const __m256i high = _mm256_setr_epi32(2, 3, 3, 3, 0, 0, 0, 0);
     for (; k + 4 <= count; k += 4) {
@@ -92,6 +101,25 @@ UO_INLINE void repeat_thrice(T* __restrict__ to, const T* __restrict__ from, int
   for (; k < count; ++k) to[3 * k] = to[3 * k + 1] = to[3 * k + 2] = from[k];
 }
 
+#if defined(__AVX2__)
+// Where vector k of 72 values (8 b's of 3 rows of 3, each row its b's 3 values) comes
+// from: 8 values loaded from start[k], permuted by lanes[k]
+struct TileIndex {
+  int start[9];
+  __m256i lanes[9];
+  TileIndex() {
+    for (int k = 0; k < 9; ++k) {
+      start[k] = std::min(3 * ((8 * k) / 9), 16);   // loads within the 24 values
+      alignas(32) int32_t lane[8];
+      for (int l = 0; l < 8; ++l) {
+        const int e = 8 * k + l;
+        lane[l] = 3 * (e / 9) + e % 3 - start[k];
+      }
+      lanes[k] = _mm256_load_si256(reinterpret_cast<const __m256i*>(lane));
+    }
+  }
+};
+#endif
 template <int N, class T>
 UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64_t n,
                            int64_t rows, bool along_c, int64_t per_r, int64_t per_b,
@@ -120,6 +148,20 @@ UO_INLINE void gather_rows(T* __restrict__ to, const T* __restrict__ from, int64
     return;
   }
 #if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (N == 3 && along_c && per_r == 0 && per_b == 3 && r == 0 && Dr == 3) {
+      // whole 3x3 b's: 8 b's (72 values from 24) at a time, each vector of 8 a permute
+      // of 8 values loaded from the b's its elements belong to
+      static const TileIndex index;
+      int64_t i = 0;
+      for (; i + 24 <= rows; i += 24, to += 72, from += 24)
+        for (int k = 0; k < 9; ++k)
+          _mm256_storeu_ps(to + 8 * k, _mm256_permutevar8x32_ps(
+              _mm256_loadu_ps(from + index.start[k]), index.lanes[k]));
+      rows -= i;
+      if (rows == 0) return;
+    }
+  }
   if (N == 3 && along_c && per_r == 0 && per_b == 3) {  // a conv weight's b rows, each
     // for each of the b's rows: 4 values loaded (the 4th the next b's: a b of the chunk
     // follows) and stored (the 4th is the next row's place, written after); the chunk's
