@@ -286,11 +286,13 @@ struct TilePhase {
 // tile, so that what a tile's phases write (a conv weight's small row and column arrays,
 // a kept full value) is read back by the next phase from the cache, not from memory.
 // A tile's first phase waits on memory for the parameter and gradient it streams in, and
-// the phases after it do not overlap that wait; fewer, longer streams wait less. 64Ki
-// elements (256 KiB of float32 per full array) measured best on a conv weight's Adafactor
-// and CAME (8Ki: CAME's step on ResNet-18's set 7-13 % slower at one thread); the bits do
-// not depend on it (run_tiles).
-constexpr int64_t TILE_ELEMENTS = 65536;
+// the phases after it do not overlap that wait; fewer, longer streams wait less. 256Ki
+// elements (1 MiB of float32 per full array: its phases' data pass through the L2 and
+// L3 caches) measured best on ResNet-18's set at one thread once the phases of a conv
+// weight's rows of 3 got faster: against 64Ki, CAME's step 4-7 % faster, Adafactor's
+// 1-2 %; 32Ki slower still; at two threads about the same. The bits do not depend on it
+// (run_tiles).
+constexpr int64_t TILE_ELEMENTS = 262144;
 // the b's of a tile, where set (uo_vm_set_tile, uo_kernel_set_tile: tests put tile edges
 // inside small tensors); 0: TILE_ELEMENTS elements' worth
 inline std::atomic<int64_t>& requested_tile_bs() {

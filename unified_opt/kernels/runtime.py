@@ -34,7 +34,7 @@ import ctypes
 import math
 import threading
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -127,6 +127,9 @@ class Prepared:
     scalars: np.ndarray
     dims: np.ndarray           # canonical_dims(shape) as the VM reads them
     numel: int
+    #: id(VM code) -> (its address, its size, dims' and scalars' addresses): numpy's
+    #: ``.ctypes.data`` costs a microsecond, paid once per shape and step, not per tensor
+    pointers: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass
@@ -390,9 +393,13 @@ class KernelRunner(Programs):
     def _run(self, job: Job, made: Prepared, code: np.ndarray, addresses) -> None:
         if isinstance(addresses, list):
             addresses = (ctypes.c_void_p * len(addresses))(*addresses)
-        status = self.library.uo_vm_run(DTYPES[job.dtype], code.ctypes.data, code.size,
-                                        addresses, made.dims.ctypes.data,
-                                        made.scalars.ctypes.data)
+        pointers = made.pointers.get(id(code))
+        if pointers is None:
+            pointers = made.pointers[id(code)] = (code.ctypes.data, code.size,
+                                                  made.dims.ctypes.data,
+                                                  made.scalars.ctypes.data)
+        status = self.library.uo_vm_run(DTYPES[job.dtype], pointers[0], pointers[1],
+                                        addresses, pointers[2], pointers[3])
         if status:
             raise RuntimeError(f"the kernel VM rejected the code of {job.spec.name} "
                                f"(status {status})")
