@@ -139,10 +139,10 @@ class Harness:
             return import_native(qualified)(parameters=params, **kwargs)
         return import_native(qualified)(params, **kwargs)
 
-    def gradient_sets(self, shapes, rng) -> list:
-        """:data:`GRADIENT_SETS` sets of standard normal gradients of ``shapes``."""
+    def gradient_sets(self, shapes, rng, sets: int = GRADIENT_SETS) -> list:
+        """``sets`` sets of standard normal gradients of ``shapes``."""
         return [self.tensors([rng.standard_normal(s, dtype=np.float32) for s in shapes])
-                for _ in range(GRADIENT_SETS)]
+                for _ in range(sets)]
 
     def tensors(self, arrays: list[np.ndarray]):
         """One gradient set: the framework's tensors of ``arrays`` (MindSpore's a tuple,
@@ -193,12 +193,11 @@ class Gradients:
     def __init__(self, harness: Harness, named, kind: str = "random", sets: int = 4):
         if kind not in ("random", "constant"):
             raise ValueError(f"kind {kind!r}")
-        rng = np.random.default_rng(1)
         self.harness, self.named, self.count = harness, named, 0
-        self.sets = [harness.tensors([rng.standard_normal(tuple(p.shape), dtype=np.float32)
-                                      if kind == "random" else
-                                      np.ones(tuple(p.shape), np.float32) for _, p in named])
-                     for _ in range(sets if kind == "random" else 1)]
+        shapes = [tuple(p.shape) for _, p in named]
+        self.sets = (harness.gradient_sets(shapes, np.random.default_rng(1), sets)
+                     if kind == "random" else
+                     [harness.tensors([np.ones(s, np.float32) for s in shapes])])
 
     def next(self):
         """Install the next set (torch, Paddle: ``.grad``); MindSpore: return it."""

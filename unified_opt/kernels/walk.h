@@ -670,14 +670,11 @@ inline void rows_and_columns(const Sum& rows, const Sum& columns, const Walk& w,
         _mm_storeu_ps(row_out + 3 * b, _mm256_cvtpd_ps(_mm256_add_pd(zero, sum)));
       }
       if (bs > 0) {
-        const int64_t b = bs - 1;
-        const float* v = x + 9 * b;
-        for (int c = 0; c < 3; ++c) {
-          double partial = 0.0;
-          for (int r = 0; r < 3; ++r) partial += double(v[3 * r + c]);
-          col_out[3 * b + c] = float(0.0 + partial);
-        }
-        for (int r = 0; r < 3; ++r) row_out[3 * b + r] = float(0.0 + short_sum<3>(v + 3 * r));
+        const float* v = x + 9 * (bs - 1);
+        group_totals<3>(col_out + 3 * (bs - 1), 3, 3, 3,
+                        [&](int64_t r, int64_t c) { return double(v[3 * r + c]); });
+        for (int r = 0; r < 3; ++r)
+          row_out[3 * (bs - 1) + r] = float(0.0 + short_sum<3>(v + 3 * r));
       }
       return;
     }
