@@ -106,6 +106,41 @@ def test_a_generated_kernel_gives_the_vm_bits(runner, spec):
                 assert state[k].tobytes() == state2[k].tobytes(), (spec.name, shape, k)
 
 
+@pytest.mark.parametrize("spec", [uo.Adafactor(lr=1e-2), uo.Lamb(lr=1e-2)],
+                         ids=["adafactor", "lamb"])
+def test_a_pass_walked_backwards_gives_the_vm_bits(runner, spec):
+    """The update pass after the pass that computed it walks back from the parameter's
+    end in stretches (phases.h's run_phase, `backwards`): the VM's bits (it walks
+    forwards) on one and two threads, over several stretches and a part of one, for rows
+    longer than a chunk and chunks of several rows."""
+    for shape in [(700, 1000), (90, 90, 3, 3)]:
+        code = runner.program(spec, shape, "float32", spec.lr_at(1), 2)[1]
+        source = kernel_source(code)
+        assert "// phase" in source and "backwards" in source, spec.name
+        library = build.load_kernel(source)
+        order = runner.state_order(spec, shape, "float32")
+        for threads in (1, 2):
+            library.uo_kernel_set_threads(threads)
+            rng = np.random.default_rng(threads)
+            p = rng.normal(size=shape).astype(np.float32)
+            state = {k: np.array(v, order="C") for k, v in spec.init(p, numpy_ops).items()}
+            p2, state2 = p.copy(), {k: v.copy() for k, v in state.items()}
+            for step in range(1, 4):
+                g = rng.normal(size=shape).astype(np.float32)
+                run_numpy(runner, spec, p, g, state, lr=spec.lr_at(step - 1), step=step)
+                seen, code, scalars, _ = runner.program(spec, shape, "float32",
+                                                        spec.lr_at(step - 1), step)
+                arrays = [p2, g] + [state2[k] for k in order]
+                addresses = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+                dims = np.asarray(canonical_dims(seen), dtype=np.int64)
+                assert library.uo_kernel_run(0, addresses, dims.ctypes.data,
+                                             scalars.ctypes.data) == 0
+            assert np.isfinite(p).all() and p.tobytes() == p2.tobytes(), (spec.name, shape)
+            for k in state:
+                assert state[k].tobytes() == state2[k].tobytes(), (spec.name, shape, k)
+        library.uo_kernel_set_threads(0)
+
+
 def _run_both_from_step_two(runner, spec, library, shape, dtype):
     """Step 1 on the VM for both (the first step may differ in structure), then both."""
     rng = np.random.default_rng(3)

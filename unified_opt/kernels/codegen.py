@@ -63,18 +63,27 @@ def kernel_source(code: np.ndarray) -> str:
              f"  uo::Arrays<T> arrays({n_inputs}, {len(masks)}, MASKS, inputs, dims);",
              "  T* const* A = arrays.ptr.data();"]
     number = 0
+    # whether the last pass over the whole parameter walked it from its start: the next
+    # one without sums walks back (run_phase's `backwards`), on what the cache still holds
+    last_forward = False
     while number < len(phases):
         domain, instructions = phases[number]
         if number in runs:
             lines += _tile_run(number, phases[number:number + runs[number]], masks,
                                tile_local(decoded, number, runs[number]))
             number += runs[number]
+            last_forward = True
             continue
         if domain == SELECT:
             lines += [f"  uo::top_k<T>(A[{ins[4]}], dims.size({masks[ins[4]]}), S[{ins[6]}], "
                       f"A[{ins[1]}]);  // phase {number}" for ins in instructions]
         else:
-            lines += _phase(number, domain, instructions, masks)
+            backwards = False
+            if domain == masks[0]:             # the parameter's axes
+                backwards = last_forward and not any(_NAMES[ins[0]] == "sum"
+                                                     for ins in instructions)
+                last_forward = not backwards
+            lines += _phase(number, domain, instructions, masks, backwards)
         number += 1
     lines += ["  return 0;", "}", "", "}  // namespace", "", 'extern "C" {',
               "int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims,",
@@ -179,15 +188,16 @@ def _tile_run(first: int, phases, masks, local) -> list[str]:
     return lines
 
 
-def _phase(number: int, domain: int, instructions, masks) -> list[str]:
+def _phase(number: int, domain: int, instructions, masks, backwards: bool) -> list[str]:
     declared, together, body, buffers = _parts(domain, instructions, masks)
-    return ([f"  {{  // phase {number}",
+    return ([f"  {{  // phase {number}" + (": backwards" if backwards else ""),
              f"    std::vector<uo::Sum> sums{{{declared}}};",
              f"    uo::run_phase<uo::KERNEL_CHUNK, T>({domain}, dims, sums, A, "
              f"{max(buffers, 1)} * uo::KERNEL_CHUNK, {'true' if together else 'false'},",
              "        [&](const uo::Walk& w, const uo::Chunk& ch, T* scratch) {",
              "    (void)w; (void)scratch;"]
-            + ["    " + line for line in body] + ["    });", "  }"])
+            + ["    " + line for line in body]
+            + [f"    }}, {'true' if backwards else 'false'});", "  }"])
 
 
 def _body(domain: int, instructions, masks, rows: bool) -> tuple[list[str], int]:

@@ -226,9 +226,19 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
 // thread walks whole groups of rows (Walk), row after row, each row's elements in
 // order. No two threads write the same place, and every total is added in the same
 // order whatever the number of threads, the chunk size or the rows per chunk.
+//
+// `backwards` (a phase without sums or column walks; ignored otherwise: a sum's total
+// adds its rows in order): the chunks go in stretches of BACKWARDS_STRETCH elements from
+// the parameter's end, each stretch's chunks in order. A pass that reads what the pass
+// before it wrote or read (Adafactor's and Lamb's update after the pass that computed it
+// and its norm) then starts where that pass ended, on what the last-level cache still
+// holds; each stretch is long enough for the hardware prefetcher (chunk by chunk
+// backwards, Adafactor's ResNet-18 step got 6 % slower; by stretches of 256Ki elements,
+// 4-5 % faster). Each chunk writes places of its own, so the bits do not change.
+constexpr int64_t BACKWARDS_STRETCH = 262144;
 template <int64_t CH, class T, class Body>
 void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* arrays,
-               int64_t scratch_size, bool together, Body&& body) {
+               int64_t scratch_size, bool together, Body&& body, bool backwards = false) {
   static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
   const PhaseLayout L(CH, domain, dims, sums, together);
   const int64_t rows = L.rows, per_chunk = L.per_chunk, nch = L.nch, Dr = L.Dr, Dc = L.Dc;
@@ -247,14 +257,24 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
   prepare_sums(L, sums, arrays, dims, serial, false, held);
   const Walk& walk = L.walk;
   if (!L.columns) {
+    // item k of the walk: the chunk it runs (backwards: stretches from the end)
+    const int64_t stretch = std::max<int64_t>(
+        1, BACKWARDS_STRETCH / std::max<int64_t>(1, per_chunk == 1 ? CH : per_chunk * Dc));
+    const bool from_end = backwards && sums.empty();
+    auto chunk_of = [&](int64_t k) {
+      if (!from_end) return k;
+      const int64_t first = std::max<int64_t>(0, items - (k / stretch + 1) * stretch);
+      return first + k % stretch;
+    };
     if (per_chunk == 1) {
-      for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
+      for_each_item<T>(items, threads, scratch_size, [&](int64_t k, T* scratch) {
+        const int64_t item = chunk_of(k);
         const int64_t row = item / nch, c0 = (item % nch) * CH;
         body(walk, Chunk{row, 1, c0, std::min(CH, Dc - c0), row / Dr, row % Dr}, scratch);
       });
     } else {
-      for_each_item<T>(items, threads, scratch_size, [&](int64_t item, T* scratch) {
-        const int64_t row = item * per_chunk;
+      for_each_item<T>(items, threads, scratch_size, [&](int64_t k, T* scratch) {
+        const int64_t row = chunk_of(k) * per_chunk;
         body(walk, Chunk{row, std::min(per_chunk, rows - row), 0, Dc, row / Dr, row % Dr},
              scratch);
       });
