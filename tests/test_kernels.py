@@ -141,6 +141,23 @@ def test_a_pass_walked_backwards_gives_the_vm_bits(runner, spec):
         library.uo_kernel_set_threads(0)
 
 
+def test_only_kernels_with_a_tile_run_ask_for_256_bit_vectors(runner):
+    """codegen.py's _HALF_WIDTH: Adafactor's and CAME's kernels on a conv weight (tile
+    runs) ask GCC for 256-bit vectors, guarded from clang; elementwise kernels and a
+    matrix's Adafactor keep the compiler's width."""
+    def source(spec, shape):
+        return kernel_source(runner.program(spec, shape, "float32", spec.lr_at(1), 2)[1])
+    for spec in (uo.Adafactor(lr=1e-2), uo.CAME(lr=1e-3)):
+        text = source(spec, (64, 64, 3, 3))
+        assert "a tile run" in text
+        assert text.count('#pragma GCC target("prefer-vector-width=256")') == 1
+        assert text.count("#pragma GCC push_options") == text.count("#pragma GCC pop_options")
+        assert "!defined(__clang__)" in text
+    for spec, shape in ((uo.AdamW(lr=1e-3), (64, 64, 3, 3)), (uo.Adafactor(lr=1e-2), (33, 300))):
+        text = source(spec, shape)
+        assert "a tile run" not in text and "prefer-vector-width" not in text
+
+
 def _run_both_from_step_two(runner, spec, library, shape, dtype):
     """Step 1 on the VM for both (the first step may differ in structure), then both."""
     rng = np.random.default_rng(3)
