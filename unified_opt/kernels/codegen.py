@@ -108,7 +108,7 @@ def kernel_source(code: np.ndarray) -> str:
 
 # A kernel with a tile run (a conv weight's factored moments: Adafactor's, CAME's) asks
 # GCC for 256-bit vectors where the CPU has 512-bit ones: its element loops are short
-# and read gathered row and column factors, and on AVX-512 (Zen 4) they ran 2-6 % slower
+# and read gathered row and column factors, and on AVX-512 (Zen 4) they ran 1-6 % slower
 # in 512-bit ones (ResNet-18's set: CAME 31.5 -> 30.4 ms, Adafactor 22.6 -> 22.3), while
 # the elementwise kernels (AdamW's, Lion's) ran 0-4 % faster in them. The same
 # operations either way: the bits do not change.

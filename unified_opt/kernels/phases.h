@@ -233,8 +233,9 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
 // before it wrote or read (Adafactor's and Lamb's update after the pass that computed it
 // and its norm) then starts where that pass ended, on what the last-level cache still
 // holds; each stretch is long enough for the hardware prefetcher (chunk by chunk
-// backwards, Adafactor's ResNet-18 step got 6 % slower; by stretches of 256Ki elements,
-// 4-5 % faster). Each chunk writes places of its own, so the bits do not change.
+// backwards, Adafactor's ResNet-18 step got 6-9 % slower; by stretches of 256Ki
+// elements, 2-5 % faster in most runs, within the noise in one). Each chunk writes
+// places of its own, so the bits do not change.
 constexpr int64_t BACKWARDS_STRETCH = 262144;
 template <int64_t CH, class T, class Body>
 void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* arrays,
