@@ -130,13 +130,8 @@ def test_a_pass_walked_backwards_gives_the_vm_bits(spec):
             for step in range(1, 4):
                 g = rng.normal(size=shape).astype(np.float32)
                 run_numpy(runner, spec, p, g, state, lr=spec.lr_at(step - 1), step=step)
-                seen, code, scalars, _ = runner.program(spec, shape, "float32",
-                                                        spec.lr_at(step - 1), step)
-                arrays = [p2, g] + [state2[k] for k in order]
-                addresses = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-                dims = np.asarray(canonical_dims(seen), dtype=np.int64)
-                assert library.uo_kernel_run(0, addresses, dims.ctypes.data,
-                                             scalars.ctypes.data) == 0
+                _kernel_step(runner, spec, library, p2, g, state2, order, spec.lr_at(step - 1),
+                             step)
             assert np.isfinite(p).all() and p.tobytes() == p2.tobytes(), (spec.name, shape)
             for k in state:
                 assert state[k].tobytes() == state2[k].tobytes(), (spec.name, shape, k)
@@ -176,13 +171,20 @@ def _run_both_from_step_two(runner, spec, library, shape, dtype):
         lr = spec.lr_at(step - 1)
         with np.errstate(all="ignore"):       # the means of an empty tensor are NaN
             run_numpy(runner, spec, p, g, state, lr=lr, step=step)
-        seen, code, scalars, _ = runner.program(spec, shape, np.dtype(dtype).name, lr, step)
-        arrays = [p2, g] + [state2[k] for k in order]
-        addresses = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        dims = np.asarray(canonical_dims(seen), dtype=np.int64)
-        assert library.uo_kernel_run(0 if dtype == np.float32 else 1, addresses,
-                                     dims.ctypes.data, scalars.ctypes.data) == 0
+        _kernel_step(runner, spec, library, p2, g, state2, order, lr, step)
     return (p, state), (p2, state2)
+
+
+def _kernel_step(runner, spec, library, p, g, state, order, lr, step):
+    """One step of the generated kernel ``library`` on ``p`` and ``state`` in place (the
+    state arrays in the runner's ``order``), with the runner's program and scalars."""
+    dtype = p.dtype
+    seen, _, scalars, _ = runner.program(spec, p.shape, dtype.name, lr, step)
+    arrays = [p, g] + [state[k] for k in order]
+    addresses = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+    dims = np.asarray(canonical_dims(seen), dtype=np.int64)
+    assert library.uo_kernel_run(0 if dtype == np.float32 else 1, addresses,
+                                 dims.ctypes.data, scalars.ctypes.data) == 0
 
 
 _THREADS_SCRIPT = """

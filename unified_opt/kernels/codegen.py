@@ -89,8 +89,7 @@ def kernel_source(code: np.ndarray) -> str:
         number += 1
     lines += ["  return 0;", "}", ""]
     if runs:
-        lines += ["#if defined(__GNUC__) && !defined(__clang__)", "#pragma GCC pop_options",
-                  "#endif", ""]
+        lines += _HALF_WIDTH_END
     lines += ["}  // namespace", "", 'extern "C" {',
               "int uo_kernel_run(int dtype, void* const* inputs, const int64_t* dims,",
               "                  const double* scalars) {",
@@ -114,6 +113,8 @@ def kernel_source(code: np.ndarray) -> str:
 # operations either way: the bits do not change.
 _HALF_WIDTH = ["#if defined(__GNUC__) && !defined(__clang__)", "#pragma GCC push_options",
                '#pragma GCC target("prefer-vector-width=256")', "#endif", ""]
+_HALF_WIDTH_END = ["#if defined(__GNUC__) && !defined(__clang__)", "#pragma GCC pop_options",
+                   "#endif", ""]
 
 
 def _rows_together(domain: int, instructions, masks) -> bool:
