@@ -19,6 +19,7 @@ from support import PARAMS, PerRankSGD, UntraceableSGD, case_of, judge
 import unified_opt as uo
 from unified_opt.conformance.trajectory import Recorder
 from unified_opt.kernels import build
+from unified_opt.kernels.bytecode import decode
 from unified_opt.kernels.codegen import kernel_source
 from unified_opt.kernels.runtime import KernelRunner, Programs, run_numpy
 from unified_opt.kernels.trace import Untraceable, canonical_dims, state_masks, trace_update
@@ -153,6 +154,77 @@ def test_only_kernels_with_a_tile_run_ask_for_256_bit_vectors(runner):
     for spec, shape in ((uo.AdamW(lr=1e-3), (64, 64, 3, 3)), (uo.Adafactor(lr=1e-2), (33, 300))):
         text = source(spec, shape)
         assert "a tile run" not in text and "prefer-vector-width" not in text
+
+
+@pytest.mark.parametrize("spec", [uo.CAME(lr=1e-3, weight_decay=0.1), uo.Adafactor(lr=1e-2)],
+                         ids=["came", "adafactor"])
+def test_a_clocked_kernel_gives_the_plain_kernels_bits_and_ticks_every_phase(spec):
+    """codegen's clock (kernel_source(..., clock=True), benchmarks/kernel_phases.py): the
+    plain kernel's bits, with tiles of 3 b's (tile edges inside the tensor: every tile's
+    chunks clocked), and every phase's ticks counted; reading the ticks clears them. A
+    plain kernel has no clock."""
+    runner = KernelRunner(specialize=False)
+    shape = (20, 6, 3, 3)
+    code = runner.program(spec, shape, "float32", spec.lr_at(1), 2)[1]
+    assert "clock_ticks" not in kernel_source(code)
+    with pytest.raises(TypeError, match="clock must be a bool"):
+        kernel_source(code, clock=1)
+    plain, clocked = (build.load_kernel(kernel_source(code, clock=c)) for c in (False, True))
+    order = runner.state_order(spec, shape, "float32")
+    rng = np.random.default_rng(5)
+    p = rng.normal(size=shape).astype(np.float32)
+    state = {k: np.array(v, order="C") for k, v in spec.init(p, numpy_ops).items()}
+    p2, state2 = p.copy(), {k: v.copy() for k, v in state.items()}
+    try:
+        for library in (plain, clocked):
+            library.uo_kernel_set_tile(3)
+        for step in range(2, 5):
+            g = rng.normal(size=shape).astype(np.float32)
+            _kernel_step(runner, spec, plain, p, g, state, order, spec.lr_at(step - 1), step)
+            _kernel_step(runner, spec, clocked, p2, g, state2, order, spec.lr_at(step - 1),
+                         step)
+    finally:
+        for library in (plain, clocked):
+            library.uo_kernel_set_tile(0)
+    assert np.isfinite(p).all() and p.tobytes() == p2.tobytes(), spec.name
+    for k in state:
+        assert state[k].tobytes() == state2[k].tobytes(), (spec.name, k)
+    phases = len(decode(code).phases)
+    ticks = (ctypes.c_uint64 * phases)()
+    clocked.uo_kernel_phase_ticks.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_int]
+    clocked.uo_kernel_phase_ticks(ticks, phases)
+    assert all(t > 0 for t in ticks), list(ticks)
+    clocked.uo_kernel_phase_ticks(ticks, phases)
+    assert list(ticks) == [0] * phases
+
+
+def test_the_kernel_phases_benchmark_tables_every_phase():
+    """benchmarks/kernel_phases.py: a row per phase of the program, its tile run, its
+    operations and its share of the ticks; a shape it cannot run is refused by name."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "kernel_phases.py")
+    loaded = importlib.util.spec_from_file_location("kernel_phases_script", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    table = module.phase_table("came", (8, 6, 3, 3), steps=2)
+    spec = uo.records.record_of("came").benchmark
+    code = KernelRunner(specialize=False).program(spec, (8, 6, 3, 3), "float32",
+                                                  spec.lr_at(1), 2)[1]
+    plan = decode(code)
+    rows = table["phases"]
+    assert [row["phase"] for row in rows] == list(range(len(plan.phases)))
+    assert [row["tile_run"] for row in rows if row["tile_run"] is not None] == [
+        first for first, count in plan.tiles for _ in range(count)]
+    assert any("sqrt div" in row["operations"] for row in rows)
+    assert abs(sum(row["share"] for row in rows) - 1.0) < 1e-9
+    assert all(row["ticks_per_element"] > 0 for row in rows)
+    assert table["median_step_ms"] > 0
+    assert module.markdown(table).count("\n| ") == len(rows) + 1
+    with pytest.raises(ValueError, match="shape must be a tuple of positive ints"):
+        module.phase_table("came", (8, 0, 3, 3))
+    with pytest.raises(ValueError, match="steps must be an int >= 1"):
+        module.phase_table("came", (8, 6, 3, 3), steps=0)
 
 
 def _run_both_from_step_two(runner, spec, library, shape, dtype):

@@ -39,14 +39,25 @@ _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{
 _UNARY = {"neg": "-{a}", "sqrt": "std::sqrt({a})", "abs": "std::fabs({a})",
           "sign": "uo::sign_of({a})"}
 _C = AXES["AC"]
+#: phases.h's PHASE_CLOCKS: the most phases a kernel with a clock may have
+PHASE_CLOCKS = 256
 
 
-def kernel_source(code: np.ndarray) -> str:
+def kernel_source(code: np.ndarray, clock: bool = False) -> str:
     """The C++ of one program's kernel (``code``: its VM code or its :class:`KernelPlan`):
     ``uo_kernel_run(dtype, inputs, dims, scalars)`` with the VM's ``uo_vm_run`` contract
-    (without the code)."""
+    (without the code).
+
+    ``clock``: each phase also adds the ticks it took into ``phases.h``'s
+    ``phase_ticks`` (``uo_kernel_phase_ticks`` reads and clears them;
+    ``benchmarks/kernel_phases.py``). The same operations: the same bits."""
+    if not isinstance(clock, bool):
+        raise TypeError(f"kernel_source: clock must be a bool, got {clock!r}")
     decoded = decode(code)
     n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
+    if clock and len(phases) > PHASE_CLOCKS:
+        raise ValueError(f"kernel_source: clock=True for {len(phases)} phases, more than "
+                         f"phases.h's {PHASE_CLOCKS} clocks")
     if any(domain == MATRIX for domain, _ in phases):
         raise ValueError("kernel_source: a plan with a matrix phase (the host runs it): "
                          "write its segments' kernels (bytecode.segments)")
@@ -72,20 +83,24 @@ def kernel_source(code: np.ndarray) -> str:
         domain, instructions = phases[number]
         if number in runs:
             lines += _tile_run(number, phases[number:number + runs[number]], masks,
-                               tile_local(decoded, number, runs[number]))
+                               tile_local(decoded, number, runs[number]), clock)
             number += runs[number]
             last_forward = True
             continue
         if domain == SELECT:
-            lines += [f"  uo::top_k<T>(A[{ins[4]}], dims.size({masks[ins[4]]}), S[{ins[6]}], "
-                      f"A[{ins[1]}]);  // phase {number}" for ins in instructions]
+            phase = [f"  uo::top_k<T>(A[{ins[4]}], dims.size({masks[ins[4]]}), S[{ins[6]}], "
+                     f"A[{ins[1]}]);  // phase {number}" for ins in instructions]
         else:
             backwards = False
             if domain == masks[0]:             # the parameter's axes
                 backwards = last_forward and not any(_NAMES[ins[0]] == "sum"
                                                      for ins in instructions)
                 last_forward = not backwards
-            lines += _phase(number, domain, instructions, masks, backwards)
+            phase = _phase(number, domain, instructions, masks, backwards)
+        if clock:
+            phase = ([f"  const uint64_t clock{number} = uo::clock_ticks();"] + phase
+                     + [f"  uo::add_ticks({number}, clock{number});"])
+        lines += phase
         number += 1
     lines += ["  return 0;", "}", ""]
     if runs:
@@ -100,8 +115,13 @@ def kernel_source(code: np.ndarray) -> str:
               "  uo::requested_threads().store(threads > 0 ? threads : 0);", "}",
               "int uo_kernel_threads() { return uo::thread_count(); }",
               "void uo_kernel_set_tile(int64_t bs) {",
-              "  uo::requested_tile_bs().store(bs > 0 ? bs : 0);", "}",
-              '}  // extern "C"', ""]
+              "  uo::requested_tile_bs().store(bs > 0 ? bs : 0);", "}"]
+    if clock:
+        lines += ["// each phase's ticks since the last call, into ticks[0, n); cleared",
+                  "void uo_kernel_phase_ticks(uint64_t* ticks, int n) {",
+                  "  for (int k = 0; k < n && k < uo::PHASE_CLOCKS; ++k)",
+                  "    ticks[k] = uo::phase_ticks()[k].exchange(0);", "}"]
+    lines += ['}  // extern "C"', ""]
     return "\n".join(lines)
 
 
@@ -177,9 +197,10 @@ def _parts(domain: int, instructions, masks) -> tuple[str, bool, list[str], int]
     return declared, together, body, buffers
 
 
-def _tile_run(first: int, phases, masks, local) -> list[str]:
+def _tile_run(first: int, phases, masks, local, clock: bool) -> list[str]:
     """A tile run's phases (``phases.h``'s ``run_tiles``): one chunk body that runs phase
-    ``k`` of the run, as the VM's; ``local``: its tile-local arrays."""
+    ``k`` of the run, as the VM's; ``local``: its tile-local arrays; ``clock``: each
+    chunk's ticks added to its phase's (kernel_source)."""
     parts = [_parts(domain, instructions, masks) for domain, instructions in phases]
     buffers = max(max(p[3] for p in parts), 1)
     lines = [f"  {{  // phases {first} to {first + len(phases) - 1}: a tile run"]
@@ -194,14 +215,19 @@ def _tile_run(first: int, phases, masks, local) -> list[str]:
               f"arrays.ptr.data(), MASKS, {'local' if local else 'nullptr'}, {len(local)},",
               f"        {buffers} * uo::KERNEL_CHUNK,",
               "        [&](int k, const uo::Walk& w, const uo::Chunk& ch, T* scratch) {",
-              "    (void)w; (void)scratch;",
-              "    switch (k) {"]
+              "    (void)w; (void)scratch;"]
+    if clock:
+        lines.append("    const uint64_t clock = uo::clock_ticks();")
+    lines.append("    switch (k) {")
     for k, (_, _, body, _) in enumerate(parts):
         lines += [f"      case {k}: {{  // phase {first + k}",
                   f"        std::vector<uo::Sum>& sums = sums{k};", "        (void)sums;"]
         lines += ["        " + line for line in body]
         lines += ["        break;", "      }"]
-    lines += ["      default: break;", "    }", "    });", "  }"]
+    lines += ["      default: break;", "    }"]
+    if clock:
+        lines.append(f"    uo::add_ticks({first} + k, clock);")
+    lines += ["    });", "  }"]
     return lines
 
 

@@ -20,9 +20,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <utility>
 #include <vector>
+#if defined(__x86_64__) || defined(_M_X64)
+#include <x86intrin.h>
+#endif
 
 #include "abi.h"
 #include "numbers.h"
@@ -30,6 +34,28 @@
 #include "walk.h"
 
 namespace uo {
+
+// A kernel that codegen.py writes with its clock (benchmarks/kernel_phases.py) adds each
+// phase's ticks here, run after run: the CPU's time-stamp counter on x86-64 (constant
+// rate, read in about 20 cycles), a steady clock's nanoseconds elsewhere. A tile run's
+// phases are clocked chunk by chunk, so a chunk's clock reads are in its phase's ticks;
+// on several threads each thread's ticks add up (time on the CPUs, not wall time).
+constexpr int PHASE_CLOCKS = 256;
+inline uint64_t clock_ticks() {
+#if defined(__x86_64__) || defined(_M_X64)
+  return __rdtsc();
+#else
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now().time_since_epoch()).count());
+#endif
+}
+inline std::atomic<uint64_t>* phase_ticks() {
+  static std::atomic<uint64_t> ticks[PHASE_CLOCKS] = {};
+  return ticks;
+}
+inline void add_ticks(int phase, uint64_t since) {
+  phase_ticks()[phase].fetch_add(clock_ticks() - since, std::memory_order_relaxed);
+}
 
 // How a phase walks its domain (run_phase's and run_tiles'): the rows, the chunks and the
 // groups its column sums add in, worked out from the domain's dims and its sums.
