@@ -190,9 +190,11 @@ def _parts(domain: int, instructions, masks) -> tuple[str, bool, list[str], int]
     one_row, one_buffers = _body(domain, instructions, masks, rows=False)
     body, buffers = one_row, one_buffers
     if together:
+        # a chunk of one row shorter than LANES (a blocked total's domain's last row, walk.h's
+        # Landing) takes the rows' code too: it sums through row_sums, as the VM does
         several, several_buffers = _body(domain, instructions, masks, rows=True)
         buffers = max(one_buffers, several_buffers)
-        body = (["if (ch.rows == 1) {"] + ["  " + line for line in one_row]
+        body = (["if (ch.rows == 1 && ch.n >= uo::LANES) {"] + ["  " + line for line in one_row]
                 + ["} else {"] + ["  " + line for line in several] + ["}"])
     return declared, together, body, buffers
 

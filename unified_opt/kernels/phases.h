@@ -22,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <numeric>
 #include <utility>
 #include <vector>
 #if defined(__x86_64__) || defined(_M_X64)
@@ -72,27 +73,39 @@ struct PhaseLayout {
   bool whole_bs;
   // rows per chunk: 1 (a row's chunks along C), or as many whole rows (whole b's) as fit
   int64_t per_chunk;
+  // a blocked total among the sums (walk.h's Landing): chunks of a multiple of BLOCK_ROWS
+  // rows, and whole b's where a multiple of both fits
+  bool blocked;
+  int64_t rows_held;            // rows, rounded up to whole blocks where blocked
 
   PhaseLayout(int64_t CH, int dom, const Dims& dims, const std::vector<Sum>& sums,
               bool together)
       : domain(dom), Db(dom & AB ? dims.B : 1), Dr(dom & AR ? dims.R : 1),
         Dc(dom & AC ? dims.C : 1), nch((Dc + CH - 1) / CH),
         blocks((Dc + SUM_BLOCK - 1) / SUM_BLOCK), rows(Db * Dr), columns(false),
-        sum_over_b(0) {
-    for (const Sum& s : sums)
+        sum_over_b(0), blocked(false) {
+    for (const Sum& s : sums) {
       if (!(s.axes & AC)) { columns = true; sum_over_b |= s.axes & AB; }
+      blocked = blocked || blocked_sum(s, dom, Dc, together);
+    }
+    rows_held = blocked ? (rows + BLOCK_ROWS - 1) / BLOCK_ROWS * BLOCK_ROWS : rows;
     const int64_t span = sum_over_b ? rows : Dr;
     per_group = std::max<int64_t>(16, (span + 63) / 64);
     groups_per = (span + per_group - 1) / per_group;
     groups = columns ? (sum_over_b ? groups_per : Db * groups_per) : 0;
     walk = Walk{Dr, Dc, blocks, per_group, groups_per, sum_over_b != 0, dom};
+    // whole b's in a chunk: Dr rows at a time, or (blocked) the rows of whole b's that
+    // are a multiple of 16
+    const int64_t b_rows = blocked ? std::lcm<int64_t>(BLOCK_ROWS, Dr) : Dr;
     whole_bs = columns && !sum_over_b && groups_per == 1 && Dr >= 2 && Dc >= 1 && together &&
-               Dr * Dc <= CH;
-    per_chunk = whole_bs ? CH / (Dr * Dc) * Dr
+               b_rows * Dc <= CH;
+    per_chunk = whole_bs ? CH / (b_rows * Dc) * b_rows
                 : together && Dc > 0 ? std::max<int64_t>(1, CH / Dc) : 1;
+    if (!whole_bs && blocked) per_chunk -= per_chunk % BLOCK_ROWS;   // CH / Dc >= 16
     // short rows in whole b's where a chunk holds several b's (a conv weight's): a b's
     // gathered values then start at the chunk's start (walk.h's gather of whole 3x3 b's)
-    if (!whole_bs && (dom & AR) && Dr >= 2 && per_chunk >= 2 * Dr) per_chunk -= per_chunk % Dr;
+    if (!whole_bs && (dom & AR) && Dr >= 2 && per_chunk >= 2 * b_rows)
+      per_chunk -= per_chunk % b_rows;
   }
 
   // body(walk, chunk, scratch) on the chunks of the rows [first, last), in order
@@ -122,6 +135,7 @@ void prepare_sums(const PhaseLayout& L, std::vector<Sum>& sums, T* const* arrays
     const int rm = L.domain & ~s.axes;
     s.over_c = (s.axes & AC) != 0;
     s.lanes = s.over_c && (s.axes & (AB | AR)) != 0;
+    s.blocked = L.blocked && blocked_sum(s, L.domain, L.Dc, true);
     s.out = arrays[s.dst];
     s.per_r = rm & AR ? 1 : 0;
     s.per_b = rm & AB ? (rm & AR ? L.Dr : 1) : 0;
@@ -131,11 +145,12 @@ void prepare_sums(const PhaseLayout& L, std::vector<Sum>& sums, T* const* arrays
       s.landing = Landing::ROWS;
     } else if (s.over_c && (serial || (b_local && (rm & AB)))) {
       s.landing = Landing::RUNNING;
-      size = (s.lanes ? 4 : 1) * dims.size(rm);
+      size = (s.lanes ? TOTAL_LANES : 1) * dims.size(rm);
     } else if (s.over_c) {
       s.landing = Landing::PARTIALS;
-      size = L.rows * L.blocks;
-      zero = false;                              // every row's every block is written
+      // every row's every block is written (every block's 16 lanes where blocked)
+      size = (s.blocked ? L.rows_held : L.rows) * L.blocks;
+      zero = false;
     } else if (L.whole_bs && s.direct && s.axes == AR) {
       s.landing = Landing::GROUPS;
     } else {
@@ -165,45 +180,41 @@ void land_totals(const Sum& s, const PhaseLayout& L, const Dims& dims, int64_t b
   const int64_t first = keeps_b ? b0 * per_b : 0, count = keeps_b ? (b1 - b0) * per_b : per_b;
   if (s.landing == Landing::RUNNING) {
     if (s.lanes) {
-      for (int64_t i = first; i < first + count; ++i) out[i] = T(lanes_total(s.acc + 4 * i));
+      for (int64_t i = first; i < first + count; ++i)
+        out[i] = T(lanes_total(s.acc + TOTAL_LANES * i));
     } else {
       for (int64_t i = first; i < first + count; ++i) out[i] = T(s.acc[i]);
     }
     return;
   }
-  if (s.lanes && s.per_b == 0 && s.per_r == 0) {   // one total: row % 4 is the lane
+  if (s.lanes && s.per_b == 0 && s.per_r == 0) {
+    // one total: row % 16 is the lane of a row's partials, and of a blocked total's
+    // block lanes (block k's lane l at 16k + l)
     const double* part = s.acc;
-    const int64_t rows = L.rows, blocks = L.blocks;
-    alignas(32) double lane[4] = {0.0, 0.0, 0.0, 0.0};
+    const int64_t rows = s.blocked ? L.rows_held : L.rows, blocks = L.blocks;
+    double lane[TOTAL_LANES] = {};
     int64_t row = 0;
-    if (blocks == 1) {             // four chains the compiler keeps in registers
-      double l0 = 0.0, l1 = 0.0, l2 = 0.0, l3 = 0.0;
-      for (; row + 4 <= rows; row += 4) {
-        l0 += part[row];
-        l1 += part[row + 1];
-        l2 += part[row + 2];
-        l3 += part[row + 3];
-      }
-      lane[0] = l0, lane[1] = l1, lane[2] = l2, lane[3] = l3;
-    }
+    if (blocks == 1)               // a chain per lane, which the compiler vectorises
+      for (; row + TOTAL_LANES <= rows; row += TOTAL_LANES)
+        for (int l = 0; l < TOTAL_LANES; ++l) lane[l] += part[row + l];
     for (; row < rows; ++row)
-      for (int64_t k = 0; k < blocks; ++k) lane[row & 3] += part[row * blocks + k];
+      for (int64_t k = 0; k < blocks; ++k) lane[row & LANE_MASK] += part[row * blocks + k];
     out[0] = T(lanes_total(lane));
     return;
   }
   if (s.lanes) {                   // each row's partials in order into its total's lane
-    Buffer<double> held_lanes(4 * count);
+    Buffer<double> held_lanes(TOTAL_LANES * count);
     double* lane = held_lanes.data();
-    std::fill(lane, lane + 4 * count, 0.0);
+    std::fill(lane, lane + TOTAL_LANES * count, 0.0);
     const double* part = s.acc + b0 * L.Dr * L.blocks;
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t r = 0; r < L.Dr; ++r) {
-        double& t = lane[4 * (b * s.per_b + r * s.per_r - first) + s.lane(b, r, L.Dr)];
+        double& t = lane[TOTAL_LANES * (b * s.per_b + r * s.per_r - first) + s.lane(b, r, L.Dr)];
         double sum = t;
         for (int64_t k = 0; k < L.blocks; ++k) sum += *part++;
         t = sum;
       }
-    for (int64_t i = 0; i < count; ++i) out[first + i] = T(lanes_total(lane + 4 * i));
+    for (int64_t i = 0; i < count; ++i) out[first + i] = T(lanes_total(lane + TOTAL_LANES * i));
     return;
   }
   if (!s.over_c && !L.sum_over_b && L.groups_per == 1) {
@@ -273,8 +284,14 @@ void run_phase(int domain, const Dims& dims, std::vector<Sum>& sums, T* const* a
   // about 16 chunks' worth of elements (a group is a range of rows, and groups in order
   // cover the rows in order: group g ends where group g + 1 starts)
   const int64_t group_rows = L.sum_over_b ? L.per_group : std::min(L.per_group, Dr);
-  const int64_t per_item = std::max<int64_t>(
+  int64_t per_item = std::max<int64_t>(
       1, (16 * CH) / std::max<int64_t>(1, group_rows * std::max<int64_t>(1, Dc)));
+  if (L.columns && L.blocked) {  // items of groups that start at a multiple of 16 rows
+    const int64_t align = std::max<int64_t>(
+        1, L.sum_over_b ? BLOCK_ROWS / std::gcd<int64_t>(BLOCK_ROWS, L.per_group)
+                        : L.groups_per * (BLOCK_ROWS / std::gcd<int64_t>(BLOCK_ROWS, Dr)));
+    per_item = (per_item + align - 1) / align * align;
+  }
   const int64_t items = L.columns ? (L.groups + per_item - 1) / per_item
                         : per_chunk == 1 ? rows * nch : (rows + per_chunk - 1) / per_chunk;
   const int threads = rows * Dc >= PARALLEL_MIN ? thread_count() : 1;
@@ -373,8 +390,19 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
                Body&& body) {
   static_assert(CH % SUM_BLOCK == 0, "a chunk holds whole sum blocks");
   const int64_t per_b = std::max<int64_t>(1, dims.R * dims.C);
+  std::vector<PhaseLayout> layouts;
+  layouts.reserve(n);
+  // a tile's rows in a phase with a blocked total: a multiple of 16 (walk.h's Landing)
+  int64_t tile_align = 1;
+  for (int k = 0; k < n; ++k) {
+    layouts.emplace_back(CH, phases[k].domain, dims, *phases[k].sums, phases[k].together);
+    if (layouts.back().blocked)
+      tile_align = std::lcm<int64_t>(
+          tile_align, BLOCK_ROWS / std::gcd<int64_t>(BLOCK_ROWS, layouts.back().Dr));
+  }
   const int64_t requested = requested_tile_bs().load(std::memory_order_relaxed);
-  const int64_t tile_b = requested > 0 ? requested : std::max<int64_t>(1, TILE_ELEMENTS / per_b);
+  int64_t tile_b = requested > 0 ? requested : std::max<int64_t>(1, TILE_ELEMENTS / per_b);
+  tile_b = std::max(tile_align, tile_b - tile_b % tile_align);
   const int64_t tiles = (dims.B + tile_b - 1) / tile_b;
   const int threads = dims.B * per_b >= PARALLEL_MIN ? thread_count() : 1;
   if (tiles < 2 || (threads > 1 && tiles < 4 * int64_t(threads))) {
@@ -386,16 +414,12 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
     return;
   }
   const bool serial = threads <= 1;
-  std::vector<PhaseLayout> layouts;
-  layouts.reserve(n);
   std::vector<Buffer<double>> held;
   size_t count = 0;
   for (int k = 0; k < n; ++k) count += phases[k].sums->size();
   held.reserve(count);
-  for (int k = 0; k < n; ++k) {
-    layouts.emplace_back(CH, phases[k].domain, dims, *phases[k].sums, phases[k].together);
-    prepare_sums(layouts.back(), *phases[k].sums, arrays, dims, serial, true, held);
-  }
+  for (int k = 0; k < n; ++k)
+    prepare_sums(layouts[k], *phases[k].sums, arrays, dims, serial, true, held);
   // one thread: the tile-local arrays' buffers, and the arrays they stand in for
   std::vector<Buffer<T>> buffers;
   std::vector<T*> whole;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -239,14 +240,35 @@ inline void gather(T* __restrict__ dst, const T* src, int mask, const Dims& dims
   }
 }
 
+// the lanes of a total of several rows (Landing), as many as lane_sum's; BLOCK_ROWS: the
+// rows of a block of a blocked total (below)
+constexpr int TOTAL_LANES = LANES;
+constexpr int64_t LANE_MASK = TOTAL_LANES - 1;
+constexpr int64_t BLOCK_ROWS = TOTAL_LANES;
+static_assert((TOTAL_LANES & LANE_MASK) == 0, "a power of two: a row's lane is place & LANE_MASK");
+
 // How a sum's values land in its array (run_phase chooses; the totals' bits are the same
 // every way: the same doubles added in the same order, one rounding to T at the end).
 // A sum over C whose total takes several rows (`lanes`: it adds over B or R too, as a
 // norm's or a mean's over the whole tensor) adds each row's partials, in order, into one
-// of four lanes by the row's place among the total's rows (place % 4), and the lanes as
-// (l0 + l1) + (l2 + l3) at the end: four chains instead of one, so that a conv weight's
-// 786,432 rows of 3 do not wait on each other's additions. A total of one row has only
-// its lane 0 (never -0: it starts at +0), so the lanes change nothing there:
+// of 16 lanes (TOTAL_LANES) by the row's place among the total's rows (place % 16), and
+// the lanes in lane_tree's order at the end: sixteen chains instead of one. A total of
+// one row has only its lane 0 (never -0: it starts at +0; the other lanes stay +0, and
+// adding +0 to a value that is not -0 gives it back), so the lanes change nothing there.
+//
+// A *blocked* total (blocked_sum: one total over every axis of a domain whose rows are
+// shorter than LANES, as a conv weight's RMS over rows of 3 or 1, in a phase whose chunks
+// hold several rows) has no row partials: its rows go in blocks of BLOCK_ROWS (16) rows
+// by place, a block's elements (16 x C, fewer in the domain's last block) in order,
+// element i into lane i % 16 from +0 (block_lanes), and the total's lane l adds each
+// block's lane l, block after block. Every element then adds in the lane it was loaded
+// in: a row's partial of 3 needed the rows transposed across vector lanes first, which
+// took a third of Adafactor's update pass on (512, 512, 3, 3). Chunks, thread items and
+// tiles start at a multiple of 16 rows where a phase has one (PhaseLayout, run_phase,
+// run_tiles), so that a block lies in one chunk. On rows of 1, a block's lane l is row
+// l's 0 + x, as a row's partial there: the bits of the rows' order.
+//
+// The landings:
 enum class Landing : int32_t {
   // partials kept, per row and block (over C) or per group and column (a column sum),
   // and added in order when the walk is done: the walk on several threads
@@ -268,20 +290,61 @@ struct Sum {
   bool direct;
   bool over_c;
   bool lanes;                 // over C and over B or R: a total of several rows (above)
+  bool blocked;               // a blocked total (above)
   Landing landing;
   int64_t per_b, per_r;       // RUNNING: the row (b, r) adds into acc[b * per_b + r * per_r]
-  double* acc;                // PARTIALS: the partials; RUNNING: the totals (4 lanes each
-                              // where `lanes`: acc[4 * total + lane])
+  double* acc;                // PARTIALS: the partials (a blocked total's: block k's lanes
+                              // at 16k to 16k + 15); RUNNING: the totals (TOTAL_LANES each
+                              // where `lanes`: acc[TOTAL_LANES * total + lane])
   void* out;                  // ROWS, GROUPS: dst
-  // the lane of row (b, r) (r < Dr): its place among the rows of its total, modulo 4
+  // the lane of row (b, r) (r < Dr): its place among the rows of its total, modulo 16
   int64_t lane(int64_t b, int64_t r, int64_t Dr) const {
-    return ((axes & AB ? b : 0) * (axes & AR ? Dr : 1) + (axes & AR ? r : 0)) & 3;
+    return ((axes & AB ? b : 0) * (axes & AR ? Dr : 1) + (axes & AR ? r : 0)) & LANE_MASK;
   }
 };
 
-// a total's four lanes added (see Landing)
+// Whether sum s of a phase over `domain` (rows of Dc elements; `together`: its chunks
+// may hold several rows) is a blocked total (see Landing)
+inline bool blocked_sum(const Sum& s, int domain, int64_t Dc, bool together) {
+  return together && Dc > 0 && Dc < LANES && (s.axes & AC) && (s.axes & (AB | AR)) &&
+         (domain & ~s.axes) == 0;
+}
+
+// a total's lanes added (see Landing): lane_tree's order, on a copy
 UO_INLINE double lanes_total(const double* lane) {
-  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+  double copy[TOTAL_LANES];
+  for (int l = 0; l < TOTAL_LANES; ++l) copy[l] = lane[l];
+  return lane_tree(copy);
+}
+
+// A block's lanes (see Landing): x's `count` elements, element i into lane i % 16 from +0
+template <class T>
+UO_INLINE void block_lanes(const T* __restrict__ x, int64_t count, double* __restrict__ lane) {
+  for (int l = 0; l < TOTAL_LANES; ++l) lane[l] = 0.0;
+  int64_t i = 0;
+  for (; i + TOTAL_LANES <= count; i += TOTAL_LANES)
+    for (int l = 0; l < TOTAL_LANES; ++l) lane[l] += double(x[i + l]);
+  for (int l = 0; i < count; ++i, ++l) lane[l] += double(x[i]);
+}
+
+// A blocked total's values x of the chunk (whole rows from a multiple of 16: the phase's
+// layout): RUNNING adds each block's lanes into the total's, PARTIALS keeps them
+template <class T>
+inline void block_sums(const Sum& s, const Chunk& ch, const T* x) {
+  const int64_t n = ch.n;
+  double lane[TOTAL_LANES];
+  if (s.landing == Landing::RUNNING) {
+    double total[TOTAL_LANES];
+    for (int l = 0; l < TOTAL_LANES; ++l) total[l] = s.acc[l];
+    for (int64_t i = 0; i < ch.rows; i += BLOCK_ROWS) {
+      block_lanes(x + i * n, std::min(BLOCK_ROWS, ch.rows - i) * n, lane);
+      for (int l = 0; l < TOTAL_LANES; ++l) total[l] += lane[l];
+    }
+    for (int l = 0; l < TOTAL_LANES; ++l) s.acc[l] = total[l];
+    return;
+  }
+  for (int64_t i = 0; i < ch.rows; i += BLOCK_ROWS)
+    block_lanes(x + i * n, std::min(BLOCK_ROWS, ch.rows - i) * n, s.acc + ch.row + i);
 }
 
 // partial(i, k, value) for block k of the chunk's row i (blocks of SUM_BLOCK elements
@@ -323,16 +386,16 @@ inline void land_row_sums(const Sum& s, const Walk& w, const Chunk& ch, Each&& e
         double t = s.acc[0];
         each([&](int64_t, int64_t, double p) { t += p; });
         s.acc[0] = t;
-      } else if (s.lanes && s.per_b == 0 && s.per_r == 0) {   // one total: row % 4
+      } else if (s.lanes && s.per_b == 0 && s.per_r == 0) {   // one total: row % 16
         double* lane = s.acc;
-        each([&](int64_t i, int64_t, double p) { lane[(ch.row + i) & 3] += p; });
+        each([&](int64_t i, int64_t, double p) { lane[(ch.row + i) & LANE_MASK] += p; });
       } else if (s.per_r == 1 && s.per_b == w.Dr) {  // a total per row
         double* t = s.acc + ch.row;
         each([&](int64_t i, int64_t, double p) { t[i] += p; });
       } else if (s.lanes) {
         each([&](int64_t i, int64_t, double p) {
           const int64_t r = ch.r + i, b = ch.b + r / w.Dr, rr = r % w.Dr;
-          s.acc[4 * (b * s.per_b + rr * s.per_r) + s.lane(b, rr, w.Dr)] += p;
+          s.acc[TOTAL_LANES * (b * s.per_b + rr * s.per_r) + s.lane(b, rr, w.Dr)] += p;
         });
       } else {
         each([&](int64_t i, int64_t, double p) {
@@ -473,7 +536,7 @@ UO_INLINE __m256d four_partials_of_3(const double* x) {
                         _mm256_add_pd(zero, _mm256_loadu_pd(x + 8)));
 }
 
-// row_sums of whole rows of 3 landed ROWS, RUNNING into one total or one per row, or
+// row_sums of whole rows of 3 landed ROWS, RUNNING into one total per row, or
 // PARTIALS of one block: false (nothing done) for the other landings
 template <class T>
 inline bool rows_of_3(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
@@ -485,13 +548,6 @@ inline bool rows_of_3(const Sum& s, const Walk& w, const Chunk& ch, const T* x) 
     for (; i < fours; i += 4)
       store_rounded(out + i, _mm256_add_pd(zero, four_partials_of_3(x + 3 * i)));
     for (; i < rows; ++i) out[i] = T(0.0 + short_sum<3>(x + 3 * i));
-  } else if (s.landing == Landing::RUNNING && s.lanes && s.per_b == 0 && s.per_r == 0) {
-    double* lane = s.acc;                     // row ch.row + i adds into its lane
-    for (; i < rows && ((ch.row + i) & 3); ++i) lane[(ch.row + i) & 3] += short_sum<3>(x + 3 * i);
-    __m256d four = _mm256_loadu_pd(lane);
-    for (; i + 4 <= rows; i += 4) four = _mm256_add_pd(four, four_partials_of_3(x + 3 * i));
-    _mm256_storeu_pd(lane, four);
-    for (; i < rows; ++i) lane[(ch.row + i) & 3] += short_sum<3>(x + 3 * i);
   } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
     double* t = s.acc + ch.row;
     for (; i < fours; i += 4)
@@ -519,19 +575,6 @@ inline bool rows_of_1(const Sum& s, const Walk& w, const Chunk& ch, const T* __r
   if (s.landing == Landing::ROWS) {
     T* __restrict__ out = static_cast<T*>(s.out) + ch.row;
     for (int64_t i = 0; i < rows; ++i) out[i] = T(0.0 + (0.0 + double(x[i])));
-  } else if (s.landing == Landing::RUNNING && s.lanes && s.per_b == 0 && s.per_r == 0) {
-    double* __restrict__ lane = s.acc;        // row ch.row + i adds into its lane
-    int64_t i = 0;
-    for (; i < rows && ((ch.row + i) & 3); ++i) lane[(ch.row + i) & 3] += 0.0 + double(x[i]);
-    double l0 = lane[0], l1 = lane[1], l2 = lane[2], l3 = lane[3];
-    for (; i + 4 <= rows; i += 4) {
-      l0 += 0.0 + double(x[i]);
-      l1 += 0.0 + double(x[i + 1]);
-      l2 += 0.0 + double(x[i + 2]);
-      l3 += 0.0 + double(x[i + 3]);
-    }
-    lane[0] = l0, lane[1] = l1, lane[2] = l2, lane[3] = l3;
-    for (; i < rows; ++i) lane[(ch.row + i) & 3] += 0.0 + double(x[i]);
   } else if (s.landing == Landing::RUNNING && s.per_r == 1 && s.per_b == w.Dr) {
     double* __restrict__ t = s.acc + ch.row;
     for (int64_t i = 0; i < rows; ++i) t[i] += 0.0 + double(x[i]);
@@ -546,13 +589,15 @@ inline bool rows_of_1(const Sum& s, const Walk& w, const Chunk& ch, const T* __r
 
 template <class T>
 inline void row_sums(const Sum& s, const Walk& w, const Chunk& ch, const T* x) {
+  if (s.blocked) return block_sums(s, ch, x);
 #if defined(__AVX2__)
   if (ch.n == 3 && rows_of_3(s, w, ch, x)) return;
 #endif
   if (ch.n == 1 && ch.c0 == 0 && rows_of_1(s, w, ch, x)) return;
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial(ch, x, partial); });
 }
-// row_sums of a chunk whose block partials a generated kernel added in its element loop:
+// row_sums of a chunk whose block partials a generated kernel added in its element loop
+// (never a blocked total's: codegen.py walks rows shorter than LANES through row_sums):
 // lane_sum's of block k (SUM_BLOCK elements from c0) of the chunk's row i in
 // partial[i * blocks + k], landed in each_partial's order
 template <class T>
@@ -565,6 +610,10 @@ inline void row_partials(const Sum& s, const Walk& w, const Chunk& ch, const dou
 }
 template <class T>
 inline void row_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double value) {
+  if (s.blocked) {               // the value at every element (the VM's scalar operand)
+    std::vector<double> values(size_t(ch.size()), value);
+    return block_sums(s, ch, values.data());
+  }
   land_row_sums<T>(s, w, ch, [&](auto&& partial) { each_partial_of(ch, value, partial); });
 }
 
