@@ -17,9 +17,9 @@ every digest as it was. They changed a second time, deliberately, when a total o
 axis of rows shorter than 16 came to add its elements in blocks of 16 rows, each element
 in the lane it is loaded in, and every total of several rows in 16 lanes (``walk.h``'s
 blocked totals): the float64 digests of the five cases whose totals moved in their last
-bits were computed again; every float32 digest, and rows of 1, stayed as they were. Checked here on the VM at 1 and 2 threads
-(tests/test_kernel_factored_shapes.py checks that a generated kernel gives the VM's bits
-on these shapes).
+bits were computed again; every float32 digest, and rows of 1, stayed as they were.
+Checked here on the VM at 1 and 2 threads (tests/test_kernel_factored_shapes.py checks
+that a generated kernel gives the VM's bits on these shapes).
 """
 
 from __future__ import annotations
