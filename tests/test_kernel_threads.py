@@ -59,11 +59,12 @@ def test_the_vm_runs_on_the_threads_it_is_handed_with_the_same_bits(spec):
 
 @pytest.mark.parametrize("shape", [(7, 19, 300), (41, 269, 3)])
 def test_totals_of_several_rows_add_in_the_same_lanes_on_every_thread_count(shape):
-    """Adafactor's RMS of the parameter and of its update add the rows' partials in four
-    lanes (walk.h): running on one thread, kept per row and landed after the walk on
-    several. Rows of two sum blocks (300 elements), and 11,029 rows of 3, neither a
-    multiple of 4: the same bits at every count, in float64 (a float32 total rounds
-    another order of its doubles to the same float32 almost always)."""
+    """Adafactor's RMS of the parameter and of its update add in 16 lanes (walk.h): the
+    rows' partials for rows of two sum blocks (300 elements), blocks of 16 rows for
+    11,029 rows of 3 (not a multiple of 16); running on one thread, kept per row or block
+    and landed after the walk on several: the same bits at every count, in float64 (a
+    float32 total rounds another order of its doubles to the same float32 almost
+    always)."""
     runner = KernelRunner(specialize=False)
     spec = uo.Adafactor(lr=1e-2)
     one = _steps(runner, spec, 1, shape=shape, dtype="float64")
