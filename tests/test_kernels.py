@@ -95,7 +95,7 @@ KERNEL_SPECS = [uo.Adam(lr=0.01, amsgrad=True, weight_decay=0.1), uo.CAME(lr=1e-
 
 @pytest.mark.parametrize("spec", KERNEL_SPECS, ids=[s.name for s in KERNEL_SPECS])
 def test_a_generated_kernel_gives_the_vm_bits(runner, spec):
-    for shape in [(65, 65), (7,), (4, 4, 4), (1, 65), (0, 5)]:
+    for shape in [(65, 65), (7,), (4, 4, 4), (1, 65), (0, 5), (3, 1025)]:
         for dtype in (np.float32, np.float64):
             # the program the runner runs (a rank-blind one on the shape read as 1-D)
             code = runner.program(spec, shape, np.dtype(dtype).name, spec.lr_at(1), 2)[1]

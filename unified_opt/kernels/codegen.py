@@ -190,11 +190,13 @@ def _parts(domain: int, instructions, masks) -> tuple[str, bool, list[str], int]
     one_row, one_buffers = _body(domain, instructions, masks, rows=False)
     body, buffers = one_row, one_buffers
     if together:
-        # a chunk of one row shorter than LANES (a blocked total's domain's last row, walk.h's
-        # Landing) takes the rows' code too: it sums through row_sums, as the VM does
+        # a chunk of one whole row shorter than LANES (a blocked total's domain's last
+        # row, walk.h's Landing) takes the rows' code too: it sums through row_sums, as
+        # the VM does; a part of a longer row (c0 > 0, n < Dc) keeps the one row's code
         several, several_buffers = _body(domain, instructions, masks, rows=True)
         buffers = max(one_buffers, several_buffers)
-        body = (["if (ch.rows == 1 && ch.n >= uo::LANES) {"] + ["  " + line for line in one_row]
+        body = (["if (ch.rows == 1 && (ch.n >= uo::LANES || ch.n != w.Dc)) {"]
+                + ["  " + line for line in one_row]
                 + ["} else {"] + ["  " + line for line in several] + ["}"])
     return declared, together, body, buffers
 
