@@ -377,13 +377,17 @@ inline std::atomic<int64_t>& requested_tile_bs() {
 // after the other (run_phase), which run where the parameter has fewer than two tiles
 // (a matrix: B = 1) or too few for the threads.
 //
-// On one thread the run's tile-local arrays (`local`, tile_local_arrays: scratch written
-// and read by the run's phases only) live in buffers of one tile, used again by every
+// The run's tile-local arrays (`local`, tile_local_arrays: scratch written and read by
+// the run's phases only) live in buffers of one tile on one thread, used again by every
 // tile: what the phases pass each other stays in the cache and is never written back
 // to memory. For a tile, arrays[k] of such an array is its buffer moved back by the
 // tile's first b (integer arithmetic: the tile's places land in the buffer), and each
-// sum's `out` follows; both are put back after the run. On several threads every array
-// stays whole (each thread walks tiles of its own).
+// sum's `out` follows; both are put back after the run. On several threads the tiles go
+// in rounds of one tile a thread, the buffers a round's size: the arrays are placed for
+// the round, and each thread's tile lands in its own part. The default tiles are then
+// made a little smaller, so that every round is full (9 tiles of CAME's (512, 512, 3, 3)
+// became 10 at two threads: one thread no longer waits a tile's time at the end), and a
+// parameter of at least one tile a thread runs tiled (before, 4 a thread).
 template <int64_t CH, class T, class Body>
 void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
                const int32_t* masks, const int* local, int n_local, int64_t scratch_size,
@@ -403,9 +407,15 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
   const int64_t requested = requested_tile_bs().load(std::memory_order_relaxed);
   int64_t tile_b = requested > 0 ? requested : std::max<int64_t>(1, TILE_ELEMENTS / per_b);
   tile_b = std::max(tile_align, tile_b - tile_b % tile_align);
-  const int64_t tiles = (dims.B + tile_b - 1) / tile_b;
   const int threads = dims.B * per_b >= PARALLEL_MIN ? thread_count() : 1;
-  if (tiles < 2 || (threads > 1 && tiles < 4 * int64_t(threads))) {
+  if (threads > 1 && requested <= 0) {
+    // as many tiles as the threads' rounds hold (run_tiles below), a little smaller
+    const int64_t rounds = ((dims.B + tile_b - 1) / tile_b + threads - 1) / threads;
+    const int64_t even = (dims.B + rounds * threads - 1) / (rounds * threads);
+    tile_b = std::max(tile_align, (even + tile_align - 1) / tile_align * tile_align);
+  }
+  const int64_t tiles = (dims.B + tile_b - 1) / tile_b;
+  if (tiles < 2 || tiles < int64_t(threads)) {
     for (int k = 0; k < n; ++k)
       run_phase<CH, T>(phases[k].domain, dims, *phases[k].sums, arrays, scratch_size,
                        phases[k].together, [&](const Walk& w, const Chunk& ch, T* scratch) {
@@ -420,15 +430,16 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
   held.reserve(count);
   for (int k = 0; k < n; ++k)
     prepare_sums(layouts[k], *phases[k].sums, arrays, dims, serial, true, held);
-  // one thread: the tile-local arrays' buffers, and the arrays they stand in for
+  // the tile-local arrays' buffers, and the arrays they stand in for: one tile's on one
+  // thread; on several, a round's (`threads` consecutive tiles, walked together: each
+  // thread's tile of the round lands in a part of the buffers of its own)
+  const int64_t per_round = serial ? 1 : int64_t(threads);
   std::vector<Buffer<T>> buffers;
   std::vector<T*> whole;
-  if (serial) {
-    buffers.reserve(n_local);
-    for (int j = 0; j < n_local; ++j) {
-      whole.push_back(arrays[local[j]]);
-      buffers.emplace_back(tile_b * dims.size(masks[local[j]] & ~AB));
-    }
+  buffers.reserve(n_local);
+  for (int j = 0; j < n_local; ++j) {
+    whole.push_back(arrays[local[j]]);
+    buffers.emplace_back(per_round * tile_b * dims.size(masks[local[j]] & ~AB));
   }
   auto place = [&](int64_t b0) {
     for (int j = 0; j < int(buffers.size()); ++j) {
@@ -439,9 +450,8 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
     for (int k = 0; k < n; ++k)
       for (Sum& s : *phases[k].sums) s.out = arrays[s.dst];
   };
-  for_each_item<T>(tiles, threads, scratch_size, [&](int64_t tile, T* scratch) {
+  auto run_tile = [&](int64_t tile, T* scratch) {
     const int64_t b0 = tile * tile_b, b1 = std::min(dims.B, b0 + tile_b);
-    if (!buffers.empty()) place(b0);
     for (int k = 0; k < n; ++k) {
       const PhaseLayout& L = layouts[k];
       L.walk_rows<CH>(b0 * L.Dr, b1 * L.Dr, scratch,
@@ -449,7 +459,25 @@ void run_tiles(const TilePhase* phases, int n, const Dims& dims, T** arrays,
       for (const Sum& s : *phases[k].sums)
         if ((phases[k].domain & ~s.axes) & AB) land_totals<T>(s, L, dims, b0, b1);
     }
-  });
+  };
+  if (buffers.empty()) {
+    for_each_item<T>(tiles, threads, scratch_size, run_tile);
+  } else if (serial) {
+    for_each_item<T>(tiles, threads, scratch_size, [&](int64_t tile, T* scratch) {
+      place(tile * tile_b);
+      run_tile(tile, scratch);
+    });
+  } else {
+    // a round at a time: the arrays placed for the round, its tiles on the threads (the
+    // pool's run returns when every tile of the round is done). Against the whole arrays
+    // and 9 tiles, CAME's (512, 512, 3, 3) at two threads took 4.29 and 4.31 ms a step,
+    // not 4.72 and 4.66 (benchmarks/kernel_phases.py --threads 2)
+    for (int64_t first = 0; first < tiles; first += per_round) {
+      place(first * tile_b);
+      for_each_item<T>(std::min(per_round, tiles - first), threads, scratch_size,
+                       [&](int64_t i, T* scratch) { run_tile(first + i, scratch); });
+    }
+  }
   for (int j = 0; j < int(buffers.size()); ++j) arrays[local[j]] = whole[j];
   for (int k = 0; k < n; ++k)
     for (Sum& s : *phases[k].sums) {
