@@ -6,7 +6,7 @@
 
 One parameter of ``--shape``, the algorithm's benchmark spec (its record's), the kernel
 written with ``codegen.kernel_source(..., clock=True)``: each phase adds the ticks it
-takes (``phases.h``'s ``phase_ticks``: the time-stamp counter on x86-64, nanoseconds
+takes (``phases.h``'s ``clock_ticks``: the time-stamp counter on x86-64, nanoseconds
 elsewhere). A fresh random gradient every step, the state from ``spec.init``, three
 warm-up steps, then ``--steps`` timed ones. Prints one row per phase: its axes (B, R, C
 of the kernels' (B, R, C) view; a tile run's phases run tile after tile, each tile's
@@ -32,15 +32,12 @@ import time
 import numpy as np
 
 from unified_opt.kernels import build
-from unified_opt.kernels.bytecode import AXES, OPCODES, SELECT, decode
-from unified_opt.kernels.codegen import kernel_source
+from unified_opt.kernels.bytecode import AXES, DTYPES, SELECT, decode
+from unified_opt.kernels.codegen import _NAMES, kernel_source
 from unified_opt.kernels.runtime import KernelRunner
 from unified_opt.kernels.trace import canonical_dims
 from unified_opt.ops import numpy_ops
 from unified_opt.records import record_of
-
-_NAMES = {v: k for k, v in OPCODES.items()}
-_DTYPE_CODES = {"float32": 0, "float64": 1}
 
 
 def _axes(domain: int) -> str:
@@ -65,8 +62,8 @@ def phase_table(algorithm: str, shape: tuple[int, ...], steps: int = 20, threads
         raise ValueError(f"kernel_phases: steps must be an int >= 1, got {steps!r}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"kernel_phases: threads must be an int >= 1, got {threads!r}")
-    if dtype not in _DTYPE_CODES:
-        raise ValueError(f"kernel_phases: dtype must be one of {sorted(_DTYPE_CODES)}, "
+    if dtype not in DTYPES:
+        raise ValueError(f"kernel_phases: dtype must be one of {sorted(DTYPES)}, "
                          f"got {dtype!r}")
     spec = record_of(algorithm).benchmark
     if spec is None:
@@ -92,7 +89,7 @@ def phase_table(algorithm: str, shape: tuple[int, ...], steps: int = 20, threads
         if step == 3:
             library.uo_kernel_phase_ticks(ticks, len(ticks))     # the warm-up's cleared
         start = time.perf_counter()
-        code_returned = library.uo_kernel_run(_DTYPE_CODES[dtype], addresses,
+        code_returned = library.uo_kernel_run(DTYPES[dtype], addresses,
                                               dims.ctypes.data, scalars.ctypes.data)
         if step >= 3:
             times.append(time.perf_counter() - start)

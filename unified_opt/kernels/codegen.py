@@ -39,8 +39,6 @@ _BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "div": "{
 _UNARY = {"neg": "-{a}", "sqrt": "std::sqrt({a})", "abs": "std::fabs({a})",
           "sign": "uo::sign_of({a})"}
 _C = AXES["AC"]
-#: phases.h's PHASE_CLOCKS: the most phases a kernel with a clock may have
-PHASE_CLOCKS = 256
 
 
 def kernel_source(code: np.ndarray, clock: bool = False) -> str:
@@ -48,16 +46,13 @@ def kernel_source(code: np.ndarray, clock: bool = False) -> str:
     ``uo_kernel_run(dtype, inputs, dims, scalars)`` with the VM's ``uo_vm_run`` contract
     (without the code).
 
-    ``clock``: each phase also adds the ticks it took into ``phases.h``'s
-    ``phase_ticks`` (``uo_kernel_phase_ticks`` reads and clears them;
-    ``benchmarks/kernel_phases.py``). The same operations: the same bits."""
+    ``clock``: each phase also adds the ticks it took (``phases.h``'s ``clock_ticks``)
+    into the kernel's ``PHASE_TICKS``, one per phase (``uo_kernel_phase_ticks`` reads and
+    clears them; ``benchmarks/kernel_phases.py``). The same operations: the same bits."""
     if not isinstance(clock, bool):
         raise TypeError(f"kernel_source: clock must be a bool, got {clock!r}")
     decoded = decode(code)
     n_inputs, masks, phases = decoded.n_inputs, decoded.masks, decoded.phases
-    if clock and len(phases) > PHASE_CLOCKS:
-        raise ValueError(f"kernel_source: clock=True for {len(phases)} phases, more than "
-                         f"phases.h's {PHASE_CLOCKS} clocks")
     if any(domain == MATRIX for domain, _ in phases):
         raise ValueError("kernel_source: a plan with a matrix phase (the host runs it): "
                          "write its segments' kernels (bytecode.segments)")
@@ -68,6 +63,11 @@ def kernel_source(code: np.ndarray, clock: bool = False) -> str:
     runs = dict(decoded.tiles)
     lines = ['#include "phases.h"', "", "namespace {", "",
              f"constexpr int32_t MASKS[] = {{{', '.join(map(str, masks))}}};", ""]
+    if clock:
+        lines += [f"std::atomic<uint64_t> PHASE_TICKS[{len(phases)}] = {{}};",
+                  "void add_ticks(int phase, uint64_t since) {",
+                  "  PHASE_TICKS[phase].fetch_add(uo::clock_ticks() - since, "
+                  "std::memory_order_relaxed);", "}", ""]
     if runs:
         lines += _HALF_WIDTH
     lines += ["template <class T>",
@@ -99,7 +99,7 @@ def kernel_source(code: np.ndarray, clock: bool = False) -> str:
             phase = _phase(number, domain, instructions, masks, backwards)
         if clock:
             phase = ([f"  const uint64_t clock{number} = uo::clock_ticks();"] + phase
-                     + [f"  uo::add_ticks({number}, clock{number});"])
+                     + [f"  add_ticks({number}, clock{number});"])
         lines += phase
         number += 1
     lines += ["  return 0;", "}", ""]
@@ -119,8 +119,8 @@ def kernel_source(code: np.ndarray, clock: bool = False) -> str:
     if clock:
         lines += ["// each phase's ticks since the last call, into ticks[0, n); cleared",
                   "void uo_kernel_phase_ticks(uint64_t* ticks, int n) {",
-                  "  for (int k = 0; k < n && k < uo::PHASE_CLOCKS; ++k)",
-                  "    ticks[k] = uo::phase_ticks()[k].exchange(0);", "}"]
+                  f"  for (int k = 0; k < n && k < {len(phases)}; ++k)",
+                  "    ticks[k] = PHASE_TICKS[k].exchange(0);", "}"]
     lines += ['}  // extern "C"', ""]
     return "\n".join(lines)
 
@@ -230,7 +230,7 @@ def _tile_run(first: int, phases, masks, local, clock: bool) -> list[str]:
         lines += ["        break;", "      }"]
     lines += ["      default: break;", "    }"]
     if clock:
-        lines.append(f"    uo::add_ticks({first} + k, clock);")
+        lines.append(f"    add_ticks({first} + k, clock);")
     lines += ["    });", "  }"]
     return lines
 

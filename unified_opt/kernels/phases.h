@@ -36,12 +36,11 @@
 
 namespace uo {
 
-// A kernel that codegen.py writes with its clock (benchmarks/kernel_phases.py) adds each
-// phase's ticks here, run after run: the CPU's time-stamp counter on x86-64 (constant
-// rate, read in about 20 cycles), a steady clock's nanoseconds elsewhere. A tile run's
-// phases are clocked chunk by chunk, so a chunk's clock reads are in its phase's ticks;
-// on several threads each thread's ticks add up (time on the CPUs, not wall time).
-constexpr int PHASE_CLOCKS = 256;
+// The clock of a kernel that codegen.py writes with one (benchmarks/kernel_phases.py):
+// the CPU's time-stamp counter on x86-64 (constant rate, read in about 20 cycles), a
+// steady clock's nanoseconds elsewhere. The kernel adds each phase's ticks into an array
+// of its own, a tile run's chunk by chunk; on several threads each thread's ticks add up
+// (time on the CPUs, not wall time).
 inline uint64_t clock_ticks() {
 #if defined(__x86_64__) || defined(_M_X64)
   return __rdtsc();
@@ -49,13 +48,6 @@ inline uint64_t clock_ticks() {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::steady_clock::now().time_since_epoch()).count());
 #endif
-}
-inline std::atomic<uint64_t>* phase_ticks() {
-  static std::atomic<uint64_t> ticks[PHASE_CLOCKS] = {};
-  return ticks;
-}
-inline void add_ticks(int phase, uint64_t since) {
-  phase_ticks()[phase].fetch_add(clock_ticks() - since, std::memory_order_relaxed);
 }
 
 // How a phase walks its domain (run_phase's and run_tiles'): the rows, the chunks and the
