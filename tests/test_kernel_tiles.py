@@ -210,10 +210,9 @@ SWEPT = [SPECS[1], SPECS[4], uo.Lamb(lr=1e-3, weight_decay=0.01),
 
 @pytest.mark.parametrize("index", range(len(SWEPT)), ids=[s.name for s in SWEPT])
 def test_a_sweep_of_conv_shapes_gives_the_bits_of_one_untiled_thread(runner, index):
-    """Shapes, tiles and thread counts drawn at random (seeded; a run of 54,803 such
-    cases over these four specs found no difference): the tiled VM and, in float64
-    (where an order of summation shows in the bits), a generated kernel against the
-    untiled VM on one thread."""
+    """Shapes, tiles and thread counts drawn at random (seeded): the tiled VM and, in
+    float64 (where an order of summation shows in the bits), a generated kernel against
+    the untiled VM on one thread."""
     spec = SWEPT[index]
     kernels: dict[bytes, object] = {}
 
