@@ -102,6 +102,23 @@ def _vm(tiled: bool, threads: int, tile: int):
     return run
 
 
+def _kernel(threads: int, tile: int, tiled: bool = False):
+    """A ``run_code`` for _steps: the code's generated kernel on ``threads`` threads with
+    tiles of ``tile`` b's (0: the default); ``tiled``: the code must have tile runs."""
+    def run(dtype, code, untiled, dims, addresses, scalars):
+        assert not tiled or decode(code).tiles
+        kernel = build.load_kernel(kernel_source(code))
+        kernel.uo_kernel_set_threads(threads)
+        kernel.uo_kernel_set_tile(tile)
+        try:
+            return kernel.uo_kernel_run(dtype, addresses, dims.ctypes.data,
+                                        scalars.ctypes.data)
+        finally:
+            kernel.uo_kernel_set_threads(0)
+            kernel.uo_kernel_set_tile(0)
+    return run
+
+
 def test_a_conv_weights_factored_phases_form_tile_runs(runner):
     """The schedule has power here: Adafactor's and CAME's phases on a conv weight are in
     tile runs but for the scalar phases (moved after the runs) and Adafactor's last full
@@ -143,18 +160,8 @@ def test_a_generated_kernel_runs_the_tile_runs_with_the_same_bits(runner, spec):
         expected = _steps(runner, spec, shape, _vm(False, 1, 0))
         for threads in (1, 2):
             for tile in (0, 7):
-                def run(dtype, code, untiled, dims, addresses, scalars):
-                    assert decode(code).tiles                 # the kernel has tile runs
-                    kernel = build.load_kernel(kernel_source(code))
-                    kernel.uo_kernel_set_threads(threads)
-                    kernel.uo_kernel_set_tile(tile)
-                    try:
-                        return kernel.uo_kernel_run(dtype, addresses, dims.ctypes.data,
-                                                    scalars.ctypes.data)
-                    finally:
-                        kernel.uo_kernel_set_threads(0)
-                        kernel.uo_kernel_set_tile(0)
-                assert _steps(runner, spec, shape, run) == expected, (shape, threads, tile)
+                found = _steps(runner, spec, shape, _kernel(threads, tile, tiled=True))
+                assert found == expected, (shape, threads, tile)
 
 
 def test_code_with_a_tile_run_the_kernels_cannot_run_is_refused(runner):
@@ -214,26 +221,9 @@ def test_a_sweep_of_conv_shapes_gives_the_bits_of_one_untiled_thread(runner, ind
     float64 (where an order of summation shows in the bits), a generated kernel against
     the untiled VM on one thread."""
     spec = SWEPT[index]
-    kernels: dict[bytes, object] = {}
-
-    def kernel(threads, tile):
-        def run(dtype, code, untiled, dims, addresses, scalars):
-            library = kernels.get(code.tobytes())
-            if library is None:
-                library = kernels[code.tobytes()] = build.load_kernel(kernel_source(code))
-            library.uo_kernel_set_threads(threads)
-            library.uo_kernel_set_tile(tile)
-            try:
-                return library.uo_kernel_run(dtype, addresses, dims.ctypes.data,
-                                             scalars.ctypes.data)
-            finally:
-                library.uo_kernel_set_threads(0)
-                library.uo_kernel_set_tile(0)
-        return run
-
     for shape, dtype, threads, tile in _sweep(44 + index, 10):
         case = (shape, dtype, threads, tile)
         expected = _steps(runner, spec, shape, _vm(False, 1, 0), dtype)
         assert _steps(runner, spec, shape, _vm(True, threads, tile), dtype) == expected, case
         if dtype == "float64":
-            assert _steps(runner, spec, shape, kernel(threads, tile), dtype) == expected, case
+            assert _steps(runner, spec, shape, _kernel(threads, tile), dtype) == expected, case
