@@ -694,8 +694,10 @@ inline void column_sums_of(const Sum& s, const Walk& w, const Chunk& ch, double 
 // the conversions, not the additions, are what such sums wait on. The column totals are
 // groups_in_vectors's; the row totals short_sum<3>'s, (x0 + x2) + x1 on the b's 3x3
 // transposed in registers (its zero-adds only turn a -0 total into +0, as the landing's
-// 0.0 + does), the column partials from the first row (groups_in_vectors): the same bits. The chunk's last b goes element by element, so that no
-// load or store passes the chunk. Otherwise row_sums and column_sums.
+// 0.0 + does), the column partials from the first row (groups_in_vectors): the same
+// bits (tests/test_kernel_short_row_totals.py). The chunk's last b goes element by
+// element, so that no load or store passes the chunk. Otherwise row_sums and
+// column_sums.
 template <class T>
 inline void rows_and_columns(const Sum& rows, const Sum& columns, const Walk& w,
                              const Chunk& ch, const T* x) {
