@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -314,3 +315,19 @@ def held_state(optimizer, named, spec) -> dict:
         return {n: optimizer.spec_state(p) for n, p in named}
     backend = load(record.decision.backend)
     return {n: backend.native_state(record, optimizer, p, spec) for n, p in named}
+
+
+def compiled_driver(folder: Path, source: str, native: bool = False) -> Path:
+    """A small C++ program (``source``) that includes the kernels' headers, compiled in
+    ``folder`` with the kernels' exactness flags (``-ffp-contract=off``); ``native``: for
+    this CPU (``-march=native``: its vector paths), as the kernels are."""
+    from unified_opt.kernels import build
+
+    path, out = folder / "driver.cc", folder / "driver"
+    path.write_text(source)
+    done = subprocess.run([*build._compiler(), "-O2", "-std=c++17", "-ffp-contract=off",
+                           *([f"-march={build.MARCH}"] if native else []),
+                           f"-I{Path(build.HEADER).parent}", "-o", str(out), str(path),
+                           "-lpthread"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out

@@ -13,10 +13,10 @@ partial, then a lane per row) gives other bits, checked too, so the test can fai
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support import compiled_driver
 
 from unified_opt.kernels import build
 
@@ -97,13 +97,7 @@ def rows_total(x: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     folder = tmp_path_factory.mktemp("blocked")
-    source, out = folder / "driver.cc", folder / "driver"
-    source.write_text(DRIVER)
-    include = Path(build.HEADER).parent
-    subprocess.run([*build._compiler(), "-O2", "-std=c++17", "-ffp-contract=off",
-                    f"-I{include}", "-o", str(out), str(source), "-lpthread"],
-                   check=True, capture_output=True)
-    return out, folder
+    return compiled_driver(folder, DRIVER), folder
 
 
 @pytest.mark.parametrize("rows, n", [(11029, 3), (1000, 5), (4099, 1), (15, 3)])

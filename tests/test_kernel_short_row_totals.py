@@ -19,10 +19,10 @@ values, and magnitudes far apart (where the order of the double additions shows)
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
+from support import compiled_driver
 
 from unified_opt.kernels import build
 
@@ -137,14 +137,7 @@ def _same(found: np.ndarray, expected: list) -> bool:
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
     folder = tmp_path_factory.mktemp("short_rows")
-    source, out = folder / "driver.cc", folder / "driver"
-    source.write_text(DRIVER)
-    include = Path(build.HEADER).parent
-    done = subprocess.run([*build._compiler(), "-O2", "-std=c++17", "-ffp-contract=off",
-                           f"-march={build.MARCH}", f"-I{include}", "-o", str(out),
-                           str(source), "-lpthread"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out, folder
+    return compiled_driver(folder, DRIVER, native=True), folder
 
 
 def _run(driver, B: int, C: int, what: int, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
