@@ -459,3 +459,63 @@ def test_underflowed_beta_powers_need_the_scheduler_s_position(tmp_path, paddle)
     optimizer, p = run(paddle.optimizer.lr.StepDecay(0.01, step_size=1000))
     uo.save_state(optimizer, tmp_path / "scheduled.safetensors", names=[("p", p)])
     assert read_state(tmp_path / "scheduled.safetensors").steps == 100
+
+
+def _conv_net(paddle):
+    """A conv, a BatchNorm (its _mean and _variance are parameters that take no
+    gradient) and a linear layer, seeded."""
+    paddle.seed(3)
+    return paddle.nn.Sequential(paddle.nn.Conv2D(3, 4, 3), paddle.nn.BatchNorm2D(4),
+                                paddle.nn.ReLU(), paddle.nn.Flatten(),
+                                paddle.nn.Linear(4 * 4 * 4, 2))
+
+
+def _train_conv(paddle, layer, optimizer, steps, seed):
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        x = paddle.to_tensor(rng.standard_normal((4, 3, 6, 6)).astype(np.float32))
+        layer(x).square().mean().backward()
+        optimizer.step()
+        optimizer.clear_grad()
+
+
+def test_a_layer_with_batch_norm_statistics_saves_and_resumes_bit_identically(tmp_path,
+                                                                              paddle):
+    spec = uo.AdamW(lr=0.01, weight_decay=0.1)
+    whole = _conv_net(paddle)
+    optimizer = uo.build(spec, whole, path="native")
+    statistics = [n for n, p in whole.named_parameters() if p.stop_gradient]
+    assert statistics == ["1._mean", "1._variance"]
+    _train_conv(paddle, whole, optimizer, 3, seed=0)
+    uo.save_state(optimizer, tmp_path / "bn.safetensors")
+    saved = read_state(tmp_path / "bn.safetensors")
+    for name in statistics:       # Paddle keeps no accumulator for them: never stepped
+        assert saved.param_steps[name] == 0
+        assert not saved.arrays[name]["exp_avg"].any()
+    assert saved.param_steps["0.weight"] == 3
+    resumed = _conv_net(paddle)
+    resumed.set_state_dict(whole.state_dict())
+    again = uo.build(spec, resumed, path="native")
+    uo.load_state(again, tmp_path / "bn.safetensors")
+    _train_conv(paddle, whole, optimizer, 2, seed=1)
+    _train_conv(paddle, resumed, again, 2, seed=1)
+    for (name, p), q in zip(whole.named_parameters(), resumed.parameters()):
+        np.testing.assert_array_equal(q.numpy(), p.numpy(), err_msg=name)
+
+
+def test_a_stepped_state_of_a_frozen_parameter_is_refused_on_load(tmp_path, paddle):
+    spec = uo.AdamW(lr=0.01)
+    layer = _conv_net(paddle)
+    optimizer = uo.build(spec, layer, path="native")
+    _train_conv(paddle, layer, optimizer, 2, seed=0)
+    uo.save_state(optimizer, tmp_path / "stepped.safetensors")
+    frozen = _conv_net(paddle)
+    frozen[0].weight.stop_gradient = True
+    again = uo.build(spec, frozen, path="native")
+    before = {n: p.numpy().copy() for n, p in frozen.named_parameters()}
+    with pytest.raises(ValueError, match=r"parameter '0.weight' takes no gradient.*2 steps"):
+        uo.load_state(again, tmp_path / "stepped.safetensors")
+    assert all(not t.numpy().any() for per in again._accumulators.values()
+               for t in per.values() if t.size > 1)
+    for name, p in frozen.named_parameters():
+        np.testing.assert_array_equal(p.numpy(), before[name], err_msg=name)

@@ -268,6 +268,11 @@ def _native_snapshot(cls, optimizer, named, plans, position, what: str) -> tuple
         from .native import native_state
 
         state = native_state(cls, optimizer, p, plan.spec)
+        if not state and p.stop_gradient:
+            # Paddle creates no accumulator for a parameter that takes no gradient (a
+            # BatchNorm's _mean and _variance, a frozen weight): it has not stepped
+            arrays[name], steps[name] = _initial(plan.spec, p), 0
+            continue
         missing = sorted(set(expected_state(plan.spec, p)) - set(state))
         if missing:
             raise ValueError(f"{what}: {cls.name} holds no {missing} for parameter {name!r}")
@@ -374,8 +379,11 @@ def _native_values(record, optimizer, saved: Snapshot, arrays: dict) -> list:
                                                if not p.stop_gradient])
         held = _held(optimizer)
     out = []
-    for name, p in zip(record.names, record.params):
+    for name, p, plan in zip(record.names, record.params, record.plans):
         count = saved.param_steps[name]
+        if p.stop_gradient and not any(p.name in by_param for by_param in held.values()):
+            _check_unstepped(name, count, arrays[name], _initial(plan.spec, p))
+            continue
         for ours, theirs in cls.state.items():
             accumulator = held.get(theirs, {}).get(p.name)
             if accumulator is None:
@@ -394,6 +402,18 @@ def _native_values(record, optimizer, saved: Snapshot, arrays: dict) -> list:
             out.append((accumulator, np.array(
                 [power_after(cls.name, optimizer, power, dtype, count)], dtype=dtype)))
     return out
+
+
+def _check_unstepped(name: str, count: int, saved: dict, initial: dict) -> None:
+    """A parameter without accumulators (``stop_gradient``: Paddle creates none for it)
+    takes the file's state only where that state is the initial one (save_state writes
+    that for it); anything else would be dropped: refused."""
+    if count or set(saved) != set(initial) or not all(
+            np.array_equal(np.asarray(saved[k]), np.asarray(initial[k])) for k in initial):
+        raise ValueError(f"load_state: parameter {name!r} takes no gradient (stop_gradient), "
+                         "so the Paddle optimizer keeps no accumulators for it, and the file "
+                         f"holds a stepped state for it ({count} steps): set stop_gradient="
+                         "False before load_state, or build with path='own'")
 
 
 def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
