@@ -23,7 +23,7 @@ from .backend import (
     record_of,
     remember,
 )
-from .groups import Group, plan_parameters
+from .groups import Group, mindspore_filter_onto, plan_parameters
 from .param_groups import flatten_group_dicts, is_group_dicts, plans_of_group_dicts
 from .parameters import framework_of, named_parameters
 from .schedules.plateau import ReduceOnPlateau
@@ -147,6 +147,7 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     adapter = load_installed(inferred)
     # name rules see the framework's own name of an unnamed parameter where it has one
     rule_names = [n if n is not None else adapter.parameter_name(p) for n, p in named]
+    spec = mindspore_filter_onto(spec, params, rule_names, inferred, "build")
     if group_dicts:
         sizes = [len(group) for group in members]
         starts = [sum(sizes[:g]) for g in range(len(sizes))]
