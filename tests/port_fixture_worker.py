@@ -251,7 +251,9 @@ def run(job: dict) -> None:
         # hyperparameters as float32 attributes (Paddle's Adam family computes
         # 1 - float32(beta2)) round them so; that rounding is float32 noise
         for group in optimizer.param_groups:
-            for key in ("betas", "eps", "weight_decay"):
+            for key in ("betas", "eps", "weight_decay", "momentum"):
+                if key not in group:             # SGD's group has no betas and eps
+                    continue
                 value = group[key]
                 group[key] = (tuple(float(np.float32(x)) for x in value)
                               if isinstance(value, tuple) else float(np.float32(value)))

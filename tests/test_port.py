@@ -96,6 +96,11 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
      "AdamW comes from 'from torch.optim import *'"),
     ("import paddle\nopt = paddle.optimizer.Adam(parameters=m.parameters(), "
      "learning_rate=args.lr)\n", 2, "learning_rate=args.lr is not a literal"),
+    # a torch.nn base class without a target class, in a tuple of module types a decay
+    # test reads (it used to stay torch's: every Paddle module failed the test, silently)
+    ("import torch\nnorms = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm)\n"
+     "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n", 2,
+     "torch.nn.modules.batchnorm._NormBase: no paddle class for it in the port's table"),
 ])
 def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
     ported = port_source(source, "mindspore" if "paddle" in source else "paddle")

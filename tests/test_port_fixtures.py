@@ -1,4 +1,4 @@
-"""The four training-script shapes of ``tests/port_fixtures/`` ported by ``unified-opt
+"""The five training-script shapes of ``tests/port_fixtures/`` ported by ``unified-opt
 port`` to Paddle and MindSpore run as the torch script runs: started from the same weights
 and fed the same gradients (computed in torch by the script's own loss), the ported
 optimizer, scheduler, clip and lr lines follow the torch run within the conformance rule

@@ -110,6 +110,16 @@ CLASSES = {
     **{f"torch.nn.BatchNorm{d}d": {"paddle": f"paddle.nn.BatchNorm{d}D",
                                    "mindspore": f"mindspore.nn.BatchNorm{d}d"}
        for d in (1, 2, 3)},
+    # the base classes torchvision's recipes test norm layers by (its set_weight_decay):
+    # each framework's base of its BatchNorm*d and InstanceNorm*d classes
+    "torch.nn.modules.batchnorm._BatchNorm": {
+        "paddle": "paddle.nn.layer.norm._BatchNormBase",
+        "mindspore": "mindspore.nn.layer.normalization._BatchNorm"},
+    "torch.nn.modules.instancenorm._InstanceNorm": {
+        "paddle": "paddle.nn.layer.norm._InstanceNormBase",
+        "mindspore": "mindspore.nn.layer.normalization._InstanceNorm"},
+    "torch.nn.LocalResponseNorm": {"paddle": "paddle.nn.LocalResponseNorm",
+                                   "mindspore": "mindspore.nn.LRN"},
 }
 #: the real module paths of those classes (``torch.nn.modules.linear.Linear``)
 CLASS_MODULES = ("torch.nn.modules.",)
@@ -136,6 +146,8 @@ def class_for(qualified_name: str, to: str) -> str | None:
 
 def is_torch_nn_class(qualified_name: str) -> bool:
     """Whether ``qualified_name`` names a class of ``torch.nn`` (a module type a script
-    may test parameters by), mapped or not: ``torch.nn.X`` with X capitalized."""
+    may test parameters by), mapped or not: ``torch.nn.X`` with X capitalized, after any
+    leading underscores (``torch.nn.modules.batchnorm._NormBase``)."""
     head, _, last = qualified_name.rpartition(".")
-    return (head == "torch.nn" or head.startswith("torch.nn.modules")) and last[:1].isupper()
+    return ((head == "torch.nn" or head.startswith("torch.nn.modules"))
+            and last.lstrip("_")[:1].isupper())

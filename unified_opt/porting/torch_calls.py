@@ -297,7 +297,7 @@ def collector(plan: Plan, qualified, positions):
                     plan.reference_nodes.append(node)
                     plan.imports.append(f"import {mapped.split('.')[0]}")
                     return False
-                if self.type_tests and is_torch_nn_class(name):
+                if (self.type_tests or self.containers) and is_torch_nn_class(name):
                     plan.mark(self.line(node), f"{name}: no {plan.to} class for it in the "
                               f"port's table ({', '.join(sorted(CLASSES))})", self.statement())
                     return False
