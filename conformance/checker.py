@@ -8,7 +8,9 @@ or an ``(optimizer, lr_scheduler)`` pair, the framework's usual way (torch:
 ``p.grad``, ``step()``, ``zero_grad()``, ``scheduler.step()``; Paddle: ``p.grad``,
 ``step()``, ``clear_grad()``, ``scheduler.step()``; MindSpore: ``opt(grads)``) through
 the spec's gradient streams: :data:`STREAMS` seeded streams, of adversarial magnitudes
-(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`) and quiet ones where some
+(zeros, 1e-30, 500, mixed, zero rows; :mod:`.gradients`; on torch and Paddle one of
+them from a real backward, zeroed in place between steps: :data:`ZEROED_IN_PLACE`) and
+quiet ones where some
 tensors' whole history is small (near 1e-8, 1e-12 or 1e-20; one zero for 20 steps),
 and one with a NaN and infinities, each of ``steps`` >= 50 steps. After every step it
 compares, under the suite's rule (:mod:`.compare`), the parameters, the lr where the
@@ -75,6 +77,10 @@ QUIET_STREAMS = 1
 #: seeded gradient streams per check, besides the one with non-finite elements (and, for
 #: a trust-ratio spec, the one of large weights)
 STREAMS = ADVERSARIAL_STREAMS + QUIET_STREAMS
+#: backend -> (``Case.backward`` mode, the call) of the adversarial stream whose
+#: gradients come from a real backward and are zeroed in place (:func:`check_cases`)
+ZEROED_IN_PLACE = {"torch": ("set_to_zero", "zero_grad(set_to_none=False)"),
+                   "paddle": ("set_to_zero", "clear_grad(set_to_zero=True)")}
 #: the steps (0-based) of the non-finite stream that get a NaN or an Inf
 NONFINITE_STEPS = (5, 17, 29)
 PATH = "check"
@@ -169,10 +175,15 @@ class QuietCase(Case):
         return quiet_gradients_at(self.seed, step, self.params, self.rotation)
 
 
-def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
-                ) -> list[Case]:
+def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True,
+                backend: str | None = None) -> list[Case]:
     """The cases a check runs: :data:`ADVERSARIAL_STREAMS` seeded streams of adversarial
-    magnitudes, :data:`QUIET_STREAMS` quiet ones (tensors whose whole history is near
+    magnitudes (on a ``backend`` whose loops keep gradients on the parameters, torch's
+    and Paddle's, the last of them takes its gradients from a real backward and zeroes
+    them in place between steps, ``zero_grad(set_to_none=False)`` /
+    ``clear_grad(set_to_zero=True)``: an optimizer that keeps the gradient tensor itself
+    as its state passes with fresh gradients and fails there, as in a user's loop that
+    zeroes so), :data:`QUIET_STREAMS` quiet ones (tensors whose whole history is near
     1e-8, 1e-12 or 1e-20, beside tensors of the normal cycle and one zero for 20 steps
     after its first), for a spec with a trust ratio one more whose parameters start
     :data:`TRUST_SCALE` times larger (its ratios are ~100 from step 1, so a clipped ratio
@@ -180,8 +191,13 @@ def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True
     have shrunk the update), and with ``nonfinite`` one with non-finite elements."""
     steps = MIN_STEPS if steps is None else steps
     params = check_params(spec)
-    cases = [Case(id=f"check_{spec.name}_{i}", spec=spec, params=params, steps=steps,
-                  description=f"gradient stream {i} of adversarial magnitudes")
+    zeroed = ADVERSARIAL_STREAMS - 1 if backend in ZEROED_IN_PLACE else None
+    cases = [Case(id=f"check_{spec.name}_{i}" + ("_zeroed" if i == zeroed else ""),
+                  spec=spec, params=params, steps=steps,
+                  backward=ZEROED_IN_PLACE[backend][0] if i == zeroed else None,
+                  description=f"gradient stream {i} of adversarial magnitudes" + (
+                      f", from a real backward, zeroed in place between steps "
+                      f"({ZEROED_IN_PLACE[backend][1]})" if i == zeroed else ""))
              for i in range(ADVERSARIAL_STREAMS)]
     if has_trust_ratio(spec):
         cases.append(ScaledCase(
@@ -288,7 +304,7 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     if not isinstance(nonfinite, bool):
         raise TypeError(f"check: nonfinite must be a bool, got {nonfinite!r}")
     device = parse_device(device, "check: device")
-    cases = check_cases(spec, steps, nonfinite)
+    cases = check_cases(spec, steps, nonfinite, backend)
     driver_cls = driver_class(backend)
     called = _Called(factory, backend)
     references = _references_of(spec)
@@ -457,7 +473,7 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
     recorder, decision, error, trajectory = Recorder(), None, None, None
     try:
         driver = driver_cls(case.spec, case.initial_params(), total_steps=case.steps,
-                            factory=factory, device=placement)
+                            factory=factory, device=placement, backward=case.backward)
         decision = driver.decision
         trajectory = drive(driver, case, recorder)
     except FactoryError:

@@ -205,6 +205,54 @@ def test_peer_libraries_and_native_classes_pass(qualified, kwargs, spec, nonfini
     assert lowering["path"] == "check" and lowering["native"].endswith(cls.__qualname__)
 
 
+def _momentum_keeping_the_gradient(params):
+    """SGD with momentum whose first buffer is the gradient tensor itself, not a copy
+    (with fresh gradients every step it computes SGD; zeroed in place, its buffer is
+    zeroed too and then written by the next backward)."""
+    import torch
+
+    class MomentumKeepingTheGradient(torch.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, {"lr": 0.05})
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    state = self.state[p]
+                    if "momentum_buffer" not in state:
+                        state["momentum_buffer"] = p.grad            # the bug: no clone
+                    else:
+                        state["momentum_buffer"].mul_(0.9).add_(p.grad)
+                    p.add_(state["momentum_buffer"], alpha=-group["lr"])
+
+    return MomentumKeepingTheGradient(params)
+
+
+@require("torch")
+def test_a_gradient_kept_as_state_fails_on_the_stream_zeroed_in_place():
+    result = check(_momentum_keeping_the_gradient, uo.SGD(lr=0.05, momentum=0.9),
+                   backend="torch", nonfinite=False)
+    assert not result.passed
+    failing = [r["case"] for r in result.report["results"] if r["status"] != "pass"]
+    assert failing == ["check_sgd_2_zeroed"], str(result)
+    # read after the step's zero_grad, the buffer is already zeros
+    assert "check_sgd_2_zeroed: first failure at step 1: state:" in result.explanation
+
+
+@require("torch")
+def test_a_zero_grad_without_arguments_is_called_as_a_loop_calls_it():
+    import torch
+
+    class AdamWZeroGradPlain(torch.optim.AdamW):
+        def zero_grad(self):                  # no set_to_none: a loop calls zero_grad()
+            super().zero_grad(set_to_none=True)
+
+    result = check(lambda params: AdamWZeroGradPlain(params, lr=0.01, eps=1e-3),
+                   uo.AdamW(lr=0.01, eps=1e-3), backend="torch", nonfinite=False)
+    assert result.passed, str(result)
+
+
 @require("torch")
 def test_torch_muon_with_another_iteration_fails():
     # one knob: the planted deviations of Muon's record cover the others on every backend

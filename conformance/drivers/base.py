@@ -20,6 +20,7 @@ read back into host memory (:meth:`Driver.to_numpy`)."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any, Mapping
 
 import numpy as np
@@ -134,6 +135,20 @@ class Driver:
     def run_before_step(self) -> None:
         for function, kwargs in self.before_step:
             function(list(self.params.values()), **kwargs)
+
+    def clear_gradients(self, method: str, keyword: str, value: bool) -> None:
+        """The optimizer's ``method`` (torch's ``zero_grad``, Paddle's ``clear_grad``)
+        with ``keyword=value`` where it takes that keyword, else as a training loop calls
+        it, with no argument (a user's optimizer whose ``zero_grad()`` has none)."""
+        clear = getattr(self.optimizer, method)
+        try:
+            parameters = inspect.signature(clear).parameters.values()
+        except (TypeError, ValueError):        # a builtin without a signature: try it
+            parameters = [inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY)]
+        if any(q.name == keyword or q.kind is q.VAR_KEYWORD for q in parameters):
+            clear(**{keyword: value})
+        else:
+            clear()
 
     # -- framework calls (overridden) ---------------------------------------------
     def make_param(self, name: str, array: np.ndarray):

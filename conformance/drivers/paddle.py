@@ -62,7 +62,7 @@ class PaddleDriver(Driver):
             sum((p * tensors[name]).sum() for name, p in self.params.items()).backward()
         self.run_before_step()
         self.optimizer.step()
-        self.optimizer.clear_grad(set_to_zero=self.backward == "set_to_zero")
+        self.clear_gradients("clear_grad", "set_to_zero", self.backward == "set_to_zero")
         if self.scheduler is not None:
             self.scheduler.step()
 

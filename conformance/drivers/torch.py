@@ -70,7 +70,7 @@ class TorchDriver(Driver):
             loss.backward()
         self.run_before_step()
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=self.backward != "set_to_zero")
+        self.clear_gradients("zero_grad", "set_to_none", self.backward != "set_to_zero")
         if self.scheduler is not None:
             self.scheduler.step()
 
