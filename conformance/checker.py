@@ -3,7 +3,8 @@
 ``check(factory, spec)`` calls ``factory(params)`` with a list of the framework's
 parameters (torch ``nn.Parameter``, Paddle and MindSpore ``Parameter``: the suite's
 dense parameter set, 1 to 4225 elements, 1-D to 3-D, named ``w``, ``bias``,
-``ln.gamma``, ``ln.beta``, ``w3d``, ``scale``) and drives what it returns, an optimizer
+``ln.gamma``, ``ln.beta``, ``w3d``, ``scale``, and a conv weight ``conv`` of shape
+(8, 3, 3, 3): :data:`CHECK_PARAMS`) and drives what it returns, an optimizer
 or an ``(optimizer, lr_scheduler)`` pair, the framework's usual way (torch:
 ``p.grad``, ``step()``, ``zero_grad()``, ``scheduler.step()``; Paddle: ``p.grad``,
 ``step()``, ``clear_grad()``, ``scheduler.step()``; MindSpore: ``opt(grads)``) through
@@ -68,6 +69,11 @@ from .worker import (
     result_stem,
 )
 
+#: the parameters of a check's streams: the suite's dense set and a conv weight (out, in,
+#: kh, kw), last, so that the others keep their gradients: an optimizer may treat 4-D
+#: tensors its own way (gradient centralization of conv weights only, a factored moment
+#: over the kernel reshaped to a matrix rather than over its last two axes)
+CHECK_PARAMS = {**DENSE_PARAMS, "conv": (8, 3, 3, 3)}
 #: seeded streams of adversarial magnitudes per check (:func:`.gradients.kind_at`)
 ADVERSARIAL_STREAMS = 3
 #: seeded quiet streams per check (:func:`.gradients.quiet_kind_at`): a knob that matters
@@ -220,11 +226,11 @@ def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True,
 
 
 def check_params(spec: uo.Spec) -> dict[str, tuple[int, ...]]:
-    """The parameters a check's streams hold: the dense standard set, or, for a spec whose
+    """The parameters a check's streams hold: :data:`CHECK_PARAMS`, or, for a spec whose
     update refuses some of its shapes (``Spec.updates_shape``: Muon's matrices-only
     form, as ``torch.optim.Muon``), the dense shapes its record gives its cases."""
-    if all(spec.updates_shape(shape) for shape in DENSE_PARAMS.values()):
-        return DENSE_PARAMS
+    if all(spec.updates_shape(shape) for shape in CHECK_PARAMS.values()):
+        return CHECK_PARAMS
     entry = records().get(spec.name)
     return (entry.dense_params() if entry is not None else None) or DENSE_PARAMS
 

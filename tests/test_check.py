@@ -241,6 +241,29 @@ def test_a_gradient_kept_as_state_fails_on_the_stream_zeroed_in_place():
 
 
 @require("torch")
+def test_a_deviation_on_conv_weights_only_fails():
+    import torch
+
+    class AdamWCentralizingConvWeights(torch.optim.AdamW):
+        """AdamW with gradient centralization on 4-D tensors only (pytorch-optimizer's
+        ``gc_conv_only``): the same numbers on every tensor of up to three axes."""
+
+        @torch.no_grad()
+        def step(self):
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.grad is not None and p.grad.dim() > 3:
+                        p.grad.sub_(p.grad.mean(dim=(1, 2, 3), keepdim=True))
+            return super().step()
+
+    spec = uo.AdamW(lr=0.01, eps=1e-3, weight_decay=0.1)
+    result = check(lambda params: AdamWCentralizingConvWeights(
+        params, lr=0.01, eps=1e-3, weight_decay=0.1), spec, backend="torch", nonfinite=False)
+    assert not result.passed
+    assert "first failure at step 1: param:conv:" in result.explanation, result.explanation
+
+
+@require("torch")
 def test_a_zero_grad_without_arguments_is_called_as_a_loop_calls_it():
     import torch
 
@@ -265,12 +288,14 @@ def test_torch_muon_with_another_iteration_fails():
 
 def test_a_spec_of_some_shapes_only_is_checked_on_its_records_shapes():
     from unified_opt.conformance.cases import DENSE_PARAMS
-    from unified_opt.conformance.checker import check_params
+    from unified_opt.conformance.checker import CHECK_PARAMS, check_params
 
     matrices = check_params(uo.Muon())
     assert matrices and all(len(shape) == 2 and 0 not in shape for shape in matrices.values())
-    # with the auxiliary AdamW it takes every shape: the standard set
-    assert check_params(uo.Muon(others="adamw")) == DENSE_PARAMS == check_params(uo.Adam())
+    # with the auxiliary AdamW it takes every shape: the check's set, the suite's dense
+    # set and a conv weight
+    assert check_params(uo.Muon(others="adamw")) == CHECK_PARAMS == check_params(uo.Adam())
+    assert CHECK_PARAMS == {**DENSE_PARAMS, "conv": (8, 3, 3, 3)}
 
 
 def test_torch_optimizer_lamb_departs_under_an_infinite_gradient():

@@ -228,10 +228,10 @@ def test_a_failing_check_writes_its_trajectories_under_out(tmp_path, monkeypatch
         assert result["trajectory"] == name
         trajectory = Trajectory.load(out / name)
         assert trajectory.steps == 50 and set(trajectory.params) == {
-            "w", "bias", "ln.gamma", "ln.beta", "w3d", "scale"}
+            "w", "bias", "ln.gamma", "ln.beta", "w3d", "scale", "conv"}
         # the recorded parameters are the optimizer's: momentum 0.8 at step 2
-        case = next(c for c in check_cases(uo.SGD(lr=0.05, momentum=0.9), nonfinite=False)
-                    if c.id == result["case"])
+        case = next(c for c in check_cases(uo.SGD(lr=0.05, momentum=0.9), nonfinite=False,
+                                           backend="torch") if c.id == result["case"])
         grads = [case.gradients(t)["bias"] for t in range(2)]
         start = case.initial_params()["bias"].astype(np.float64)
         expected = start - 0.05 * grads[0] - 0.05 * (0.8 * grads[0] + grads[1])

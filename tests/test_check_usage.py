@@ -52,7 +52,7 @@ BAD = """\
     ("returns_none", "check: returns_none returned None, not a torch optimizer"),
     ("returns_list", "check: returns_list returned a list"),
     ("returns_model", "returned a torch.nn.Module (Linear), a model, not a torch optimizer"),
-    ("raises", "check: raises raised RuntimeError: no GPU here (called with a list of 6 "
+    ("raises", "check: raises raised RuntimeError: no GPU here (called with a list of 7 "
                "torch parameters"),
 ])
 def test_a_bad_factory_is_a_usage_error(tmp_path, monkeypatch, capsys, factory, words):

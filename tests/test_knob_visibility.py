@@ -150,7 +150,8 @@ def test_the_quiet_stream_has_small_histories_and_a_normal_first_step():
     case = [c for c in check_cases(uo.Adam(), nonfinite=False) if "quiet" in c.id][0]
     roles = {name: quiet_role(i) for i, name in enumerate(case.params)}
     assert roles == {"w": "small", "bias": "cycle", "ln.gamma": "smaller",
-                     "ln.beta": "zeros", "w3d": "eps_sized", "scale": "smaller"}
+                     "ln.beta": "zeros", "w3d": "eps_sized", "scale": "smaller",
+                     "conv": "small"}
     steps = [case.gradients(t) for t in range(case.steps)]
     for name, role in roles.items():
         peak = max(float(np.abs(g[name]).max()) for g in steps)
