@@ -556,8 +556,7 @@ class _Called:
                 optimizer, container):
             return f"a {module}.{base} ({type(optimizer).__qualname__}), a model"
         if self.backend == "mindspore" and container is not None and isinstance(
-                optimizer, container) and not isinstance(
-                    optimizer, sys.modules["mindspore.nn"].Optimizer):
+                optimizer, container) and not isinstance(optimizer, _mindspore_optimizers()):
             return f"a {module}.{base} ({type(optimizer).__qualname__}) that is no optimizer"
         missing = [c for c in _CALLS[self.backend] if not callable(getattr(optimizer, c,
                                                                             None))]
@@ -565,6 +564,14 @@ class _Called:
             return (f"a {type(optimizer).__qualname__} without "
                     f"{', '.join(m + '()' for m in missing)}")
         return None
+
+
+def _mindspore_optimizers() -> tuple:
+    """MindSpore's optimizer base classes: ``nn.Optimizer`` and ``experimental.optim``'s
+    (a Cell of its own, the torch-like classes ``uo.presets()`` lists)."""
+    from mindspore.experimental.optim import Optimizer as Experimental
+
+    return sys.modules["mindspore.nn"].Optimizer, Experimental
 
 
 def _state_read(driver, case: Case, backend: str) -> dict:

@@ -324,6 +324,24 @@ def test_a_native_class_state_is_read_through_its_descriptor():
         eps_hat.explanation
 
 
+@require("torch")
+def test_a_subclass_of_a_native_class_is_read_through_its_base_s_descriptor():
+    import torch
+
+    class LoggingAdafactor(torch.optim.Adafactor):     # overrides nothing of the math
+        pass
+
+    spec = uo.preset("torch.optim.Adafactor", lr=0.3, weight_decay=0.2, beta2_decay=-0.5)
+    result = check(lambda p: LoggingAdafactor(p, lr=0.3, weight_decay=0.2,
+                                              beta2_decay=-0.5), spec, backend="torch")
+    # the base's declared departure (Python's max drops a NaN RMS) holds for the
+    # subclass, and its row and column factors are mapped onto the spec's state
+    assert result.passed, str(result)
+    assert "state exp_avg_sq_row" in " ".join(result.compared)
+    assert "a subclass of torch.optim.Adafactor" in \
+        result.report["results"][0]["lowering"]["reason"]
+
+
 def test_bad_arguments_are_refused_before_anything_runs():
     with pytest.raises(TypeError, match="factory must be callable"):
         check(None, uo.Adam())
@@ -380,10 +398,15 @@ NATIVES = [  # (framework, factory, the spec through the class's preset)
      ("paddle.optimizer.Adam", dict(learning_rate=0.01, epsilon=1e-3))),
     ("mindspore", lambda p: __import__("mindspore").nn.Adam(p, learning_rate=0.01, eps=1e-3),
      ("mindspore.nn.Adam", dict(learning_rate=0.01, eps=1e-3))),
+    # a Cell of its own, not an nn.Optimizer (it was refused as "no optimizer")
+    ("mindspore", lambda p: __import__("mindspore.experimental.optim").experimental.optim.AdamW(
+        p, lr=1e-3, weight_decay=0.01),
+     ("mindspore.experimental.optim.AdamW", dict(lr=1e-3, weight_decay=0.01))),
 ]
 
 
-@pytest.mark.parametrize("framework, factory, preset", NATIVES, ids=[n[0] for n in NATIVES])
+@pytest.mark.parametrize("framework, factory, preset", NATIVES,
+                         ids=["paddle", "mindspore", "mindspore-experimental"])
 def test_native_classes_of_paddle_and_mindspore_pass_with_their_state(framework, factory,
                                                                        preset):
     pytest.importorskip(framework)

@@ -352,20 +352,28 @@ def _without_keepdims(shape: tuple, held: tuple) -> bool:
 
 def checked_decision(backend: str, spec, optimizer, factory) -> Decision:
     """The decision record of a factory's optimizer (path "check"): its class, and the
-    class's descriptor where it is a native class (its state is then mapped)."""
+    descriptor of the class or of its nearest base that is a native class (its state is
+    then mapped, and the class's declared departures hold: a subclass that adds logging
+    steps as its base does)."""
     cls = type(optimizer)
     name = f"{cls.__module__}.{cls.__qualname__}"
-    descriptor = None
+    descriptor, base = None, None
     adapter = load(backend)
-    for candidate in {name, *(qualified for qualified in _public_names(cls))}:
-        try:
-            descriptor = adapter.native_class(candidate)
+    for klass in cls.__mro__[:-1]:                   # not object
+        qualified = f"{klass.__module__}.{klass.__qualname__}"
+        for candidate in (qualified, *_public_names(klass)):
+            try:
+                descriptor, base = adapter.native_class(candidate), candidate
+                break
+            except KeyError:
+                continue
+        if descriptor is not None:
             break
-        except KeyError:
-            continue
     maker = getattr(factory, "__qualname__", repr(factory))
-    return Decision(backend, spec.name, "check", name, f"{name} made by {maker}",
-                    native_class=descriptor)
+    made = f"{name} made by {maker}"
+    if descriptor is not None and klass is not cls:
+        made += f" (a subclass of {base}: read through its descriptor)"
+    return Decision(backend, spec.name, "check", name, made, native_class=descriptor)
 
 
 def _public_names(cls) -> list[str]:
