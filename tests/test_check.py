@@ -53,6 +53,9 @@ def test_a_correct_hand_written_optimizer_passes(framework, rule):
     compared = set(results[0]["compared"])
     # torch keeps the state under the spec's names: it is compared there
     assert compared == ({"params", "lr", "state"} if framework == "torch" else {"params", "lr"})
+    if framework != "torch":     # the reason, not a map over nothing ("holds nothing")
+        assert result.not_compared == (f"state (a {framework} optimizer's state is read "
+                                       "through a native class's descriptor only)",)
 
 
 BUGS = [  # (bug, rule, spec, the words the explanation must hold)
@@ -191,6 +194,8 @@ PEERS = [  # (qualified class, its arguments, the spec it computes, non-finite s
      TORCH_OPTIMIZER_LAMB, False),   # see the next test
     # its bfloat16 iteration, on the matrices of Muon's record (it takes nothing else)
     ("torch.optim.Muon", dict(lr=0.02), uo.Muon(lr=0.02, ns_dtype="bfloat16"), True),
+    # its state keeps previous_grad negated: read so (it was a false alarm on the state)
+    ("pytorch_optimizer.Adan", dict(lr=0.01, eps=1e-3), uo.Adan(lr=0.01, eps=1e-3), True),
 ]
 
 
@@ -203,6 +208,9 @@ def test_peer_libraries_and_native_classes_pass(qualified, kwargs, spec, nonfini
     assert result.passed, str(result)
     lowering = result.report["results"][0]["lowering"]
     assert lowering["path"] == "check" and lowering["native"].endswith(cls.__qualname__)
+    if qualified == "pytorch_optimizer.Adan":
+        assert "state previous_grad" in result.compared
+        assert result.state_negated == ("previous_grad",)
 
 
 def _momentum_keeping_the_gradient(params):
@@ -261,6 +269,27 @@ def test_a_deviation_on_conv_weights_only_fails():
         params, lr=0.01, eps=1e-3, weight_decay=0.1), spec, backend="torch", nonfinite=False)
     assert not result.passed
     assert "first failure at step 1: param:conv:" in result.explanation, result.explanation
+
+
+@require("torch")
+def test_a_failure_on_non_finite_positions_has_no_finite_worst_ratio():
+    import torch
+
+    class AdamWZeroingNonFinite(torch.optim.AdamW):
+        @torch.no_grad()
+        def step(self):
+            super().step()
+            for group in self.param_groups:
+                for p in group["params"]:
+                    p.nan_to_num_(0.0, 0.0, 0.0)
+
+    result = check(lambda params: AdamWZeroingNonFinite(params, lr=0.01, eps=1e-3),
+                   uo.AdamW(lr=0.01, eps=1e-3), backend="torch")
+    assert not result.passed
+    assert "non-finite positions differ" in result.explanation
+    # the finite elements agree (their ratio is 1): the headline must not say 1
+    assert result.worst_ratio == float("inf")
+    assert "worst error/floor inf" in str(result)
 
 
 @require("torch")

@@ -202,12 +202,15 @@ class Driver:
         if name not in self.state_maps:
             wanted = spec_state_shapes(self.spec, self.to_numpy(p).shape)
             shapes = {k: tuple(self.to_numpy(v).shape) for k, v in held.items()}
-            self.state_maps[name] = map_state(wanted, shapes, self.optimizer_state_keys(p))
+            mapping = map_state(wanted, shapes, self.optimizer_state_keys(p))
+            negated = tuple(k for k in held_negated(self.optimizer) if k in mapping.names)
+            self.state_maps[name] = dataclasses.replace(mapping, negated=negated)
         mapping = self.state_maps[name]
         if mapping.unmapped:
             return {}
-        return {k: held[k] if k not in mapping.reshaped else held[k].reshape(
+        out = {k: held[k] if k not in mapping.reshaped else held[k].reshape(
             mapping.reshaped[k][1]) for k in mapping.names}
+        return {k: -v if k in mapping.negated else v for k, v in out.items()}
 
     @property
     def state_maps(self) -> dict:
@@ -306,6 +309,24 @@ class StateMap:
     reshaped: dict = dataclasses.field(default_factory=dict)
     ignored: tuple[str, ...] = ()
     unmapped: str = ""
+    #: spec state names the optimizer keeps negated (:data:`HELD_NEGATED`), read so
+    negated: tuple[str, ...] = ()
+
+
+#: third-party classes (public qualified name) that keep a spec state negated: the
+#: same update, another sign convention of its state (pytorch-optimizer's Adan keeps
+#: ``previous_grad`` as -g, its per-parameter loop negating ``p.grad`` in place)
+HELD_NEGATED = {"pytorch_optimizer.Adan": ("previous_grad",)}
+
+
+def held_negated(optimizer) -> tuple[str, ...]:
+    """The spec state names ``optimizer``'s class (or its nearest listed base) keeps
+    negated (:data:`HELD_NEGATED`)."""
+    for klass in type(optimizer).__mro__[:-1]:
+        for candidate in (f"{klass.__module__}.{klass.__qualname__}", *_public_names(klass)):
+            if candidate in HELD_NEGATED:
+                return HELD_NEGATED[candidate]
+    return ()
 
 
 def map_state(wanted: Mapping[str, tuple], held: Mapping[str, tuple],
