@@ -101,6 +101,12 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
     ("import torch\nnorms = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm)\n"
      "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n", 2,
      "torch.nn.modules.batchnorm._NormBase: no paddle class for it in the port's table"),
+    # another library's optimizer (it used to stay as written, exit 0, stepping torch
+    # tensors on the target)
+    ("import torch\nfrom transformers import AdamW\nopt = AdamW(m.parameters(), lr=1e-3)\n",
+     3, "transformers.AdamW: an optimizer of another library"),
+    ("import timm.optim\nopt = timm.optim.create_optimizer_v2(m, 'lamb', lr=1e-3)\n", 2,
+     "timm.optim.create_optimizer_v2: an optimizer of another library"),
 ])
 def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
     ported = port_source(source, "mindspore" if "paddle" in source else "paddle")

@@ -127,6 +127,24 @@ CLASS_MODULES = ("torch.nn.modules.",)
 #: optimizer state: torch's save/load functions
 STATE = {"save": "torch.save", "load": "torch.load"}
 
+#: optimizers of other torch libraries, which the port cannot map (their math is not a
+#: preset's): every call into a library of optimizers only, and transformers' two
+#: classes; a script calling one is marked (it would step torch tensors on the target)
+OTHER_OPTIMIZER_MODULES = ("torch_optimizer.", "pytorch_optimizer.", "timm.optim.",
+                           "bitsandbytes.optim.", "apex.optimizers.", "lion_pytorch.",
+                           "came_pytorch.", "schedulefree.", "adan_pytorch.",
+                           "deepspeed.ops.adam.", "deepspeed.ops.lamb.")
+OTHER_OPTIMIZERS = {f"{module}.{name}" for module in ("transformers", "transformers.optimization")
+                    for name in ("AdamW", "Adafactor")}
+
+
+def other_library_optimizer(qualified_name: str) -> bool:
+    """Whether ``qualified_name`` is an optimizer of another torch library (or a function
+    of one that makes optimizers): :data:`OTHER_OPTIMIZER_MODULES`, :data:`OTHER_OPTIMIZERS`."""
+    return qualified_name in OTHER_OPTIMIZERS or qualified_name.startswith(
+        OTHER_OPTIMIZER_MODULES)
+
+
 #: calls that only look at an optimizer class (its signature, a type test): left as
 #: written, they build nothing
 INSPECTIONS = ("inspect.signature", "builtins.isinstance", "builtins.issubclass")

@@ -18,6 +18,7 @@ from .api_map import (
     SCHEDULERS,
     class_for,
     is_torch_nn_class,
+    other_library_optimizer,
 )
 from .ported import Rewrite
 
@@ -222,6 +223,11 @@ def collector(plan: Plan, qualified, positions):
                         inner.value.value in plan.optimizer_names:
                     plan.state[id(node)] = "save"
                     plan.state_calls.append((node, "save"))
+                return True
+            if other_library_optimizer(name):
+                plan.mark(line, f"{name}: an optimizer of another library, which the port "
+                          "does not map; build the spec it computes with uo.build (a "
+                          "uo.<Spec>, or a torch.optim class the port maps)", statement)
                 return True
             if not name.startswith("torch.optim."):
                 return False
