@@ -84,6 +84,24 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
             "paddle.optimizer.lr.CosineAnnealingDecay", learning_rate=0.01, T_max=50))
 
 
+def test_a_paddle_loop_s_optimizer_methods_are_written_as_torch_writes_them():
+    source = ("import paddle\n"
+              "opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=m.parameters())\n"
+              "opt.step()\n"
+              "opt.clear_grad()\n"
+              "opt.clear_grad(set_to_zero=False)\n"
+              "print(opt.get_lr())\n"
+              "opt.set_lr(0.05)\n")
+    ported = port_source(source, "torch")
+    lines = ported.source.splitlines()
+    # Paddle's default zeroes in place; set_to_zero=False releases the gradients
+    assert "opt.zero_grad(set_to_none=False)" in lines
+    assert "opt.zero_grad(set_to_none=True)" in lines
+    assert "print(opt.param_groups[0]['lr'])" in lines
+    assert [line for line, _ in ported.refusals] == [7]
+    assert "opt.set_lr(...): torch's optimizers have no set_lr" in ported.refusals[0][1]
+
+
 @pytest.mark.parametrize("source, line, words", [
     ("import paddle\nopt = paddle.optimizer.ASGD(learning_rate=0.1, batch_num=4, "
      "parameters=m.parameters())\n", 2, "paddle.optimizer.ASGD: Paddle's ASGD is SAG"),

@@ -54,6 +54,10 @@ OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
                      "mindspore.nn.optim.", "mindspore.experimental.optim.", "mindformers.")
 
 
+#: a Paddle optimizer's methods that torch's optimizers lack (a script ported to torch
+#: has them rewritten or marked: script.py's ``_torch_method``)
+PADDLE_METHODS = ("clear_grad", "clear_gradients", "get_lr", "set_lr", "minimize")
+
 #: schedulers constructed on the optimizer (``CosineAnnealingLR(optimizer, ...)``), whose
 #: first argument is the optimizer; the others are the optimizer's ``learning_rate``
 OPTIMIZER_SCHEDULERS = ("torch.optim.lr_scheduler.",
@@ -95,6 +99,8 @@ def make_finder():
             self.found: list[Construction] = []
             self.assigned: dict[int, tuple[Any, str]] = {}   # id(call) -> (statement, var)
             self.step_calls: dict[str, list[int]] = {}      # var -> lines of var.step()
+            # var -> (line, call, method) of its Paddle-only methods (PADDLE_METHODS)
+            self.paddle_calls: dict[str, list[tuple[int, Any, str]]] = {}
             self.statements: dict[int, Any] = {}   # id(expression statement's call) -> it
             self.functions: list[str] = []          # the function being read
             #: function -> the variables each of its ``return a, b`` statements returns
@@ -186,6 +192,10 @@ def make_finder():
                     func.value, cst.Name):
                 self.step_calls.setdefault(func.value.value, []).append(line)
                 self._site(func.value.value, node, line, "step")
+            if isinstance(func, cst.Attribute) and func.attr.value in PADDLE_METHODS and \
+                    isinstance(func.value, cst.Name):
+                self.paddle_calls.setdefault(func.value.value, []).append(
+                    (line, node, func.attr.value))
             if isinstance(func, cst.Attribute) and func.attr.value == "step" and node.args \
                     and isinstance(node.args[0].value, cst.Name):
                 # torch.amp's scaler.step(optimizer) steps the optimizer

@@ -326,6 +326,32 @@ def _groups_code(o: _Optimizer, to: str) -> tuple[str, str, list[str]]:
     return params, f", groups=[{', '.join(rules)}]" if rules else "", notes
 
 
+def _torch_method(variable: str, call, method: str) -> tuple[str | None, str]:
+    """A Paddle optimizer's method call (``finder.PADDLE_METHODS``) as torch writes it, and
+    why; None and the reason where torch has no expression for it (marked)."""
+    import libcst as cst
+
+    args = list(call.args)
+    if method in ("clear_grad", "clear_gradients"):
+        # Paddle's default set_to_zero=True zeroes the gradients in place: torch's
+        # zero_grad(set_to_none=False); set_to_zero=False releases them: set_to_none=True
+        given = [a for a in args if a.keyword is None or a.keyword.value == "set_to_zero"]
+        value = given[0].value if given else cst.Name("True")
+        if len(args) > 1 or (args and not given) or not (
+                isinstance(value, cst.Name) and value.value in ("True", "False")):
+            return None, (f"{variable}.{method}(...): only a literal set_to_zero maps to "
+                          "torch's zero_grad(set_to_none=...)")
+        return (f"{variable}.zero_grad(set_to_none={value.value == 'False'})",
+                f"torch's spelling of Paddle's {method} (set_to_zero={value.value} zeroes "
+                f"{'in place' if value.value == 'True' else 'by releasing the gradients'})")
+    if method == "get_lr" and not args:
+        return (f"{variable}.param_groups[0]['lr']",
+                "torch keeps the lr in param_groups (the first group's: Paddle's get_lr "
+                "gives the optimizer's one lr)")
+    return None, (f"{variable}.{method}(...): torch's optimizers have no {method}; write it "
+                  "with param_groups (set_lr) or loss.backward() and step() (minimize)")
+
+
 def _emit(o: _Optimizer, reader: _Reader, to: str) -> tuple[str, str, str]:
     """(the new call, why, the import it needs)."""
     from ..build import explain
@@ -468,6 +494,14 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 notes.append(f"line {c.line}: the group list {o.groups.variable} is read "
                              f"elsewhere too: its construction stays as written ({c.framework} "
                              "code)")
+        if c.framework == "paddle" and to == "torch" and c.target is not None:
+            for line, call, method in reader.finder.paddle_calls.get(c.target, []):
+                new, why = _torch_method(c.target, call, method)
+                if new is None:
+                    reader.refusals.append((line, why))
+                    continue
+                calls[id(call)] = new
+                rewrites.append(Rewrite(line, reader.code(call), new, why))
         for site, code in o.steps_after:
             after.setdefault(id(site.statement), []).append(code)
             notes.append(f"line {site.line}: {code} added after the optimizer's step: "
