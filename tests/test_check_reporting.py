@@ -101,7 +101,7 @@ def test_what_every_stream_compared_is_what_is_said():
             result("error", ["params"])]      # a stream that raised compared nothing
     assert what_was_compared(both) == {"compared": ["params", "lr", "state exp_avg"],
                                        "not_compared": [], "state_reshaped": [],
-                                       "state_ignored": ["step"]}
+                                       "state_ignored": ["step"], "state_negated": []}
     no_lr = [result("pass", ["params", "lr"]),
              result("pass", ["params"], not_compared=["lr (none)"])]
     assert what_was_compared(no_lr)["compared"] == ["params"]
