@@ -84,6 +84,23 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
             "paddle.optimizer.lr.CosineAnnealingDecay", learning_rate=0.01, T_max=50))
 
 
+@pytest.mark.parametrize("scheduler, own", [
+    ("OneCycleLR(opt, max_lr=0.1, total_steps=10)", True),
+    ("CyclicLR(opt, base_lr=0.01, max_lr=0.1)", True),
+    ("OneCycleLR(opt, max_lr=0.1, total_steps=10, cycle_momentum=False)", False),
+    ("StepLR(opt, 10)", False)])
+def test_a_scheduler_cycling_the_momentum_gets_the_own_path_on_paddle(scheduler, own):
+    source = ("import torch\n"
+              "opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)\n"
+              f"s = torch.optim.lr_scheduler.{scheduler}\n")
+    ported = port_source(source, "paddle")
+    built = ported.source.splitlines()[1]
+    assert built.endswith(", m.parameters(), path='own')" if own else ", m.parameters())")
+    assert any("cycles its momentum" in note for note in ported.notes) == own
+    # MindSpore's classes take the writes: its default path is kept
+    assert "path='own'" not in port_source(source, "mindspore").source
+
+
 def test_a_paddle_loop_s_optimizer_methods_are_written_as_torch_writes_them():
     source = ("import paddle\n"
               "opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=m.parameters())\n"

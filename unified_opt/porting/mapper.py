@@ -361,6 +361,14 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
         spec = f"uo.preset({o.name!r}{''.join(', ' + k for k in keywords)})"
         if o.clip is not None:
             spec += f".replace(grad_clip=uo.ClipByGlobalNorm(max_norm={o.clip}, eps=1e-6))"
+        if plan.to == "paddle" and o.target in plan.cycled:
+            # Paddle's native classes read momentum and betas once, when built: a
+            # scheduler cycling them needs the spec's own update, which reads
+            # param_groups at every step
+            plan.notes.append(f"line {o.line}: path='own': a scheduler of {o.target} "
+                              "cycles its momentum (cycle_momentum), which Paddle's native "
+                              "classes read only when built")
+            return f"uo.build({spec}, {params}, path='own')"
         return f"uo.build({spec}, {params})"
 
     optimizers = {id(o.call): o for o in plan.optimizers}

@@ -22,6 +22,10 @@ from .api_map import (
 )
 from .ported import Rewrite
 
+#: torch's schedulers that cycle the momentum (or Adam's beta1) unless told
+#: ``cycle_momentum=False``
+MOMENTUM_CYCLING = ("OneCycleLR", "CyclicLR")
+
 #: torch's loss scalers, which step the optimizer themselves
 SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler",
            "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
@@ -58,6 +62,9 @@ class Plan:
     reference_nodes: list = field(default_factory=list)
     state_calls: list = field(default_factory=list)          # (call, "save" | "load")
     marks: list[tuple[int, str, Any]] = field(default_factory=list)
+    #: optimizer variables a scheduler writes momentum or betas into (OneCycleLR's and
+    #: CyclicLR's cycle_momentum): Paddle's native classes read them once, when built
+    cycled: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
@@ -192,6 +199,12 @@ def collector(plan: Plan, qualified, positions):
             statement = self.statement()
             if name in SCHEDULERS:
                 plan.schedulers[id(node)] = SCHEDULERS[name]
+                if SCHEDULERS[name] in MOMENTUM_CYCLING and node.args and isinstance(
+                        node.args[0].value, cst.Name) and not any(
+                            a.keyword is not None and a.keyword.value == "cycle_momentum"
+                            and isinstance(a.value, cst.Name) and a.value.value == "False"
+                            for a in node.args):
+                    plan.cycled.add(node.args[0].value.value)
                 plan.scheduler_calls.append(node.func)
                 return True
             if name.startswith(SCHEDULER_MODULES):
