@@ -353,16 +353,42 @@ def test_radam_s_unmapped_state_is_refused_by_name(tmp_path, paddle):
     _assert_same(before, _accumulators(native.optimizer, params))
 
 
-def test_a_constant_lr_momentum_has_no_step_count(tmp_path, paddle):
+def test_a_constant_lr_momentum_counts_its_steps_where_uo_built_it(tmp_path, paddle):
+    """paddle.optimizer.Momentum keeps no step count: the class uo.build makes counts
+    each parameter's updates; built by hand, or after Paddle's own form of a state dict
+    was loaded, the count is unknown and a save is refused."""
     spec = uo.SGD(lr=0.05, momentum=0.9)
     run = _driver(spec, None)
     assert type(run.optimizer).__name__ == "Momentum"
     _steps(run, range(4))
+    uo.save_state(run.optimizer, tmp_path / "m.safetensors")
+    saved = read_state(tmp_path / "m.safetensors")
+    assert saved.param_steps == {name: 4 for name in run.names}
+    velocity = run.optimizer._accumulators["velocity"][run.params["w"].name].numpy()
+    np.testing.assert_array_equal(saved.arrays["w"]["momentum_buffer"], velocity)
+    # loaded into another: the state and the count, which its next save reads
+    again = _driver(spec, None)
+    uo.load_state(again.optimizer, tmp_path / "m.safetensors")
+    np.testing.assert_array_equal(
+        again.optimizer._accumulators["velocity"][again.params["w"].name].numpy(), velocity)
+    uo.save_state(again.optimizer, tmp_path / "again.safetensors")
+    assert read_state(tmp_path / "again.safetensors").param_steps["w"] == 4
+    # Paddle's own form carries no count: unknown from there on
+    paddle_form = type(run.optimizer).state_dict(run.optimizer)
+    run.optimizer.set_state_dict(paddle_form)
     with pytest.raises(ValueError, match="paddle.optimizer.Momentum keeps no step count "
                                          r"\(its state is \['velocity'\]\) and its lr is "
                                          "constant"):
-        uo.save_state(run.optimizer, tmp_path / "m.safetensors")
-    # loading into it works (the own path keeps the count)
+        uo.save_state(run.optimizer, tmp_path / "unknown.safetensors")
+    # built by hand: the same refusal (nothing counted its steps)
+    layer = _net(paddle)
+    by_hand = paddle.optimizer.Momentum(learning_rate=0.05, momentum=0.9,
+                                        parameters=layer.parameters())
+    layer(paddle.ones([2, 5])).sum().backward()
+    by_hand.step()
+    with pytest.raises(ValueError, match="keeps no step count"):
+        uo.save_state(by_hand, tmp_path / "hand.safetensors", names=layer)
+    # loading into the own path works too (the own path keeps the count)
     own = _driver(spec, None, path="own")
     _steps(own, range(4))
     uo.save_state(own.optimizer, tmp_path / "own.safetensors")
@@ -423,15 +449,13 @@ class _NoScheduler:
         pass
 
 
-def test_rprop_keeps_no_step_count(tmp_path, paddle):
+def test_rprop_built_by_uo_counts_its_steps(tmp_path, paddle):
     spec = uo.preset("paddle.optimizer.Rprop", learning_rate=0.001)
     run = _driver(spec, None)
     assert type(run.optimizer).__name__ == "Rprop"
     _steps(run, range(2))
-    with pytest.raises(ValueError, match=r"Rprop keeps no step count \(its state is "
-                                         r"\['learning_rates', 'prevs'\]\).*path='own' \(it "
-                                         "takes no LRScheduler\\)"):
-        uo.save_state(run.optimizer, tmp_path / "x.safetensors")
+    uo.save_state(run.optimizer, tmp_path / "x.safetensors")
+    assert set(read_state(tmp_path / "x.safetensors").param_steps.values()) == {2}
 
 
 def test_underflowed_beta_powers_need_the_scheduler_s_position(tmp_path, paddle):

@@ -248,12 +248,27 @@ class _CheckedGradients:
         if "_uo_surface" in self.__dict__:
             step_lrs(self)
         super().step()
+        self._count_steps()
         return loss
 
     def minimize(self, *args, **kwargs):
         if "_uo_surface" in self.__dict__:
             step_lrs(self)
-        return super().minimize(*args, **kwargs)
+        out = super().minimize(*args, **kwargs)
+        self._count_steps()
+        return out
+
+    def _count_steps(self) -> None:
+        """Each parameter's updates (Paddle's step skips one without a gradient), in
+        ``_uo_steps`` (parameter name -> count): ``save_state`` reads a class that keeps
+        no step count (``Momentum``) there. None once Paddle's own form of a state dict
+        was loaded (its count is unknown then)."""
+        counts = self.__dict__.get("_uo_steps")
+        if counts is None:
+            return
+        for p in _parameters(self):
+            if not p.stop_gradient and p.grad is not None:
+                counts[p.name] = counts.get(p.name, 0) + 1
 
     def backward(self, *args, **kwargs):
         # minimize's gradients: checked before its _apply_optimize changes anything
@@ -322,6 +337,7 @@ def native_optimizer(cls_info, lowering, spec, params, plans, learning_rate, opt
         # the names uo.build knew, for the gradient check's errors (_CheckedGradients)
         optimizer._uo_names = {p.name: plan.name for p, plan in zip(params, plans)
                                if plan.name is not None}
+        optimizer._uo_steps = {}           # _CheckedGradients._count_steps
         block = paddle.static.default_main_program().global_block()
         optimizer._create_accumulators(block, [p for p in params if not p.stop_gradient])
     return optimizer

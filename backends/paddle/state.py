@@ -30,9 +30,11 @@ them):
   exactly that product, so a resumed native run is bit-identical.
 * The other native classes keep no step count: their steps are the lr scheduler's
   position (``uo.build``'s ``ScheduleLR``, or the LRScheduler a hand-built optimizer
-  holds as ``learning_rate``: its ``last_epoch``), with a constant lr saving is refused
-  naming what is missing. A hand-built optimizer that holds no accumulator yet has
-  taken no step.
+  holds as ``learning_rate``: its ``last_epoch``), else the updates the class
+  ``uo.build`` makes counts per parameter (``native._CheckedGradients``, ``_uo_steps``;
+  written back by ``load_state``, unknown once Paddle's own form was loaded); without
+  either, saving is refused naming what is missing. A hand-built optimizer that holds
+  no accumulator yet has taken no step.
 * RAdam (``beta1_pow``, ``beta2_pow``, ``rho``: parameter-shaped) and NAdam
   (``momentum_decay_pow``, ``beta2_pow``) keep step-derived state that is not mapped:
   refused by name, as is any accumulator a class holds that is not named here.
@@ -219,6 +221,9 @@ def _steps_of(cls, optimizer, p, name: str, position: int | None, what: str) -> 
     """The exact step count of parameter ``p`` (see the module docstring)."""
     powers = POWERS.get(cls.name, ())
     if not powers:
+        counted = optimizer.__dict__.get("_uo_steps")
+        if position is None and counted is not None:     # uo.build's class counts them
+            return counted.get(p.name, 0)
         if position is None:
             raise ValueError(
                 f"{what}: {cls.name} keeps no step count (its state is "
@@ -428,6 +433,9 @@ def write_built(record, optimizer, saved: Snapshot, arrays: dict) -> None:
     else:
         for accumulator, value in _native_values(record, optimizer, saved, arrays):
             accumulator.set_value(value)
+        if "_uo_steps" in optimizer.__dict__:
+            optimizer._uo_steps = {p.name: saved.param_steps[name]
+                                   for name, p in zip(record.names, record.params)}
     scheduler = record.lr_scheduler
     if scheduler is not None and saved.position is not None:
         scheduler.skipped_steps = 0

@@ -64,13 +64,21 @@ def _attach_state_dict(optimizer) -> None:
             load_either(optimizer, state_dict, owner=owner, method=method,
                         own_form=paddle_form, own_name="Paddle's own form (accumulator "
                         "names -> tensors; what paddle.optimizer.Optimizer.state_dict "
-                        "returns)", load_own=lambda own: cls.set_state_dict(optimizer, own),
+                        "returns)", load_own=lambda own: _load_own(optimizer, cls, own),
                         transform=transform, model=model)
         return load
 
     optimizer.__dict__["state_dict"] = state_dict
     optimizer.__dict__["set_state_dict"] = loader("set_state_dict")
     optimizer.__dict__["load_state_dict"] = loader("load_state_dict")
+
+
+def _load_own(optimizer, cls, own: Mapping) -> None:
+    """Paddle's own form loaded: the steps a native class counts (``_uo_steps``) no
+    longer describe the state; unknown (None) from here on."""
+    cls.set_state_dict(optimizer, own)
+    if optimizer.__dict__.get("_uo_steps") is not None:
+        optimizer._uo_steps = None
 
 
 def paddle_form(state_dict: Mapping) -> bool:
