@@ -219,6 +219,18 @@ def test_paddle_lr_writers_agree_the_last_one_wins_and_a_clash_is_refused():
     opt.set_lr(0.02)
     assert opt.param_groups[0]["lr"] == 0.02        # and Paddle's lr the group's
     opt.param_groups[0]["lr"] = 0.04                # the last writer wins
+    # an lr no step can run with is refused by set_lr itself, nothing changed (Paddle's
+    # own set_lr takes it, and the refusal came at the next step)
+    for path in ("own", "native"):
+        built = opt if path == "own" else _build(uo.SGD(lr=0.1), Model("paddle"), path)
+        held, owner = built.get_lr(), type(built).__name__     # SpecOptimizer, SGD
+        for bad in (-1.0, float("nan"), float("inf")):
+            with pytest.raises(ValueError, match=rf"{owner}.set_lr: value must be a finite "
+                                                 rf"lr >= 0, got {bad!r}"):
+                built.set_lr(bad)
+        with pytest.raises(TypeError, match=f"{owner}.set_lr: value must be a float, got True"):
+            built.set_lr(True)
+        assert built.get_lr() == held
     model.step(opt, 0)
     assert opt.get_lr() == 0.04 == opt.param_groups[0]["lr"]
     scheduled = _build(uo.SGD(lr=uo.schedules.Step(lr=0.1, step_size=1, gamma=0.5)),

@@ -24,6 +24,7 @@ own form (accumulator names -> tensors, ``LR_Scheduler``, ``master_weights``: wh
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from paddle.optimizer.lr import LRScheduler
@@ -46,7 +47,25 @@ def attach(optimizer, spec, plans, params, native: str | None) -> GroupSurface:
     optimizer.__dict__["param_groups"] = surface.groups
     optimizer.__dict__["defaults"] = surface.defaults(spec)
     _attach_state_dict(optimizer)
+    _attach_set_lr(optimizer, surface.owner)
     return surface
+
+
+def _attach_set_lr(optimizer, owner: str) -> None:
+    """``set_lr`` that refuses a value no step can run with (a negative, NaN or infinite
+    lr, a bool) at once, naming it, as a write into ``param_groups`` is refused: Paddle's
+    own takes it, and the refusal came at the next step, naming a write never made."""
+    cls = type(optimizer)
+
+    def set_lr(value) -> None:
+        """Paddle's ``set_lr(value)``, the value checked first."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{owner}.set_lr: value must be a float, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{owner}.set_lr: value must be a finite lr >= 0, got {value!r}")
+        cls.set_lr(optimizer, value)
+
+    optimizer.__dict__["set_lr"] = set_lr
 
 
 def _attach_state_dict(optimizer) -> None:
