@@ -23,9 +23,10 @@ from .backend import (
     record_of,
     remember,
 )
-from .groups import Group, mindspore_filter_onto, plan_parameters
+from .groups import Group, plan_parameters
 from .param_groups import flatten_group_dicts, is_group_dicts, plans_of_group_dicts
 from .parameters import framework_of, named_parameters
+from .porting.names import mindspore_filter_onto
 from .schedules.plateau import ReduceOnPlateau
 from .spec import Spec, check_momentum_cycling
 from .speed import check_prefer

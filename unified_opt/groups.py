@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -266,40 +267,10 @@ def plan_parameters(spec, names: Sequence[str | None], groups: Any = None,
 MINDSPORE_NO_DECAY = ("*beta*", "*gamma*")
 
 
-def mindspore_filter_onto(spec, params: Any, names: Sequence[str | None], framework: str,
-                          caller: str):
-    """``spec`` with MindSpore's default filter (:data:`MINDSPORE_NO_DECAY`, a MindSpore
-    preset's ``no_decay_names``) said in the names of a torch or Paddle model: there a
-    norm's parameters are ``weight`` and ``bias``, which ``*beta*``/``*gamma*`` never
-    match, so the rule as written would decay what MindSpore spares. A module
-    (``params``) names each parameter as MindSpore would (``porting.name_map``: a
-    LayerNorm's, BatchNorm's, GroupNorm's ``weight``/``bias`` are its ``gamma``/``beta``),
-    and the rule becomes the exact names of the parameters whose MindSpore name it
-    matches (none: ``()``, MindSpore then decays every parameter too). Other parameters
-    (pairs, bare parameters, group dicts) carry no module type: their names are taken as
-    MindSpore's where the rule matches one of them (``ln.gamma``), else the rule is refused
-    (ValueError) where it would act (a weight decay), naming the ways to say it.
-    ``names``: the parameters' names as the build names them (a tied weight once)."""
-    if (framework == "mindspore" or not hasattr(spec, "no_decay_names")
-            or tuple(spec.no_decay_names) != MINDSPORE_NO_DECAY):
-        return spec
-    if any(hasattr(params, m) for m in ("named_modules", "named_sublayers")):
-        from .porting.live import escaped
-        from .porting.names import name_map
-
-        built = set(names)
-        spared = sorted(own for mindspore_name, own in name_map("mindspore", params).items()
-                        if own in built and name_matches(mindspore_name, MINDSPORE_NO_DECAY))
-        return spec.replace(no_decay_names=tuple(escaped(n) for n in spared))
-    if spec.weight_decay == 0.0 or any(
-            n is not None and name_matches(n, MINDSPORE_NO_DECAY) for n in names):
-        return spec           # no decay to spare from, or names said as MindSpore says them
-    raise ValueError(
-        f"{caller}: no_decay_names={MINDSPORE_NO_DECAY!r} is MindSpore's filter (it spares "
-        f"its norm layers' gamma and beta), and these {framework} parameters carry no module "
-        "type to find the norms by (their names are weight and bias here): pass the model "
-        "itself, or say which parameters decay: spec.replace(no_decay_names=(...)) with "
-        "this model's names, or () to decay every parameter")
+def escaped(name: str) -> str:
+    """``name`` as a pattern matching exactly it (its own ``*``, ``?`` and ``[`` escaped
+    as ``[*]``, ``[?]``, ``[[]``): a rule of exact names."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def _check_name_rules(spec, names: Sequence[str | None], caller: str) -> None:

@@ -59,14 +59,13 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-import re
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .. import _validation as v
 from ..backend import load, record_of
 from ..build import explain, framework_of, named_parameters
-from ..groups import Group
+from ..groups import Group, escaped
 from ..native import NativeClass, import_native
 from ..presets import preset
 from ..schedules import Piecewise, Schedule
@@ -373,11 +372,6 @@ def name_of(p: Any, given: dict[int, str] | None, own: Callable[[Any], str | Non
         raise ValueError(f"{CALLER}: the parameters of {where} have no names; pass "
                          "names=<module> or names=[(name, parameter), ...]")
     return name
-
-
-def escaped(name: str) -> str:
-    """``name`` as an fnmatch pattern matching exactly it."""
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def rule(names: Sequence[str], **changes: Any) -> Group:

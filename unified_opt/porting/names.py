@@ -18,7 +18,9 @@ some weights transposed. Both follow from the module type, so they are a table h
 ``uo.load_state`` rename and transpose by them, and refuse a square weight whose
 layout no module type decides (its shape cannot tell). :func:`map_rules` renames a
 spec's name rules and ``uo.Group`` rules (``uo.from_native(..., names=model)``'s, written
-over one framework's names) onto another framework's model, as ``resume`` does.
+over one framework's names) onto another framework's model, as ``resume`` does;
+:func:`mindspore_filter_onto` says MindSpore's beta/gamma no-decay filter in a torch or
+Paddle model's names (``uo.build`` calls it).
 
 A module type is known when the module is the framework's own class (or a subclass of
 it): ``torch.nn.Linear``, ``paddle.nn.Linear``, ``mindspore.nn.Dense``, ... Nothing here
@@ -150,8 +152,7 @@ def renamed_rules(spec: Any, groups: Sequence[Any], names: Sequence[str],
     ``rename`` gives them (a rule that took none is dropped from the spec's name rules;
     a group that takes none is refused by ``plan_parameters``, which checks them over
     ``names`` first)."""
-    from ..groups import NAME_RULES, name_matches, plan_parameters
-    from .live import escaped
+    from ..groups import NAME_RULES, escaped, name_matches, plan_parameters
 
     plans = plan_parameters(spec, list(names), list(groups) or None, caller)
     out = []
@@ -198,3 +199,38 @@ def map_rules(spec: Any, groups: Sequence[Any], source_framework: str,
     """
     mapping = name_map(source_framework, model)
     return renamed_rules(spec, groups, list(mapping), mapping, "map_rules")
+
+
+def mindspore_filter_onto(spec, params: Any, names: Sequence[str | None], framework: str,
+                          caller: str):
+    """``spec`` with MindSpore's default filter (``groups.MINDSPORE_NO_DECAY``, a MindSpore
+    preset's ``no_decay_names``) said in the names of a torch or Paddle model: there a
+    norm's parameters are ``weight`` and ``bias``, which ``*beta*``/``*gamma*`` never
+    match, so the rule as written would decay what MindSpore spares. A module
+    (``params``) names each parameter as MindSpore would (:func:`name_map`: a
+    LayerNorm's, BatchNorm's, GroupNorm's ``weight``/``bias`` are its ``gamma``/``beta``),
+    and the rule becomes the exact names of the parameters whose MindSpore name it
+    matches (none: ``()``, MindSpore then decays every parameter too). Other parameters
+    (pairs, bare parameters, group dicts) carry no module type: their names are taken as
+    MindSpore's where the rule matches one of them (``ln.gamma``), else the rule is refused
+    (ValueError) where it would act (a weight decay), naming the ways to say it.
+    ``names``: the parameters' names as the build names them (a tied weight once)."""
+    from ..groups import MINDSPORE_NO_DECAY, escaped, name_matches
+
+    if (framework == "mindspore" or not hasattr(spec, "no_decay_names")
+            or tuple(spec.no_decay_names) != MINDSPORE_NO_DECAY):
+        return spec
+    if any(hasattr(params, m) for m in ("named_modules", "named_sublayers")):
+        built = set(names)
+        spared = sorted(own for mindspore_name, own in name_map("mindspore", params).items()
+                        if own in built and name_matches(mindspore_name, MINDSPORE_NO_DECAY))
+        return spec.replace(no_decay_names=tuple(escaped(n) for n in spared))
+    if spec.weight_decay == 0.0 or any(
+            n is not None and name_matches(n, MINDSPORE_NO_DECAY) for n in names):
+        return spec           # no decay to spare from, or names said as MindSpore says them
+    raise ValueError(
+        f"{caller}: no_decay_names={MINDSPORE_NO_DECAY!r} is MindSpore's filter (it spares "
+        f"its norm layers' gamma and beta), and these {framework} parameters carry no module "
+        "type to find the norms by (their names are weight and bias here): pass the model "
+        "itself, or say which parameters decay: spec.replace(no_decay_names=(...)) with "
+        "this model's names, or () to decay every parameter")
