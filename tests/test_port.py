@@ -142,6 +142,12 @@ def test_a_paddle_loop_s_optimizer_methods_are_written_as_torch_writes_them():
      3, "transformers.AdamW: an optimizer of another library"),
     ("import timm.optim\nopt = timm.optim.create_optimizer_v2(m, 'lamb', lr=1e-3)\n", 2,
      "timm.optim.create_optimizer_v2: an optimizer of another library"),
+    # the schedule of an optimizer that is not ported says so (it said "it schedules
+    # no optimizer constructed in this script")
+    ("import paddle\ns = paddle.optimizer.lr.PiecewiseDecay(boundaries=[2], values=[0.1, 0.01])"
+     "\nopt = paddle.optimizer.AdamW(learning_rate=s, parameters=m.parameters(), "
+     "apply_decay_param_fun=lambda n: 'norm' not in n)\n", 2,
+     "it schedules the optimizer of line 3, which is not ported"),
 ])
 def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
     ported = port_source(source, "mindspore" if "paddle" in source else "paddle")

@@ -326,6 +326,21 @@ def _groups_code(o: _Optimizer, to: str) -> tuple[str, str, list[str]]:
     return params, f", groups=[{', '.join(rules)}]" if rules else "", notes
 
 
+def _names_in(nodes) -> set[str]:
+    """The variable names read anywhere in ``nodes`` (libcst nodes)."""
+    import libcst as cst
+
+    found: set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node):
+            found.add(node.value)
+
+    for node in nodes:
+        node.visit(Names())
+    return found
+
+
 def _torch_method(variable: str, call, method: str) -> tuple[str | None, str]:
     """A Paddle optimizer's method call (``finder.PADDLE_METHODS``) as torch writes it, and
     why; None and the reason where torch has no expression for it (marked)."""
@@ -448,6 +463,20 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
             for s in reader.torch_schedulers(c):
                 used.add(id(s.call))
                 refused_calls.add(id(s.call))
+            # a Paddle or MindSpore schedule given as its learning_rate by variable, and
+            # the schedules that one is made of (LinearWarmup(learning_rate=cosine))
+            handed, pending = set(), _names_in(c.call.args)
+            while pending - handed:
+                handed |= pending
+                for s in finder.found:
+                    if s.kind != "scheduler" or s.target not in handed:
+                        continue
+                    pending = pending | _names_in(s.call.args)
+                    if id(s.call) not in used and id(s.call) not in refused_calls:
+                        reader.refuse(s, f"it schedules the optimizer of line {c.line}, "
+                                      "which is not ported")
+                    used.add(id(s.call))
+                    refused_calls.add(id(s.call))
     for c in finder.found:
         if c.kind == "scheduler" and id(c.call) not in used and id(c.call) not in refused_calls:
             reader.refuse(c, "it schedules no optimizer constructed in this script (a "
