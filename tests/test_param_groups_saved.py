@@ -100,3 +100,21 @@ def test_every_built_parameter_is_saved_and_loaded(path, tmp_path):
     optimizer.step()
     resumed.step()
     assert torch.equal(w2.detach(), w.detach())
+
+
+def test_a_file_of_other_groups_is_refused_showing_both(tmp_path):
+    """Group dicts are saved as rules of exact names: a file whose groups name other
+    parameters is refused, the message showing the optimizer's groups as compared (it
+    showed ``[]`` for an optimizer built from group dicts)."""
+    spec = uo.AdamW(lr=0.01, weight_decay=0.1)
+    a, b = _param(), _param()
+    saved = uo.build(spec, [{"params": [("a.w", a)]}, {"params": [("a.b", b)],
+                                                        "weight_decay": 0.0}])
+    uo.save_state(saved, tmp_path / "a.safetensors")
+    c, d = _param(), _param()
+    other = uo.build(spec, [{"params": [("a.w", c)]}, {"params": [("a.v", d)],
+                                                        "weight_decay": 0.0}])
+    with pytest.raises(ValueError, match=r"the file's groups \[Group\(match=\('a.w',\).*"
+                                         r"differ from the optimizer's \[Group\(match="
+                                         r"\('a.w',\).*'a.v'"):
+        uo.load_state(other, tmp_path / "a.safetensors")

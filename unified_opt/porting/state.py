@@ -345,9 +345,11 @@ def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | Non
     if saved.spec != record.spec:
         raise ValueError(f"{caller}: {source} holds the state of another spec than the "
                          f"optimizer computes: {spec_differences(saved.spec, record.spec)}")
-    if tuple(saved.groups) != tuple(saved_record(record, optimizer, caller).groups):
+    groups = tuple(saved_record(record, optimizer, caller).groups)
+    if tuple(saved.groups) != groups:
+        # the groups compared, as the file holds them (group dicts as rules of exact names)
         raise ValueError(f"{caller}: {source}'s groups {list(saved.groups)} differ from the "
-                         f"optimizer's {list(record.groups)}")
+                         f"optimizer's {list(groups)}")
     if sorted(saved.names) != sorted(record.names):
         missing = sorted(set(record.names) - set(saved.names))
         extra = sorted(set(saved.names) - set(record.names))
