@@ -101,6 +101,19 @@ def test_a_scheduler_cycling_the_momentum_gets_the_own_path_on_paddle(scheduler,
     assert "path='own'" not in port_source(source, "mindspore").source
 
 
+@pytest.mark.parametrize("cls, own", [("RAdam", True), ("NAdam", True), ("Adam", False)])
+def test_a_saved_state_paddle_cannot_map_gets_the_own_path(cls, own):
+    source = ("import torch\n"
+              f"opt = torch.optim.{cls}(m.parameters(), lr=1e-3)\n"
+              "torch.save(opt.state_dict(), 'opt.pt')\n")
+    built = port_source(source, "paddle").source.splitlines()[1]
+    assert built.endswith(", m.parameters(), path='own')" if own else ", m.parameters())")
+    # without a saved state the default build is kept
+    quiet = port_source(source.replace("torch.save(opt.state_dict(), 'opt.pt')\n", ""),
+                        "paddle")
+    assert "path='own'" not in quiet.source
+
+
 def test_a_paddle_loop_s_optimizer_methods_are_written_as_torch_writes_them():
     source = ("import paddle\n"
               "opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=m.parameters())\n"

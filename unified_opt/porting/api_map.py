@@ -126,6 +126,10 @@ CLASS_MODULES = ("torch.nn.modules.",)
 
 #: optimizer state: torch's save/load functions
 STATE = {"save": "torch.save", "load": "torch.load"}
+#: target -> torch classes whose native class there keeps state that no state file maps
+#: (Paddle's RAdam and NAdam derive ``rho`` / ``mu`` from the step in float32): a script
+#: that saves or loads the optimizer's state builds them with ``path='own'``
+STATE_NEEDS_OWN = {"paddle": ("torch.optim.RAdam", "torch.optim.NAdam")}
 
 #: optimizers of other torch libraries, which the port cannot map (their math is not a
 #: preset's): every call into a library of optimizers only, and transformers' two

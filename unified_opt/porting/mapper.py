@@ -33,6 +33,7 @@ from .api_map import (
     CLIP_NORM_ARGUMENTS,
     KEYWORDS,
     METHODS,
+    STATE_NEEDS_OWN,
 )
 from .ported import Ported, Rewrite, insert_imports, nothing_found
 from .torch_calls import Optimizer, Plan, Resolved
@@ -81,6 +82,19 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
     if not plan.optimizers and not refusals and not plan.rewrites:
         ported.nothing_found = nothing_found(filename)
     return ported
+
+
+def _state_targets(plan: Plan) -> set[str]:
+    """The optimizer variables whose state the script saves or loads (``torch.save(
+    opt.state_dict(), f)``, ``opt.load_state_dict(torch.load(f))``)."""
+    import libcst as cst
+
+    out = set()
+    for node, kind in plan.state_calls:
+        holder = (node.args[0].value.func if kind == "save" else node.func).value
+        if isinstance(holder, cst.Name):
+            out.add(holder.value)
+    return out
 
 
 def _optimizer_like(module) -> set[str]:
@@ -361,6 +375,11 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
         spec = f"uo.preset({o.name!r}{''.join(', ' + k for k in keywords)})"
         if o.clip is not None:
             spec += f".replace(grad_clip=uo.ClipByGlobalNorm(max_norm={o.clip}, eps=1e-6))"
+        if o.name in STATE_NEEDS_OWN.get(plan.to, ()) and o.target in _state_targets(plan):
+            plan.notes.append(f"line {o.line}: path='own': the script saves or loads the "
+                              f"state of {o.target}, which {plan.to}'s native class keeps in "
+                              "a form no state file maps")
+            return f"uo.build({spec}, {params}, path='own')"
         if plan.to == "paddle" and o.target in plan.cycled:
             # Paddle's native classes read momentum and betas once, when built: a
             # scheduler cycling them needs the spec's own update, which reads
