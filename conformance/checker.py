@@ -553,6 +553,11 @@ class _Called:
         shown = f"{type(made).__name__} {made!r}"[:120]
         if isinstance(made, tuple) and len(made) != 2:
             return f"a tuple of {len(made)} items"
+        if isinstance(made, tuple) and made[1] is not None and not callable(
+                getattr(made[1], "step", None)):
+            # the drivers step the pair's scheduler after each optimizer step
+            return (f"a pair whose second item, {type(made[1]).__name__} "
+                    f"{made[1]!r}"[:120] + ", is no lr scheduler (it has no step())")
         if optimizer is None or isinstance(optimizer, (list, dict, set, str, bytes, int,
                                                        float, bool)):
             return "None" if made is None else f"a {shown}"

@@ -42,6 +42,9 @@ BAD = """\
     def raises(params):
         raise RuntimeError("no GPU here")
 
+    def returns_a_float_pair(params):
+        return torch.optim.Adam(params, lr=0.01), 0.5
+
     def good(params):
         return torch.optim.Adam(params, lr=0.01, eps=1e-3)
     """
@@ -54,6 +57,9 @@ BAD = """\
     ("returns_model", "returned a torch.nn.Module (Linear), a model, not a torch optimizer"),
     ("raises", "check: raises raised RuntimeError: no GPU here (called with a list of 7 "
                "torch parameters"),
+    # it ran, and failed every stream at the scheduler's step (exit 1)
+    ("returns_a_float_pair", "check: returns_a_float_pair returned a pair whose second item, "
+                             "float 0.5, is no lr scheduler (it has no step())"),
 ])
 def test_a_bad_factory_is_a_usage_error(tmp_path, monkeypatch, capsys, factory, words):
     monkeypatch.syspath_prepend(str(tmp_path))
