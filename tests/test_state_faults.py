@@ -281,3 +281,31 @@ def test_a_report_diff_json_that_fails_keeps_the_old_file(tmp_path, monkeypatch,
     assert main_diff(tmp_path / "a.json", tmp_path / "a.json", json_out=out) == 0
     assert json.loads(out.read_text())["exit_status"] == 0
     capsys.readouterr()
+
+
+def test_a_pipe_is_written_through_and_a_link_keeps_being_one(tmp_path):
+    """Atomic writes replace regular files only: a FIFO (as /dev/null or /dev/stdout, a
+    device or a pipe) is written through, not renamed over (as root, `-o /dev/null`
+    put a regular file where the device was); a symbolic link stays a link to the
+    new file."""
+    import stat
+    import threading
+
+    from unified_opt.files import write_bytes, write_text
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    write_bytes(fifo, b"through the pipe")
+    reader.join(timeout=30)
+    assert received == [b"through the pipe"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]      # no partial file left
+    target = tmp_path / "real.txt"
+    target.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"

@@ -10,13 +10,16 @@ file is removed when the write fails in this process, and one left by a killed p
 is named ``.<target name>.<random>.partial`` beside the target.
 
 The written file takes the umask's mode, as ``open()`` gives (``tempfile`` alone
-would leave 0600).
+would leave 0600). A symbolic link keeps being one: the file it names is replaced. A
+device or a pipe (``-o /dev/null``, ``/dev/stdout``, a FIFO) is written through, never
+replaced: a rename over ``/dev/null`` run as root would leave a regular file there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import IO, Iterator
@@ -50,6 +53,15 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def _special(path: Path) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a folder."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextlib.contextmanager
 def atomic_writer(path, mode: str = "wb", encoding: str | None = None) -> Iterator[IO]:
     """An open file whose content replaces ``path`` when the ``with`` block ends without
@@ -59,6 +71,15 @@ def atomic_writer(path, mode: str = "wb", encoding: str | None = None) -> Iterat
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_writer: mode is {mode!r}, not 'wb' or 'w'")
     target = Path(path)
+    if target.is_symlink():
+        target = target.resolve()        # the link stays; the file it names is replaced
+    if _special(target):
+        # a device or a pipe (/dev/null, /dev/stdout, a FIFO): written through; a rename
+        # over it would put a regular file where the device was (as root, /dev/null)
+        with open(target, mode, **({} if mode == "wb" else
+                                    {"encoding": encoding or "utf-8", "newline": ""})) as out:
+            yield out
+        return
     folder = target.parent
     fd, partial = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.",
                                    suffix=PARTIAL_SUFFIX)
