@@ -76,9 +76,13 @@ def atomic_writer(path, mode: str = "wb", encoding: str | None = None) -> Iterat
     if _special(target):
         # a device or a pipe (/dev/null, /dev/stdout, a FIFO): written through; a rename
         # over it would put a regular file where the device was (as root, /dev/null)
-        with open(target, mode, **({} if mode == "wb" else
-                                    {"encoding": encoding or "utf-8", "newline": ""})) as out:
-            yield out
+        through: IO
+        if mode == "wb":
+            through = open(target, "wb")
+        else:
+            through = open(target, "w", encoding=encoding or "utf-8", newline="")
+        with through:
+            yield through
         return
     folder = target.parent
     fd, partial = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.",
