@@ -322,10 +322,9 @@ HELD_NEGATED = {"pytorch_optimizer.Adan": ("previous_grad",)}
 def held_negated(optimizer) -> tuple[str, ...]:
     """The spec state names ``optimizer``'s class (or its nearest listed base) keeps
     negated (:data:`HELD_NEGATED`)."""
-    for klass in type(optimizer).__mro__[:-1]:
-        for candidate in (f"{klass.__module__}.{klass.__qualname__}", *_public_names(klass)):
-            if candidate in HELD_NEGATED:
-                return HELD_NEGATED[candidate]
+    for _, candidate in _class_names(type(optimizer)):
+        if candidate in HELD_NEGATED:
+            return HELD_NEGATED[candidate]
     return ()
 
 
@@ -378,23 +377,27 @@ def checked_decision(backend: str, spec, optimizer, factory) -> Decision:
     steps as its base does)."""
     cls = type(optimizer)
     name = f"{cls.__module__}.{cls.__qualname__}"
-    descriptor, base = None, None
+    descriptor, base, klass = None, None, cls
     adapter = load(backend)
-    for klass in cls.__mro__[:-1]:                   # not object
-        qualified = f"{klass.__module__}.{klass.__qualname__}"
-        for candidate in (qualified, *_public_names(klass)):
-            try:
-                descriptor, base = adapter.native_class(candidate), candidate
-                break
-            except KeyError:
-                continue
-        if descriptor is not None:
+    for klass, candidate in _class_names(cls):
+        try:
+            descriptor, base = adapter.native_class(candidate), candidate
             break
+        except KeyError:
+            continue
     maker = getattr(factory, "__qualname__", repr(factory))
     made = f"{name} made by {maker}"
     if descriptor is not None and klass is not cls:
         made += f" (a subclass of {base}: read through its descriptor)"
     return Decision(backend, spec.name, "check", name, made, native_class=descriptor)
+
+
+def _class_names(cls):
+    """``(class, qualified name)`` of ``cls`` and each of its bases, nearest first (not
+    ``object``), each class under its real module path and then its public ones."""
+    for klass in cls.__mro__[:-1]:
+        for candidate in (f"{klass.__module__}.{klass.__qualname__}", *_public_names(klass)):
+            yield klass, candidate
 
 
 def _public_names(cls) -> list[str]:

@@ -89,7 +89,7 @@ def _condition(node: ast.expr, name: str, constants: dict) -> tuple[bool, tuple[
     """``(negated, patterns)`` of a comprehension's condition on the parameter's name
     ``name``: ``any(nd in n for nd in NO_DECAY)``, ``"bias" in n``, ``n.endswith(...)``,
     ``n.startswith(...)``, ``n == "..."``, each possibly negated."""
-    from .live import escaped
+    from ..groups import escaped
 
     def strings(value_node) -> list[str]:
         if isinstance(value_node, ast.Name) and value_node.id in constants:
@@ -224,7 +224,7 @@ def _read_groups(reader, node, c) -> _Groups:
         paths = [m[2] for m, _ in groups]
         if len(set(paths)) != len(paths) or (len(paths) > 1 and "" in paths):
             raise ValueError("its groups' submodules overlap")
-        from .live import escaped
+        from ..groups import escaped
 
         rules = [((f"{escaped(m[2])}.*",), keys) for m, keys in groups if keys]
         return _Groups(kind, root, rules, {}, paths, statement, variable)
