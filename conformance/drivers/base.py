@@ -141,11 +141,15 @@ class Driver:
         with ``keyword=value`` where it takes that keyword, else as a training loop calls
         it, with no argument (a user's optimizer whose ``zero_grad()`` has none)."""
         clear = getattr(self.optimizer, method)
-        try:
-            parameters = inspect.signature(clear).parameters.values()
-        except (TypeError, ValueError):        # a builtin without a signature: try it
-            parameters = [inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY)]
-        if any(q.name == keyword or q.kind is q.VAR_KEYWORD for q in parameters):
+        takes = self.__dict__.setdefault("_clear_takes", {})
+        if method not in takes:       # read once: a signature costs more than the call
+            try:
+                parameters = inspect.signature(clear).parameters.values()
+            except (TypeError, ValueError):    # a builtin without a signature: try it
+                parameters = [inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY)]
+            takes[method] = any(q.name == keyword or q.kind is q.VAR_KEYWORD
+                                for q in parameters)
+        if takes[method]:
             clear(**{keyword: value})
         else:
             clear()
