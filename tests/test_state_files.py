@@ -81,6 +81,49 @@ def test_resume_builds_the_saved_spec_and_groups(tmp_path):
 
 
 @require("torch")
+@pytest.mark.parametrize("path", ["own", "auto"])
+def test_a_build_over_model_parameters_is_saved_and_loaded_under_the_models_names(tmp_path,
+                                                                                  path):
+    """``uo.build(spec, model.parameters())`` holds no names: ``names=model`` names them in
+    the file and ``model=`` on load, by identity; without them the refusal says so, and
+    a module that does not hold the parameters is refused."""
+    import torch
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+
+    def run(model, opt, steps):
+        for t in steps:
+            torch.manual_seed(100 + t)
+            opt.zero_grad()
+            model(torch.randn(5, 4)).square().sum().backward()
+            opt.step()
+
+    whole = net()
+    run(whole, uo.build(SPEC, whole.parameters(), path=path), range(6))
+    model = net()
+    opt = uo.build(SPEC, model.parameters(), path=path)
+    run(model, opt, range(3))
+    file = tmp_path / "run.safetensors"
+    with pytest.raises(ValueError, match=r"parameters \[0, 1, 2, 3\] have no name; pass "
+                                         r"names=<module>"):
+        uo.save_state(opt, file)
+    with pytest.raises(ValueError, match="names does not hold the optimizer's parameter 0"):
+        uo.save_state(opt, file, names=torch.nn.Linear(4, 3))
+    assert not file.exists()
+    uo.save_state(opt, file, names=model)
+    assert read_state(file).names == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    second = net()
+    second.load_state_dict(model.state_dict())
+    opt2 = uo.build(SPEC, second.parameters(), path=path)
+    uo.load_state(opt2, file, model=second)
+    run(second, opt2, range(3, 6))
+    for (name, a), b in zip(whole.named_parameters(), second.parameters()):
+        assert torch.equal(a, b), name
+
+
+@require("torch")
 def test_a_native_torch_optimizer_and_its_scheduler_are_saved(tmp_path):
     """A plain torch AdamW + OneCycleLR (no uo.build), read through uo.from_native."""
     import torch

@@ -88,8 +88,9 @@ def _uncounted(name: str, known: int | None) -> int:
 def _named(names, params) -> list:
     missing = [i for i, n in enumerate(names) if n is None]
     if missing:
-        raise ValueError(f"save_state: parameters {missing} have no name; build with "
-                         "(name, parameter) pairs or a module")
+        raise ValueError(f"save_state: parameters {missing} have no name; pass "
+                         "names=<module> (or (name, parameter) pairs), or build with a "
+                         "module")
     return list(zip(names, params))
 
 

@@ -126,8 +126,9 @@ def save_state(optimizer: Any, path: FilePath, *, lr_scheduler: Any = None, name
                constant_lr: bool = False) -> None:
     """Write ``optimizer``'s state to the safetensors file ``path`` (module docstring).
     ``lr_scheduler``: a native optimizer's scheduler (a ``uo.build`` optimizer's own is
-    found by itself); ``names``: a module or ``(name, parameter)`` pairs naming a native
-    optimizer's parameters; ``constant_lr=True``: a native optimizer whose groups show a
+    found by itself); ``names``: a module or ``(name, parameter)`` pairs naming the
+    parameters of a native optimizer or of a ``uo.build`` over unnamed ones
+    (``model.parameters()``); ``constant_lr=True``: a native optimizer whose groups show a
     scheduler's traces is saved with its current lr as a constant (else refused, see
     ``uo.from_native``).
 
@@ -135,8 +136,8 @@ def save_state(optimizer: Any, path: FilePath, *, lr_scheduler: Any = None, name
         optimizer: an optimizer made by ``uo.build``, or a native one.
         path: the safetensors file to write (atomically).
         lr_scheduler: a native optimizer's scheduler, or None.
-        names: a module or ``(name, parameter)`` pairs naming a native optimizer's
-            parameters, or None.
+        names: a module or ``(name, parameter)`` pairs naming the parameters of a
+            native optimizer or of a ``uo.build`` over unnamed ones, or None.
         constant_lr: True: a scheduler's traces are saved as the current lr.
 
     Returns:
@@ -165,6 +166,33 @@ def positional(record: BuildRecord) -> BuildRecord:
     return record
 
 
+def named_by(record: BuildRecord, names: Any, caller: str = "save_state") -> BuildRecord:
+    """``record`` with its parameters named by ``names`` (a module or ``(name,
+    parameter)`` pairs, matched by identity): a build over ``model.parameters()`` names
+    none of them. Names the build has must agree with ``names``; a parameter ``names``
+    does not hold is refused, so no state is written under a made-up name."""
+    from ..build import framework_of
+    from ..parameters import named_parameters
+
+    pairs = named_parameters(names, caller)
+    if framework_of(names) is None and any(n is None for n, _ in pairs):
+        raise TypeError(f"{caller}: names must be a module or (name, parameter) pairs, got "
+                        f"{type(names).__name__} holding unnamed parameters")
+    given = {id(p): n for n, p in pairs}
+    out = []
+    for i, (own, p) in enumerate(zip(record.names, record.params)):
+        name = given.get(id(p))
+        if name is None:
+            raise ValueError(f"{caller}: names does not hold the optimizer's parameter {i} "
+                             f"(shape {tuple(p.shape)}); pass the module whose parameters "
+                             "the optimizer was built over")
+        if own is not None and own != name:
+            raise ValueError(f"{caller}: names calls the optimizer's parameter {own!r} "
+                             f"{name!r}; the optimizer's own names are saved, leave names out")
+        out.append(name)
+    return dataclasses.replace(record, names=out)
+
+
 def snapshot_of(optimizer: Any, *, lr_scheduler: Any = None, names: Any = None,
                 constant_lr: bool = False, caller: str = "save_state",
                 by_position: bool = False) -> Snapshot:
@@ -183,6 +211,8 @@ def snapshot_of(optimizer: Any, *, lr_scheduler: Any = None, names: Any = None,
         raise RuntimeError(f"{caller}: the optimizer is in eval mode; call opt.train() "
                            "before saving its state (save the model's weights at the "
                            "point to evaluate at after opt.eval())")
+    if record is not None and names is not None:
+        record = named_by(record, names, caller)
     if record is not None and by_position:
         record = positional(record)
     backend = _backend_state(framework)
@@ -294,7 +324,9 @@ def load_state(optimizer: Any, path: FilePath, *, transform: Transform | None = 
     back after the state (module docstring); load a scheduler's ``state_dict`` after
     this.
 
-    ``model``: the module whose parameters the optimizer holds. A file written on
+    ``model``: the module whose parameters the optimizer holds (it also names them
+    where the optimizer was built over unnamed ones, ``model.parameters()``, as
+    ``save_state``'s ``names`` does). A file written on
     another framework is then read under that module's parameter names
     (:func:`.names.name_map`: MindSpore's ``gamma``/``beta`` for torch's LayerNorm
     ``weight``/``bias``) and layouts (a Linear weight's state transposed between torch
@@ -338,6 +370,9 @@ def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | Non
                         f"{type(optimizer).__name__} (uo.resume builds one from the file)")
     if by_position:
         record = positional(record)
+    elif model is not None and record.names and all(n is None for n in record.names):
+        # a build over model.parameters(): the file names them as model does
+        record = named_by(record, model, caller)
     transform_of = transformer(transform, caller)
     framework = _framework(optimizer, caller)
     saved = across(saved, framework, list(record.names), model_of(model, framework, caller),
