@@ -146,7 +146,7 @@ def test_mindspore_parameters_are_refused_naming_the_alternatives():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     messages = json.loads(done.stdout.strip().splitlines()[-1])
     assert "carry no gradients" in messages["norm"]
-    assert "grad_clip=uo.ClipByGlobalNorm(1.0, eps=1e-6)" in messages["norm"]
+    assert "grad_clip=uo.ClipByGlobalNorm(max_norm=1.0, eps=1e-6)" in messages["norm"]
     assert "mindspore.ops.clip_by_global_norm" in messages["norm"]
     assert "eps is 0" in messages["norm"]
-    assert "grad_clip=uo.ClipByValue(0.5)" in messages["value"]
+    assert "grad_clip=uo.ClipByValue(max=0.5)" in messages["value"]

@@ -154,7 +154,7 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     _foreach(caller, foreach)
     framework, grads, ops = _grads_and_ops(
         caller, parameters,
-        (f"grad_clip=uo.ClipByGlobalNorm({max_norm!r}, eps=1e-6)", _NORM_NATIVE))
+        (f"grad_clip=uo.ClipByGlobalNorm(max_norm={max_norm!r}, eps=1e-6)", _NORM_NATIVE))
     if not grads:
         if framework == "torch":
             import torch
@@ -205,7 +205,7 @@ def clip_grad_value_(parameters: Any, clip_value: float, foreach: bool | None = 
     _foreach(caller, foreach)
     framework, grads, ops = _grads_and_ops(
         caller, parameters,
-        (f"grad_clip=uo.ClipByValue({clip_value!r})",
+        (f"grad_clip=uo.ClipByValue(max={clip_value!r})",
          f"mindspore.ops.clip_by_value(grad, -{clip_value!r}, {clip_value!r}) per gradient"))
     if grads:
         _write(framework, grads, clip.apply(grads, ops))

@@ -207,6 +207,12 @@ def _plan_clips(plan: Plan, module, scopes, qualified) -> None:
 
     for call, kind, line, statement in plan.clips:
         if plan.to != "mindspore":
+            # uo.clip_grad_norm_ takes torch's signature but clips by the 2-norm only
+            try:
+                if kind == "norm":
+                    _check_norm_type(_clip_arguments(call))
+            except ValueError as error:
+                plan.mark(line, f"clip_grad_{kind}_: {error}", statement)
             continue
         try:
             args = _clip_arguments(call)
@@ -223,9 +229,7 @@ def _plan_clips(plan: Plan, module, scopes, qualified) -> None:
             if len(plan.optimizers) != 1:
                 raise ValueError(f"the script builds {len(plan.optimizers)} optimizers: the "
                                  "clip moves into the script's one optimizer")
-            norm_type = args.get("norm_type")
-            if norm_type is not None and _code(norm_type) not in ("2", "2.0"):
-                raise ValueError(f"norm_type={_code(norm_type)}: the spec clips by the 2-norm")
+            _check_norm_type(args)
             error = args.get("error_if_nonfinite")
             if error is not None and _code(error) != "False":
                 raise ValueError("error_if_nonfinite raises where the spec's clip goes on")
@@ -247,6 +251,13 @@ def _plan_clips(plan: Plan, module, scopes, qualified) -> None:
             f"line {line}: the clip is the optimizer's grad_clip now (line {optimizer.line}: "
             "MindSpore keeps no gradient on parameters; it clips inside its step, dividing by "
             "the norm + 1e-6 as torch); the statement left checks it clips these parameters")
+
+
+def _check_norm_type(args: dict) -> None:
+    norm_type = args.get("norm_type")
+    if norm_type is not None and _code(norm_type) not in ("2", "2.0", "2.", "float(2)"):
+        raise ValueError(f"norm_type={_code(norm_type)}: the spec's clip (ClipByGlobalNorm, "
+                         "uo.clip_grad_norm_) takes the 2-norm only")
 
 
 def _clip_arguments(call) -> dict:
@@ -398,7 +409,9 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
     positionless = [message for _, message, statement in plan.marks if statement is None]
     if positionless:
         plan.notes += [f"not ported (no statement to mark): {m}" for m in positionless]
-    clips = {id(call): kind for call, kind, _, _ in plan.clips}
+    # a marked clip stays as written (its statement carries the reason)
+    clips = {id(call): kind for call, kind, _, statement in plan.clips
+             if id(statement) not in marked}
 
     class Rewriter(cst.CSTTransformer):
         def leave_Call(self, original, updated):
