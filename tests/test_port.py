@@ -130,6 +130,28 @@ def test_a_paddle_loop_s_optimizer_methods_are_written_as_torch_writes_them():
     assert "print(opt.param_groups[0]['lr'])" in lines
     assert [line for line, _ in ported.refusals] == [7]
     assert "opt.set_lr(...): torch's optimizers have no set_lr" in ported.refusals[0][1]
+    # marked where it stands, left as written
+    assert lines[lines.index("opt.set_lr(0.05)") - 1].startswith(
+        "# unified-opt port: not ported: opt.set_lr(...)")
+
+
+def test_a_paddle_loop_s_optimizer_methods_are_marked_or_mapped_for_mindspore():
+    source = ("import paddle\n"
+              "opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=m.parameters())\n"
+              "for x in data:\n"
+              "    opt.set_lr(0.05)\n"
+              "    opt.minimize(loss)\n"
+              "    print(opt.get_lr())\n"
+              "    opt.clear_grad()\n")
+    ported = port_source(source, "mindspore")
+    lines = ported.source.splitlines()
+    assert "    print(opt.param_groups[0]['lr'])" in lines
+    assert [line for line, _ in ported.refusals] == [4, 5, 7]
+    for statement, words in (("opt.set_lr(0.05)", "MindSpore's optimizers have no set_lr"),
+                             ("opt.minimize(loss)", "mindspore.value_and_grad"),
+                             ("opt.clear_grad()", "keep no gradients")):
+        above = lines[lines.index("    " + statement) - 1]
+        assert above.startswith("    # unified-opt port: not ported: ") and words in above
 
 
 @pytest.mark.parametrize("source, line, words", [
@@ -411,3 +433,15 @@ def test_the_documented_sample_output_is_what_the_command_prints(tmp_path, monke
     real_diff = subprocess.run(["diff", str(SAMPLE), str(tmp_path / "train_paddle.py")],
                                capture_output=True, text=True).stdout.splitlines()
     assert real_diff == shown_diff
+
+
+def test_a_paddle_class_taking_parameter_list_is_read():
+    """Fleet's ``DGCMomentumOptimizer`` (Paddle 3.3's ``meta_optimizers``) and
+    ``LarsMomentumOptimizer`` take their parameters as ``parameter_list``."""
+    source = ("from paddle.distributed.fleet.meta_optimizers import DGCMomentumOptimizer\n"
+              "opt = DGCMomentumOptimizer(learning_rate=0.1, momentum=0.9, rampup_begin_step=2,"
+              " parameter_list=m.parameters())\n")
+    ported = port_source(source, "torch")
+    assert ported.refusals == []
+    assert "opt = uo.build(uo.DGCMomentum(lr=0.1, rampup_begin_step=2), m.parameters())" \
+        in ported.source

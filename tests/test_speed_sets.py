@@ -22,7 +22,7 @@ from unified_opt.backend import Context, load
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = json.loads((ROOT / "benchmarks" / "results" / "realistic_sets.json").read_text())
 #: presets that wrap another optimizer or run on several ranks: no single-process row
-WRAPPERS = {"mindspore.nn.LARS", "paddle.distributed.fleet.DGCMomentumOptimizer",
+WRAPPERS = {"mindspore.nn.LARS", "paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer",
             "paddle.fluid.optimizer.DGCMomentumOptimizer"}
 
 

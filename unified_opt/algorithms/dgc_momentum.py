@@ -68,7 +68,7 @@ Args:
 
 Differences between frameworks
 ------------------------------
-* Paddle's ``DGCMomentumOptimizer`` (``paddle.distributed.fleet``, formerly
+* Paddle's ``DGCMomentumOptimizer`` (``paddle.distributed.fleet.meta_optimizers``, formerly
   ``paddle.fluid.optimizer``) runs only in static graphs on CUDA; its GPU kernel picks
   the top :math:`k` **approximately** (a threshold from sampled blocks, possibly fewer
   than :math:`k` entries). This spec selects exactly, ties going to the lower index.

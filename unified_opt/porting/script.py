@@ -186,6 +186,17 @@ class _Optimizer:
     steps_after: list = field(default_factory=list)
 
 
+def _parameters_keyword(name: str, default: str) -> str:
+    """The keyword of a Paddle class's parameter list: ``parameter_list`` for the
+    old-style ones (``LarsMomentumOptimizer``, fleet's ``DGCMomentumOptimizer``)."""
+    from ..backend import load
+
+    for cls in load("paddle").classes:
+        if cls.name == name:
+            return getattr(cls, "parameters_keyword", default)
+    return default
+
+
 def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
     import libcst as cst
 
@@ -195,6 +206,8 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
     if c.name in registry().names(True):
         raise ValueError(registry().refusal(c.name))
     keyword, position = PARAMS[c.framework]
+    if c.framework == "paddle":
+        keyword = _parameters_keyword(c.name, keyword)
     sig = signature(c.name)
     leading = [n for n in list(sig.parameters)[:position]] + [keyword]
     nodes = reader.arguments(c, leading, sig)
@@ -363,8 +376,26 @@ def _torch_method(variable: str, call, method: str) -> tuple[str | None, str]:
         return (f"{variable}.param_groups[0]['lr']",
                 "torch keeps the lr in param_groups (the first group's: Paddle's get_lr "
                 "gives the optimizer's one lr)")
-    return None, (f"{variable}.{method}(...): torch's optimizers have no {method}; write it "
-                  "with param_groups (set_lr) or loss.backward() and step() (minimize)")
+    return None, f"{variable}.{method}(...): torch's optimizers have no {method}; " + (
+        f"write the lr into each group ({variable}.param_groups[i]['lr'] = lr)"
+        if method == "set_lr" else f"call loss.backward(), then {variable}.step()")
+
+
+def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str]:
+    """A Paddle optimizer's method call as the MindSpore optimizer ``uo.build`` makes
+    takes it, and why; None and the reason where it has none (marked)."""
+    if method == "get_lr" and not call.args:
+        return (f"{variable}.param_groups[0]['lr']",
+                "the optimizer uo.build makes keeps the lr in param_groups, as a float "
+                "(MindSpore's own get_lr gives a Parameter)")
+    if method in ("clear_grad", "clear_gradients"):
+        return None, (f"{variable}.{method}(): MindSpore parameters keep no gradients (a "
+                      "train step computes them with mindspore.value_and_grad and passes "
+                      "them to the optimizer): remove it")
+    return None, f"{variable}.{method}(...): MindSpore's optimizers have no {method}; " + (
+        f"write the lr into each group ({variable}.param_groups[i]['lr'] = lr)"
+        if method == "set_lr" else "compute the gradients with mindspore.value_and_grad, "
+        f"then call {variable}(grads)")
 
 
 def _emit(o: _Optimizer, reader: _Reader, to: str) -> tuple[str, str, str]:
@@ -523,9 +554,10 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 notes.append(f"line {c.line}: the group list {o.groups.variable} is read "
                              f"elsewhere too: its construction stays as written ({c.framework} "
                              "code)")
-        if c.framework == "paddle" and to == "torch" and c.target is not None:
+        if c.framework == "paddle" and to != "paddle" and c.target is not None:
             for line, call, method in reader.finder.paddle_calls.get(c.target, []):
-                new, why = _torch_method(c.target, call, method)
+                new, why = (_torch_method if to == "torch" else _mindspore_method)(
+                    c.target, call, method)
                 if new is None:
                     reader.refusals.append((line, why))
                     continue
@@ -610,4 +642,8 @@ def _statement_at(reader: _Reader, line: int):
     for unfollowed_line, _, statement in reader.finder.unfollowed:
         if unfollowed_line == line:
             return statement
+    for calls in reader.finder.paddle_calls.values():      # set_lr, minimize, ...
+        for call_line, call, _ in calls:
+            if call_line == line:
+                return reader.finder.call_statements.get(id(call))
     return None

@@ -1,5 +1,6 @@
 """Paddle's communication-compressing optimizer as descriptors: DGC momentum, in the
-fleet API (Paddle 3.3) and the seed document's ``paddle.fluid`` signature (Paddle 1.x).
+fleet API (Paddle 3.3's ``paddle.distributed.fleet.meta_optimizers``, parameters given
+as ``parameter_list``) and the seed document's ``paddle.fluid`` signature (Paddle 1.x).
 Presets only: ``DGCMomentumOptimizer`` runs only on GPU inside fleet's collective mode."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def dgc_momentum(learning_rate, momentum, rampup_begin_step, rampup_step=1, spar
     # paddle/fluid/optimizer.py (DGCMomentumOptimizer._clip_by_norm): grad_clip=
     # ClipGradByNorm(c) clips the compressed parameters locally with c * num_trainers**-0.5
     # and the others with c on the averaged gradient.
-    q = "paddle.distributed.fleet.DGCMomentumOptimizer"
+    q = "paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer"
     clip = clip_norm(q, grad_clip)
     return _dgc(q, learning_rate, momentum, rampup_begin_step, rampup_step, sparsity,
                 use_nesterov, num_trainers, regularization, clip, clip)
@@ -48,9 +49,9 @@ _GPU_ONLY = ("DGCMomentumOptimizer runs only on GPU inside fleet's collective mo
              "Paddle backend runs the spec's own DGC update")
 
 CLASSES = (
-    PaddleClass(name="paddle.distributed.fleet.DGCMomentumOptimizer",
+    PaddleClass(name="paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer",
                 from_native=dgc_momentum, not_lowered=_GPU_ONLY,
-                example=lambda: {"rampup_begin_step": 0}),
+                example=lambda: {"rampup_begin_step": 0}, parameters_keyword="parameter_list"),
     PaddleClass(name="paddle.fluid.optimizer.DGCMomentumOptimizer",
                 from_native=fluid_dgc_momentum, not_lowered=_GPU_ONLY,
                 example=lambda: {"rampup_begin_step": 0}),
