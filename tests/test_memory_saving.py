@@ -144,6 +144,10 @@ def test_presets_carry_each_frameworks_conventions():
     assert (ms_af.lr, ms_af.beta1, ms_af.eps_mode, ms_af.decay_lr) == (1e-2, 0.9, "add", "scaled")
     came = uo.preset("mindformers.core.Came", learning_rate=0.1)
     assert (came.betas, came.eps, came.eps_scale) == ((0.9, None, 0.99), (1e-30, 1e-16), 1e-3)
+    # MindFormers' Came takes a dynamic lr as every MindSpore optimizer does
+    cosine = uo.schedules.preset("mindspore.nn.CosineDecayLR", min_lr=0.0, max_lr=0.01,
+                                 decay_steps=10)
+    assert uo.preset("mindformers.core.Came", learning_rate=cosine).lr == cosine
     offload = uo.preset("mindspore.nn.Adam", use_offload=True, eps=1e-3)
     assert offload == uo.preset("mindspore.nn.AdamOffload", eps=1e-3)
     assert offload.eps_placement == "eps_hat"
@@ -153,6 +157,13 @@ def test_presets_carry_each_frameworks_conventions():
     ("mindspore.nn.AdaFactor", {"learning_rate": 0.01}, ValueError, "relative_step"),
     ("mindspore.nn.Adam", {"use_offload": True, "use_amsgrad": True}, ValueError, "use_offload"),
     ("mindformers.core.Came", {"compression": True}, ValueError, "compression"),
+    ("mindspore.nn.AdamOffload", {"beta1": 0.0}, ValueError, "beta1 must be > 0 and < 1"),
+    ("mindspore.nn.AdamOffload", {"eps": 1}, TypeError, "eps must be a float, got 1"),
+    ("mindspore.nn.AdamOffload", {"use_locking": 1}, TypeError, "use_locking must be a bool"),
+    ("mindspore.nn.AdamWeightDecay", {"beta2": 1.0}, ValueError, "beta2 must be > 0 and < 1"),
+    ("mindspore.nn.AdaFactor", {"learning_rate": uo.schedules.Cosine(lr=0.01, T_max=10),
+                                "relative_step": False}, ValueError,
+     "skips its relative step and parameter scaling"),
     ("torch.optim.Adafactor", {"d": 0.5}, ValueError, "d must be"),
 ])
 def test_presets_refuse_what_a_spec_cannot_carry(name, kwargs, error, words):

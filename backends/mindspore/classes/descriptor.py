@@ -158,6 +158,23 @@ def nn_lr(qualified_name: str, argument: str, value):
     return require_float(qualified_name, argument, value)
 
 
+def check_adam_arguments(qualified_name: str, beta1, beta2, eps, **flags) -> None:
+    """MindSpore's own checks of the Adam family's arguments (``nn/optim/adam.py``'s
+    ``_check_param_value``, which ``Adam``, ``AdamOffload``, ``AdamWeightDecay`` and
+    ``AdaMax`` call): ``beta1``, ``beta2`` and ``eps`` are floats (an int is a
+    TypeError there), the betas in the open (0, 1), ``eps`` > 0; ``flags`` are bools."""
+    for name, value in (("beta1", beta1), ("beta2", beta2), ("eps", eps)):
+        if isinstance(value, bool) or not isinstance(value, float):
+            raise TypeError(f"{qualified_name}: {name} must be a float, got {value!r} of "
+                            f"type {type(value).__name__}")
+    for name, value in (("beta1", beta1), ("beta2", beta2)):
+        v.check_range(qualified_name, name, value, low=0.0, high=1.0, low_open=True,
+                      high_open=True)
+    v.check_range(qualified_name, "eps", eps, low=0.0, low_open=True)
+    for name, value in flags.items():
+        v.check_bool(qualified_name, name, value)
+
+
 def check_loss_scale(qualified_name: str, loss_scale) -> float:
     if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)):
         raise TypeError(f"{qualified_name}: loss_scale must be a float or an int, got "
@@ -179,9 +196,14 @@ def loss_scale_unused(qualified_name: str, loss_scale) -> None:
                       stacklevel=3)
 
 
-def relative_step_lr(q: str, learning_rate, relative_step, warmup_init) -> float:
+def relative_step_lr(q: str, learning_rate, relative_step, warmup_init,
+                     schedule: str | None = None):
     """The spec lr for AdaFactor-style classes: with relative_step, the cap of
-    min(cap, 1/sqrt(t)) (1e-2, or 1e-6 per step with warmup_init); else the lr."""
+    min(cap, 1/sqrt(t)) (1e-2, or 1e-6 per step with warmup_init); else the lr, a
+    number or a schedule (:func:`nn_lr`). ``schedule``: why the class's lr cannot be a
+    schedule (None: it can)."""
+    if schedule is not None and isinstance(learning_rate, Schedule):
+        raise ValueError(f"{q}: learning_rate={learning_rate!r}: {schedule}")
     if learning_rate is not None and relative_step:
         raise ValueError(f"{q}: cannot combine a manual learning_rate={learning_rate!r} with "
                          "relative_step=True")
@@ -191,4 +213,4 @@ def relative_step_lr(q: str, learning_rate, relative_step, warmup_init) -> float
         raise ValueError(f"{q}: learning_rate=None requires relative_step=True")
     if relative_step:
         return 1e-6 if warmup_init else 1e-2
-    return require_float(q, "learning_rate", learning_rate)
+    return nn_lr(q, "learning_rate", learning_rate)

@@ -26,7 +26,10 @@ def nn_adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, deca
     # after the lr scaling, decay with the scaled lr on every parameter.
     q = "mindspore.nn.AdaFactor"
     loss_scale_unused(q, loss_scale)
-    lr = relative_step_lr(q, learning_rate, relative_step, warmup_init)
+    lr = relative_step_lr(q, learning_rate, relative_step, warmup_init, schedule=(
+        "nn.AdaFactor given a per-step lr skips its relative step and parameter scaling, "
+        "which this preset does not follow; build uo.Adafactor(lr=<the schedule>, ...) "
+        "with the fields you mean"))
     if compression:
         raise unsupported(q, "compression", compression,
                           "float16 running averages are not a spec knob")

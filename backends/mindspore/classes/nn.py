@@ -37,6 +37,7 @@ from .descriptor import (
     SIGN_OF_NAN,
     TORCH_FIRST_STEP,
     MindSporeClass,
+    check_adam_arguments,
     loss_scale_fields,
     nn_adam_arguments,
     nn_decay,
@@ -75,6 +76,9 @@ def nn_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=Fa
             use_nesterov=False, weight_decay=0.0, loss_scale=1.0, use_amsgrad=False,
             use_lazy=False, use_offload=False):
     q = "mindspore.nn.Adam"
+    check_adam_arguments(q, beta1, beta2, eps, use_locking=use_locking,
+                         use_nesterov=use_nesterov, use_amsgrad=use_amsgrad,
+                         use_lazy=use_lazy, use_offload=use_offload)
     if use_offload and (use_lazy or use_amsgrad):
         # MindSpore's own constructor checks (mindspore/nn/optim/adam.py)
         raise ValueError(f"{q}: use_offload=True excludes use_lazy and use_amsgrad, got "
@@ -95,6 +99,8 @@ def nn_adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_lo
     # nn.Adam's math (eps-hat, L2 with the beta/gamma filter) with the state on the host:
     # the kernel AdamNoUpdateParam runs on the host and returns the step
     q = "mindspore.nn.AdamOffload"
+    check_adam_arguments(q, beta1, beta2, eps, use_locking=use_locking,
+                         use_nesterov=use_nesterov)
     return AdamOffload(lr=nn_lr(q, "learning_rate", learning_rate),
                        betas=(beta1, beta2), eps=eps, nesterov=use_nesterov,
                        eps_placement="eps_hat", bias_correction=True,
@@ -104,6 +110,7 @@ def nn_adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_lo
 def nn_adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6,
                          weight_decay=0.0):
     q = "mindspore.nn.AdamWeightDecay"
+    check_adam_arguments(q, beta1, beta2, eps)
     return AdamW(lr=nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                  eps=eps, bias_correction=False, eps_placement="outside",
                  decay_form="in_update", decay_times_lr=True, **nn_decay(q, weight_decay))
@@ -121,6 +128,7 @@ def nn_lazy_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locki
 def nn_adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
               loss_scale=1.0):
     q = "mindspore.nn.AdaMax"
+    check_adam_arguments(q, beta1, beta2, eps)
     return Adamax(lr=nn_lr(q, "learning_rate", learning_rate), betas=(beta1, beta2),
                   eps=eps, eps_placement="outside_max",
                   **nn_decay(q, weight_decay), **loss_scale_fields(q, loss_scale))
