@@ -145,8 +145,8 @@ def test_paddle_presets_map_the_clip_and_the_regularizer():
     class L2Decay:
         _coeff = 0.01
 
-    spec = uo.preset("paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer", learning_rate=0.1,
-                     momentum=0.9, rampup_begin_step=3, sparsity=[0.9, 0.99],
+    spec = uo.preset("paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer",
+                     learning_rate=0.1, momentum=0.9, rampup_begin_step=3, sparsity=[0.9, 0.99],
                      num_trainers=2, grad_clip=ClipGradByNorm(), regularization=L2Decay())
     assert (spec.local_grad_clip_norm, spec.dense_clip_norm, spec.weight_decay,
             spec.min_numel, spec.sparsity) == (4.0, 4.0, 0.01, 16384, (0.9, 0.99))
@@ -158,8 +158,8 @@ def test_paddle_presets_map_the_clip_and_the_regularizer():
 
 def test_presets_refuse_a_clip_that_is_not_clip_grad_by_norm():
     with pytest.raises(TypeError, match="ClipGradByNorm"):
-        uo.preset("paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer", learning_rate=0.1,
-                  momentum=0.9, rampup_begin_step=0, grad_clip=1.0)
+        uo.preset("paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer",
+                  learning_rate=0.1, momentum=0.9, rampup_begin_step=0, grad_clip=1.0)
 
 
 def test_the_spec_round_trips_through_json():

@@ -445,3 +445,19 @@ def test_a_paddle_class_taking_parameter_list_is_read():
     assert ported.refusals == []
     assert "opt = uo.build(uo.DGCMomentum(lr=0.1, rampup_begin_step=2), m.parameters())" \
         in ported.source
+
+
+@pytest.mark.parametrize("to", ["torch", "paddle"])
+def test_a_mindspore_optimizer_s_lr_parameter_written_at_run_time_is_marked(to):
+    """The migration guide changes the lr with ``ops.assign(opt.learning_rate, ...)``;
+    torch's and Paddle's optimizers have no such attribute (AttributeError there)."""
+    source = ("import mindspore as ms\nfrom mindspore import nn, ops\n"
+              "opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)\n"
+              "ops.assign(opt.learning_rate, ms.Tensor(0.01, ms.float32))\n")
+    ported = port_source(source, to)
+    assert [line for line, _ in ported.refusals] == [4]
+    lines = ported.source.splitlines()
+    above = lines[lines.index("ops.assign(opt.learning_rate, ms.Tensor(0.01, ms.float32))") - 1]
+    assert above.startswith("# unified-opt port: not ported: opt.learning_rate: ")
+    assert "opt.param_groups[i]['lr']" in above
+    assert port_source(source, "mindspore").refusals == []

@@ -30,8 +30,8 @@ def _dgc() -> list[Case]:
         Case(id="dgc_cosine_from_step_one",
              spec=uo.DGCMomentum(**{**a, "lr": COSINE, "rampup_begin_step": 0})),
         dense(id="preset_paddle_dgc_momentum", spec=uo.preset(
-            "paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer", learning_rate=0.05, momentum=0.9,
-            rampup_begin_step=3, sparsity=[0.75, 0.9], rampup_step=10)),
+            "paddle.distributed.fleet.meta_optimizers.DGCMomentumOptimizer", learning_rate=0.05,
+            momentum=0.9, rampup_begin_step=3, sparsity=[0.75, 0.9], rampup_step=10)),
     ]
 
 

@@ -57,6 +57,10 @@ OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
 #: a Paddle optimizer's methods that torch's optimizers lack (a script ported to torch
 #: has them rewritten or marked: script.py's ``_torch_method``)
 PADDLE_METHODS = ("clear_grad", "clear_gradients", "get_lr", "set_lr", "minimize")
+#: a MindSpore optimizer's attributes other frameworks' optimizers lack: its lr Parameter
+#: (``ops.assign(opt.learning_rate, ...)`` changes the lr at run time, the migration
+#: guide's way) and its weight decay
+MINDSPORE_ATTRIBUTES = ("learning_rate", "weight_decay")
 
 #: schedulers constructed on the optimizer (``CosineAnnealingLR(optimizer, ...)``), whose
 #: first argument is the optimizer; the others are the optimizer's ``learning_rate``
@@ -114,6 +118,9 @@ def make_finder():
             #: names in a way the port does not follow (an alias, functools.partial, a
             #: star import): refused, so that what it builds is not silently left as is
             self.unfollowed: list[tuple[int, str, Any]] = []
+            #: var -> (line, attribute, statement) of its MindSpore-only attributes read
+            #: (MINDSPORE_ATTRIBUTES)
+            self.mindspore_reads: dict[str, list[tuple[int, str, Any]]] = {}
             self.star_imports: list[tuple[str, int]] = []    # (module, line)
             self.called: set[int] = set()       # id(func) of the constructions found
             self.type_tests = 0                 # inside isinstance(...) / issubclass(...)
@@ -238,6 +245,10 @@ def make_finder():
             return False        # a type annotation builds nothing
 
         def visit_Attribute(self, node):
+            if isinstance(node.value, cst.Name) and node.attr.value in MINDSPORE_ATTRIBUTES:
+                line = self.get_metadata(PositionProvider, node).start.line
+                self.mindspore_reads.setdefault(node.value.value, []).append(
+                    (line, node.attr.value, self.current[-1] if self.current else None))
             return self._reference(node)
 
         def visit_Name(self, node):

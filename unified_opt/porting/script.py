@@ -563,6 +563,13 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                     continue
                 calls[id(call)] = new
                 rewrites.append(Rewrite(line, reader.code(call), new, why))
+        if c.framework == "mindspore" and to != "mindspore" and c.target is not None:
+            for line, attribute, _ in reader.finder.mindspore_reads.get(c.target, []):
+                key = "lr" if attribute == "learning_rate" else attribute
+                reader.refusals.append((line, (
+                    f"{c.target}.{attribute}: MindSpore's {attribute} Parameter; {to}'s "
+                    f"optimizer keeps it in param_groups (write "
+                    f"{c.target}.param_groups[i]['{key}'] for each group, between steps)")))
         for site, code in o.steps_after:
             after.setdefault(id(site.statement), []).append(code)
             notes.append(f"line {site.line}: {code} added after the optimizer's step: "
@@ -642,6 +649,10 @@ def _statement_at(reader: _Reader, line: int):
     for unfollowed_line, _, statement in reader.finder.unfollowed:
         if unfollowed_line == line:
             return statement
+    for reads in reader.finder.mindspore_reads.values():   # opt.learning_rate
+        for read_line, _, statement in reads:
+            if read_line == line:
+                return statement
     for calls in reader.finder.paddle_calls.values():      # set_lr, minimize, ...
         for call_line, call, _ in calls:
             if call_line == line:
