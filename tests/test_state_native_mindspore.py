@@ -473,3 +473,28 @@ def test_a_changed_constant_lr_is_saved_and_loaded(tmp_path):
     again = _driver(SPECS["nn.Momentum"])
     uo.load_state(again.optimizer, tmp_path / "x.safetensors")
     assert again.optimizer.learning_rate.asnumpy() == np.float32(0.05)
+
+
+def test_nn_adafactor_s_relative_step_lr_is_recorded_as_the_spec_s_and_resumes_on_own(
+        tmp_path):
+    """``nn.AdaFactor`` with ``relative_step`` is built with ``learning_rate=None`` and
+    reports 0.0 as its lr; the file records the spec's lr (the relative step's cap), so a
+    resume on the own path steps as the native run does (it wrote 0.0 over it before,
+    4.3e-3 off after 2 steps)."""
+    spec = uo.preset("mindspore.nn.AdaFactor")
+    whole = _driver(spec, path="native")
+    assert record_of(whole.optimizer).decision.native == "mindspore.nn.AdaFactor"
+    _steps(whole, range(2 * K))
+    first = _driver(spec, path="native")
+    _steps(first, range(K))
+    uo.save_state(first.optimizer, tmp_path / "run.safetensors")
+    assert {v["lr"] for v in read_state(tmp_path / "run.safetensors").group_values.values()} \
+        == {spec.lr}
+    second = _driver(spec, first.params_numpy(), path="own")
+    uo.load_state(second.optimizer, tmp_path / "run.safetensors")
+    assert second.optimizer.param_groups[0]["lr"] == spec.lr
+    _steps(second, range(K, 2 * K))
+    for name, value in whole.params_numpy().items():
+        # two implementations of one spec: float32 rounding apart
+        np.testing.assert_allclose(second.params_numpy()[name], value, rtol=0, atol=1e-6,
+                                   err_msg=name)

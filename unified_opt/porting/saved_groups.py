@@ -244,6 +244,14 @@ def written_hyperparameters(record: Any, optimizer: Any,
     return out
 
 
+def _lr_not_held(record: Any) -> bool:
+    """MindSpore's ``nn.AdaFactor`` with ``relative_step`` is built with
+    ``learning_rate=None`` and its groups report 0.0: the step size is the spec's (its
+    relative step's cap), which the file records and a load leaves alone."""
+    return (record.decision.backend == "mindspore" and record.decision.path == "native"
+            and bool(getattr(record.spec, "relative_step", False)))
+
+
 def group_values_of(record: Any, optimizer: Any,
                     caller: str = "save_state") -> dict[str, dict[str, Any]]:
     """Parameter name -> the live values of the param group holding it (module): its
@@ -256,8 +264,9 @@ def group_values_of(record: Any, optimizer: Any,
     skipped = _skipped_keys(record, optimizer)
     written = written_hyperparameters(record, optimizer, caller)
     out: dict[str, dict[str, Any]] = {}
+    relative = _lr_not_held(record)
     for (group, names), hyper in zip(_named_groups(record, optimizer), written):
-        values: dict[str, Any] = {"lr": float(lr_of(group))}
+        values: dict[str, Any] = {"lr": float(record.spec.lr if relative else lr_of(group))}
         values.update({key: list(value) if isinstance(value, tuple) else value
                        for key, value in hyper.items()})
         for key in list(group):
@@ -365,7 +374,7 @@ def set_group_values(record: Any, optimizer: Any, saved: Any) -> None:
                 group[key] = target
         for key, value in values.items():
             if key == "lr":
-                if not scheduled and differs(lr_of(group), value):
+                if not scheduled and not _lr_not_held(record) and differs(lr_of(group), value):
                     write_lr(group, value)
             elif key in hyper:
                 continue
