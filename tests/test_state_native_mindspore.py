@@ -498,3 +498,29 @@ def test_nn_adafactor_s_relative_step_lr_is_recorded_as_the_spec_s_and_resumes_o
         # two implementations of one spec: float32 rounding apart
         np.testing.assert_allclose(second.params_numpy()[name], value, rtol=0, atol=1e-6,
                                    err_msg=name)
+
+
+def test_group_lrs_the_one_lr_parameter_cannot_hold_are_refused_before_loading(tmp_path):
+    """nn.Adam runs every group at its one learning_rate Parameter: a file whose groups
+    hold different lrs is refused at load, naming path='own', its state unchanged
+    (before, it loaded, and a compiled step ran every group at the first group's lr)."""
+    spec = uo.preset("mindspore.nn.Adam", learning_rate=0.05, weight_decay=0.01)
+    groups = [uo.Group(match="bias", weight_decay=0.0)]
+
+    def driver(arrays=None, path="auto"):
+        return driver_class("mindspore")(spec, _case(spec).initial_params() if arrays is None
+                                         else arrays, path=path, groups=groups,
+                                         total_steps=None, prefer="native")
+
+    source = driver(path="own")
+    _steps(source, range(3))
+    source.optimizer.param_groups[1]["lr"] = 0.00625
+    uo.save_state(source.optimizer, tmp_path / "run.safetensors")
+    native = driver(source.params_numpy(), path="native")
+    assert record_of(native.optimizer).decision.native == "mindspore.nn.Adam"
+    before = _held(native.optimizer)
+    with pytest.raises(ValueError, match=r"the groups' lrs \[0\.05, 0\.00625\], and "
+                                         r"mindspore\.nn\.Adam runs every group at one lr"):
+        uo.load_state(native.optimizer, tmp_path / "run.safetensors")
+    for name, value in _held(native.optimizer).items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)

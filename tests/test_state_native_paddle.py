@@ -543,3 +543,35 @@ def test_a_stepped_state_of_a_frozen_parameter_is_refused_on_load(tmp_path, padd
                for t in per.values() if t.size > 1)
     for name, p in frozen.named_parameters():
         np.testing.assert_array_equal(p.numpy(), before[name], err_msg=name)
+
+
+def test_group_lrs_no_one_paddle_lr_gives_are_refused_by_a_native_class_before_loading(
+        tmp_path):
+    """A file whose groups hold lrs no one Paddle lr gives (a per-group LambdaLR, a
+    hand-written group lr) loads into the own path; the native class (one lr, times each
+    group's factor) refuses it at load, naming path='own', with its state unchanged
+    (before, the load wrote the state and the next step raised)."""
+    spec = uo.preset("paddle.optimizer.Adam", learning_rate=0.05)
+    groups = [uo.Group(match="bias", lr_scale=0.5)]     # Paddle's factor: 0.025 there
+    source = _driver(spec, groups, path="own")
+    _steps(source, range(3))
+    source.optimizer.param_groups[1]["lr"] = 0.00625
+    uo.save_state(source.optimizer, tmp_path / "run.safetensors")
+    native = _driver(spec, groups, source.params_numpy(), path="native")
+    assert record_of(native.optimizer).decision.native == "paddle.optimizer.Adam"
+    _steps(native, range(2))
+    before = native.state_numpy()
+    with pytest.raises(ValueError, match=r"the groups' lrs \[0\.05, 0\.00625\], and "
+                                         r"paddle\.optimizer\.Adam runs every group at one "
+                                         r"lr .* path='own'"):
+        uo.load_state(native.optimizer, tmp_path / "run.safetensors")
+    for name, arrays in before.items():
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(native.state_numpy()[name][key], value)
+    own = _driver(spec, groups, source.params_numpy(), path="own")
+    uo.load_state(own.optimizer, tmp_path / "run.safetensors")
+    assert [g["lr"] for g in own.optimizer.param_groups] == [0.05, 0.00625]
+    # a file whose lrs the factor gives loads into the class
+    source.optimizer.param_groups[1]["lr"] = 0.025
+    uo.save_state(source.optimizer, tmp_path / "factor.safetensors")
+    uo.load_state(native.optimizer, tmp_path / "factor.safetensors")

@@ -298,6 +298,7 @@ def check_group_values(record: Any, optimizer: Any, saved: Any, caller: str,
     if saved.group_values is None:
         return
     surface = surface_of(optimizer)
+    _check_native_lrs(record, optimizer, surface, saved, caller, source)
     plans = _plan_of_groups(record, optimizer)
     baselines = _baselines(record, optimizer)
     for g, (group, names) in enumerate(_named_groups(record, optimizer)):
@@ -341,6 +342,36 @@ def check_group_values(record: Any, optimizer: Any, saved: Any, caller: str,
                  if differs(_plain(hyper[key]), _plain(baselines[g][key]))}
         if final and plans[g] is not None:      # the values the next step runs with
             _validated(plans[g].spec, final, caller, where)
+
+
+def _check_native_lrs(record: Any, optimizer: Any, surface: GroupSurface | None, saved: Any,
+                      caller: str, source: str) -> None:
+    """A native class runs every group at one lr (Paddle's, times each group's factor;
+    MindSpore's ``learning_rate`` Parameter, for groups without factors): recorded group
+    lrs that no one lr gives are refused before anything is written (its step would
+    refuse them, or, compiled in a MindSpore graph, run them at the one lr)."""
+    from ..lr_scheduler.base import lr_of
+
+    if surface is None or surface.native is None or isinstance(record.spec.lr, Schedule) \
+            or _lr_not_held(record):
+        return
+    named = _named_groups(record, optimizer)
+    now = [float(lr_of(group)) for group, _ in named]
+    lrs = [float(saved.group_values[names[0]]["lr"]) if names else lr
+           for (_, names), lr in zip(named, now)]
+    if not any(differs(a, b) for a, b in zip(now, lrs)):
+        return                                     # nothing to write
+    plans = surface.plans
+    plain = [plan.lr_scale == 1.0 and plan.fixed_lr is None for plan in plans]
+    taken = plain[0] and all(not differs(plan.lr(lrs[0]), lr) for plan, lr in zip(plans, lrs))
+    if record.decision.backend == "mindspore":     # one Parameter, no factors
+        taken = taken and all(plain)
+    if not taken:
+        raise ValueError(f"{caller}: {source} records the groups' lrs {lrs}, and "
+                         f"{surface.native} runs every group at one lr (times each group's "
+                         "own factor on Paddle), which no value gives; build the own path, "
+                         "whose step takes each group's lr: uo.build(spec, params, "
+                         "path='own')")
 
 
 def set_group_values(record: Any, optimizer: Any, saved: Any) -> None:
