@@ -19,6 +19,9 @@ import numpy as np
 import unified_opt as uo
 
 SPEC = uo.AdamW(lr=0.01, weight_decay=0.1)
+#: a rule written as a pattern: read on MindSpore, whose norm parameters are gamma and
+#: beta, the file holds it as the exact names it took, the same rule as the pattern there
+GROUPS = [uo.Group(match="1.*", weight_decay=0.0)]
 
 
 def _torch(out: Path) -> None:
@@ -28,7 +31,7 @@ def _torch(out: Path) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     # torch's AdamW: the own path's default would compile CPU kernels in the background
-    optimizer = uo.build(SPEC, model, path="native")
+    optimizer = uo.build(SPEC, model, groups=GROUPS, path="native")
     for t in range(3):
         generator = torch.Generator().manual_seed(t)
         model(torch.randn(5, 4, generator=generator)).square().sum().backward()
@@ -65,7 +68,7 @@ def _load(framework: str, out: Path) -> None:
     results = {}
     for how in ("dict", "file"):
         model = _model(framework)
-        optimizer = uo.build(SPEC, model)
+        optimizer = uo.build(SPEC, model, groups=GROUPS)
         if how == "dict":
             optimizer.load_state_dict(written, model=model)
         else:

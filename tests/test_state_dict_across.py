@@ -4,7 +4,7 @@
 safetensors file (no pickle), and what each target loads from it is, bit for bit, what
 ``uo.load_state`` loads from the state file of the same run: the same state under the
 target's names (MindSpore's LayerNorm ``gamma``/``beta``) and layouts (Paddle's Linear
-weight transposed)."""
+weight transposed), with a group rule written as a pattern on both sides."""
 
 import json
 import subprocess

@@ -377,11 +377,17 @@ def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | Non
     framework = _framework(optimizer, caller)
     saved = across(saved, framework, list(record.names), model_of(model, framework, caller),
                    transform, caller)
-    if saved.spec != record.spec:
+    groups = tuple(saved_record(record, optimizer, caller).groups)
+    # a file read under other names (across) holds its name rules as the exact names
+    # they took: the same rules if they take the same parameters here
+    exact = (_exact_rules(saved.spec, saved.groups, record.names, caller),
+             _exact_rules(record.spec, groups, record.names, caller)) \
+        if sorted(saved.names) == sorted(record.names) and None not in record.names \
+        else (None, None)
+    if saved.spec != record.spec and (exact[0] is None or exact[0][0] != exact[1][0]):
         raise ValueError(f"{caller}: {source} holds the state of another spec than the "
                          f"optimizer computes: {spec_differences(saved.spec, record.spec)}")
-    groups = tuple(saved_record(record, optimizer, caller).groups)
-    if tuple(saved.groups) != groups:
+    if tuple(saved.groups) != groups and (exact[0] is None or exact[0][1] != exact[1][1]):
         # the groups compared, as the file holds them (group dicts as rules of exact names)
         raise ValueError(f"{caller}: {source}'s groups {list(saved.groups)} differ from the "
                          f"optimizer's {list(groups)}")
@@ -431,6 +437,19 @@ def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | Non
     backend.check_writable(record, optimizer)
     backend.write_built(record, optimizer, saved, arrays)
     set_group_values(record, optimizer, saved)
+
+
+def _exact_rules(spec: Any, groups: Any, names: list, caller: str) -> tuple | None:
+    """``spec``'s name rules and ``groups`` as the exact ``names`` each takes
+    (:func:`.names.renamed_rules` without renaming), or None where they do not apply to
+    ``names`` (a group taking none of them: compared as written then)."""
+    from .names import renamed_rules
+
+    try:
+        spec, rules = renamed_rules(spec, list(groups), names, {n: n for n in names}, caller)
+    except ValueError:
+        return None
+    return spec, tuple(rules)
 
 
 def resume(path: FilePath, params: Any, *, transform: Transform | None = None,
