@@ -113,3 +113,28 @@ def test_a_refused_state_dict_changes_nothing(path):
             assert_bit_identical(_snapshot(optimizer, layer, SPEC), before, strict=True)
     with pytest.raises(TypeError, match="state_dict must be a dict"):
         optimizer.set_state_dict(None)
+
+
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_paddle_own_form_missing_or_foreign_accumulators_is_refused_before_writing(path):
+    """Paddle's loader asserts on an unknown key and writes the accumulators it reaches
+    before a missing one: the dict is checked against the optimizer's accumulators first
+    (a ValueError naming them), and nothing changes."""
+    layer = _layer()
+    optimizer = uo.build(SPEC, layer, path=path)
+    for t in range(K):
+        _step(optimizer, layer, t)
+    own = {k: v if isinstance(v, dict) else v.clone()
+           for k, v in paddle.optimizer.Optimizer.state_dict(optimizer).items()}
+    for value in own.values():     # changed, so that a partial write would show
+        if not isinstance(value, dict) and value.dtype == paddle.float32:
+            value.set_value(value + 1.0)
+    # the second moment's accumulator: moment2 (Paddle's AdamW), exp_avg_sq (the own path)
+    dropped = sorted(k for k in own if k.endswith(("moment2_0", "exp_avg_sq_0")))[-1]
+    before = _snapshot(optimizer, layer, SPEC)
+    partial = {k: v for k, v in own.items() if k != dropped}
+    for edited, words in ((partial, rf"missing \['{dropped}'\]"),
+                          ({"foo": 1}, r"not the optimizer's \['foo'\]")):
+        with pytest.raises(ValueError, match=words):
+            optimizer.load_state_dict(edited)
+        assert_bit_identical(_snapshot(optimizer, layer, SPEC), before, strict=True)

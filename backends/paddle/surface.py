@@ -83,7 +83,7 @@ def _attach_state_dict(optimizer) -> None:
             load_either(optimizer, state_dict, owner=owner, method=method,
                         own_form=paddle_form, own_name="Paddle's own form (accumulator "
                         "names -> tensors; what paddle.optimizer.Optimizer.state_dict "
-                        "returns)", load_own=lambda own: _load_own(optimizer, cls, own),
+                        "returns)", load_own=lambda own: _load_own(optimizer, cls, own, method),
                         transform=transform, model=model)
         return load
 
@@ -92,9 +92,27 @@ def _attach_state_dict(optimizer) -> None:
     optimizer.__dict__["load_state_dict"] = loader("load_state_dict")
 
 
-def _load_own(optimizer, cls, own: Mapping) -> None:
+def _load_own(optimizer, cls, own: Mapping, method: str = "set_state_dict") -> None:
     """Paddle's own form loaded: the steps a native class counts (``_uo_steps``) no
-    longer describe the state; unknown (None) from here on."""
+    longer describe the state; unknown (None) from here on. Where the optimizer holds
+    its accumulators already (it has stepped), the dict must hold each of them, by name
+    and shape, and nothing else, checked before anything is written: Paddle's loader
+    asserts on an unknown key and writes the accumulators it reaches before one that is
+    missing."""
+    held = {key: value for key, value in cls.state_dict(optimizer).items()
+            if key not in PADDLE_ENTRIES}
+    if held:
+        given = {key for key in own if key not in PADDLE_ENTRIES}
+        missing, extra = sorted(set(held) - given), sorted(given - set(held))
+        if missing or extra:
+            raise ValueError(f"{type(optimizer).__name__}.{method}: Paddle's own form "
+                             f"must hold this optimizer's accumulators; missing {missing}, "
+                             f"not the optimizer's {extra}")
+        for key, value in held.items():
+            shape = tuple(getattr(own[key], "shape", ()))
+            if shape != tuple(value.shape):
+                raise ValueError(f"{type(optimizer).__name__}.{method}: {key!r} has "
+                                 f"shape {shape}, the optimizer's {tuple(value.shape)}")
     cls.set_state_dict(optimizer, own)
     if optimizer.__dict__.get("_uo_steps") is not None:
         optimizer._uo_steps = None
