@@ -68,14 +68,20 @@ def test_a_run_resumed_from_state_dict_is_bit_identical(run, tmp_path):
                          strict=True)
 
 
-@pytest.mark.parametrize("path", ["own", "native"])
-def test_paddle_own_form_still_goes_to_paddle_load(path):
+def _stepped_with_own_form(path):
+    """(layer, optimizer stepped K times, a copy of Paddle's own form of its state)."""
     layer = _layer()
     optimizer = uo.build(SPEC, layer, path=path)
     for t in range(K):
         _step(optimizer, layer, t)
     own = {k: v if isinstance(v, dict) else v.clone()
            for k, v in paddle.optimizer.Optimizer.state_dict(optimizer).items()}
+    return layer, optimizer, own
+
+
+@pytest.mark.parametrize("path", ["own", "native"])
+def test_paddle_own_form_still_goes_to_paddle_load(path):
+    layer, optimizer, own = _stepped_with_own_form(path)
     # Paddle keys accumulators by parameter name: the same parameters, a new optimizer
     copied = _snapshot(optimizer, layer, SPEC)
     again = uo.build(SPEC, layer, path=path)
@@ -120,12 +126,7 @@ def test_paddle_own_form_missing_or_foreign_accumulators_is_refused_before_writi
     """Paddle's loader asserts on an unknown key and writes the accumulators it reaches
     before a missing one: the dict is checked against the optimizer's accumulators first
     (a ValueError naming them), and nothing changes."""
-    layer = _layer()
-    optimizer = uo.build(SPEC, layer, path=path)
-    for t in range(K):
-        _step(optimizer, layer, t)
-    own = {k: v if isinstance(v, dict) else v.clone()
-           for k, v in paddle.optimizer.Optimizer.state_dict(optimizer).items()}
+    layer, optimizer, own = _stepped_with_own_form(path)
     for value in own.values():     # changed, so that a partial write would show
         if not isinstance(value, dict) and value.dtype == paddle.float32:
             value.set_value(value + 1.0)
