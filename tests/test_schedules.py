@@ -334,3 +334,31 @@ def test_momenta_a_cycle_would_reach_out_of_the_spec_s_range_are_refused_up_fron
                                          rf"Adam's momentum out of its range: Adam: betas\[0\] "
                                          rf"must be >= 0 and < 1, got {value}"):
         uo.reference(spec, {"w": np.ones(2)})
+
+
+@pytest.mark.parametrize("name, kwargs, error, words", [
+    ("cosine_decay_lr", dict(min_lr=0.1, max_lr=0.01, total_step=12, step_per_epoch=2,
+                             decay_epoch=3), ValueError, "max_lr must be greater than min_lr"),
+    ("cosine_decay_lr", dict(min_lr=0, max_lr=0.1, total_step=12, step_per_epoch=2,
+                             decay_epoch=3), TypeError, "min_lr must be a float, got 0"),
+    ("exponential_decay_lr", dict(learning_rate=0.1, decay_rate=0.0, total_step=12,
+                                  step_per_epoch=2, decay_epoch=1), ValueError,
+     "decay_rate must be > 0"),
+    ("polynomial_decay_lr", dict(learning_rate=0.1, end_learning_rate=0.01, total_step=12,
+                                 step_per_epoch=2, decay_epoch=3, power=0.0), ValueError,
+     "power must be > 0"),
+    ("piecewise_constant_lr", dict(milestone=[0, 5], learning_rates=[0.1, 0.05]), ValueError,
+     r"milestone\[0\] must be >= 1"),
+    ("piecewise_constant_lr", dict(milestone=[2, 5], learning_rates=[0.1, 1]), TypeError,
+     r"learning_rates\[1\] must be a float"),
+    ("CosineDecayLR", dict(min_lr=0.1, max_lr=0.01, decay_steps=4), ValueError,
+     "max_lr must be greater than min_lr"),
+    ("ExponentialDecayLR", dict(learning_rate=1, decay_rate=0.9, decay_steps=3), TypeError,
+     "learning_rate must be a float, got 1"),
+])
+def test_mindspore_dynamic_lr_presets_refuse_what_mindspore_refuses(name, kwargs, error, words):
+    """MindSpore's own checks (``nn/dynamic_lr.py``, ``nn/learning_rate_schedule.py``):
+    floats where it wants floats, positive rates and powers, milestones from 1, a cosine
+    whose max exceeds its min."""
+    with pytest.raises(error, match=words):
+        uo.schedules.preset(f"mindspore.nn.{name}", **kwargs)

@@ -24,10 +24,49 @@ NN = "mindspore.nn"
 EXP = "mindspore.experimental.optim.lr_scheduler"
 
 
+def _float(q: str, name: str, value, positive: bool = True) -> float:
+    """MindSpore's ``check_positive_float`` / ``check_non_negative_float`` with
+    ``check_is_float``: a float (an int is a TypeError there), > 0 or >= 0."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        raise TypeError(f"{q}: {name} must be a float, got {value!r} of type "
+                        f"{type(value).__name__}")
+    return v.check_range(q, name, value, low=0.0, low_open=positive)
+
+
+def _checked(q: str, *, positive=(), non_negative=(), counts=(), flags=()) -> None:
+    """MindSpore's checks of a dynamic lr's arguments (``nn/dynamic_lr.py``,
+    ``nn/learning_rate_schedule.py``), each ``(name, value)``: what it refuses, the
+    preset refuses, before building a schedule it would not run."""
+    for name, value in positive:
+        _float(q, name, value)
+    for name, value in non_negative:
+        _float(q, name, value, positive=False)
+    for name, value in counts:
+        v.check_int(q, name, value, low=1)
+    for name, value in flags:
+        v.check_bool(q, name, value)
+
+
 def _per_epoch(name, schedule, total_step, step_per_epoch):
     v.check_int(f"{NN}.{name}", "total_step", total_step, low=1)
     spe = v.check_int(f"{NN}.{name}", "step_per_epoch", step_per_epoch, low=1)
     return schedule if spe == 1 else PerEpoch(epoch_schedule=schedule, steps_per_epoch=spe)
+
+
+def _decay_checked(name: str, learning_rate, decay_rate, steps, is_stair,
+                   steps_name: str = "decay_epoch") -> None:
+    _checked(f"{NN}.{name}", positive=[("learning_rate", learning_rate),
+                                       ("decay_rate", decay_rate)],
+             counts=[(steps_name, steps)], flags=[("is_stair", is_stair)])
+
+
+def _cosine_checked(name: str, min_lr, max_lr, steps: tuple) -> None:
+    q = f"{NN}.{name}"
+    _checked(q, positive=[("max_lr", max_lr)], non_negative=[("min_lr", min_lr)],
+             counts=[steps])
+    if min_lr >= max_lr:
+        raise ValueError(f"{q}: max_lr must be greater than min_lr, got max_lr={max_lr!r}, "
+                         f"min_lr={min_lr!r}")
 
 
 # -- mindspore.nn dynamic-lr list functions -----------------------------------------------
@@ -37,6 +76,11 @@ def piecewise_constant_lr(milestone, learning_rates):
     """Entry ``i`` is ``learning_rates[k]`` for ``milestone[k-1] <= i < milestone[k]``."""
     milestone = check_list("piecewise_constant_lr", "milestone", milestone)
     learning_rates = check_list("piecewise_constant_lr", "learning_rates", learning_rates)
+    q = f"{NN}.piecewise_constant_lr"
+    _checked(q, counts=[(f"milestone[{i}]", m) for i, m in enumerate(milestone)])
+    for i, lr in enumerate(learning_rates):
+        if isinstance(lr, bool) or not isinstance(lr, float):
+            raise TypeError(f"{q}: learning_rates[{i}] must be a float, got {lr!r}")
     if len(milestone) != len(learning_rates) or not milestone:
         raise ValueError(f"milestone and learning_rates must be non-empty and of the same "
                          f"length, got {list(milestone)!r} and {list(learning_rates)!r}")
@@ -46,6 +90,7 @@ def piecewise_constant_lr(milestone, learning_rates):
 @schedule_preset(f"{NN}.exponential_decay_lr")
 def exponential_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch,
                          is_stair=False):
+    _decay_checked("exponential_decay_lr", learning_rate, decay_rate, decay_epoch, is_stair)
     return _per_epoch("exponential_decay_lr", Exponential(
         lr=learning_rate, gamma=decay_rate, decay_steps=decay_epoch, staircase=is_stair),
         total_step, step_per_epoch)
@@ -54,6 +99,7 @@ def exponential_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, 
 @schedule_preset(f"{NN}.natural_exp_decay_lr")
 def natural_exp_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch,
                          is_stair=False):
+    _decay_checked("natural_exp_decay_lr", learning_rate, decay_rate, decay_epoch, is_stair)
     return _per_epoch("natural_exp_decay_lr", NaturalExp(
         lr=learning_rate, gamma=decay_rate, decay_steps=decay_epoch, staircase=is_stair),
         total_step, step_per_epoch)
@@ -62,6 +108,7 @@ def natural_exp_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, 
 @schedule_preset(f"{NN}.inverse_decay_lr")
 def inverse_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch,
                      is_stair=False):
+    _decay_checked("inverse_decay_lr", learning_rate, decay_rate, decay_epoch, is_stair)
     return _per_epoch("inverse_decay_lr", InverseTime(
         lr=learning_rate, gamma=decay_rate, decay_steps=decay_epoch, staircase=is_stair),
         total_step, step_per_epoch)
@@ -69,6 +116,7 @@ def inverse_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, deca
 
 @schedule_preset(f"{NN}.cosine_decay_lr")
 def cosine_decay_lr(min_lr, max_lr, total_step, step_per_epoch, decay_epoch):
+    _cosine_checked("cosine_decay_lr", min_lr, max_lr, ("decay_epoch", decay_epoch))
     return _per_epoch("cosine_decay_lr", Cosine(lr=max_lr, T_max=decay_epoch, eta_min=min_lr,
                                                 periodic=False),
                       total_step, step_per_epoch)
@@ -77,6 +125,11 @@ def cosine_decay_lr(min_lr, max_lr, total_step, step_per_epoch, decay_epoch):
 @schedule_preset(f"{NN}.polynomial_decay_lr")
 def polynomial_decay_lr(learning_rate, end_learning_rate, total_step, step_per_epoch,
                         decay_epoch, power, update_decay_epoch=False):
+    _checked(f"{NN}.polynomial_decay_lr", positive=[("learning_rate", learning_rate),
+                                                    ("power", power)],
+             non_negative=[("end_learning_rate", end_learning_rate)],
+             counts=[("decay_epoch", decay_epoch)],
+             flags=[("update_decay_epoch", update_decay_epoch)])
     return _per_epoch("polynomial_decay_lr", Polynomial(
         lr=learning_rate, decay_steps=decay_epoch, end_lr=end_learning_rate, power=power,
         cycle=update_decay_epoch), total_step, step_per_epoch)
@@ -85,6 +138,8 @@ def polynomial_decay_lr(learning_rate, end_learning_rate, total_step, step_per_e
 @schedule_preset(f"{NN}.warmup_lr")
 def warmup_lr(learning_rate, total_step, step_per_epoch, warmup_epoch):
     """Entry 0 is 0: ``learning_rate * min(epoch, warmup_epoch) / warmup_epoch``."""
+    _checked(f"{NN}.warmup_lr", non_negative=[("learning_rate", learning_rate)],
+             counts=[("warmup_epoch", warmup_epoch)])
     return _per_epoch("warmup_lr", Linear(lr=learning_rate, total_steps=warmup_epoch,
                                           start_factor=0.0, end_factor=1.0),
                       total_step, step_per_epoch)
@@ -94,23 +149,30 @@ def warmup_lr(learning_rate, total_step, step_per_epoch, warmup_epoch):
 
 @schedule_preset(f"{NN}.CosineDecayLR")
 def cosine_decay_cell(min_lr, max_lr, decay_steps):
+    _cosine_checked("CosineDecayLR", min_lr, max_lr, ("decay_steps", decay_steps))
     return Cosine(lr=max_lr, T_max=decay_steps, eta_min=min_lr, periodic=False)
 
 
 @schedule_preset(f"{NN}.ExponentialDecayLR")
 def exponential_decay_cell(learning_rate, decay_rate, decay_steps, is_stair=False):
+    _decay_checked("ExponentialDecayLR", learning_rate, decay_rate, decay_steps, is_stair,
+                   "decay_steps")
     return Exponential(lr=learning_rate, gamma=decay_rate, decay_steps=decay_steps,
                        staircase=is_stair)
 
 
 @schedule_preset(f"{NN}.NaturalExpDecayLR")
 def natural_exp_decay_cell(learning_rate, decay_rate, decay_steps, is_stair=False):
+    _decay_checked("NaturalExpDecayLR", learning_rate, decay_rate, decay_steps, is_stair,
+                   "decay_steps")
     return NaturalExp(lr=learning_rate, gamma=decay_rate, decay_steps=decay_steps,
                       staircase=is_stair)
 
 
 @schedule_preset(f"{NN}.InverseDecayLR")
 def inverse_decay_cell(learning_rate, decay_rate, decay_steps, is_stair=False):
+    _decay_checked("InverseDecayLR", learning_rate, decay_rate, decay_steps, is_stair,
+                   "decay_steps")
     return InverseTime(lr=learning_rate, gamma=decay_rate, decay_steps=decay_steps,
                        staircase=is_stair)
 
@@ -118,6 +180,11 @@ def inverse_decay_cell(learning_rate, decay_rate, decay_steps, is_stair=False):
 @schedule_preset(f"{NN}.PolynomialDecayLR")
 def polynomial_decay_cell(learning_rate, end_learning_rate, decay_steps, power,
                           update_decay_steps=False):
+    _checked(f"{NN}.PolynomialDecayLR", positive=[("learning_rate", learning_rate),
+                                                  ("power", power)],
+             non_negative=[("end_learning_rate", end_learning_rate)],
+             counts=[("decay_steps", decay_steps)],
+             flags=[("update_decay_steps", update_decay_steps)])
     return Polynomial(lr=learning_rate, decay_steps=decay_steps, end_lr=end_learning_rate,
                       power=power, cycle=update_decay_steps)
 
@@ -125,6 +192,8 @@ def polynomial_decay_cell(learning_rate, end_learning_rate, decay_steps, power,
 @schedule_preset(f"{NN}.WarmUpLR")
 def warmup_cell(learning_rate, warmup_steps):
     """The first optimizer step has lr 0 (``global_step`` 0)."""
+    _checked(f"{NN}.WarmUpLR", non_negative=[("learning_rate", learning_rate)],
+             counts=[("warmup_steps", warmup_steps)])
     return Linear(lr=learning_rate, total_steps=warmup_steps, start_factor=0.0,
                   end_factor=1.0)
 
