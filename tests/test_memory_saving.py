@@ -157,6 +157,8 @@ def test_presets_carry_each_frameworks_conventions():
     ("mindspore.nn.AdaFactor", {"learning_rate": 0.01}, ValueError, "relative_step"),
     ("mindspore.nn.Adam", {"use_offload": True, "use_amsgrad": True}, ValueError, "use_offload"),
     ("mindformers.core.Came", {"compression": True}, ValueError, "compression"),
+    ("mindformers.core.Came", {"learning_rate": 0.1, "beta1": 1}, TypeError,
+     "beta1 must be a float, got 1"),
     ("mindspore.nn.AdamOffload", {"beta1": 0.0}, ValueError, "beta1 must be > 0 and < 1"),
     ("mindspore.nn.AdamOffload", {"eps": 1}, TypeError, "eps must be a float, got 1"),
     ("mindspore.nn.AdamOffload", {"use_locking": 1}, TypeError, "use_locking must be a bool"),
