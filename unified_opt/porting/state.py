@@ -378,16 +378,19 @@ def load_snapshot(optimizer: Any, saved: Snapshot, *, transform: Transform | Non
     saved = across(saved, framework, list(record.names), model_of(model, framework, caller),
                    transform, caller)
     groups = tuple(saved_record(record, optimizer, caller).groups)
-    # a file read under other names (across) holds its name rules as the exact names
-    # they took: the same rules if they take the same parameters here
-    exact = (_exact_rules(saved.spec, saved.groups, record.names, caller),
-             _exact_rules(record.spec, groups, record.names, caller)) \
-        if sorted(saved.names) == sorted(record.names) and None not in record.names \
-        else (None, None)
-    if saved.spec != record.spec and (exact[0] is None or exact[0][0] != exact[1][0]):
+    same_spec, same_groups = saved.spec == record.spec, tuple(saved.groups) == groups
+    if not (same_spec and same_groups) and sorted(saved.names) == sorted(record.names) \
+            and None not in record.names:
+        # a file read under other names (across) holds its name rules as the exact names
+        # they took: the same rules where they take the same parameters here
+        theirs = _exact_rules(saved.spec, saved.groups, record.names, caller)
+        mine = _exact_rules(record.spec, groups, record.names, caller)
+        if theirs is not None and mine is not None:
+            same_spec, same_groups = theirs[0] == mine[0], theirs[1] == mine[1]
+    if not same_spec:
         raise ValueError(f"{caller}: {source} holds the state of another spec than the "
                          f"optimizer computes: {spec_differences(saved.spec, record.spec)}")
-    if tuple(saved.groups) != groups and (exact[0] is None or exact[0][1] != exact[1][1]):
+    if not same_groups:
         # the groups compared, as the file holds them (group dicts as rules of exact names)
         raise ValueError(f"{caller}: {source}'s groups {list(saved.groups)} differ from the "
                          f"optimizer's {list(groups)}")
