@@ -124,8 +124,9 @@ def test_a_refused_state_dict_changes_nothing(path):
 @pytest.mark.parametrize("path", ["own", "native"])
 def test_paddle_own_form_missing_or_foreign_accumulators_is_refused_before_writing(path):
     """Paddle's loader asserts on an unknown key and writes the accumulators it reaches
-    before a missing one: the dict is checked against the optimizer's accumulators first
-    (a ValueError naming them), and nothing changes."""
+    before a missing one: a native class's dict is checked against its accumulators
+    first (a ValueError naming them; the own path's load checks its entries itself), and
+    nothing changes."""
     layer, optimizer, own = _stepped_with_own_form(path)
     for value in own.values():     # changed, so that a partial write would show
         if not isinstance(value, dict) and value.dtype == paddle.float32:
@@ -134,8 +135,11 @@ def test_paddle_own_form_missing_or_foreign_accumulators_is_refused_before_writi
     dropped = sorted(k for k in own if k.endswith(("moment2_0", "exp_avg_sq_0")))[-1]
     before = _snapshot(optimizer, layer, SPEC)
     partial = {k: v for k, v in own.items() if k != dropped}
-    for edited, words in ((partial, rf"missing \['{dropped}'\]"),
-                          ({"foo": 1}, r"not the optimizer's \['foo'\]")):
+    refusals = {"native": ((partial, rf"missing \['{dropped}'\]"),
+                           ({"foo": 1}, r"not the optimizer's \['foo'\]")),
+                "own": ((partial, rf"lacks \['{dropped}'\]"),
+                        ({"foo": 1}, r"holds \['foo'\], which are no accumulators"))}
+    for edited, words in refusals[path]:
         with pytest.raises(ValueError, match=words):
             optimizer.load_state_dict(edited)
         assert_bit_identical(_snapshot(optimizer, layer, SPEC), before, strict=True)

@@ -94,13 +94,14 @@ def _attach_state_dict(optimizer) -> None:
 
 def _load_own(optimizer, cls, own: Mapping, method: str = "set_state_dict") -> None:
     """Paddle's own form loaded: the steps a native class counts (``_uo_steps``) no
-    longer describe the state; unknown (None) from here on. Where the optimizer holds
-    its accumulators already (it has stepped), the dict must hold each of them, by name
-    and shape, and nothing else, checked before anything is written: Paddle's loader
-    asserts on an unknown key and writes the accumulators it reaches before one that is
-    missing."""
+    longer describe the state; unknown (None) from here on. A native class that holds
+    its accumulators already (it has stepped) needs the dict to hold each of them, by
+    name and shape, and nothing else, checked before anything is written: Paddle's
+    loader asserts on an unknown key and writes the accumulators it reaches before one
+    that is missing. (The own path's load checks its entries itself.)"""
+    native = optimizer._uo_surface.native is not None
     held = {key: value for key, value in cls.state_dict(optimizer).items()
-            if key not in PADDLE_ENTRIES}
+            if key not in PADDLE_ENTRIES} if native else {}
     if held:
         given = {key for key in own if key not in PADDLE_ENTRIES}
         missing, extra = sorted(set(held) - given), sorted(given - set(held))
