@@ -57,6 +57,16 @@ def check_bool(owner: str, name: str, value: Any) -> bool:
     return value
 
 
+def check_float(owner: str, name: str, value: Any) -> float:
+    """A Python float, not an int or a bool: MindSpore's and MindFormers' own checks
+    (``check_is_float``, ``check_value_type(..., [float])``), which the presets of their
+    classes repeat."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        raise TypeError(f"{owner}: {name} must be a float, got {value!r} of type "
+                        f"{type(value).__name__}")
+    return value
+
+
 def check_int(owner: str, name: str, value: Any, *, low: int | None = None) -> int:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"{owner}: {name} must be an int, got {value!r} "

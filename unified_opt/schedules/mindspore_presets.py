@@ -27,10 +27,7 @@ EXP = "mindspore.experimental.optim.lr_scheduler"
 def _float(q: str, name: str, value, positive: bool = True) -> float:
     """MindSpore's ``check_positive_float`` / ``check_non_negative_float`` with
     ``check_is_float``: a float (an int is a TypeError there), > 0 or >= 0."""
-    if isinstance(value, bool) or not isinstance(value, float):
-        raise TypeError(f"{q}: {name} must be a float, got {value!r} of type "
-                        f"{type(value).__name__}")
-    return v.check_range(q, name, value, low=0.0, low_open=positive)
+    return v.check_range(q, name, v.check_float(q, name, value), low=0.0, low_open=positive)
 
 
 def _checked(q: str, *, positive=(), non_negative=(), counts=(), flags=()) -> None:
@@ -79,8 +76,7 @@ def piecewise_constant_lr(milestone, learning_rates):
     q = f"{NN}.piecewise_constant_lr"
     _checked(q, counts=[(f"milestone[{i}]", m) for i, m in enumerate(milestone)])
     for i, lr in enumerate(learning_rates):
-        if isinstance(lr, bool) or not isinstance(lr, float):
-            raise TypeError(f"{q}: learning_rates[{i}] must be a float, got {lr!r}")
+        v.check_float(q, f"learning_rates[{i}]", lr)
     if len(milestone) != len(learning_rates) or not milestone:
         raise ValueError(f"milestone and learning_rates must be non-empty and of the same "
                          f"length, got {list(milestone)!r} and {list(learning_rates)!r}")

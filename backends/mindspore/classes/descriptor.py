@@ -164,9 +164,7 @@ def check_adam_arguments(qualified_name: str, beta1, beta2, eps, **flags) -> Non
     ``AdaMax`` call): ``beta1``, ``beta2`` and ``eps`` are floats (an int is a
     TypeError there), the betas in the open (0, 1), ``eps`` > 0; ``flags`` are bools."""
     for name, value in (("beta1", beta1), ("beta2", beta2), ("eps", eps)):
-        if isinstance(value, bool) or not isinstance(value, float):
-            raise TypeError(f"{qualified_name}: {name} must be a float, got {value!r} of "
-                            f"type {type(value).__name__}")
+        v.check_float(qualified_name, name, value)
     for name, value in (("beta1", beta1), ("beta2", beta2)):
         v.check_range(qualified_name, name, value, low=0.0, high=1.0, low_open=True,
                       high_open=True)

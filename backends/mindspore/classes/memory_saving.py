@@ -60,10 +60,7 @@ def mindformers_came(learning_rate=None, eps=(1e-30, 1e-3, 1e-16), clip_threshol
     for name, value in (("decay_rate", decay_rate), ("beta1", beta1), ("beta3", beta3),
                         ("weight_decay", weight_decay)):
         # MindFormers' check_value_type(..., [float]): an int is a TypeError there
-        if isinstance(value, bool) or not isinstance(value, float):
-            raise TypeError(f"{q}: {name} must be a float, got {value!r} of type "
-                            f"{type(value).__name__}")
-        v.check_range(q, name, value, low=0.0, high=1.0)
+        v.check_range(q, name, v.check_float(q, name, value), low=0.0, high=1.0)
     eps = v.check_sequence(q, "eps", eps, 3)
     return CAME(lr=relative_step_lr(q, learning_rate, relative_step, warmup_init),
                 betas=(beta1, None, beta3), eps=(eps[0], eps[2]), eps_scale=eps[1],
