@@ -347,13 +347,13 @@ def call_preset(cls: NativeClass, arguments: dict) -> Spec:
     return preset(cls.name, **arguments)
 
 
-def parameter_names(names: Any) -> dict[int, str] | None:
+def parameter_names(names: Any, caller: str = CALLER) -> dict[int, str] | None:
     """``names=`` as ``id(parameter) -> name`` (None when not given)."""
     if names is None:
         return None
-    pairs = named_parameters(names, CALLER)
+    pairs = named_parameters(names, caller)
     if framework_of(names) is None and any(n is None for n, _ in pairs):
-        raise TypeError(f"{CALLER}: names must be a module or (name, parameter) pairs, got "
+        raise TypeError(f"{caller}: names must be a module or (name, parameter) pairs, got "
                         f"{type(names).__name__} holding unnamed parameters")
     return {id(p): n for n, p in pairs}
 

@@ -171,14 +171,10 @@ def named_by(record: BuildRecord, names: Any, caller: str = "save_state") -> Bui
     parameter)`` pairs, matched by identity): a build over ``model.parameters()`` names
     none of them. Names the build has must agree with ``names``; a parameter ``names``
     does not hold is refused, so no state is written under a made-up name."""
-    from ..build import framework_of
-    from ..parameters import named_parameters
+    from .live import parameter_names
 
-    pairs = named_parameters(names, caller)
-    if framework_of(names) is None and any(n is None for n, _ in pairs):
-        raise TypeError(f"{caller}: names must be a module or (name, parameter) pairs, got "
-                        f"{type(names).__name__} holding unnamed parameters")
-    given = {id(p): n for n, p in pairs}
+    given = parameter_names(names, caller)
+    assert given is not None            # (names is given)
     out = []
     for i, (own, p) in enumerate(zip(record.names, record.params)):
         name = given.get(id(p))
