@@ -166,6 +166,15 @@ def test_a_paddle_loop_s_optimizer_methods_are_marked_or_mapped_for_mindspore():
      "AdamW comes from 'from torch.optim import *'"),
     ("import paddle\nopt = paddle.optimizer.Adam(parameters=m.parameters(), "
      "learning_rate=args.lr)\n", 2, "learning_rate=args.lr is not a literal"),
+    # a name bound again after its literal (it used to bake the first value in, exit 0:
+    # the port stepped at lr 0.01 where Paddle ran 0.003)
+    *[("import paddle\nlr = 0.01\n" + rebind + "opt = paddle.optimizer.Adam(parameters="
+       "m.parameters(), learning_rate=lr)\n", 3 + rebind.count("\n"),
+       "learning_rate=lr is not a literal")
+      for rebind in ("lr *= 0.3\n", "if fast:\n    lr = 0.1\n", "lr, wd = 0.1, 0.0\n",
+                     "def set_lr():\n    global lr\n",
+                     "exec(open('config.py').read())\n", "globals().update(config)\n",
+                     "for lr in (0.1, 0.2):\n    pass\n")],
     # a torch.nn base class without a target class, in a tuple of module types a decay
     # test reads (it used to stay torch's: every Paddle module failed the test, silently)
     ("import torch\nnorms = (torch.nn.modules.batchnorm._NormBase, torch.nn.LayerNorm)\n"

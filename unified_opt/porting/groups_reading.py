@@ -17,43 +17,59 @@ def _literal_code(code: str, constants: dict[str, Any]) -> Any:
     return ast.literal_eval(tree)
 
 
-def _module_constants(module) -> dict[str, Any]:
-    """Names assigned exactly once at module level, to a literal."""
-    import libcst as cst
-
-    seen: dict[str, list] = {}
-    for statement in module.body:
-        if not isinstance(statement, cst.SimpleStatementLine):
-            continue
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(
-                    small.targets[0].target, cst.Name):
-                seen.setdefault(small.targets[0].target.value, []).append(small.value)
-    constants = {}
-    for name, values in seen.items():
-        if len(values) == 1:
-            try:
-                constants[name] = ast.literal_eval(module.code_for_node(values[0]))
-            except (ValueError, SyntaxError):
-                pass
-    return constants
+# Calls that can rebind any module-level name behind the parser's back (nanoGPT's
+# ``exec(open("configurator.py").read())``, ``globals().update(...)``): a file that makes
+# one has no constants
+_DYNAMIC_BINDERS = frozenset({"exec", "globals", "vars", "locals", "setattr", "__import__"})
 
 
-def _file_constants(module) -> dict[str, Any]:
-    """Names assigned exactly once anywhere in the file (a function's local list of
-    no-decay names too), to a literal; a name assigned twice is none of them."""
+def _bound_names(node: ast.AST) -> list[str]:
+    """The names a binding target binds (a tuple's, a starred one's too)."""
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+
+
+def script_constants(module) -> dict[str, Any]:
+    """Names the file binds exactly once, by a plain ``name = <literal>`` (anywhere: a
+    function's local list of no-decay names too), with their values. A name bound any
+    other way as well (``+=``, a tuple target, a loop or ``with`` target, ``global`` in a
+    function, an import, an argument, ``:=``) is none of them, and a file that calls
+    ``exec``, ``globals``, ``vars``, ``locals`` or ``setattr`` has none: the value a
+    ported spec would bake in may not be the one the script runs with."""
     tree = ast.parse(module.code)
-    seen: dict[str, list] = {}
+    bindings: dict[str, list] = {}
+
+    def bind(names, value=None):
+        for name in names:
+            bindings.setdefault(name, []).append(value)
+
     for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(
-                node.targets[0], ast.Name):
-            seen.setdefault(node.targets[0].id, []).append(node.value)
-        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and isinstance(
-                node.target, ast.Name):
-            seen.setdefault(node.target.id, []).extend([None, None])
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id in _DYNAMIC_BINDERS):
+            return {}
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                simple = isinstance(target, ast.Name) and len(node.targets) == 1
+                bind(_bound_names(target), node.value if simple else None)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor,
+                               ast.comprehension, ast.NamedExpr)):
+            bind(_bound_names(node.target))
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            bind(_bound_names(node.optional_vars))
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bind(node.names)
+        elif isinstance(node, ast.arg):
+            bind([node.arg])
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bind([(a.asname or a.name).split(".")[0] for a in node.names])
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bind([node.name])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bind([node.name])
+        elif isinstance(node, ast.Delete):
+            bind([n for t in node.targets for n in _bound_names(t)])
     constants = {}
-    for name, values in seen.items():
-        if len(values) == 1:
+    for name, values in bindings.items():
+        if len(values) == 1 and values[0] is not None:
             try:
                 constants[name] = ast.literal_eval(values[0])
             except (ValueError, SyntaxError, TypeError):

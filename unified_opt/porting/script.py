@@ -52,11 +52,10 @@ from .finder import (
     make_finder,
 )
 from .groups_reading import (
-    _file_constants,
     _Groups,
     _literal_code,
-    _module_constants,
     _read_groups,
+    script_constants,
     target_patterns,
 )
 from .ported import Ported, Rewrite, insert_imports, nothing_found
@@ -470,7 +469,7 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
         from .mapper import port_torch
 
         return port_torch(source, to, filename=filename)
-    constants = {**_file_constants(wrapper.module), **_module_constants(wrapper.module)}
+    constants = script_constants(wrapper.module)
     reader = _Reader(wrapper.module, finder, constants)
     reader.refusals += [(line, message) for line, message, _ in finder.unfollowed]
     optimizers = []
