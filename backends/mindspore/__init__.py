@@ -137,6 +137,11 @@ class MindSporeBackend(Backend):
 
     def build(self, spec, named, **kwargs):
         optimizer, record = super().build(spec, named, **kwargs)
+        # a parameter passed bare is named by its own name (a Cell's structural one,
+        # "0.weight": the same in a rebuilt network), where those are distinct
+        own = [n if n is not None else p.name for n, p in named]
+        if len(set(own)) == len(own):
+            record.names = own
         why = getattr(optimizer, "graph_why", None)
         if record.decision.path == "own" and why is not None:
             reason = record.decision.reason.split("; in GRAPH_MODE")[0]

@@ -93,8 +93,8 @@ def _rules_of_group_dicts(record: Any, caller: str) -> tuple:
         names = [record.names[i] for i in members]
         if any(name is None for name in names):
             raise ValueError(f"{caller}: params[{g}]'s parameters have no names, and the file "
-                             "keys state and groups by name; give (name, parameter) pairs "
-                             "in the group dicts")
+                             "keys state and groups by name; pass names=<module> or give "
+                             "(name, parameter) pairs in the group dicts")
         plan = record.plans[members[0]]
         base = record.spec.for_parameter(names[0])
         decay = getattr(plan.spec, "weight_decay", None)

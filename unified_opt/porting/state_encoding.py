@@ -39,6 +39,15 @@ def encoded(s: Snapshot, caller: str = "save_state"
     """``s`` as its metadata, ``sha256`` included, and its tensors (views of ``s``'s
     arrays where they are contiguous: no copy). A state array of a dtype the format does
     not hold is a TypeError naming it (``caller`` names the function in errors)."""
+    unnamed = [i for i, name in enumerate(s.names) if not isinstance(name, str)]
+    if unnamed or len(set(s.names)) != len(s.names):
+        # the file keys each parameter's state by its name: one name for two parameters
+        # (or none) would keep one's state under both, silently
+        shared = sorted({n for n in s.names if isinstance(n, str) and s.names.count(n) > 1})
+        raise ValueError(f"{caller}: every parameter needs its own name in a state file; "
+                         + (f"parameters {unnamed} have none" if unnamed else
+                            f"the names {shared} are shared")
+                         + "; pass names=<module> or build with (name, parameter) pairs")
     metadata, tensors = _metadata(s, caller), _tensors(s)
     for key, array in tensors.items():
         if array.dtype not in FILE_DTYPES.values():
