@@ -76,6 +76,24 @@ def test_differentiable_takes_the_for_loop_not_the_fused_kernel(spec):
     assert uo.build(spec, [w]).defaults["fused"] is True
 
 
+@pytest.mark.parametrize("spec", [uo.Adam(lr=0.1, amsgrad=True),
+                                  uo.AdamW(lr=0.1, amsgrad=True)], ids=["adam", "adamw"])
+def test_amsgrad_takes_the_for_loop_whose_maximum_keeps_a_nan(spec):
+    """torch's fused kernel's max(max_exp_avg_sq, exp_avg_sq) drops a NaN: after a NaN
+    gradient its max_exp_avg_sq stayed finite (1317.1 in the conformance checker's
+    non-finite stream) where the spec's is NaN. uo.build takes the for-loop for amsgrad."""
+    w = torch.nn.Parameter(torch.ones(2))
+    optimizer = uo.build(spec, [w])
+    assert not optimizer.defaults.get("fused")
+    for grad in ([1.0, 2.0], [float("nan"), 1.0]):
+        w.grad = torch.tensor(grad)
+        optimizer.step()
+    state = optimizer.state[w]["max_exp_avg_sq"]
+    assert torch.isnan(state[0]) and state[1].item() == pytest.approx(0.004 * 0.999 + 0.001)
+    assert optimizer.defaults.get("fused") is None
+    assert uo.build(spec.replace(amsgrad=False), [w]).defaults["fused"] is True
+
+
 def test_native_path_refuses_a_spec_no_class_computes():
     with pytest.raises(ValueError, match="no native torch optimizer computes this spec"):
         uo.build(uo.preset("mindspore.nn.Adam"), [torch.nn.Parameter(torch.zeros(2))],

@@ -63,10 +63,15 @@ def fast_flags(cls, context) -> dict:
     for-loop it replaces and steps 5x faster on CPU for Adam (4096x4096 float32,
     benchmarks/results/algorithm_step_time.md). The for-loop stays where the options
     name ``fused`` or ``foreach`` or set ``differentiable`` (which torch's fused kernels
-    refuse), and where any parameter is on another device."""
+    refuse), where any parameter is on another device, and for amsgrad (below)."""
     if "fused" not in inspect.signature(cls.__init__).parameters or \
             {"fused", "foreach"} & set(context.options) or context.sharded or \
             context.options.get("differentiable"):    # torch's fused kernels are not
+        return {}
+    if any(getattr(plan.spec, "amsgrad", False) for plan in context.plans or ()):
+        # the fused kernel's running maximum drops a NaN (max(m, NaN) keeps m): after a
+        # non-finite gradient max_exp_avg_sq stays finite where the spec's (and torch's
+        # for-loop's) is NaN, so amsgrad runs the for-loop
         return {}
     devices = set(context.device.split(",")) if context.device else set()
     if not devices or not devices <= set(fused_devices(cls)) or \
