@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import json
 import platform
 import sys
 import threading
@@ -51,6 +52,7 @@ from unified_opt.backend import BACKENDS
 from unified_opt.records import records
 
 from .cases import DENSE_PARAMS, MIN_STEPS, Case
+from .cases.functions import encode_spec, named_for_this_process
 from .deviations import has_trust_ratio
 from .device import Device, parse_device, place
 from .drivers.base import Driver, spec_state_shapes
@@ -316,6 +318,13 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
     if not isinstance(nonfinite, bool):
         raise TypeError(f"check: nonfinite must be a bool, got {nonfinite!r}")
     device = parse_device(device, "check: device")
+    with named_for_this_process(spec):     # a LambdaLR's function: the cases stay here
+        return _checked(factory, spec, backend, steps, out, nonfinite, device)
+
+
+def _checked(factory: Callable, spec: uo.Spec, backend: str, steps: int | None,
+             out: str | Path | None, nonfinite: bool, device) -> CheckResult:
+    """:func:`check` over checked arguments."""
     cases = check_cases(spec, steps, nonfinite, backend)
     driver_cls = driver_class(backend)
     called = _Called(factory, backend)
@@ -338,7 +347,8 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
                                                             results, failing)
     report = build_report(cases, [backend], {backend: worker}, results)
     report["unexercised_lowering_rows"] = {backend: []}   # no uo.build lowering ran
-    report["checked"] = {"factory": _name(factory), "spec": spec.to_json(), **what}
+    report["checked"] = {"factory": _name(factory),
+                         "spec": json.dumps(encode_spec(spec), sort_keys=True), **what}
     if out is not None:
         write_reports(report, out)
     # a stream failing on where the non-finite elements are has no finite ratio: its

@@ -181,6 +181,36 @@ def test_a_one_step_lr_shift_fails_with_the_shift_named():
     assert "lr schedule shifted by +1 step follows this optimizer" in shifted.explanation
 
 
+@require("torch")
+def test_a_spec_scheduled_by_the_user_s_own_function_is_checked():
+    """A spec whose lr is ``schedules.Lambda(fn=<the LambdaLR's own function>)``: check
+    runs its streams in this process, so the function needs no registered name (check
+    raised "not a registered example function", and once registered, a TypeError from
+    the report's spec JSON). A schedule with another function fails."""
+    from conformance.cases.functions import FUNCTIONS
+
+    def decay(t):
+        return 1.0 / (1 + 0.1 * t)
+
+    def factory(params):
+        import torch
+
+        optimizer = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1)
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, decay)
+
+    registered = dict(FUNCTIONS)
+    result = check(factory, uo.AdamW(lr=schedules.Lambda(fn=decay, lr=1e-3),
+                                     weight_decay=0.1), backend="torch", nonfinite=False)
+    assert result.passed, result.explanation
+    assert '"<check>' in result.report["checked"]["spec"] and "decay" in \
+        result.report["checked"]["spec"]
+    other = check(factory, uo.AdamW(lr=schedules.Lambda(fn=lambda t: 1.0 / (1 + 0.2 * t),
+                                                        lr=1e-3), weight_decay=0.1),
+                  backend="torch", nonfinite=False)
+    assert not other.passed and "lr: " in other.explanation
+    assert FUNCTIONS == registered
+
+
 TORCH_OPTIMIZER_LAMB = uo.Lamb(lr=0.01, weight_decay=0.05, weight_norm_clamp=3.0,
                                always_adapt=True, bias_correction="none")
 PEERS = [  # (qualified class, its arguments, the spec it computes, non-finite stream too)

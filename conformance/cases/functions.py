@@ -11,7 +11,8 @@ refused with the schedule's own error.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+import contextlib
+from typing import Any, Callable, Iterator, Mapping
 
 import unified_opt as uo
 from unified_opt.schedules import Constant, Schedule, schedule_from_dict
@@ -77,3 +78,39 @@ def decode_spec(data: Mapping[str, Any]) -> uo.Spec:
         if isinstance(hyper.get(key), Mapping):
             hyper[key] = _decode(hyper[key])
     return uo.spec_from_dict({**data, "hyperparameters": hyper})
+
+
+def _callables(value: Any) -> Iterator[Callable]:
+    if isinstance(value, Schedule):
+        from dataclasses import fields
+
+        for f in fields(value):
+            yield from _callables(getattr(value, f.name))
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _callables(item)
+    elif callable(value):
+        yield value
+
+
+@contextlib.contextmanager
+def named_for_this_process(spec: uo.Spec) -> Iterator[None]:
+    """The callables inside ``spec``'s schedules registered by name while the block runs
+    (``uo.conformance.check``: its cases run in this process and never travel, so the
+    user's own ``LambdaLR`` function is as good as a registered one there); a check's
+    report names each as ``"<check>qualname"``. Removed afterwards."""
+    added = []
+    for key in _SCHEDULABLE:
+        for fn in _callables(getattr(spec, key, None)):
+            if any(registered is fn for registered in FUNCTIONS.values()):
+                continue
+            name = f"<check>{getattr(fn, '__qualname__', type(fn).__name__)}"
+            while name in FUNCTIONS:
+                name += "'"
+            FUNCTIONS[name] = fn
+            added.append(name)
+    try:
+        yield
+    finally:
+        for name in added:
+            FUNCTIONS.pop(name, None)
