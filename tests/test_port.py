@@ -101,6 +101,27 @@ def test_a_scheduler_cycling_the_momentum_gets_the_own_path_on_paddle(scheduler,
     assert "path='own'" not in port_source(source, "mindspore").source
 
 
+@pytest.mark.parametrize("write, own", [
+    ("for g in opt.param_groups:\n    g['weight_decay'] = 0.1\n", True),
+    ("opt.param_groups[0]['momentum'] = 0.5\n", True),
+    ("for group in opt.param_groups:\n    group['weight_decay'] *= 0.5\n", True),
+    ("for g in opt.param_groups:\n    g['lr'] = 0.1\n", False),
+    ("for g in other.param_groups:\n    g['weight_decay'] = 0.1\n", False)])
+def test_a_hyperparameter_written_into_param_groups_gets_the_own_path_on_paddle(write, own):
+    """Paddle's native classes read weight decay and momentum once, when built: a script
+    writing them into param_groups (a hand-written decay schedule) ran to a refusal at
+    its first write, ported with exit 0. Its optimizer is built with path='own' now."""
+    source = ("import torch\n"
+              "opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9, "
+              "weight_decay=0.01)\n" + write)
+    ported = port_source(source, "paddle")
+    built = ported.source.splitlines()[1]
+    assert built.endswith(", m.parameters(), path='own')" if own else ", m.parameters())")
+    assert any("into opt.param_groups, which Paddle's native classes read only when "
+               "built" in note for note in ported.notes) == own
+    assert "path='own'" not in port_source(source, "mindspore").source
+
+
 @pytest.mark.parametrize("cls, own", [("RAdam", True), ("NAdam", True), ("Adam", False)])
 def test_a_saved_state_paddle_cannot_map_gets_the_own_path(cls, own):
     source = ("import torch\n"

@@ -131,6 +131,12 @@ STATE = {"save": "torch.save", "load": "torch.load"}
 #: that saves or loads the optimizer's state builds them with ``path='own'``
 STATE_NEEDS_OWN = {"paddle": ("torch.optim.RAdam", "torch.optim.NAdam")}
 
+#: param_groups keys a script may write during training that Paddle's native classes read
+#: only when built (the lr they take at every step): a script writing one builds that
+#: optimizer with ``path='own'`` on Paddle
+WRITTEN_HYPERPARAMETERS = ("weight_decay", "momentum", "betas", "eps", "dampening", "alpha",
+                           "rho", "lr_decay", "nesterov", "amsgrad", "maximize")
+
 #: optimizers of other torch libraries, which the port cannot map (their math is not a
 #: preset's): every call into a library of optimizers only, and transformers' two
 #: classes; a script calling one is marked (it would step torch tensors on the target)

@@ -399,6 +399,11 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
                               "cycles its momentum (cycle_momentum), which Paddle's native "
                               "classes read only when built")
             return f"uo.build({spec}, {params}, path='own')"
+        if plan.to == "paddle" and o.target in plan.written:
+            plan.notes.append(f"line {o.line}: path='own': the script writes "
+                              f"{plan.written[o.target]!r} into {o.target}.param_groups, "
+                              "which Paddle's native classes read only when built")
+            return f"uo.build({spec}, {params}, path='own')"
         return f"uo.build({spec}, {params})"
 
     optimizers = {id(o.call): o for o in plan.optimizers}

@@ -16,6 +16,7 @@ from .api_map import (
     NO_ARGUMENTS,
     SCHEDULER_MODULES,
     SCHEDULERS,
+    WRITTEN_HYPERPARAMETERS,
     class_for,
     is_torch_nn_class,
     other_library_optimizer,
@@ -65,6 +66,9 @@ class Plan:
     #: optimizer variables a scheduler writes momentum or betas into (OneCycleLR's and
     #: CyclicLR's cycle_momentum): Paddle's native classes read them once, when built
     cycled: set[str] = field(default_factory=set)
+    #: optimizer variable -> a hyperparameter other than the lr that the script writes
+    #: into its param_groups (a hand-written weight-decay schedule): the same on Paddle
+    written: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     rewrites: list[Rewrite] = field(default_factory=list)
     imports: list[str] = field(default_factory=list)
@@ -99,6 +103,13 @@ def collector(plan: Plan, qualified, positions):
     def names_of(node) -> list:
         return sorted(qualified.get(node, set()), key=lambda q: q.name)
 
+    def _groups_of(node) -> str | None:
+        """The optimizer variable of ``<name>.param_groups`` (None: not that)."""
+        if isinstance(node, cst.Attribute) and node.attr.value == "param_groups" and \
+                isinstance(node.value, cst.Name):
+            return node.value.value
+        return None
+
     class Collector(cst.CSTVisitor):
         def __init__(self):
             self.statements: list = []
@@ -109,6 +120,7 @@ def collector(plan: Plan, qualified, positions):
             self.containers = 0                         # inside a tuple or list literal
             self.star_modules: list[str] = []
             self.step_lines: list[tuple[int, str]] = []
+            self.group_variables: dict[str, str] = {}   # loop variable -> optimizer
 
         def line(self, node) -> int:
             return positions[node].start.line
@@ -136,6 +148,38 @@ def collector(plan: Plan, qualified, positions):
             super().on_leave(original_node)
             if isinstance(original_node, cst.BaseCompoundStatement):
                 self.statements.pop()
+
+        def visit_For(self, node):
+            # for g in opt.param_groups: ... g["weight_decay"] = ...
+            if isinstance(node.target, cst.Name) and _groups_of(node.iter) is not None:
+                self.group_variables[node.target.value] = _groups_of(node.iter)
+
+        def visit_Assign(self, node):
+            for target in node.targets:
+                self._group_write(target.target)
+
+        def visit_AugAssign(self, node):
+            self._group_write(node.target)
+
+        def _group_write(self, target) -> None:
+            """Record ``g[key] = ...`` / ``opt.param_groups[i][key] = ...`` of a
+            hyperparameter other than the lr."""
+            if not isinstance(target, cst.Subscript) or len(target.slice) != 1:
+                return
+            index = target.slice[0].slice
+            if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)):
+                return
+            key = index.value.evaluated_value
+            if key not in WRITTEN_HYPERPARAMETERS:
+                return
+            owner = target.value
+            optimizer = None
+            if isinstance(owner, cst.Name):
+                optimizer = self.group_variables.get(owner.value)
+            elif isinstance(owner, cst.Subscript):
+                optimizer = _groups_of(owner.value)
+            if optimizer is not None:
+                plan.written.setdefault(optimizer, key)
 
         def visit_Import(self, node):
             return False
