@@ -276,7 +276,11 @@ def test_every_reason_is_marked_in_place_in_one_run():
     ("def step(model, opt):\n"
      "    torch.nn.utils.clip_grad_value_(model.parameters(), CLIP)\n    opt.step()\n",
      "clip by value"),
-], ids=["parameter", "not-before-step", "norm-type", "value"])
+    # nanoGPT's `if grad_clip != 0.0:` around its clip: a grad_clip would clip always
+    ("def step(model, opt):\n    if CLIP != 0.0:\n"
+     "        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)\n    opt.step()\n",
+     "it runs under an if: moved into the optimizer, the clip would run at every"),
+], ids=["parameter", "not-before-step", "norm-type", "value", "under-an-if"])
 def test_to_mindspore_a_clip_the_optimizer_cannot_take_exactly_is_marked(loop, words):
     source = ("import torch\nCLIP = 1.0\n"
               "def make(model):\n    return torch.optim.SGD(model.parameters(), lr=0.1)\n"
@@ -307,6 +311,24 @@ def test_to_mindspore_a_clip_before_the_step_moves_into_the_optimizer():
     assert "    uo.porting.check_clip_in_step(opt, model.trainable_params(), CLIP)\n" \
            "    opt.step()" in ported.source
     assert any("optimizer's grad_clip now" in note for note in ported.notes)
+
+
+def test_to_mindspore_a_clip_before_a_step_of_self_optimizer_moves_into_it():
+    """minGPT's Trainer steps ``self.optimizer``: the step right after the clip was not
+    recognised ("the next statement is not the optimizer's .step()")."""
+    source = ("import torch\n"
+              "class Trainer:\n"
+              "    def __init__(self, model):\n"
+              "        self.model = model\n"
+              "        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+              "    def step(self):\n"
+              "        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)\n"
+              "        self.optimizer.step()\n")
+    ported = port_source(source, "mindspore")
+    assert ported.refusals == []
+    assert ".replace(grad_clip=uo.ClipByGlobalNorm(max_norm=1.0, eps=1e-6))" in ported.source
+    assert ("        uo.porting.check_clip_in_step(self.optimizer, "
+            "self.model.trainable_params(), 1.0)\n        self.optimizer.step()") in ported.source
 
 
 def test_check_clip_in_step_refuses_another_clip_or_other_parameters():

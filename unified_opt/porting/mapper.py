@@ -234,6 +234,10 @@ def _plan_clips(plan: Plan, module, scopes, qualified) -> None:
             if error is not None and _code(error) != "False":
                 raise ValueError("error_if_nonfinite raises where the spec's clip goes on")
             stepped = _next_step(module, statement)
+            if stepped is None and _last_of_an_if(module, statement):
+                raise ValueError("it runs under an if: moved into the optimizer, the clip "
+                                 "would run at every step; write it unconditionally right "
+                                 "before the step where the condition holds")
             if stepped is None:
                 raise ValueError("the next statement is not the optimizer's .step(): only a "
                                  "clip right before the step moves into the optimizer")
@@ -273,9 +277,18 @@ def _clip_arguments(call) -> dict:
     return out
 
 
+def _dotted(node) -> bool:
+    """Whether ``node`` is a name or a chain of attributes of one (``self.optimizer``)."""
+    import libcst as cst
+
+    while isinstance(node, cst.Attribute):
+        node = node.value
+    return isinstance(node, cst.Name)
+
+
 def _next_step(module, statement) -> str | None:
-    """The optimizer variable ``V`` when the statement after ``statement`` in its block is
-    ``V.step()``."""
+    """The optimizer ``V`` (a variable, or an attribute as minGPT's ``self.optimizer``)
+    when the statement after ``statement`` in its block is ``V.step()``."""
     import libcst as cst
 
     class Finder(cst.CSTVisitor):
@@ -288,8 +301,8 @@ def _next_step(module, statement) -> str | None:
                     call = second.body[0].value
                     if isinstance(call, cst.Call) and not call.args and isinstance(
                             call.func, cst.Attribute) and call.func.attr.value == "step" \
-                            and isinstance(call.func.value, cst.Name):
-                        Finder.found = call.func.value.value
+                            and _dotted(call.func.value):
+                        Finder.found = cst.Module([]).code_for_node(call.func.value)
 
         def visit_IndentedBlock(self, node):
             self._block(list(node.body))
@@ -298,6 +311,23 @@ def _next_step(module, statement) -> str | None:
             self._block(list(node.body))
 
     Finder.found = None
+    module.visit(Finder())
+    return Finder.found
+
+
+def _last_of_an_if(module, statement) -> bool:
+    """Whether ``statement`` ends the body of an ``if`` (nanoGPT's ``if grad_clip != 0.0:``
+    around its clip)."""
+    import libcst as cst
+
+    class Finder(cst.CSTVisitor):
+        found = False
+
+        def visit_If(self, node):
+            body = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []
+            if body and body[-1] is statement:
+                Finder.found = True
+
     module.visit(Finder())
     return Finder.found
 
