@@ -331,6 +331,20 @@ def test_to_mindspore_a_clip_before_a_step_of_self_optimizer_moves_into_it():
             "self.model.trainable_params(), 1.0)\n        self.optimizer.step()") in ported.source
 
 
+def test_a_model_s_zero_grad_does_not_make_it_an_optimizer():
+    """A Module has zero_grad too: ``model.zero_grad()`` made the port take ``model`` for
+    an optimizer and mark a call of another library handed it ("is handed the optimizer
+    model", exit 1). An optimizer-like variable handed to one is still marked."""
+    source = ("import torch\nfrom helper_lib import describe\n"
+              "model = torch.nn.Linear(4, 2)\n"
+              "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+              "model.zero_grad(set_to_none=True)\nopt.step()\ndescribe(model)\n")
+    assert port_source(source, "paddle").refusals == []
+    handed = port_source(source.replace("describe(model)", "describe(opt)"), "paddle")
+    assert [line for line, _ in handed.refusals] == [7]
+    assert "is handed the optimizer opt" in handed.refusals[0][1]
+
+
 def test_check_clip_in_step_refuses_another_clip_or_other_parameters():
     model = _model()
     spec = uo.SGD(lr=0.1, grad_clip=uo.ClipByGlobalNorm(max_norm=0.5, eps=1e-6))

@@ -103,15 +103,28 @@ def _optimizer_like(module) -> set[str]:
     import libcst as cst
 
     found: set[str] = set()
+    zeroed: set[str] = set()
+    modules: set[str] = set()
 
     class Uses(cst.CSTVisitor):
         def visit_Attribute(self, node):
-            if node.attr.value in ("param_groups", "zero_grad") and isinstance(
-                    node.value, cst.Name):
+            if not isinstance(node.value, cst.Name):
+                return
+            if node.attr.value == "param_groups":
                 found.add(node.value.value)
+            elif node.attr.value == "zero_grad":
+                zeroed.add(node.value.value)
+            elif node.attr.value in MODULE_ATTRIBUTES:
+                modules.add(node.value.value)
 
     module.visit(Uses())
-    return found
+    # a torch Module has zero_grad too (model.zero_grad(set_to_none=True))
+    return found | (zeroed - modules)
+
+
+#: what a script reads of a torch Module and never of an optimizer
+MODULE_ATTRIBUTES = ("parameters", "named_parameters", "modules", "named_modules",
+                     "children", "named_children", "train", "eval", "forward")
 
 
 # -- imports every use of which was mapped ------------------------------------------------
