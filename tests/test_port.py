@@ -156,6 +156,19 @@ def test_a_paddle_loop_s_optimizer_methods_are_written_as_torch_writes_them():
         "# unified-opt port: not ported: opt.set_lr(...)")
 
 
+@pytest.mark.parametrize("to", ["torch", "mindspore"])
+def test_a_paddle_set_state_dict_is_marked_naming_the_state_files(to):
+    """``opt.set_state_dict(paddle.load(f))`` was left as written, exit 0: an
+    AttributeError on the target (and paddle.save refuses its tensors)."""
+    source = ("import paddle\n"
+              "opt = paddle.optimizer.AdamW(learning_rate=0.01, parameters=m.parameters())\n"
+              "opt.set_state_dict(paddle.load('opt.pdopt'))\n")
+    ported = port_source(source, to)
+    assert [line for line, _ in ported.refusals] == [3]
+    assert (f"opt.set_state_dict(...): {to}'s optimizer has no set_state_dict"
+            in ported.refusals[0][1]) and "uo.load_state(opt, path)" in ported.refusals[0][1]
+
+
 def test_a_paddle_loop_s_optimizer_methods_are_marked_or_mapped_for_mindspore():
     source = ("import paddle\n"
               "opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=m.parameters())\n"

@@ -56,7 +56,8 @@ OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
 
 #: a Paddle optimizer's methods that torch's optimizers lack (a script ported to torch
 #: has them rewritten or marked: script.py's ``_torch_method``)
-PADDLE_METHODS = ("clear_grad", "clear_gradients", "get_lr", "set_lr", "minimize")
+PADDLE_METHODS = ("clear_grad", "clear_gradients", "get_lr", "set_lr", "minimize",
+                  "set_state_dict")
 #: a MindSpore optimizer's attributes other frameworks' optimizers lack: its lr Parameter
 #: (``ops.assign(opt.learning_rate, ...)`` changes the lr at run time, the migration
 #: guide's way) and its weight decay

@@ -375,9 +375,18 @@ def _torch_method(variable: str, call, method: str) -> tuple[str | None, str]:
         return (f"{variable}.param_groups[0]['lr']",
                 "torch keeps the lr in param_groups (the first group's: Paddle's get_lr "
                 "gives the optimizer's one lr)")
+    if method == "set_state_dict":
+        return None, _state_dict_refusal(variable, "torch")
     return None, f"{variable}.{method}(...): torch's optimizers have no {method}; " + (
         f"write the lr into each group ({variable}.param_groups[i]['lr'] = lr)"
         if method == "set_lr" else f"call loss.backward(), then {variable}.step()")
+
+
+def _state_dict_refusal(variable: str, to: str) -> str:
+    return (f"{variable}.set_state_dict(...): {to}'s optimizer has no set_state_dict, and "
+            f"paddle.save/paddle.load do not hold {to} tensors; save and load the optimizer's "
+            f"state with uo.save_state({variable}, path) / uo.load_state({variable}, path) "
+            "(a file every framework reads)")
 
 
 def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str]:
@@ -387,6 +396,8 @@ def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str
         return (f"{variable}.param_groups[0]['lr']",
                 "the optimizer uo.build makes keeps the lr in param_groups, as a float "
                 "(MindSpore's own get_lr gives a Parameter)")
+    if method == "set_state_dict":
+        return None, _state_dict_refusal(variable, "mindspore")
     if method in ("clear_grad", "clear_gradients"):
         return None, (f"{variable}.{method}(): MindSpore parameters keep no gradients (a "
                       "train step computes them with mindspore.value_and_grad and passes "
