@@ -186,7 +186,15 @@ class QuietCase(Case):
                 or self.rank:
             raise ValueError(f"QuietCase {self.id!r}: a quiet stream has no non-finite "
                              "steps, missing gradients, storage dtype or rank")
-        return quiet_gradients_at(self.seed, step, self.params, self.rotation)
+        return quiet_gradients_at(self.seed, step, self.params, self.rotation,
+                                  self.smallest())
+
+    def smallest(self) -> dict:
+        """name -> the smallest magnitude its gradients may take
+        (``Spec.smallest_float32_gradient``: a factored moment's, whose float32
+        product of row and column means underflows below it)."""
+        return {name: self.spec.smallest_float32_gradient(tuple(shape))
+                for name, shape in self.params.items()}
 
 
 def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True,
@@ -224,7 +232,9 @@ def check_cases(spec: uo.Spec, steps: int | None = None, nonfinite: bool = True,
     cases += [QuietCase(id=f"check_{spec.name}_quiet_{i}", spec=spec, params=params,
                         steps=steps, rotation=i,
                         description=f"quiet gradient stream {i}: tensors near 1e-8, 1e-12 "
-                                    "or 1e-20 from step 0, one zero for 20 steps")
+                                    "or 1e-20 from step 0 (no smaller than float32 holds "
+                                    "the spec at: 1e-8 for a factored moment's), one zero "
+                                    "for 20 steps")
               for i in range(QUIET_STREAMS)]
     if nonfinite:
         cases.append(Case(id=f"check_{spec.name}_nonfinite", spec=spec, params=params,

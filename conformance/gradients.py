@@ -64,11 +64,14 @@ QUIET_ZERO_STEPS = 20
 #: :data:`QUIET_ZERO_STEPS` steps, then the kind cycle. On the standard parameter set
 #: (``w`` 65x65, ``bias`` 7, ``ln.gamma`` 8, ``ln.beta`` 9, ``w3d`` 4x4x4, ``scale`` 1)
 #: the factored tensors (Adafactor and CAME factor >= 2-D) get 1e-12 and 1e-8 and 1-D
-#: ones 1e-20. Where float32 cannot hold what float64 does, no float32 run can follow
-#: the oracle, and a check there would fail a correct optimizer: a factored second moment
-#: of 1e-20 gradients (R C / mean R, each about 1e-40) and a zero history from step 0
-#: (V = 0) both meet Adafactor's clamp at eps[0]**2, which is 0 in float32 for
-#: eps[0]=1e-30 (an infinite 1/sqrt(V), then NaN) and 1e-60 in float64
+#: ones 1e-20; a check lifts a tensor's small role to 1e-8 where its spec's float32 run
+#: underflows below the role's magnitude (``Spec.smallest_float32_gradient``: a factored
+#: moment's, about 3.3e-10: :func:`lifted_role`). Where float32 cannot hold what
+#: float64 does, no float32 run can follow the oracle, and a check there would fail a
+#: correct optimizer: a factored second moment of 1e-20 gradients (R C / mean R, each
+#: about 1e-40) and a zero history from step 0 (V = 0) both meet Adafactor's clamp at
+#: eps[0]**2, which is 0 in float32 for eps[0]=1e-30 (an infinite 1/sqrt(V), then NaN)
+#: and 1e-60 in float64
 QUIET_ROLES = ("small", "cycle", "smaller", "zeros", "eps_sized", "smaller")
 
 
@@ -85,10 +88,24 @@ def quiet_role(position: int, rotation: int = 0) -> str:
     return QUIET_ROLES[(position + rotation) % len(QUIET_ROLES)]
 
 
-def quiet_kind_at(step: int, position: int, rotation: int) -> str:
+#: the small roles by magnitude, largest first
+QUIET_MAGNITUDES = {"eps_sized": EPS_SIZED, "small": SMALL, "smaller": SMALLER}
+
+
+def lifted_role(role: str, smallest: float) -> str:
+    """``role``, or for a small role below ``smallest`` (a tensor whose float32 run
+    underflows below it: ``Spec.smallest_float32_gradient``) the smallest small role at
+    or above it (``"cycle"`` where none is)."""
+    if role not in QUIET_MAGNITUDES or QUIET_MAGNITUDES[role] >= smallest:
+        return role
+    return min((r for r, m in QUIET_MAGNITUDES.items() if m >= smallest),
+               key=QUIET_MAGNITUDES.get, default="cycle")
+
+
+def quiet_kind_at(step: int, position: int, rotation: int, smallest: float = 0.0) -> str:
     """The gradient kind of the parameter at ``position`` for 0-based ``step`` of quiet
-    stream ``rotation`` (:func:`quiet_role`)."""
-    role = quiet_role(position, rotation)
+    stream ``rotation`` (:func:`quiet_role`, :func:`lifted_role` to ``smallest``)."""
+    role = lifted_role(quiet_role(position, rotation), smallest)
     if role in ("eps_sized", "small", "smaller"):
         return role
     if role == "zeros" and 0 < step <= QUIET_ZERO_STEPS:
@@ -207,21 +224,23 @@ def _drawn(kind: str, shape, seed: int, step: int, position: int) -> np.ndarray:
 
 
 def quiet_gradients_at(seed: int, step: int, shapes: Mapping[str, Sequence[int]],
-                       rotation: int) -> dict:
+                       rotation: int, smallest: Mapping[str, float] | None = None) -> dict:
     """The gradients of every parameter for 0-based ``step`` of quiet stream ``rotation``
-    (:func:`quiet_kind_at`): name -> float32 array, a fresh copy. The values depend only
-    on ``(seed, step, parameter position, rotation)``."""
-    key = (seed, step, tuple((name, tuple(shape)) for name, shape in shapes.items()),
-           rotation)
+    (:func:`quiet_kind_at`; ``smallest``: name -> the smallest magnitude that tensor's
+    small role may take, see :func:`lifted_role`): name -> float32 array, a fresh copy.
+    The values depend only on ``(seed, step, parameter position, rotation, smallest)``."""
+    smallest = smallest or {}
+    key = (seed, step, tuple((name, tuple(shape), float(smallest.get(name, 0.0)))
+                             for name, shape in shapes.items()), rotation)
     return {name: g.copy() for name, g in _quiet_gradients_at(*key).items()}
 
 
 @functools.lru_cache(maxsize=512)
 def _quiet_gradients_at(seed: int, step: int, shapes: tuple, rotation: int) -> dict:
     out = {}
-    for position, (name, shape) in enumerate(shapes):
-        out[name] = _drawn(quiet_kind_at(step, position, rotation), shape, seed, step,
-                           position)
+    for position, (name, shape, smallest) in enumerate(shapes):
+        out[name] = _drawn(quiet_kind_at(step, position, rotation, smallest), shape, seed,
+                           step, position)
     return out
 
 

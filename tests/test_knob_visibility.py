@@ -173,6 +173,28 @@ def test_the_quiet_stream_has_small_histories_and_a_normal_first_step():
     assert STREAMS == 4 and sum("quiet" in c.id for c in check_cases(uo.Adam())) == 1
 
 
+@pytest.mark.parametrize("spec", [uo.Adafactor(lr=0.01), uo.CAME(lr=0.01)],
+                         ids=["adafactor", "came"])
+def test_a_factored_tensor_s_quiet_gradients_stay_where_float32_holds_its_moment(spec):
+    """torch's Adafactor multiplies the row and column means (each about g^2) before it
+    divides: for g near 1e-12 that is 1e-48, 0 in float32, and with eps=(1e-30, ...) an
+    infinite 1/sqrt(V), then NaN, where the oracle is finite (a false alarm of the
+    check). A tensor the spec factors gets 1e-8 where its role is smaller; a 1-D one
+    keeps 1e-20."""
+    case = [c for c in check_cases(spec, nonfinite=False) if "quiet" in c.id][0]
+    assert spec.smallest_float32_gradient((65, 65)) == pytest.approx(3.3e-10, rel=0.01)
+    assert spec.smallest_float32_gradient((8,)) == 0.0 == uo.Adam().smallest_float32_gradient(
+        (65, 65))
+    assert float(np.float32(spec.smallest_float32_gradient((2, 2))) ** 4) > 0
+    steps = [case.gradients(t) for t in range(case.steps)]
+    peak = {name: max(float(np.abs(g[name]).max()) for g in steps) for name in case.params}
+    assert 1e-9 < peak["w"] < 1e-7 and 1e-9 < peak["conv"] < 1e-7   # "small" lifted
+    assert 1e-9 < peak["w3d"] < 1e-7                                  # "eps_sized" kept
+    assert 1e-21 < peak["ln.gamma"] < 1e-19 and 1e-21 < peak["scale"] < 1e-19
+    adam = [c for c in check_cases(uo.Adam(), nonfinite=False) if "quiet" in c.id][0]
+    assert 1e-13 < float(np.abs(adam.gradients(3)["w"]).max()) < 1e-11
+
+
 # -- the oracle's machine epsilon -------------------------------------------------------
 def test_the_machine_epsilon_follows_the_parameters_dtype():
     """Adafactor's eps[0]=None: the float64 oracle of float32 parameters clamps at

@@ -410,6 +410,15 @@ class Spec:
         the bfloat16 floor alone is wide enough to hold such a run."""
         return None
 
+    def smallest_float32_gradient(self, shape: tuple[int, ...]) -> float:
+        """The smallest gradient magnitude at which a float32 run of this update, in
+        each operation order the frameworks use, still holds the values the float64
+        oracle holds for a parameter of ``shape`` (0.0: every magnitude). The check's
+        quiet streams keep such a tensor's gradients at least this large
+        (:mod:`conformance.gradients`): below it a correct float32 optimizer underflows
+        where the oracle does not, and a check there would fail it."""
+        return 0.0
+
     def updates_shape(self, shape: tuple[int, ...]) -> bool:
         """Whether :meth:`update` takes a parameter of ``shape`` (every spec but Muon's
         matrices-only form does; its update raises for the others)."""

@@ -110,6 +110,21 @@ def factored(shape) -> bool:
     return len(shape) >= 2
 
 
+#: the smallest gradient whose factored second moment float32 holds in every order the
+#: frameworks compute it: torch's Adafactor forms the product :math:`R_i C_j` (each
+#: about :math:`g^2`) before dividing by :math:`\mathrm{mean}_i R`, and :math:`g^4`
+#: falls below float32's smallest normal (1.18e-38) under about 3.3e-10: a gradient of
+#: 1e-12 gives 1e-48, 0 in float32, an infinite :math:`1/\sqrt{V}` when
+#: :math:`\epsilon_1^2` is 0 in float32 too (``eps[0]=1e-30``), then NaN; this spec's
+#: order, :math:`R_i / \mathrm{mean}_i R` first, stays finite
+FACTORED_FLOAT32_GRADIENT = (2.0 ** -126) ** 0.25      # float32's smallest normal, ** 1/4
+
+
+def smallest_factored_gradient(shape) -> float:
+    """``Spec.smallest_float32_gradient`` of Adafactor and CAME."""
+    return FACTORED_FLOAT32_GRADIENT if factored(shape) else 0.0
+
+
 def rms(x, ops):
     return ops.sqrt(ops.mean(x * x))
 
@@ -269,6 +284,9 @@ class Adafactor(Spec):
             param = decayed(param, self.weight_decay * (lr if self.decay_lr == "raw"
                                                         else alpha))
         return param - update, new_state
+
+    def smallest_float32_gradient(self, shape: tuple[int, ...]) -> float:
+        return smallest_factored_gradient(shape)
 
     def alternatives(self) -> list[tuple[str, Spec]]:
         """The other eps mode, the other relative step (where it moves the step size

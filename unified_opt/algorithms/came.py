@@ -75,6 +75,7 @@ from .adafactor import (
     factored_ema,
     factored_inverse_sqrt,
     scaled_step_size,
+    smallest_factored_gradient,
     step_size,
 )
 
@@ -166,6 +167,9 @@ class CAME(Spec):
         if self.weight_decay != 0.0:
             param = param - param * (alpha * self.weight_decay)
         return param - direction * alpha, new_state
+
+    def smallest_float32_gradient(self, shape: tuple[int, ...]) -> float:
+        return smallest_factored_gradient(shape)
 
     def alternatives(self) -> list[tuple[str, Spec]]:
         out = []
