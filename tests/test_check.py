@@ -181,6 +181,29 @@ def test_a_one_step_lr_shift_fails_with_the_shift_named():
     assert "lr schedule shifted by +1 step follows this optimizer" in shifted.explanation
 
 
+def test_an_lr_the_optimizer_exposes_but_does_not_step_with_is_named_not_failed():
+    """pytorch-optimizer's AdaFactor with ``relative_step=True`` steps with
+    min(1e-2, 1/sqrt(t)) whatever ``lr`` it was given, and leaves that lr in its group:
+    its parameters and state are the spec's with lr=1e-2, and the check failed it on the
+    lr alone ("lr: error 0.009 = 4.83e+06 x floor", a false alarm). It passes with the lr
+    named as not compared; the spec with the unused lr still fails on the parameters."""
+    adafactor = pytest.importorskip("pytorch_optimizer").AdaFactor
+
+    def factory(params):
+        return adafactor(params, lr=1e-3, betas=(None, 0.999), relative_step=True)
+
+    def spec(lr):
+        return uo.Adafactor(lr=lr, eps_mode="add", eps=(1e-30, 1e-3), decay_lr="scaled")
+
+    result = check(factory, spec(1e-2), backend="torch", nonfinite=False)
+    assert result.passed, str(result)
+    assert "lr" not in result.compared and "state exp_avg_sq_row" in result.compared
+    assert any(n.startswith("lr (the optimizer's exposed lr is 0.001 at step 1, the "
+                            "spec's 0.01") for n in result.not_compared), result.not_compared
+    unused = check(factory, spec(1e-3), backend="torch", nonfinite=False)
+    assert not unused.passed and "first failure at step 1: param:" in unused.explanation
+
+
 @require("torch")
 def test_a_spec_scheduled_by_the_user_s_own_function_is_checked():
     """A spec whose lr is ``schedules.Lambda(fn=<the LambdaLR's own function>)``: check
