@@ -48,6 +48,7 @@ from typing import Callable, Tuple
 import numpy as np
 
 import unified_opt as uo
+from unified_opt._validation import check_int
 from unified_opt.backend import BACKENDS
 from unified_opt.records import records
 
@@ -321,10 +322,8 @@ def check(factory: Callable, spec, backend: str | None = None, steps: int | None
                         f"{factory!r}")
     spec = _spec_of(spec)
     backend = _backend_of(backend)
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int)):
-        raise TypeError(f"check: steps must be an int, got {steps!r}")
-    if steps is not None and steps < MIN_STEPS:
-        raise ValueError(f"check: steps must be >= {MIN_STEPS}, got {steps}")
+    if steps is not None:     # a numpy integer (a count read from a config) is one too
+        steps = check_int("check", "steps", steps, low=MIN_STEPS)
     if not isinstance(nonfinite, bool):
         raise TypeError(f"check: nonfinite must be a bool, got {nonfinite!r}")
     device = parse_device(device, "check: device")

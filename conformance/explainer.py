@@ -2,7 +2,7 @@
 (``spec.alternatives()``: other frameworks' conventions), with the lr schedule
 shifted by one step either way, and with the training-loop alternatives every spec has
 (:func:`loop_variants`: the clip's norm, eps and grouping, clip vs decay order, no
-unscaling, no centralisation, no skipping, a schedule advanced by skipped steps,
+weight decay, no unscaling, no centralisation, no skipping, a schedule advanced by skipped steps,
 groups ignored), and name the variants the trajectory passes against.
 
 Single variants are tried first; only when none matches, pairs of them (e.g. no bias
@@ -93,6 +93,11 @@ def loop_variants(spec, case=None) -> list[tuple[str, object]]:
         if isinstance(decay, float) and decay > 0.0:
             out.append((f"weight_decay={decay / spec.loss_scale:g} (weight decay not scaled "
                         "with loss_scale)", spec.replace(weight_decay=decay / spec.loss_scale)))
+    if isinstance(decay, float) and decay > 0.0:
+        # a ported optimizer left at its framework's default decay: MindSpore's
+        # nn.AdamWeightDecay and Paddle's Lamb decay 0.0 by default, torch's AdamW 0.01
+        out.append(("weight_decay=0 (the optimizer does not decay the parameters)",
+                    spec.replace(weight_decay=0.0)))
     if spec.grad_centralization:
         out.append(("grad_centralization=False", spec.replace(grad_centralization=False)))
     if spec.skip_nonfinite:

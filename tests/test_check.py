@@ -6,6 +6,7 @@ import functools
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 from conftest import require
 from hand_optimizers import (
@@ -437,6 +438,13 @@ def test_bad_arguments_are_refused_before_anything_runs():
         check(lambda p: None, uo.Adam(), backend="jax")
     with pytest.raises(ValueError, match="steps must be >= 50, got 10"):
         check(lambda p: None, uo.Adam(), backend="torch", steps=10)
+    # a numpy integer is a count (here a too small one); a float or a bool is not
+    with pytest.raises(ValueError, match="steps must be >= 50, got 10"):
+        check(lambda p: None, uo.Adam(), backend="torch", steps=np.int64(10))
+    for steps in (60.0, True):
+        with pytest.raises(TypeError, match=f"steps must be an int, got {steps!r} of type "
+                                            f"{type(steps).__name__}"):
+            check(lambda p: None, uo.Adam(), backend="torch", steps=steps)
     with pytest.raises(ValueError, match="skip_nonfinite"):
         check(lambda p: None, uo.Adam(skip_nonfinite=True), backend="torch")
     with pytest.raises(ValueError, match="MODULE:FACTORY"):

@@ -138,6 +138,8 @@ SCALED = uo.SGD(lr=COSINE, momentum=0.9, weight_decay=0.05, loss_scale=1024.0)
 SKIPPING = SCALED.replace(skip_nonfinite=True)
 CENTRALIZED = uo.Adam(lr=0.01, eps=1e-3, weight_decay=0.05, grad_centralization=True)
 GROUPED_COSINE = uo.SGD(lr=COSINE, momentum=0.9, weight_decay=0.05)
+# torch's AdamW (decay 0.01) ported to MindSpore's nn.AdamWeightDecay at its default 0.0
+DECAYED = uo.AdamW(lr=0.01, eps=1e-3, weight_decay=0.1)
 
 # (label, claimed, actual, text the explainer must give, case fields)
 LOOP_PLANTED = [
@@ -152,6 +154,7 @@ LOOP_PLANTED = [
     ("no_unscale", SCALED, SCALED.replace(loss_scale=1.0), "loss_scale=1", {}),
     ("decay_not_scaled", SCALED, SCALED.replace(weight_decay=0.05 / 1024.0),
      "weight decay not scaled with loss_scale", {}),
+    ("no_decay", DECAYED, DECAYED.replace(weight_decay=0.0), "weight_decay=0", {}),
     ("centralization_off", CENTRALIZED, CENTRALIZED.replace(grad_centralization=False),
      "grad_centralization=False", {}),
     ("lr_shift_with_groups", GROUPED_COSINE, shifted(GROUPED_COSINE, +1),
