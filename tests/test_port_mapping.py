@@ -345,6 +345,24 @@ def test_a_model_s_zero_grad_does_not_make_it_an_optimizer():
     assert "is handed the optimizer opt" in handed.refusals[0][1]
 
 
+def test_a_method_of_another_library_s_object_handed_the_optimizer_is_marked():
+    """The Hugging Face no-trainer scripts hand the optimizer to
+    ``accelerator.prepare(model, optimizer, ...)`` (accelerate wraps torch's optimizer
+    API): the port left it unmarked, exit 0. A method of an object built from another
+    library's class is that library's call; one of the script's own objects is not."""
+    source = ("import torch\nfrom accelerate import Accelerator\n"
+              "accelerator = Accelerator()\nmodel = torch.nn.Linear(4, 2)\n"
+              "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+              "model, opt = accelerator.prepare(model, opt)\n"
+              "class Logger:\n    def watch(self, optimizer):\n        pass\n"
+              "logger = Logger()\nlogger.watch(opt)\naccelerator.backward(model)\n")
+    for target in ("paddle", "mindspore"):
+        ported = port_source(source, target)
+        assert [line for line, _ in ported.refusals] == [6], ported.refusals
+        assert ported.refusals[0][1].startswith(
+            "accelerate.Accelerator(...).prepare is handed the optimizer opt")
+
+
 def test_check_clip_in_step_refuses_another_clip_or_other_parameters():
     model = _model()
     spec = uo.SGD(lr=0.1, grad_clip=uo.ClipByGlobalNorm(max_norm=0.5, eps=1e-6))

@@ -15,8 +15,10 @@ refusals`); every such reason is found in one run:
   table has no ``uo.lr_scheduler`` name for; a class named without a direct call (an
   alias, ``functools.partial``) or called through ``from torch.optim import *``; ``*args``
   to an optimizer;
-* a call of another library's function that is handed an optimizer (a scheduler from
-  another library drives torch's optimizer API; the port does not know what it calls);
+* a call of another library's function, or of a method of an object built from another
+  library's class (``accelerator.prepare(model, optimizer)``), that is handed an
+  optimizer (a scheduler or a wrapper from another library drives torch's optimizer API;
+  the port does not know what it calls);
 * torch's ``GradScaler`` (use the spec's ``loss_scale``);
 * a ``torch.nn`` class in a type test that the target has no class for in the table;
 * on MindSpore, a clip the optimizer cannot take as its ``grad_clip`` exactly (not right

@@ -110,6 +110,13 @@ def collector(plan: Plan, qualified, positions):
             return node.value.value
         return None
 
+    def _other_libraries(found) -> list[str]:
+        """The qualified names in ``found`` imported from a library other than torch
+        and unified_opt (and not a scheduler the port maps)."""
+        return [q.name for q in found if q.source is QualifiedNameSource.IMPORT
+                and not q.name.startswith(("torch.", "builtins.", "unified_opt"))
+                and q.name not in SCHEDULERS]
+
     class Collector(cst.CSTVisitor):
         def __init__(self):
             self.statements: list = []
@@ -121,6 +128,9 @@ def collector(plan: Plan, qualified, positions):
             self.star_modules: list[str] = []
             self.step_lines: list[tuple[int, str]] = []
             self.group_variables: dict[str, str] = {}   # loop variable -> optimizer
+            # variable -> the imported class of another library it was built from
+            # (accelerator = Accelerator(...)): its methods are that library's calls
+            self.library_objects: dict[str, str] = {}
 
         def line(self, node) -> int:
             return positions[node].start.line
@@ -134,6 +144,11 @@ def collector(plan: Plan, qualified, positions):
                 assign = node.body[0]
                 if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
                     self.assigned[id(assign.value)] = assign.targets[0].target.value
+                    if isinstance(assign.value, cst.Call):
+                        library = _other_libraries(names_of(assign.value.func))
+                        if library:
+                            self.library_objects[assign.targets[0].target.value] = \
+                                library[0]
 
         def leave_SimpleStatementLine(self, node):
             self.statements.pop()
@@ -308,18 +323,23 @@ def collector(plan: Plan, qualified, positions):
 
         def _hands_optimizer(self, node, found, line: int) -> None:
             """A function of another library handed an optimizer is marked."""
-            imported = [q.name for q in found if q.source is QualifiedNameSource.IMPORT
-                        and not q.name.startswith(("torch.", "builtins.", "unified_opt"))
-                        and q.name not in SCHEDULERS]
+            imported = _other_libraries(found)
+            func = node.func
+            if not imported and isinstance(func, cst.Attribute) and isinstance(
+                    func.value, cst.Name) and func.value.value in self.library_objects:
+                # accelerator.prepare(model, optimizer, ...): a wrapper of torch's API
+                imported = [f"{self.library_objects[func.value.value]}(...)."
+                            f"{func.attr.value}"]
             if not imported:
                 return
             for arg in node.args:
                 if isinstance(arg.value, cst.Name) and arg.value.value in plan.optimizer_names:
                     plan.mark(line, f"{imported[0]} is handed the optimizer "
                               f"{arg.value.value}: a call of another library, which the port "
-                              "does not map (a scheduler of its own drives torch's optimizer "
-                              "API); use uo.lr_scheduler, or check it needs only "
-                              "param_groups", self.statement())
+                              "does not map (it may drive torch's optimizer API: a "
+                              "scheduler of its own, a wrapper); use uo.lr_scheduler for a "
+                              "scheduler, or check it needs only param_groups",
+                              self.statement())
                     return
 
         def leave_Call(self, node):
