@@ -84,6 +84,51 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
             "paddle.optimizer.lr.CosineAnnealingDecay", learning_rate=0.01, T_max=50))
 
 
+COSINE_IN_WARMUP = "paddle.optimizer.lr.CosineAnnealingDecay(learning_rate=0.1, T_max=20)"
+
+
+@pytest.mark.parametrize("inline", [True, False], ids=["inline", "variable"])
+def test_a_paddle_warmup_around_another_scheduler_is_read_whole(inline):
+    """Paddle's LinearWarmup(learning_rate=<a scheduler>) (its documented form of a
+    warm-up before a decay) was refused ("learning_rate=... is not a literal"), and the
+    optimizer with it; read now into one schedule, the wrapped scheduler's construction
+    removed with the warm-up's. The ported torch script steps the lr Paddle's classes
+    give (the presets' numbers are Paddle's: tests/test_lr_scheduler_frameworks.py)."""
+    torch = pytest.importorskip("torch")
+    inner = COSINE_IN_WARMUP if inline else "cosine"
+    source = ("import paddle\n"
+              + ("" if inline else f"cosine = {COSINE_IN_WARMUP}\n")
+              + f"warm = paddle.optimizer.lr.LinearWarmup(learning_rate={inner}, "
+              "warmup_steps=5, start_lr=0.0, end_lr=0.1)\n"
+              "opt = paddle.optimizer.AdamW(learning_rate=warm, parameters=net.parameters())\n"
+              "lrs = []\n"
+              "for i in range(30):\n    opt.step()\n    lrs.append(opt.get_lr())\n"
+              "    warm.step()\n")
+    for to in ("torch", "mindspore"):
+        ported = port_source(source, to)
+        assert ported.refusals == [], ported.refusals
+        assert "paddle.optimizer" not in ported.source
+    ported = port_source(source, "torch")
+    expected = uo.schedules.preset(
+        "paddle.optimizer.lr.LinearWarmup", warmup_steps=5, start_lr=0.0, end_lr=0.1,
+        learning_rate=uo.schedules.preset("paddle.optimizer.lr.CosineAnnealingDecay",
+                                          learning_rate=0.1, T_max=20))
+    assert ported.rewrites[0].spec == uo.preset("paddle.optimizer.AdamW", learning_rate=expected)
+    assert ("" if inline else "line 2: cosine, the schedule wrapped by another, is part of "
+            "the spec's lr now") in " ".join(ported.notes)
+    net = torch.nn.Linear(3, 2)
+    namespace = {"net": net}
+    net.weight.grad, net.bias.grad = torch.zeros(2, 3), torch.zeros(2)
+    exec(ported.source.replace("import paddle\n", ""), namespace)
+    assert namespace["lrs"] == [expected(t) for t in range(30)]
+    # a wrapped scheduler the script also uses elsewhere is refused, with its optimizer
+    if not inline:
+        used = port_source(source + "print(cosine.get_lr())\n", "torch")
+        assert [line for line, _ in used.refusals] == [2, 3, 4], used.refusals
+        assert "the wrapped schedule cosine (line 2) is used elsewhere too" in \
+            dict(used.refusals)[3]
+
+
 @pytest.mark.parametrize("scheduler, own", [
     ("OneCycleLR(opt, max_lr=0.1, total_steps=10)", True),
     ("CyclicLR(opt, base_lr=0.01, max_lr=0.1)", True),

@@ -80,6 +80,9 @@ class _Reader:
         self.module, self.finder, self.constants = module, finder, constants
         self.refusals: list[tuple[int, str]] = []
         self.by_variable = {c.target: c for c in finder.found if c.target}
+        #: id(a schedule's call) -> the constructions of the schedules it wraps
+        #: (Paddle's LinearWarmup(learning_rate=<a scheduler>)), innermost last
+        self.wrapped: dict[int, list[Construction]] = {}
 
     def code(self, node) -> str:
         return self.module.code_for_node(node).strip()
@@ -129,12 +132,36 @@ class _Reader:
         torch_style = c.name.startswith(OPTIMIZER_SCHEDULERS)
         nodes = self.arguments(c, ["optimizer"] if torch_style else [], signature)
         nodes.pop("optimizer", None)
-        kwargs = {k: self.literal(c, k, v) for k, v in nodes.items()}
+        kwargs = {}
+        for k, v in nodes.items():
+            inner = self.scheduler_of(v) if k == "learning_rate" and not torch_style \
+                else None
+            if inner is None or inner is c:
+                kwargs[k] = self.literal(c, k, v)
+                continue
+            # a schedule around another (LinearWarmup(learning_rate=cosine)): read in
+            kwargs[k] = self.schedule(inner, None)
+            self._wrapped_only_here(inner, c)
+            self.wrapped[id(c.call)] = [inner, *self.wrapped.get(id(inner.call), [])]
         # the optimizer's lr is the base of a scheduler that scales it; CyclicLR's
         # base_lr is its own argument and OneCycleLR takes none
         if "base_lr" in signature.parameters and c.name not in OWN_BASE_LR:
             kwargs["base_lr"] = base_lr
         return schedule_preset(c.name, **kwargs)
+
+    def _wrapped_only_here(self, inner: Construction, outer: Construction) -> None:
+        """Refuse a wrapped schedule's variable that the script uses anywhere but in
+        ``outer``'s call: its construction is removed with the outer's (the spec's lr
+        holds both), and a step() or a read of it would have nothing left to act on."""
+        import re
+
+        if inner.target is None:
+            return
+        uses = len(re.findall(rf"(?<![\w.]){re.escape(inner.target)}\b", self.module.code))
+        if uses > 2:            # its assignment and the outer's argument
+            raise ValueError(f"the wrapped schedule {inner.target} (line {inner.line}) is "
+                             f"used elsewhere too; {outer.name} steps it: use it only as "
+                             "its learning_rate")
 
     def scheduler_of(self, lr_node):
         """The lr-style scheduler construction an optimizer's lr argument names."""
@@ -236,7 +263,7 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
                 kwargs[name] = reader.schedule(scheduler, None)
             except (ValueError, TypeError, NotImplementedError) as error:
                 raise SchedulerRefused(scheduler, str(error)) from None
-            schedulers.append(scheduler)
+            schedulers += [scheduler, *reader.wrapped.get(id(scheduler.call), [])]
         else:
             kwargs[name] = reader.literal(c, name, node)
     if groups is not None:          # the group of the rest holds the spec's own values
@@ -513,11 +540,14 @@ def port_source(source: str, to: str, *, filename: str = "<script>") -> Ported:
                     if s.kind != "scheduler" or s.target not in handed:
                         continue
                     pending = pending | _names_in(s.call.args)
-                    if id(s.call) not in used and id(s.call) not in refused_calls:
-                        reader.refuse(s, f"it schedules the optimizer of line {c.line}, "
+                    # with one it wraps given inline (learning_rate=CosineAnnealingDecay(...))
+                    for t in [s, *(reader.scheduler_of(a.value) for a in s.call.args)]:
+                        if t is None or id(t.call) in used or id(t.call) in refused_calls:
+                            continue
+                        reader.refuse(t, f"it schedules the optimizer of line {c.line}, "
                                       "which is not ported")
-                    used.add(id(s.call))
-                    refused_calls.add(id(s.call))
+                        used.add(id(t.call))
+                        refused_calls.add(id(t.call))
     for c in finder.found:
         if c.kind == "scheduler" and id(c.call) not in used and id(c.call) not in refused_calls:
             reader.refuse(c, "it schedules no optimizer constructed in this script (a "
@@ -590,7 +620,15 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
             notes.append(f"line {line}: the clip is the spec's grad_clip={clip!r} now: the "
                          f"optimizer of line {c.line} clips inside step(), before the "
                          "update; the call is removed")
+        wrapped = {id(w.call) for s in o.schedulers for w in reader.wrapped.get(id(s.call), [])}
         for s in o.schedulers:
+            if id(s.call) in wrapped:      # part of the schedule around it
+                if s.target is not None:
+                    remove.add(id(s.statement))
+                    notes.append(f"line {s.line}: {s.target}, the schedule wrapped by "
+                                 "another, is part of the spec's lr now (line "
+                                 f"{c.line}); its construction is removed")
+                continue
             new = f"uo.native_scheduler({c.target})"
             reason = ("the schedule is the spec's lr now (line "
                       f"{c.line}); uo.native_scheduler gives the scheduler uo.build made")
