@@ -271,6 +271,20 @@ def test_a_paddle_loop_s_optimizer_methods_are_marked_or_mapped_for_mindspore():
      "\nopt = paddle.optimizer.AdamW(learning_rate=s, parameters=m.parameters(), "
      "apply_decay_param_fun=lambda n: 'norm' not in n)\n", 2,
      "it schedules the optimizer of line 3, which is not ported"),
+    # a decay list that names the decayed ones by a positive test: the rest go undecayed,
+    # which no_decay_names cannot say
+    ("import paddle\ndp = [p.name for n, p in m.named_parameters() if 'weight' in n]\n"
+     "opt = paddle.optimizer.AdamW(learning_rate=0.1, parameters=m.parameters(), "
+     "apply_decay_param_fun=lambda x: x in dp)\n", 3,
+     "dp holds the parameters whose names match ['*weight*']"),
+    ("import paddle\nopt = paddle.optimizer.AdamW(learning_rate=0.1, parameters="
+     "m.parameters(), grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0, group_name='g'))\n", 2,
+     "group_name is not read (only clip_norm)"),
+    # the optimizer's state saved by paddle.save (it was left as written, exit 0)
+    ("import paddle\nopt = paddle.optimizer.Adam(learning_rate=0.1, parameters="
+     "m.parameters())\npaddle.save(opt.state_dict(), 'opt.pdopt')\n", 3,
+     "paddle.save(opt.state_dict(), ...): paddle.save does not hold mindspore tensors; "
+     "save and load the optimizer's state with uo.save_state(opt, path)"),
 ])
 def test_what_cannot_be_read_statically_is_refused_with_its_line(source, line, words):
     ported = port_source(source, "mindspore" if "paddle" in source else "paddle")

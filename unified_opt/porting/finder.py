@@ -58,6 +58,10 @@ OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
 #: has them rewritten or marked: script.py's ``_torch_method``)
 PADDLE_METHODS = ("clear_grad", "clear_gradients", "get_lr", "set_lr", "minimize",
                   "set_state_dict")
+#: the "method" of ``paddle.save(opt.state_dict(), f)`` among an optimizer's Paddle
+#: calls: torch's and MindSpore's optimizers have a state_dict, paddle.save does not hold
+#: their tensors
+SAVED_STATE_DICT = "state_dict saved by paddle.save"
 #: a MindSpore optimizer's attributes other frameworks' optimizers lack: its lr Parameter
 #: (``ops.assign(opt.learning_rate, ...)`` changes the lr at run time, the migration
 #: guide's way) and its weight decay
@@ -211,6 +215,14 @@ def make_finder():
             elif isinstance(func, cst.Name):
                 self._site(func.value, node, line, "call")
             qualified_names = self.get_metadata(QualifiedNameProvider, node.func, set())
+            saved = node.args[0].value if node.args else None
+            if "paddle.save" in {q.name for q in qualified_names} and isinstance(
+                    saved, cst.Call) and isinstance(saved.func, cst.Attribute) and \
+                    saved.func.attr.value == "state_dict" and isinstance(
+                        saved.func.value, cst.Name):
+                # paddle.save(opt.state_dict(), f): marked on a target without paddle
+                self.paddle_calls.setdefault(saved.func.value.value, []).append(
+                    (line, saved, SAVED_STATE_DICT))
             if {q.name for q in qualified_names} & {"builtins.isinstance",
                                                      "builtins.issubclass"}:
                 self.type_tests += 1

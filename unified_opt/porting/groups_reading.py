@@ -187,6 +187,60 @@ def _members(node: ast.expr, constants: dict) -> tuple:
                      "model.<submodule>.parameters()")
 
 
+def decay_selector(reader, node, params) -> tuple[tuple[str, ...], Any, str]:
+    """``(no-decay patterns, the statement binding the decay list, its variable)`` of Paddle's
+    ``apply_decay_param_fun=lambda x: x in DECAY`` where ``DECAY = [p.name for n, p in
+    model.named_parameters() if not any(nd in n for nd in NO_DECAY)]`` (PaddleNLP's
+    form; any negated test :func:`_condition` reads) and the parameters are
+    ``model.parameters()``: Paddle calls the function with each parameter's ``name``,
+    which the list holds for the parameters whose structured name passes the test. The
+    list is read nowhere else (its ``p.name`` has no meaning on the target), so its
+    statement goes with the optimizer's."""
+    code = reader.code(node)
+    tree = ast.parse(code, mode="eval").body
+    if not (isinstance(tree, ast.Lambda) and len(tree.args.args) == 1
+            and isinstance(tree.body, ast.Compare) and len(tree.body.ops) == 1
+            and isinstance(tree.body.ops[0], ast.In)
+            and isinstance(tree.body.left, ast.Name)
+            and tree.body.left.id == tree.args.args[0].arg
+            and isinstance(tree.body.comparators[0], ast.Name)):
+        raise ValueError(f"apply_decay_param_fun={code} is not 'lambda x: x in DECAY' "
+                         "with DECAY a list of the decayed parameters' names")
+    variable = tree.body.comparators[0].id
+    bound = [stmt for stmt, var in reader.finder.assigned.values() if var == variable]
+    if len(bound) != 1 or _name_uses(reader.module, variable) != 1:
+        raise ValueError(f"apply_decay_param_fun's list {variable} is bound or read more "
+                         "than once: only one bound once and read only there is read")
+    comprehension = ast.parse(reader.code(bound[0].body[0].value), mode="eval").body
+    generator = comprehension.generators[0] if isinstance(comprehension, ast.ListComp) \
+        and len(comprehension.generators) == 1 else None
+    if generator is None or not (
+            isinstance(generator.target, ast.Tuple) and len(generator.target.elts) == 2
+            and all(isinstance(e, ast.Name) for e in generator.target.elts)
+            and isinstance(comprehension.elt, ast.Attribute)
+            and comprehension.elt.attr == "name"
+            and isinstance(comprehension.elt.value, ast.Name)
+            and comprehension.elt.value.id == generator.target.elts[1].id
+            and isinstance(generator.iter, ast.Call)
+            and isinstance(generator.iter.func, ast.Attribute)
+            and generator.iter.func.attr == "named_parameters"
+            and not generator.iter.args and len(generator.ifs) == 1):
+        raise ValueError(f"apply_decay_param_fun's list {variable} is not [p.name for n, p "
+                         "in model.named_parameters() if <a test of n>]")
+    negated, patterns = _condition(generator.ifs[0], generator.target.elts[0].id,
+                                   reader.constants)
+    if not negated:
+        raise ValueError(f"{variable} holds the parameters whose names match "
+                         f"{list(patterns)}: the others go undecayed, which a name rule "
+                         "cannot say (it names the undecayed ones); write the test as "
+                         "not any(...)")
+    root = ast.unparse(generator.iter.func.value)
+    if reader.code(params) != f"{root}.parameters()":
+        raise ValueError(f"{variable} names {root}'s parameters, the optimizer is given "
+                         f"{reader.code(params)}")
+    return patterns, bound[0], variable
+
+
 def _read_groups(reader, node, c) -> _Groups:
     """The parameter groups of a list of dicts (inline or through a variable bound once)."""
     import libcst as cst

@@ -48,6 +48,7 @@ from ..spec import Spec
 from .finder import (
     OPTIMIZER_SCHEDULERS,
     OWN_BASE_LR,
+    SAVED_STATE_DICT,
     Construction,
     make_finder,
 )
@@ -55,6 +56,7 @@ from .groups_reading import (
     _Groups,
     _literal_code,
     _read_groups,
+    decay_selector,
     script_constants,
     target_patterns,
 )
@@ -210,6 +212,8 @@ class _Optimizer:
     clips: list = field(default_factory=list)    # the clip calls folded into the spec
     #: ``(site, code)``: the scheduler steps added after the optimizer's own steps
     steps_after: list = field(default_factory=list)
+    #: ``(statement, note)``: statements read into the spec, removed with the optimizer
+    read_in: list = field(default_factory=list)
 
 
 def _parameters_keyword(name: str, default: str) -> str:
@@ -255,8 +259,18 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
                              "uo.build(spec, model, groups=[uo.Group(match=..., ...)])") \
                 from None
     lr_keyword = next((n for n in ("lr", "learning_rate") if n in sig.parameters), None)
-    schedulers, kwargs = [], {}
+    schedulers, kwargs, no_decay, read_in, clip = [], {}, (), [], None
     for name, node in nodes.items():
+        if name == "apply_decay_param_fun" and groups is None:
+            no_decay, statement, variable = decay_selector(reader, node, params)
+            read_in.append((statement, f"line {c.line}: apply_decay_param_fun's list "
+                            f"{variable} is the spec's no_decay_names={no_decay!r} now; "
+                            "its construction is removed"))
+            continue
+        if name == "grad_clip" and c.framework == "paddle":
+            kwargs[name] = None
+            clip = _paddle_clip(reader, c, node)
+            continue
         scheduler = reader.scheduler_of(node) if name == lr_keyword else None
         if scheduler is not None:
             try:
@@ -269,6 +283,10 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
     if groups is not None:          # the group of the rest holds the spec's own values
         kwargs.update(groups.defaults)
     spec = preset(c.name, **kwargs)
+    if no_decay:
+        spec = spec.replace(no_decay_names=no_decay)
+    if clip is not None:
+        spec = spec.replace(grad_clip=clip)
     attached = reader.torch_schedulers(c)
     if len(attached) > 1:
         lines = ", ".join(str(s.line) for s in attached)
@@ -288,7 +306,50 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
     if groups is not None:
         rules = _rules(groups, spec, kwargs.get(lr_keyword), reader,
                        attached[0] if attached else None)
-    return _Optimizer(c, spec, params, schedulers, groups, rules)
+    return _Optimizer(c, spec, params, schedulers, groups, rules, read_in=read_in)
+
+
+#: Paddle's clip classes as a script names them: the class name after one of these
+PADDLE_CLIP_MODULES = ("", "nn.", "paddle.nn.", "paddle.nn.clip.")
+
+
+def _paddle_clip(reader: _Reader, c: Construction, node):
+    """Paddle's ``grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)`` (or ``ClipGradByNorm``,
+    ``ClipGradByValue``) with literal arguments, as the spec's clip (the preset's rule:
+    a global norm per parameter group, no eps; ``min`` of a value clip defaults to
+    ``-max``), or None for ``grad_clip=None``."""
+    import libcst as cst
+
+    from ..clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+
+    code = reader.code(node)
+    if code == "None":
+        return None
+    func = reader.code(node.func) if isinstance(node, cst.Call) else ""
+    module, _, kind = func.rpartition(".")
+    module = module + "." if module else ""
+    known = {"ClipGradByGlobalNorm": ("clip_norm",), "ClipGradByNorm": ("clip_norm",),
+             "ClipGradByValue": ("max", "min")}
+    if module not in PADDLE_CLIP_MODULES or kind not in known:
+        raise ValueError(f"grad_clip={code} is not a paddle.nn.ClipGradByGlobalNorm, "
+                         "ClipGradByNorm or ClipGradByValue call")
+    values = {}
+    for position, arg in enumerate(node.args):
+        if arg.star or (arg.keyword is None and position >= len(known[kind])):
+            raise ValueError(f"grad_clip={code}: arguments other than "
+                             f"{', '.join(known[kind])} are not read")
+        key = known[kind][position] if arg.keyword is None else arg.keyword.value
+        if key not in known[kind]:
+            raise ValueError(f"grad_clip={code}: {key} is not read (only "
+                             f"{', '.join(known[kind])})")
+        values[key] = float(reader.literal(c, f"grad_clip's {key}", arg.value))
+    if known[kind][0] not in values:
+        raise ValueError(f"grad_clip={code} has no {known[kind][0]}")
+    if kind == "ClipGradByGlobalNorm":
+        return ClipByGlobalNorm(max_norm=values["clip_norm"], per_group=True)
+    if kind == "ClipGradByNorm":
+        return ClipByNorm(max_norm=values["clip_norm"])
+    return ClipByValue(max=values["max"], min=values.get("min", -values["max"]))
 
 
 def _rules(groups: _Groups, spec: Spec, base_lr, reader: _Reader,
@@ -402,18 +463,20 @@ def _torch_method(variable: str, call, method: str) -> tuple[str | None, str]:
         return (f"{variable}.param_groups[0]['lr']",
                 "torch keeps the lr in param_groups (the first group's: Paddle's get_lr "
                 "gives the optimizer's one lr)")
-    if method == "set_state_dict":
-        return None, _state_dict_refusal(variable, "torch")
+    if method in ("set_state_dict", SAVED_STATE_DICT):
+        return None, _state_dict_refusal(variable, "torch", method)
     return None, f"{variable}.{method}(...): torch's optimizers have no {method}; " + (
         f"write the lr into each group ({variable}.param_groups[i]['lr'] = lr)"
         if method == "set_lr" else f"call loss.backward(), then {variable}.step()")
 
 
-def _state_dict_refusal(variable: str, to: str) -> str:
-    return (f"{variable}.set_state_dict(...): {to}'s optimizer has no set_state_dict, and "
-            f"paddle.save/paddle.load do not hold {to} tensors; save and load the optimizer's "
-            f"state with uo.save_state({variable}, path) / uo.load_state({variable}, path) "
-            "(a file every framework reads)")
+def _state_dict_refusal(variable: str, to: str, method: str) -> str:
+    head = (f"paddle.save({variable}.state_dict(), ...): paddle.save does not hold {to} "
+            "tensors" if method == SAVED_STATE_DICT else
+            f"{variable}.set_state_dict(...): {to}'s optimizer has no set_state_dict, and "
+            f"paddle.save/paddle.load do not hold {to} tensors")
+    return (f"{head}; save and load the optimizer's state with uo.save_state({variable}, "
+            f"path) / uo.load_state({variable}, path) (a file every framework reads)")
 
 
 def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str]:
@@ -423,8 +486,8 @@ def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str
         return (f"{variable}.param_groups[0]['lr']",
                 "the optimizer uo.build makes keeps the lr in param_groups, as a float "
                 "(MindSpore's own get_lr gives a Parameter)")
-    if method == "set_state_dict":
-        return None, _state_dict_refusal(variable, "mindspore")
+    if method in ("set_state_dict", SAVED_STATE_DICT):
+        return None, _state_dict_refusal(variable, "mindspore", method)
     if method in ("clear_grad", "clear_gradients"):
         return None, (f"{variable}.{method}(): MindSpore parameters keep no gradients (a "
                       "train step computes them with mindspore.value_and_grad and passes "
@@ -615,6 +678,9 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
             notes.append(f"line {site.line}: {code} added after the optimizer's step: "
                          f"MindSpore stepped the lr inside the optimizer, {to}'s scheduler "
                          "steps when told")
+        for statement, note in o.read_in:
+            remove.add(id(statement))
+            notes.append(note)
         for line, statement, clip in o.clips:
             remove.add(id(statement))
             notes.append(f"line {line}: the clip is the spec's grad_clip={clip!r} now: the "
