@@ -484,6 +484,35 @@ def test_from_mindspore_the_new_scheduler_is_stepped_after_each_optimizer_step(t
            f"inside the optimizer, {to}'s scheduler steps when told" in ported.notes
 
 
+@pytest.mark.parametrize("to", ["torch", "paddle"])
+def test_from_mindspore_the_optimizer_s_own_api_is_marked_or_noted(to):
+    """MindSpore's tutorial loop read ``optimizer.get_lr()`` and saved the optimizer with
+    ``ms.save_checkpoint(optimizer, ...)``: left as written, exit 0 (an AttributeError
+    and a TypeError on the target). Both are marked now; the training step's
+    ``optimizer(grads)`` and ``value_and_grad(..., optimizer.parameters)``, ported by
+    hand with the model's forward and backward, are noted."""
+    source = MINDSPORE_LOOP.replace("    opt(grads)\n\n\nfor", "    opt(grads)\n\n\n"
+                                    "grad_fn = ms.value_and_grad(fn, None, opt.parameters)\n"
+                                    "for") + ("print(opt.get_lr())\n"
+                                              "ms.save_checkpoint(opt, 'opt.ckpt')\n")
+    ported = port_source(source, to)
+    refused = dict(ported.refusals)
+    assert sorted(refused) == [17, 18], ported.refusals
+    assert refused[17].startswith(f"opt.get_lr(): MindSpore's lr of the current step; {to}'s "
+                                  "optimizer keeps it in param_groups: "
+                                  "opt.param_groups[0]['lr']")
+    assert refused[18].startswith(f"mindspore.save_checkpoint(opt, ...): {to}'s optimizer is "
+                                  "no Cell of Parameters; save and load its state with "
+                                  "uo.save_state(opt, path)")
+    lines = ported.source.splitlines()
+    assert lines[lines.index("print(opt.get_lr())") - 1].startswith(
+        "# unified-opt port: not ported: opt.get_lr()")
+    assert any(n.startswith("line 13: opt.parameters: the MindSpore optimizer's parameters")
+               for n in ported.notes), ported.notes
+    assert [n.split(":")[0] for n in ported.notes if "opt(grads): a MindSpore optimizer is "
+            "called on the gradients" in n] == ["line 10", "line 16"]
+
+
 def test_the_added_scheduler_step_makes_torch_follow_the_mindspore_schedule():
     torch = pytest.importorskip("torch")
     ported = port_source(MINDSPORE_LOOP, "torch")

@@ -65,7 +65,14 @@ SAVED_STATE_DICT = "state_dict saved by paddle.save"
 #: a MindSpore optimizer's attributes other frameworks' optimizers lack: its lr Parameter
 #: (``ops.assign(opt.learning_rate, ...)`` changes the lr at run time, the migration
 #: guide's way) and its weight decay
-MINDSPORE_ATTRIBUTES = ("learning_rate", "weight_decay")
+MINDSPORE_ATTRIBUTES = ("learning_rate", "weight_decay", "get_lr", "parameters")
+#: MindSpore's functions that save or load a Cell's Parameters, an optimizer's among them
+#: (its moments, lr and step): recorded among the optimizer's reads under the name
+MINDSPORE_CHECKPOINTS = {"mindspore.save_checkpoint": "save_checkpoint",
+                         "mindspore.train.serialization.save_checkpoint": "save_checkpoint",
+                         "mindspore.load_param_into_net": "load_param_into_net",
+                         "mindspore.train.serialization.load_param_into_net":
+                             "load_param_into_net"}
 
 #: schedulers constructed on the optimizer (``CosineAnnealingLR(optimizer, ...)``), whose
 #: first argument is the optimizer; the others are the optimizer's ``learning_rate``
@@ -216,6 +223,11 @@ def make_finder():
                 self._site(func.value, node, line, "call")
             qualified_names = self.get_metadata(QualifiedNameProvider, node.func, set())
             saved = node.args[0].value if node.args else None
+            for q in qualified_names:
+                if q.name in MINDSPORE_CHECKPOINTS and isinstance(saved, cst.Name):
+                    self.mindspore_reads.setdefault(saved.value, []).append(
+                        (line, MINDSPORE_CHECKPOINTS[q.name], self.call_statements.get(
+                            id(node))))
             if "paddle.save" in {q.name for q in qualified_names} and isinstance(
                     saved, cst.Call) and isinstance(saved.func, cst.Attribute) and \
                     saved.func.attr.value == "state_dict" and isinstance(

@@ -479,6 +479,27 @@ def _state_dict_refusal(variable: str, to: str, method: str) -> str:
             f"path) / uo.load_state({variable}, path) (a file every framework reads)")
 
 
+def _mindspore_read(variable: str, attribute: str, to: str) -> str:
+    """Why a MindSpore optimizer's ``attribute`` (finder's ``MINDSPORE_ATTRIBUTES``, or
+    a checkpoint function handed it) is marked in a script ported to ``to``."""
+    if attribute in ("save_checkpoint", "load_param_into_net"):
+        return (f"mindspore.{attribute}({variable}, ...): {to}'s optimizer is no Cell of "
+                f"Parameters; save and load its state with uo.save_state({variable}, path) "
+                f"/ uo.load_state({variable}, path) (a file every framework reads)")
+    if attribute == "get_lr":
+        return (f"{variable}.get_lr(): MindSpore's lr of the current step; {to}'s optimizer "
+                f"keeps it in param_groups: {variable}.param_groups[0]['lr'] (a float)")
+    if attribute == "parameters":
+        return (f"{variable}.parameters: the MindSpore optimizer's parameters (handed to "
+                f"value_and_grad, ported with the model's forward and backward); {to}'s "
+                f"keeps them in param_groups ([p for g in {variable}.param_groups for p in "
+                "g['params']]), and its gradients come from loss.backward()")
+    key = "lr" if attribute == "learning_rate" else attribute
+    return (f"{variable}.{attribute}: MindSpore's {attribute} Parameter; {to}'s optimizer "
+            f"keeps it in param_groups (write {variable}.param_groups[i]['{key}'] for each "
+            "group, between steps)")
+
+
 def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str]:
     """A Paddle optimizer's method call as the MindSpore optimizer ``uo.build`` makes
     takes it, and why; None and the reason where it has none (marked)."""
@@ -668,11 +689,18 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                 rewrites.append(Rewrite(line, reader.code(call), new, why))
         if c.framework == "mindspore" and to != "mindspore" and c.target is not None:
             for line, attribute, _ in reader.finder.mindspore_reads.get(c.target, []):
-                key = "lr" if attribute == "learning_rate" else attribute
-                reader.refusals.append((line, (
-                    f"{c.target}.{attribute}: MindSpore's {attribute} Parameter; {to}'s "
-                    f"optimizer keeps it in param_groups (write "
-                    f"{c.target}.param_groups[i]['{key}'] for each group, between steps)")))
+                if attribute == "parameters":     # autograd's: ported with the model's
+                    notes.append(f"line {line}: {_mindspore_read(c.target, attribute, to)}")
+                else:
+                    reader.refusals.append((line, _mindspore_read(c.target, attribute, to)))
+            # the training step's autograd is ported by hand with the model's (a note,
+            # as Paddle's optimizer.step() into MindSpore)
+            notes += [f"line {site.line}: {c.target}(grads): a MindSpore optimizer is called "
+                      f"on the gradients; {to}'s reads them from the parameters: compute "
+                      "them with loss.backward() (ported with the model's forward and "
+                      f"backward), then call {c.target}.step()"
+                      for site in reader.finder.sites.get(c.target, [])
+                      if site.kind == "call"]
         for site, code in o.steps_after:
             after.setdefault(id(site.statement), []).append(code)
             notes.append(f"line {site.line}: {code} added after the optimizer's step: "
