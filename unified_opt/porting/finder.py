@@ -55,7 +55,7 @@ OPTIMIZER_MODULES = ("torch.optim.", "paddle.optimizer.", "paddle.incubate.",
 
 
 #: a Paddle optimizer's methods that torch's optimizers lack (a script ported to torch
-#: has them rewritten or marked: script.py's ``_torch_method``)
+#: has them rewritten or marked: framework_calls.py's ``torch_method``)
 PADDLE_METHODS = ("clear_grad", "clear_gradients", "get_lr", "set_lr", "minimize",
                   "set_state_dict")
 #: the "method" of ``paddle.save(opt.state_dict(), f)`` among an optimizer's Paddle

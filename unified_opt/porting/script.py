@@ -48,10 +48,10 @@ from ..spec import Spec
 from .finder import (
     OPTIMIZER_SCHEDULERS,
     OWN_BASE_LR,
-    SAVED_STATE_DICT,
     Construction,
     make_finder,
 )
+from .framework_calls import mindspore_method, mindspore_read, paddle_clip, torch_method
 from .groups_reading import (
     _Groups,
     _literal_code,
@@ -269,7 +269,7 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
             continue
         if name == "grad_clip" and c.framework == "paddle":
             kwargs[name] = None
-            clip = _paddle_clip(reader, c, node)
+            clip = paddle_clip(reader, c, node)
             continue
         scheduler = reader.scheduler_of(node) if name == lr_keyword else None
         if scheduler is not None:
@@ -307,49 +307,6 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
         rules = _rules(groups, spec, kwargs.get(lr_keyword), reader,
                        attached[0] if attached else None)
     return _Optimizer(c, spec, params, schedulers, groups, rules, read_in=read_in)
-
-
-#: Paddle's clip classes as a script names them: the class name after one of these
-PADDLE_CLIP_MODULES = ("", "nn.", "paddle.nn.", "paddle.nn.clip.")
-
-
-def _paddle_clip(reader: _Reader, c: Construction, node):
-    """Paddle's ``grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)`` (or ``ClipGradByNorm``,
-    ``ClipGradByValue``) with literal arguments, as the spec's clip (the preset's rule:
-    a global norm per parameter group, no eps; ``min`` of a value clip defaults to
-    ``-max``), or None for ``grad_clip=None``."""
-    import libcst as cst
-
-    from ..clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
-
-    code = reader.code(node)
-    if code == "None":
-        return None
-    func = reader.code(node.func) if isinstance(node, cst.Call) else ""
-    module, _, kind = func.rpartition(".")
-    module = module + "." if module else ""
-    known = {"ClipGradByGlobalNorm": ("clip_norm",), "ClipGradByNorm": ("clip_norm",),
-             "ClipGradByValue": ("max", "min")}
-    if module not in PADDLE_CLIP_MODULES or kind not in known:
-        raise ValueError(f"grad_clip={code} is not a paddle.nn.ClipGradByGlobalNorm, "
-                         "ClipGradByNorm or ClipGradByValue call")
-    values = {}
-    for position, arg in enumerate(node.args):
-        if arg.star or (arg.keyword is None and position >= len(known[kind])):
-            raise ValueError(f"grad_clip={code}: arguments other than "
-                             f"{', '.join(known[kind])} are not read")
-        key = known[kind][position] if arg.keyword is None else arg.keyword.value
-        if key not in known[kind]:
-            raise ValueError(f"grad_clip={code}: {key} is not read (only "
-                             f"{', '.join(known[kind])})")
-        values[key] = float(reader.literal(c, f"grad_clip's {key}", arg.value))
-    if known[kind][0] not in values:
-        raise ValueError(f"grad_clip={code} has no {known[kind][0]}")
-    if kind == "ClipGradByGlobalNorm":
-        return ClipByGlobalNorm(max_norm=values["clip_norm"], per_group=True)
-    if kind == "ClipGradByNorm":
-        return ClipByNorm(max_norm=values["clip_norm"])
-    return ClipByValue(max=values["max"], min=values.get("min", -values["max"]))
 
 
 def _rules(groups: _Groups, spec: Spec, base_lr, reader: _Reader,
@@ -439,84 +396,6 @@ def _names_in(nodes) -> set[str]:
     for node in nodes:
         node.visit(Names())
     return found
-
-
-def _torch_method(variable: str, call, method: str) -> tuple[str | None, str]:
-    """A Paddle optimizer's method call (``finder.PADDLE_METHODS``) as torch writes it, and
-    why; None and the reason where torch has no expression for it (marked)."""
-    import libcst as cst
-
-    args = list(call.args)
-    if method in ("clear_grad", "clear_gradients"):
-        # Paddle's default set_to_zero=True zeroes the gradients in place: torch's
-        # zero_grad(set_to_none=False); set_to_zero=False releases them: set_to_none=True
-        given = [a for a in args if a.keyword is None or a.keyword.value == "set_to_zero"]
-        value = given[0].value if given else cst.Name("True")
-        if len(args) > 1 or (args and not given) or not (
-                isinstance(value, cst.Name) and value.value in ("True", "False")):
-            return None, (f"{variable}.{method}(...): only a literal set_to_zero maps to "
-                          "torch's zero_grad(set_to_none=...)")
-        return (f"{variable}.zero_grad(set_to_none={value.value == 'False'})",
-                f"torch's spelling of Paddle's {method} (set_to_zero={value.value} zeroes "
-                f"{'in place' if value.value == 'True' else 'by releasing the gradients'})")
-    if method == "get_lr" and not args:
-        return (f"{variable}.param_groups[0]['lr']",
-                "torch keeps the lr in param_groups (the first group's: Paddle's get_lr "
-                "gives the optimizer's one lr)")
-    if method in ("set_state_dict", SAVED_STATE_DICT):
-        return None, _state_dict_refusal(variable, "torch", method)
-    return None, f"{variable}.{method}(...): torch's optimizers have no {method}; " + (
-        f"write the lr into each group ({variable}.param_groups[i]['lr'] = lr)"
-        if method == "set_lr" else f"call loss.backward(), then {variable}.step()")
-
-
-def _state_dict_refusal(variable: str, to: str, method: str) -> str:
-    head = (f"paddle.save({variable}.state_dict(), ...): paddle.save does not hold {to} "
-            "tensors" if method == SAVED_STATE_DICT else
-            f"{variable}.set_state_dict(...): {to}'s optimizer has no set_state_dict, and "
-            f"paddle.save/paddle.load do not hold {to} tensors")
-    return (f"{head}; save and load the optimizer's state with uo.save_state({variable}, "
-            f"path) / uo.load_state({variable}, path) (a file every framework reads)")
-
-
-def _mindspore_read(variable: str, attribute: str, to: str) -> str:
-    """Why a MindSpore optimizer's ``attribute`` (finder's ``MINDSPORE_ATTRIBUTES``, or
-    a checkpoint function handed it) is marked in a script ported to ``to``."""
-    if attribute in ("save_checkpoint", "load_param_into_net"):
-        return (f"mindspore.{attribute}({variable}, ...): {to}'s optimizer is no Cell of "
-                f"Parameters; save and load its state with uo.save_state({variable}, path) "
-                f"/ uo.load_state({variable}, path) (a file every framework reads)")
-    if attribute == "get_lr":
-        return (f"{variable}.get_lr(): MindSpore's lr of the current step; {to}'s optimizer "
-                f"keeps it in param_groups: {variable}.param_groups[0]['lr'] (a float)")
-    if attribute == "parameters":
-        return (f"{variable}.parameters: the MindSpore optimizer's parameters (handed to "
-                f"value_and_grad, ported with the model's forward and backward); {to}'s "
-                f"keeps them in param_groups ([p for g in {variable}.param_groups for p in "
-                "g['params']]), and its gradients come from loss.backward()")
-    key = "lr" if attribute == "learning_rate" else attribute
-    return (f"{variable}.{attribute}: MindSpore's {attribute} Parameter; {to}'s optimizer "
-            f"keeps it in param_groups (write {variable}.param_groups[i]['{key}'] for each "
-            "group, between steps)")
-
-
-def _mindspore_method(variable: str, call, method: str) -> tuple[str | None, str]:
-    """A Paddle optimizer's method call as the MindSpore optimizer ``uo.build`` makes
-    takes it, and why; None and the reason where it has none (marked)."""
-    if method == "get_lr" and not call.args:
-        return (f"{variable}.param_groups[0]['lr']",
-                "the optimizer uo.build makes keeps the lr in param_groups, as a float "
-                "(MindSpore's own get_lr gives a Parameter)")
-    if method in ("set_state_dict", SAVED_STATE_DICT):
-        return None, _state_dict_refusal(variable, "mindspore", method)
-    if method in ("clear_grad", "clear_gradients"):
-        return None, (f"{variable}.{method}(): MindSpore parameters keep no gradients (a "
-                      "train step computes them with mindspore.value_and_grad and passes "
-                      "them to the optimizer): remove it")
-    return None, f"{variable}.{method}(...): MindSpore's optimizers have no {method}; " + (
-        f"write the lr into each group ({variable}.param_groups[i]['lr'] = lr)"
-        if method == "set_lr" else "compute the gradients with mindspore.value_and_grad, "
-        f"then call {variable}(grads)")
 
 
 def _emit(o: _Optimizer, reader: _Reader, to: str) -> tuple[str, str, str]:
@@ -680,7 +559,7 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
                              "code)")
         if c.framework == "paddle" and to != "paddle" and c.target is not None:
             for line, call, method in reader.finder.paddle_calls.get(c.target, []):
-                new, why = (_torch_method if to == "torch" else _mindspore_method)(
+                new, why = (torch_method if to == "torch" else mindspore_method)(
                     c.target, call, method)
                 if new is None:
                     reader.refusals.append((line, why))
@@ -690,9 +569,9 @@ def _rewrite(module, reader: _Reader, optimizers: list[_Optimizer], to: str) -> 
         if c.framework == "mindspore" and to != "mindspore" and c.target is not None:
             for line, attribute, _ in reader.finder.mindspore_reads.get(c.target, []):
                 if attribute == "parameters":     # autograd's: ported with the model's
-                    notes.append(f"line {line}: {_mindspore_read(c.target, attribute, to)}")
+                    notes.append(f"line {line}: {mindspore_read(c.target, attribute, to)}")
                 else:
-                    reader.refusals.append((line, _mindspore_read(c.target, attribute, to)))
+                    reader.refusals.append((line, mindspore_read(c.target, attribute, to)))
             # the training step's autograd is ported by hand with the model's (a note,
             # as Paddle's optimizer.step() into MindSpore)
             notes += [f"line {site.line}: {c.target}(grads): a MindSpore optimizer is called "
