@@ -345,6 +345,38 @@ def test_a_model_s_zero_grad_does_not_make_it_an_optimizer():
     assert "is handed the optimizer opt" in handed.refusals[0][1]
 
 
+def test_an_optimizer_s_state_in_a_checkpoint_dict_or_read_directly_is_marked():
+    """The ImageNet example's resume (``optimizer.load_state_dict(checkpoint["optimizer"])``
+    of a ``torch.load``-ed dict) and save (``torch.save({"optimizer":
+    optimizer.state_dict(), ...}, f)``), and a read of ``optimizer.state[p]``, were left
+    as written, exit 0: on the target the optimizer's state_dict() is unified-opt's
+    portable form of the target's tensors, which torch.load(weights_only=True) refuses,
+    and it has no ``.state``. Each is marked, naming uo.save_state / uo.load_state; the
+    direct forms are still rewritten to them."""
+    source = ("import torch\nmodel = torch.nn.Linear(4, 2)\n"
+              "opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)\n"
+              "checkpoint = torch.load('ck.pth')\n"
+              "opt.load_state_dict(checkpoint['optimizer'])\n"
+              "print(opt.state[model.weight]['momentum_buffer'])\n"
+              "torch.save({'optimizer': opt.state_dict(), 'epoch': 3}, 'ck.pth')\n"
+              "torch.save(opt.state_dict(), 'opt.pth')\n"
+              "opt.load_state_dict(torch.load('opt.pth'))\n")
+    for target in ("paddle", "mindspore"):
+        ported = port_source(source, target)
+        refused = dict(ported.refusals)
+        assert sorted(refused) == [5, 6, 7], ported.refusals
+        assert refused[5].startswith("opt.load_state_dict(...) of something other than "
+                                     "torch.load(f) (a checkpoint's entry)")
+        assert refused[6].startswith(f"opt.state: torch's per-parameter state; the optimizer "
+                                     f"built on {target} keeps its state in {target}'s form")
+        assert refused[7].startswith(f"torch.save of opt.state_dict() inside another object: "
+                                     f"on {target} it is unified-opt's portable form")
+        assert all("uo.save_state(opt, path) / uo.load_state(opt, path)" in m
+                   for m in refused.values())
+        assert "uo.save_state(opt, 'opt.pth')" in ported.source
+        assert "uo.load_state(opt, 'opt.pth')" in ported.source
+
+
 def test_a_method_of_another_library_s_object_handed_the_optimizer_is_marked():
     """The Hugging Face no-trainer scripts hand the optimizer to
     ``accelerator.prepare(model, optimizer, ...)`` (accelerate wraps torch's optimizer

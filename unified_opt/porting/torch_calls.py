@@ -91,6 +91,23 @@ class Resolved:
         return self.get(node)
 
 
+def _state_refusal(variable: str, to: str, how: str) -> str:
+    """Why a use of a torch optimizer's state that the port does not map is marked
+    (``how``: "save", "load" or "read"): on ``to`` the optimizer ``uo.build`` makes keeps
+    its state in unified-opt's portable form (``state_dict()``: format, metadata, tensors
+    of ``to``) or ``to``'s own, not torch's ``{"state", "param_groups"}``."""
+    head = {"save": f"torch.save of {variable}.state_dict() inside another object: on {to} "
+                    f"it is unified-opt's portable form holding {to} tensors, which "
+                    "torch.load(weights_only=True) refuses",
+            "load": f"{variable}.load_state_dict(...) of something other than torch.load(f) "
+                    "(a checkpoint's entry): a torch state dict, which the optimizer built "
+                    f"on {to} does not take (it takes what its own state_dict() gives)",
+            "read": f"{variable}.state: torch's per-parameter state; the optimizer built on "
+                    f"{to} keeps its state in {to}'s form, not in .state"}[how]
+    return (f"{head}; save and load the optimizer's state with uo.save_state({variable}, "
+            f"path) / uo.load_state({variable}, path) (a file every framework reads)")
+
+
 # -- the collecting pass ----------------------------------------------------------------
 
 def collector(plan: Plan, qualified, positions):
@@ -109,6 +126,20 @@ def collector(plan: Plan, qualified, positions):
                 isinstance(node.value, cst.Name):
             return node.value.value
         return None
+
+    def _state_dict_holders(node) -> set[str]:
+        """The optimizers whose ``.state_dict()`` is called anywhere inside ``node``."""
+        found: set[str] = set()
+
+        class StateDicts(cst.CSTVisitor):
+            def visit_Call(self, call):
+                f = call.func
+                if isinstance(f, cst.Attribute) and f.attr.value == "state_dict" and \
+                        isinstance(f.value, cst.Name) and f.value.value in plan.optimizer_names:
+                    found.add(f.value.value)
+
+        node.visit(StateDicts())
+        return found
 
     def _other_libraries(found) -> list[str]:
         """The qualified names in ``found`` imported from a library other than torch
@@ -243,6 +274,9 @@ def collector(plan: Plan, qualified, positions):
                         q.name == "torch.load" for q in names_of(inner.func)):
                     plan.state[id(node)] = "load"
                     plan.state_calls.append((node, "load"))
+                else:         # a checkpoint's entry: checkpoint["optimizer"]
+                    plan.mark(line, _state_refusal(func.value.value, plan.to, "load"),
+                              self.statement())
             if not found and isinstance(func, cst.Name):
                 for module in self.star_modules:
                     if module.startswith("torch.optim") and native_kind(
@@ -287,14 +321,18 @@ def collector(plan: Plan, qualified, positions):
                         plan.imports += ["import unified_opt as uo", "import unified_opt.porting"]
                         return True
                 return False
-            if name == "torch.save" and node.args and isinstance(
-                    node.args[0].value, cst.Call):
-                inner = node.args[0].value.func
+            if name == "torch.save" and node.args:
+                saved = node.args[0].value
+                inner = saved.func if isinstance(saved, cst.Call) else None
                 if isinstance(inner, cst.Attribute) and inner.attr.value == "state_dict" \
                         and isinstance(inner.value, cst.Name) and \
                         inner.value.value in plan.optimizer_names:
                     plan.state[id(node)] = "save"
                     plan.state_calls.append((node, "save"))
+                else:         # {"optimizer": opt.state_dict(), ...}
+                    for holder in sorted(_state_dict_holders(saved)):
+                        plan.mark(line, _state_refusal(holder, plan.to, "save"),
+                                  self.statement())
                 return True
             if other_library_optimizer(name):
                 plan.mark(line, f"{name}: an optimizer of another library, which the port "
@@ -362,6 +400,10 @@ def collector(plan: Plan, qualified, positions):
             self.containers -= 1
 
         def visit_Attribute(self, node):
+            if node.attr.value == "state" and isinstance(node.value, cst.Name) and \
+                    node.value.value in plan.optimizer_names:
+                plan.mark(self.line(node), _state_refusal(node.value.value, plan.to, "read"),
+                          self.statement())
             return self._reference(node)
 
         def visit_Name(self, node):
