@@ -393,6 +393,14 @@ def test_a_method_of_another_library_s_object_handed_the_optimizer_is_marked():
         assert [line for line, _ in ported.refusals] == [6], ported.refusals
         assert ported.refusals[0][1].startswith(
             "accelerate.Accelerator(...).prepare is handed the optimizer opt")
+    # transformers' Trainer takes it inside a tuple (it steps and schedules it itself)
+    trainer = ("import torch\nfrom transformers import Trainer\n"
+               "model = torch.nn.Linear(4, 2)\n"
+               "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+               "trainer = Trainer(model=model, optimizers=(opt, None))\n")
+    ported = port_source(trainer, "paddle")
+    assert [line for line, _ in ported.refusals] == [5], ported.refusals
+    assert ported.refusals[0][1].startswith("transformers.Trainer is handed the optimizer opt")
 
 
 def test_check_clip_in_step_refuses_another_clip_or_other_parameters():

@@ -55,6 +55,7 @@ from .framework_calls import mindspore_method, mindspore_read, paddle_clip, torc
 from .groups_reading import (
     _Groups,
     _literal_code,
+    _name_uses,
     _read_groups,
     decay_selector,
     script_constants,
@@ -152,15 +153,12 @@ class _Reader:
         return schedule_preset(c.name, **kwargs)
 
     def _wrapped_only_here(self, inner: Construction, outer: Construction) -> None:
-        """Refuse a wrapped schedule's variable that the script uses anywhere but in
+        """Refuse a wrapped schedule's variable that the script reads anywhere but in
         ``outer``'s call: its construction is removed with the outer's (the spec's lr
         holds both), and a step() or a read of it would have nothing left to act on."""
-        import re
-
         if inner.target is None:
             return
-        uses = len(re.findall(rf"(?<![\w.]){re.escape(inner.target)}\b", self.module.code))
-        if uses > 2:            # its assignment and the outer's argument
+        if _name_uses(self.module, inner.target) != 1:      # the outer's argument only
             raise ValueError(f"the wrapped schedule {inner.target} (line {inner.line}) is "
                              f"used elsewhere too; {outer.name} steps it: use it only as "
                              "its learning_rate")

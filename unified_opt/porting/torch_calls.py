@@ -370,10 +370,14 @@ def collector(plan: Plan, qualified, positions):
                             f"{func.attr.value}"]
             if not imported:
                 return
-            for arg in node.args:
-                if isinstance(arg.value, cst.Name) and arg.value.value in plan.optimizer_names:
+            # an argument, or an element of a tuple or list argument (transformers'
+            # Trainer(..., optimizers=(optimizer, scheduler)))
+            handed = [e.value for a in node.args for e in (
+                a.value.elements if isinstance(a.value, (cst.Tuple, cst.List)) else [a])]
+            for value in handed:
+                if isinstance(value, cst.Name) and value.value in plan.optimizer_names:
                     plan.mark(line, f"{imported[0]} is handed the optimizer "
-                              f"{arg.value.value}: a call of another library, which the port "
+                              f"{value.value}: a call of another library, which the port "
                               "does not map (it may drive torch's optimizer API: a "
                               "scheduler of its own, a wrapper); use uo.lr_scheduler for a "
                               "scheduler, or check it needs only param_groups",
