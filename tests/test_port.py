@@ -87,6 +87,14 @@ def test_a_paddle_scheduler_variable_moves_after_the_optimizer():
 COSINE_IN_WARMUP = "paddle.optimizer.lr.CosineAnnealingDecay(learning_rate=0.1, T_max=20)"
 
 
+def test_an_explicit_paddle_apply_decay_param_fun_none_is_read_as_written():
+    source = ("import paddle\nopt = paddle.optimizer.AdamW(learning_rate=0.1, parameters="
+              "m.parameters(), apply_decay_param_fun=None, grad_clip=None)\n")
+    ported = port_source(source, "torch")
+    assert ported.refusals == [], ported.refusals
+    assert ported.rewrites[0].spec == uo.preset("paddle.optimizer.AdamW", learning_rate=0.1)
+
+
 @pytest.mark.parametrize("inline", [True, False], ids=["inline", "variable"])
 def test_a_paddle_warmup_around_another_scheduler_is_read_whole(inline):
     """Paddle's LinearWarmup(learning_rate=<a scheduler>) (its documented form of a

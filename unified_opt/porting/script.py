@@ -259,7 +259,7 @@ def _read_optimizer(reader: _Reader, c: Construction) -> _Optimizer:
     lr_keyword = next((n for n in ("lr", "learning_rate") if n in sig.parameters), None)
     schedulers, kwargs, no_decay, read_in, clip = [], {}, (), [], None
     for name, node in nodes.items():
-        if name == "apply_decay_param_fun" and groups is None:
+        if name == "apply_decay_param_fun" and groups is None and reader.code(node) != "None":
             no_decay, statement, variable = decay_selector(reader, node, params)
             read_in.append((statement, f"line {c.line}: apply_decay_param_fun's list "
                             f"{variable} is the spec's no_decay_names={no_decay!r} now; "
