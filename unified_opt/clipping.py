@@ -177,3 +177,30 @@ def clip_from_dict(data: Mapping[str, Any]) -> Clip:
         raise ValueError(f"clip_from_dict: expected a mapping with 'clip' one of "
                          f"{sorted(_CLIPS)}, got {data!r}")
     return _CLIPS[data["clip"]](**{k: val for k, val in data.items() if k != "clip"})
+
+
+#: Paddle's clip classes (``paddle.nn``; the 2.x ``GradientClipBy*`` names too) -> the
+#: attributes, in their constructor's order, that :func:`paddle_clip` reads
+PADDLE_CLIPS = {f"{prefix}{kind}": arguments
+                for prefix in ("ClipGrad", "GradientClip")
+                for kind, arguments in (("ByGlobalNorm", ("clip_norm",)),
+                                        ("ByNorm", ("clip_norm",)),
+                                        ("ByValue", ("max", "min")))}
+
+
+def paddle_clip(kind: str, values: Mapping[str, float]) -> Clip:
+    """The clip of Paddle's class ``kind`` (:data:`PADDLE_CLIPS`) with the argument
+    ``values``: ``ClipGradByGlobalNorm(c)`` is ``ClipByGlobalNorm(c, per_group=True)``
+    (Paddle takes one norm per parameter group), ``ClipGradByNorm(c)``
+    ``ClipByNorm(c)``, ``ClipGradByValue(max, min)`` ``ClipByValue(max, min)`` (min
+    None: ``-max``); no eps (Paddle's norms have none). The one rule of Paddle's presets
+    (a live clip's attributes) and of ``unified-opt port`` (a script's call)."""
+    if kind not in PADDLE_CLIPS:
+        raise ValueError(f"paddle_clip: kind must be one of {sorted(PADDLE_CLIPS)}, "
+                         f"got {kind!r}")
+    if kind.endswith("ByGlobalNorm"):
+        return ClipByGlobalNorm(max_norm=float(values["clip_norm"]), per_group=True)
+    if kind.endswith("ByNorm"):
+        return ClipByNorm(max_norm=float(values["clip_norm"]))
+    low = values.get("min")
+    return ClipByValue(max=float(values["max"]), min=None if low is None else float(low))

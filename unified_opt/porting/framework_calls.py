@@ -15,12 +15,12 @@ PADDLE_CLIP_MODULES = ("", "nn.", "paddle.nn.", "paddle.nn.clip.")
 
 def paddle_clip(reader, c, node):
     """Paddle's ``grad_clip=paddle.nn.ClipGradByGlobalNorm(1.0)`` (or ``ClipGradByNorm``,
-    ``ClipGradByValue``) with literal arguments, as the spec's clip (the preset's rule:
-    a global norm per parameter group, no eps; ``min`` of a value clip defaults to
-    ``-max``), or None for ``grad_clip=None``."""
+    ``ClipGradByValue``) with literal arguments, as the spec's clip by the presets' rule
+    (:func:`unified_opt.clipping.paddle_clip`), or None for ``grad_clip=None``."""
     import libcst as cst
 
-    from ..clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+    from ..clipping import PADDLE_CLIPS
+    from ..clipping import paddle_clip as clip_of
 
     code = reader.code(node)
     if code == "None":
@@ -28,28 +28,23 @@ def paddle_clip(reader, c, node):
     func = reader.code(node.func) if isinstance(node, cst.Call) else ""
     module, _, kind = func.rpartition(".")
     module = module + "." if module else ""
-    known = {"ClipGradByGlobalNorm": ("clip_norm",), "ClipGradByNorm": ("clip_norm",),
-             "ClipGradByValue": ("max", "min")}
-    if module not in PADDLE_CLIP_MODULES or kind not in known:
+    if module not in PADDLE_CLIP_MODULES or kind not in PADDLE_CLIPS:
         raise ValueError(f"grad_clip={code} is not a paddle.nn.ClipGradByGlobalNorm, "
                          "ClipGradByNorm or ClipGradByValue call")
+    known = PADDLE_CLIPS[kind]
     values = {}
     for position, arg in enumerate(node.args):
-        if arg.star or (arg.keyword is None and position >= len(known[kind])):
+        if arg.star or (arg.keyword is None and position >= len(known)):
             raise ValueError(f"grad_clip={code}: arguments other than "
-                             f"{', '.join(known[kind])} are not read")
-        key = known[kind][position] if arg.keyword is None else arg.keyword.value
-        if key not in known[kind]:
+                             f"{', '.join(known)} are not read")
+        key = known[position] if arg.keyword is None else arg.keyword.value
+        if key not in known:
             raise ValueError(f"grad_clip={code}: {key} is not read (only "
-                             f"{', '.join(known[kind])})")
+                             f"{', '.join(known)})")
         values[key] = float(reader.literal(c, f"grad_clip's {key}", arg.value))
-    if known[kind][0] not in values:
-        raise ValueError(f"grad_clip={code} has no {known[kind][0]}")
-    if kind == "ClipGradByGlobalNorm":
-        return ClipByGlobalNorm(max_norm=values["clip_norm"], per_group=True)
-    if kind == "ClipGradByNorm":
-        return ClipByNorm(max_norm=values["clip_norm"])
-    return ClipByValue(max=values["max"], min=values.get("min", -values["max"]))
+    if known[0] not in values:
+        raise ValueError(f"grad_clip={code} has no {known[0]}")
+    return clip_of(kind, values)
 
 
 def torch_method(variable: str, call, method: str) -> tuple[str | None, str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from unified_opt.clipping import ClipByGlobalNorm, ClipByNorm, ClipByValue
+from unified_opt.clipping import PADDLE_CLIPS, paddle_clip
 from unified_opt.native import NativeClass, when
 from unified_opt.presets._registry import require_float, unsupported
 from unified_opt.schedules import Schedule
@@ -65,10 +65,6 @@ def l2_coefficient(qualified_name: str, weight_decay) -> float:
     return weight_decay
 
 
-_CLIP_NAMES = {"ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue",
-               "GradientClipByGlobalNorm", "GradientClipByNorm", "GradientClipByValue"}
-
-
 def _is_paddle(value, class_name: str) -> bool:
     """Whether ``value`` is an instance of Paddle's ``class_name`` (read from its class
     hierarchy: presets never import paddle)."""
@@ -77,11 +73,9 @@ def _is_paddle(value, class_name: str) -> bool:
 
 
 def grad_clip_spec(qualified_name: str, grad_clip):
-    """Paddle's ``grad_clip`` as the spec's: ``ClipGradByGlobalNorm(c)`` is
-    ``ClipByGlobalNorm(c, per_group=True)`` (Paddle takes one norm per parameter group;
-    ``auto_skip_clip`` and ``group_name`` give the same numbers in dygraph),
-    ``ClipGradByNorm(c)`` ``ClipByNorm(c)``, ``ClipGradByValue(max, min)``
-    ``ClipByValue(max, min)``; no eps (Paddle's norms have none)."""
+    """Paddle's ``grad_clip`` as the spec's (:func:`unified_opt.clipping.paddle_clip`:
+    ``ClipGradByGlobalNorm(c)`` is ``ClipByGlobalNorm(c, per_group=True)``, ...;
+    ``auto_skip_clip`` and ``group_name`` give the same numbers in dygraph)."""
     if grad_clip is None:
         return None
     kind = type(grad_clip).__name__
@@ -89,15 +83,11 @@ def grad_clip_spec(qualified_name: str, grad_clip):
         raise TypeError(f"{qualified_name}: grad_clip must be None or a paddle.nn "
                         f"ClipGradByGlobalNorm, ClipGradByNorm or ClipGradByValue, got "
                         f"{grad_clip!r} of type {kind}")
-    if kind not in _CLIP_NAMES or (type(grad_clip).__module__ or "").split(".")[0] != "paddle":
+    if kind not in PADDLE_CLIPS or (type(grad_clip).__module__ or "").split(".")[0] != "paddle":
         raise NotImplementedError(f"{qualified_name}: grad_clip={grad_clip!r} of type {kind} "
                                   "has no spec clip (known: paddle.nn.ClipGradByGlobalNorm, "
                                   "ClipGradByNorm, ClipGradByValue)")
-    if kind.endswith("ByGlobalNorm"):
-        return ClipByGlobalNorm(max_norm=float(grad_clip.clip_norm), per_group=True)
-    if kind.endswith("ByNorm"):
-        return ClipByNorm(max_norm=float(grad_clip.clip_norm))
-    return ClipByValue(max=float(grad_clip.max), min=float(grad_clip.min))
+    return paddle_clip(kind, {name: getattr(grad_clip, name) for name in PADDLE_CLIPS[kind]})
 
 
 def learning_rate_spec(qualified_name: str, learning_rate):
