@@ -5,9 +5,15 @@ shifted by one step either way, and with the training-loop alternatives every sp
 weight decay, no unscaling, no centralisation, no skipping, a schedule advanced by skipped steps,
 groups ignored), and name the variants the trajectory passes against.
 
+Where the optimizer's state was read, the spec's state alternatives too
+(``spec.state_alternatives()``: knobs that move the state alone, as the lr inside or outside
+a momentum buffer under a constant lr).
+
 Single variants are tried first; only when none matches, pairs of them (e.g. no bias
-correction *and* no lr in the decay). The comparison rule is the suite's own
-(:func:`compare.compare`), with the floor measured on the variant's float32 references.
+correction *and* no lr in the decay); only when no pair matches, triples of the spec's
+own knobs (:func:`_knob_triples`: ``pytorch_optimizer.LARS`` is ``uo.LARS`` with three
+knobs turned). The comparison rule is the suite's own (:func:`compare.compare`), with the
+floor measured on the variant's float32 references.
 """
 
 from __future__ import annotations
@@ -115,15 +121,26 @@ def loop_variants(spec, case=None) -> list[tuple[str, object]]:
     return out + slip_variants(spec, case)
 
 
-def knob_variants(spec, case=None) -> list[tuple[str, object]]:
-    """``spec``'s alternatives (other frameworks' knob values), shifted schedules and
-    training-loop alternatives (:func:`loop_variants`)."""
+def spec_knobs(spec, state: bool = True) -> list[tuple[str, object]]:
+    """``spec``'s alternatives (other frameworks' knob values), and where the state is
+    compared (``state``) its state alternatives."""
     if isinstance(spec, Deviation):
         return []      # deviations do not compose
     try:
         out = list(spec.alternatives())
+        if state:
+            out += spec.state_alternatives()
     except (TypeError, ValueError):   # a variant that is not a valid spec is not a candidate
         out = []
+    return out
+
+
+def knob_variants(spec, case=None, state: bool = True) -> list[tuple[str, object]]:
+    """``spec``'s knobs (:func:`spec_knobs`), shifted schedules and training-loop
+    alternatives (:func:`loop_variants`)."""
+    if isinstance(spec, Deviation):
+        return []      # deviations do not compose
+    out = spec_knobs(spec, state)
     for shift in (+1, -1):
         moved = shifted(spec, shift)
         if moved is not None:
@@ -143,20 +160,43 @@ def _lr_text(lr) -> str:
     return f"{lr!r}" if isinstance(lr, (int, float)) else "its schedule"
 
 
-def variants(spec, case=None) -> list[tuple[str, object]]:
-    """Every one-step variant the explainer tries."""
-    return knob_variants(spec, case)
+def variants(spec, case=None, state: bool = True) -> list[tuple[str, object]]:
+    """Every one-step variant the explainer tries (``state``: the state is compared)."""
+    return knob_variants(spec, case, state)
 
 
-def _pairs(spec, case=None) -> list[tuple[str, object]]:
+def _pairs(spec, case=None, state: bool = True) -> list[tuple[str, object]]:
     out, seen = [], set()
-    for first, one in variants(spec, case):
-        for second, two in variants(one, case):
+    for first, one in variants(spec, case, state):
+        for second, two in variants(one, case, state):
             key = frozenset((first, second))
             if first == second or key in seen or two == spec:
                 continue
             seen.add(key)
             out.append((f"{first} and {second}", two))
+    return out
+
+
+def _knob(description: str) -> str:
+    """The field a knob's description turns (``"exclude_1d=True"``: ``exclude_1d``)."""
+    return description.partition("=")[0].strip()
+
+
+def _knob_triples(spec, state: bool = True) -> list[tuple[str, object]]:
+    """Three of the spec's own knobs turned at once, each a different field (the knobs
+    of a spec with one turned are that spec's: a rule that parts only where another knob
+    acts shows up there). Only the knobs: the loop variants and slips would make the
+    triples too many to try."""
+    out, seen = [], set()
+    for first, one in spec_knobs(spec, state):
+        for second, two in spec_knobs(one, state):
+            for third, three in spec_knobs(two, state):
+                fields = {_knob(first), _knob(second), _knob(third)}
+                key = frozenset((first, second, third))
+                if len(fields) < 3 or key in seen or three == spec:
+                    continue
+                seen.add(key)
+                out.append((f"{first} and {second} and {third}", three))
     return out
 
 
@@ -280,15 +320,27 @@ def _same_numbers(a: Trajectory, b: Trajectory) -> bool:
 def knob_text(description: str, spec) -> str:
     """``description`` of a matching variant said against ``spec``: a knob written as
     ``field=value`` gets the spec's own value, "eps_placement='inside' follows this
-    optimizer; the spec has 'outside'"."""
+    optimizer; the spec has 'outside'"; a pair or triple of knobs each one's,
+    "exclude_1d=True and zero_norm_rule='none' follow this optimizer; the spec has
+    exclude_1d=False, zero_norm_rule='one_if_norm_zero'"."""
     if "this optimizer" in description:      # a slip says both sides itself
         return description
-    field, sep, _ = description.partition("=")
+    fields = [_field_of(part, spec) for part in description.split(" and ")]
+    if len(fields) > 1 and all(fields):       # a pair or triple of knobs: each one's value
+        values = ", ".join(f"{f}={getattr(spec, f)!r}" for f in fields)
+        return f"{description} follow this optimizer; the spec has {values}"
+    if fields[0] and len(fields) == 1:
+        return (f"{description} follows this optimizer; the spec has "
+                f"{getattr(spec, fields[0])!r}")
+    return f"{description} follows this optimizer"
+
+
+def _field_of(part: str, spec) -> str | None:
+    """The spec field a ``field=value`` description turns, or None."""
+    field, sep, _ = part.partition("=")
     field = field.strip()
     known = isinstance(spec, uo.Spec) and field in {f.name for f in dataclasses.fields(spec)}
-    if sep and field.isidentifier() and known:
-        return f"{description} follows this optimizer; the spec has {getattr(spec, field)!r}"
-    return f"{description} follows this optimizer"
+    return field if sep and field.isidentifier() and known else None
 
 
 #: how :func:`explain_failure` points a user's check at its finite streams alone
@@ -372,9 +424,11 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
                 "text": f"{whole}; {FINITE_ONLY}" if finite_only_hint else whole}
     options = dict(k=k, ulps=ulps, reference=reference, state=state, lr=lr,
                    floor_values=values, first_steps=first_steps, claimed=spec)
-    found = matching(trajectory, case, variants(spec, case), **options)
+    found = matching(trajectory, case, variants(spec, case, state), **options)
     if not found:
-        found = matching(trajectory, case, _pairs(spec, case), **options)
+        found = matching(trajectory, case, _pairs(spec, case, state), **options)
+    if not found:
+        found = matching(trajectory, case, _knob_triples(spec, state), **options)
     if found:
         text = "; or ".join(knob_text(d, spec) for d in found)
     else:

@@ -271,6 +271,35 @@ def test_peer_libraries_and_native_classes_pass(qualified, kwargs, spec, nonfini
         assert result.state_negated == ("previous_grad",)
 
 
+NAMED = [  # (qualified class, its arguments, a spec it does not compute, the words)
+    # the same parameters as the spec, the buffer lr times the spec's: named on the state
+    ("torch.optim.SGD", dict(lr=0.1, momentum=0.9),
+     uo.SGD(lr=0.1, momentum=0.9, lr_placement="inside"),
+     "lr_placement='outside' (lr outside the momentum buffer) follows this optimizer; "
+     "the spec has 'inside'"),
+    ("torch.optim.RMSprop", dict(lr=0.01, momentum=0.9),
+     uo.RMSprop(lr=0.01, momentum=0.9, lr_placement="inside"),
+     "lr_placement='outside' (lr outside the momentum buffer) follows this optimizer"),
+    # three knobs apart from uo.LARS's defaults (Paddle's LarsMomentumOptimizer)
+    ("pytorch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4, foreach=False),
+     uo.LARS(lr=0.1, weight_decay=1e-4),
+     "zero_norm_rule='none' and exclude_1d=True and lr_placement='outside' (lr outside the "
+     "momentum buffer) follow this optimizer; the spec has zero_norm_rule="
+     "'one_if_norm_zero', exclude_1d=False, lr_placement='inside'"),
+]
+
+
+@pytest.mark.parametrize("qualified, kwargs, spec, words", NAMED, ids=[n[0] for n in NAMED])
+def test_a_peer_a_few_knobs_from_the_spec_fails_with_the_knobs_named(qualified, kwargs,
+                                                                       spec, words):
+    module = pytest.importorskip(qualified.rpartition(".")[0])
+    cls = getattr(module, qualified.rpartition(".")[2])
+    result = check(lambda params: cls(params, **kwargs), spec, backend="torch",
+                   nonfinite=False)
+    assert not result.passed and result.worst_ratio > 8.0
+    assert words in result.explanation, result.explanation
+
+
 def _momentum_keeping_the_gradient(params):
     """SGD with momentum whose first buffer is the gradient tensor itself, not a copy
     (with fresh gradients every step it computes SGD; zeroed in place, its buffer is

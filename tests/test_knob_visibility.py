@@ -51,17 +51,17 @@ def _specs() -> list:
 SPECS = _specs()
 
 
-def first_failure(spec, alternative, cases, references):
+def first_failure(spec, alternative, cases, references, state=False):
     """The first stream prefix (or, failing none, whole stream) on which the float32 run
     of ``alternative`` fails against ``spec``: ``(case, trajectory, comparison)``, or
     None. Compared on the lr and the parameters only, as ``check`` compares an optimizer
-    whose state it cannot read."""
+    whose state it cannot read (``state=True``: on the state too)."""
     for steps in (FIRST_STEPS, None):
         for case in cases:
             run_case = case if steps is None else FirstSteps(case, steps)
             run = references.of(alternative, run_case, "float32")
             comparison = compare(run, references.of(spec, run_case, "float64"),
-                                 references.floors(spec, run_case), state=False)
+                                 references.floors(spec, run_case), state=state)
             if not comparison.passed:
                 return run_case, run, comparison
     return None
@@ -115,6 +115,39 @@ def test_every_alternative_fails_the_check_streams_and_is_named(spec):
                             f"{explained['text']!r}")
     assert not problems, f"{spec}:\n  " + "\n  ".join(problems)
     assert_quiet_stream_stable(spec, cases, references)
+
+
+STATE_SPECS = list(dict.fromkeys(
+    s for n in uo.algorithms() for s in (uo.get(n), *ALGORITHMS[n].samples)
+    if s.state_alternatives()))
+
+
+@pytest.mark.parametrize("spec", STATE_SPECS,
+                         ids=[f"{s.name}-{i}" for i, s in enumerate(STATE_SPECS)])
+def test_every_state_alternative_moves_the_state_alone_and_is_named_there(spec):
+    """A state alternative (the lr on the other side of a momentum buffer under a
+    constant lr) passes on the parameters, fails on the state, and the explainer names
+    it where the state was read."""
+    cases = check_cases(spec, nonfinite=False)
+    references = References()
+    for description, alternative in spec.state_alternatives():
+        assert first_failure(spec, alternative, cases, references) is None, description
+        found = first_failure(spec, alternative, cases, references, state=True)
+        assert found is not None, f"{description}: passes on the state too"
+        run_case, run, comparison = found
+        assert comparison.failing_quantity.startswith("state:"), comparison.failing_quantity
+        explained = explain_failure(run, run_case, spec, reference=references.of, state=True)
+        assert description in explained["matches"], (description, explained["text"])
+
+
+def test_state_alternatives_cover_the_momentum_buffers_with_the_lr_inside():
+    assert {s.name for s in STATE_SPECS} == {"sgd", "lars", "rmsprop"}
+    # lr 1: the buffers are the same; no momentum: no buffer; a schedule: a knob
+    assert not uo.SGD(lr=1.0, momentum=0.9).state_alternatives()
+    assert not uo.SGD(lr=0.1).state_alternatives()
+    scheduled = uo.SGD(lr=uo.schedules.Cosine(lr=0.1, T_max=10), momentum=0.9)
+    assert not scheduled.state_alternatives() and any(
+        d.startswith("lr_placement=") for d, _ in scheduled.alternatives())
 
 
 def test_the_specs_cover_every_algorithm_with_alternatives():

@@ -468,6 +468,13 @@ class Spec:
         explain a conformance failure: ``[(description, spec), ...]``."""
         return []
 
+    def state_alternatives(self) -> list[tuple[str, "Spec"]]:
+        """Known variants that compute this spec's parameters (up to float32 rounding)
+        but another state, e.g. a momentum buffer ``lr`` times this spec's: only a run
+        whose state is read shows them, and the explainer tries them only there. Same
+        form as :meth:`alternatives`."""
+        return []
+
 
 def momentum_change(spec: "Spec", momentum: float, caller: str) -> dict[str, Any]:
     """The field change that sets ``spec``'s momentum to ``momentum`` (torch's

@@ -6,7 +6,10 @@
 check`` against the spec. So an alternative that computes the same numbers as the spec
 in its configuration (the same canonical form, or the same numbers up to float32
 rounding, e.g. the lr inside or outside a momentum buffer under a constant lr) is left
-out: no run can show it, and a failure can never be explained by it.
+out: no run can show it, and a failure can never be explained by it. A knob that moves
+the state alone (the lr inside or outside a momentum buffer under a constant lr: the same
+parameters, buffers lr times apart) goes in ``Spec.state_alternatives()`` instead, which
+the explainer tries where the optimizer's state was read.
 """
 
 from __future__ import annotations
@@ -32,3 +35,19 @@ def lr_varies(spec) -> bool:
     outside it (``b = mu b + d``, ``theta -= lr b``): under a constant lr the two differ
     by rounding alone."""
     return isinstance(spec.lr, Schedule)
+
+
+def lr_placement_in_state_only(spec) -> bool:
+    """Does the other lr placement move the state alone? Under a constant lr other than 1
+    the lr inside a momentum buffer (``b = mu b + lr d``) and outside it (``b = mu b +
+    d``) give the same parameters up to rounding, but buffers ``lr`` times apart: a run
+    whose state is read shows it (``torch.optim.SGD`` keeps the lr outside, Paddle's
+    ``LarsMomentumOptimizer`` inside)."""
+    return not lr_varies(spec) and spec.lr != 1.0
+
+
+def other_lr_placement(spec) -> tuple:
+    """``spec`` with the lr on the other side of its momentum buffer, described."""
+    other = "inside" if spec.lr_placement == "outside" else "outside"
+    return (f"lr_placement={other!r} (lr {other} the momentum buffer)",
+            spec.replace(lr_placement=other))

@@ -75,7 +75,12 @@ from ..ops import Ops
 from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
-from ._alternatives import distinct, lr_varies
+from ._alternatives import (
+    distinct,
+    lr_placement_in_state_only,
+    lr_varies,
+    other_lr_placement,
+)
 from ._decay import canonical_adapt, check_decay, decay_for_parameter
 from .sgd import SGD, canonical_momentum, check_momentum_fields
 
@@ -177,7 +182,7 @@ class LARS(Spec):
         is 0, which eps > 0 or a decay on every parameter rules out (a parameter tensor
         of norm 0 aside, which no check stream holds); ``always_adapt`` only acts on a
         parameter that does not decay and is not excluded; the lr placement only under
-        an lr schedule; the first-step rule only with dampening."""
+        an lr schedule (else :meth:`state_alternatives`); the first-step rule only with dampening."""
         never_zero = self.eps > 0.0 or (self.weight_decay > 0.0 and not self.no_decay_names)
         rules = [rule for rule in ZERO_NORM_RULES if rule != self.zero_norm_rule]
         if never_zero:      # the twins: one of them, and not the spec's twin
@@ -189,14 +194,22 @@ class LARS(Spec):
             out.append((f"always_adapt={not self.always_adapt}",
                         self.replace(always_adapt=not self.always_adapt)))
         if lr_varies(self):
-            other = "outside" if self.lr_placement == "inside" else "inside"
-            out.append((f"lr_placement={other!r}", self.replace(lr_placement=other)))
+            out.append(other_lr_placement(self))
         if self.momentum != 0.0:
             other = "grad" if self.momentum_init == "zeros" else "zeros"
             out.append((f"momentum_init={other!r}", self.replace(momentum_init=other)))
         out.append((f"exclude_1d={not self.exclude_1d}",
                     self.replace(exclude_1d=not self.exclude_1d)))
         return distinct(self, out)
+
+    def state_alternatives(self) -> list[tuple[str, Spec]]:
+        """The other lr placement under a constant lr other than 1, with momentum: the
+        same parameters, a buffer ``lr`` times this spec's
+        (:func:`._alternatives.lr_placement_in_state_only`; ``pytorch_optimizer.LARS``
+        keeps the lr outside, Paddle's ``LarsMomentumOptimizer`` inside)."""
+        if self.momentum != 0.0 and lr_placement_in_state_only(self):
+            return [other_lr_placement(self)]
+        return []
 
 
 _EXCLUDED = LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, exclude_names=("*bias*",))

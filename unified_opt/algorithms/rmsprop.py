@@ -11,8 +11,8 @@ r"""RMSProp (Hinton, 2012), optionally centered, with momentum.
 Without momentum :math:`\theta_t = \theta_{t-1} - \eta\, g/d_t`. With momentum
 :math:`\mu`: ``lr_placement="outside"``: :math:`b_t = \mu b_{t-1} + g/d_t`,
 :math:`\theta_t = \theta_{t-1} - \eta b_t`; ``"inside"``:
-:math:`b_t = \mu b_{t-1} + \eta g/d_t`, :math:`\theta_t = \theta_{t-1} - b_t` (equal
-while the lr is constant).
+:math:`b_t = \mu b_{t-1} + \eta g/d_t`, :math:`\theta_t = \theta_{t-1} - b_t` (the same
+parameters while the lr is constant, up to rounding; the buffers :math:`\eta` times apart).
 
 Args:
     alpha: :math:`\alpha` in [0, 1], the decay of the running average of
@@ -43,7 +43,12 @@ from ..ops import Ops
 from ..records import Planted, record
 from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
-from ._alternatives import VISIBLE_WITHIN, lr_varies
+from ._alternatives import (
+    VISIBLE_WITHIN,
+    lr_placement_in_state_only,
+    lr_varies,
+    other_lr_placement,
+)
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 PLACEMENTS = ("outside", "inside")
@@ -129,21 +134,27 @@ class RMSprop(Spec):
         """The other eps placement (but where it moves no number within
         :data:`VISIBLE_WITHIN` steps: :meth:`_eps_placement_shows`), the other lr
         placement (with momentum and an lr schedule only: under a constant lr inside and
-        outside the buffer differ by rounding alone) and the other initial square
-        average."""
+        outside the buffer give the same parameters up to rounding:
+        :meth:`state_alternatives`) and the other initial square average."""
         out = []
-        knobs: list[tuple[str, str]] = []
         if self._eps_placement_shows():
-            knobs.append(("eps_placement", self.eps_placement))
+            other = "inside" if self.eps_placement == "outside" else "outside"
+            out.append((f"eps_placement={other!r}", self.replace(eps_placement=other)))
         if self.momentum and lr_varies(self):
-            knobs.append(("lr_placement", self.lr_placement))
-        for knob, value in knobs:
-            other = "inside" if value == "outside" else "outside"
-            out.append((f"{knob}={other!r}", self.replace(**{knob: other})))
+            out.append(other_lr_placement(self))
         square_avg = 1.0 if self.initial_square_avg == 0.0 else 0.0
         out.append((f"initial_square_avg={square_avg}",
                     self.replace(initial_square_avg=square_avg)))
         return out
+
+    def state_alternatives(self) -> list[tuple[str, Spec]]:
+        """The other lr placement under a constant lr other than 1, with momentum: the
+        same parameters, a buffer ``lr`` times this spec's
+        (:func:`._alternatives.lr_placement_in_state_only`; ``torch.optim.RMSprop``
+        keeps the lr outside, ``paddle.optimizer.RMSProp`` inside)."""
+        if self.momentum and lr_placement_in_state_only(self):
+            return [other_lr_placement(self)]
+        return []
 
     def _eps_placement_shows(self) -> bool:
         """Can eps inside the sqrt and eps outside it part by a float32 ulp within

@@ -15,7 +15,8 @@ Gradient :math:`g` (negated when ``maximize``) with L2 decay
 buffer: :math:`b_t = \mu b_{t-1} + (1-d)\,\eta_t g` (or :math:`\eta_t g` at the first
 step with ``momentum_init="grad"``) and
 :math:`\theta_t = \theta_{t-1} - (\eta_t g + \mu b_t \text{ if nesterov else } b_t)`.
-The two placements agree while the lr is constant and differ once it changes.
+The two placements give the same parameters while the lr is constant (up to rounding;
+the buffers are :math:`\eta` times apart) and differ once it changes.
 
 Differences between frameworks
 ------------------------------
@@ -37,7 +38,12 @@ from ..ops import Ops
 from ..records import record
 from ..schedules import Cosine, Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
-from ._alternatives import distinct, lr_varies
+from ._alternatives import (
+    distinct,
+    lr_placement_in_state_only,
+    lr_varies,
+    other_lr_placement,
+)
 from ._decay import check_decay, decay_for_parameter, l2_gradient
 
 LR_PLACEMENTS = ("outside", "inside")
@@ -120,21 +126,27 @@ class SGD(Spec):
     def alternatives(self) -> list[tuple[str, Spec]]:
         """The first-step rule (only with dampening: without it both rules agree), the lr
         placement (only under an lr schedule: under a constant lr inside and outside
-        the buffer differ by rounding alone, :func:`._alternatives.lr_varies`) and,
-        without dampening, Nesterov."""
+        the buffer give the same parameters up to rounding, :meth:`state_alternatives`)
+        and, without dampening, Nesterov."""
         out = []
         if self.momentum != 0.0:
             other = "zeros" if self.momentum_init == "grad" else "grad"
             out.append((f"momentum_init={other!r} (first-step rule)",
                         self.replace(momentum_init=other)))
             if lr_varies(self):
-                other = "inside" if self.lr_placement == "outside" else "outside"
-                out.append((f"lr_placement={other!r} (lr {other} the momentum buffer)",
-                            self.replace(lr_placement=other)))
+                out.append(other_lr_placement(self))
             if self.dampening == 0.0:
                 out.append((f"nesterov={not self.nesterov}",
                             self.replace(nesterov=not self.nesterov)))
         return distinct(self, out)
+
+    def state_alternatives(self) -> list[tuple[str, Spec]]:
+        """The other lr placement under a constant lr other than 1, with momentum: the
+        same parameters, a buffer ``lr`` times this spec's
+        (:func:`._alternatives.lr_placement_in_state_only`)."""
+        if self.momentum != 0.0 and lr_placement_in_state_only(self):
+            return [other_lr_placement(self)]
+        return []
 
 
 RECORD = record(SGD,
