@@ -280,6 +280,9 @@ NAMED = [  # (qualified class, its arguments, a spec it does not compute, the wo
     ("torch.optim.RMSprop", dict(lr=0.01, momentum=0.9),
      uo.RMSprop(lr=0.01, momentum=0.9, lr_placement="inside"),
      "lr_placement='outside' (lr outside the momentum buffer) follows this optimizer"),
+    # no step and no decay before rectification (its degenerated_to_sgd=False)
+    ("pytorch_optimizer.RAdam", dict(lr=1e-3), uo.RAdam(lr=1e-3),
+     "unrectified_step='none' follows this optimizer; the spec has 'momentum'"),
     # three knobs apart from uo.LARS's defaults (Paddle's LarsMomentumOptimizer)
     ("pytorch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4, foreach=False),
      uo.LARS(lr=0.1, weight_decay=1e-4),

@@ -25,6 +25,9 @@ missing). The mapping, peer flags -> spec:
 * ``pytorch_optimizer.LARS(lr, weight_decay, momentum, dampening, trust_coefficient,
   nesterov)`` -> ``uo.LARS(eps=0, lr_placement="outside", momentum_init="zeros",
   always_adapt=True, zero_norm_rule="one_if_denominator_zero", exclude_1d=True)``.
+* ``pytorch_optimizer.RAdam(lr, betas, eps, weight_decay)`` (its defaults
+  ``weight_decouple=True, degenerated_to_sgd=False``) -> ``uo.RAdam(
+  decoupled_weight_decay=True, unrectified_step="none")``.
 * ``torch_optimizer.Adafactor(lr, eps2, clip_threshold, decay_rate, beta1, weight_decay,
   scale_parameter, relative_step, warmup_init)`` -> ``uo.Adafactor(eps=eps2,
   eps_mode="add", decay_rate=-decay_rate, decay_lr="scaled", lr=1e-2 when relative_step)``
@@ -91,6 +94,10 @@ PEERS = [
              lr_placement="outside", momentum_init="zeros", always_adapt=True,
              zero_norm_rule="one_if_denominator_zero", exclude_1d=True), DENSE_PARAMS, None,
      False),
+    ("pytorch-optimizer-radam", "pytorch_optimizer.RAdam",
+     dict(lr=0.01, betas=(0.9, 0.99), eps=1e-3, weight_decay=0.1, foreach=False),
+     uo.RAdam(lr=0.01, betas=(0.9, 0.99), eps=1e-3, weight_decay=0.1,
+              decoupled_weight_decay=True, unrectified_step="none"), DENSE_PARAMS, None, True),
     *[(f"torch-optimizer-adafactor-relative-{relative}", "torch_optimizer.Adafactor",
        dict(lr=None if relative else 0.01, beta1=beta1, weight_decay=0.1,
             relative_step=relative),

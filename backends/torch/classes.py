@@ -232,7 +232,9 @@ CLASSES = (
         lowerings=(Lowering(
             "radam",
             (when("rectify_threshold=5 (torch rectifies when rho_t > 5)",
-                  lambda s: s.rectify_threshold == 5.0),),
+                  lambda s: s.rectify_threshold == 5.0),
+             when("unrectified_step='momentum' (torch.optim.RAdam takes the momentum step "
+                  "before rectifying)", lambda s: s.unrectified_step == "momentum")),
             lambda s: {"betas": s.betas, "eps": s.eps, "weight_decay": s.weight_decay,
                        "decoupled_weight_decay": s.decoupled_weight_decay,
                        "maximize": s.maximize}),),

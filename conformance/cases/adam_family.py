@@ -122,6 +122,10 @@ def _radam() -> list[Case]:
         Case(id="radam_threshold_8", spec=uo.RAdam(**a, rectify_threshold=8.0),
              description="rectification starts later than torch's rho_t > 5"),
         Case(id="radam_maximize_cosine", spec=uo.RAdam(lr=COSINE, eps=1e-3, maximize=True)),
+        Case(id="radam_no_unrectified_step", spec=uo.RAdam(**a, weight_decay=0.1,
+                                                           unrectified_step="none"),
+             description="no step and no L2 decay before rectification "
+                         "(pytorch_optimizer.RAdam's default)"),
         dense(id="preset_torch_radam", spec=uo.preset("torch.optim.RAdam", lr=0.01, eps=1e-3,
                                                       weight_decay=0.01)),
         dense(id="preset_paddle_radam", spec=uo.preset(

@@ -182,7 +182,8 @@ class LARS(Spec):
         is 0, which eps > 0 or a decay on every parameter rules out (a parameter tensor
         of norm 0 aside, which no check stream holds); ``always_adapt`` only acts on a
         parameter that does not decay and is not excluded; the lr placement only under
-        an lr schedule (else :meth:`state_alternatives`); the first-step rule only with dampening."""
+        an lr schedule (else :meth:`state_alternatives`); the first-step rule only with
+        dampening."""
         never_zero = self.eps > 0.0 or (self.weight_decay > 0.0 and not self.no_decay_names)
         rules = [rule for rule in ZERO_NORM_RULES if rule != self.zero_norm_rule]
         if never_zero:      # the twins: one of them, and not the spec's twin

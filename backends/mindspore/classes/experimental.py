@@ -190,6 +190,8 @@ CLASSES = (
             "radam",
             (when("rectify_threshold=5 (experimental.optim.RAdam rectifies when rho_t > 5)",
                   lambda s: s.rectify_threshold == 5.0),
+             when("unrectified_step='momentum' (experimental.optim.RAdam takes the momentum step "
+                  "before rectifying)", lambda s: s.unrectified_step == "momentum"),
              L2_ONLY, NOT_MAXIMIZE, CONSTANT_LR, POSITIVE_LR),
             experimental_betas),),
         state={"exp_avg": "exp_avg", "exp_avg_sq": "exp_avg_sq"}),

@@ -251,6 +251,8 @@ CLASSES = (
             "radam",
             (when("rectify_threshold=5 (Paddle rectifies when rho_t > 5)",
                   lambda s: s.rectify_threshold == 5.0),
+             when("unrectified_step='momentum' (paddle.optimizer.RAdam takes the momentum step "
+                  "before rectifying)", lambda s: s.unrectified_step == "momentum"),
              _L2_ONLY, NOT_MAXIMIZE),
             lambda s: {**betas_epsilon(s), "weight_decay": _coupled_decay(s)},
             FLOAT32_ATTRIBUTES),),
