@@ -19,9 +19,9 @@ Weight decay is L2 in the gradient, or :math:`\theta \leftarrow (1-\eta\lambda)\
 first with ``decoupled_weight_decay`` (torch's RAdamW form).
 
 Args:
-    unrectified_step: what a step before rectification does: ``"momentum"`` (the
+    unrectified_step: what a step before rectification does: ``'momentum'`` (the
         un-adapted momentum step :math:`\eta\,\hat m_t` after the decay: torch's,
-        Paddle's and MindSpore's) or ``"none"`` (no step, no decay:
+        Paddle's and MindSpore's) or ``'none'`` (no step, no decay:
         ``pytorch_optimizer.RAdam``'s default ``degenerated_to_sgd=False``).
     rectify_threshold: the rectified step is taken once :math:`\rho_t` exceeds it (5,
         torch's, Paddle's and MindSpore's; the paper's 4); before that, the
