@@ -35,7 +35,7 @@ from .trajectory import run
 KINDS = ("decay_before_clip", "schedule_counts_skipped", "without_groups",
          "momentum_before_decay", "coupled_decay", "decay_first", "eps_inside",
          "global_trust_ratio", "trust_ratio_clip", "stale_gradients", "step_ahead",
-         "first_step_lr_zero")
+         "first_step_lr_zero", "root_eps")
 
 #: the common implementation slips (:func:`slips`): what the optimizer computes, said
 #: against what the spec computes
@@ -63,7 +63,13 @@ SLIPS = {
     "momentum_before_decay": "the moments updated before the weight decay: this optimizer "
                              "adds wd * p to the update; the spec adds it to the gradient "
                              "the moments accumulate",
+    "root_eps": "1e-15 under the square root: this optimizer computes sqrt(v + 1e-15) "
+                "(pytorch-optimizer's exp_avg_sq_eps, in its AdaBelief, DiffGrad, LaProp, "
+                "ScheduleFreeAdamW, ...); the spec computes sqrt(v)",
 }
+#: what pytorch-optimizer adds under the root of its second moment (``apply_ams_bound``'s
+#: ``exp_avg_sq_eps``): it shows where v is below ~1e-13, on the check's quiet stream
+ROOT_EPS = 1e-15
 #: the ratio ``trust_ratio_clip`` caps (NVIDIA's and several hand-written LAMBs)
 TRUST_RATIO_CAP = 10.0
 
@@ -180,6 +186,11 @@ class Deviation:
     def _eps_inside(self, case, dtype):
         spec = self.spec
         ref = Reference(spec, case.initial_params(), dtype, ops=_EpsInside(spec.eps))
+        return _run(ref, case, spec)
+
+    def _root_eps(self, case, dtype):
+        spec = self.spec
+        ref = Reference(spec, case.initial_params(), dtype, ops=_UnderRoot(ROOT_EPS))
         return _run(ref, case, spec)
 
     def _global_trust_ratio(self, case, dtype):
@@ -349,6 +360,8 @@ def slips(spec, case=None) -> list[str]:
     if isinstance(eps, float) and eps > 0.0 and not hasattr(spec, "eps_placement") \
             and counted.sqrts == 1:
         out.append("eps_inside")
+    if isinstance(eps, float) and counted.sqrts == 1:
+        out.append("root_eps")
     if counted.norms == 2 and _adapts(spec):
         out += ["global_trust_ratio", "trust_ratio_clip"]
     out.append("stale_gradients")
@@ -393,6 +406,17 @@ class _EpsInside(NumpyOps):
 
     def sqrt(self, x):
         return np.sqrt(x + self.eps) - self.eps
+
+
+class _UnderRoot(NumpyOps):
+    """``sqrt(x)`` as ``sqrt(x + tiny)``: a constant under the root, before any eps the
+    spec adds outside it."""
+
+    def __init__(self, tiny: float):
+        self.tiny = tiny
+
+    def sqrt(self, x):
+        return np.sqrt(x + self.tiny)
 
 
 class _Norms(NumpyOps):

@@ -283,6 +283,9 @@ NAMED = [  # (qualified class, its arguments, a spec it does not compute, the wo
     # no step and no decay before rectification (its degenerated_to_sgd=False)
     ("pytorch_optimizer.RAdam", dict(lr=1e-3), uo.RAdam(lr=1e-3),
      "unrectified_step='none' follows this optimizer; the spec has 'momentum'"),
+    # 1e-15 under the root of its second moment: the quiet stream shows it
+    ("pytorch_optimizer.ScheduleFreeAdamW", dict(lr=1e-3),
+     uo.get("schedule_free_adamw", lr=1e-3), SLIPS["root_eps"]),
     # three knobs apart from uo.LARS's defaults (Paddle's LarsMomentumOptimizer)
     ("pytorch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4, foreach=False),
      uo.LARS(lr=0.1, weight_decay=1e-4),

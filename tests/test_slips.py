@@ -8,6 +8,7 @@ import pytest
 
 import unified_opt as uo
 from unified_opt.conformance.cases import DENSE_PARAMS, Case, default_cases
+from unified_opt.conformance.checker import check_cases
 from unified_opt.conformance.compare import K, compare
 from unified_opt.conformance.deviations import SLIPS, Deviation, slips
 from unified_opt.conformance.explainer import explain_failure
@@ -43,6 +44,21 @@ def test_slips_are_tried_only_where_the_spec_has_no_knob_and_they_move_numbers()
     assert "global_trust_ratio" not in slips(LAMB.replace(weight_decay=0.0))   # no ratio
     assert "step_ahead" not in slips(uo.SGD(lr=0.1, momentum=0.9))   # no count in it
     assert slips(LAMB.replace(grad_clip=uo.ClipByGlobalNorm(max_norm=1.0))) == []
+
+
+def test_1e_15_under_the_root_fails_the_quiet_stream_and_is_named():
+    """pytorch-optimizer's exp_avg_sq_eps: invisible where v is far above 1e-15, so on the
+    check's quiet stream (gradients near 1e-8), where it moves the first step."""
+    assert "root_eps" in slips(ADAM) and "root_eps" not in slips(uo.SGD(lr=0.1, momentum=0.9))
+    spec = uo.get("schedule_free_adamw", lr=1e-3)
+    case = next(c for c in check_cases(spec, nonfinite=False) if "quiet" in c.id)
+    oracle = reference_trajectory(spec, case)
+    floors = floor_trajectories(spec, case)
+    planted = reference_trajectory(Deviation(spec, "root_eps"), case, "float32")
+    result = compare(planted, oracle, floors, state=False)
+    assert not result.passed and result.worst_ratio > 100 * K
+    explanation = explain_failure(planted, case, state=False)
+    assert SLIPS["root_eps"] in explanation["matches"], explanation
 
 
 def test_a_trust_ratio_clip_fails_at_step_1_on_its_case():
