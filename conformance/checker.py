@@ -57,6 +57,7 @@ from .cases.functions import encode_spec, named_for_this_process
 from .deviations import has_trust_ratio
 from .device import Device, parse_device, place
 from .drivers.base import Driver, spec_state_shapes
+from .explainer import held_hyperparameters
 from .gradients import quiet_gradients_at
 from .report import build_report, write_reports
 from .runner import TRAJECTORIES
@@ -528,7 +529,8 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
             reading["not_compared"].insert(0, "lr (the optimizer exposes none: torch "
                                               "param_groups, Paddle and MindSpore get_lr())")
     result = verdict(case, backend, PATH, trajectory, decision, error, references,
-                     state=compared["state"], lr=compared["lr"])
+                     state=compared["state"], lr=compared["lr"],
+                     held=_held(driver, case) if error is None else None)
     if (result["status"] == "fail" and compared["lr"]
             and (result["comparison"] or {}).get("failing_quantity") == "lr"):
         result, compared["lr"] = _judged_without_an_unused_lr(
@@ -538,6 +540,16 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
                   steps_done=trajectory.steps, trajectory=None,
                   compared=["params"] + [k for k, v in compared.items() if v], **reading)
     return result, trajectory
+
+
+def _held(driver, case: Case) -> dict:
+    """The spec's fields a torch optimizer's first param group holds with other values
+    (:func:`.explainer.held_hyperparameters`); Paddle's and MindSpore's optimizers keep
+    theirs in private attributes of their own names, not read."""
+    groups = getattr(getattr(driver, "optimizer", None), "param_groups", None)
+    if not isinstance(groups, list) or not groups:
+        return {}
+    return held_hyperparameters(groups[0], case.spec)
 
 
 def _judged_without_an_unused_lr(result: dict, case: Case, backend: str,

@@ -323,6 +323,13 @@ def knob_text(description: str, spec) -> str:
     optimizer; the spec has 'outside'"; a pair or triple of knobs each one's,
     "exclude_1d=True and zero_norm_rule='none' follow this optimizer; the spec has
     exclude_1d=False, zero_norm_rule='one_if_norm_zero'"."""
+    if description.startswith(HELD):          # the values it holds, then any knobs
+        _, with_, knobs = description.partition(", with ")
+        fields = [_field_of(part, spec) for part in knobs.split(" and ")] if with_ else []
+        if fields and all(fields):
+            values = ", ".join(f"{f}={getattr(spec, f)!r}" for f in fields)
+            description = f"{description} (the spec has {values})"
+        return f"{description}: these compute this optimizer's numbers"
     if "this optimizer" in description:      # a slip says both sides itself
         return description
     fields = [_field_of(part, spec) for part in description.split(" and ")]
@@ -392,10 +399,85 @@ def whole_tensor_nan(trajectory: Trajectory, oracle: Trajectory, case, compariso
             "norm scaled every element; the spec's rule for a NaN norm keeps the others)")
 
 
+def held_hyperparameters(group: dict, spec) -> dict:
+    """The fields of ``spec`` that an optimizer's hyperparameters (a torch param group,
+    ``group``) hold under the same name with another value: numbers, bools and tuples of
+    numbers, the lr aside (a stream of its own), only where ``spec`` takes the values
+    (a field of the same name that means another thing fails the spec's checks, or its
+    run, and is no candidate). A ported optimizer left at its library's defaults
+    (``torch_optimizer.LARS``: momentum 0, trust_coefficient 0.01, eps 1e-8) differs so."""
+    if not isinstance(spec, uo.Spec) or not isinstance(group, dict):
+        return {}
+    out = {}
+    for field in dataclasses.fields(spec):
+        name = field.name
+        if name == "lr" or name not in group:
+            continue
+        mine, theirs = getattr(spec, name), _plain_value(group[name])
+        if theirs is None or isinstance(mine, bool) != isinstance(theirs, bool):
+            continue
+        if isinstance(mine, tuple) != isinstance(theirs, tuple) or (
+                not isinstance(mine, (int, float, tuple))):
+            continue
+        if isinstance(mine, tuple) and len(mine) != len(theirs):
+            continue
+        if isinstance(mine, int) and not isinstance(mine, bool):
+            if not float(theirs).is_integer():
+                continue
+            theirs = int(theirs)
+        if theirs != mine and _takes(spec, name, theirs):
+            out[name] = theirs
+    return out if out and _takes(spec, None, out) else {}
+
+
+def _takes(spec, name: str | None, value) -> bool:
+    """Does ``spec`` take ``value`` for field ``name`` (``name`` None: the fields and
+    values of the dict ``value``)?"""
+    try:
+        spec.replace(**(value if name is None else {name: value}))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _plain_value(value):
+    """``value`` as a Python number, bool or tuple of numbers (None for anything else; a
+    one-element tensor is its number)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, (tuple, list)):
+        items = [_plain_value(v) for v in value]
+        return None if any(i is None or isinstance(i, bool) for i in items) else tuple(items)
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "numel", lambda: 0)() == 1:
+        return _plain_value(item())
+    return None
+
+
+#: how a match on the optimizer's own hyperparameters starts (:func:`explain_failure`)
+HELD = "this optimizer's own hyperparameters"
+
+
+def _held_candidates(spec, held: dict, case, state: bool) -> list[list]:
+    """Levels of candidates on the spec with the ``held`` values: the spec so, then with
+    one variant, with a pair, with three of its knobs (each level tried only when the
+    one before matches nothing)."""
+    base = spec.replace(**held)
+    said = ", ".join(f"{name}={value!r} (the spec has {getattr(spec, name)!r})"
+                     for name, value in held.items())
+    head = f"{HELD}, {said}"
+    return [[(head, base)],
+            [(f"{head}, with {d}", s) for d, s in variants(base, case, state)],
+            [(f"{head}, with {d}", s) for d, s in _pairs(base, case, state)],
+            [(f"{head}, with {d}", s) for d, s in _knob_triples(base, state)]]
+
+
 def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
                     ulps: float = ULPS, reference=reference_trajectory,
-                    state: bool = True, lr: bool = True, finite_only_hint: bool = False
-                    ) -> dict:
+                    state: bool = True, lr: bool = True, finite_only_hint: bool = False,
+                    held: dict | None = None) -> dict:
     """``{"matches": [...], "text": "..."}`` for a trajectory that failed ``spec``
     (default ``case.spec``); ``state=False`` for a run that recorded no state,
     ``lr=False`` for one whose lr could not be read. A whole tensor turned NaN by a
@@ -429,6 +511,10 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
         found = matching(trajectory, case, _pairs(spec, case, state), **options)
     if not found:
         found = matching(trajectory, case, _knob_triples(spec, state), **options)
+    for level in _held_candidates(spec, held, case, state) if held and not found else ():
+        found = matching(trajectory, case, level, **options)
+        if found:
+            break
     if found:
         text = "; or ".join(knob_text(d, spec) for d in found)
     else:

@@ -181,7 +181,7 @@ def decision_dict(decision) -> dict | None:
 
 def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, decision,
             error: str | None, references: References, *, state: bool | None = None,
-            lr: bool = True) -> dict:
+            lr: bool = True, held: dict | None = None) -> dict:
     """The result of one run (``status`` "pass", "fail" or "error"), as the reports hold
     it. A native class that declares how it departs from the spec under non-finite
     gradients, and fails the strict rule in a case that plants them, is compared with
@@ -189,7 +189,10 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
     by hand (path "hand") is compared on the lr and the parameters: its state is the
     class's own. ``state`` (default: not for "hand") and ``lr`` say what else is
     compared (``unified-opt check``: what could be read from a user's optimizer). A
-    result with a comparison (pass or fail) holds its encoded series under "series"."""
+    result with a comparison (pass or fail) holds its encoded series under "series".
+    ``held``: the spec's fields the optimizer holds with other values (a user's check:
+    :func:`.explainer.held_hyperparameters`), tried when the spec's variants explain
+    nothing."""
     result = {"case": case.id, "algorithm": case.spec.name, "backend": backend, "path": path,
               "status": None, "lowering": decision_dict(decision), "comparison": None,
               "explanation": None, "error": None, "known": None}
@@ -230,5 +233,5 @@ def verdict(case: Case, backend: str, path: str, trajectory: Trajectory | None, 
                 "explanation": {"matches": [knob], "text": knob_text(knob, case.spec)}}
     # a user's check (path "check") can leave the non-finite stream out
     explanation = explain_failure(trajectory, case, reference=references.of, state=state,
-                                  lr=lr, finite_only_hint=path == "check")
+                                  lr=lr, finite_only_hint=path == "check", held=held)
     return {**result, "status": "fail", "explanation": explanation}

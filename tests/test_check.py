@@ -24,6 +24,7 @@ from unified_opt import schedules
 from unified_opt.cli import main
 from unified_opt.conformance.checker import STREAMS, check, load_factory
 from unified_opt.conformance.deviations import SLIPS
+from unified_opt.conformance.explainer import held_hyperparameters
 
 ADAM = dict(lr=0.01, eps=1e-3)
 LAMB = dict(lr=0.01, weight_decay=0.01)
@@ -286,6 +287,17 @@ NAMED = [  # (qualified class, its arguments, a spec it does not compute, the wo
     # 1e-15 under the root of its second moment: the quiet stream shows it
     ("pytorch_optimizer.ScheduleFreeAdamW", dict(lr=1e-3),
      uo.get("schedule_free_adamw", lr=1e-3), SLIPS["root_eps"]),
+    # left at their library's defaults: the values their param_groups hold, verified
+    ("torch.optim.Adam", dict(lr=1e-3, eps=1e-6), uo.Adam(lr=1e-3),
+     "this optimizer's own hyperparameters, eps=1e-06 (the spec has 1e-08): these "
+     "compute this optimizer's numbers"),
+    ("torch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4), uo.LARS(lr=0.1, weight_decay=1e-4),
+     "this optimizer's own hyperparameters, momentum=0.0 (the spec has 0.9), "
+     "trust_coefficient=0.01 (the spec has 0.001), eps=1e-08 (the spec has 0.0), with "
+     "zero_norm_rule='raw_if_norm_zero' (the spec has zero_norm_rule='one_if_norm_zero')"),
+    ("torch_optimizer.Lamb", dict(lr=1e-3), uo.Lamb(lr=1e-3),
+     "weight_decay=0.0 (the spec has 0.01), with bias_correction='none' and "
+     "always_adapt=True and weight_norm_clamp=10"),
     # three knobs apart from uo.LARS's defaults (Paddle's LarsMomentumOptimizer)
     ("pytorch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4, foreach=False),
      uo.LARS(lr=0.1, weight_decay=1e-4),
@@ -304,6 +316,20 @@ def test_a_peer_a_few_knobs_from_the_spec_fails_with_the_knobs_named(qualified, 
                    nonfinite=False)
     assert not result.passed and result.worst_ratio > 8.0
     assert words in result.explanation, result.explanation
+
+
+def test_held_hyperparameters_are_the_spec_s_fields_held_with_other_values():
+    torch = pytest.importorskip("torch")
+    group = {"params": [], "lr": 0.5, "betas": (0.8, 0.99), "eps": torch.tensor(1e-6, dtype=torch.float64),
+             "weight_decay": 0, "amsgrad": True, "foreach": None, "fused": False,
+             "maximize": False}
+    assert held_hyperparameters(group, uo.Adam(lr=1e-3)) == {
+        "betas": (0.8, 0.99), "eps": 1e-6, "amsgrad": True}
+    # the same name, another meaning: torch.optim.Adafactor's decay_rate is -0.8, which
+    # uo.Adafactor's (0.8 for 1 - t^-0.8) refuses: no candidate
+    assert held_hyperparameters({"decay_rate": -0.8}, uo.Adafactor()) == {}
+    assert held_hyperparameters({"lr": 0.5}, uo.Adam()) == {}      # the lr is a stream
+    assert held_hyperparameters({"betas": (0.9,)}, uo.Adam()) == {}  # another shape
 
 
 def _momentum_keeping_the_gradient(params):
