@@ -377,6 +377,32 @@ def test_an_optimizer_s_state_in_a_checkpoint_dict_or_read_directly_is_marked():
         assert "uo.load_state(opt, 'opt.pth')" in ported.source
 
 
+def test_a_read_of_the_state_dict_s_torch_entries_is_marked():
+    """``opt.state_dict()["param_groups"][0]["lr"]`` (a logging line of public scripts) and
+    ``sd["state"]`` after ``sd = opt.state_dict()`` were left as written, exit 0: the
+    optimizer uo.build makes gives the portable form, without either entry (KeyError at
+    run time, shown below on torch). Each is marked, naming what to read instead."""
+    source = ("import torch\nmodel = torch.nn.Linear(4, 2)\n"
+              "opt = torch.optim.AdamW(model.parameters(), lr=1e-3)\n"
+              "print(opt.state_dict()['param_groups'][0]['lr'])\n"
+              "sd = opt.state_dict()\n"
+              "print(len(sd['state']))\n"
+              "print(sd['format'], model.state_dict()['weight'])\n")
+    for target in ("paddle", "mindspore"):
+        ported = port_source(source, target)
+        refused = dict(ported.refusals)
+        assert sorted(refused) == [4, 6], ported.refusals
+        assert refused[4].startswith("opt.state_dict()'s 'param_groups' entry: the optimizer "
+                                     f"built on {target} gives unified-opt's portable form")
+        assert "read opt.param_groups" in refused[4]
+        assert refused[6].startswith("opt.state_dict()'s 'state' entry: torch's per-parameter "
+                                     "state by index")
+        assert "uo.save_state(opt, path) / uo.load_state(opt, path)" in refused[6]
+    built = uo.build(uo.preset("torch.optim.AdamW", lr=1e-3), torch.nn.Linear(4, 2).parameters())
+    assert set(built.state_dict()) == {"format", "metadata", "tensors"}
+    assert built.param_groups[0]["lr"] == 1e-3
+
+
 def test_a_method_of_another_library_s_object_handed_the_optimizer_is_marked():
     """The Hugging Face no-trainer scripts hand the optimizer to
     ``accelerator.prepare(model, optimizer, ...)`` (accelerate wraps torch's optimizer

@@ -103,7 +103,10 @@ def _state_refusal(variable: str, to: str, how: str) -> str:
                     "(a checkpoint's entry): a torch state dict, which the optimizer built "
                     f"on {to} does not take (it takes what its own state_dict() gives)",
             "read": f"{variable}.state: torch's per-parameter state; the optimizer built on "
-                    f"{to} keeps its state in {to}'s form, not in .state"}[how]
+                    f"{to} keeps its state in {to}'s form, not in .state",
+            "entry": f"{variable}.state_dict()'s 'state' entry: torch's per-parameter state "
+                     f"by index; the optimizer built on {to} gives unified-opt's portable "
+                     "form (format, metadata, tensors), which has no 'state'"}[how]
     return (f"{head}; save and load the optimizer's state with uo.save_state({variable}, "
             f"path) / uo.load_state({variable}, path) (a file every framework reads)")
 
@@ -162,6 +165,8 @@ def collector(plan: Plan, qualified, positions):
             # variable -> the imported class of another library it was built from
             # (accelerator = Accelerator(...)): its methods are that library's calls
             self.library_objects: dict[str, str] = {}
+            # variable -> the optimizer whose state_dict() it holds (sd = opt.state_dict())
+            self.state_dicts: dict[str, str] = {}
 
         def line(self, node) -> int:
             return positions[node].start.line
@@ -175,6 +180,12 @@ def collector(plan: Plan, qualified, positions):
                 assign = node.body[0]
                 if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
                     self.assigned[id(assign.value)] = assign.targets[0].target.value
+                    value = assign.value
+                    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                            and value.func.attr.value == "state_dict" and \
+                            isinstance(value.func.value, cst.Name):
+                        self.state_dicts[assign.targets[0].target.value] = \
+                            value.func.value.value
                     if isinstance(assign.value, cst.Call):
                         library = _other_libraries(names_of(assign.value.func))
                         if library:
@@ -402,6 +413,31 @@ def collector(plan: Plan, qualified, positions):
 
         def leave_List(self, node):
             self.containers -= 1
+
+        def visit_Subscript(self, node):
+            # opt.state_dict()["state"], or sd["param_groups"] after sd = opt.state_dict()
+            index = node.slice[0].slice if len(node.slice) == 1 else None
+            if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)):
+                return
+            key, value, optimizer = index.value.evaluated_value, node.value, None
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and \
+                    value.func.attr.value == "state_dict" and \
+                    isinstance(value.func.value, cst.Name):
+                optimizer = value.func.value.value
+            elif isinstance(value, cst.Name):
+                optimizer = self.state_dicts.get(value.value)
+            if optimizer not in plan.optimizer_names or key not in ("state", "param_groups"):
+                return
+            if key == "state":
+                reason = _state_refusal(optimizer, plan.to, "entry")
+            else:
+                reason = (f"{optimizer}.state_dict()'s 'param_groups' entry: the optimizer "
+                          f"built on {plan.to} gives unified-opt's portable form (format, "
+                          "metadata, tensors) from state_dict(), which has no "
+                          f"'param_groups'; read {optimizer}.param_groups (the live "
+                          "groups: a write there changes the optimizer, where torch's "
+                          "state_dict() copy did not)")
+            plan.mark(self.line(node), reason, self.statement())
 
         def visit_Attribute(self, node):
             if node.attr.value == "state" and isinstance(node.value, cst.Name) and \
