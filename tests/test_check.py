@@ -320,9 +320,9 @@ def test_a_peer_a_few_knobs_from_the_spec_fails_with_the_knobs_named(qualified, 
 
 def test_held_hyperparameters_are_the_spec_s_fields_held_with_other_values():
     torch = pytest.importorskip("torch")
-    group = {"params": [], "lr": 0.5, "betas": (0.8, 0.99), "eps": torch.tensor(1e-6, dtype=torch.float64),
-             "weight_decay": 0, "amsgrad": True, "foreach": None, "fused": False,
-             "maximize": False}
+    group = {"params": [], "lr": 0.5, "betas": (0.8, 0.99),
+             "eps": torch.tensor(1e-6, dtype=torch.float64), "weight_decay": 0,
+             "amsgrad": True, "foreach": None, "fused": False, "maximize": False}
     assert held_hyperparameters(group, uo.Adam(lr=1e-3)) == {
         "betas": (0.8, 0.99), "eps": 1e-6, "amsgrad": True}
     # the same name, another meaning: torch.optim.Adafactor's decay_rate is -0.8, which
