@@ -295,9 +295,6 @@ NAMED = [  # (qualified class, its arguments, a spec it does not compute, the wo
      "this optimizer's own hyperparameters, momentum=0.0 (the spec has 0.9), "
      "trust_coefficient=0.01 (the spec has 0.001), eps=1e-08 (the spec has 0.0), with "
      "zero_norm_rule='raw_if_norm_zero' (the spec has zero_norm_rule='one_if_norm_zero')"),
-    ("torch_optimizer.Lamb", dict(lr=1e-3), uo.Lamb(lr=1e-3),
-     "weight_decay=0.0 (the spec has 0.01), with bias_correction='none' and "
-     "always_adapt=True and weight_norm_clamp=10"),
     # three knobs apart from uo.LARS's defaults (Paddle's LarsMomentumOptimizer)
     ("pytorch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4, foreach=False),
      uo.LARS(lr=0.1, weight_decay=1e-4),
