@@ -460,18 +460,18 @@ def _plain_value(value):
 HELD = "this optimizer's own hyperparameters"
 
 
-def _held_candidates(spec, held: dict, case, state: bool) -> list[list]:
-    """Levels of candidates on the spec with the ``held`` values: the spec so, then with
-    one variant, with a pair, with three of its knobs (each level tried only when the
-    one before matches nothing)."""
+def _held_candidates(spec, held: dict, case, state: bool):
+    """Levels of candidates on the spec with the ``held`` values, each made when the one
+    before matched nothing: the spec so, then with one variant, with a pair, with three
+    of its knobs."""
     base = spec.replace(**held)
     said = ", ".join(f"{name}={value!r} (the spec has {getattr(spec, name)!r})"
                      for name, value in held.items())
     head = f"{HELD}, {said}"
-    return [[(head, base)],
-            [(f"{head}, with {d}", s) for d, s in variants(base, case, state)],
-            [(f"{head}, with {d}", s) for d, s in _pairs(base, case, state)],
-            [(f"{head}, with {d}", s) for d, s in _knob_triples(base, state)]]
+    yield [(head, base)]
+    for more in (lambda: variants(base, case, state), lambda: _pairs(base, case, state),
+                 lambda: _knob_triples(base, state)):
+        yield [(f"{head}, with {d}", s) for d, s in more()]
 
 
 def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
