@@ -37,7 +37,9 @@ Differences between frameworks
 * ``pytorch_optimizer.RAdam``: threshold 5 with ``>=``, and by default
   (``degenerated_to_sgd=False``) no step and no decay before rectification:
   ``unrectified_step="none"``; its decay is decoupled by default
-  (``weight_decouple=True``: ``decoupled_weight_decay=True``).
+  (``weight_decouple=True``: ``decoupled_weight_decay=True``). With
+  ``weight_decouple=False`` it decays nothing at all (its per-parameter step hands no
+  gradient to the L2 term; measured: ``check`` names ``weight_decay=0``).
 """
 
 from __future__ import annotations
