@@ -46,6 +46,14 @@ def lr_placement_in_state_only(spec) -> bool:
     return not lr_varies(spec) and spec.lr != 1.0
 
 
+def lr_placement_state_alternatives(spec) -> list:
+    """A momentum spec's ``state_alternatives()``: the other lr placement where it moves
+    the state alone (:func:`lr_placement_in_state_only`), else none."""
+    if spec.momentum != 0.0 and lr_placement_in_state_only(spec):
+        return [other_lr_placement(spec)]
+    return []
+
+
 def other_lr_placement(spec) -> tuple:
     """``spec`` with the lr on the other side of its momentum buffer, described."""
     other = "inside" if spec.lr_placement == "outside" else "outside"

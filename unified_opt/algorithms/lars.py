@@ -77,7 +77,7 @@ from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import (
     distinct,
-    lr_placement_in_state_only,
+    lr_placement_state_alternatives,
     lr_varies,
     other_lr_placement,
 )
@@ -208,9 +208,7 @@ class LARS(Spec):
         same parameters, a buffer ``lr`` times this spec's
         (:func:`._alternatives.lr_placement_in_state_only`; ``pytorch_optimizer.LARS``
         keeps the lr outside, Paddle's ``LarsMomentumOptimizer`` inside)."""
-        if self.momentum != 0.0 and lr_placement_in_state_only(self):
-            return [other_lr_placement(self)]
-        return []
+        return lr_placement_state_alternatives(self)
 
 
 _EXCLUDED = LARS(lr=0.5, weight_decay=0.01, trust_coefficient=0.02, exclude_names=("*bias*",))

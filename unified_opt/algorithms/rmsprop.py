@@ -45,7 +45,7 @@ from ..schedules import Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import (
     VISIBLE_WITHIN,
-    lr_placement_in_state_only,
+    lr_placement_state_alternatives,
     lr_varies,
     other_lr_placement,
 )
@@ -152,9 +152,7 @@ class RMSprop(Spec):
         same parameters, a buffer ``lr`` times this spec's
         (:func:`._alternatives.lr_placement_in_state_only`; ``torch.optim.RMSprop``
         keeps the lr outside, ``paddle.optimizer.RMSProp`` inside)."""
-        if self.momentum and lr_placement_in_state_only(self):
-            return [other_lr_placement(self)]
-        return []
+        return lr_placement_state_alternatives(self)
 
     def _eps_placement_shows(self) -> bool:
         """Can eps inside the sqrt and eps outside it part by a float32 ulp within

@@ -40,7 +40,7 @@ from ..schedules import Cosine, Schedule
 from ..spec import Spec, State, Tensor, register, spec_dataclass
 from ._alternatives import (
     distinct,
-    lr_placement_in_state_only,
+    lr_placement_state_alternatives,
     lr_varies,
     other_lr_placement,
 )
@@ -144,9 +144,7 @@ class SGD(Spec):
         """The other lr placement under a constant lr other than 1, with momentum: the
         same parameters, a buffer ``lr`` times this spec's
         (:func:`._alternatives.lr_placement_in_state_only`)."""
-        if self.momentum != 0.0 and lr_placement_in_state_only(self):
-            return [other_lr_placement(self)]
-        return []
+        return lr_placement_state_alternatives(self)
 
 
 RECORD = record(SGD,

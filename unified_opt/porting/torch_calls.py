@@ -130,16 +130,28 @@ def collector(plan: Plan, qualified, positions):
             return node.value.value
         return None
 
+    def _state_dict_of(node) -> str | None:
+        """The variable of ``<name>.state_dict()`` (None: not that call)."""
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and \
+                node.func.attr.value == "state_dict" and isinstance(node.func.value, cst.Name):
+            return node.func.value.value
+        return None
+
+    def _string_key(subscript) -> str | None:
+        """The key of ``x["key"]`` (None: another subscript)."""
+        index = subscript.slice[0].slice if len(subscript.slice) == 1 else None
+        if isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString):
+            return index.value.evaluated_value
+        return None
+
     def _state_dict_holders(node) -> set[str]:
         """The optimizers whose ``.state_dict()`` is called anywhere inside ``node``."""
         found: set[str] = set()
 
         class StateDicts(cst.CSTVisitor):
             def visit_Call(self, call):
-                f = call.func
-                if isinstance(f, cst.Attribute) and f.attr.value == "state_dict" and \
-                        isinstance(f.value, cst.Name) and f.value.value in plan.optimizer_names:
-                    found.add(f.value.value)
+                if _state_dict_of(call) in plan.optimizer_names:
+                    found.add(_state_dict_of(call))
 
         node.visit(StateDicts())
         return found
@@ -180,12 +192,9 @@ def collector(plan: Plan, qualified, positions):
                 assign = node.body[0]
                 if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
                     self.assigned[id(assign.value)] = assign.targets[0].target.value
-                    value = assign.value
-                    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
-                            and value.func.attr.value == "state_dict" and \
-                            isinstance(value.func.value, cst.Name):
+                    if _state_dict_of(assign.value) is not None:
                         self.state_dicts[assign.targets[0].target.value] = \
-                            value.func.value.value
+                            _state_dict_of(assign.value)
                     if isinstance(assign.value, cst.Call):
                         library = _other_libraries(names_of(assign.value.func))
                         if library:
@@ -221,12 +230,9 @@ def collector(plan: Plan, qualified, positions):
         def _group_write(self, target) -> None:
             """Record ``g[key] = ...`` / ``opt.param_groups[i][key] = ...`` of a
             hyperparameter other than the lr."""
-            if not isinstance(target, cst.Subscript) or len(target.slice) != 1:
+            if not isinstance(target, cst.Subscript):
                 return
-            index = target.slice[0].slice
-            if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)):
-                return
-            key = index.value.evaluated_value
+            key = _string_key(target)
             if key not in WRITTEN_HYPERPARAMETERS:
                 return
             owner = target.value
@@ -334,10 +340,7 @@ def collector(plan: Plan, qualified, positions):
                 return False
             if name == "torch.save" and node.args:
                 saved = node.args[0].value
-                inner = saved.func if isinstance(saved, cst.Call) else None
-                if isinstance(inner, cst.Attribute) and inner.attr.value == "state_dict" \
-                        and isinstance(inner.value, cst.Name) and \
-                        inner.value.value in plan.optimizer_names:
+                if _state_dict_of(saved) in plan.optimizer_names:
                     plan.state[id(node)] = "save"
                     plan.state_calls.append((node, "save"))
                 else:         # {"optimizer": opt.state_dict(), ...}
@@ -416,16 +419,9 @@ def collector(plan: Plan, qualified, positions):
 
         def visit_Subscript(self, node):
             # opt.state_dict()["state"], or sd["param_groups"] after sd = opt.state_dict()
-            index = node.slice[0].slice if len(node.slice) == 1 else None
-            if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)):
-                return
-            key, value, optimizer = index.value.evaluated_value, node.value, None
-            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and \
-                    value.func.attr.value == "state_dict" and \
-                    isinstance(value.func.value, cst.Name):
-                optimizer = value.func.value.value
-            elif isinstance(value, cst.Name):
-                optimizer = self.state_dicts.get(value.value)
+            key, value = _string_key(node), node.value
+            optimizer = (self.state_dicts.get(value.value) if isinstance(value, cst.Name)
+                         else _state_dict_of(value))
             if optimizer not in plan.optimizer_names or key not in ("state", "param_groups"):
                 return
             if key == "state":
