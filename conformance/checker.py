@@ -57,7 +57,7 @@ from .cases.functions import encode_spec, named_for_this_process
 from .deviations import has_trust_ratio
 from .device import Device, parse_device, place
 from .drivers.base import Driver, spec_state_shapes
-from .explainer import held_hyperparameters
+from .explainer import held_hyperparameters, spec_fields
 from .gradients import quiet_gradients_at
 from .report import build_report, write_reports
 from .runner import TRAJECTORIES
@@ -543,13 +543,24 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
 
 
 def _held(driver, case: Case) -> dict:
-    """The spec's fields a torch optimizer's first param group holds with other values
-    (:func:`.explainer.held_hyperparameters`); Paddle's and MindSpore's optimizers keep
-    theirs in private attributes of their own names, not read."""
-    groups = getattr(getattr(driver, "optimizer", None), "param_groups", None)
-    if not isinstance(groups, list) or not groups:
+    """The spec's fields the optimizer holds with other values
+    (:func:`.explainer.held_hyperparameters`): a torch-style optimizer's first param group
+    (torch, ``mindspore.experimental.optim``), else what ``uo.from_native`` reads off the
+    live optimizer (Paddle's ``_beta1``/``_epsilon``/..., MindSpore ``nn``'s float32
+    ``beta1``/``eps``/...) as the spec of its class. One it cannot read (a hand-written
+    class, a configuration no spec computes) offers none: each value offered is still
+    verified against the run before the explanation names it."""
+    optimizer = getattr(driver, "optimizer", None)
+    groups = getattr(optimizer, "param_groups", None)
+    if isinstance(groups, list) and groups and isinstance(groups[0], dict):
+        return held_hyperparameters(groups[0], case.spec)
+    if optimizer is None:
         return {}
-    return held_hyperparameters(groups[0], case.spec)
+    try:
+        native_spec, _ = uo.from_native(optimizer, constant_lr=True)
+    except (TypeError, ValueError, NotImplementedError):
+        return {}
+    return held_hyperparameters(spec_fields(native_spec), case.spec)
 
 
 def _judged_without_an_unused_lr(result: dict, case: Case, backend: str,

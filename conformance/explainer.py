@@ -325,7 +325,9 @@ def knob_text(description: str, spec) -> str:
     exclude_1d=False, zero_norm_rule='one_if_norm_zero'"."""
     if description.startswith(HELD):          # the values it holds, then any knobs
         _, with_, knobs = description.partition(", with ")
-        fields = [_field_of(part, spec) for part in knobs.split(" and ")] if with_ else []
+        knobs, turned_back, _ = knobs.partition(HOLDS)
+        fields = ([_field_of(part, spec) for part in knobs.split(" and ")]
+                  if with_ and not turned_back else [])
         if fields and all(fields):
             values = ", ".join(f"{f}={getattr(spec, f)!r}" for f in fields)
             description = f"{description} (the spec has {values})"
@@ -430,6 +432,11 @@ def held_hyperparameters(group: dict, spec) -> dict:
     return out if out and _takes(spec, None, out) else {}
 
 
+def spec_fields(spec) -> dict:
+    """``spec``'s fields by name, as :func:`held_hyperparameters` reads a param group."""
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+
+
 def _takes(spec, name: str | None, value) -> bool:
     """Does ``spec`` take ``value`` for field ``name`` (``name`` None: the fields and
     values of the dict ``value``)?"""
@@ -458,20 +465,36 @@ def _plain_value(value):
 
 #: how a match on the optimizer's own hyperparameters starts (:func:`explain_failure`)
 HELD = "this optimizer's own hyperparameters"
+#: where such a match turns one of those values back (:func:`_held_candidates`)
+HOLDS = " although it holds "
 
 
 def _held_candidates(spec, held: dict, case, state: bool):
     """Levels of candidates on the spec with the ``held`` values, each made when the one
     before matched nothing: the spec so, then with one variant, with a pair, with three
-    of its knobs."""
+    of its knobs. A variant that turns a held value back says so ("with nesterov=False
+    although it holds nesterov=True": MindSpore's CPU Momentum kernel ignores its
+    ``use_nesterov``); one that turns every held value back is no held candidate."""
     base = spec.replace(**held)
-    said = ", ".join(f"{name}={value!r} (the spec has {getattr(spec, name)!r})"
-                     for name, value in held.items())
-    head = f"{HELD}, {said}"
-    yield [(head, base)]
+
+    def head(names):
+        said = ", ".join(f"{name}={held[name]!r} (the spec has {getattr(spec, name)!r})"
+                         for name in names)
+        return f"{HELD}, {said}"
+
+    yield [(head(held), base)]
     for more in (lambda: variants(base, case, state), lambda: _pairs(base, case, state),
                  lambda: _knob_triples(base, state)):
-        yield [(f"{head}, with {d}", s) for d, s in more()]
+        level = []
+        for d, s in more():
+            turned = [name for name in held if getattr(s, name, held[name]) != held[name]]
+            if len(turned) == len(held):
+                continue
+            kept = [name for name in held if name not in turned]
+            holds = ", ".join(f"{name}={held[name]!r}" for name in turned)
+            level.append((f"{head(kept)}, with {d}"
+                          + (f"{HOLDS}{holds}" if turned else ""), s))
+        yield level
 
 
 def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,

@@ -565,3 +565,42 @@ def test_native_classes_of_paddle_and_mindspore_pass_with_their_state(framework,
     result = check(factory, uo.preset(preset[0], **preset[1]), backend=framework)
     assert result.passed, str(result)
     assert set(result.report["results"][0]["compared"]) == {"params", "lr", "state"}
+
+
+HELD_NATIVES = [  # (framework, factory, spec, words): values read off the live optimizer
+    ("paddle", lambda p: __import__("paddle").optimizer.Adam(
+        parameters=p, learning_rate=0.01, epsilon=1e-3),
+     ("paddle.optimizer.Adam", dict(learning_rate=0.01)),
+     "this optimizer's own hyperparameters, eps=0.001 (the spec has 1e-08): these "
+     "compute this optimizer's numbers"),
+    ("paddle", lambda p: __import__("paddle").optimizer.Momentum(
+        parameters=p, learning_rate=0.01, momentum=0.8, use_nesterov=True),
+     ("paddle.optimizer.Momentum", dict(learning_rate=0.01)),
+     "this optimizer's own hyperparameters, momentum=0.8 (the spec has 0.9), nesterov=True "
+     "(the spec has False): these compute"),
+    # float32 Tensors in MindSpore: read back as the shortest decimals (0.001, not
+    # 0.0010000000474974513)
+    ("mindspore", lambda p: __import__("mindspore").nn.Adam(p, learning_rate=0.01, eps=1e-3),
+     ("mindspore.nn.Adam", dict(learning_rate=0.01)),
+     "this optimizer's own hyperparameters, eps=0.001 (the spec has 1e-08): these "
+     "compute this optimizer's numbers"),
+    # MindSpore's CPU ApplyMomentum kernel ignores use_nesterov (measured, 2.10)
+    ("mindspore", lambda p: __import__("mindspore").nn.Momentum(
+        p, learning_rate=0.01, momentum=0.8, use_nesterov=True),
+     ("mindspore.nn.Momentum", dict(learning_rate=0.01, momentum=0.9)),
+     "this optimizer's own hyperparameters, momentum=0.8 (the spec has 0.9), with "
+     "nesterov=False although it holds nesterov=True: these compute"),
+]
+
+
+@pytest.mark.parametrize("framework, factory, preset, words", HELD_NATIVES,
+                         ids=[f"{n[0]}-{n[2][0]}" for n in HELD_NATIVES])
+def test_paddle_and_mindspore_optimizers_own_hyperparameters_are_named(framework, factory,
+                                                                       preset, words):
+    """On torch the values come from param_groups; here uo.from_native reads them off
+    the live optimizer (Paddle's _epsilon, MindSpore's float32 eps)."""
+    pytest.importorskip(framework)
+    result = check(factory, uo.preset(preset[0], **preset[1]), backend=framework,
+                   nonfinite=False)
+    assert not result.passed and result.worst_ratio > 8.0
+    assert words in result.explanation, result.explanation
