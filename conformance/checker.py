@@ -41,6 +41,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Tuple
@@ -544,25 +545,31 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
 
 def _held(driver, case: Case) -> dict:
     """The spec's fields the optimizer holds with other values
-    (:func:`.explainer.held_hyperparameters`): a torch-style optimizer's first param group
-    (torch, ``mindspore.experimental.optim``), else what ``uo.from_native`` reads off the
-    live optimizer (Paddle's ``_beta1``/``_epsilon``/..., MindSpore ``nn``'s float32
-    ``beta1``/``eps``/...) as the spec of its class. One it cannot read (a hand-written
-    class, a configuration no spec computes) offers none: each value offered is still
-    verified against the run before the explanation names it."""
+    (:func:`.explainer.held_hyperparameters`): where ``uo.from_native`` reads the live
+    optimizer (a native class of torch, Paddle or MindSpore), the fields of the spec it
+    reads (torch.optim.Adafactor's ``beta2_decay=-0.5`` is ``decay_rate=0.5``, Paddle's
+    ``_epsilon`` is ``eps``, MindSpore ``nn``'s float32 ``eps`` its shortest decimals);
+    else a torch-style optimizer's first param group under the spec's names (a
+    third-party class). Each value offered is verified against the run before the
+    explanation names it."""
     optimizer = getattr(driver, "optimizer", None)
-    groups = getattr(optimizer, "param_groups", None)
-    if isinstance(groups, list) and groups and isinstance(groups[0], dict):
-        return held_hyperparameters(groups[0], case.spec)
     if optimizer is None:
         return {}
     try:
-        native_spec, _ = uo.from_native(optimizer, constant_lr=True)
+        with warnings.catch_warnings():
+            # a preset's notes to a porting user (foreach=True is no part of the math)
+            warnings.simplefilter("ignore")
+            native_spec, _ = uo.from_native(optimizer, constant_lr=True)
     except Exception:   # noqa: BLE001 - the reading calls the user's functions
         # (apply_decay_param_fun, ...): whatever it raises only withholds these values
         # from the explanation; pass or fail does not depend on them
-        return {}
-    return held_hyperparameters(spec_fields(native_spec), case.spec)
+        native_spec = None
+    if native_spec is not None:
+        return held_hyperparameters(spec_fields(native_spec), case.spec)
+    groups = getattr(optimizer, "param_groups", None)
+    if isinstance(groups, list) and groups and isinstance(groups[0], dict):
+        return held_hyperparameters(groups[0], case.spec)
+    return {}
 
 
 def _judged_without_an_unused_lr(result: dict, case: Case, backend: str,

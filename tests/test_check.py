@@ -315,6 +315,22 @@ def test_a_peer_a_few_knobs_from_the_spec_fails_with_the_knobs_named(qualified, 
     assert words in result.explanation, result.explanation
 
 
+def test_a_torch_class_s_own_values_are_read_as_its_preset_reads_them(recwarn):
+    """torch.optim.Adafactor's beta2_decay=-0.5 is uo.Adafactor's decay_rate=0.5: a name
+    its param_groups does not share with the spec (was "matches no known variant"); the
+    preset's note on foreach=True does not reach the user of check."""
+    torch = pytest.importorskip("torch")
+    result = check(lambda p: torch.optim.Adafactor(p, lr=1e-2, beta2_decay=-0.5,
+                                                   foreach=True),
+                   uo.preset("torch.optim.Adafactor", lr=1e-2), backend="torch",
+                   nonfinite=False)
+    assert not result.passed and result.worst_ratio > 8.0
+    assert ("this optimizer's own hyperparameters, decay_rate=0.5 (the spec has 0.8): "
+            "these compute this optimizer's numbers") in result.explanation, \
+        result.explanation
+    assert not [w for w in recwarn if "foreach" in str(w.message)]
+
+
 def test_held_hyperparameters_are_the_spec_s_fields_held_with_other_values():
     torch = pytest.importorskip("torch")
     group = {"params": [], "lr": 0.5, "betas": (0.8, 0.99),
