@@ -267,7 +267,8 @@ def _passes(trajectory, spec, case, k, ulps, reference, state, lr, floor_values,
             oracle=None) -> bool:
     """Does ``trajectory`` pass against candidate ``spec`` on ``case`` (prefiltered on the
     claimed spec's ``floor_values``, then on the candidate's own floors)?"""
-    oracle = reference(spec, case, "float64") if oracle is None else oracle
+    oracle = _reported(reference(spec, case, "float64") if oracle is None else oracle,
+                       trajectory)
     # a copy: a quantity the claimed spec lacks gets this candidate's own floor
     if floor_values is not None and not compare(
             trajectory, oracle, [], k=k * PREFILTER, ulps=ulps * PREFILTER, state=state,
@@ -275,6 +276,17 @@ def _passes(trajectory, spec, case, k, ulps, reference, state, lr, floor_values,
         return False
     floors = floor_trajectories(spec, case, reference)
     return compare(trajectory, oracle, floors, k=k, ulps=ulps, state=state, lr=lr).passed
+
+
+def _reported(oracle: Trajectory, trajectory: Trajectory) -> Trajectory:
+    """``oracle`` without the state ``trajectory`` does not report: the run read the
+    claimed spec's state, so a candidate's own (centered RMSprop's ``grad_avg`` where the
+    spec is not centered) is not there to compare; its parameters and the state both
+    have still are."""
+    state = {name: {key: values for key, values in arrays.items()
+                    if key in trajectory.state.get(name, {})}
+             for name, arrays in oracle.state.items()}
+    return dataclasses.replace(oracle, state=state)
 
 
 def _canonical(spec):
@@ -404,10 +416,12 @@ def whole_tensor_nan(trajectory: Trajectory, oracle: Trajectory, case, compariso
 def held_hyperparameters(group: dict, spec) -> dict:
     """The fields of ``spec`` that an optimizer's hyperparameters (a torch param group,
     ``group``) hold under the same name with another value: numbers, bools and tuples of
-    numbers, the lr aside (a stream of its own), only where ``spec`` takes the values
-    (a field of the same name that means another thing fails the spec's checks, or its
-    run, and is no candidate). A ported optimizer left at its library's defaults
-    (``torch_optimizer.LARS``: momentum 0, trust_coefficient 0.01, eps 1e-8) differs so."""
+    numbers, and name patterns where the spec's field is a tuple of them (MindSpore
+    ``nn``'s decay spares ``*beta*``/``*gamma*``: ``no_decay_names``), the lr aside (a
+    stream of its own), only where ``spec`` takes the values (a field of the same name
+    that means another thing fails the spec's checks, or its run, and is no candidate).
+    A ported optimizer left at its library's defaults (``torch_optimizer.LARS``:
+    momentum 0, trust_coefficient 0.01, eps 1e-8) differs so."""
     if not isinstance(spec, uo.Spec) or not isinstance(group, dict):
         return {}
     out = {}
@@ -416,6 +430,11 @@ def held_hyperparameters(group: dict, spec) -> dict:
         if name == "lr" or name not in group:
             continue
         mine, theirs = getattr(spec, name), _plain_value(group[name])
+        patterns = _patterns(mine, group[name])
+        if patterns is not None:
+            if patterns != mine and _takes(spec, name, patterns):
+                out[name] = patterns
+            continue
         if theirs is None or isinstance(mine, bool) != isinstance(theirs, bool):
             continue
         if isinstance(mine, tuple) != isinstance(theirs, tuple) or (
@@ -430,6 +449,16 @@ def held_hyperparameters(group: dict, spec) -> dict:
         if theirs != mine and _takes(spec, name, theirs):
             out[name] = theirs
     return out if out and _takes(spec, None, out) else {}
+
+
+def _patterns(mine, value) -> tuple[str, ...] | None:
+    """``value`` as a tuple of name patterns where the spec's field ``mine`` is one (an
+    empty tuple included), else None."""
+    if not isinstance(mine, tuple) or not all(isinstance(m, str) for m in mine):
+        return None
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(value)
 
 
 def spec_fields(spec) -> dict:

@@ -343,6 +343,8 @@ def test_held_hyperparameters_are_the_spec_s_fields_held_with_other_values():
     assert held_hyperparameters({"decay_rate": -0.8}, uo.Adafactor()) == {}
     assert held_hyperparameters({"lr": 0.5}, uo.Adam()) == {}      # the lr is a stream
     assert held_hyperparameters({"betas": (0.9,)}, uo.Adam()) == {}  # another shape
+    assert held_hyperparameters({"no_decay_names": ["*bias"], "eps": "x"}, uo.Adam()) == {
+        "no_decay_names": ("*bias",)}
 
 
 def _momentum_keeping_the_gradient(params):
@@ -594,12 +596,25 @@ HELD_NATIVES = [  # (framework, factory, spec, words): values read off the live 
      ("paddle.optimizer.Momentum", dict(learning_rate=0.01)),
      "this optimizer's own hyperparameters, momentum=0.8 (the spec has 0.9), nesterov=True "
      "(the spec has False): these compute"),
+    # centered adds a state (grad_avg) the run did not read: compared on the rest
+    ("paddle", lambda p: __import__("paddle").optimizer.RMSProp(
+        parameters=p, learning_rate=0.01, centered=True),
+     ("paddle.optimizer.RMSProp", dict(learning_rate=0.01)),
+     "this optimizer's own hyperparameters, centered=True (the spec has False): these "
+     "compute this optimizer's numbers"),
     # float32 Tensors in MindSpore: read back as the shortest decimals (0.001, not
     # 0.0010000000474974513)
     ("mindspore", lambda p: __import__("mindspore").nn.Adam(p, learning_rate=0.01, eps=1e-3),
      ("mindspore.nn.Adam", dict(learning_rate=0.01)),
      "this optimizer's own hyperparameters, eps=0.001 (the spec has 1e-08): these "
      "compute this optimizer's numbers"),
+    # MindSpore nn's decay spares the names with beta or gamma (the check's ln.beta and
+    # ln.gamma): a tuple of name patterns held too
+    ("mindspore", lambda p: __import__("mindspore").nn.SGD(p, learning_rate=0.01,
+                                                           weight_decay=0.1),
+     ("mindspore.nn.SGD", dict(learning_rate=0.01)),
+     "this optimizer's own hyperparameters, weight_decay=0.1 (the spec has 0.0), "
+     "no_decay_names=('*beta*', '*gamma*') (the spec has ()): these compute"),
     # MindSpore's CPU ApplyMomentum kernel ignores use_nesterov (measured, 2.10)
     ("mindspore", lambda p: __import__("mindspore").nn.Momentum(
         p, learning_rate=0.01, momentum=0.8, use_nesterov=True),
