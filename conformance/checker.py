@@ -508,10 +508,12 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
     :class:`CheckResult`)."""
     started = time.perf_counter()
     recorder, decision, error, trajectory = Recorder(), None, None, None
+    built = False       # an error after this is one of a step's
     try:
         driver = driver_cls(case.spec, case.initial_params(), total_steps=case.steps,
                             factory=factory, device=placement, backward=case.backward)
         decision = driver.decision
+        built = True
         trajectory = drive(driver, case, recorder)
     except FactoryError:
         raise
@@ -537,6 +539,8 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
         result, compared["lr"] = _judged_without_an_unused_lr(
             result, case, backend, trajectory, decision, references, compared["state"],
             reading)
+    if error is not None:
+        result["error_step"] = trajectory.steps + 1 if built else None
     result.update(seconds=round(time.perf_counter() - started, 4),
                   steps_done=trajectory.steps, trajectory=None,
                   compared=["params"] + [k for k, v in compared.items() if v], **reading)
@@ -709,7 +713,11 @@ def explanation(results: list[dict]) -> str:
     bad = min((r for r in results if r["status"] != "pass"), key=first)
     if bad["status"] == "error":
         lines = (bad["error"] or "").strip().splitlines()
-        return f"{bad['case']}: error: {lines[-1] if lines else 'unknown'}"
+        step = bad.get("error_step")
+        at = " building the optimizer" if step is None else f" at step {step}"
+        where = _raised_in(lines)
+        return (f"{bad['case']}: error{at}{where}: "
+                f"{lines[-1] if lines else 'unknown'}")
     c = bad["comparison"]
     step = c["first_failing_step"]
     # the detail names the step too ("param:w at step 1: ..."): say it once
@@ -718,6 +726,19 @@ def explanation(results: list[dict]) -> str:
     if bad.get("explanation"):
         text += f"; {bad['explanation']['text']}"
     return text
+
+
+def _raised_in(lines: list[str]) -> str:
+    """Where a traceback's innermost frame is, `` in torch_optimizer/adafactor.py:176
+    (step)`` (the folder and file: the reader's own code or the optimizer's library),
+    or "" where none is said."""
+    frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+    if not frames:
+        return ""
+    path, _, rest = frames[-1][len('File "'):].partition('", line ')
+    number, _, function = rest.partition(", in ")
+    short = "/".join(Path(path).parts[-2:])
+    return f" in {short}:{number}" + (f" ({function})" if function else "")
 
 
 def _name(factory) -> str:

@@ -3,6 +3,7 @@ framework (:mod:`hand_optimizers`), the peer libraries' classes and native class
 correct ones pass, each planted bug fails with its knob named."""
 
 import functools
+import re
 import sys
 import textwrap
 
@@ -635,3 +636,24 @@ def test_paddle_and_mindspore_optimizers_own_hyperparameters_are_named(framework
                    nonfinite=False)
     assert not result.passed and result.worst_ratio > 8.0
     assert words in result.explanation, result.explanation
+
+
+def test_an_optimizer_that_raises_is_said_with_the_step_and_the_line():
+    """An optimizer raising inside its step (torch_optimizer.Adafactor on a 3-D weight)
+    was "check_..._0: error: RuntimeError: ..." alone; now the step and where."""
+    torch = pytest.importorskip("torch")
+
+    class RaisingAtTheThirdStep(torch.optim.SGD):
+        def step(self, closure=None):
+            self.steps = getattr(self, "steps", 0) + 1
+            if self.steps == 3:
+                raise ValueError("planted at the third step")
+            return super().step(closure)
+
+    result = check(lambda p: RaisingAtTheThirdStep(p, lr=0.1), uo.SGD(lr=0.1),
+                   backend="torch", nonfinite=False)
+    assert not result.passed
+    assert re.fullmatch(r"check_sgd_0: error at step 3 in tests/test_check\.py:\d+ \(step\): "
+                        r"ValueError: planted at the third step", result.explanation), \
+        result.explanation
+    assert result.report["results"][0]["error_step"] == 3
