@@ -729,9 +729,9 @@ def explanation(results: list[dict]) -> str:
 
 
 def _raised_in(lines: list[str]) -> str:
-    """Where a traceback's innermost frame is, `` in torch_optimizer/adafactor.py:176
-    (step)`` (the folder and file: the reader's own code or the optimizer's library),
-    or "" where none is said."""
+    """Where a traceback's innermost frame is, `` in torch_optimizer/adafactor.py:116
+    (_approx_sq_grad)`` (the folder and file: the reader's own code or the optimizer's
+    library), or "" where the traceback names no file."""
     frames = [line.strip() for line in lines if line.strip().startswith('File "')]
     if not frames:
         return ""

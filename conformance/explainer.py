@@ -414,8 +414,9 @@ def whole_tensor_nan(trajectory: Trajectory, oracle: Trajectory, case, compariso
 
 
 def held_hyperparameters(group: dict, spec) -> dict:
-    """The fields of ``spec`` that an optimizer's hyperparameters (a torch param group,
-    ``group``) hold under the same name with another value: numbers, bools and tuples of
+    """The fields of ``spec`` that an optimizer's hyperparameters (``group``: a torch
+    param group, or the fields of the spec ``uo.from_native`` reads off the optimizer)
+    hold under the same name with another value: numbers, bools and tuples of
     numbers, and name patterns where the spec's field is a tuple of them (MindSpore
     ``nn``'s decay spares ``*beta*``/``*gamma*``: ``no_decay_names``), the lr aside (a
     stream of its own), only where ``spec`` takes the values (a field of the same name
