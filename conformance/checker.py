@@ -728,17 +728,34 @@ def explanation(results: list[dict]) -> str:
     return text
 
 
+#: installed packages whose frames a raising optimizer's location looks past: the error
+#: surfaced in the framework, the line that called it is the reader's
+FRAMEWORK_PACKAGES = frozenset({"torch", "paddle", "mindspore", "numpy"})
+
+
 def _raised_in(lines: list[str]) -> str:
-    """Where a traceback's innermost frame is, `` in torch_optimizer/adafactor.py:116
-    (_approx_sq_grad)`` (the folder and file: the reader's own code or the optimizer's
-    library), or "" where the traceback names no file."""
-    frames = [line.strip() for line in lines if line.strip().startswith('File "')]
+    """Where a traceback says the optimizer raised, `` in torch_optimizer/adafactor.py:116
+    (_approx_sq_grad)`` (the folder and file): its innermost frame outside the frameworks'
+    own installed code (:data:`FRAMEWORK_PACKAGES`; ``torch.einsum`` raising inside
+    torch/functional.py is said at the line calling it), else its innermost; "" where the
+    traceback names no file."""
+    frames = []
+    for line in lines:
+        line = line.strip()
+        if line.startswith('File "'):
+            path, _, rest = line[len('File "'):].partition('", line ')
+            number, _, function = rest.partition(", in ")
+            frames.append((Path(path).parts, number, function))
     if not frames:
         return ""
-    path, _, rest = frames[-1][len('File "'):].partition('", line ')
-    number, _, function = rest.partition(", in ")
-    short = "/".join(Path(path).parts[-2:])
-    return f" in {short}:{number}" + (f" ({function})" if function else "")
+
+    def framework(parts) -> bool:
+        return any(a == "site-packages" and b in FRAMEWORK_PACKAGES
+                   for a, b in zip(parts, parts[1:]))
+
+    parts, number, function = next((f for f in reversed(frames) if not framework(f[0])),
+                                   frames[-1])
+    return f" in {'/'.join(parts[-2:])}:{number}" + (f" ({function})" if function else "")
 
 
 def _name(factory) -> str:

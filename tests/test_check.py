@@ -657,3 +657,15 @@ def test_an_optimizer_that_raises_is_said_with_the_step_and_the_line():
                         r"ValueError: planted at the third step", result.explanation), \
         result.explanation
     assert result.report["results"][0]["error_step"] == 3
+
+    class RaisingInsideTorch(torch.optim.SGD):      # torch/functional.py raises it
+        def step(self, closure=None):
+            for p in self.param_groups[0]["params"]:
+                torch.einsum("ij,jk->ik", p, p)
+            return super().step(closure)
+
+    result = check(lambda p: RaisingInsideTorch(p, lr=0.1), uo.SGD(lr=0.1),
+                   backend="torch", nonfinite=False)
+    assert "torch/functional.py" in result.report["results"][0]["error"]
+    assert re.match(r"check_sgd_0: error at step 1 in tests/test_check\.py:\d+ \(step\): "
+                    r"RuntimeError: einsum\(\)", result.explanation), result.explanation
