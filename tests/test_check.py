@@ -629,8 +629,9 @@ HELD_NATIVES = [  # (framework, factory, spec, words): values read off the live 
                          ids=[f"{n[0]}-{n[2][0]}" for n in HELD_NATIVES])
 def test_paddle_and_mindspore_optimizers_own_hyperparameters_are_named(framework, factory,
                                                                        preset, words):
-    """On torch the values come from param_groups; here uo.from_native reads them off
-    the live optimizer (Paddle's _epsilon, MindSpore's float32 eps)."""
+    """uo.from_native reads the values off the live optimizer (Paddle's _epsilon,
+    MindSpore's float32 eps), as it does a torch.optim class's (a third-party torch
+    class's come from its param_groups)."""
     pytest.importorskip(framework)
     result = check(factory, uo.preset(preset[0], **preset[1]), backend=framework,
                    nonfinite=False)
