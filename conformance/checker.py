@@ -507,7 +507,7 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
     names; ``state_reshaped``, ``state_ignored``, ``not_compared``: see
     :class:`CheckResult`)."""
     started = time.perf_counter()
-    recorder, decision, error, trajectory = Recorder(), None, None, None
+    recorder, decision, error, error_at, trajectory = Recorder(), None, None, "", None
     built = False       # an error after this is one of a step's
     try:
         driver = driver_cls(case.spec, case.initial_params(), total_steps=case.steps,
@@ -517,8 +517,9 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
         trajectory = drive(driver, case, recorder)
     except FactoryError:
         raise
-    except Exception:  # the result carries the text; the next stream still runs
+    except Exception as raised:  # the result carries the text; the next stream runs
         error = traceback.format_exc()
+        error_at = _raised_in(traceback.extract_tb(raised.__traceback__))
     if trajectory is None:       # the steps before the error
         trajectory = recorder.trajectory()
     compared = {"lr": False, "state": False}
@@ -540,7 +541,7 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
             result, case, backend, trajectory, decision, references, compared["state"],
             reading)
     if error is not None:
-        result["error_step"] = trajectory.steps + 1 if built else None
+        result.update(error_step=trajectory.steps + 1 if built else None, error_at=error_at)
     result.update(seconds=round(time.perf_counter() - started, 4),
                   steps_done=trajectory.steps, trajectory=None,
                   compared=["params"] + [k for k, v in compared.items() if v], **reading)
@@ -715,8 +716,7 @@ def explanation(results: list[dict]) -> str:
         lines = (bad["error"] or "").strip().splitlines()
         step = bad.get("error_step")
         at = " building the optimizer" if step is None else f" at step {step}"
-        where = _raised_in(lines)
-        return (f"{bad['case']}: error{at}{where}: "
+        return (f"{bad['case']}: error{at}{bad.get('error_at', '')}: "
                 f"{lines[-1] if lines else 'unknown'}")
     c = bad["comparison"]
     step = c["first_failing_step"]
@@ -733,29 +733,21 @@ def explanation(results: list[dict]) -> str:
 FRAMEWORK_PACKAGES = frozenset({"torch", "paddle", "mindspore", "numpy"})
 
 
-def _raised_in(lines: list[str]) -> str:
-    """Where a traceback says the optimizer raised, `` in torch_optimizer/adafactor.py:116
-    (_approx_sq_grad)`` (the folder and file): its innermost frame outside the frameworks'
+def _raised_in(frames: traceback.StackSummary) -> str:
+    """Where the optimizer raised, `` in torch_optimizer/adafactor.py:116
+    (_approx_sq_grad)`` (the folder and file): the innermost frame outside the frameworks'
     own installed code (:data:`FRAMEWORK_PACKAGES`; ``torch.einsum`` raising inside
-    torch/functional.py is said at the line calling it), else its innermost; "" where the
-    traceback names no file."""
-    frames = []
-    for line in lines:
-        line = line.strip()
-        if line.startswith('File "'):
-            path, _, rest = line[len('File "'):].partition('", line ')
-            number, _, function = rest.partition(", in ")
-            frames.append((Path(path).parts, number, function))
-    if not frames:
-        return ""
-
+    torch/functional.py is said at the line calling it), else the innermost; "" without
+    a frame."""
     def framework(parts) -> bool:
         return any(a == "site-packages" and b in FRAMEWORK_PACKAGES
                    for a, b in zip(parts, parts[1:]))
 
-    parts, number, function = next((f for f in reversed(frames) if not framework(f[0])),
-                                   frames[-1])
-    return f" in {'/'.join(parts[-2:])}:{number}" + (f" ({function})" if function else "")
+    if not frames:
+        return ""
+    frame = next((f for f in reversed(frames) if not framework(Path(f.filename).parts)),
+                 frames[-1])
+    return f" in {'/'.join(Path(frame.filename).parts[-2:])}:{frame.lineno} ({frame.name})"
 
 
 def _name(factory) -> str:

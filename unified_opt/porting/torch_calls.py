@@ -150,8 +150,8 @@ def collector(plan: Plan, qualified, positions):
 
         class StateDicts(cst.CSTVisitor):
             def visit_Call(self, call):
-                if _state_dict_of(call) in plan.optimizer_names:
-                    found.add(_state_dict_of(call))
+                if (holder := _state_dict_of(call)) in plan.optimizer_names:
+                    found.add(holder)
 
         node.visit(StateDicts())
         return found
@@ -192,9 +192,8 @@ def collector(plan: Plan, qualified, positions):
                 assign = node.body[0]
                 if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
                     self.assigned[id(assign.value)] = assign.targets[0].target.value
-                    if _state_dict_of(assign.value) is not None:
-                        self.state_dicts[assign.targets[0].target.value] = \
-                            _state_dict_of(assign.value)
+                    if (holder := _state_dict_of(assign.value)) is not None:
+                        self.state_dicts[assign.targets[0].target.value] = holder
                     if isinstance(assign.value, cst.Call):
                         library = _other_libraries(names_of(assign.value.func))
                         if library:
