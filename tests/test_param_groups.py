@@ -132,6 +132,37 @@ def test_a_weight_decay_written_into_param_groups_is_the_next_steps(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("spec", [uo.CAME(lr=0.05), uo.Adafactor(lr=0.05, relative_step=False)],
+                         ids=["came", "adafactor"])
+def test_a_factored_spec_takes_a_written_decay_and_refuses_a_new_moment(backend, spec,
+                                                                        tmp_path):
+    """Adafactor's and CAME's state depends on each parameter's shape (factored for a
+    matrix, whole for a vector): a write is judged over the group's shapes, at the step
+    and in a state file."""
+    written, model = Model(backend), Model(backend)
+    opt = _build(spec, written, "own")
+    built = _build(spec.replace(weight_decay=0.1), model, "own")
+    opt.param_groups[0]["weight_decay"] = 0.1
+    for t in range(4):
+        written.step(opt, t)
+        model.step(built, t)
+    for name, value in written.values().items():
+        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+    uo.save_state(opt, tmp_path / "run.safetensors")
+    resumed = _build(spec, Model(backend), "own")
+    uo.load_state(resumed, tmp_path / "run.safetensors")
+    assert resumed.param_groups[0]["weight_decay"] == 0.1
+    if isinstance(spec, uo.Adafactor):        # beta1 None -> 0.9: a first moment to keep
+        before = written.values()
+        with pytest.raises(ValueError, match=r"changes the state Adafactor keeps \(\['exp_avg"
+                                             r"_sq_row', 'exp_avg_sq_col', 'exp_avg_sq'\] ->"):
+            opt.param_groups[0]["beta1"] = 0.9
+            written.step(opt, 4)
+        for name, array in written.values().items():
+            np.testing.assert_array_equal(array, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_betas_written_before_a_step_are_that_steps(backend):
     written, model = Model(backend), Model(backend)
     opt = _build(uo.Adam(lr=0.05), written, "own")

@@ -61,6 +61,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import _validation as v
 from .groups import NAME_RULES, ParameterPlan, _check_name_rules
 from .schedules import Schedule
+from .spec import layout_names, state_layout
 
 #: spec fields that are one per optimizer, not per group: the gradient pre-step (a
 #: global-norm clip spans every group), the state dtype and the name rules
@@ -452,10 +453,12 @@ class GroupSurface:
         if "weight_decay" in changes and hasattr(base, "no_decay_names"):
             changes["no_decay_names"] = ()
         spec = replaced(base, changes, self.owner, f"param_groups[{g}]")
-        if spec.state_names() != base.state_names():
+        shapes = [tuple(p.shape) for p in dict.__getitem__(self.groups[g], "params")]
+        before, after = state_layout(base, shapes), state_layout(spec, shapes)
+        if after != before:
             raise ValueError(f"{self.owner}: param_groups[{g}] = {dict(written)!r} changes "
                              f"the state {type(base).__name__} keeps "
-                             f"({list(base.state_names())} -> {list(spec.state_names())}); "
+                             f"({layout_names(before)} -> {layout_names(after)}); "
                              "build a new optimizer for that")
         self._specs[g] = (key, spec)
         return spec

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 import os
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Mapping, TypeAlias, TypeVar
@@ -474,6 +475,22 @@ class Spec:
         whose state is read shows them, and the explainer tries them only there. Same
         form as :meth:`alternatives`."""
         return []
+
+
+def state_layout(spec: "Spec", shapes: Iterable[Any]) -> tuple[tuple[str, ...], ...]:
+    """The state arrays ``spec`` keeps for a parameter of each of ``shapes``: a spec whose
+    state depends on the parameter's shape (Adafactor's and CAME's moments, factored for
+    two or more dimensions: their ``state_names`` takes the shape) is asked once per
+    shape, any other once. Two specs keep the same state for a group's parameters where
+    their layouts over the group's shapes are equal."""
+    if "shape" not in inspect.signature(spec.state_names).parameters:
+        return (spec.state_names(),)
+    return tuple(spec.state_names(tuple(shape)) for shape in shapes)
+
+
+def layout_names(layout: tuple[tuple[str, ...], ...]) -> list[str]:
+    """The state names of a :func:`state_layout`, each once, in order of appearance."""
+    return list(dict.fromkeys(name for names in layout for name in names))
 
 
 def momentum_change(spec: "Spec", momentum: float, caller: str) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from ..param_groups import (
     replaced,
 )
 from ..schedules import Schedule
+from ..spec import layout_names, state_layout
 
 #: keys uo itself keeps in a group (the torch backend's count of steps taken), never a
 #: scheduler's
@@ -161,18 +162,21 @@ def _as_held(held: Any, value: Any) -> Any:
     return value
 
 
-def _validated(spec: Any, written: dict, caller: str, where: str) -> None:
+def _validated(spec: Any, written: dict, caller: str, where: str, params: Any) -> None:
     """Refuse (ValueError naming ``where``) written values the spec does not accept
-    (``spec.replace``'s validation) or that change the state's layout (``amsgrad``, a
-    factored moment's options): the state held could not be stepped with them."""
+    (``spec.replace``'s validation) or that change the state's layout (``amsgrad``,
+    Adafactor's ``beta1`` on or off) for the group's ``params``: the state held could not
+    be stepped with them."""
     changes = dict(written)
     if "weight_decay" in changes and hasattr(spec, "no_decay_names"):
         changes["no_decay_names"] = ()
     changed = replaced(spec, changes, caller, where)
-    if changed.state_names() != spec.state_names():
+    shapes = [tuple(p.shape) for p in params]
+    before, after = state_layout(spec, shapes), state_layout(changed, shapes)
+    if after != before:
         raise ValueError(f"{caller}: {where} holds {written}, which changes the state "
-                         f"{type(spec).__name__} keeps ({list(spec.state_names())} -> "
-                         f"{list(changed.state_names())}); a state file cannot carry that: "
+                         f"{type(spec).__name__} keeps ({layout_names(before)} -> "
+                         f"{layout_names(after)}); a state file cannot carry that: "
                          "build with the spec holding it (spec.replace(...))")
 
 
@@ -239,7 +243,7 @@ def written_hyperparameters(record: Any, optimizer: Any,
                                  "the build: a state file holds a written hyperparameter as "
                                  "finite numbers or bools")
         if written and plan is not None:
-            _validated(plan.spec, written, caller, where)
+            _validated(plan.spec, written, caller, where, group["params"])
         out.append(written)
     return out
 
@@ -341,7 +345,7 @@ def check_group_values(record: Any, optimizer: Any, saved: Any, caller: str,
         final = {key: hyper[key] for key in hyper
                  if differs(_plain(hyper[key]), _plain(baselines[g][key]))}
         if final and plans[g] is not None:      # the values the next step runs with
-            _validated(plans[g].spec, final, caller, where)
+            _validated(plans[g].spec, final, caller, where, group["params"])
 
 
 def _check_native_lrs(record: Any, optimizer: Any, surface: GroupSurface | None, saved: Any,
