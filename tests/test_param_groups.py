@@ -196,6 +196,30 @@ def test_group_dicts_build_what_the_equivalent_rules_build(backend):
         np.testing.assert_array_equal(value, rules.values()[name], err_msg=name)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_each_group_dict_is_a_param_group_of_its_own_in_order(backend):
+    """Layer-wise lr decay (MAE, BEiT) keeps one factor per group dict and writes
+    ``param_groups[i]['lr']`` by position: dicts of equal values stay apart, as torch
+    keeps them, on every path."""
+    spec = uo.AdamW(lr=0.05)
+    for path in _paths(backend, spec):
+        model = Model(backend)
+        opt = uo.build(spec, [{"params": [model.params["w"]], "weight_decay": 0.1},
+                              {"params": [model.params["b"]], "weight_decay": 0.1}], path=path)
+        assert [len(g["params"]) for g in opt.param_groups] == [1, 1], path
+    dicts, rules = Model(backend), Model(backend)
+    opt = uo.build(spec, [{"params": [dicts.params["w"]], "weight_decay": 0.1},
+                          {"params": [dicts.params["b"]], "weight_decay": 0.1}], path="own")
+    built = uo.build(spec.replace(weight_decay=0.1), list(rules.params.items()),
+                     groups=[uo.Group(match="b", lr=0.025)], path="own")
+    for t in range(4):
+        opt.param_groups[1]["lr"] = 0.025
+        dicts.step(opt, t)
+        rules.step(built, t)
+    for name, value in dicts.values().items():
+        np.testing.assert_array_equal(value, rules.values()[name], err_msg=name)
+
+
 WRONG_WRITES = [("momentum", 0.9, ValueError, r"param_groups\[0\]\['momentum'\].*no 'momentum'"),
                 ("betas", (1.5, 0.9), ValueError, r"param_groups\[0\].*betas"),
                 ("amsgrad", True, ValueError, "changes the state"),

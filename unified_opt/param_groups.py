@@ -106,8 +106,10 @@ def partition(keys: Sequence) -> list[list[int]]:
 
 def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
     """Indices of the parameters of each param group: equal plan spec, lr factor and
-    fixed lr, in order of first appearance."""
-    return partition([(plan.spec, plan.lr_scale, plan.fixed_lr) for plan in plans])
+    fixed lr, and the same group dict where they were given in dicts
+    (:meth:`ParameterPlan.apart`), in order of first appearance."""
+    return partition([(plan.spec, plan.lr_scale, plan.fixed_lr, plan.apart())
+                      for plan in plans])
 
 
 # -- group dicts given to uo.build ---------------------------------------------------
@@ -183,7 +185,8 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping],
         group_spec = replaced(spec, changes, caller, where) if changes else spec
         for name in group_names:
             plans.append(ParameterPlan(name, group_spec.for_parameter(name),
-                                       1.0 if scale is None else scale, fixed_lr, first + g))
+                                       1.0 if scale is None else scale, fixed_lr, first + g,
+                                       given=True))
     if name_rules:
         _check_name_rules(spec, [n for group_names in names for n in group_names], caller)
     return plans

@@ -230,20 +230,22 @@ def native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells:
 
 def _experimental(cls, params, plans, decays, base, shared, options):
     """experimental.optim classes take the gradients in group order: their groups are
-    runs of consecutive parameters with the same lr and decay."""
-    runs: list[dict] = []
+    runs of consecutive parameters with the same lr and decay, and of one group dict
+    where the parameters were given in dicts (each dict its own group, as torch's)."""
+    runs: list[tuple[tuple, dict]] = []
     for p, plan, decay in zip(params, plans, decays):
         group = {"lr": plan.lr(base)}
         if decay is not None:
             group["weight_decay"] = decay
-        if runs and {k: v for k, v in runs[-1].items() if k != "params"} == group:
-            runs[-1]["params"].append(p)
+        key = (plan.apart(), group)
+        if runs and runs[-1][0] == key:
+            runs[-1][1]["params"].append(p)
         else:
-            runs.append({"params": [p], **group})
+            runs.append((key, {"params": [p], **group}))
     if len(runs) == 1:
-        run = runs[0]
+        run = runs[0][1]
         return cls(run.pop("params"), **run, **shared, **options)
-    return cls(runs, lr=base, **shared, **options)
+    return cls([run for _, run in runs], lr=base, **shared, **options)
 
 
 def native_state(cls_info, optimizer, p, spec) -> dict:

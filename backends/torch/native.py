@@ -83,10 +83,12 @@ def fast_flags(cls, context) -> dict:
 def native_optimizer(cls_info, lowering, params, plans, lrs, options):
     """``cls_info.name`` over ``params``, one param group per distinct (hyperparameters, lr)
     of the parameters' plans (e.g. weight_decay 0 for names in ``no_decay_names`` or a
-    ``uo.Group``; a group's lr factor). Returns ``(optimizer, group_specs)``: the spec of
-    each param group, whose ``at_step(t)`` gives the group's values at step ``t``."""
+    ``uo.Group``; a group's lr factor) and per group dict given (each its own). Returns
+    ``(optimizer, group_specs)``: the spec of each param group, whose ``at_step(t)``
+    gives the group's values at step ``t``."""
     cls = import_native(cls_info.name)
-    parts = partition([(lowering.to_native(plan.spec), lr) for plan, lr in zip(plans, lrs)])
+    parts = partition([(lowering.to_native(plan.spec), lr, plan.apart())
+                       for plan, lr in zip(plans, lrs)])
     specs = [plans[indices[0]].spec for indices in parts]
     # the constructor takes step 0's values (a weight-decay schedule, cycled momentum)
     arguments = [dict(lowering.to_native(s.at_step(0)), lr=lrs[indices[0]])
