@@ -560,6 +560,28 @@ def test_mindspore_learning_rate_cell_reads_as_its_schedule_preset(name, kwargs)
 
 
 @require("mindspore")
+@pytest.mark.parametrize("given", ["list", "cell"])
+def test_mindspore_adam_weight_decay_reads_a_dynamic_lr(given):
+    """nn.AdamWeightDecay keeps no init_learning_rate (it has no init_args): its list is
+    the _IteratorLearningRate Cell MindSpore made of it."""
+    import mindspore as ms
+    from mindspore import nn
+
+    params = nn.Dense(3, 2).trainable_params()
+    lrs = [0.01, 0.02, 0.005, 0.001]
+    lr = lrs if given == "list" else nn.WarmUpLR(learning_rate=0.01, warmup_steps=3)
+    opt = nn.AdamWeightDecay(params, learning_rate=lr, weight_decay=0.05)
+    reading = read_native(opt)
+    expected = (uo.schedules.Piecewise(boundaries=[1, 2, 3], values=lrs) if given == "list"
+                else uo.schedules.preset("mindspore.nn.WarmUpLR", learning_rate=0.01,
+                                         warmup_steps=3))
+    assert reading.spec == uo.preset("mindspore.nn.AdamWeightDecay", learning_rate=expected,
+                                     weight_decay=0.05)
+    opt(tuple(ms.Tensor(np.ones(p.shape, np.float32)) for p in params))
+    assert read_native(opt).position == 1
+
+
+@require("mindspore")
 def test_mindspore_per_step_list_reads_as_its_table_and_position():
     import mindspore as ms
     from mindspore import nn

@@ -262,10 +262,14 @@ def _shortest(value):
 
 
 def _schedule_name(optimizer) -> str:
+    """What the optimizer's dynamic lr was given as. A class without ``init_args``
+    (``nn.AdamWeightDecay``) keeps no ``init_learning_rate``: a list given it is the
+    ``_IteratorLearningRate`` Cell MindSpore made of it."""
     lr = optimizer.learning_rate
-    return f"{NN}.{type(lr).__name__}" if not isinstance(optimizer.init_learning_rate,
-                                                         (list, tuple)) \
-        else "a per-step lr list"
+    given = getattr(optimizer, "init_learning_rate", None)
+    if isinstance(given, (list, tuple)) or type(lr).__name__ == "_IteratorLearningRate":
+        return "a per-step lr list"
+    return f"{NN}.{type(lr).__name__}"
 
 
 def _table(values) -> Piecewise:
@@ -279,8 +283,8 @@ def _cell_schedule(cell, what="the dynamic lr"):
 
     klass = type(cell)
     bare = klass.__name__
-    if bare == "_IteratorLearningRate":
-        return _table(cell.learning_rate.asnumpy().tolist())
+    if bare == "_IteratorLearningRate":     # MindSpore keeps the list as float32
+        return _table(live.shortest_float32(cell.learning_rate.asnumpy()))
     name = f"{NN}.{bare}"
     if getattr(nn, bare, None) is not klass or name not in REGISTRY.names():
         raise ValueError(f"{live.CALLER}: {what} of type {live.qualified(klass)} has "
