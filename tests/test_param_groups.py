@@ -220,6 +220,40 @@ def test_each_group_dict_is_a_param_group_of_its_own_in_order(backend):
         np.testing.assert_array_equal(value, rules.values()[name], err_msg=name)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_group_dicts_own_keys_are_kept_unread_and_a_near_miss_is_refused(backend):
+    """timm's and MAE's layer-decay groups carry ``lr_scale`` for the script's lr loop:
+    kept in the param group as torch keeps it, read by no step; a misspelt
+    hyperparameter would do nothing, so it is refused, at the build and at a write."""
+    spec = uo.AdamW(lr=0.05)
+    for path in _paths(backend, spec):
+        kept, plain = Model(backend), Model(backend)
+        opt = uo.build(spec, [{"params": [kept.params["w"]], "lr_scale": 0.5, "layer_id": 1},
+                              {"params": [kept.params["b"]], "lr_scale": 1.0}], path=path)
+        assert [g["lr_scale"] for g in opt.param_groups] == [0.5, 1.0], path
+        assert opt.param_groups[0]["layer_id"] == 1, path
+        built = uo.build(spec, [{"params": [plain.params["w"]]},
+                                {"params": [plain.params["b"]]}], path=path)
+        for t in range(3):
+            kept.step(opt, t)
+            plain.step(built, t)
+        for name, value in kept.values().items():
+            np.testing.assert_array_equal(value, plain.values()[name], err_msg=f"{path} {name}")
+    model = Model(backend)
+    with pytest.raises(ValueError, match=r"params\[0\]\['weight_decya'\].*'weight_decay' "
+                                         r"misspelt"):
+        uo.build(spec, [{"params": list(model.params.values()), "weight_decya": 0.1}])
+    opt = uo.build(spec, list(model.params.items()), path="own")
+    opt.param_groups[0]["max_momentum"] = 0.95       # OneCycleLR's bookkeeping: kept
+    before = model.values()
+    with pytest.raises(ValueError, match=r"\['weight_decya'\] = 0.1 would not be read.*"
+                                         r"'weight_decay' misspelt"):
+        opt.param_groups[0]["weight_decya"] = 0.1
+        model.step(opt, 0)
+    for name, array in model.values().items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)
+
+
 WRONG_WRITES = [("momentum", 0.9, ValueError, r"param_groups\[0\]\['momentum'\].*no 'momentum'"),
                 ("betas", (1.5, 0.9), ValueError, r"param_groups\[0\].*betas"),
                 ("amsgrad", True, ValueError, "changes the state"),

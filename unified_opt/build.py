@@ -24,7 +24,13 @@ from .backend import (
     remember,
 )
 from .groups import Group, plan_parameters
-from .param_groups import flatten_group_dicts, is_group_dicts, plans_of_group_dicts
+from .param_groups import (
+    carry_extras,
+    flatten_group_dicts,
+    group_dict_extras,
+    is_group_dicts,
+    plans_of_group_dicts,
+)
 from .parameters import framework_of, named_parameters
 from .porting.names import mindspore_filter_onto
 from .schedules.plateau import ReduceOnPlateau
@@ -161,6 +167,8 @@ def build(spec: Spec, params: Any, backend: str | None = None,
     record.groups = tuple(groups or ())
     if group_dicts:
         record.dict_groups = tuple(range(len(params)))
+        carry_extras(getattr(optimizer, "param_groups", None) or [], [p for _, p in named],
+                     plans, group_dict_extras(spec, params))
     remember(optimizer, record)
     return optimizer
 

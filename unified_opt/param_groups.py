@@ -21,10 +21,11 @@ classes and on the own path:
   A native class reads its hyperparameters when it is built: there only ``lr`` may be
   written, and any other change is refused, naming the key and ``path="own"``, whose
   step reads them all;
-* other keys (a scheduler's ``initial_lr``, a user's own bookkeeping) are kept and not
-  read, as torch keeps them; a key torch's optimizers read that the spec does not have
-  (:data:`TORCH_HYPERPARAMETERS`, e.g. ``momentum`` on Adam) is refused, since a script
-  writing it expects an effect.
+* other keys (a scheduler's ``initial_lr``, a user's own bookkeeping such as timm's and
+  MAE's ``lr_scale``) are kept and not read, as torch keeps them; a key torch's
+  optimizers read that the spec does not have (:data:`TORCH_HYPERPARAMETERS`, e.g.
+  ``momentum`` on Adam) is refused, since a script writing it expects an effect, and so
+  is a near miss of a key a step reads (``weight_decya``: :func:`unread_key`).
 
 The lr has two writers on Paddle and MindSpore: the framework's own (Paddle's
 ``set_lr`` and ``LRScheduler``, MindSpore's ``learning_rate`` and the spec's schedule)
@@ -34,7 +35,9 @@ both changed, the step is refused (:meth:`GroupSurface.lrs`).
 ``uo.build(spec, [{"params": [...], "lr": 0.1, "weight_decay": 0.0}, ...])`` takes
 group dicts of any framework's parameters (:func:`plans_of_group_dicts`): torch's keys
 (an absolute ``lr``, any of the spec's hyperparameters) and Paddle's
-``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it). torch
+``learning_rate`` (a factor on the optimizer's lr, as Paddle's groups take it); each
+dict is one param group of its own, in order, and keeps the caller's other keys
+(:func:`group_dict_extras`, :func:`carry_extras`). torch
 and Paddle take the same dict in ``add_param_group`` after the build
 (:func:`added_group`), on the own paths and on the native classes (in the class's own
 group form, the class's conditions checked again over every parameter:
@@ -56,6 +59,7 @@ that changes the state's layout is refused, since the file would resume another 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any, Callable, Mapping, Sequence
 
 from . import _validation as v
@@ -79,6 +83,30 @@ TORCH_HYPERPARAMETERS = frozenset({
 
 #: Paddle's group key: a factor on the optimizer's lr
 PADDLE_LR_FACTOR = "learning_rate"
+
+#: keys torch's schedulers keep in a param group (every scheduler's ``initial_lr``,
+#: OneCycleLR's, SWALR's): read by them, never by a step, and no near miss of one
+SCHEDULER_KEYS = frozenset({"initial_lr", "max_lr", "min_lr", "max_momentum",
+                            "base_momentum", "swa_lr"})
+
+
+def unread_key(key: Any, spec, exposed: Mapping[str, Any] | set) -> str | None:
+    """Why a group key no step of ``spec`` reads is refused, or None where it is kept
+    unread (a key of the caller's own, as torch keeps them). Refused: a key torch's
+    optimizers read (:data:`TORCH_HYPERPARAMETERS`: a script setting it expects an
+    effect) and a near miss of a key a step reads (``weight_decya``: a misspelt write
+    would do nothing)."""
+    if key in TORCH_HYPERPARAMETERS:
+        return (f"{type(spec).__name__} has no {key!r}; its hyperparameters are "
+                f"{sorted(exposed)}")
+    if not isinstance(key, str) or key in SCHEDULER_KEYS:
+        return None
+    read = sorted({*exposed, *TORCH_HYPERPARAMETERS, "lr", "params", PADDLE_LR_FACTOR})
+    near = difflib.get_close_matches(key, read, n=1, cutoff=0.85)
+    if not near:
+        return None
+    return (f"no step reads {key!r}; is it {near[0]!r} misspelt? ({type(spec).__name__}'s "
+            f"hyperparameters are {sorted(exposed)})")
 
 
 def group_hyperparameters(spec) -> dict[str, Any]:
@@ -151,7 +179,9 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping],
     ``learning_rate`` (Paddle's factor on the optimizer's lr); any of the spec's
     hyperparameters (:func:`group_hyperparameters`), validated as the spec validates
     them. A group that sets ``weight_decay`` replaces the spec's ``no_decay_names`` for
-    its parameters, as a ``uo.Group`` does. Anything else is a ValueError naming it.
+    its parameters, as a ``uo.Group`` does. Other keys: kept unread at the build
+    (:func:`group_dict_extras`), except those :func:`unread_key` refuses; refused in
+    ``add_param_group``; a refusal is a ValueError naming the key.
     ``first``: the plans' group index of the first dict (``add_param_group``: after the
     build's groups); ``name_rules``: check that the spec's own name rules match a
     parameter (a group added later need not hold one)."""
@@ -159,12 +189,7 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping],
     plans = []
     for g, (group, group_names) in enumerate(zip(groups, names)):
         where = f"params[{g}]" if caller == "build" else "param_group"
-        unknown = sorted(set(group) - allowed - {"params", "lr", PADDLE_LR_FACTOR}, key=str)
-        if unknown:
-            raise ValueError(f"{caller}: {where} has {unknown}, which {type(spec).__name__} "
-                             f"has no field for; a group may hold 'params', 'lr', "
-                             f"'{PADDLE_LR_FACTOR}' (Paddle's lr factor) and "
-                             f"{sorted(allowed)}")
+        _extras(spec, group, allowed, caller, where, keep=caller == "build")   # refusals
         if "lr" in group and PADDLE_LR_FACTOR in group:
             raise ValueError(f"{caller}: {where} gives both 'lr' (torch's absolute lr) and "
                              f"'{PADDLE_LR_FACTOR}' (Paddle's factor); give one")
@@ -190,6 +215,53 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping],
     if name_rules:
         _check_name_rules(spec, [n for group_names in names for n in group_names], caller)
     return plans
+
+
+def _extras(spec, group: Mapping, allowed: set, caller: str, where: str, keep: bool):
+    """The keys of a group dict that no step reads, as ``(key, value)`` pairs; refused
+    (ValueError naming them) where :func:`unread_key` says so, or where they cannot be
+    kept (``keep`` False: ``add_param_group``, whose groups hold what the step reads)."""
+    unknown = sorted(set(group) - allowed - {"params", "lr", PADDLE_LR_FACTOR}, key=str)
+    for key in unknown:
+        reason = unread_key(key, spec, allowed)
+        if reason is None and not keep:
+            reason = (f"{type(spec).__name__} has no field for it, and a group added "
+                      "later keeps no keys of its own (give them in the build's group "
+                      "dicts)")
+        if reason is not None:
+            raise ValueError(f"{caller}: {where}[{key!r}] would not be read: {reason}; a "
+                             f"group may hold 'params', 'lr', '{PADDLE_LR_FACTOR}' "
+                             f"(Paddle's lr factor) and {sorted(allowed)}")
+    return [(key, group[key]) for key in unknown]
+
+
+def group_dict_extras(spec, groups: Sequence[Mapping]) -> dict[int, dict]:
+    """The caller's own keys of each group dict given to ``uo.build`` (timm's and MAE's
+    ``lr_scale``, a name), by the dict's index: kept in its param group, unread
+    (:func:`carry_extras`), as torch keeps them."""
+    allowed = set(group_hyperparameters(spec))
+    out = {}
+    for g, group in enumerate(groups):
+        extras = dict(_extras(spec, group, allowed, "build", f"params[{g}]", keep=True))
+        if extras:
+            out[g] = extras
+    return out
+
+
+def carry_extras(param_groups: Sequence, params: Sequence, plans: Sequence[ParameterPlan],
+                 extras: Mapping[int, Mapping]) -> None:
+    """Each group dict's own keys (:func:`group_dict_extras`) into the param groups made
+    of its parameters (each dict's parameters are groups of their own), as torch keeps
+    them: set as a dict sets them, not as writes the step would check."""
+    if not extras:
+        return
+    plan_of = {id(p): plan for p, plan in zip(params, plans)}
+    for group in param_groups:
+        members = dict.get(group, "params") or []
+        plan = plan_of.get(id(members[0])) if members else None
+        if plan is not None and plan.given and plan.group in extras:
+            for key, value in extras[plan.group].items():
+                dict.__setitem__(group, key, value)
 
 
 def added_group(record: Any, group: Any, owner: str, framework: str,
@@ -405,10 +477,12 @@ class GroupSurface:
         if isinstance(getattr(self.plans[g].spec, key, None), Schedule):
             raise ValueError(f"{self.owner}: {where} = {value!r}: the spec's {key} is a "
                              "schedule, which sets it at every step")
-        if key in TORCH_HYPERPARAMETERS or key == PADDLE_LR_FACTOR:
-            raise ValueError(f"{self.owner}: {where} = {value!r} would not be read: "
-                             f"{type(self.plans[g].spec).__name__} has no {key!r}; its "
-                             f"hyperparameters are {sorted(self.exposed[g])}")
+        reason = (f"{type(self.plans[g].spec).__name__} has no {key!r}; its "
+                  f"hyperparameters are {sorted(self.exposed[g])}"
+                  if key == PADDLE_LR_FACTOR else
+                  unread_key(key, self.plans[g].spec, self.exposed[g]))
+        if reason is not None:
+            raise ValueError(f"{self.owner}: {where} = {value!r} would not be read: {reason}")
 
     def _native_refusal(self, where: str, value: Any) -> str:
         return (f"{self.owner}: {where} = {value!r}: {self.native} reads its "
@@ -437,7 +511,7 @@ class GroupSurface:
             v.check_range(self.owner, f"param_groups[{g}]['lr']", group["lr"], low=0.0)
             for key, value in self.written_values(g).items():
                 self.check_write(g, key, value)
-            for key in group.keys() & (TORCH_HYPERPARAMETERS - set(self.exposed[g])):
+            for key in [k for k in group if k not in ("params", "lr", *self.exposed[g])]:
                 self.check_write(g, key, group[key])
 
     def step_spec(self, g: int):
