@@ -292,6 +292,33 @@ def test_paddle_native_group_joins_the_built_group_sharing_its_keys():
 
 
 @require("paddle")
+def test_paddle_native_lamb_takes_a_group_added_later():
+    """paddle.optimizer.Lamb's _default_dict holds neither 'weight_decay' nor
+    'grad_clip', which Paddle's base class reads from every group (KeyError, then a list
+    called as the clip): the added group gets what the constructor's groups got. Bit for
+    bit the build given both groups."""
+    import paddle
+
+    spec = uo.Lamb(lr=0.1, weight_decay=0.01)
+    runs = []
+    for added in (True, False):
+        params = _paddle_params()
+        if added:
+            opt = uo.build(spec, [("w", params["w"])], backend="paddle", path="native")
+            opt.add_param_group({"params": [("b", params["b"])], "lr": 0.05})
+        else:
+            opt = uo.build(spec, [{"params": [("w", params["w"])]},
+                                  {"params": [("b", params["b"])], "lr": 0.05}],
+                           backend="paddle", path="native")
+        assert isinstance(opt, paddle.optimizer.Lamb)
+        for t in range(AFTER):
+            _paddle_step(opt, params, t)
+        runs.append(_paddle_values(params))
+    for n, value in runs[1].items():
+        np.testing.assert_array_equal(runs[0][n], value, err_msg=n)
+
+
+@require("paddle")
 def test_paddle_native_coupled_decay_of_an_added_group_is_its_own():
     # SGD's coupled decay: the optimizer keeps the built one, the added group carries
     # its own (a regularizer, which Paddle applies before the optimizer's); bit for bit

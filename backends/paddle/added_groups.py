@@ -146,7 +146,19 @@ def _join(optimizer, join, params, selector, cls_info) -> None:
 
 def _join_groups(optimizer, join, params) -> None:
     """The added parameters into Paddle's groups (see the module)."""
-    add_group = type(optimizer)._add_param_group      # the class's: the instance's is ours
+    class_add = type(optimizer)._add_param_group      # the class's: the instance's is ours
+
+    def add_group(optimizer, group: dict) -> None:
+        # Paddle's base class reads every group's 'weight_decay' (its regularizer, in
+        # _add_param_group) and 'grad_clip' (in step), filled from the class's
+        # _default_dict; Lamb's holds neither (a group added after its build raised
+        # KeyError, then called a list). The group takes what the base class gave the
+        # groups its constructor made: the regularizer and clip the class was built with.
+        built = {"weight_decay": optimizer.regularization, "grad_clip": optimizer._grad_clip}
+        for key, value in built.items():
+            if key not in group and key not in optimizer._default_dict:
+                group[key] = value
+        class_add(optimizer, group)
     if join.converts:
         built = list(optimizer._parameter_list)
         optimizer._param_groups = []
