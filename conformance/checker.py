@@ -532,14 +532,14 @@ def _run(driver_cls, backend: str, case: Case, factory, placement,
         if not compared["lr"]:
             reading["not_compared"].insert(0, "lr (the optimizer exposes none: torch "
                                               "param_groups, Paddle and MindSpore get_lr())")
+    held = _held(driver, case) if error is None else None
     result = verdict(case, backend, PATH, trajectory, decision, error, references,
-                     state=compared["state"], lr=compared["lr"],
-                     held=_held(driver, case) if error is None else None)
+                     state=compared["state"], lr=compared["lr"], held=held)
     if (result["status"] == "fail" and compared["lr"]
             and (result["comparison"] or {}).get("failing_quantity") == "lr"):
         result, compared["lr"] = _judged_without_an_unused_lr(
             result, case, backend, trajectory, decision, references, compared["state"],
-            reading)
+            reading, held)
     if error is not None:
         result.update(error_step=trajectory.steps + 1 if built else None, error_at=error_at)
     result.update(seconds=round(time.perf_counter() - started, 4),
@@ -579,26 +579,37 @@ def _held(driver, case: Case) -> dict:
 
 def _judged_without_an_unused_lr(result: dict, case: Case, backend: str,
                                  trajectory: Trajectory, decision, references: References,
-                                 state: bool, reading: dict) -> tuple[dict, bool]:
-    """A failed stream's result, or, where its parameters and state follow the spec and
-    only the lr it exposes does not, the passing result with the lr left out and named in
-    ``reading["not_compared"]``, with both values (and whether the lr is still
-    compared). An optimizer may step with an lr of its own and leave the group's unused:
-    ``pytorch_optimizer.AdaFactor(relative_step=True)`` steps with
-    ``min(1e-2, 1 / sqrt(t))`` whatever ``lr`` it was given. Its parameters are
-    the spec's, so failing it on the lr was a false alarm; the note keeps the fact in
-    sight: a scheduler that writes the group's lr moves nothing."""
+                                 state: bool, reading: dict,
+                                 held: dict | None) -> tuple[dict, bool]:
+    """A stream that failed on the lr it exposes, judged again without it (and whether
+    the lr is still compared). An optimizer may step with an lr of its own and leave the
+    group's unused: ``pytorch_optimizer.AdaFactor(relative_step=True)`` steps with
+    ``min(1e-2, 1 / sqrt(t))`` whatever ``lr`` it was given.
+
+    * Its parameters and state follow the spec: the passing result, the lr left out and
+      named in ``reading["not_compared"]`` with both values (failing it on the lr was a
+      false alarm; the note keeps the fact in sight: a scheduler that writes the
+      group's lr moves nothing).
+    * They do not, and no candidate explained the lr, but one explains them: that
+      failing result, the lr left out and named likewise (the knob that makes the
+      parameters this optimizer's, ``eps_mode='add'``, is what a user needs; a
+      candidate made to match an lr that moves nothing would miss it).
+    * Else the result as it was."""
     without = verdict(case, backend, PATH, trajectory, decision, None, references,
-                      state=state, lr=False)
-    if without["status"] != "pass":
+                      state=state, lr=False, held=held)
+    passed = without["status"] == "pass"
+    if not passed and (not (without.get("explanation") or {}).get("matches")
+                       or (result.get("explanation") or {}).get("matches")):
         return result, True
     oracle = references.get(case, "float64").lrs
     got = trajectory.lrs
     step = int(np.flatnonzero(got != oracle)[0]) if (got != oracle).any() else 0
+    said = (f"lr (the optimizer's exposed lr is {got[step]:.6g} at step {step + 1}, the "
+            f"spec's {oracle[step]:.6g}")
     reading["not_compared"].insert(
-        0, f"lr (the optimizer's exposed lr is {got[step]:.6g} at step {step + 1}, the "
-           f"spec's {oracle[step]:.6g}, but its parameters and state follow the spec: it "
-           "steps with an lr of its own, and writing the exposed one moves nothing)")
+        0, said + (", but its parameters and state follow the spec: it steps with an lr "
+                   "of its own, and writing the exposed one moves nothing)" if passed else
+                   ", which no candidate gives: judged on its parameters and state)"))
     return without, False
 
 

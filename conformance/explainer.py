@@ -499,6 +499,24 @@ HELD = "this optimizer's own hyperparameters"
 HOLDS = " although it holds "
 
 
+def observed_lr(trajectory: Trajectory, spec) -> float | None:
+    """The one lr a run reported at every step, where the spec's lr is another constant
+    (a plain lr slip, ``Adam(lr=2e-3)`` checked as ``adam(lr=1e-3)``; or an lr the
+    optimizer shows and never uses, which the spec need not share): a held value the
+    explanation tries like the others. A float32 value reads as its shortest decimal
+    (the number the user wrote). None where the lrs vary, are not finite, or the spec's
+    lr is a schedule."""
+    if isinstance(spec.lr, Schedule) or not trajectory.steps:
+        return None
+    lrs = np.asarray(trajectory.lrs, dtype=np.float64)
+    if not np.isfinite(lrs).all() or (lrs != lrs[0]).any() or lrs[0] < 0:
+        return None
+    value = float(lrs[0])
+    if np.float32(value) == value:
+        value = float(np.format_float_positional(np.float32(value), unique=True, trim="-"))
+    return None if value == spec.lr else value
+
+
 def _held_candidates(spec, held: dict, case, state: bool):
     """Levels of candidates on the spec with the ``held`` values, each made when the one
     before matched nothing: the spec so, then with one variant, with a pair, with three
@@ -564,6 +582,9 @@ def explain_failure(trajectory: Trajectory, case, spec=None, *, k: float = K,
         found = matching(trajectory, case, _pairs(spec, case, state), **options)
     if not found:
         found = matching(trajectory, case, _knob_triples(spec, state), **options)
+    observed = observed_lr(trajectory, spec) if lr else None
+    if observed is not None:
+        held = {**(held or {}), "lr": observed}
     for level in _held_candidates(spec, held, case, state) if held and not found else ():
         found = matching(trajectory, case, level, **options)
         if found:

@@ -205,6 +205,13 @@ def test_an_lr_the_optimizer_exposes_but_does_not_step_with_is_named_not_failed(
                             "spec's 0.01") for n in result.not_compared), result.not_compared
     unused = check(factory, spec(1e-3), backend="torch", nonfinite=False)
     assert not unused.passed and "first failure at step 1: param:" in unused.explanation
+    # the unused lr and a knob of the parameters' own (eps_mode): the stream that fails
+    # on the lr is judged on its parameters, and the knob is named, not the lr
+    clamped = check(factory, uo.Adafactor(lr=1e-2, eps=(1e-30, 1e-3), decay_lr="scaled"),
+                    backend="torch", nonfinite=False)
+    assert not clamped.passed
+    assert "eps_mode='add' follows this optimizer" in clamped.explanation, clamped.explanation
+    assert "matches no known variant" not in clamped.explanation, clamped.explanation
 
 
 @require("torch")
@@ -296,6 +303,10 @@ NAMED = [  # (qualified class, its arguments, a spec it does not compute, the wo
      "this optimizer's own hyperparameters, momentum=0.0 (the spec has 0.9), "
      "trust_coefficient=0.01 (the spec has 0.001), eps=1e-08 (the spec has 0.0), with "
      "zero_norm_rule='raw_if_norm_zero' (the spec has zero_norm_rule='one_if_norm_zero')"),
+    # a plain lr slip: the one lr the optimizer reported at every step, verified
+    ("torch.optim.Adam", dict(lr=2e-3), uo.Adam(lr=1e-3),
+     "this optimizer's own hyperparameters, lr=0.002 (the spec has 0.001): these compute "
+     "this optimizer's numbers"),
     # three knobs apart from uo.LARS's defaults (Paddle's LarsMomentumOptimizer)
     ("pytorch_optimizer.LARS", dict(lr=0.1, weight_decay=1e-4, foreach=False),
      uo.LARS(lr=0.1, weight_decay=1e-4),
