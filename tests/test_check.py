@@ -313,6 +313,12 @@ NAMED = [  # (qualified class, its arguments, a spec it does not compute, the wo
      "zero_norm_rule='none' and exclude_1d=True and lr_placement='outside' (lr outside the "
      "momentum buffer) follow this optimizer; the spec has zero_norm_rule="
      "'one_if_norm_zero', exclude_1d=False, lr_placement='inside'"),
+    # the same at lr=1e-3: the candidate's buffers are 1000x the spec's (lr outside), which
+    # a prefilter on the spec's state floors took for a miss
+    ("pytorch_optimizer.LARS", dict(lr=1e-3, weight_decay=5e-4, foreach=False),
+     uo.LARS(lr=1e-3, weight_decay=5e-4),
+     "zero_norm_rule='none' and exclude_1d=True and lr_placement='outside' (lr outside the "
+     "momentum buffer) follow this optimizer"),
 ]
 
 
