@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from support import installed_frameworks
 
 import unified_opt as uo
 from unified_opt import cli
@@ -152,6 +153,126 @@ def test_a_scheduler_cycling_the_momentum_gets_the_own_path_on_paddle(scheduler,
     assert any("cycles its momentum" in note for note in ported.notes) == own
     # MindSpore's classes take the writes: its default path is kept
     assert "path='own'" not in port_source(source, "mindspore").source
+
+
+HELPERS = {
+    # a Trainer's shape: each made in a helper, the scheduler's from the optimizer returned
+    "return": """\
+import torch
+
+
+def create_optimizer(model):
+    return torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.0)
+
+
+def create_scheduler(optimizer, steps):
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.01, total_steps=steps)
+
+
+def train(model, x, steps):
+    optimizer = create_optimizer(model)
+    scheduler = create_scheduler(optimizer, steps=steps)
+    for _ in range(steps):
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    return optimizer.param_groups[0]["betas"][0]
+""",
+    # the optimizer through a variable of the helper, handed by keyword
+    "variable": """\
+import torch
+
+
+def create_optimizer(model):
+    built = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return built
+
+
+def create_scheduler(steps, optimizer=None):
+    return torch.optim.lr_scheduler.CyclicLR(optimizer, base_lr=0.01, max_lr=0.1)
+
+
+opt = create_optimizer(net)
+sched = create_scheduler(10, optimizer=opt)
+""",
+    # methods of a trainer, called on self
+    "method": """\
+import torch
+
+
+class Trainer:
+    def create_optimizer(self, model):
+        return torch.optim.AdamW(model.parameters(), lr=0.01)
+
+    def create_scheduler(self, optimizer):
+        return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.01, total_steps=8)
+
+    def setup(self, model):
+        self.optimizer = self.create_optimizer(model)
+        opt = self.optimizer
+        self.scheduler = self.create_scheduler(opt)
+""",
+}
+
+
+@pytest.mark.parametrize("shape", list(HELPERS))
+def test_a_momentum_cycling_scheduler_made_in_a_helper_gets_the_own_path(shape):
+    """A Trainer makes its optimizer and its scheduler in helpers (``create_optimizer``,
+    ``create_scheduler(optimizer, ...)``): the port linked a cycling scheduler to its
+    optimizer by variable name in one scope only, so the helper's optimizer was built
+    on Paddle's native class, exit 0, and the script raised at its first step (the class
+    cannot take the beta1 written into param_groups). The scheduler's argument is
+    followed to the construction now; it runs on Paddle as on torch."""
+    ported = port_source(HELPERS[shape], "paddle")
+    assert ported.refusals == [], ported.refusals
+    built = [line for line in ported.source.splitlines() if "uo.build(" in line]
+    assert len(built) == 1 and built[0].endswith(".parameters(), path='own')"), built
+    assert any("cycles its momentum" in note for note in ported.notes), ported.notes
+    assert "path='own'" not in port_source(HELPERS[shape], "mindspore").source
+    quiet = HELPERS[shape].replace("_steps=8)", "_steps=8, cycle_momentum=False)").replace(
+        "max_lr=0.1)", "max_lr=0.1, cycle_momentum=False)").replace(
+        "total_steps=steps)", "total_steps=steps, cycle_momentum=False)")
+    assert "path='own'" not in port_source(quiet, "paddle").source
+    if shape != "return" or not {"torch", "paddle"} <= set(installed_frameworks()):
+        return
+    # the ported script runs on Paddle and cycles beta1 as torch's OneCycleLR does
+    import sys
+
+    torch = pytest.importorskip("torch")
+    namespace = {}
+    exec(HELPERS[shape], namespace)
+    expected = namespace["train"](torch.nn.Linear(4, 2), torch.ones(3, 4), 6)
+    assert "import torch" not in ported.source
+    run = subprocess.run([sys.executable, "-c", "import paddle\n" + ported.source
+                          + "print(train(paddle.nn.Linear(4, 2), paddle.ones([3, 4]), 6))\n"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert float(run.stdout.split()[-1]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_momentum_cycling_scheduler_whose_optimizer_is_not_followed_is_marked():
+    """Where the port cannot follow the scheduler's optimizer to its construction (here
+    an entry of a dict of optimizers), it cannot give that optimizer path='own' on
+    Paddle: the scheduler is marked, exit 1, where it was left silently to raise at the
+    first step."""
+    source = ("import torch\n"
+              "def setup(model, name):\n"
+              "    optimizers = {'adamw': torch.optim.AdamW(model.parameters(), lr=0.01)}\n"
+              "    scheduler = torch.optim.lr_scheduler.OneCycleLR(\n"
+              "        optimizers[name], max_lr=0.01, total_steps=8)\n"
+              "    return optimizers[name], scheduler\n")
+    ported = port_source(source, "paddle")
+    assert [line for line, _ in ported.refusals] == [4], ported.refusals
+    assert ported.refusals[0][1].startswith(
+        "OneCycleLR: it cycles the momentum (or Adam's beta1) of its optimizer "
+        "optimizers[name], writing it into param_groups at every step, which Paddle's "
+        "native classes read only when built")
+    assert "uo.build(..., path='own')" in ported.refusals[0][1]
+    lines = ported.source.splitlines()
+    index = lines.index("    scheduler = torch.optim.lr_scheduler.OneCycleLR(")
+    assert lines[index - 1].startswith("    # unified-opt port: not ported: OneCycleLR")
+    assert port_source(source, "mindspore").refusals == []     # MindSpore takes the writes
 
 
 @pytest.mark.parametrize("write, own", [

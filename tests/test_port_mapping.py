@@ -377,6 +377,50 @@ def test_an_optimizer_s_state_in_a_checkpoint_dict_or_read_directly_is_marked():
         assert "uo.load_state(opt, 'opt.pth')" in ported.source
 
 
+def test_a_checkpoint_dict_bound_to_a_name_before_it_is_saved_is_marked():
+    """A GPT training script builds its checkpoint in a variable (``checkpoint =
+    {..., 'optimizer': optimizer.state_dict(), ...}``, then ``torch.save(checkpoint,
+    path)``) and resumes from ``checkpoint = torch.load(path)``: the save was left as
+    written, exit 0, while the same dict written inline was marked. The name is followed
+    within its function (or the module): a dict literal, ``dict(...)``, an entry written
+    into it later; each save is marked with the inline form's message, the resume too."""
+    source = textwrap.dedent("""\
+        import os
+        import torch
+        net = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-3)
+        if os.path.exists('run.pt'):
+            checkpoint = torch.load('run.pt', map_location='cpu')
+            net.load_state_dict(checkpoint['net'])
+            optimizer.load_state_dict(checkpoint['optimizer'])
+        def save(step):
+            checkpoint = {'net': net.state_dict(), 'optimizer': optimizer.state_dict(),
+                          'step': step}
+            torch.save(checkpoint, 'run.pt')
+            state = dict(net=net.state_dict(), optimizer=optimizer.state_dict())
+            torch.save(state, 'state.pt')
+            extra = {'step': step}
+            extra['optimizer'] = optimizer.state_dict()
+            torch.save(extra, 'extra.pt')
+            weights = {'net': net.state_dict()}
+            torch.save(weights, 'weights.pt')
+        torch.save({'optimizer': optimizer.state_dict()}, 'inline.pt')
+        """)
+    for target in ("paddle", "mindspore"):
+        ported = port_source(source, target)
+        refused = dict(ported.refusals)
+        assert sorted(refused) == [8, 12, 14, 17, 20], ported.refusals
+        assert refused[8].startswith("optimizer.load_state_dict(...) of something other "
+                                     "than torch.load(f) (a checkpoint's entry)")
+        assert refused[20].startswith("torch.save of optimizer.state_dict() inside another "
+                                      f"object: on {target} it is unified-opt's portable form")
+        assert refused[12] == refused[14] == refused[17] == refused[20]
+        out = ported.source.splitlines()
+        for line, message in ported.refusals:     # left as written, marked above it
+            assert out[out.index(source.splitlines()[line - 1]) - 1].endswith(
+                MARK.strip() + " " + message)
+
+
 def test_a_read_of_the_state_dict_s_torch_entries_is_marked():
     """``opt.state_dict()["param_groups"][0]["lr"]`` (a logging line of public scripts) and
     ``sd["state"]`` after ``sd = opt.state_dict()`` were left as written, exit 0: the

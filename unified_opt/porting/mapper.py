@@ -20,6 +20,9 @@ refusals`); every such reason is found in one run:
   optimizer (a scheduler or a wrapper from another library drives torch's optimizer API;
   the port does not know what it calls);
 * torch's ``GradScaler`` (use the spec's ``loss_scale``);
+* on Paddle, a scheduler cycling the momentum (``OneCycleLR``, ``CyclicLR``) whose
+  optimizer argument is not followed to its construction (:func:`.cycled.plan_cycled`): that
+  optimizer needs ``path='own'``;
 * a ``torch.nn`` class in a type test that the target has no class for in the table;
 * on MindSpore, a clip the optimizer cannot take as its ``grad_clip`` exactly (not right
   before the step of the script's one optimizer, another norm, ``max_norm`` not known
@@ -37,8 +40,10 @@ from .api_map import (
     METHODS,
     STATE_NEEDS_OWN,
 )
+from .cycled import plan_cycled
 from .ported import Ported, Rewrite, insert_imports, nothing_found
 from .torch_calls import Optimizer, Plan, Resolved
+from .torch_calls import code_of as _code
 from .torch_calls import collector as collector_of
 
 MARK = "# unified-opt port: not ported: "
@@ -68,6 +73,7 @@ def port_torch(source: str, to: str, *, filename: str = "<script>") -> Ported:
     collector = collector_of(plan, qualified, positions)
     wrapper.module.visit(collector)
     _plan_clips(plan, wrapper.module, scopes, qualified)
+    plan_cycled(plan, wrapper.module)
     if to == "mindspore":
         for line, variable in collector.step_lines:
             plan.notes.append(
@@ -370,12 +376,6 @@ def _check_same_value(node, scopes, qualified, build_call) -> None:
                          "clip with it")
 
 
-def _code(node) -> str:
-    import libcst as cst
-
-    return cst.Module([]).code_for_node(node)
-
-
 # -- the rewriting pass -----------------------------------------------------------------
 
 def _why(plan: Plan, key: int) -> str:
@@ -436,13 +436,15 @@ def _rewriter(plan: Plan, module, positions, dropped: dict[int, set[str]]):
                               f"state of {o.target}, which {plan.to}'s native class keeps in "
                               "a form no state file maps")
             return f"uo.build({spec}, {params}, path='own')"
-        if plan.to == "paddle" and o.target in plan.cycled:
+        if id(o.call) in plan.cycled:
             # Paddle's native classes read momentum and betas once, when built: a
             # scheduler cycling them needs the spec's own update, which reads
             # param_groups at every step
-            plan.notes.append(f"line {o.line}: path='own': a scheduler of {o.target} "
-                              "cycles its momentum (cycle_momentum), which Paddle's native "
-                              "classes read only when built")
+            plan.notes.append(f"line {o.line}: path='own': a scheduler of "
+                              f"{o.target or 'this optimizer'} (line "
+                              f"{plan.cycled[id(o.call)]}) cycles its momentum "
+                              "(cycle_momentum), which Paddle's native classes read only "
+                              "when built")
             return f"uo.build({spec}, {params}, path='own')"
         if plan.to == "paddle" and o.target in plan.written:
             plan.notes.append(f"line {o.line}: path='own': the script writes "

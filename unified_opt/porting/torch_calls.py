@@ -32,6 +32,13 @@ SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler",
            "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 
 
+def code_of(node) -> str:
+    """The source text of a libcst node."""
+    import libcst as cst
+
+    return cst.Module([]).code_for_node(node)
+
+
 @dataclass
 class Optimizer:
     call: Any
@@ -63,9 +70,12 @@ class Plan:
     reference_nodes: list = field(default_factory=list)
     state_calls: list = field(default_factory=list)          # (call, "save" | "load")
     marks: list[tuple[int, str, Any]] = field(default_factory=list)
-    #: optimizer variables a scheduler writes momentum or betas into (OneCycleLR's and
-    #: CyclicLR's cycle_momentum): Paddle's native classes read them once, when built
-    cycled: set[str] = field(default_factory=set)
+    #: (call, line, statement) of each scheduler writing momentum or betas into its
+    #: optimizer's param_groups (OneCycleLR's and CyclicLR's cycle_momentum): Paddle's
+    #: native classes read them once, when built
+    cycling: list[tuple[Any, int, Any]] = field(default_factory=list)
+    #: id(optimizer construction) -> the line of a scheduler cycling its momentum
+    cycled: dict[int, int] = field(default_factory=dict)
     #: optimizer variable -> a hyperparameter other than the lr that the script writes
     #: into its param_groups (a hand-written weight-decay schedule): the same on Paddle
     written: dict[str, str] = field(default_factory=dict)
@@ -179,6 +189,10 @@ def collector(plan: Plan, qualified, positions):
             self.library_objects: dict[str, str] = {}
             # variable -> the optimizer whose state_dict() it holds (sd = opt.state_dict())
             self.state_dicts: dict[str, str] = {}
+            # (id(function or class around it), variable) -> the dict bound to it
+            # (checkpoint = {...} or dict(...)) and the values written into it since
+            # (checkpoint["optimizer"] = ...): what torch.save(checkpoint, f) saves
+            self.dicts: dict[tuple, list] = {}
 
         def line(self, node) -> int:
             return positions[node].start.line
@@ -186,12 +200,23 @@ def collector(plan: Plan, qualified, positions):
         def statement(self):
             return self.statements[-1] if self.statements else None
 
+        def scope(self) -> int | None:
+            """The innermost function or class around the node (None: module level)."""
+            return next((id(s) for s in reversed(self.statements)
+                         if isinstance(s, (cst.FunctionDef, cst.ClassDef))), None)
+
         def visit_SimpleStatementLine(self, node):
             self.statements.append(node)
             if len(node.body) == 1 and isinstance(node.body[0], cst.Assign):
                 assign = node.body[0]
                 if len(assign.targets) == 1 and isinstance(assign.targets[0].target, cst.Name):
                     self.assigned[id(assign.value)] = assign.targets[0].target.value
+                    value, key = assign.value, (self.scope(), assign.targets[0].target.value)
+                    if isinstance(value, cst.Dict) or isinstance(value, cst.Call) and any(
+                            q.name == "builtins.dict" for q in names_of(value.func)):
+                        self.dicts[key] = [value]
+                    else:
+                        self.dicts.pop(key, None)
                     if (holder := _state_dict_of(assign.value)) is not None:
                         self.state_dicts[assign.targets[0].target.value] = holder
                     if isinstance(assign.value, cst.Call):
@@ -222,6 +247,10 @@ def collector(plan: Plan, qualified, positions):
         def visit_Assign(self, node):
             for target in node.targets:
                 self._group_write(target.target)
+                if isinstance(target.target, cst.Subscript) and isinstance(
+                        target.target.value, cst.Name):     # checkpoint["optimizer"] = ...
+                    self.dicts.get((self.scope(), target.target.value.value), []).append(
+                        node.value)
 
         def visit_AugAssign(self, node):
             self._group_write(node.target)
@@ -308,12 +337,11 @@ def collector(plan: Plan, qualified, positions):
             statement = self.statement()
             if name in SCHEDULERS:
                 plan.schedulers[id(node)] = SCHEDULERS[name]
-                if SCHEDULERS[name] in MOMENTUM_CYCLING and node.args and isinstance(
-                        node.args[0].value, cst.Name) and not any(
-                            a.keyword is not None and a.keyword.value == "cycle_momentum"
-                            and isinstance(a.value, cst.Name) and a.value.value == "False"
-                            for a in node.args):
-                    plan.cycled.add(node.args[0].value.value)
+                if SCHEDULERS[name] in MOMENTUM_CYCLING and not any(
+                        a.keyword is not None and a.keyword.value == "cycle_momentum"
+                        and isinstance(a.value, cst.Name) and a.value.value == "False"
+                        for a in node.args):
+                    plan.cycling.append((node, line, statement))
                 plan.scheduler_calls.append(node.func)
                 return True
             if name.startswith(SCHEDULER_MODULES):
@@ -342,8 +370,10 @@ def collector(plan: Plan, qualified, positions):
                 if _state_dict_of(saved) in plan.optimizer_names:
                     plan.state[id(node)] = "save"
                     plan.state_calls.append((node, "save"))
-                else:         # {"optimizer": opt.state_dict(), ...}
-                    for holder in sorted(_state_dict_holders(saved)):
+                else:         # {"optimizer": opt.state_dict(), ...}, inline or by name
+                    saved = self.dicts.get((self.scope(), saved.value), [saved]) \
+                        if isinstance(saved, cst.Name) else [saved]
+                    for holder in sorted(set().union(*map(_state_dict_holders, saved))):
                         plan.mark(line, _state_refusal(holder, plan.to, "save"),
                                   self.statement())
                 return True
