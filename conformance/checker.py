@@ -736,6 +736,13 @@ def explanation(results: list[dict]) -> str:
     text = f"{bad['case']}: first failure at step {step}: {detail}"
     if bad.get("explanation"):
         text += f"; {bad['explanation']['text']}"
+        # every stream tries the same candidates: one whose matches hold none of these
+        # is a stream they do not give (a knob of one stream is no fix of the optimizer)
+        named = set(bad["explanation"].get("matches") or ())
+        others = [r["case"] for r in results if r is not bad and r["status"] == "fail"
+                  and not named & set((r.get("explanation") or {}).get("matches") or ())]
+        if named and others:
+            text += f" (this stream only: not {', '.join(others)})"
     return text
 
 

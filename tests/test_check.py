@@ -214,6 +214,18 @@ def test_an_lr_the_optimizer_exposes_but_does_not_step_with_is_named_not_failed(
     assert "matches no known variant" not in clamped.explanation, clamped.explanation
 
 
+def test_a_knob_one_stream_follows_and_another_does_not_is_said_to_be_that_stream_s():
+    """pytorch-optimizer's AdaFactor adds eps1=1e-30 to g^2 where this spec adds
+    float32's machine epsilon: on one stream that looks like eps_mode='clamp', which the
+    quiet stream does not follow; the line says so, so the knob is not taken for a fix."""
+    adafactor = pytest.importorskip("pytorch_optimizer").AdaFactor
+    result = check(lambda params: adafactor(params, lr=1e-2, betas=(None, 0.999)),
+                   uo.Adafactor(lr=1e-2, eps_mode="add"), backend="torch", nonfinite=False)
+    assert not result.passed
+    assert ("eps_mode='clamp' follows this optimizer; the spec has 'add' (this stream only: "
+            "not check_adafactor_quiet_0)") in result.explanation, result.explanation
+
+
 @require("torch")
 def test_a_spec_scheduled_by_the_user_s_own_function_is_checked():
     """A spec whose lr is ``schedules.Lambda(fn=<the LambdaLR's own function>)``: check
