@@ -94,6 +94,28 @@ def _scheduled(values):
     return uo.schedules.Lambda(fn=lambda t: values[min(t, len(values) - 1)])
 
 
+def _refused_and_kept(model, opt, key, value, match, t=0):
+    """``value`` written into the first group's ``key`` and a step: a ValueError matching
+    ``match``, the parameters as they were."""
+    before = model.values()
+    with pytest.raises(ValueError, match=match):
+        opt.param_groups[0][key] = value
+        model.step(opt, t)
+    for name, array in model.values().items():
+        np.testing.assert_array_equal(array, before[name], err_msg=name)
+
+
+def _stepped_alike(first, opt, second, other, steps, before=lambda t: None, label=""):
+    """``first`` stepped by ``opt`` and ``second`` by ``other`` for ``steps`` steps
+    (``before(t)`` ahead of each): the same bits."""
+    for t in range(steps):
+        before(t)
+        first.step(opt, t)
+        second.step(other, t)
+    for name, value in first.values().items():
+        np.testing.assert_array_equal(value, second.values()[name], err_msg=f"{label}{name}")
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("path", ["own", "native"])
 def test_an_lr_written_into_param_groups_is_the_next_steps_lr(backend, path):
@@ -123,12 +145,8 @@ def test_a_weight_decay_written_into_param_groups_is_the_next_steps(backend):
     written, model = Model(backend), Model(backend)
     opt = _build(spec, written, "own")
     scheduled = _build(spec.replace(weight_decay=_scheduled(DECAYS)), model, "own")
-    for t in range(STEPS):
-        opt.param_groups[0]["weight_decay"] = DECAYS[t]
-        written.step(opt, t)
-        model.step(scheduled, t)
-    for name, value in written.values().items():
-        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+    _stepped_alike(written, opt, model, scheduled, STEPS,
+                   before=lambda t: opt.param_groups[0].__setitem__("weight_decay", DECAYS[t]))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -143,23 +161,15 @@ def test_a_factored_spec_takes_a_written_decay_and_refuses_a_new_moment(backend,
     opt = _build(spec, written, "own")
     built = _build(spec.replace(weight_decay=0.1), model, "own")
     opt.param_groups[0]["weight_decay"] = 0.1
-    for t in range(4):
-        written.step(opt, t)
-        model.step(built, t)
-    for name, value in written.values().items():
-        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+    _stepped_alike(written, opt, model, built, 4)
     uo.save_state(opt, tmp_path / "run.safetensors")
     resumed = _build(spec, Model(backend), "own")
     uo.load_state(resumed, tmp_path / "run.safetensors")
     assert resumed.param_groups[0]["weight_decay"] == 0.1
     if isinstance(spec, uo.Adafactor):        # beta1 None -> 0.9: a first moment to keep
-        before = written.values()
-        with pytest.raises(ValueError, match=r"changes the state Adafactor keeps \(\['exp_avg"
-                                             r"_sq_row', 'exp_avg_sq_col', 'exp_avg_sq'\] ->"):
-            opt.param_groups[0]["beta1"] = 0.9
-            written.step(opt, 4)
-        for name, array in written.values().items():
-            np.testing.assert_array_equal(array, before[name], err_msg=name)
+        _refused_and_kept(written, opt, "beta1", 0.9,
+                          r"changes the state Adafactor keeps \(\['exp_avg_sq_row', "
+                          r"'exp_avg_sq_col', 'exp_avg_sq'\] ->", t=4)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -168,11 +178,7 @@ def test_betas_written_before_a_step_are_that_steps(backend):
     opt = _build(uo.Adam(lr=0.05), written, "own")
     built = _build(uo.Adam(lr=0.05, betas=(0.5, 0.9)), model, "own")
     opt.param_groups[0]["betas"] = (0.5, 0.9)
-    for t in range(4):
-        written.step(opt, t)
-        model.step(built, t)
-    for name, value in written.values().items():
-        np.testing.assert_array_equal(value, model.values()[name], err_msg=name)
+    _stepped_alike(written, opt, model, built, 4)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -189,11 +195,7 @@ def test_group_dicts_build_what_the_equivalent_rules_build(backend):
     assert "group dicts: 2 groups" in said and "lr=0.02, weight_decay=0.0" in said, said
     if backend != "torch":      # (torch's own class keeps its constructor's defaults)
         assert opt.defaults["lr"] == 0.05 and opt.defaults["betas"] == (0.9, 0.999)
-    for t in range(4):
-        dicts.step(opt, t)
-        rules.step(built, t)
-    for name, value in dicts.values().items():
-        np.testing.assert_array_equal(value, rules.values()[name], err_msg=name)
+    _stepped_alike(dicts, opt, rules, built, 4)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -212,12 +214,8 @@ def test_each_group_dict_is_a_param_group_of_its_own_in_order(backend):
                           {"params": [dicts.params["b"]], "weight_decay": 0.1}], path="own")
     built = uo.build(spec.replace(weight_decay=0.1), list(rules.params.items()),
                      groups=[uo.Group(match="b", lr=0.025)], path="own")
-    for t in range(4):
-        opt.param_groups[1]["lr"] = 0.025
-        dicts.step(opt, t)
-        rules.step(built, t)
-    for name, value in dicts.values().items():
-        np.testing.assert_array_equal(value, rules.values()[name], err_msg=name)
+    _stepped_alike(dicts, opt, rules, built, 4,
+                   before=lambda t: opt.param_groups[1].__setitem__("lr", 0.025))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -234,24 +232,15 @@ def test_a_group_dicts_own_keys_are_kept_unread_and_a_near_miss_is_refused(backe
         assert opt.param_groups[0]["layer_id"] == 1, path
         built = uo.build(spec, [{"params": [plain.params["w"]]},
                                 {"params": [plain.params["b"]]}], path=path)
-        for t in range(3):
-            kept.step(opt, t)
-            plain.step(built, t)
-        for name, value in kept.values().items():
-            np.testing.assert_array_equal(value, plain.values()[name], err_msg=f"{path} {name}")
+        _stepped_alike(kept, opt, plain, built, 3, label=f"{path} ")
     model = Model(backend)
     with pytest.raises(ValueError, match=r"params\[0\]\['weight_decya'\].*'weight_decay' "
                                          r"misspelt"):
         uo.build(spec, [{"params": list(model.params.values()), "weight_decya": 0.1}])
     opt = uo.build(spec, list(model.params.items()), path="own")
     opt.param_groups[0]["max_momentum"] = 0.95       # OneCycleLR's bookkeeping: kept
-    before = model.values()
-    with pytest.raises(ValueError, match=r"\['weight_decya'\] = 0.1 would not be read.*"
-                                         r"'weight_decay' misspelt"):
-        opt.param_groups[0]["weight_decya"] = 0.1
-        model.step(opt, 0)
-    for name, array in model.values().items():
-        np.testing.assert_array_equal(array, before[name], err_msg=name)
+    _refused_and_kept(model, opt, "weight_decya", 0.1,
+                      r"\['weight_decya'\] = 0.1 would not be read.*'weight_decay' misspelt")
 
 
 WRONG_WRITES = [("momentum", 0.9, ValueError, r"param_groups\[0\]\['momentum'\].*no 'momentum'"),
@@ -439,11 +428,7 @@ def test_a_group_added_after_the_build_steps_and_saves_as_if_built_with_it(backe
                            {"params": [("b", built.params["b"])], **extra}], path="own")
     assert [(g["lr"], g["weight_decay"]) for g in opt.param_groups] == \
         [(0.05, 0.1), (0.025, 0.0)]
-    for t in range(4):
-        added.step(opt, t)
-        built.step(both, t)
-    for name, value in added.values().items():
-        np.testing.assert_array_equal(value, built.values()[name], err_msg=name)
+    _stepped_alike(added, opt, built, both, 4)
     uo.save_state(opt, tmp_path / "run.safetensors")
     resumed = uo.resume(tmp_path / "run.safetensors", list(Model(backend).params.items()),
                         path_taken="own")
