@@ -259,7 +259,8 @@ def carry_extras(param_groups: Sequence, params: Sequence, plans: Sequence[Param
     for group in param_groups:
         members = dict.get(group, "params") or []
         plan = plan_of.get(id(members[0])) if members else None
-        if plan is not None and plan.given and plan.group in extras:
+        if plan is not None and plan.given and plan.group is not None \
+                and plan.group in extras:
             for key, value in extras[plan.group].items():
                 dict.__setitem__(group, key, value)
 

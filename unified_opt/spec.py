@@ -483,9 +483,10 @@ def state_layout(spec: "Spec", shapes: Iterable[Any]) -> tuple[tuple[str, ...], 
     two or more dimensions: their ``state_names`` takes the shape) is asked once per
     shape, any other once. Two specs keep the same state for a group's parameters where
     their layouts over the group's shapes are equal."""
-    if "shape" not in inspect.signature(spec.state_names).parameters:
-        return (spec.state_names(),)
-    return tuple(spec.state_names(tuple(shape)) for shape in shapes)
+    names: Callable[..., tuple[str, ...]] = spec.state_names
+    if "shape" not in inspect.signature(names).parameters:
+        return (names(),)
+    return tuple(names(tuple(shape)) for shape in shapes)
 
 
 def layout_names(layout: tuple[tuple[str, ...], ...]) -> list[str]:
