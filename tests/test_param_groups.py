@@ -199,10 +199,10 @@ def test_group_dicts_build_what_the_equivalent_rules_build(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_each_group_dict_is_a_param_group_of_its_own_in_order(backend):
+def test_each_group_dict_is_a_param_group_of_its_own_in_order(backend, tmp_path):
     """Layer-wise lr decay (MAE, BEiT) keeps one factor per group dict and writes
     ``param_groups[i]['lr']`` by position: dicts of equal values stay apart, as torch
-    keeps them, on every path."""
+    keeps them, on every path and through a state file (which holds them as rules)."""
     spec = uo.AdamW(lr=0.05)
     for path in _paths(backend, spec):
         model = Model(backend)
@@ -210,12 +210,18 @@ def test_each_group_dict_is_a_param_group_of_its_own_in_order(backend):
                               {"params": [model.params["b"]], "weight_decay": 0.1}], path=path)
         assert [len(g["params"]) for g in opt.param_groups] == [1, 1], path
     dicts, rules = Model(backend), Model(backend)
-    opt = uo.build(spec, [{"params": [dicts.params["w"]], "weight_decay": 0.1},
-                          {"params": [dicts.params["b"]], "weight_decay": 0.1}], path="own")
+    opt = uo.build(spec, [{"params": [("w", dicts.params["w"])], "weight_decay": 0.1},
+                          {"params": [("b", dicts.params["b"])], "weight_decay": 0.1}],
+                   path="own")
     built = uo.build(spec.replace(weight_decay=0.1), list(rules.params.items()),
                      groups=[uo.Group(match="b", lr=0.025)], path="own")
     _stepped_alike(dicts, opt, rules, built, 4,
                    before=lambda t: opt.param_groups[1].__setitem__("lr", 0.025))
+    uo.save_state(opt, tmp_path / "run.safetensors")
+    resumed = uo.resume(tmp_path / "run.safetensors", list(Model(backend).params.items()),
+                        path_taken="own")
+    assert [(len(g["params"]), g["lr"]) for g in resumed.param_groups] == [(1, 0.05),
+                                                                           (1, 0.025)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -184,11 +184,11 @@ class Group:
 @dataclass(frozen=True)
 class ParameterPlan:
     """How one parameter is optimised: its spec (name rules and group applied), its lr
-    factor, its group (index into the groups, None for the spec's defaults), whether
-    clipping sees it, and whether that group is a group dict the caller gave
-    (``given``): the parameters of one dict are one param group of their own, in the
-    order given, however equal another dict's values (torch keeps each dict, and scripts
-    address groups by position: layer-wise lr decay)."""
+    factor, its group (index into the groups, None for the spec's defaults) and whether
+    clipping sees it. The parameters of one group (a ``uo.Group`` rule, a group dict)
+    are one param group of their own, in order, however equal another group's values
+    (torch keeps each dict, and scripts address groups by position: layer-wise lr
+    decay), and stay so through a state file, which holds dicts as rules."""
 
     name: str | None
     spec: Any
@@ -196,12 +196,11 @@ class ParameterPlan:
     fixed_lr: float | None = None   # a group's absolute lr (constant spec lr only)
     group: int | None = None
     clipped: bool = True
-    given: bool = False
 
     def apart(self) -> int | None:
         """What keeps this parameter's param group apart from one of equal values: its
-        group dict's index, else None."""
-        return self.group if self.given else None
+        group's index, else None (the spec's defaults)."""
+        return self.group
 
     def lr(self, base_lr: float) -> float:
         """This parameter's lr when the optimizer's lr is ``base_lr``: with a fixed group

@@ -134,8 +134,8 @@ def partition(keys: Sequence) -> list[list[int]]:
 
 def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
     """Indices of the parameters of each param group: equal plan spec, lr factor and
-    fixed lr, and the same group dict where they were given in dicts
-    (:meth:`ParameterPlan.apart`), in order of first appearance."""
+    fixed lr, and the same group (a ``uo.Group`` rule, a group dict:
+    :meth:`ParameterPlan.apart`), in order of first appearance."""
     return partition([(plan.spec, plan.lr_scale, plan.fixed_lr, plan.apart())
                       for plan in plans])
 
@@ -210,8 +210,7 @@ def plans_of_group_dicts(spec, groups: Sequence[Mapping],
         group_spec = replaced(spec, changes, caller, where) if changes else spec
         for name in group_names:
             plans.append(ParameterPlan(name, group_spec.for_parameter(name),
-                                       1.0 if scale is None else scale, fixed_lr, first + g,
-                                       given=True))
+                                       1.0 if scale is None else scale, fixed_lr, first + g))
     if name_rules:
         _check_name_rules(spec, [n for group_names in names for n in group_names], caller)
     return plans
@@ -259,8 +258,7 @@ def carry_extras(param_groups: Sequence, params: Sequence, plans: Sequence[Param
     for group in param_groups:
         members = dict.get(group, "params") or []
         plan = plan_of.get(id(members[0])) if members else None
-        if plan is not None and plan.given and plan.group is not None \
-                and plan.group in extras:
+        if plan is not None and plan.group is not None and plan.group in extras:
             for key, value in extras[plan.group].items():
                 dict.__setitem__(group, key, value)
 

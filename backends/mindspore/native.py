@@ -230,8 +230,8 @@ def native_optimizer(cls_info, lowering, params, plans, spec, options, *, cells:
 
 def _experimental(cls, params, plans, decays, base, shared, options):
     """experimental.optim classes take the gradients in group order: their groups are
-    runs of consecutive parameters with the same lr and decay, and of one group dict
-    where the parameters were given in dicts (each dict its own group, as torch's)."""
+    runs of consecutive parameters with the same lr and decay, and of one group (a
+    ``uo.Group`` rule, a group dict: each its own, as torch keeps each dict)."""
     runs: list[tuple[tuple, dict]] = []
     for p, plan, decay in zip(params, plans, decays):
         group = {"lr": plan.lr(base)}

@@ -83,7 +83,7 @@ def fast_flags(cls, context) -> dict:
 def native_optimizer(cls_info, lowering, params, plans, lrs, options):
     """``cls_info.name`` over ``params``, one param group per distinct (hyperparameters, lr)
     of the parameters' plans (e.g. weight_decay 0 for names in ``no_decay_names`` or a
-    ``uo.Group``; a group's lr factor) and per group dict given (each its own). Returns
+    ``uo.Group``; a group's lr factor) and per group (a rule, a dict: each its own). Returns
     ``(optimizer, group_specs)``: the spec of each param group, whose ``at_step(t)``
     gives the group's values at step ``t``."""
     cls = import_native(cls_info.name)
