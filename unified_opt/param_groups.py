@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from typing import Any, Callable, Mapping, Sequence
 
 from . import _validation as v
@@ -101,12 +102,21 @@ def unread_key(key: Any, spec, exposed: Mapping[str, Any] | set) -> str | None:
                 f"{sorted(exposed)}")
     if not isinstance(key, str) or key in SCHEDULER_KEYS:
         return None
+    near = _near_miss(key, frozenset(exposed))
+    if near is None:
+        return None
+    return (f"no step reads {key!r}; is it {near!r} misspelt? ({type(spec).__name__}'s "
+            f"hyperparameters are {sorted(exposed)})")
+
+
+@functools.lru_cache(maxsize=1024)
+def _near_miss(key: str, exposed: frozenset) -> str | None:
+    """The key a step reads that ``key`` is a near miss of (difflib's ratio 0.85 or
+    more), else None; cached: torch's own-path optimizer checks every key of every
+    group at each step."""
     read = sorted({*exposed, *TORCH_HYPERPARAMETERS, "lr", "params", PADDLE_LR_FACTOR})
     near = difflib.get_close_matches(key, read, n=1, cutoff=0.85)
-    if not near:
-        return None
-    return (f"no step reads {key!r}; is it {near[0]!r} misspelt? ({type(spec).__name__}'s "
-            f"hyperparameters are {sorted(exposed)})")
+    return near[0] if near else None
 
 
 def group_hyperparameters(spec) -> dict[str, Any]:
