@@ -154,8 +154,9 @@ def _join_groups(optimizer, join, params) -> None:
         # _default_dict; Lamb's holds neither (a group added after its build raised
         # KeyError, then called a list). The group takes what the base class gave the
         # groups its constructor made: the regularizer and clip the class was built with.
-        built = {"weight_decay": optimizer.regularization, "grad_clip": optimizer._grad_clip}
-        for key, value in built.items():
+        constructed = {"weight_decay": optimizer.regularization,
+                       "grad_clip": optimizer._grad_clip}
+        for key, value in constructed.items():
             if key not in group and key not in optimizer._default_dict:
                 group[key] = value
         class_add(optimizer, group)
