@@ -197,11 +197,6 @@ class ParameterPlan:
     group: int | None = None
     clipped: bool = True
 
-    def apart(self) -> int | None:
-        """What keeps this parameter's param group apart from one of equal values: its
-        group's index, else None (the spec's defaults)."""
-        return self.group
-
     def lr(self, base_lr: float) -> float:
         """This parameter's lr when the optimizer's lr is ``base_lr``: with a fixed group
         lr, exactly it while the lr is the spec's, and in proportion once something

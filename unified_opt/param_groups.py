@@ -145,8 +145,8 @@ def partition(keys: Sequence) -> list[list[int]]:
 def partition_plans(plans: Sequence[ParameterPlan]) -> list[list[int]]:
     """Indices of the parameters of each param group: equal plan spec, lr factor and
     fixed lr, and the same group (a ``uo.Group`` rule, a group dict:
-    :meth:`ParameterPlan.apart`), in order of first appearance."""
-    return partition([(plan.spec, plan.lr_scale, plan.fixed_lr, plan.apart())
+    ``ParameterPlan.group``), in order of first appearance."""
+    return partition([(plan.spec, plan.lr_scale, plan.fixed_lr, plan.group)
                       for plan in plans])
 
 
@@ -325,6 +325,22 @@ def added_group(record: Any, group: Any, owner: str, framework: str,
     record.plans = [*(record.plans or []), *plans]
     record.dict_groups = (*record.dict_groups, index)
     return names, params, plans
+
+
+def with_writes(base, written: Mapping[str, Any], params: Sequence, caller: str,
+                where: str):
+    """``(spec, before, after)``: ``base`` with the values ``written`` into a group of
+    ``params`` (a written ``weight_decay`` replaces the spec's ``no_decay_names``, as a
+    group dict's does), validated as the spec validates them (the error naming
+    ``where``), and the state layouts (:func:`~unified_opt.spec.state_layout`) of
+    ``base`` and of it over the parameters' shapes: a write that changes the layout
+    cannot be stepped on the state held."""
+    changes = dict(written)
+    if "weight_decay" in changes and hasattr(base, "no_decay_names"):
+        changes["no_decay_names"] = ()
+    spec = replaced(base, changes, caller, where)
+    shapes = [tuple(p.shape) for p in params]
+    return spec, state_layout(base, shapes), state_layout(spec, shapes)
 
 
 def replaced(spec, changes: Mapping[str, Any], caller: str, where: str):
@@ -535,12 +551,9 @@ class GroupSurface:
         cached = self._specs.get(g)
         if cached is not None and cached[0] == key:
             return cached[1]
-        changes = dict(written)
-        if "weight_decay" in changes and hasattr(base, "no_decay_names"):
-            changes["no_decay_names"] = ()
-        spec = replaced(base, changes, self.owner, f"param_groups[{g}]")
-        shapes = [tuple(p.shape) for p in dict.__getitem__(self.groups[g], "params")]
-        before, after = state_layout(base, shapes), state_layout(spec, shapes)
+        spec, before, after = with_writes(base, written,
+                                          dict.__getitem__(self.groups[g], "params"),
+                                          self.owner, f"param_groups[{g}]")
         if after != before:
             raise ValueError(f"{self.owner}: param_groups[{g}] = {dict(written)!r} changes "
                              f"the state {type(base).__name__} keeps "

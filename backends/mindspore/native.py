@@ -237,7 +237,7 @@ def _experimental(cls, params, plans, decays, base, shared, options):
         group = {"lr": plan.lr(base)}
         if decay is not None:
             group["weight_decay"] = decay
-        key = (plan.apart(), group)
+        key = (plan.group, group)
         if runs and runs[-1][0] == key:
             runs[-1][1]["params"].append(p)
         else:

@@ -87,7 +87,7 @@ def native_optimizer(cls_info, lowering, params, plans, lrs, options):
     ``(optimizer, group_specs)``: the spec of each param group, whose ``at_step(t)``
     gives the group's values at step ``t``."""
     cls = import_native(cls_info.name)
-    parts = partition([(lowering.to_native(plan.spec), lr, plan.apart())
+    parts = partition([(lowering.to_native(plan.spec), lr, plan.group)
                        for plan, lr in zip(plans, lrs)])
     specs = [plans[indices[0]].spec for indices in parts]
     # the constructor takes step 0's values (a weight-decay schedule, cycled momentum)

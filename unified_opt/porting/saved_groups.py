@@ -41,10 +41,10 @@ from ..param_groups import (
     GroupSurface,
     differs,
     group_hyperparameters,
-    replaced,
+    with_writes,
 )
 from ..schedules import Schedule
-from ..spec import layout_names, state_layout
+from ..spec import layout_names
 
 #: keys uo itself keeps in a group (the torch backend's count of steps taken), never a
 #: scheduler's
@@ -167,12 +167,7 @@ def _validated(spec: Any, written: dict, caller: str, where: str, params: Any) -
     (``spec.replace``'s validation) or that change the state's layout (``amsgrad``,
     Adafactor's ``beta1`` on or off) for the group's ``params``: the state held could not
     be stepped with them."""
-    changes = dict(written)
-    if "weight_decay" in changes and hasattr(spec, "no_decay_names"):
-        changes["no_decay_names"] = ()
-    changed = replaced(spec, changes, caller, where)
-    shapes = [tuple(p.shape) for p in params]
-    before, after = state_layout(spec, shapes), state_layout(changed, shapes)
+    _, before, after = with_writes(spec, written, params, caller, where)
     if after != before:
         raise ValueError(f"{caller}: {where} holds {written}, which changes the state "
                          f"{type(spec).__name__} keeps ({layout_names(before)} -> "
